@@ -1,0 +1,3 @@
+module github.com/tributary-io/tributary
+
+go 1.26.0
