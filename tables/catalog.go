@@ -1,0 +1,290 @@
+package tables
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
+	sqlcat "github.com/apache/iceberg-go/catalog/sql"
+	"github.com/apache/iceberg-go/table"
+	_ "modernc.org/sqlite" // pure-Go SQLite driver for the embedded catalog
+)
+
+// Table properties through which Tributary keeps its own state in the
+// catalog, committed atomically with data.
+const (
+	// PropHighWater + "<partition>" is the next offset of that partition not
+	// yet in the table: every offset below it is committed exactly once.
+	PropHighWater = "tributary.hwm."
+	// PropNodePartition + "<node id>" is the partition a node writes.
+	PropNodePartition = "tributary.partition.node."
+	// PropNextPartition is the next unallocated partition number.
+	PropNextPartition = "tributary.partitions.next"
+	// PropGranularity is "day" or "hour" (the partition spec's transform).
+	PropGranularity = "tributary.partition.granularity"
+)
+
+// Config says where the catalog and the warehouse are.
+type Config struct {
+	// Name of the catalog; the first part of catalog.namespace.stream.
+	Name string
+	// URI of the catalog: "sqlite:///abs/path/catalog.db" (embedded default)
+	// or a path ending in .db.
+	URI string
+	// Warehouse is the root blob URL of table data: "file:///abs/dir",
+	// "s3://bucket/prefix", ...
+	Warehouse string
+	// Granularity of the timestamp partition transform for new tables: day or hour.
+	Granularity string
+	// Properties are passed to the catalog (e.g. s3.endpoint for S3 FileIO).
+	Properties map[string]string
+}
+
+// Catalog gives access to stream tables.
+type Catalog struct {
+	cfg Config
+	cat catalog.Catalog
+	db  *sql.DB
+
+	mu     sync.Mutex
+	tables map[string]*table.Table // last loaded, by stream
+}
+
+// Open connects to the catalog, creating an embedded SQLite catalog when
+// the URI names one.
+func Open(ctx context.Context, cfg Config) (*Catalog, error) {
+	if cfg.Name == "" {
+		cfg.Name = "tributary"
+	}
+	props := iceberg.Properties{"warehouse": cfg.Warehouse}
+	for k, v := range cfg.Properties {
+		props[k] = v
+	}
+	c := &Catalog{cfg: cfg, tables: map[string]*table.Table{}}
+	switch {
+	case strings.HasPrefix(cfg.URI, "sqlite://") || strings.HasSuffix(cfg.URI, ".db"):
+		path := strings.TrimPrefix(cfg.URI, "sqlite://")
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return nil, fmt.Errorf("open catalog: %w", err)
+		}
+		dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(30000)&_pragma=synchronous(FULL)&_txlock=immediate"
+		db, err := sql.Open("sqlite", dsn)
+		if err != nil {
+			return nil, fmt.Errorf("open catalog %s: %w", path, err)
+		}
+		cat, err := sqlcat.NewCatalog(cfg.Name, db, sqlcat.SQLite, props)
+		if err != nil {
+			db.Close()
+			return nil, fmt.Errorf("open catalog %s: %w", path, err)
+		}
+		c.cat, c.db = cat, db
+	default:
+		return nil, fmt.Errorf("open catalog: unsupported catalog uri %q (want sqlite:///path)", cfg.URI)
+	}
+	return c, nil
+}
+
+// Close releases the catalog connection.
+func (c *Catalog) Close() error {
+	if c.db != nil {
+		return c.db.Close()
+	}
+	return nil
+}
+
+// Name is the catalog name.
+func (c *Catalog) Name() string { return c.cfg.Name }
+
+// Iceberg returns the underlying iceberg-go catalog.
+func (c *Catalog) Iceberg() catalog.Catalog { return c.cat }
+
+// Warehouse is the warehouse blob URL.
+func (c *Catalog) Warehouse() string { return c.cfg.Warehouse }
+
+func ident(stream string) (table.Identifier, error) {
+	ns, n, err := ParseStream(stream)
+	if err != nil {
+		return nil, err
+	}
+	return table.Identifier{ns, n}, nil
+}
+
+// TableLocation is where a stream's table lives below the warehouse.
+func (c *Catalog) TableLocation(stream string) string {
+	ns, n, _ := ParseStream(stream)
+	return strings.TrimRight(c.cfg.Warehouse, "/") + "/" + ns + "/" + n
+}
+
+// LoadTable loads the current metadata of a stream's table.
+func (c *Catalog) LoadTable(ctx context.Context, stream string) (*table.Table, error) {
+	id, err := ident(stream)
+	if err != nil {
+		return nil, err
+	}
+	t, err := c.cat.LoadTable(ctx, id)
+	if errors.Is(err, catalog.ErrNoSuchTable) || errors.Is(err, catalog.ErrNoSuchNamespace) {
+		return nil, fmt.Errorf("%w: %s", ErrNoSuchStream, stream)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", stream, err)
+	}
+	c.mu.Lock()
+	c.tables[stream] = t
+	c.mu.Unlock()
+	return t, nil
+}
+
+// EnsureTable loads a stream's table, creating it (and its namespace) with
+// the envelope schema on first use. Concurrent creators converge on one table.
+func (c *Catalog) EnsureTable(ctx context.Context, stream string) (*table.Table, error) {
+	t, err := c.LoadTable(ctx, stream)
+	if err == nil || !errors.Is(err, ErrNoSuchStream) {
+		return t, err
+	}
+	id, _ := ident(stream)
+	if err := c.cat.CreateNamespace(ctx, id[:1], nil); err != nil && !errors.Is(err, catalog.ErrNamespaceAlreadyExists) {
+		return nil, fmt.Errorf("create namespace %s: %w", id[0], err)
+	}
+	spec, err := PartitionSpec(c.cfg.Granularity)
+	if err != nil {
+		return nil, err
+	}
+	gran := c.cfg.Granularity
+	if gran == "" {
+		gran = "day"
+	}
+	_, err = c.cat.CreateTable(ctx, id, EnvelopeSchema(),
+		catalog.WithPartitionSpec(&spec),
+		catalog.WithLocation(c.TableLocation(stream)),
+		catalog.WithProperties(iceberg.Properties{
+			PropNextPartition:                            "0",
+			PropGranularity:                              gran,
+			table.CommitNumRetriesKey:                    "0", // conflicts are decided by us, with the high-water marks
+			"write.parquet.compression-codec":            "zstd",
+			"write.metadata.delete-after-commit.enabled": "true",
+			"write.metadata.previous-versions-max":       "20",
+			"comment":                                    "Tributary stream " + stream,
+		}))
+	if err != nil && !errors.Is(err, catalog.ErrTableAlreadyExists) {
+		return nil, fmt.Errorf("create table %s: %w", stream, err)
+	}
+	return c.LoadTable(ctx, stream)
+}
+
+// ListStreams lists every stream table of the catalog.
+func (c *Catalog) ListStreams(ctx context.Context) ([]string, error) {
+	nss, err := c.cat.ListNamespaces(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("list namespaces: %w", err)
+	}
+	var out []string
+	for _, ns := range nss {
+		for id, err := range c.cat.ListTables(ctx, ns) {
+			if err != nil {
+				return nil, fmt.Errorf("list tables of %s: %w", strings.Join(ns, "."), err)
+			}
+			out = append(out, strings.Join(id, "."))
+		}
+	}
+	return out, nil
+}
+
+// HighWater is the committed high-water mark of a partition: every offset
+// below it is in the table exactly once, none at or above it is.
+func HighWater(t *table.Table, partition int32) int64 {
+	v, err := strconv.ParseInt(t.Properties()[PropHighWater+strconv.Itoa(int(partition))], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
+// HighWaters returns every partition's committed high-water mark.
+func HighWaters(t *table.Table) map[int32]int64 {
+	out := map[int32]int64{}
+	for k, v := range t.Properties() {
+		if p, ok := strings.CutPrefix(k, PropHighWater); ok {
+			pn, err1 := strconv.ParseInt(p, 10, 32)
+			n, err2 := strconv.ParseInt(v, 10, 64)
+			if err1 == nil && err2 == nil {
+				out[int32(pn)] = n
+			}
+		}
+	}
+	return out
+}
+
+// AllocatePartition returns the partition of stream that node writes,
+// allocating the next free number through the catalog on first use. The
+// allocation is a compare-and-swap commit of table properties, so two nodes
+// never get the same partition.
+func (c *Catalog) AllocatePartition(ctx context.Context, stream, node string) (int32, error) {
+	for attempt := 0; ; attempt++ {
+		t, err := c.EnsureTable(ctx, stream)
+		if err != nil {
+			return 0, err
+		}
+		props := t.Properties()
+		if v, ok := props[PropNodePartition+node]; ok {
+			p, err := strconv.ParseInt(v, 10, 32)
+			if err != nil {
+				return 0, fmt.Errorf("allocate partition of %s: bad property %s=%q", stream, PropNodePartition+node, v)
+			}
+			return int32(p), nil
+		}
+		next, _ := strconv.ParseInt(props[PropNextPartition], 10, 32)
+		tx := t.NewTransaction()
+		if err := tx.SetProperties(iceberg.Properties{
+			PropNodePartition + node: strconv.FormatInt(next, 10),
+			PropNextPartition:        strconv.FormatInt(next+1, 10),
+		}); err != nil {
+			return 0, fmt.Errorf("allocate partition of %s: %w", stream, err)
+		}
+		// A property-only commit asserts nothing about the properties it
+		// read, so two allocators could both take "next". An empty append
+		// moves the main branch and asserts its old head: the catalog's
+		// compare-and-swap then lets exactly one of them win.
+		if err := tx.AddFiles(ctx, nil, iceberg.Properties{"tributary.operation": "allocate-partition", "tributary.node": node}, true); err != nil {
+			return 0, fmt.Errorf("allocate partition of %s: %w", stream, err)
+		}
+		if _, err := tx.Commit(ctx); err != nil {
+			if attempt < 20 && isConflict(err) {
+				continue
+			}
+			return 0, fmt.Errorf("allocate partition of %s: %w", stream, err)
+		}
+	}
+}
+
+func isConflict(err error) bool {
+	if errors.Is(err, table.ErrCommitFailed) {
+		return true
+	}
+	s := err.Error()
+	return strings.Contains(s, "has changed") || strings.Contains(s, "requirement failed") ||
+		strings.Contains(s, "moved underneath") || strings.Contains(s, "database is locked")
+}
+
+// FileURL joins a warehouse-relative key into a full URL.
+func (c *Catalog) FileURL(key string) string {
+	return strings.TrimRight(c.cfg.Warehouse, "/") + "/" + key
+}
+
+// KeyOf turns a full URL below the warehouse into a bucket key.
+func (c *Catalog) KeyOf(fileURL string) (string, error) {
+	base := strings.TrimRight(c.cfg.Warehouse, "/") + "/"
+	k, ok := strings.CutPrefix(fileURL, base)
+	if !ok {
+		return "", fmt.Errorf("%s is not below warehouse %s", fileURL, c.cfg.Warehouse)
+	}
+	return url.PathUnescape(k)
+}

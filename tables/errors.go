@@ -1,0 +1,16 @@
+package tables
+
+import "errors"
+
+var (
+	// ErrInvalidStream is returned for a stream name that is not namespace.stream.
+	ErrInvalidStream = errors.New("invalid stream name")
+	// ErrNoSuchStream is returned when a stream's table does not exist.
+	ErrNoSuchStream = errors.New("no such stream")
+	// ErrConflict is returned by a commit whose view of the table was stale;
+	// the caller reloads and decides again.
+	ErrConflict = errors.New("commit conflict")
+	// ErrFenced is returned when this node no longer owns a partition it tries
+	// to commit to.
+	ErrFenced = errors.New("partition owned by another node")
+)

@@ -1,0 +1,176 @@
+package tables
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/tributary-io/tributary/wal"
+)
+
+// FileStats describes the rows of one data file. Every data file Tributary
+// writes holds one contiguous offset range of one partition, so the stats
+// are exact and cheap: no footer has to be read back.
+type FileStats struct {
+	Records      int64
+	Partition    int32
+	FirstOffset  int64 // inclusive
+	LastOffset   int64 // inclusive
+	MinTimestamp int64 // unix micros
+	MaxTimestamp int64
+	NullKeys     int64
+	NullHeaders  int64
+	NullProdTS   int64
+}
+
+// RowGroupRows is the number of rows per Parquet row group: small enough that
+// a Kafka fetch of a few offsets reads little, large enough to compress well.
+const RowGroupRows = 16384
+
+var arrowSchema = func() *arrow.Schema {
+	sc, err := table.SchemaToArrowSchema(EnvelopeSchema(), nil, true, false)
+	if err != nil {
+		panic(fmt.Sprintf("envelope arrow schema: %v", err))
+	}
+	return sc
+}()
+
+// ArrowSchema is the Arrow schema (with Parquet field ids) of the envelope.
+func ArrowSchema() *arrow.Schema { return arrowSchema }
+
+func parquetProps() *parquet.WriterProperties {
+	return parquet.NewWriterProperties(
+		parquet.WithCompression(compress.Codecs.Zstd),
+		parquet.WithMaxRowGroupLength(RowGroupRows),
+		parquet.WithDataPageSize(1<<20),
+		parquet.WithStatsFor(ColValue, false),
+		parquet.WithStatsFor(ColKey, false),
+		parquet.WithDictionaryFor(ColValue, false),
+		parquet.WithDictionaryFor(ColKey, false),
+		parquet.WithCreatedBy("tributary"),
+	)
+}
+
+// WriteParquet encodes recs, which must be consecutive offsets of one
+// partition of one stream, as a zstd Parquet file carrying Iceberg field ids.
+func WriteParquet(w io.Writer, recs []*wal.Record) (FileStats, error) {
+	if len(recs) == 0 {
+		return FileStats{}, fmt.Errorf("write parquet: no records")
+	}
+	st := FileStats{
+		Records: int64(len(recs)), Partition: recs[0].Partition,
+		FirstOffset: recs[0].Offset, LastOffset: recs[len(recs)-1].Offset,
+		MinTimestamp: recs[0].Timestamp, MaxTimestamp: recs[0].Timestamp,
+	}
+	for i, r := range recs {
+		if r.Partition != st.Partition || r.Offset != st.FirstOffset+int64(i) {
+			return FileStats{}, fmt.Errorf("write parquet: record %d is %d@%d, want contiguous offsets of partition %d",
+				i, r.Offset, r.Partition, st.Partition)
+		}
+		st.MinTimestamp = min(st.MinTimestamp, r.Timestamp)
+		st.MaxTimestamp = max(st.MaxTimestamp, r.Timestamp)
+	}
+
+	mem := memory.DefaultAllocator
+	fw, err := pqarrow.NewFileWriter(arrowSchema, w, parquetProps(), pqarrow.DefaultWriterProps())
+	if err != nil {
+		return FileStats{}, fmt.Errorf("write parquet: %w", err)
+	}
+	for start := 0; start < len(recs); start += RowGroupRows {
+		end := min(start+RowGroupRows, len(recs))
+		rec, nulls := buildRecord(mem, recs[start:end])
+		st.NullKeys += nulls[0]
+		st.NullHeaders += nulls[1]
+		st.NullProdTS += nulls[2]
+		err := fw.Write(rec)
+		rec.Release()
+		if err != nil {
+			fw.Close()
+			return FileStats{}, fmt.Errorf("write parquet: %w", err)
+		}
+	}
+	if err := fw.Close(); err != nil {
+		return FileStats{}, fmt.Errorf("write parquet: %w", err)
+	}
+	return st, nil
+}
+
+// buildRecord turns records into one Arrow record batch of the envelope
+// schema. nulls counts null keys, headers and producer timestamps.
+func buildRecord(mem memory.Allocator, recs []*wal.Record) (arrow.RecordBatch, [3]int64) {
+	var nulls [3]int64
+	b := array.NewRecordBuilder(mem, arrowSchema)
+	defer b.Release()
+	partB := b.Field(0).(*array.Int32Builder)
+	offB := b.Field(1).(*array.Int64Builder)
+	tsB := b.Field(2).(*array.TimestampBuilder)
+	topicB := b.Field(3).(*array.StringBuilder)
+	keyB := b.Field(4).(*array.BinaryBuilder)
+	valB := b.Field(5).(*array.BinaryBuilder)
+	hdrB := b.Field(10).(*array.ListBuilder)
+	hdrS := hdrB.ValueBuilder().(*array.StructBuilder)
+	hdrK := hdrS.FieldBuilder(0).(*array.StringBuilder)
+	hdrV := hdrS.FieldBuilder(1).(*array.BinaryBuilder)
+	srcB := b.Field(6).(*array.StringBuilder)
+	cliB := b.Field(7).(*array.StringBuilder)
+	nodeB := b.Field(8).(*array.StringBuilder)
+	ptsB := b.Field(9).(*array.TimestampBuilder)
+	for _, b := range []array.Builder{partB, offB, tsB, topicB, keyB, valB, hdrB, srcB, cliB, nodeB, ptsB} {
+		b.Reserve(len(recs))
+	}
+	for _, r := range recs {
+		partB.Append(r.Partition)
+		offB.Append(r.Offset)
+		tsB.Append(arrow.Timestamp(r.Timestamp))
+		topicB.Append(r.Topic)
+		if r.Key == nil {
+			keyB.AppendNull()
+			nulls[0]++
+		} else {
+			keyB.Append(r.Key)
+		}
+		if r.Value == nil {
+			valB.Append([]byte{})
+		} else {
+			valB.Append(r.Value)
+		}
+		if r.Headers == nil {
+			hdrB.AppendNull()
+			nulls[1]++
+		} else {
+			hdrB.Append(true)
+			for _, h := range r.Headers {
+				hdrS.Append(true)
+				hdrK.Append(h.Key)
+				if h.Value == nil {
+					hdrV.AppendNull()
+				} else {
+					hdrV.Append(h.Value)
+				}
+			}
+		}
+		srcB.Append(r.Source)
+		cliB.Append(r.ClientID)
+		nodeB.Append(r.Node)
+		if r.ProducerTimestamp == 0 {
+			ptsB.AppendNull()
+			nulls[2]++
+		} else {
+			ptsB.Append(arrow.Timestamp(r.ProducerTimestamp * 1000))
+		}
+	}
+	return b.NewRecordBatch(), nulls
+}
+
+// DayOf returns the day(timestamp) partition value of unix micros.
+func DayOf(micros int64) int32 {
+	return int32(time.UnixMicro(micros).UTC().Unix() / 86400)
+}

@@ -1,0 +1,188 @@
+package tables
+
+import (
+	"context"
+	"fmt"
+	"iter"
+	"sort"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/tributary-io/tributary/wal"
+)
+
+// ScanOptions narrow a scan.
+type ScanOptions struct {
+	Partition  int32 // -1 = every partition
+	FromOffset int64 // with Partition >= 0: only offsets >= FromOffset
+	Limit      int64 // 0 = no limit
+}
+
+// Scan reads a stream's rows back from its table as records, file by file
+// (not in global order: use ScanSorted for that).
+func (c *Catalog) Scan(ctx context.Context, stream string, opts ScanOptions) iter.Seq2[*wal.Record, error] {
+	return func(yield func(*wal.Record, error) bool) {
+		t, err := c.LoadTable(ctx, stream)
+		if err != nil {
+			yield(nil, err)
+			return
+		}
+		ScanTable(ctx, t, opts)(yield)
+	}
+}
+
+// ScanTable is Scan on an already loaded table.
+func ScanTable(ctx context.Context, t *table.Table, opts ScanOptions) iter.Seq2[*wal.Record, error] {
+	return func(yield func(*wal.Record, error) bool) {
+		var so []table.ScanOption
+		if opts.Partition >= 0 {
+			var f iceberg.BooleanExpression = iceberg.EqualTo(iceberg.Reference(ColPartition), opts.Partition)
+			if opts.FromOffset > 0 {
+				f = iceberg.NewAnd(f, iceberg.GreaterThanEqual(iceberg.Reference(ColOffset), opts.FromOffset))
+			}
+			so = append(so, table.WithRowFilter(f))
+		}
+		if opts.Limit > 0 {
+			so = append(so, table.WithLimit(opts.Limit))
+		}
+		_, batches, err := t.Scan(so...).ToArrowRecords(ctx)
+		if err != nil {
+			yield(nil, fmt.Errorf("scan %s: %w", t.Identifier(), err))
+			return
+		}
+		for b, err := range batches {
+			if err != nil {
+				yield(nil, fmt.Errorf("scan %s: %w", t.Identifier(), err))
+				return
+			}
+			recs, err := RecordsFromArrow(b)
+			b.Release()
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			for _, r := range recs {
+				if !yield(r, nil) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// ScanSorted collects a scan and orders it by (partition, offset).
+func (c *Catalog) ScanSorted(ctx context.Context, stream string, opts ScanOptions) ([]*wal.Record, error) {
+	var out []*wal.Record
+	for r, err := range c.Scan(ctx, stream, opts) {
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Partition != out[j].Partition {
+			return out[i].Partition < out[j].Partition
+		}
+		return out[i].Offset < out[j].Offset
+	})
+	return out, nil
+}
+
+// RecordsFromArrow decodes an envelope record batch into records, copying
+// all bytes. Columns are found by name, so projections work.
+func RecordsFromArrow(b arrow.RecordBatch) ([]*wal.Record, error) {
+	n := int(b.NumRows())
+	out := make([]*wal.Record, n)
+	for i := range out {
+		out[i] = &wal.Record{}
+	}
+	sc := b.Schema()
+	for ci, f := range sc.Fields() {
+		col := b.Column(ci)
+		switch f.Name {
+		case ColPartition:
+			a := col.(*array.Int32)
+			for i := range n {
+				out[i].Partition = a.Value(i)
+			}
+		case ColOffset:
+			a := col.(*array.Int64)
+			for i := range n {
+				out[i].Offset = a.Value(i)
+			}
+		case ColTimestamp:
+			a := col.(*array.Timestamp)
+			for i := range n {
+				out[i].Timestamp = int64(a.Value(i))
+			}
+		case ColProducerTimestamp:
+			a := col.(*array.Timestamp)
+			for i := range n {
+				if a.IsValid(i) {
+					out[i].ProducerTimestamp = int64(a.Value(i)) / 1000
+				}
+			}
+		case ColTopic, ColSource, ColClientID, ColNode:
+			a, ok := col.(*array.String)
+			if !ok {
+				return nil, fmt.Errorf("column %s: unexpected type %s", f.Name, col.DataType())
+			}
+			for i := range n {
+				v := a.Value(i)
+				switch f.Name {
+				case ColTopic:
+					out[i].Topic = v
+				case ColSource:
+					out[i].Source = v
+				case ColClientID:
+					out[i].ClientID = v
+				case ColNode:
+					out[i].Node = v
+				}
+			}
+		case ColKey, ColValue:
+			a, ok := col.(*array.Binary)
+			if !ok {
+				return nil, fmt.Errorf("column %s: unexpected type %s", f.Name, col.DataType())
+			}
+			for i := range n {
+				if !a.IsValid(i) {
+					continue
+				}
+				v := append([]byte{}, a.Value(i)...)
+				if f.Name == ColKey {
+					out[i].Key = v
+				} else {
+					out[i].Value = v
+				}
+			}
+		case ColHeaders:
+			l, ok := col.(*array.List)
+			if !ok {
+				return nil, fmt.Errorf("column headers: unexpected type %s", col.DataType())
+			}
+			st := l.ListValues().(*array.Struct)
+			ks := st.Field(0).(*array.String)
+			vs := st.Field(1).(*array.Binary)
+			for i := range n {
+				if !l.IsValid(i) {
+					continue
+				}
+				s, e := l.ValueOffsets(i)
+				hs := make([]wal.Header, 0, e-s)
+				for j := int(s); j < int(e); j++ {
+					h := wal.Header{Key: ks.Value(j)}
+					if vs.IsValid(j) {
+						h.Value = append([]byte{}, vs.Value(j)...)
+					}
+					hs = append(hs, h)
+				}
+				out[i].Headers = hs
+			}
+		}
+	}
+	return out, nil
+}

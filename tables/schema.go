@@ -1,0 +1,120 @@
+package tables
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/apache/iceberg-go"
+)
+
+// Field IDs of the envelope every stream table has (DESIGN.md "Table layout").
+// They are fixed forever: Parquet files written by any version carry them.
+// They are the IDs a catalog assigns afresh on create (top-level fields in
+// order, then nested ones), and headers comes last: iceberg-go v0.7.0's
+// schema visitor loses its place on a struct-in-list followed by siblings.
+const (
+	FieldPartition         = 1
+	FieldOffset            = 2
+	FieldTimestamp         = 3
+	FieldTopic             = 4
+	FieldKey               = 5
+	FieldValue             = 6
+	FieldSource            = 7
+	FieldClientID          = 8
+	FieldNode              = 9
+	FieldProducerTimestamp = 10
+	FieldHeaders           = 11
+	fieldHeaderElement     = 12
+	fieldHeaderKey         = 13
+	fieldHeaderValue       = 14
+
+	// PartitionFieldDay is the field ID of the day(timestamp) partition field.
+	PartitionFieldDay = 1000
+)
+
+// Column names of the envelope.
+const (
+	ColPartition         = "partition"
+	ColOffset            = "offset"
+	ColTimestamp         = "timestamp"
+	ColTopic             = "topic"
+	ColKey               = "key"
+	ColValue             = "value"
+	ColHeaders           = "headers"
+	ColSource            = "source"
+	ColClientID          = "client_id"
+	ColNode              = "node"
+	ColProducerTimestamp = "producer_timestamp"
+)
+
+// EnvelopeSchema is the Iceberg schema of a stream table. Headers are a list
+// of (key, value) structs rather than a map because Kafka allows repeated
+// header keys and their order matters. producer_timestamp is the Kafka
+// record's own timestamp (null for MQTT).
+func EnvelopeSchema() *iceberg.Schema {
+	return iceberg.NewSchemaWithIdentifiers(0, []int{FieldPartition, FieldOffset},
+		iceberg.NestedField{ID: FieldPartition, Name: ColPartition, Type: iceberg.PrimitiveTypes.Int32, Required: true,
+			Doc: "partition number, global per table"},
+		iceberg.NestedField{ID: FieldOffset, Name: ColOffset, Type: iceberg.PrimitiveTypes.Int64, Required: true,
+			Doc: "dense per-partition offset assigned by the edge WAL; the Kafka offset and Pulsar entry id"},
+		iceberg.NestedField{ID: FieldTimestamp, Name: ColTimestamp, Type: iceberg.PrimitiveTypes.Timestamp, Required: true,
+			Doc: "time the edge node accepted the message"},
+		iceberg.NestedField{ID: FieldTopic, Name: ColTopic, Type: iceberg.PrimitiveTypes.String, Required: true,
+			Doc: "original MQTT or Kafka topic"},
+		iceberg.NestedField{ID: FieldKey, Name: ColKey, Type: iceberg.PrimitiveTypes.Binary, Required: false,
+			Doc: "Kafka key; null for MQTT"},
+		iceberg.NestedField{ID: FieldValue, Name: ColValue, Type: iceberg.PrimitiveTypes.Binary, Required: true,
+			Doc: "payload bytes, byte-exact"},
+		iceberg.NestedField{ID: FieldSource, Name: ColSource, Type: iceberg.PrimitiveTypes.String, Required: true,
+			Doc: "mqtt or kafka"},
+		iceberg.NestedField{ID: FieldClientID, Name: ColClientID, Type: iceberg.PrimitiveTypes.String, Required: true,
+			Doc: "MQTT client id or Kafka client id"},
+		iceberg.NestedField{ID: FieldNode, Name: ColNode, Type: iceberg.PrimitiveTypes.String, Required: true,
+			Doc: "edge node that accepted the message"},
+		iceberg.NestedField{ID: FieldProducerTimestamp, Name: ColProducerTimestamp, Type: iceberg.PrimitiveTypes.Timestamp, Required: false,
+			Doc: "Kafka record timestamp set by the producer; null for MQTT"},
+		iceberg.NestedField{ID: FieldHeaders, Name: ColHeaders, Required: false,
+			Doc: "Kafka headers / MQTT 5 user properties, in order",
+			Type: &iceberg.ListType{
+				ElementID: fieldHeaderElement, ElementRequired: true,
+				Element: &iceberg.StructType{FieldList: []iceberg.NestedField{
+					{ID: fieldHeaderKey, Name: "key", Type: iceberg.PrimitiveTypes.String, Required: true},
+					{ID: fieldHeaderValue, Name: "value", Type: iceberg.PrimitiveTypes.Binary, Required: false},
+				}},
+			}},
+	)
+}
+
+// PartitionSpec returns the table's partition spec: day(timestamp), or
+// hour(timestamp) when granularity is "hour".
+func PartitionSpec(granularity string) (iceberg.PartitionSpec, error) {
+	var tr iceberg.Transform
+	name := "timestamp_day"
+	switch granularity {
+	case "", "day":
+		tr = iceberg.DayTransform{}
+	case "hour":
+		tr = iceberg.HourTransform{}
+		name = "timestamp_hour"
+	default:
+		return iceberg.PartitionSpec{}, fmt.Errorf("partition granularity %q: want day or hour", granularity)
+	}
+	return iceberg.NewPartitionSpec(iceberg.PartitionField{
+		SourceIDs: []int{FieldTimestamp}, FieldID: PartitionFieldDay, Name: name, Transform: tr,
+	}), nil
+}
+
+var streamPart = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_-]{0,127}$`)
+
+// ParseStream splits a stream name "namespace.stream" into its namespace and
+// table name. Both parts must be 1-128 characters of letters, digits, '_' and
+// '-' (not leading); this is also the rule for Kafka topic names mapped onto
+// streams.
+func ParseStream(stream string) (namespace, name string, err error) {
+	ns, n, ok := strings.Cut(stream, ".")
+	if !ok || !streamPart.MatchString(ns) || !streamPart.MatchString(n) {
+		return "", "", fmt.Errorf("%w: %q (want namespace.stream of letters, digits, _ and -)", ErrInvalidStream, stream)
+	}
+	return ns, n, nil
+}
