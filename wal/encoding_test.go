@@ -4,7 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -110,4 +114,27 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Fatalf("encoding not stable")
 		}
 	})
+}
+
+// TestSeedCorpus checks that the hand-written seeds mean what their names
+// say: the records decode, the malformed ones are refused.
+func TestSeedCorpus(t *testing.T) {
+	for name, wantOK := range map[string]bool{
+		"mqtt-record": true, "kafka-record-headers": true,
+		"huge-value-length": false, "header-count-bomb": false, "version-2": false,
+	} {
+		raw, err := os.ReadFile(filepath.Join("testdata", "fuzz", "FuzzDecodeRecord", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		lit := strings.TrimSuffix(strings.TrimPrefix(strings.SplitN(string(raw), "\n", 2)[1], "[]byte("), ")\n")
+		data, err := strconv.Unquote(lit)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		r, err := DecodeRecord([]byte(data))
+		if (err == nil) != wantOK {
+			t.Fatalf("%s: DecodeRecord = %+v, %v", name, r, err)
+		}
+	}
 }
