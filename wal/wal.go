@@ -234,7 +234,9 @@ func (w *WAL) recover() error {
 }
 
 // Close waits for queued and in-flight operations to finish, then closes the
-// file. Later calls, and every other method, return ErrClosed.
+// file. Later calls of Close, Append, AppendAsync, Read, Release and
+// EnsurePartition return (or report) ErrClosed; Partitions and Stats keep
+// returning the last state.
 func (w *WAL) Close() error {
 	w.mu.Lock()
 	if w.closed {
