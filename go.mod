@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/apache/arrow-go/v18 v18.8.0
 	github.com/apache/iceberg-go v0.7.0
+	go.etcd.io/bbolt v1.5.0
 	modernc.org/sqlite v1.57.0
 )
 

@@ -1,0 +1,53 @@
+package wal
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+)
+
+func benchAppend(b *testing.B, batch int) {
+	w, err := Open(Options{Path: filepath.Join(b.TempDir(), "wal.db")}) // with fsync
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	value := make([]byte, 256)
+	b.SetBytes(int64(len(value) * batch))
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		recs := make([]*Record, batch)
+		for pb.Next() {
+			for i := range recs {
+				recs[i] = &Record{Stream: "bench.s", Partition: 0, Topic: "t", Value: value, Source: "mqtt"}
+			}
+			if err := w.Append(context.Background(), recs...); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	st := w.Stats()
+	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "records/s")
+	if st.Commits > 0 {
+		b.ReportMetric(float64(st.AppendedRecords)/float64(st.Commits), "records/commit")
+	}
+}
+
+// BenchmarkAppendParallel appends single 256-byte records from GOMAXPROCS×p
+// goroutines, with fsync; run with -cpu or SetParallelism to vary load.
+func BenchmarkAppendParallel(b *testing.B) {
+	for _, p := range []int{1, 16, 64} {
+		b.Run(map[int]string{1: "p1", 16: "p16", 64: "p64"}[p], func(b *testing.B) {
+			b.SetParallelism(p)
+			benchAppend(b, 1)
+		})
+	}
+}
+
+// BenchmarkAppendBatch appends batches of 64 records of 256 bytes.
+func BenchmarkAppendBatch(b *testing.B) {
+	b.SetParallelism(4)
+	benchAppend(b, 64)
+}

@@ -1,0 +1,410 @@
+package wal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+var be = binary.BigEndian
+
+type opKind uint8
+
+const (
+	opAppend opKind = iota
+	opRelease
+	opEnsure
+)
+
+// op states: an Append whose context ends may cancel its op only while it is
+// still pending; once the committer has taken it, the outcome is reported.
+const (
+	opPending int32 = iota
+	opTaken
+	opCanceled
+)
+
+// op is one queued write.
+type op struct {
+	kind  opKind
+	recs  []*Record // opAppend
+	pk    pkey      // opRelease, opEnsure
+	n     int64     // upTo, minNext
+	done  func(error)
+	state atomic.Int32
+}
+
+// work is a partition's state while a group is being applied.
+type work struct {
+	pk      pkey
+	key     []byte // encoded pkey
+	st      partState
+	b       *bolt.Bucket
+	dirty   bool
+	existed bool // known before this group
+}
+
+// group is the state of one transaction being built.
+type group struct {
+	tx    *bolt.Tx
+	parts map[pkey]*work
+	bytes int64 // total unreleased bytes, tentatively
+	recs  int64
+	added int64 // records appended
+}
+
+// committer is the single writer: it drains the queue into one transaction
+// per round until the WAL is closed and the queue is empty.
+func (w *WAL) committer() {
+	defer close(w.done)
+	for {
+		w.mu.Lock()
+		ops := w.queue
+		w.queue = nil
+		closed := w.closed
+		w.mu.Unlock()
+		if len(ops) > 0 {
+			w.commit(ops)
+			continue
+		}
+		if closed {
+			return
+		}
+		<-w.wake
+	}
+}
+
+// commit applies ops in one transaction and reports each op's outcome.
+func (w *WAL) commit(ops []*op) {
+	start := time.Now()
+	live := ops[:0]
+	for _, o := range ops {
+		if o.state.CompareAndSwap(opPending, opTaken) {
+			live = append(live, o)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	results := make([]error, len(live))
+	g, rejections, err := w.apply(live, results)
+	if err != nil {
+		w.log.Error("wal commit failed", "ops", len(live), "err", err)
+		w.mu.Lock()
+		w.stats.CommitErrors++
+		w.stats.Ops += int64(len(live))
+		w.mu.Unlock()
+		for _, o := range live {
+			o.done(err)
+		}
+		return
+	}
+	committed := g != nil
+	w.mu.Lock()
+	if committed {
+		for pk, wk := range g.parts {
+			if wk.dirty {
+				st := wk.st
+				w.parts[pk] = &st
+			}
+		}
+		w.bytes = g.bytes
+		w.recs = g.recs
+		w.stats.Commits++
+		if !w.opts.NoSync {
+			w.stats.Fsyncs++
+		}
+		w.stats.AppendedRecords += g.added
+		w.stats.LastCommitDuration = time.Since(start)
+		w.stats.LastCommitOps = len(live)
+		w.stats.MaxCommitOps = max(w.stats.MaxCommitOps, len(live))
+	}
+	w.stats.Ops += int64(len(live))
+	w.stats.BudgetRejections += rejections
+	w.mu.Unlock()
+	if committed && g.added > 0 {
+		select {
+		case w.notify <- struct{}{}:
+		default:
+		}
+	}
+	for i, o := range live {
+		o.done(results[i])
+	}
+}
+
+// apply runs ops in one transaction, filling results with per-op errors. It
+// returns the committed group (nil if nothing needed writing) or a
+// transaction error, in which case nothing was written.
+func (w *WAL) apply(ops []*op, results []error) (*group, int64, error) {
+	tx, err := w.db.Begin(true)
+	if err != nil {
+		return nil, 0, fmt.Errorf("begin: %w", err)
+	}
+	defer w.releaseArena()
+	g := &group{tx: tx, parts: make(map[pkey]*work)}
+	w.mu.Lock()
+	g.bytes, g.recs = w.bytes, w.recs
+	w.mu.Unlock()
+	var rejections int64
+	for i, o := range ops {
+		var opErr error
+		switch o.kind {
+		case opAppend:
+			opErr, err = w.applyAppend(g, o)
+		case opRelease:
+			err = w.applyRelease(g, o)
+		case opEnsure:
+			err = w.applyEnsure(g, o)
+		}
+		if err != nil {
+			tx.Rollback()
+			return nil, 0, err
+		}
+		if errors.Is(opErr, ErrBudgetExceeded) {
+			rejections++
+		}
+		results[i] = opErr
+	}
+	dirty := false
+	meta := tx.Bucket(metaBucket)
+	for _, wk := range g.parts {
+		if !wk.dirty {
+			continue
+		}
+		dirty = true
+		if _, err := w.bucket(g, wk); err != nil {
+			tx.Rollback()
+			return nil, 0, err
+		}
+		var v [24]byte
+		be.PutUint64(v[0:], uint64(wk.st.next))
+		be.PutUint64(v[8:], uint64(wk.st.released))
+		be.PutUint64(v[16:], uint64(wk.st.bytes))
+		if err := meta.Put(wk.key, v[:]); err != nil {
+			tx.Rollback()
+			return nil, 0, fmt.Errorf("put meta: %w", err)
+		}
+	}
+	if !dirty {
+		tx.Rollback()
+		return nil, rejections, nil
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, 0, fmt.Errorf("commit: %w", err)
+	}
+	return g, rejections, nil
+}
+
+// part returns the working state of pk, loading the committed state on first
+// use; ok is false for an unknown partition (which gets a zero state).
+func (w *WAL) part(g *group, pk pkey) *work {
+	if wk, ok := g.parts[pk]; ok {
+		return wk
+	}
+	wk := &work{pk: pk, key: encodePKey(pk)}
+	w.mu.Lock()
+	if st, ok := w.parts[pk]; ok {
+		wk.st = *st
+		wk.existed = true
+	}
+	w.mu.Unlock()
+	g.parts[pk] = wk
+	return wk
+}
+
+func (w *WAL) bucket(g *group, wk *work) (*bolt.Bucket, error) {
+	if wk.b != nil {
+		return wk.b, nil
+	}
+	b, err := g.tx.CreateBucketIfNotExists(dataName(wk.key))
+	if err != nil {
+		return nil, fmt.Errorf("create bucket %s/%d: %w", wk.pk.stream, wk.pk.partition, err)
+	}
+	b.FillPercent = 1.0 // keys only ever grow: pack pages full
+	wk.b = b
+	return b, nil
+}
+
+type undo struct {
+	wk *work
+	st partState
+}
+
+// applyAppend encodes o's records with tentative offsets, checks the budget
+// and writes them. It returns a per-op error (the op is refused, nothing of
+// it written) or a transaction error.
+func (w *WAL) applyAppend(g *group, o *op) (opErr, txErr error) {
+	now := time.Now().UnixMicro()
+	var undos []undo
+	ends := make([]int, len(o.recs))
+	start := len(w.arena)
+	var size int64
+	for i, r := range o.recs {
+		wk := w.part(g, pkey{r.Stream, r.Partition})
+		seen := false
+		for _, u := range undos {
+			if u.wk == wk {
+				seen = true
+				break
+			}
+		}
+		if !seen {
+			undos = append(undos, undo{wk, wk.st})
+		}
+		if r.Timestamp == 0 {
+			r.Timestamp = now
+		}
+		r.Offset = wk.st.next
+		if wk.st.next == wk.st.released {
+			wk.st.oldest = r.Timestamp
+		}
+		wk.st.next++
+		before := len(w.arena)
+		w.arena = EncodeRecord(w.arena, r)
+		ends[i] = len(w.arena)
+		n := int64(len(w.arena) - before)
+		wk.st.bytes += n
+		size += n
+	}
+	if w.opts.MaxBytes > 0 && g.bytes+size > w.opts.MaxBytes {
+		for _, u := range undos {
+			u.wk.st = u.st
+		}
+		w.arena = w.arena[:start]
+		return fmt.Errorf("append %d records of %d bytes with %d of %d bytes used: %w",
+			len(o.recs), size, g.bytes, w.opts.MaxBytes, ErrBudgetExceeded), nil
+	}
+	prev := start
+	for i, r := range o.recs {
+		wk := g.parts[pkey{r.Stream, r.Partition}]
+		b, err := w.bucket(g, wk)
+		if err != nil {
+			return nil, err
+		}
+		// bbolt keeps value slices until commit: the arena is not reused
+		// before then (releaseArena runs after the transaction).
+		if err := b.Put(offsetKey(r.Offset), w.arena[prev:ends[i]:ends[i]]); err != nil {
+			return nil, fmt.Errorf("put %s/%d@%d: %w", r.Stream, r.Partition, r.Offset, err)
+		}
+		wk.dirty = true
+		prev = ends[i]
+	}
+	g.bytes += size
+	g.recs += int64(len(o.recs))
+	g.added += int64(len(o.recs))
+	return nil, nil
+}
+
+// releaseArena forgets the encoding buffer after a transaction; a buffer
+// that grew very large is dropped rather than kept.
+func (w *WAL) releaseArena() {
+	if cap(w.arena) > 16<<20 {
+		w.arena = nil
+	}
+	w.arena = w.arena[:0]
+}
+
+func (w *WAL) applyRelease(g *group, o *op) error {
+	wk := w.part(g, o.pk)
+	if !wk.existed && !wk.dirty {
+		delete(g.parts, o.pk) // unknown partition: nothing to release
+		return nil
+	}
+	upTo := min(o.n, wk.st.next)
+	if upTo <= wk.st.released {
+		return nil
+	}
+	if o.n > wk.st.next {
+		w.log.Warn("wal release beyond next offset", "stream", o.pk.stream, "partition", o.pk.partition, "up_to", o.n, "next", wk.st.next)
+	}
+	return w.deleteRange(g, wk, upTo)
+}
+
+// deleteRange deletes records [released, upTo) of wk and updates its state.
+func (w *WAL) deleteRange(g *group, wk *work, upTo int64) error {
+	b, err := w.bucket(g, wk)
+	if err != nil {
+		return err
+	}
+	var freed int64
+	for off := wk.st.released; off < upTo; off++ {
+		k := offsetKey(off)
+		v := b.Get(k)
+		if v == nil {
+			return fmt.Errorf("release %s/%d: %w: offset %d missing", wk.pk.stream, wk.pk.partition, ErrCorrupt, off)
+		}
+		freed += int64(len(v))
+		if err := b.Delete(k); err != nil {
+			return fmt.Errorf("release %s/%d@%d: %w", wk.pk.stream, wk.pk.partition, off, err)
+		}
+	}
+	g.bytes -= freed
+	g.recs -= upTo - wk.st.released
+	wk.st.bytes -= freed
+	wk.st.released = upTo
+	wk.st.oldest = 0
+	if upTo < wk.st.next {
+		ts, err := recordTimestamp(b.Get(offsetKey(upTo)))
+		if err != nil {
+			return fmt.Errorf("release %s/%d@%d: %w", wk.pk.stream, wk.pk.partition, upTo, err)
+		}
+		wk.st.oldest = ts
+	}
+	wk.dirty = true
+	return nil
+}
+
+func (w *WAL) applyEnsure(g *group, o *op) error {
+	wk := w.part(g, o.pk)
+	if !wk.existed && !wk.dirty {
+		wk.dirty = true // a new partition is recorded even at offset 0
+	}
+	if o.n <= wk.st.next {
+		return nil
+	}
+	if err := w.deleteRange(g, wk, wk.st.next); err != nil {
+		return err
+	}
+	wk.st.next = o.n
+	wk.st.released = o.n
+	wk.dirty = true
+	return nil
+}
+
+// recordTimestamp decodes the timestamp of an encoded record.
+func recordTimestamp(v []byte) (int64, error) {
+	r, err := DecodeRecord(v)
+	if err != nil {
+		return 0, err
+	}
+	return r.Timestamp, nil
+}
+
+func offsetKey(off int64) []byte {
+	var k [8]byte
+	be.PutUint64(k[:], uint64(off))
+	return k[:]
+}
+
+func encodePKey(pk pkey) []byte {
+	k := binary.AppendUvarint(nil, uint64(len(pk.stream)))
+	k = append(k, pk.stream...)
+	return be.AppendUint32(k, uint32(pk.partition))
+}
+
+func decodePKey(k []byte) (pkey, bool) {
+	n, m := binary.Uvarint(k)
+	if m <= 0 || n > uint64(len(k)-m) || uint64(len(k)-m)-n != 4 {
+		return pkey{}, false
+	}
+	return pkey{stream: string(k[m : m+int(n)]), partition: int32(be.Uint32(k[m+int(n):]))}, true
+}
+
+func dataName(pkey []byte) []byte {
+	return append([]byte("d"), pkey...)
+}

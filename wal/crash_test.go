@@ -1,0 +1,168 @@
+package wal
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+)
+
+const crashEnv = "TRIBUTARY_WAL_CRASH_PATH"
+
+// TestHelperProcess is not a test: run by TestCrashRecovery with crashEnv
+// set, it appends from several goroutines forever and prints every
+// acknowledged record as "ack <stream> <partition> <offset> <value>".
+func TestHelperProcess(t *testing.T) {
+	path := os.Getenv(crashEnv)
+	if path == "" {
+		t.Skip("helper process for TestCrashRecovery")
+	}
+	w, err := Open(Options{Path: path})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	round := os.Getenv(crashEnv + "_ROUND")
+	var out sync.Mutex
+	print := func(recs []*Record) {
+		var b strings.Builder
+		for _, r := range recs {
+			fmt.Fprintf(&b, "ack %s %d %d %s\n", r.Stream, r.Partition, r.Offset, r.Value)
+		}
+		out.Lock()
+		os.Stdout.WriteString(b.String())
+		out.Unlock()
+	}
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				// Batches of 1–3 records spread over two streams and
+				// three partitions.
+				var recs []*Record
+				for j := 0; j <= (g+i)%3; j++ {
+					stream := []string{"a.x", "b.y"}[(g+j)%2]
+					recs = append(recs, &Record{Stream: stream, Partition: int32((i + j) % 3),
+						Value: []byte(fmt.Sprintf("r%s-g%d-i%d-j%d", round, g, i, j)), Source: "kafka"})
+				}
+				if err := w.Append(context.Background(), recs...); err != nil {
+					fmt.Fprintln(os.Stderr, err)
+					os.Exit(3)
+				}
+				print(recs)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+type ackKey struct {
+	stream string
+	part   int32
+	off    int64
+}
+
+// TestCrashRecovery kills an appending process with SIGKILL at a random
+// moment, several times, and checks after each crash that every
+// acknowledged record is present with its offset and value, that offsets
+// are dense, and that appending continues at the next offset.
+func TestCrashRecovery(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	path := filepath.Join(t.TempDir(), "wal.db")
+	acked := make(map[ackKey]string)
+	rng := rand.New(rand.NewPCG(uint64(os.Getpid()), 1))
+	const rounds = 6
+	for round := 0; round < rounds; round++ {
+		killAfter := 1 + rng.IntN(3000) // acknowledged records before the kill
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$")
+		cmd.Env = append(os.Environ(), crashEnv+"="+path, fmt.Sprintf("%s_ROUND=%d", crashEnv, round))
+		cmd.Stderr = os.Stderr
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(stdout)
+		n, killed := 0, false
+		for sc.Scan() {
+			var k ackKey
+			var value string
+			if _, err := fmt.Sscanf(sc.Text(), "ack %s %d %d %s", &k.stream, &k.part, &k.off, &value); err != nil {
+				t.Fatalf("round %d: bad helper line %q: %v", round, sc.Text(), err)
+			}
+			if prev, dup := acked[k]; dup {
+				t.Fatalf("round %d: offset %v acknowledged twice: %q and %q", round, k, prev, value)
+			}
+			acked[k] = value
+			if n++; n == killAfter && !killed {
+				cmd.Process.Signal(syscall.SIGKILL)
+				killed = true
+			}
+		}
+		err = cmd.Wait()
+		if !killed {
+			t.Fatalf("round %d: helper exited early: %v", round, err)
+		}
+		t.Logf("round %d: killed after %d acks (%d read), %d acked in total", round, killAfter, n, len(acked))
+		checkRecovered(t, path, acked, round)
+	}
+}
+
+func checkRecovered(t *testing.T, path string, acked map[ackKey]string, round int) {
+	t.Helper()
+	w, err := Open(Options{Path: path})
+	if err != nil {
+		t.Fatalf("round %d: reopen: %v", round, err)
+	}
+	defer w.Close()
+	stored := make(map[ackKey]string)
+	for _, ps := range w.Partitions() {
+		recs, err := w.Read(ps.Stream, ps.Partition, 0, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ps.Released != 0 || int64(len(recs)) != ps.Next {
+			t.Fatalf("round %d: %+v holds %d records", round, ps, len(recs))
+		}
+		var bytes int64
+		for i, r := range recs {
+			if r.Offset != int64(i) || r.Stream != ps.Stream || r.Partition != ps.Partition {
+				t.Fatalf("round %d: %s/%d: record %d is %s/%d@%d: not dense", round, ps.Stream, ps.Partition, i, r.Stream, r.Partition, r.Offset)
+			}
+			bytes += int64(len(EncodeRecord(nil, r)))
+			stored[ackKey{r.Stream, r.Partition, r.Offset}] = string(r.Value)
+		}
+		if bytes != ps.Bytes {
+			t.Fatalf("round %d: %s/%d: meta says %d bytes, records hold %d", round, ps.Stream, ps.Partition, ps.Bytes, bytes)
+		}
+	}
+	for k, v := range acked {
+		if got, ok := stored[k]; !ok || got != v {
+			t.Fatalf("round %d: acknowledged %v = %q lost (stored %q, %v)", round, k, v, got, ok)
+		}
+	}
+	// Appending continues right after the last stored offset.
+	for _, ps := range w.Partitions() {
+		r := &Record{Stream: ps.Stream, Partition: ps.Partition, Value: []byte(fmt.Sprintf("after-crash-%d", round))}
+		if err := w.Append(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Offset != ps.Next {
+			t.Fatalf("round %d: append after crash got offset %d, want %d", round, r.Offset, ps.Next)
+		}
+		acked[ackKey{r.Stream, r.Partition, r.Offset}] = string(r.Value)
+	}
+}

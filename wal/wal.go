@@ -1,0 +1,454 @@
+// Package wal is the edge node's durable write-ahead log: every accepted
+// MQTT or Kafka message is appended here, fsynced, and only then
+// acknowledged; the uplink later reads consecutive ranges, uploads them and
+// releases them.
+//
+// # Invariants
+//
+//  1. Durable before acknowledged. Append returns nil (AppendAsync calls done
+//     with nil) only after the bbolt transaction holding the records has
+//     been committed and fsynced. On any error none of the call's records
+//     was written.
+//  2. Dense offsets. Per (Stream, Partition) offsets are assigned 0, 1, 2, …
+//     in commit order and, within one call, in slice order; an offset is
+//     never skipped and never reused, across Close/Open and crashes. The
+//     only jump is EnsurePartition, which moves an empty-or-behind partition
+//     forward to the table's high-water mark.
+//  3. Contiguous content. For every partition, exactly the records with
+//     offsets in [Released, Next) are stored. Release moves Released
+//     forward; nothing else deletes records.
+//  4. Atomic metadata. Each partition's Next, Released and byte count are
+//     stored in the same bbolt transaction as the records they describe, so
+//     after kill -9 the metadata always matches the data.
+//  5. Bounded disk. The logical (encoded) size of all unreleased records never
+//     exceeds Options.MaxBytes; an append that would exceed it is refused
+//     whole with ErrBudgetExceeded, which is back-pressure, never a drop.
+//
+// # Outline
+//
+// All writes go through one committer goroutine. Append, AppendAsync,
+// Release and EnsurePartition enqueue an op and wake the committer. The
+// committer takes everything queued, applies it in queue order inside one
+// bbolt read-write transaction and commits it with one fsync (group commit);
+// while that commit is in flight, newly arriving ops queue up and all go into
+// the next one. There is no artificial delay: a lone append is committed at
+// once, and under load groups grow by themselves because each fsync takes
+// long enough for many appends to arrive.
+//
+// Inside the group, each append op is encoded with its tentative offsets,
+// checked against the budget and only then written; a refused op leaves no
+// trace, the others in the group are unaffected. If the transaction itself
+// fails, every op of the group fails and the in-memory state is left as it
+// was. The in-memory partition table is changed only by the committer, after
+// a successful commit, so readers (Partitions, Stats) see committed state.
+//
+// Reads use bbolt read transactions and never wait for the committer.
+//
+// Layout: a bucket per partition ("d" + partition key) maps an 8-byte
+// big-endian offset to the EncodeRecord bytes; the "meta" bucket maps the
+// partition key (uvarint stream length, stream, big-endian partition) to 24
+// bytes: next, released, unreleased bytes.
+package wal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// ErrInvalid is returned for arguments the WAL cannot store, such as an
+// empty stream name or a nil record.
+var ErrInvalid = errors.New("wal: invalid argument")
+
+// maxStreamLen bounds stream names so that bucket names stay small.
+const maxStreamLen = 1024
+
+// initialMmapSize avoids remapping (which waits for readers) while the file
+// is small.
+const initialMmapSize = 128 << 20
+
+// Options configure Open.
+type Options struct {
+	Path     string       // bbolt file path (parent dir created)
+	MaxBytes int64        // disk budget: logical bytes of unreleased records; 0 = unlimited
+	NoSync   bool         // tests/benchmarks only: skip fsync
+	Logger   *slog.Logger // nil = slog.Default()
+}
+
+// PartitionState describes one (stream, partition) of the WAL.
+type PartitionState struct {
+	Stream          string
+	Partition       int32
+	Released        int64 // first unreleased offset (all < Released are gone)
+	Next            int64 // next offset to assign
+	Bytes           int64 // logical bytes unreleased
+	OldestTimestamp int64 // unix micros of oldest unreleased record, 0 if none
+}
+
+// Stats are counters and gauges of a WAL.
+type Stats struct {
+	Records    int64 // unreleased records
+	Bytes      int64 // logical bytes of unreleased records
+	MaxBytes   int64 // budget, 0 = unlimited
+	Partitions int
+
+	Commits          int64 // committed bbolt transactions
+	Fsyncs           int64 // commits that were fsynced (bbolt syncs twice per commit)
+	Ops              int64 // ops (Append calls, releases, …) committed or refused by the committer
+	AppendedRecords  int64 // records made durable since Open
+	BudgetRejections int64 // Append calls refused with ErrBudgetExceeded
+	CommitErrors     int64 // failed transactions
+
+	LastCommitDuration time.Duration
+	LastCommitOps      int // ops in the last committed group
+	MaxCommitOps       int // largest group since Open
+}
+
+type pkey struct {
+	stream    string
+	partition int32
+}
+
+type partState struct {
+	next, released, bytes, oldest int64
+}
+
+// WAL is a durable write-ahead log. Its methods are safe for concurrent use.
+type WAL struct {
+	db     *bolt.DB
+	opts   Options
+	log    *slog.Logger
+	wake   chan struct{}
+	notify chan struct{}
+	done   chan struct{} // closed when the committer exits
+
+	mu     sync.Mutex
+	closed bool
+	queue  []*op
+	parts  map[pkey]*partState // committed state; written by the committer under mu
+	bytes  int64
+	recs   int64
+	stats  Stats
+
+	arena []byte // committer only
+}
+
+var metaBucket = []byte("meta")
+
+// Open opens or creates the WAL at opts.Path and recovers its state.
+func Open(opts Options) (*WAL, error) {
+	if opts.Path == "" {
+		return nil, fmt.Errorf("open: %w: empty path", ErrInvalid)
+	}
+	if opts.MaxBytes < 0 {
+		return nil, fmt.Errorf("open: %w: negative MaxBytes", ErrInvalid)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if err := os.MkdirAll(filepath.Dir(opts.Path), 0o755); err != nil {
+		return nil, fmt.Errorf("open: %w", err)
+	}
+	db, err := bolt.Open(opts.Path, 0o600, &bolt.Options{
+		Timeout:         5 * time.Second,
+		NoSync:          opts.NoSync,
+		NoFreelistSync:  true,
+		FreelistType:    bolt.FreelistMapType,
+		InitialMmapSize: initialMmapSize,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", opts.Path, err)
+	}
+	w := &WAL{
+		db:     db,
+		opts:   opts,
+		log:    log,
+		wake:   make(chan struct{}, 1),
+		notify: make(chan struct{}, 1),
+		done:   make(chan struct{}),
+		parts:  make(map[pkey]*partState),
+	}
+	if err := w.recover(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open %s: %w", opts.Path, err)
+	}
+	w.stats.MaxBytes = opts.MaxBytes
+	log.Debug("wal opened", "path", opts.Path, "partitions", len(w.parts), "records", w.recs, "bytes", w.bytes)
+	go w.committer()
+	return w, nil
+}
+
+// recover loads the partition table from the meta bucket and checks it
+// against the data buckets.
+func (w *WAL) recover() error {
+	return w.db.Update(func(tx *bolt.Tx) error {
+		meta, err := tx.CreateBucketIfNotExists(metaBucket)
+		if err != nil {
+			return err
+		}
+		return meta.ForEach(func(k, v []byte) error {
+			pk, ok := decodePKey(k)
+			if !ok || len(v) != 24 {
+				return fmt.Errorf("%w: meta entry %x", ErrCorrupt, k)
+			}
+			st := &partState{
+				next:     int64(be.Uint64(v[0:])),
+				released: int64(be.Uint64(v[8:])),
+				bytes:    int64(be.Uint64(v[16:])),
+			}
+			if st.released > st.next || st.released < 0 || st.bytes < 0 {
+				return fmt.Errorf("%w: partition %s/%d: released %d, next %d, bytes %d",
+					ErrCorrupt, pk.stream, pk.partition, st.released, st.next, st.bytes)
+			}
+			b := tx.Bucket(dataName(k))
+			if b == nil {
+				return fmt.Errorf("%w: partition %s/%d: no data bucket", ErrCorrupt, pk.stream, pk.partition)
+			}
+			c := b.Cursor()
+			first, v0 := c.First()
+			last, _ := c.Last()
+			if st.released == st.next {
+				if first != nil {
+					return fmt.Errorf("%w: partition %s/%d: records in an empty partition", ErrCorrupt, pk.stream, pk.partition)
+				}
+			} else if first == nil || int64(be.Uint64(first)) != st.released || int64(be.Uint64(last)) != st.next-1 {
+				return fmt.Errorf("%w: partition %s/%d: records do not span [%d, %d)", ErrCorrupt, pk.stream, pk.partition, st.released, st.next)
+			} else if st.oldest, err = recordTimestamp(v0); err != nil {
+				return err
+			}
+			w.parts[pk] = st
+			w.bytes += st.bytes
+			w.recs += st.next - st.released
+			return nil
+		})
+	})
+}
+
+// Close waits for queued and in-flight operations to finish, then closes the
+// file. Later calls of Close, Append, AppendAsync, Read, Release and
+// EnsurePartition return (or report) ErrClosed; Partitions and Stats keep
+// returning the last state.
+func (w *WAL) Close() error {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return ErrClosed
+	}
+	w.closed = true
+	w.mu.Unlock()
+	w.signal()
+	<-w.done
+	if err := w.db.Close(); err != nil {
+		return fmt.Errorf("close: %w", err)
+	}
+	return nil
+}
+
+// Notify returns a channel that receives a value (non-blocking send, buffer
+// of one) after each commit that added records.
+func (w *WAL) Notify() <-chan struct{} { return w.notify }
+
+// Stats returns a snapshot of the WAL's counters.
+func (w *WAL) Stats() Stats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.stats
+	s.Records = w.recs
+	s.Bytes = w.bytes
+	s.Partitions = len(w.parts)
+	return s
+}
+
+// Partitions lists every known (stream, partition), sorted by stream and
+// partition.
+func (w *WAL) Partitions() []PartitionState {
+	w.mu.Lock()
+	out := make([]PartitionState, 0, len(w.parts))
+	for pk, st := range w.parts {
+		out = append(out, PartitionState{
+			Stream: pk.stream, Partition: pk.partition,
+			Released: st.released, Next: st.next, Bytes: st.bytes, OldestTimestamp: st.oldest,
+		})
+	}
+	w.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Stream != out[j].Stream {
+			return out[i].Stream < out[j].Stream
+		}
+		return out[i].Partition < out[j].Partition
+	})
+	return out
+}
+
+// Read returns the records of (stream, partition) with offsets >= from, in
+// offset order: at most maxRecords (<= 0: no limit), stopping before the
+// encoded size would exceed maxBytes (<= 0: no limit), but at least one
+// record if there is any. Released records are gone, so a read from below
+// Released starts at Released. An unknown partition reads as empty.
+func (w *WAL) Read(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]*Record, error) {
+	if w.isClosed() {
+		return nil, ErrClosed
+	}
+	var out []*Record
+	err := w.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(dataName(encodePKey(pkey{stream, partition})))
+		if b == nil {
+			return nil
+		}
+		var size int64
+		c := b.Cursor()
+		for k, v := c.Seek(offsetKey(max(from, 0))); k != nil; k, v = c.Next() {
+			if maxRecords > 0 && len(out) >= maxRecords {
+				break
+			}
+			if maxBytes > 0 && len(out) > 0 && size+int64(len(v)) > maxBytes {
+				break
+			}
+			r, err := DecodeRecord(v)
+			if err != nil {
+				return fmt.Errorf("offset %d: %w", be.Uint64(k), err)
+			}
+			size += int64(len(v))
+			out = append(out, r)
+		}
+		return nil
+	})
+	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
+		return nil, ErrClosed
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read %s/%d from %d: %w", stream, partition, from, err)
+	}
+	return out, nil
+}
+
+// Append makes recs durable (fsynced) and assigns each its Offset, densely per
+// (Stream, Partition) in slice order. A zero Timestamp is set to
+// time.Now().UnixMicro(). Concurrent calls share one transaction and fsync.
+//
+// Append returns nil only once the records are durable. On error none of
+// recs was written (their Offset and Timestamp fields may have been changed).
+// If the budget would be exceeded the error wraps ErrBudgetExceeded. If ctx
+// ends before the committer has taken the records, Append returns ctx.Err()
+// and nothing is written; once taken, Append waits for the commit (one
+// group's worth of time) and reports its outcome.
+//
+// The WAL owns recs until Append returns.
+func (w *WAL) Append(ctx context.Context, recs ...*Record) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ch := make(chan error, 1)
+	o := &op{kind: opAppend, recs: recs, done: func(err error) { ch <- err }}
+	if err := w.enqueue(o); err != nil {
+		return err
+	}
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		if o.state.CompareAndSwap(opPending, opCanceled) {
+			return ctx.Err()
+		}
+		return <-ch
+	}
+}
+
+// AppendAsync is Append with a callback instead of a wait. done is called
+// exactly once, from the committer goroutine (or, when the call is refused at
+// once, from the caller's), and must not block long. The WAL owns recs until
+// done is called.
+func (w *WAL) AppendAsync(recs []*Record, done func(error)) {
+	if err := w.enqueue(&op{kind: opAppend, recs: recs, done: done}); err != nil {
+		done(err)
+	}
+}
+
+// EnsurePartition makes sure the next offset of (stream, partition) is at
+// least minNext, creating the partition if needed; it is used when the
+// table's committed high-water mark is ahead of a fresh or lost WAL. When it
+// moves Next forward, the partition's unreleased records (all below minNext,
+// hence already in the table) are released. Durable when it returns.
+func (w *WAL) EnsurePartition(stream string, partition int32, minNext int64) error {
+	if err := checkStream(stream); err != nil {
+		return fmt.Errorf("ensure partition: %w", err)
+	}
+	if minNext < 0 {
+		return fmt.Errorf("ensure partition %s/%d: %w: negative offset %d", stream, partition, ErrInvalid, minNext)
+	}
+	return w.do(&op{kind: opEnsure, pk: pkey{stream, partition}, n: minNext})
+}
+
+// Release deletes the records of (stream, partition) with offset < upTo,
+// durably, freeing their budget. It is idempotent; upTo beyond Next is
+// clamped to Next; an unknown partition is a no-op.
+func (w *WAL) Release(stream string, partition int32, upTo int64) error {
+	return w.do(&op{kind: opRelease, pk: pkey{stream, partition}, n: upTo})
+}
+
+func (w *WAL) do(o *op) error {
+	ch := make(chan error, 1)
+	o.done = func(err error) { ch <- err }
+	if err := w.enqueue(o); err != nil {
+		return err
+	}
+	return <-ch
+}
+
+func (w *WAL) isClosed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closed
+}
+
+func (w *WAL) enqueue(o *op) error {
+	if o.kind == opAppend {
+		for _, r := range o.recs {
+			if r == nil {
+				return fmt.Errorf("append: %w: nil record", ErrInvalid)
+			}
+			if err := checkStream(r.Stream); err != nil {
+				return fmt.Errorf("append: %w", err)
+			}
+		}
+		if len(o.recs) == 0 {
+			if w.isClosed() {
+				return ErrClosed
+			}
+			o.done(nil)
+			return nil
+		}
+	}
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return ErrClosed
+	}
+	w.queue = append(w.queue, o)
+	w.mu.Unlock()
+	w.signal()
+	return nil
+}
+
+func (w *WAL) signal() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func checkStream(s string) error {
+	if s == "" || len(s) > maxStreamLen {
+		return fmt.Errorf("%w: stream name of %d bytes", ErrInvalid, len(s))
+	}
+	return nil
+}
