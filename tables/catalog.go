@@ -288,3 +288,12 @@ func (c *Catalog) KeyOf(fileURL string) (string, error) {
 	}
 	return url.PathUnescape(k)
 }
+
+// HighWaters reloads a stream's table and returns its partitions' marks.
+func (c *Catalog) HighWaters(ctx context.Context, stream string) (map[int32]int64, error) {
+	t, err := c.LoadTable(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	return HighWaters(t), nil
+}

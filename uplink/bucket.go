@@ -1,0 +1,86 @@
+package uplink
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"gocloud.dev/blob"
+	_ "gocloud.dev/blob/fileblob" // file:// warehouses
+)
+
+// BlobBucket is a Bucket on a gocloud.dev/blob URL (file://, s3://, gs://,
+// azblob://). On file:// it also fsyncs each object and its folder, so that
+// a committed file survives a power cut like the WAL records it replaced.
+type BlobBucket struct {
+	b       *blob.Bucket
+	fileDir string // local root for file:// URLs
+}
+
+// OpenBucket opens the warehouse bucket.
+func OpenBucket(ctx context.Context, warehouse string) (*BlobBucket, error) {
+	u, err := url.Parse(warehouse)
+	if err != nil {
+		return nil, fmt.Errorf("open bucket %s: %w", warehouse, err)
+	}
+	bb := &BlobBucket{}
+	openURL := warehouse
+	if u.Scheme == "file" {
+		bb.fileDir = u.Path
+		if err := os.MkdirAll(u.Path, 0o755); err != nil {
+			return nil, fmt.Errorf("open bucket %s: %w", warehouse, err)
+		}
+		// no_tmp_dir keeps the temp file next to its target so the final
+		// rename is atomic on one filesystem.
+		q := u.Query()
+		q.Set("no_tmp_dir", "true")
+		u.RawQuery = q.Encode()
+		openURL = u.String()
+	}
+	b, err := blob.OpenBucket(ctx, openURL)
+	if err != nil {
+		return nil, fmt.Errorf("open bucket %s: %w", warehouse, err)
+	}
+	bb.b = b
+	return bb, nil
+}
+
+// WriteAll writes one object whole.
+func (b *BlobBucket) WriteAll(ctx context.Context, key string, data []byte) error {
+	opts := &blob.WriterOptions{ContentType: "application/vnd.apache.parquet"}
+	if b.fileDir != "" {
+		opts.DisableContentTypeDetection = true
+	}
+	if err := b.b.WriteAll(ctx, key, data, opts); err != nil {
+		return err
+	}
+	if b.fileDir != "" {
+		p := filepath.Join(b.fileDir, filepath.FromSlash(key))
+		if err := syncPath(p); err != nil {
+			return err
+		}
+		return syncPath(filepath.Dir(p))
+	}
+	return nil
+}
+
+// Bucket exposes the underlying blob bucket.
+func (b *BlobBucket) Bucket() *blob.Bucket { return b.b }
+
+// Close closes the bucket.
+func (b *BlobBucket) Close() error { return b.b.Close() }
+
+func syncPath(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil && !strings.Contains(err.Error(), "invalid argument") {
+		return err
+	}
+	return nil
+}

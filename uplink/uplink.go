@@ -1,0 +1,401 @@
+// Package uplink drains the write-ahead log into Iceberg tables.
+//
+// # Invariants
+//
+//  1. Released only after committed. A WAL range is released only once the
+//     table's committed high-water mark covers it; a crash anywhere in the
+//     pipeline leaves the records in the WAL, and the next pass finds them.
+//  2. Exactly once in the table. Each pass starts from the partition's
+//     committed high-water mark, read from the table itself, and commits
+//     files and the new mark in one transaction that fails if anybody else
+//     committed in between (tables.CommitAppend). A retry after a failure
+//     whose outcome is unknown therefore either finds the batch committed
+//     (and only releases it) or commits it once.
+//  3. Contiguous files. Every data file holds consecutive offsets of one
+//     partition and one day, so min/max statistics prune Kafka and Pulsar
+//     reads to a file.
+//
+// # Outline
+//
+// Run loops until its context ends: every Interval, or as soon as a
+// partition has MaxBatchBytes waiting, it makes one pass over every stream
+// with unreleased records. A pass per stream: reload the table's high-water
+// marks; release what they already cover; read each partition's records
+// from its mark (at most MaxBatchBytes); split them at day boundaries and
+// encode each run as a zstd Parquet file; upload the files through the
+// Bucket; commit them with the new marks through the Committer; release.
+// Failures of the store or the catalog are retried with exponential backoff
+// per stream; streams do not wait for each other's failures. Uploaded files
+// whose commit never happens are orphans for table maintenance to delete.
+package uplink
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/wal"
+)
+
+// Committer commits uploaded files to a stream's table; tables.Catalog is
+// the direct implementation.
+type Committer interface {
+	HighWaters(ctx context.Context, stream string) (map[int32]int64, error)
+	CommitAppend(ctx context.Context, stream string, appends []tables.PartitionAppend, summary map[string]string) (tables.CommitResult, error)
+	TableLocation(stream string) string
+	KeyOf(fileURL string) (string, error)
+}
+
+// Bucket is the object store: one write of a whole object.
+type Bucket interface {
+	WriteAll(ctx context.Context, key string, data []byte) error
+}
+
+// Log is the part of the WAL the uplink uses.
+type Log interface {
+	Partitions() []wal.PartitionState
+	Read(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]*wal.Record, error)
+	Release(stream string, partition int32, upTo int64) error
+	EnsurePartition(stream string, partition int32, minNext int64) error
+	Notify() <-chan struct{}
+}
+
+// Config tunes the uplink.
+type Config struct {
+	// Interval between commits of a stream (default 1s).
+	Interval time.Duration
+	// MaxBatchBytes is the most WAL bytes of one partition in one commit;
+	// reaching it triggers a commit before the interval (default 64 MiB).
+	MaxBatchBytes int64
+	// MinBackoff and MaxBackoff bound the retry delay after a failure
+	// (defaults 100ms and 30s).
+	MinBackoff, MaxBackoff time.Duration
+	// Node is recorded in snapshot summaries.
+	Node   string
+	Logger *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.Interval <= 0 {
+		c.Interval = time.Second
+	}
+	if c.MaxBatchBytes <= 0 {
+		c.MaxBatchBytes = 64 << 20
+	}
+	if c.MinBackoff <= 0 {
+		c.MinBackoff = 100 * time.Millisecond
+	}
+	if c.MaxBackoff <= 0 {
+		c.MaxBackoff = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Stats are counters of the uplink's work.
+type Stats struct {
+	Commits          int64
+	CommitFailures   int64
+	UploadFailures   int64
+	FilesUploaded    int64
+	BytesUploaded    int64
+	RecordsCommitted int64
+	LastCommit       time.Time
+	LastError        string
+	// Failing lists the streams currently in backoff.
+	Failing []string
+}
+
+// Uplink moves records from the WAL to the tables.
+type Uplink struct {
+	cfg    Config
+	log    Log
+	cat    Committer
+	bucket Bucket
+
+	mu      sync.Mutex
+	backoff map[string]*retryState // per stream
+	stats   Stats
+
+	commits, commitFailures, uploadFailures atomic.Int64
+	files, bytesUp, records                atomic.Int64
+
+	flushReq chan chan error
+}
+
+type retryState struct {
+	failures int
+	until    time.Time
+}
+
+// New makes an uplink; call Run to start it.
+func New(cfg Config, log Log, cat Committer, bucket Bucket) *Uplink {
+	cfg.defaults()
+	return &Uplink{cfg: cfg, log: log, cat: cat, bucket: bucket,
+		backoff: map[string]*retryState{}, flushReq: make(chan chan error)}
+}
+
+// Run drains the WAL until ctx ends.
+func (u *Uplink) Run(ctx context.Context) {
+	tick := time.NewTicker(u.cfg.Interval / 4)
+	defer tick.Stop()
+	last := map[string]time.Time{}
+	for {
+		var flush chan error
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-u.log.Notify():
+		case flush = <-u.flushReq:
+		}
+		now := time.Now()
+		var errs []error
+		for stream, parts := range u.pending() {
+			due := now.Sub(last[stream]) >= u.cfg.Interval
+			big := false
+			for _, p := range parts {
+				big = big || p.Bytes >= u.cfg.MaxBatchBytes
+			}
+			if flush == nil && !due && !big {
+				continue
+			}
+			if flush == nil && u.inBackoff(stream, now) {
+				continue
+			}
+			last[stream] = now
+			if err := u.syncStream(ctx, stream, parts); err != nil {
+				errs = append(errs, err)
+				u.fail(stream, err)
+			} else {
+				u.ok(stream)
+			}
+		}
+		if flush != nil {
+			flush <- errors.Join(errs...)
+		}
+	}
+}
+
+// Flush makes one pass over every stream now, ignoring intervals and
+// backoff, and returns its errors. Run must be running.
+func (u *Uplink) Flush(ctx context.Context) error {
+	ch := make(chan error, 1)
+	select {
+	case u.flushReq <- ch:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// SyncAll is Flush without Run: one pass over every stream, in the calling
+// goroutine (for the final commit at shutdown and for tools).
+func (u *Uplink) SyncAll(ctx context.Context) error {
+	var errs []error
+	for stream, parts := range u.pending() {
+		if err := u.syncStream(ctx, stream, parts); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// pending groups the WAL's partitions with unreleased records by stream.
+func (u *Uplink) pending() map[string][]wal.PartitionState {
+	out := map[string][]wal.PartitionState{}
+	for _, p := range u.log.Partitions() {
+		if p.Next > p.Released {
+			out[p.Stream] = append(out[p.Stream], p)
+		}
+	}
+	return out
+}
+
+func (u *Uplink) inBackoff(stream string, now time.Time) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	r := u.backoff[stream]
+	return r != nil && now.Before(r.until)
+}
+
+func (u *Uplink) fail(stream string, err error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	r := u.backoff[stream]
+	if r == nil {
+		r = &retryState{}
+		u.backoff[stream] = r
+	}
+	r.failures++
+	d := u.cfg.MinBackoff << min(r.failures-1, 20)
+	if d > u.cfg.MaxBackoff || d <= 0 {
+		d = u.cfg.MaxBackoff
+	}
+	d = d/2 + rand.N(d/2+1)
+	r.until = time.Now().Add(d)
+	u.stats.LastError = err.Error()
+	u.cfg.Logger.Warn("uplink: stream not committed, will retry", "stream", stream, "attempt", r.failures, "retry_in", d.Round(time.Millisecond), "err", err)
+}
+
+func (u *Uplink) ok(stream string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if r := u.backoff[stream]; r != nil {
+		u.cfg.Logger.Info("uplink: stream committing again", "stream", stream, "after_failures", r.failures)
+		delete(u.backoff, stream)
+	}
+}
+
+// Stats returns a snapshot of the counters.
+func (u *Uplink) Stats() Stats {
+	u.mu.Lock()
+	s := u.stats
+	for k := range u.backoff {
+		s.Failing = append(s.Failing, k)
+	}
+	u.mu.Unlock()
+	sort.Strings(s.Failing)
+	s.Commits, s.CommitFailures, s.UploadFailures = u.commits.Load(), u.commitFailures.Load(), u.uploadFailures.Load()
+	s.FilesUploaded, s.BytesUploaded, s.RecordsCommitted = u.files.Load(), u.bytesUp.Load(), u.records.Load()
+	return s
+}
+
+// syncStream makes one pass over one stream: see the package comment. A
+// stale batch (the mark moved underneath) is rebuilt from the new mark.
+func (u *Uplink) syncStream(ctx context.Context, stream string, parts []wal.PartitionState) error {
+	for attempt := 0; attempt < 3; attempt++ {
+		err := u.syncOnce(ctx, stream, parts)
+		var se *tables.StaleError
+		if errors.As(err, &se) {
+			u.cfg.Logger.Info("uplink: batch stale, rebuilding from the table's mark", "stream", stream, "partition", se.Partition, "mark", se.HighWater)
+			continue
+		}
+		return err
+	}
+	return fmt.Errorf("sync %s: batch stale three times in a row", stream)
+}
+
+func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.PartitionState) error {
+	marks, err := u.cat.HighWaters(ctx, stream)
+	if err != nil {
+		u.commitFailures.Add(1)
+		return fmt.Errorf("sync %s: %w", stream, err)
+	}
+	var appends []tables.PartitionAppend
+	for _, p := range parts {
+		mark := marks[p.Partition]
+		if mark > p.Released {
+			// Committed before (perhaps by a run that crashed before
+			// releasing): release now.
+			if mark > p.Next {
+				u.cfg.Logger.Warn("uplink: table is ahead of the WAL; moving the WAL forward",
+					"stream", stream, "partition", p.Partition, "mark", mark, "wal_next", p.Next)
+				if err := u.log.EnsurePartition(stream, p.Partition, mark); err != nil {
+					return fmt.Errorf("sync %s: %w", stream, err)
+				}
+			}
+			if err := u.log.Release(stream, p.Partition, min(mark, p.Next)); err != nil {
+				return fmt.Errorf("sync %s: release: %w", stream, err)
+			}
+		}
+		if mark < p.Released {
+			// The WAL released what the table does not have: only possible
+			// if the table was rolled back or replaced. Never silently
+			// skip: say so loudly and commit from what the WAL still has.
+			u.cfg.Logger.Error("uplink: table mark is behind the WAL's released offset; offsets in between are missing from the table",
+				"stream", stream, "partition", p.Partition, "mark", mark, "released", p.Released)
+			continue
+		}
+		if mark >= p.Next {
+			continue
+		}
+		recs, err := u.log.Read(stream, p.Partition, mark, 0, u.cfg.MaxBatchBytes)
+		if err != nil {
+			return fmt.Errorf("sync %s: read wal: %w", stream, err)
+		}
+		if len(recs) == 0 || recs[0].Offset != mark {
+			return fmt.Errorf("sync %s: wal partition %d does not start at the table's mark %d", stream, p.Partition, mark)
+		}
+		files, err := u.upload(ctx, stream, recs)
+		if err != nil {
+			return err
+		}
+		appends = append(appends, tables.PartitionAppend{
+			Partition: p.Partition, From: mark, To: recs[len(recs)-1].Offset + 1, Files: files,
+		})
+	}
+	if len(appends) == 0 {
+		return nil
+	}
+	res, err := u.cat.CommitAppend(ctx, stream, appends, map[string]string{"tributary.node": u.cfg.Node})
+	if err != nil {
+		u.commitFailures.Add(1)
+		return fmt.Errorf("sync %s: %w", stream, err)
+	}
+	u.commits.Add(1)
+	for _, a := range appends {
+		if err := u.log.Release(stream, a.Partition, a.To); err != nil {
+			return fmt.Errorf("sync %s: release: %w", stream, err)
+		}
+		for _, p := range res.Committed {
+			if p == a.Partition {
+				u.records.Add(a.To - a.From)
+			}
+		}
+	}
+	u.mu.Lock()
+	u.stats.LastCommit = time.Now()
+	u.mu.Unlock()
+	return nil
+}
+
+// upload encodes recs as one Parquet file per day they span and writes
+// the files to the bucket.
+func (u *Uplink) upload(ctx context.Context, stream string, recs []*wal.Record) ([]tables.FileMeta, error) {
+	var files []tables.FileMeta
+	for start := 0; start < len(recs); {
+		day := tables.DayOf(recs[start].Timestamp)
+		end := start + 1
+		for end < len(recs) && tables.DayOf(recs[end].Timestamp) == day {
+			end++
+		}
+		run := recs[start:end]
+		start = end
+		var buf bytes.Buffer
+		st, err := tables.WriteParquet(&buf, run)
+		if err != nil {
+			return nil, fmt.Errorf("sync %s: %w", stream, err)
+		}
+		url := fmt.Sprintf("%s/data/p%d/%020d-%020d-%s.parquet", u.cat.TableLocation(stream),
+			st.Partition, st.FirstOffset, st.LastOffset, uuid.NewString()[:8])
+		key, err := u.cat.KeyOf(url)
+		if err != nil {
+			return nil, fmt.Errorf("sync %s: %w", stream, err)
+		}
+		if err := u.bucket.WriteAll(ctx, key, buf.Bytes()); err != nil {
+			u.uploadFailures.Add(1)
+			return nil, fmt.Errorf("sync %s: upload %s: %w", stream, key, err)
+		}
+		u.files.Add(1)
+		u.bytesUp.Add(int64(buf.Len()))
+		files = append(files, tables.FileMeta{URL: url, Size: int64(buf.Len()), Stats: st})
+	}
+	return files, nil
+}
