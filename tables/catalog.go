@@ -289,9 +289,10 @@ func (c *Catalog) KeyOf(fileURL string) (string, error) {
 	return url.PathUnescape(k)
 }
 
-// HighWaters reloads a stream's table and returns its partitions' marks.
+// HighWaters reloads a stream's table, creating it on first use, and
+// returns its partitions' marks.
 func (c *Catalog) HighWaters(ctx context.Context, stream string) (map[int32]int64, error) {
-	t, err := c.LoadTable(ctx, stream)
+	t, err := c.EnsureTable(ctx, stream)
 	if err != nil {
 		return nil, err
 	}

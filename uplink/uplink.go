@@ -129,7 +129,7 @@ type Uplink struct {
 	stats   Stats
 
 	commits, commitFailures, uploadFailures atomic.Int64
-	files, bytesUp, records                atomic.Int64
+	files, bytesUp, records                 atomic.Int64
 
 	flushReq chan chan error
 }
