@@ -1,0 +1,60 @@
+# Tributary — see README.md.
+#   make run    build and start the all-in-one dev setup (edge node + simulated fleet)
+#   make test   install what the tests need, vet, unit tests with -race, end-to-end tests
+#   make bench  benchmarks (load runs against Tributary and mosquitto side by side)
+
+GO        ?= go
+BIN       := bin/tributary
+PKGS      := ./...
+UNIT_PKGS := ./wal/... ./tables/... ./uplink/... ./mqtt/... ./node/... ./firmware-sim/... ./cmd/...
+APT_PKGS  := mosquitto mosquitto-clients kcat
+DATA      ?= ./data
+
+.PHONY: all build run test deps vet unit e2e bench fuzz clean fmt
+
+all: build
+
+build:
+	$(GO) build -o $(BIN) ./cmd/tributary
+
+run: build
+	$(BIN) dev --data $(DATA)
+
+# deps installs the real clients and servers the tests talk to. It needs
+# root (CI runs as root) and a reachable Debian mirror; it fails loudly
+# rather than letting tests skip.
+deps:
+	@missing=""; for b in mosquitto mosquitto_pub mosquitto_sub kcat; do \
+	  command -v $$b >/dev/null 2>&1 || [ -x /usr/sbin/$$b ] || missing="$$missing $$b"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages for:$$missing"; \
+	  if [ "$$(id -u)" != 0 ]; then echo "need root to apt-get install $(APT_PKGS)"; exit 1; fi; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PKGS) >/dev/null; \
+	fi
+	$(GO) mod download
+
+vet:
+	$(GO) vet $(PKGS)
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+unit:
+	$(GO) test -race -count=1 -timeout 15m $(UNIT_PKGS)
+
+e2e: build
+	$(GO) test -count=1 -timeout 30m ./e2e/...
+
+test: deps vet unit e2e
+
+bench: deps build
+	$(GO) test -run '^$$' -bench . -benchtime 3s ./wal/
+	$(GO) test -count=1 -timeout 60m -tags bench -run 'TestBench' -v ./e2e/
+
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 60s ./wal/
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf bin

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	firmwaresim "github.com/tributary-io/tributary/firmware-sim"
+	"github.com/tributary-io/tributary/node"
+)
+
+func cmdDev(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	data := fs.String("data", "./data", "data directory: WAL, SQLite catalog (catalog.db) and warehouse")
+	mqttAddr := fs.String("mqtt-addr", "127.0.0.1:1883", "MQTT TCP listener")
+	wsAddr := fs.String("mqtt-ws-addr", "127.0.0.1:1884", "MQTT WebSocket listener (\"\" = off)")
+	httpAddr := fs.String("http-addr", "127.0.0.1:8080", "HTTP status page and /metrics")
+	devices := fs.Int("sim-devices", 8, "simulated devices publishing telemetry (0 = no simulator)")
+	simRate := fs.Float64("sim-rate", 2, "messages per second per simulated device")
+	commit := fs.Duration("commit-interval", time.Second, "commit interval of each stream")
+	walBudget := fs.String("wal-budget", "1GiB", "WAL disk budget; beyond it QoS 1/2 publishes are refused")
+	nodeID := fs.String("node-id", "dev-1", "node id")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	log, err := newLogger(stderr, *logFormat, *logLevel)
+	if err != nil {
+		fmt.Fprintln(stderr, "tributary dev:", err)
+		return 2
+	}
+	budget, err := node.ParseByteSize(*walBudget)
+	if err != nil {
+		fmt.Fprintln(stderr, "tributary dev: -wal-budget:", err)
+		return 2
+	}
+	abs, err := filepath.Abs(*data)
+	if err != nil {
+		fmt.Fprintln(stderr, "tributary dev:", err)
+		return 2
+	}
+	cfg := node.Config{NodeID: *nodeID, DataDir: abs, HTTPAddr: *httpAddr}
+	cfg.MQTT.Addr = *mqttAddr
+	cfg.MQTT.WSAddr = *wsAddr
+	cfg.MQTT.Routes = []node.Route{{Filter: "factory/#", Stream: "factory.telemetry"}}
+	cfg.Uplink.CommitInterval = *commit
+	cfg.WAL.MaxBytes = budget
+	cfg = node.WithDefaults(cfg)
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(stderr, "tributary dev:", err)
+		return 2
+	}
+	var sim *firmwaresim.Config
+	if *devices > 0 {
+		sim = &firmwaresim.Config{Devices: *devices, Rate: *simRate, QoS: 1, UserProperties: true,
+			TopicPattern: "factory/line{line}/device{device}/telemetry", ClientIDPrefix: "sim-device"}
+	}
+	fmt.Fprintf(stdout, `Tributary dev: edge node on embedded defaults
+  data dir   %s  (WAL wal/wal.db, catalog catalog.db named %q, warehouse warehouse/)
+  MQTT       %s (TCP), %s (WebSocket)
+  status     http://%s/   metrics http://%s/metrics
+  simulator  %d devices at %.1f msg/s each, topics factory/lineN/deviceM/telemetry -> stream factory.telemetry
+
+Publish:      mosquitto_pub -h 127.0.0.1 -p %s -t factory/line1/temp -m '{"c":21.5}' -q 1
+Look at rows: bin/tributary tables scan factory.telemetry --data %s --limit 5
+Other topics go to stream %s. Ctrl-C stops with a final commit.
+
+`, abs, cfg.Catalog.Name, *mqttAddr, *wsAddr, *httpAddr, *httpAddr, *devices, *simRate,
+		portOf(*mqttAddr), *data, cfg.MQTT.DefaultStream)
+	return runNode(cfg, sim, log, stdout, stderr)
+}
+
+func portOf(addr string) string {
+	for i := len(addr) - 1; i >= 0; i-- {
+		if addr[i] == ':' {
+			return addr[i+1:]
+		}
+	}
+	return addr
+}

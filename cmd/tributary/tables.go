@@ -1,0 +1,249 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/tributary-io/tributary/tables"
+)
+
+const tablesUsage = `usage: tributary tables <list | describe STREAM | scan STREAM> [flags]
+
+  list                       every stream table with its row count and partitions
+  describe STREAM            schema, partition spec, properties, high-water marks, snapshots
+  scan STREAM                rows in (partition, offset) order
+      --limit N              at most N rows (default 20; 0 = all)
+      --partition P          only partition P
+      --from-offset O        with --partition: start at offset O
+      --json                 one JSON object per row (value as text when UTF-8, else base64)
+
+catalog flags (all subcommands):
+  --data DIR                 a 'tributary dev' data directory (default ./data)
+  --catalog URI              catalog URI (default sqlite://DIR/catalog.db)
+  --warehouse URL            warehouse URL (default file://DIR/warehouse)
+  --catalog-name NAME        catalog name (default tributary)
+`
+
+// parseInterspersed parses flags that may come before or after positional
+// arguments, returning the positionals.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+func cmdTables(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("tables", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, tablesUsage) }
+	data := fs.String("data", "./data", "")
+	catURI := fs.String("catalog", "", "")
+	warehouse := fs.String("warehouse", "", "")
+	catName := fs.String("catalog-name", "tributary", "")
+	limit := fs.Int64("limit", 20, "")
+	partition := fs.Int("partition", -1, "")
+	from := fs.Int64("from-offset", 0, "")
+	asJSON := fs.Bool("json", false, "")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return 2
+	}
+	if len(pos) == 0 {
+		fmt.Fprint(stderr, tablesUsage)
+		return 2
+	}
+	abs, _ := filepath.Abs(*data)
+	if *catURI == "" {
+		*catURI = "sqlite://" + filepath.Join(abs, "catalog.db")
+	}
+	if *warehouse == "" {
+		*warehouse = "file://" + filepath.Join(abs, "warehouse")
+	}
+	ctx := context.Background()
+	cat, err := tables.Open(ctx, tables.Config{Name: *catName, URI: *catURI, Warehouse: *warehouse})
+	if err != nil {
+		fmt.Fprintln(stderr, "tributary tables:", err)
+		return 1
+	}
+	defer cat.Close()
+	need := func(n int) bool {
+		if len(pos) != n {
+			fmt.Fprint(stderr, tablesUsage)
+			return false
+		}
+		return true
+	}
+	switch pos[0] {
+	case "list":
+		if !need(1) {
+			return 2
+		}
+		err = tablesList(ctx, cat, stdout)
+	case "describe":
+		if !need(2) {
+			return 2
+		}
+		err = tablesDescribe(ctx, cat, pos[1], stdout)
+	case "scan":
+		if !need(2) {
+			return 2
+		}
+		err = tablesScan(ctx, cat, pos[1], tables.ScanOptions{Partition: int32(*partition), FromOffset: *from, Limit: *limit}, *asJSON, stdout)
+	default:
+		fmt.Fprintf(stderr, "tributary tables: unknown subcommand %q\n\n%s", pos[0], tablesUsage)
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "tributary tables:", err)
+		return 1
+	}
+	return 0
+}
+
+func tablesList(ctx context.Context, cat *tables.Catalog, w io.Writer) error {
+	streams, err := cat.ListStreams(ctx)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "STREAM\tROWS\tPARTITIONS\tSNAPSHOT\tLOCATION")
+	for _, s := range streams {
+		t, err := cat.LoadTable(ctx, s)
+		if err != nil {
+			return err
+		}
+		rows, snap := "0", "-"
+		if cs := t.CurrentSnapshot(); cs != nil {
+			snap = strconv.FormatInt(cs.SnapshotID, 10)
+			if cs.Summary != nil {
+				if v, ok := cs.Summary.Properties["total-records"]; ok {
+					rows = v
+				}
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", s, rows, len(tables.HighWaters(t)), snap, t.Location())
+	}
+	return tw.Flush()
+}
+
+func tablesDescribe(ctx context.Context, cat *tables.Catalog, stream string, w io.Writer) error {
+	t, err := cat.LoadTable(ctx, stream)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "stream     %s.%s\nlocation   %s\nmetadata   %s\n\nschema:\n", cat.Name(), stream, t.Location(), t.MetadataLocation())
+	for _, f := range t.Schema().Fields() {
+		req := "optional"
+		if f.Required {
+			req = "required"
+		}
+		fmt.Fprintf(w, "  %2d  %-20s %-40s %s\n", f.ID, f.Name, f.Type, req)
+	}
+	fmt.Fprintf(w, "\npartition spec: %s\n\nhigh-water marks (next offset not in the table):\n", t.Spec())
+	marks := tables.HighWaters(t)
+	parts := make([]int32, 0, len(marks))
+	for p := range marks {
+		parts = append(parts, p)
+	}
+	sort.Slice(parts, func(i, j int) bool { return parts[i] < parts[j] })
+	for _, p := range parts {
+		fmt.Fprintf(w, "  partition %d: %d\n", p, marks[p])
+	}
+	fmt.Fprintln(w, "\nproperties:")
+	props := t.Properties()
+	keys := make([]string, 0, len(props))
+	for k := range props {
+		if !strings.HasPrefix(k, tables.PropHighWater) && k != "schema.name-mapping.default" {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(w, "  %s = %s\n", k, props[k])
+	}
+	snaps := t.Metadata().Snapshots()
+	fmt.Fprintf(w, "\nsnapshots: %d", len(snaps))
+	if cs := t.CurrentSnapshot(); cs != nil {
+		fmt.Fprintf(w, " (current %d at %s)", cs.SnapshotID, time.UnixMilli(cs.TimestampMs).UTC().Format(time.RFC3339))
+		if cs.Summary != nil {
+			fmt.Fprintf(w, "\n  total-records %s, total-data-files %s", cs.Summary.Properties["total-records"], cs.Summary.Properties["total-data-files"])
+		}
+	}
+	fmt.Fprintln(w)
+	return nil
+}
+
+func tablesScan(ctx context.Context, cat *tables.Catalog, stream string, opts tables.ScanOptions, asJSON bool, w io.Writer) error {
+	lim := opts.Limit
+	opts.Limit = 0 // order first, then limit
+	rows, err := cat.ScanSorted(ctx, stream, opts)
+	if err != nil {
+		return err
+	}
+	if lim > 0 && int64(len(rows)) > lim {
+		rows = rows[:lim]
+	}
+	if asJSON {
+		enc := json.NewEncoder(w)
+		for _, r := range rows {
+			m := map[string]any{"partition": r.Partition, "offset": r.Offset,
+				"timestamp": time.UnixMicro(r.Timestamp).UTC().Format(time.RFC3339Nano), "topic": r.Topic,
+				"source": r.Source, "client_id": r.ClientID, "node": r.Node, "value": textOrBytes(r.Value)}
+			if r.Key != nil {
+				m["key"] = textOrBytes(r.Key)
+			}
+			if len(r.Headers) > 0 {
+				hs := make([][2]any, len(r.Headers))
+				for i, h := range r.Headers {
+					hs[i] = [2]any{h.Key, textOrBytes(h.Value)}
+				}
+				m["headers"] = hs
+			}
+			if err := enc.Encode(m); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PARTITION\tOFFSET\tTIMESTAMP\tTOPIC\tSOURCE\tCLIENT\tVALUE")
+	for _, r := range rows {
+		v := textOrBytes(r.Value)
+		s, _ := v.(string)
+		if len(s) > 120 {
+			s = s[:117] + "..."
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Partition, r.Offset,
+			time.UnixMicro(r.Timestamp).UTC().Format("2006-01-02T15:04:05.000000Z"), r.Topic, r.Source, r.ClientID, s)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "(%d rows)\n", len(rows))
+	return nil
+}
+
+func textOrBytes(b []byte) any {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	return b // JSON encodes as base64
+}

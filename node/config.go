@@ -1,0 +1,264 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/tributary-io/tributary/tables"
+)
+
+// Route maps an MQTT topic filter to a stream.
+type Route struct {
+	Filter string `yaml:"filter"`
+	Stream string `yaml:"stream"`
+}
+
+// Config is an edge node's configuration. Every field has a default
+// (see Defaults); a YAML file may set any of them, with ${ENV} expansion.
+type Config struct {
+	// NodeID names this node in the catalog and in every row it accepts.
+	// Default: the host name.
+	NodeID string `yaml:"node_id"`
+	// DataDir holds the WAL and, on embedded defaults, the catalog and
+	// warehouse. Default ./data.
+	DataDir string `yaml:"data_dir"`
+
+	WAL struct {
+		// Path of the bbolt file. Default DATA_DIR/wal/wal.db.
+		Path string `yaml:"path"`
+		// MaxBytes is the disk budget of unuploaded records. Default 1 GiB.
+		MaxBytes ByteSize `yaml:"max_bytes"`
+	} `yaml:"wal"`
+
+	Catalog struct {
+		// Name of the catalog. Default tributary.
+		Name string `yaml:"name"`
+		// URI: sqlite:///path/catalog.db. Default sqlite://DATA_DIR/catalog.db.
+		URI string `yaml:"uri"`
+		// Warehouse blob URL. Default file://DATA_DIR/warehouse.
+		Warehouse string `yaml:"warehouse"`
+		// PartitionGranularity of new tables: day or hour. Default day.
+		PartitionGranularity string `yaml:"partition_granularity"`
+	} `yaml:"catalog"`
+
+	MQTT struct {
+		// Addr of the TCP listener. Default 127.0.0.1:1883; "" turns it off.
+		Addr string `yaml:"addr"`
+		// WSAddr of the WebSocket listener. Default "" (off).
+		WSAddr string `yaml:"ws_addr"`
+		// Routes from topic filters to streams; first match wins.
+		Routes []Route `yaml:"routes"`
+		// DefaultStream receives every topic no route matches. Default mqtt.default.
+		DefaultStream string `yaml:"default_stream"`
+		// Users maps user names to passwords; empty allows anonymous clients.
+		Users map[string]string `yaml:"users"`
+		// MaxPacketSize in bytes. Default 1 MiB.
+		MaxPacketSize ByteSize `yaml:"max_packet_size"`
+		// ReceiveMaximum is the QoS 1/2 window per client. Default 64.
+		ReceiveMaximum uint16 `yaml:"receive_maximum"`
+	} `yaml:"mqtt"`
+
+	Uplink struct {
+		// CommitInterval between commits of a stream. Default 1s.
+		CommitInterval time.Duration `yaml:"commit_interval"`
+		// MaxBatchBytes of one partition per commit; reaching it commits
+		// early. Default 64 MiB.
+		MaxBatchBytes ByteSize `yaml:"max_batch_bytes"`
+	} `yaml:"uplink"`
+
+	// HTTPAddr serves /healthz, /readyz, /status and /metrics. Default
+	// 127.0.0.1:8080; "" turns it off.
+	HTTPAddr string `yaml:"http_addr"`
+
+	// ShutdownTimeout bounds the final commit on shutdown. Default 30s.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+}
+
+// Defaults returns the configuration of an edge node on embedded defaults.
+func Defaults() Config {
+	var c Config
+	c.applyDefaults()
+	return c
+}
+
+func (c *Config) applyDefaults() {
+	if c.NodeID == "" {
+		h, _ := os.Hostname()
+		if h == "" {
+			h = "edge-1"
+		}
+		c.NodeID = h
+	}
+	if c.DataDir == "" {
+		c.DataDir = "./data"
+	}
+	if c.WAL.Path == "" {
+		c.WAL.Path = filepath.Join(c.DataDir, "wal", "wal.db")
+	}
+	if c.WAL.MaxBytes == 0 {
+		c.WAL.MaxBytes = 1 << 30
+	}
+	if c.Catalog.Name == "" {
+		c.Catalog.Name = "tributary"
+	}
+	if c.Catalog.URI == "" {
+		c.Catalog.URI = "sqlite://" + absOrSame(filepath.Join(c.DataDir, "catalog.db"))
+	}
+	if c.Catalog.Warehouse == "" {
+		c.Catalog.Warehouse = "file://" + absOrSame(filepath.Join(c.DataDir, "warehouse"))
+	}
+	if c.Catalog.PartitionGranularity == "" {
+		c.Catalog.PartitionGranularity = "day"
+	}
+	if c.MQTT.DefaultStream == "" {
+		c.MQTT.DefaultStream = "mqtt.default"
+	}
+	if c.MQTT.MaxPacketSize == 0 {
+		c.MQTT.MaxPacketSize = 1 << 20
+	}
+	if c.MQTT.ReceiveMaximum == 0 {
+		c.MQTT.ReceiveMaximum = 64
+	}
+	if c.Uplink.CommitInterval == 0 {
+		c.Uplink.CommitInterval = time.Second
+	}
+	if c.Uplink.MaxBatchBytes == 0 {
+		c.Uplink.MaxBatchBytes = 64 << 20
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+}
+
+func absOrSame(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
+}
+
+// Validate checks the configuration; each error names the field and the fix.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if strings.ContainsAny(c.NodeID, " /\t\n") || c.NodeID == "" {
+		bad("node_id", "%q must be non-empty without spaces or slashes", c.NodeID)
+	}
+	if c.WAL.MaxBytes < 1<<20 {
+		bad("wal.max_bytes", "%d is below the minimum of 1MiB", c.WAL.MaxBytes)
+	}
+	if !strings.HasPrefix(c.Catalog.URI, "sqlite://") {
+		bad("catalog.uri", "%q: want sqlite:///path/to/catalog.db", c.Catalog.URI)
+	}
+	if !strings.Contains(c.Catalog.Warehouse, "://") {
+		bad("catalog.warehouse", "%q: want a blob URL such as file:///var/lib/tributary/warehouse or s3://bucket/prefix", c.Catalog.Warehouse)
+	}
+	if g := c.Catalog.PartitionGranularity; g != "day" && g != "hour" {
+		bad("catalog.partition_granularity", "%q: want day or hour", g)
+	}
+	if _, _, err := tables.ParseStream(c.MQTT.DefaultStream); err != nil {
+		bad("mqtt.default_stream", "%v", err)
+	}
+	for i, r := range c.MQTT.Routes {
+		if _, _, err := tables.ParseStream(r.Stream); err != nil {
+			bad(fmt.Sprintf("mqtt.routes[%d].stream", i), "%v", err)
+		}
+		if r.Filter == "" {
+			bad(fmt.Sprintf("mqtt.routes[%d].filter", i), "empty topic filter")
+		}
+	}
+	if c.Uplink.CommitInterval < 10*time.Millisecond {
+		bad("uplink.commit_interval", "%s is below the minimum of 10ms", c.Uplink.CommitInterval)
+	}
+	if c.Uplink.MaxBatchBytes < 1<<10 {
+		bad("uplink.max_batch_bytes", "%d is below the minimum of 1KiB", c.Uplink.MaxBatchBytes)
+	}
+	return errors.Join(errs...)
+}
+
+// LoadConfig reads a YAML file, expanding ${ENV} references, fills in
+// defaults and validates.
+func LoadConfig(path string) (Config, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return ParseConfig(raw)
+}
+
+// ParseConfig is LoadConfig on bytes.
+func ParseConfig(raw []byte) (Config, error) {
+	var missing []string
+	expanded := os.Expand(string(raw), func(k string) string {
+		v, ok := os.LookupEnv(k)
+		if !ok {
+			missing = append(missing, k)
+		}
+		return v
+	})
+	if len(missing) > 0 {
+		return Config{}, fmt.Errorf("config: environment variables not set: %s", strings.Join(missing, ", "))
+	}
+	var c Config
+	dec := yaml.NewDecoder(strings.NewReader(expanded))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	c.applyDefaults()
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return c, nil
+}
+
+// ByteSize is a size in bytes that YAML may write as 64MiB, 1GiB, 512KB, 1000.
+type ByteSize int64
+
+// UnmarshalYAML parses a size with an optional unit.
+func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	v, err := ParseByteSize(n.Value)
+	if err != nil {
+		return err
+	}
+	*b = v
+	return nil
+}
+
+// ParseByteSize parses "64MiB", "1GB", "512k", "1000".
+func ParseByteSize(s string) (ByteSize, error) {
+	s = strings.TrimSpace(s)
+	units := []struct {
+		suffix string
+		mult   int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}}
+	mult := int64(1)
+	for _, u := range units {
+		if strings.HasSuffix(strings.ToUpper(s), strings.ToUpper(u.suffix)) {
+			s, mult = strings.TrimSpace(s[:len(s)-len(u.suffix)]), u.mult
+			break
+		}
+	}
+	var n int64
+	if _, err := fmt.Sscan(s, &n); err != nil || n < 0 {
+		return 0, fmt.Errorf("size %q: want a number with an optional unit (KiB, MiB, GiB, KB, MB, GB)", s)
+	}
+	return ByteSize(n * mult), nil
+}
+
+// WithDefaults fills every unset field of c with its default.
+func WithDefaults(c Config) Config {
+	c.applyDefaults()
+	return c
+}

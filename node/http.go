@@ -1,0 +1,179 @@
+package node
+
+import (
+	_ "embed"
+	"encoding/json"
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+//go:embed status.html
+var statusPage []byte
+
+// Status is what /status reports.
+type Status struct {
+	Node      string         `json:"node"`
+	Uptime    string         `json:"uptime"`
+	Listeners map[string]any `json:"listeners"`
+	WAL       WALStatus      `json:"wal"`
+	Uplink    UplinkStatus   `json:"uplink"`
+	Streams   []StreamStatus `json:"streams"`
+	MQTT      any            `json:"mqtt"`
+}
+
+// WALStatus is the WAL part of Status.
+type WALStatus struct {
+	Records          int64   `json:"records"`
+	Bytes            int64   `json:"bytes"`
+	MaxBytes         int64   `json:"max_bytes"`
+	BudgetRejections int64   `json:"budget_rejections"`
+	Commits          int64   `json:"commits"`
+	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
+}
+
+// UplinkStatus is the uplink part of Status.
+type UplinkStatus struct {
+	State            string   `json:"state"` // "ok" or "offline, buffering N MB"
+	Commits          int64    `json:"commits"`
+	CommitFailures   int64    `json:"commit_failures"`
+	UploadFailures   int64    `json:"upload_failures"`
+	FilesUploaded    int64    `json:"files_uploaded"`
+	BytesUploaded    int64    `json:"bytes_uploaded"`
+	RecordsCommitted int64    `json:"records_committed"`
+	LastCommit       string   `json:"last_commit,omitempty"`
+	LastError        string   `json:"last_error,omitempty"`
+	Failing          []string `json:"failing,omitempty"`
+}
+
+// StreamStatus is one stream partition of Status.
+type StreamStatus struct {
+	Stream      string `json:"stream"`
+	Partition   int32  `json:"partition"`
+	NextOffset  int64  `json:"next_offset"`
+	Uncommitted int64  `json:"uncommitted"`
+	WALBytes    int64  `json:"wal_bytes"`
+}
+
+// Status reports the node's state.
+func (n *Node) Status() Status {
+	ws := n.wal.Stats()
+	us := n.up.Stats()
+	ms := n.mqtt.Stats()
+	st := Status{
+		Node:      n.cfg.NodeID,
+		Uptime:    time.Since(n.started).Round(time.Second).String(),
+		Listeners: map[string]any{"mqtt": n.mqtt.Addrs(), "http": n.HTTPAddr()},
+		WAL: WALStatus{Records: ws.Records, Bytes: ws.Bytes, MaxBytes: ws.MaxBytes,
+			BudgetRejections: int64(ws.BudgetRejections), Commits: int64(ws.Commits)},
+		Uplink: UplinkStatus{State: "ok", Commits: us.Commits, CommitFailures: us.CommitFailures,
+			UploadFailures: us.UploadFailures, FilesUploaded: us.FilesUploaded, BytesUploaded: us.BytesUploaded,
+			RecordsCommitted: us.RecordsCommitted, LastError: us.LastError, Failing: us.Failing},
+		MQTT: ms,
+	}
+	if !us.LastCommit.IsZero() {
+		st.Uplink.LastCommit = us.LastCommit.UTC().Format(time.RFC3339Nano)
+	}
+	if len(us.Failing) > 0 {
+		st.Uplink.State = "offline, buffering " + formatMB(ws.Bytes)
+	}
+	var oldest int64
+	for _, p := range n.wal.Partitions() {
+		st.Streams = append(st.Streams, StreamStatus{Stream: p.Stream, Partition: p.Partition,
+			NextOffset: p.Next, Uncommitted: p.Next - p.Released, WALBytes: p.Bytes})
+		if p.OldestTimestamp > 0 && (oldest == 0 || p.OldestTimestamp < oldest) {
+			oldest = p.OldestTimestamp
+		}
+	}
+	if oldest > 0 {
+		st.WAL.OldestAgeSeconds = time.Since(time.UnixMicro(oldest)).Seconds()
+	}
+	sort.Slice(st.Streams, func(i, j int) bool {
+		if st.Streams[i].Stream != st.Streams[j].Stream {
+			return st.Streams[i].Stream < st.Streams[j].Stream
+		}
+		return st.Streams[i].Partition < st.Streams[j].Partition
+	})
+	return st
+}
+
+func formatMB(b int64) string {
+	return json.Number(formatFloat(float64(b)/(1<<20))).String() + " MB"
+}
+
+func formatFloat(f float64) string {
+	b, _ := json.Marshal(float64(int64(f*10)) / 10)
+	return string(b)
+}
+
+func (n *Node) handler() http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	n.registerMetrics(reg)
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		// Ready when the WAL takes writes and the listeners are up; an
+		// unreachable catalog is "buffering", which is still ready.
+		if n.mqtt.Addrs()["tcp"] == "" && n.cfg.MQTT.Addr != "" {
+			http.Error(w, "mqtt listener not up", http.StatusServiceUnavailable)
+			return
+		}
+		ws := n.wal.Stats()
+		if ws.MaxBytes > 0 && ws.Bytes >= ws.MaxBytes {
+			http.Error(w, "wal budget exhausted: refusing QoS 1/2 publishes", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(n.Status())
+	})
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Write(statusPage)
+	})
+	return mux
+}
+
+func (n *Node) registerMetrics(reg *prometheus.Registry) {
+	counter := func(name, help string, f func() float64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
+	}
+	gauge := func(name, help string, f func() float64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+	}
+	gauge("tributary_wal_records", "Records in the WAL not yet committed to the tables.", func() float64 { return float64(n.wal.Stats().Records) })
+	gauge("tributary_wal_bytes", "Bytes of records in the WAL not yet committed.", func() float64 { return float64(n.wal.Stats().Bytes) })
+	gauge("tributary_wal_budget_bytes", "The WAL disk budget.", func() float64 { return float64(n.wal.Stats().MaxBytes) })
+	counter("tributary_wal_budget_rejections_total", "Appends refused because the WAL budget was exhausted.", func() float64 { return float64(n.wal.Stats().BudgetRejections) })
+	counter("tributary_wal_commits_total", "WAL group commits (one fsync each).", func() float64 { return float64(n.wal.Stats().Commits) })
+	counter("tributary_wal_appended_records_total", "Records appended to the WAL.", func() float64 { return float64(n.wal.Stats().AppendedRecords) })
+	gauge("tributary_wal_oldest_record_age_seconds", "Age of the oldest record not yet committed.", func() float64 { return n.Status().WAL.OldestAgeSeconds })
+	counter("tributary_uplink_commits_total", "Table commits made by the uplink.", func() float64 { return float64(n.up.Stats().Commits) })
+	counter("tributary_uplink_commit_failures_total", "Failed table commits (retried).", func() float64 { return float64(n.up.Stats().CommitFailures) })
+	counter("tributary_uplink_upload_failures_total", "Failed object-store writes (retried).", func() float64 { return float64(n.up.Stats().UploadFailures) })
+	counter("tributary_uplink_bytes_uploaded_total", "Bytes written to the object store.", func() float64 { return float64(n.up.Stats().BytesUploaded) })
+	counter("tributary_uplink_records_committed_total", "Records committed to tables.", func() float64 { return float64(n.up.Stats().RecordsCommitted) })
+	gauge("tributary_mqtt_clients", "Connected MQTT clients.", func() float64 { return float64(n.mqtt.Stats().Clients) })
+	for q := range 3 {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tributary_mqtt_publishes_accepted_total",
+			Help: "MQTT publishes made durable.", ConstLabels: prometheus.Labels{"qos": string(rune('0' + q))}},
+			func() float64 { return float64(n.mqtt.Stats().Accepted[q]) }))
+	}
+	counter("tributary_mqtt_publishes_refused_total", "QoS 1/2 publishes refused (not acknowledged).", func() float64 { return float64(n.mqtt.Stats().Refused) })
+	counter("tributary_mqtt_publishes_refused_budget_total", "QoS 1/2 publishes refused because the WAL budget was exhausted.", func() float64 { return float64(n.mqtt.Stats().RefusedBudget) })
+	counter("tributary_mqtt_qos0_dropped_total", "QoS 0 publishes dropped because they could not be made durable.", func() float64 { return float64(n.mqtt.Stats().DroppedQoS0) })
+	counter("tributary_mqtt_payload_bytes_total", "MQTT payload bytes made durable.", func() float64 { return float64(n.mqtt.Stats().PayloadBytes) })
+}
+

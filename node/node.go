@@ -1,0 +1,179 @@
+// Package node composes an edge node from its parts: the write-ahead log,
+// the MQTT front door, the uplink to the tables, and the HTTP endpoint for
+// health, status and metrics.
+//
+// # Invariants
+//
+//   - A record reaches the WAL with its stream's partition already resolved:
+//     the partition this node owns, allocated through the catalog once and
+//     remembered by the WAL, so a restart with the catalog unreachable still
+//     accepts every stream it has seen before.
+//   - A partition's first offset continues the table's committed high-water
+//     mark, so a node whose WAL was lost never reuses an offset.
+//   - Close stops the listeners first, then makes a final commit (bounded by
+//     ShutdownTimeout), then closes the WAL: nothing accepted is dropped, and
+//     what could not be committed stays in the WAL for the next start.
+//
+// # Outline
+//
+// New opens the WAL and the catalog; Start opens the listeners and the
+// uplink loop; Close undoes both in reverse. The ingest type is the Sink of
+// the protocol front doors.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/tributary-io/tributary/mqtt"
+	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/uplink"
+	"github.com/tributary-io/tributary/wal"
+)
+
+// Node is one edge node.
+type Node struct {
+	cfg    Config
+	log    *slog.Logger
+	wal    *wal.WAL
+	cat    *tables.Catalog
+	bucket *uplink.BlobBucket
+	up     *uplink.Uplink
+	mqtt   *mqtt.Server
+	ingest *ingest
+	http   *http.Server
+	httpLn net.Listener
+
+	started time.Time
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// New opens the WAL, the catalog and the object store.
+func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
+	cfg.applyDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	n := &Node{cfg: cfg, log: log}
+	var err error
+	n.wal, err = wal.Open(wal.Options{Path: cfg.WAL.Path, MaxBytes: int64(cfg.WAL.MaxBytes), Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("open wal: %w", err)
+	}
+	n.cat, err = tables.Open(ctx, tables.Config{Name: cfg.Catalog.Name, URI: cfg.Catalog.URI,
+		Warehouse: cfg.Catalog.Warehouse, Granularity: cfg.Catalog.PartitionGranularity})
+	if err != nil {
+		n.wal.Close()
+		return nil, err
+	}
+	n.bucket, err = uplink.OpenBucket(ctx, cfg.Catalog.Warehouse)
+	if err != nil {
+		n.cat.Close()
+		n.wal.Close()
+		return nil, err
+	}
+	n.ingest = newIngest(cfg.NodeID, n.wal, n.cat, log)
+	n.up = uplink.New(uplink.Config{Interval: cfg.Uplink.CommitInterval, MaxBatchBytes: int64(cfg.Uplink.MaxBatchBytes),
+		Node: cfg.NodeID, Logger: log}, n.wal, n.cat, n.bucket)
+	routes := make([]mqtt.Route, len(cfg.MQTT.Routes))
+	for i, r := range cfg.MQTT.Routes {
+		routes[i] = mqtt.Route{Filter: r.Filter, Stream: r.Stream}
+	}
+	n.mqtt, err = mqtt.New(mqtt.Config{TCPAddr: cfg.MQTT.Addr, WSAddr: cfg.MQTT.WSAddr, NodeID: cfg.NodeID,
+		Routes: routes, DefaultStream: cfg.MQTT.DefaultStream, Users: cfg.MQTT.Users,
+		MaxPacketSize: uint32(cfg.MQTT.MaxPacketSize), ReceiveMaximum: cfg.MQTT.ReceiveMaximum, Logger: log}, n.ingest)
+	if err != nil {
+		n.bucket.Close()
+		n.cat.Close()
+		n.wal.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// Start opens the listeners and starts the uplink.
+func (n *Node) Start(ctx context.Context) error {
+	n.started = time.Now()
+	runCtx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.up.Run(runCtx)
+	}()
+	if err := n.mqtt.Start(); err != nil {
+		return fmt.Errorf("start mqtt: %w", err)
+	}
+	if n.cfg.HTTPAddr != "" {
+		ln, err := net.Listen("tcp", n.cfg.HTTPAddr)
+		if err != nil {
+			return fmt.Errorf("listen http %s: %w", n.cfg.HTTPAddr, err)
+		}
+		n.httpLn = ln
+		n.http = &http.Server{Handler: n.handler(), ReadHeaderTimeout: 10 * time.Second}
+		n.log.Info("listening", "listener", "http", "addr", ln.Addr().String(),
+			"endpoints", "/status /metrics /healthz /readyz")
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := n.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				n.log.Error("http server", "err", err)
+			}
+		}()
+	}
+	return nil
+}
+
+// MQTTAddr is the bound address of the MQTT TCP listener.
+func (n *Node) MQTTAddr() string { return n.mqtt.Addrs()[mqtt.ListenerTCP] }
+
+// HTTPAddr is the bound address of the HTTP listener.
+func (n *Node) HTTPAddr() string {
+	if n.httpLn == nil {
+		return ""
+	}
+	return n.httpLn.Addr().String()
+}
+
+// Catalog is the node's catalog.
+func (n *Node) Catalog() *tables.Catalog { return n.cat }
+
+// WAL is the node's write-ahead log.
+func (n *Node) WAL() *wal.WAL { return n.wal }
+
+// Config returns the node's effective configuration.
+func (n *Node) Config() Config { return n.cfg }
+
+// Close stops accepting, makes a final commit and closes everything.
+func (n *Node) Close(ctx context.Context) error {
+	var errs []error
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := n.mqtt.Close(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("close mqtt: %w", err))
+	}
+	if n.cancel != nil {
+		n.cancel()
+	}
+	if n.http != nil {
+		n.http.Shutdown(ctx)
+	}
+	n.wg.Wait()
+	if err := n.up.SyncAll(ctx); err != nil {
+		n.log.Warn("final commit incomplete; records stay in the WAL for the next start", "err", err)
+	} else {
+		n.log.Info("final commit done")
+	}
+	errs = append(errs, n.wal.Close(), n.bucket.Close(), n.cat.Close())
+	return errors.Join(errs...)
+}
