@@ -8,6 +8,7 @@ require (
 )
 
 require (
+	github.com/eclipse/paho.golang v0.23.0 // indirect
 	github.com/rs/xid v1.4.0 // indirect
 	github.com/stretchr/testify v1.11.1 // indirect
 )

@@ -164,6 +164,10 @@ func New(cfg Config, sink Sink) (*Server, error) {
 	caps.MaximumSessionExpiryInterval = 24 * 3600 // seconds a disconnected session is kept
 	caps.MaximumMessageExpiryInterval = 24 * 3600
 	caps.TopicAliasMaximum = 1024
+	// Without this mochi copies the publish's properties (user properties
+	// included) into the PUBACK/PUBREC, which then also carries reason code
+	// 0x01 ("granted qos 1"), not a PUBACK reason code.
+	caps.Compatibilities.NoInheritedPropertiesOnAck = true
 
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
