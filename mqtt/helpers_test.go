@@ -361,4 +361,3 @@ func readUntilClosed(t testing.TB, conn net.Conn, timeout time.Duration) []byte 
 func hasDisconnect(b []byte, reason byte) bool {
 	return bytes.Contains(b, []byte{0xe0}) && bytes.IndexByte(b, reason) > bytes.IndexByte(b, 0xe0)
 }
-
