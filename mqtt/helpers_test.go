@@ -358,6 +358,11 @@ func readUntilClosed(t testing.TB, conn net.Conn, timeout time.Duration) []byte 
 	return b
 }
 
-func hasDisconnect(b []byte, reason byte) bool {
-	return bytes.Contains(b, []byte{0xe0}) && bytes.IndexByte(b, reason) > bytes.IndexByte(b, 0xe0)
+// disconnectReason returns the reason code of a server DISCONNECT at the
+// start of b (MQTT 5), if there is one.
+func disconnectReason(b []byte) (byte, bool) {
+	if len(b) >= 3 && b[0] == 0xe0 && b[1] >= 1 {
+		return b[2], true
+	}
+	return 0, false
 }
