@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -179,4 +180,54 @@ func TestOversizeFromPahoClosesConnection(t *testing.T) {
 		t.Fatalf("%d records", n)
 	}
 	mustPublish(t, dialPaho(t, ts.tcp, "small", nil), "small/t", 1, "fits")
+}
+
+// mochi v2.7.9 panics decoding an MQTT 5 SUBSCRIBE whose filter lacks its
+// options byte. The panic must close that connection only, clean up its
+// session, and leave the node serving.
+func TestDecoderPanicClosesOnlyThatConnection(t *testing.T) {
+	ts := startServer(t, nil)
+	good := startGoodClient(t, ts.tcp)
+	badSubscribe := packet(0x82, append([]byte{0, 1, 0}, mqttString("a/b")...)) // no options byte
+
+	for i, via := range []string{"tcp", "ws"} {
+		var conn interface {
+			Write([]byte) (int, error)
+			Read([]byte) (int, error)
+		}
+		if via == "tcp" {
+			conn = dialRaw(t, ts.tcp, 5, "panicker")
+		} else {
+			w := dialWS(t, ts.ws)
+			if _, err := w.Write(rawConnect(5, "panicker")); err != nil {
+				t.Fatal(err)
+			}
+			readFirst(t, w)
+			conn = w
+		}
+		// A valid subscription first, so that its cleanup can be checked.
+		if _, err := conn.Write(packet(0x82, append(append([]byte{0, 1, 0}, mqttString("panic/+")...), 1))); err != nil {
+			t.Fatal(err)
+		}
+		if b := readFirst(t, conn); b[0] != 0x90 {
+			t.Fatalf("%s: suback %x", via, b)
+		}
+		if _, err := conn.Write(badSubscribe); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 5*time.Second, func() bool { return ts.Stats().Panics == uint64(i+1) }, "%s: panic recovered", via)
+		if _, err := conn.Read(make([]byte, 1)); err == nil {
+			t.Fatalf("%s: connection still open", via)
+		}
+		eventually(t, 5*time.Second, func() bool {
+			_, ok := ts.broker.Clients.Get("panicker")
+			return !ok && len(ts.broker.Topics.Subscribers("panic/x").Subscriptions) == 0
+		}, "%s: session and subscription of the panicked client removed", via)
+	}
+	if !strings.Contains(ts.logs.String(), "broker panicked on client input") {
+		t.Error("panic not logged")
+	}
+	n := good.count()
+	eventually(t, 5*time.Second, func() bool { return good.count() > n+5 }, "good client progressing")
+	good.finish(t, ts.sink)
 }

@@ -103,6 +103,7 @@ type Stats struct {
 	RefusedTopic  uint64    // publishes refused for a topic mochi would ignore
 	BytesIn       int64     // bytes received from the network (all packets)
 	PayloadBytes  uint64    // payload bytes made durable
+	Panics        uint64    // connections closed because input made mochi panic
 }
 
 // Server is the MQTT broker of one node.
@@ -127,6 +128,7 @@ type Server struct {
 	droppedQoS0   atomic.Uint64
 	refusedTopic  atomic.Uint64
 	payloadBytes  atomic.Uint64
+	panics        atomic.Uint64
 
 	budget  budgetState
 	dropLog rateLimiter // QoS 0 drops
@@ -218,7 +220,7 @@ func (s *Server) Start() error {
 			return fail(fmt.Errorf("listen tcp %s: %w", s.cfg.TCPAddr, err))
 		}
 		opened = append(opened, ln)
-		s.listeners = append(s.listeners, listeners.NewNet(ListenerTCP, ln))
+		s.listeners = append(s.listeners, newTCPListener(ListenerTCP, ln, s.recoverClient))
 	}
 	if s.cfg.WSAddr != "" {
 		ln, err := net.Listen("tcp", s.cfg.WSAddr)
@@ -226,7 +228,7 @@ func (s *Server) Start() error {
 			return fail(fmt.Errorf("listen ws %s: %w", s.cfg.WSAddr, err))
 		}
 		opened = append(opened, ln)
-		s.listeners = append(s.listeners, newWSListener(ListenerWS, ln))
+		s.listeners = append(s.listeners, newWSListener(ListenerWS, ln, s.recoverClient))
 	}
 	for _, l := range s.listeners {
 		if err := s.broker.AddListener(l); err != nil {
@@ -307,6 +309,7 @@ func (s *Server) Stats() Stats {
 		RefusedTopic:  s.refusedTopic.Load(),
 		BytesIn:       atomic.LoadInt64(&s.broker.Info.BytesReceived),
 		PayloadBytes:  s.payloadBytes.Load(),
+		Panics:        s.panics.Load(),
 	}
 	for i := range st.Accepted {
 		st.Accepted[i] = s.accepted[i].Load()

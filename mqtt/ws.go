@@ -21,6 +21,7 @@ import (
 type wsListener struct {
 	id       string
 	ln       net.Listener
+	recover  func(net.Conn, any)
 	srv      *http.Server
 	log      *slog.Logger
 	upgrader websocket.Upgrader
@@ -32,10 +33,11 @@ type wsListener struct {
 
 var errWSMessage = errors.New("mqtt: websocket message is not binary")
 
-func newWSListener(id string, ln net.Listener) *wsListener {
+func newWSListener(id string, ln net.Listener, recover func(net.Conn, any)) *wsListener {
 	return &wsListener{
-		id: id,
-		ln: ln,
+		id:      id,
+		ln:      ln,
+		recover: recover,
 		upgrader: websocket.Upgrader{
 			Subprotocols: []string{"mqtt"},
 			CheckOrigin:  func(*http.Request) bool { return true },
@@ -71,7 +73,13 @@ func (l *wsListener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	l.mu.Lock()
 	establish := l.establish
 	l.mu.Unlock()
-	if err := establish(l.id, &wsConn{Conn: c.NetConn(), c: c}); err != nil {
+	conn := &wsConn{Conn: c.NetConn(), c: c}
+	defer func() {
+		if r := recover(); r != nil {
+			l.recover(conn, r) // see tcpListener
+		}
+	}()
+	if err := establish(l.id, conn); err != nil {
 		l.log.Debug("websocket client ended", "error", err, "remote", r.RemoteAddr)
 	}
 }
