@@ -129,6 +129,7 @@ type Server struct {
 	refusedTopic  atomic.Uint64
 	payloadBytes  atomic.Uint64
 	panics        atomic.Uint64
+	lastPanic     atomic.Value // string: stack of the last recovered panic
 
 	budget  budgetState
 	dropLog rateLimiter // QoS 0 drops

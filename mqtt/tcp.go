@@ -78,8 +78,10 @@ func (l *tcpListener) Close(closeClients listeners.CloseFn) {
 // group); what follows its read loop has not, so stop the client and drop a
 // session that expires on disconnect, as attachClient would have.
 func (s *Server) recoverClient(conn net.Conn, r any) {
+	stack := string(debug.Stack())
 	s.log.Error("broker panicked on client input; connection closed",
-		"panic", fmt.Sprint(r), "remote", conn.RemoteAddr(), "stack", string(debug.Stack()))
+		"panic", fmt.Sprint(r), "remote", conn.RemoteAddr(), "stack", stack)
+	s.lastPanic.Store(stack)
 	s.panics.Add(1)
 	_ = conn.Close()
 	for _, cl := range s.broker.Clients.GetAll() {
