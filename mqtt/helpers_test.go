@@ -1,0 +1,368 @@
+package mqtt
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/tributary-io/tributary/wal"
+)
+
+// memSink is a Sink in memory: it records appends, can be switched to fail,
+// and can hold every Append until released.
+type memSink struct {
+	mu      sync.Mutex
+	recs    []*wal.Record
+	fail    error
+	gate    chan struct{} // non-nil: Append waits until it is closed
+	waiting int           // Appends currently held at the gate
+	calls   int
+}
+
+func (m *memSink) Append(ctx context.Context, recs ...*wal.Record) error {
+	m.mu.Lock()
+	m.calls++
+	gate := m.gate
+	if gate != nil {
+		m.waiting++
+	}
+	m.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+		m.mu.Lock()
+		m.waiting--
+		m.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail != nil {
+		return m.fail
+	}
+	for _, r := range recs {
+		r.Partition = 7
+		r.Offset = int64(len(m.recs))
+		m.recs = append(m.recs, r)
+	}
+	return nil
+}
+
+func (m *memSink) setFail(err error) {
+	m.mu.Lock()
+	m.fail = err
+	m.mu.Unlock()
+}
+
+// hold makes subsequent Appends wait; the returned func releases them.
+func (m *memSink) hold() (release func()) {
+	g := make(chan struct{})
+	m.mu.Lock()
+	m.gate = g
+	m.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			m.mu.Lock()
+			m.gate = nil
+			m.mu.Unlock()
+			close(g)
+		})
+	}
+}
+
+func (m *memSink) held() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.waiting
+}
+
+func (m *memSink) records() []*wal.Record {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]*wal.Record(nil), m.recs...)
+}
+
+func (m *memSink) len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.recs)
+}
+
+func (m *memSink) byTopic(topic string) []*wal.Record {
+	var out []*wal.Record
+	for _, r := range m.records() {
+		if r.Topic == topic {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// eventually polls cond until it holds or the timeout passes.
+func eventually(t testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v: "+format, append([]any{timeout}, args...)...)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// syncBuffer collects log output for assertions.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type testServer struct {
+	*Server
+	sink *memSink
+	logs *syncBuffer
+	tcp  string
+	ws   string
+}
+
+// startServer starts a server on 127.0.0.1 port 0 with a memSink.
+// TRIBUTARY_TEST_LOG=1 also prints the logs.
+func startServer(t testing.TB, mutate func(*Config)) *testServer {
+	t.Helper()
+	logs := &syncBuffer{}
+	var w io.Writer = logs
+	if os.Getenv("TRIBUTARY_TEST_LOG") != "" {
+		w = io.MultiWriter(logs, os.Stderr)
+	}
+	cfg := Config{
+		TCPAddr: "127.0.0.1:0",
+		WSAddr:  "127.0.0.1:0",
+		NodeID:  "node-1",
+		Routes: []Route{
+			{Filter: "sensors/+/temp", Stream: "plant.temps"},
+			{Filter: "sensors/#", Stream: "plant.sensors"},
+		},
+		DefaultStream: "default.mqtt",
+		Logger:        slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	sink := &memSink{}
+	s, err := New(cfg, sink)
+	if err != nil {
+		t.Fatalf("new: %v", err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	a := s.Addrs()
+	return &testServer{Server: s, sink: sink, logs: logs, tcp: a[ListenerTCP], ws: a[ListenerWS]}
+}
+
+// received collects publishes a paho client receives.
+type received struct {
+	mu   sync.Mutex
+	msgs []*paho.Publish
+}
+
+func (r *received) add(p paho.PublishReceived) (bool, error) {
+	r.mu.Lock()
+	r.msgs = append(r.msgs, p.Packet)
+	r.mu.Unlock()
+	return true, nil
+}
+
+func (r *received) all() []*paho.Publish {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]*paho.Publish(nil), r.msgs...)
+}
+
+// dialPaho connects an MQTT 5 paho client; rcv (optional) collects what it receives.
+func dialPaho(t testing.TB, addr, clientID string, rcv *received) *paho.Client {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial %s: %v", addr, err)
+	}
+	cfg := paho.ClientConfig{ClientID: clientID, Conn: conn}
+	if rcv != nil {
+		cfg.OnPublishReceived = []func(paho.PublishReceived) (bool, error){rcv.add}
+	}
+	c := paho.NewClient(cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ca, err := c.Connect(ctx, &paho.Connect{ClientID: clientID, CleanStart: true, KeepAlive: 30})
+	if err != nil {
+		t.Fatalf("connect %s: %v", clientID, err)
+	}
+	if ca.ReasonCode != 0 {
+		t.Fatalf("connect %s: reason %#x", clientID, ca.ReasonCode)
+	}
+	t.Cleanup(func() { _ = c.Disconnect(&paho.Disconnect{}) })
+	return c
+}
+
+func publish(t testing.TB, c *paho.Client, p *paho.Publish) (*paho.PublishResponse, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return c.Publish(ctx, p)
+}
+
+func mustPublish(t testing.TB, c *paho.Client, topic string, qos byte, payload string) {
+	t.Helper()
+	resp, err := publish(t, c, &paho.Publish{Topic: topic, QoS: qos, Payload: []byte(payload)})
+	if err != nil {
+		t.Fatalf("publish %s qos %d: %v", topic, qos, err)
+	}
+	if qos > 0 && resp.ReasonCode >= 0x80 {
+		t.Fatalf("publish %s qos %d: reason %#x", topic, qos, resp.ReasonCode)
+	}
+}
+
+func subscribe(t testing.TB, c *paho.Client, filter string, qos byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sa, err := c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: qos}}})
+	if err != nil {
+		t.Fatalf("subscribe %s: %v", filter, err)
+	}
+	if len(sa.Reasons) != 1 || sa.Reasons[0] >= 0x80 {
+		t.Fatalf("subscribe %s: reasons %v", filter, sa.Reasons)
+	}
+}
+
+// Raw packet encoders for the bad-input tests and fuzz seeds.
+
+func varint(n int) []byte {
+	var b []byte
+	for {
+		d := byte(n % 128)
+		n /= 128
+		if n > 0 {
+			d |= 0x80
+		}
+		b = append(b, d)
+		if n == 0 {
+			return b
+		}
+	}
+}
+
+func mqttString(s string) []byte {
+	b := binary.BigEndian.AppendUint16(nil, uint16(len(s)))
+	return append(b, s...)
+}
+
+func packet(first byte, body []byte) []byte {
+	return append(append([]byte{first}, varint(len(body))...), body...)
+}
+
+// rawConnect is a CONNECT with clean start, keep-alive 60s, protocol level 4 or 5.
+func rawConnect(level byte, clientID string) []byte {
+	body := append(mqttString("MQTT"), level, 0x02, 0x00, 0x3c)
+	if level == 5 {
+		body = append(body, 0x00) // no properties
+	}
+	body = append(body, mqttString(clientID)...)
+	return packet(0x10, body)
+}
+
+// rawPublish is a PUBLISH; level 5 adds an empty property section.
+func rawPublish(level, qos byte, id uint16, topic string, payload []byte) []byte {
+	body := mqttString(topic)
+	if qos > 0 {
+		body = binary.BigEndian.AppendUint16(body, id)
+	}
+	if level == 5 {
+		body = append(body, 0x00)
+	}
+	body = append(body, payload...)
+	return packet(0x30|qos<<1, body)
+}
+
+// dialRaw opens a TCP connection and, if level > 0, connects and reads the CONNACK.
+func dialRaw(t testing.TB, addr string, level byte, clientID string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if level == 0 {
+		return conn
+	}
+	if _, err := conn.Write(rawConnect(level, clientID)); err != nil {
+		t.Fatalf("write connect: %v", err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	hdr := make([]byte, 2)
+	if _, err := io.ReadFull(conn, hdr); err != nil || hdr[0] != 0x20 {
+		t.Fatalf("read connack: %v %x", err, hdr)
+	}
+	rest := make([]byte, hdr[1])
+	if _, err := io.ReadFull(conn, rest); err != nil {
+		t.Fatalf("read connack body: %v", err)
+	}
+	if len(rest) < 2 || rest[1] != 0 {
+		t.Fatalf("connack refused: %x", rest)
+	}
+	_ = conn.SetReadDeadline(time.Time{})
+	return conn
+}
+
+// readUntilClosed reads until the server closes the connection and returns
+// what it sent; it fails the test if the connection stays open.
+func readUntilClosed(t testing.TB, conn net.Conn, timeout time.Duration) []byte {
+	t.Helper()
+	_ = conn.SetReadDeadline(time.Now().Add(timeout))
+	b, err := io.ReadAll(conn)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("connection still open after %v (received %x)", timeout, b)
+	}
+	return b
+}
+
+// disconnectReason returns the reason code of a server DISCONNECT at the
+// start of b (MQTT 5), if there is one.
+func disconnectReason(b []byte) (byte, bool) {
+	if len(b) >= 3 && b[0] == 0xe0 && b[1] >= 1 {
+		return b[2], true
+	}
+	return 0, false
+}

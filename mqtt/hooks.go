@@ -1,0 +1,207 @@
+package mqtt
+
+import (
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/tributary-io/tributary/wal"
+)
+
+// authHook authenticates CONNECT packets: any client when users is empty,
+// else a matching username and password. Authenticated clients may publish
+// and subscribe to any topic.
+type authHook struct {
+	mochi.HookBase
+	users map[string]string
+}
+
+func (h *authHook) ID() string { return "tributary-auth" }
+
+func (h *authHook) Provides(b byte) bool {
+	return b == mochi.OnConnectAuthenticate || b == mochi.OnACLCheck
+}
+
+func (h *authHook) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {
+	if len(h.users) == 0 {
+		return true
+	}
+	want, ok := h.users[string(pk.Connect.Username)]
+	// Compare even for an unknown user so that timing does not tell.
+	match := subtle.ConstantTimeCompare([]byte(want), pk.Connect.Password) == 1
+	return ok && match && pk.Connect.UsernameFlag && pk.Connect.PasswordFlag
+}
+
+func (h *authHook) OnACLCheck(cl *mochi.Client, topic string, write bool) bool { return true }
+
+// publishHook makes every network publish durable before mochi acks and
+// delivers it; see the package comment.
+type publishHook struct {
+	mochi.HookBase
+	s *Server
+}
+
+func (h *publishHook) ID() string { return "tributary-wal" }
+
+func (h *publishHook) Provides(b byte) bool {
+	return b == mochi.OnPublish || b == mochi.OnPacketRead
+}
+
+// OnPacketRead refuses publishes that mochi's processPublish would ignore
+// without acking or telling anyone: topic names mochi reserves ($SYS...).
+// Wildcards are left to mochi, which refuses them in PublishValidate.
+func (h *publishHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.FixedHeader.Type != packets.Publish || cl.Net.Inline || pk.TopicName == "" ||
+		mochi.IsValidFilter(pk.TopicName, true) || strings.ContainsAny(pk.TopicName, "+#") {
+		return pk, nil
+	}
+	h.s.refusedTopic.Add(1)
+	h.s.log.Warn("publish to reserved topic refused, disconnecting client",
+		"client", cl.ID, "remote", cl.Net.Remote, "topic", pk.TopicName)
+	if cl.Properties.ProtocolVersion == 5 {
+		_ = h.s.broker.DisconnectClient(cl, packets.ErrTopicNameInvalid)
+	}
+	// ErrRejectPacket from OnPacketRead ends the read loop: the connection closes.
+	return pk, packets.ErrRejectPacket
+}
+
+// OnPublish runs on the client's read goroutine before mochi writes the
+// PUBACK/PUBREC, retains or delivers; it blocks until the record is durable.
+func (h *publishHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if cl.Net.Inline {
+		return pk, nil // the node's own messages: not logged, see package comment
+	}
+	s := h.s
+	rec := &wal.Record{
+		Stream:   s.router.StreamFor(pk.TopicName),
+		Topic:    pk.TopicName,
+		Value:    pk.Payload,
+		Source:   "mqtt",
+		ClientID: cl.ID,
+		Node:     s.cfg.NodeID,
+	}
+	if n := len(pk.Properties.User); n > 0 {
+		rec.Headers = make([]wal.Header, n)
+		for i, u := range pk.Properties.User {
+			rec.Headers[i] = wal.Header{Key: u.Key, Value: []byte(u.Val)}
+		}
+	}
+	err := s.sink.Append(s.ctx, rec)
+	if err == nil {
+		s.accepted[min(pk.FixedHeader.Qos, 2)].Add(1)
+		s.payloadBytes.Add(uint64(len(pk.Payload)))
+		s.budget.ok(s)
+		return pk, nil
+	}
+	return pk, s.refuse(cl, pk, rec.Stream, err)
+}
+
+// refuse answers a publish whose Append failed and returns
+// packets.ErrRejectPacket, which makes mochi skip its ack, retain and
+// delivery (server.go processPublish in v2.7.9).
+func (s *Server) refuse(cl *mochi.Client, pk packets.Packet, stream string, cause error) error {
+	budget := errors.Is(cause, wal.ErrBudgetExceeded)
+	if budget {
+		s.budget.exceeded(s, cause)
+	}
+	qos := pk.FixedHeader.Qos
+	if qos == 0 {
+		s.droppedQoS0.Add(1)
+		if n, ok := s.dropLog.allow(); ok {
+			s.log.Warn("qos 0 publish dropped: append failed",
+				"error", cause, "stream", stream, "client", cl.ID, "dropped_since_last_log", n)
+		}
+		return packets.ErrRejectPacket
+	}
+	s.refused.Add(1)
+	if budget {
+		s.refusedBudget.Add(1)
+	} else if n, ok := s.errLog.allow(); ok {
+		s.log.Error("publish refused: append failed",
+			"error", cause, "stream", stream, "client", cl.ID, "qos", qos, "refused_since_last_log", n)
+	}
+
+	if cl.Properties.ProtocolVersion < 5 {
+		// MQTT 3.1.1 has no negative acknowledgement: close the connection
+		// without acking; the client re-sends the message after reconnecting.
+		cl.Stop(fmt.Errorf("publish refused: %w", cause))
+		return packets.ErrRejectPacket
+	}
+	code := packets.ErrUnspecifiedError
+	if budget {
+		code = packets.ErrQuotaExceeded
+	}
+	// Written here rather than by returning code to mochi: for a code mochi
+	// v2.7.9 always writes a PUBACK, also for QoS 2, where PUBREC is due.
+	// A PUBREC with a failure code ends the QoS 2 exchange, so it is not
+	// recorded in the client's inflight state.
+	ack := packets.Packet{
+		FixedHeader: packets.FixedHeader{Type: packets.Puback},
+		PacketID:    pk.PacketID,
+		ReasonCode:  code.Code,
+		Properties:  packets.Properties{ReasonString: code.Reason},
+	}
+	if qos == 2 {
+		ack.FixedHeader.Type = packets.Pubrec
+	}
+	if err := cl.WritePacket(ack); err != nil {
+		cl.Stop(fmt.Errorf("write refusal: %w", err))
+	}
+	return packets.ErrRejectPacket
+}
+
+// budgetState logs one line when budget refusals start and one when they end.
+type budgetState struct {
+	refusing atomic.Bool
+	since    atomic.Int64 // unix nanos of the first refusal of the episode
+	count    atomic.Uint64
+}
+
+func (b *budgetState) exceeded(s *Server, cause error) {
+	b.count.Add(1)
+	if b.refusing.CompareAndSwap(false, true) {
+		b.since.Store(time.Now().UnixNano())
+		s.log.Warn("wal budget exceeded: refusing mqtt publishes until space is released",
+			"error", cause)
+	}
+}
+
+func (b *budgetState) ok(s *Server) {
+	if !b.refusing.Load() || !b.refusing.CompareAndSwap(true, false) {
+		return
+	}
+	n := b.count.Swap(0)
+	s.log.Info("wal budget available again: accepting mqtt publishes",
+		"refused", n, "duration", time.Since(time.Unix(0, b.since.Load())).Round(time.Millisecond))
+}
+
+// rateLimiter allows one log line per interval and counts the suppressed ones.
+type rateLimiter struct {
+	mu         sync.Mutex
+	last       time.Time
+	suppressed uint64
+}
+
+const logInterval = 5 * time.Second
+
+// allow reports whether to log now and how many events were suppressed
+// since the last allowed one.
+func (r *rateLimiter) allow() (uint64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	if !r.last.IsZero() && now.Sub(r.last) < logInterval {
+		r.suppressed++
+		return 0, false
+	}
+	n := r.suppressed
+	r.last, r.suppressed = now, 0
+	return n, true
+}

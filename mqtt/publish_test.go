@@ -1,0 +1,278 @@
+package mqtt
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/tributary-io/tributary/wal"
+)
+
+func TestPublishLandsInSink(t *testing.T) {
+	ts := startServer(t, nil)
+	c := dialPaho(t, ts.tcp, "dev-1", nil)
+
+	payload := []byte{0x00, 0xff, 'h', 'i', 0x80, '\n'} // not UTF-8, has NUL: byte-exact
+	cases := []struct {
+		topic  string
+		qos    byte
+		stream string
+	}{
+		{"sensors/a/temp", 0, "plant.temps"},
+		{"sensors/a/humidity", 1, "plant.sensors"},
+		{"other/Ünïcode/ topic ", 2, "default.mqtt"},
+	}
+	for _, tc := range cases {
+		props := &paho.PublishProperties{}
+		props.User.Add("k", "v1").Add("a", "").Add("k", "v2")
+		resp, err := publish(t, c, &paho.Publish{Topic: tc.topic, QoS: tc.qos, Payload: payload, Properties: props})
+		if err != nil {
+			t.Fatalf("qos %d: %v", tc.qos, err)
+		}
+		if tc.qos > 0 && resp.ReasonCode != 0 {
+			t.Fatalf("qos %d: reason %#x", tc.qos, resp.ReasonCode)
+		}
+		eventually(t, 5*time.Second, func() bool { return len(ts.sink.byTopic(tc.topic)) == 1 }, "record for %q", tc.topic)
+		r := ts.sink.byTopic(tc.topic)[0]
+		want := &wal.Record{
+			Stream: tc.stream, Partition: r.Partition, Offset: r.Offset, Topic: tc.topic, Value: payload,
+			Headers:  []wal.Header{{Key: "k", Value: []byte("v1")}, {Key: "a", Value: []byte{}}, {Key: "k", Value: []byte("v2")}},
+			Source:   "mqtt",
+			ClientID: "dev-1",
+			Node:     "node-1",
+		}
+		if !reflect.DeepEqual(r, want) {
+			t.Errorf("qos %d record\n got %+v\nwant %+v", tc.qos, r, want)
+		}
+	}
+	st := ts.Stats()
+	if st.Accepted != [3]uint64{1, 1, 1} || st.Clients != 1 || st.PayloadBytes != uint64(3*len(payload)) || st.BytesIn == 0 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// The acknowledgement must wait for Append: hold the sink, see the publish
+// blocked, release, see it acked.
+func TestAckOnlyAfterAppend(t *testing.T) {
+	ts := startServer(t, nil)
+	c := dialPaho(t, ts.tcp, "dev-ack", nil)
+	for _, qos := range []byte{1, 2} {
+		release := ts.sink.hold()
+		done := make(chan error, 1)
+		go func() {
+			resp, err := c.Publish(context.Background(), &paho.Publish{Topic: "t/ack", QoS: qos, Payload: []byte{qos}})
+			if err == nil && resp.ReasonCode != 0 {
+				err = errors.New("reason code " + string(rune('0'+resp.ReasonCode)))
+			}
+			done <- err
+		}()
+		eventually(t, 5*time.Second, func() bool { return ts.sink.held() == 1 }, "append held")
+		select {
+		case err := <-done:
+			t.Fatalf("qos %d: publish returned (%v) before Append did", qos, err)
+		case <-time.After(100 * time.Millisecond): // give a wrong ack time to arrive
+		}
+		if n := len(ts.sink.byTopic("t/ack")); n != int(qos)-1 {
+			t.Fatalf("qos %d: %d records before release", qos, n)
+		}
+		release()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("qos %d: %v", qos, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("qos %d: no ack after release", qos)
+		}
+		if n := len(ts.sink.byTopic("t/ack")); n != int(qos) {
+			t.Fatalf("qos %d: %d records after ack", qos, n)
+		}
+	}
+}
+
+func TestSubscriberDeliveryAndRefusedNotDelivered(t *testing.T) {
+	ts := startServer(t, nil)
+	var rcv received
+	sub := dialPaho(t, ts.tcp, "sub", &rcv)
+	subscribe(t, sub, "d/#", 1)
+	pub := dialPaho(t, ts.tcp, "pub", nil)
+
+	mustPublish(t, pub, "d/1", 1, "first")
+	eventually(t, 5*time.Second, func() bool { return len(rcv.all()) == 1 }, "first delivered")
+
+	ts.sink.setFail(wal.ErrBudgetExceeded)
+	for qos := byte(0); qos <= 2; qos++ {
+		_, _ = publish(t, pub, &paho.Publish{Topic: "d/refused", QoS: qos, Payload: []byte("refused"), Retain: true})
+	}
+	ts.sink.setFail(nil)
+	mustPublish(t, pub, "d/2", 1, "second")
+	eventually(t, 5*time.Second, func() bool { return len(rcv.all()) >= 2 }, "second delivered")
+	time.Sleep(50 * time.Millisecond) // a wrongly delivered message would have arrived before "second"
+	for _, m := range rcv.all() {
+		if m.Topic == "d/refused" {
+			t.Fatalf("refused publish delivered: %+v", m)
+		}
+	}
+	if got := rcv.all(); len(got) != 2 || string(got[1].Payload) != "second" {
+		t.Fatalf("received %d messages", len(got))
+	}
+	// Nor retained: a new subscriber gets no retained "d/refused".
+	var rcv2 received
+	sub2 := dialPaho(t, ts.tcp, "sub2", &rcv2)
+	subscribe(t, sub2, "d/refused", 1)
+	mustPublish(t, pub, "d/refused", 1, "marker")
+	eventually(t, 5*time.Second, func() bool { return len(rcv2.all()) >= 1 }, "marker delivered")
+	if got := rcv2.all(); len(got) != 1 || string(got[0].Payload) != "marker" {
+		t.Fatalf("new subscriber got %d messages, first %q", len(got), got[0].Payload)
+	}
+}
+
+func TestBrokerFeatures(t *testing.T) {
+	ts := startServer(t, nil)
+	pub := dialPaho(t, ts.tcp, "pub", nil)
+
+	// Retained.
+	resp, err := publish(t, pub, &paho.Publish{Topic: "r/state", QoS: 1, Retain: true, Payload: []byte("on")})
+	if err != nil || resp.ReasonCode != 0 {
+		t.Fatalf("retained publish: %v %v", err, resp)
+	}
+	var rr received
+	late := dialPaho(t, ts.tcp, "late", &rr)
+	subscribe(t, late, "r/+", 1)
+	eventually(t, 5*time.Second, func() bool { return len(rr.all()) == 1 }, "retained delivered")
+	if m := rr.all()[0]; string(m.Payload) != "on" || !m.Retain {
+		t.Fatalf("retained: %+v", m)
+	}
+
+	// Shared subscription: each message goes to one member of the group.
+	var s1, s2 received
+	subscribe(t, dialPaho(t, ts.tcp, "s1", &s1), "$share/g/job/#", 1)
+	subscribe(t, dialPaho(t, ts.tcp, "s2", &s2), "$share/g/job/#", 1)
+	for i := 0; i < 10; i++ {
+		mustPublish(t, pub, "job/x", 1, "j")
+	}
+	eventually(t, 5*time.Second, func() bool { return len(s1.all())+len(s2.all()) == 10 }, "shared delivered once each")
+
+	// MQTT 5 properties pass through to subscribers.
+	var pr received
+	subscribe(t, dialPaho(t, ts.tcp, "props", &pr), "p/t", 1)
+	props := &paho.PublishProperties{ContentType: "application/json", ResponseTopic: "p/reply"}
+	props.User.Add("trace", "abc")
+	if _, err := publish(t, pub, &paho.Publish{Topic: "p/t", QoS: 1, Payload: []byte("{}"), Properties: props}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, func() bool { return len(pr.all()) == 1 }, "props delivered")
+	if p := pr.all()[0].Properties; p == nil || p.ContentType != "application/json" || p.ResponseTopic != "p/reply" || p.User.Get("trace") != "abc" {
+		t.Fatalf("properties: %+v", p)
+	}
+
+	// Will: a client that dies without DISCONNECT has its will delivered.
+	var wr received
+	subscribe(t, dialPaho(t, ts.tcp, "will-watch", &wr), "wills/#", 1)
+	wc := dialRawWill(t, ts.tcp)
+	wc.Close()
+	eventually(t, 5*time.Second, func() bool { return len(wr.all()) == 1 }, "will delivered")
+
+	// The inline client publishes to local subscribers and is not logged.
+	var ir received
+	subscribe(t, dialPaho(t, ts.tcp, "inline-watch", &ir), "node/#", 0)
+	if err := ts.Publish("node/hello", []byte("hi"), false, 0); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, func() bool { return len(ir.all()) == 1 }, "inline delivered")
+	if n := len(ts.sink.byTopic("node/hello")); n != 0 {
+		t.Fatalf("inline publish logged %d times", n)
+	}
+}
+
+// dialRawWill connects with MQTT 5 and a will on "wills/dead".
+func dialRawWill(t *testing.T, addr string) interface{ Close() error } {
+	t.Helper()
+	body := append(mqttString("MQTT"), 5, 0x02|0x04|0x08, 0x00, 0x3c, 0x00) // clean, will, will qos 1
+	body = append(body, mqttString("will-client")...)
+	body = append(body, 0x00) // will properties
+	body = append(body, mqttString("wills/dead")...)
+	body = append(body, mqttString("gone")...)
+	conn := dialRawPacket(t, addr, packet(0x10, body))
+	return conn
+}
+
+func dialRawPacket(t *testing.T, addr string, connect []byte) interface{ Close() error } {
+	conn := dialRaw(t, addr, 0, "")
+	if _, err := conn.Write(connect); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 4)
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := conn.Read(b); err != nil || b[0] != 0x20 {
+		t.Fatalf("connack: %v %x", err, b)
+	}
+	return conn
+}
+
+func TestAuth(t *testing.T) {
+	ts := startServer(t, func(c *Config) { c.Users = map[string]string{"dev": "s3cret"} })
+	try := func(user, pass string) byte {
+		conn := dialRaw(t, ts.tcp, 0, "")
+		body := append(mqttString("MQTT"), 5, 0x02|0x80|0x40, 0x00, 0x3c, 0x00)
+		body = append(body, mqttString("auth-"+user)...)
+		body = append(body, mqttString(user)...)
+		body = append(body, mqttString(pass)...)
+		if _, err := conn.Write(packet(0x10, body)); err != nil {
+			t.Fatal(err)
+		}
+		b := readFirst(t, conn)
+		return b[3] // 0x20 len flags reason
+	}
+	if rc := try("dev", "s3cret"); rc != 0 {
+		t.Errorf("good password: reason %#x", rc)
+	}
+	if rc := try("dev", "wrong"); rc != 0x86 {
+		t.Errorf("bad password: reason %#x", rc)
+	}
+	if rc := try("nobody", "x"); rc != 0x86 {
+		t.Errorf("unknown user: reason %#x", rc)
+	}
+}
+
+func readFirst(t *testing.T, conn interface{ Read([]byte) (int, error) }) []byte {
+	t.Helper()
+	b := make([]byte, 64)
+	n, err := conn.Read(b)
+	if err != nil || n < 4 {
+		t.Fatalf("read: %v (%x)", err, b[:n])
+	}
+	return b[:n]
+}
+
+func TestWebSocketListener(t *testing.T) {
+	ts := startServer(t, nil)
+	if ts.ws == "" || strings.HasSuffix(ts.ws, ":0") || strings.HasSuffix(ts.tcp, ":0") {
+		t.Fatalf("addrs %v", ts.Addrs())
+	}
+	if !strings.Contains(ts.logs.String(), "mqtt listening") {
+		t.Errorf("no listening log line:\n%s", ts.logs)
+	}
+	conn := dialWS(t, ts.ws)
+	if _, err := conn.Write(rawConnect(5, "ws-client")); err != nil {
+		t.Fatal(err)
+	}
+	if b := readFirst(t, conn); b[0] != 0x20 || b[3] != 0 {
+		t.Fatalf("connack %x", b)
+	}
+	if _, err := conn.Write(rawPublish(5, 1, 1, "ws/t", []byte("over ws"))); err != nil {
+		t.Fatal(err)
+	}
+	if b := readFirst(t, conn); b[0] != 0x40 {
+		t.Fatalf("puback %x", b)
+	}
+	if r := ts.sink.byTopic("ws/t"); len(r) != 1 || !bytes.Equal(r[0].Value, []byte("over ws")) {
+		t.Fatalf("records %v", r)
+	}
+}

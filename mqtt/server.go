@@ -1,0 +1,319 @@
+// Package mqtt is Tributary's MQTT front door: a mochi-mqtt broker whose
+// hooks make every publish from a network client durable in the write-ahead
+// log before it is acknowledged or delivered.
+//
+// Invariants:
+//
+//   - Ack only after durable. A QoS 1 PUBACK or QoS 2 PUBREC with a success
+//     code is written only after Sink.Append returned nil for the record, i.e.
+//     after it was fsynced.
+//   - Refused is never delivered. A publish whose Append failed is neither
+//     retained nor delivered to any subscriber, and is never acknowledged as a
+//     success: MQTT 5 clients get PUBACK/PUBREC with reason 0x97 (quota
+//     exceeded: the WAL disk budget) or 0x80 (any other error); MQTT 3.1.1
+//     clients, which have no reason codes, are disconnected so that they
+//     re-send after reconnecting.
+//   - Nothing is silently dropped. A QoS 0 publish that cannot be appended is
+//     dropped (QoS 0 has no way back to the sender) but counted in Stats and
+//     logged, rate-limited. Publishes mochi would ignore without a word
+//     (topics beginning with $SYS) are refused with a disconnect. Topics no
+//     route matches go to the default stream.
+//
+// Outline: New builds a mochi server with explicit capabilities, an auth hook
+// (allow-all when Config.Users is empty, else a username/password check) and
+// the publish hook. mochi runs OnPublish on the connection's read goroutine
+// after the ACL check and topic-alias resolution and before it writes the
+// acknowledgement, so the hook simply blocks in Sink.Append: each connection
+// waits one group commit per message, while concurrent connections share
+// commits. On success the hook returns the packet and mochi acks, retains and
+// delivers as usual. On failure the hook writes the refusal itself with
+// Client.WritePacket (mochi v2.7.9 answers a packets.Code refusal with a
+// PUBACK even for QoS 2) or stops the client, and returns
+// packets.ErrRejectPacket, which makes mochi skip ack, retain and delivery.
+// Messages from the inline client (Server.Publish on the node) are not
+// logged: they are the node's own and would otherwise be logged twice.
+//
+// Will messages are delivered by mochi without passing OnPublish and are not
+// logged.
+package mqtt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	mochi "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/listeners"
+
+	"github.com/tributary-io/tributary/wal"
+)
+
+// Sink makes records durable. Append returns only after every record is
+// durable (fsynced), or with an error, in which case none was accepted.
+// Append sets rec.Partition (and Offset) itself; this package sets Stream,
+// Topic, Value, Headers, Source="mqtt", ClientID, Node and Timestamp=0.
+// Records must be treated as read-only: Value is shared with delivery.
+type Sink interface {
+	Append(ctx context.Context, recs ...*wal.Record) error
+}
+
+// Listener ids as reported by Server.Addrs.
+const (
+	ListenerTCP = "tcp"
+	ListenerWS  = "ws"
+)
+
+// Defaults for Config fields left zero.
+const (
+	DefaultMaxPacketSize  = 1 << 20
+	DefaultReceiveMaximum = 64
+)
+
+var (
+	// ErrClosed is returned by Start on a closed server.
+	ErrClosed = errors.New("mqtt: server closed")
+	// ErrConfig wraps configuration errors from New.
+	ErrConfig = errors.New("mqtt: invalid config")
+)
+
+// Config configures a Server.
+type Config struct {
+	TCPAddr        string            // e.g. "127.0.0.1:1883"; "" = off; port 0 = any
+	WSAddr         string            // WebSocket listener, e.g. "127.0.0.1:1884"; "" = off
+	NodeID         string            // written to every record's Node
+	Routes         []Route           // topic filter -> stream; first match wins
+	DefaultStream  string            // catch-all stream; "" = DefaultStream
+	Users          map[string]string // username -> password; empty = anonymous allowed
+	MaxPacketSize  uint32            // bytes; 0 = DefaultMaxPacketSize
+	ReceiveMaximum uint16            // QoS 1/2 in flight per client; 0 = DefaultReceiveMaximum
+	Logger         *slog.Logger      // nil = slog.Default()
+}
+
+// Stats are counters since New.
+type Stats struct {
+	Clients       int64     // network clients connected now
+	Accepted      [3]uint64 // publishes made durable, by QoS
+	Refused       uint64    // QoS 1/2 publishes refused (Append failed)
+	RefusedBudget uint64    // of Refused, because the WAL budget was exceeded
+	DroppedQoS0   uint64    // QoS 0 publishes dropped because Append failed
+	RefusedTopic  uint64    // publishes refused for a topic mochi would ignore
+	BytesIn       int64     // bytes received from the network (all packets)
+	PayloadBytes  uint64    // payload bytes made durable
+	Panics        uint64    // connections closed because input made mochi panic
+}
+
+// Server is the MQTT broker of one node.
+type Server struct {
+	cfg    Config
+	sink   Sink
+	router Router
+	log    *slog.Logger
+	broker *mochi.Server
+
+	ctx    context.Context // Append context; canceled by Close
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	started   bool
+	closed    bool
+	listeners []listeners.Listener
+
+	accepted      [3]atomic.Uint64
+	refused       atomic.Uint64
+	refusedBudget atomic.Uint64
+	droppedQoS0   atomic.Uint64
+	refusedTopic  atomic.Uint64
+	payloadBytes  atomic.Uint64
+	panics        atomic.Uint64
+	lastPanic     atomic.Value // string: stack of the last recovered panic
+
+	budget  budgetState
+	dropLog rateLimiter // QoS 0 drops
+	errLog  rateLimiter // refusals for reasons other than the budget
+}
+
+// New validates cfg and builds a server; Start opens the listeners.
+func New(cfg Config, sink Sink) (*Server, error) {
+	if sink == nil {
+		return nil, fmt.Errorf("nil sink: %w", ErrConfig)
+	}
+	if cfg.NodeID == "" {
+		return nil, fmt.Errorf("empty node id: %w", ErrConfig)
+	}
+	router, err := NewRouter(cfg.Routes, cfg.DefaultStream)
+	if err != nil {
+		return nil, fmt.Errorf("routes: %w", err)
+	}
+	if cfg.MaxPacketSize == 0 {
+		cfg.MaxPacketSize = DefaultMaxPacketSize
+	}
+	if cfg.ReceiveMaximum == 0 {
+		cfg.ReceiveMaximum = DefaultReceiveMaximum
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	log := cfg.Logger.With("component", "mqtt")
+
+	caps := mochi.NewDefaultServerCapabilities()
+	caps.MaximumPacketSize = cfg.MaxPacketSize    // oversize packets close the connection
+	caps.ReceiveMaximum = cfg.ReceiveMaximum      // client -> server QoS 1/2 in flight
+	caps.MaximumInflight = 1024                   // server -> client QoS 1/2 stored per client
+	caps.MaximumClientWritesPending = 1024        // outbound queue per client
+	caps.MaximumSessionExpiryInterval = 24 * 3600 // seconds a disconnected session is kept
+	caps.MaximumMessageExpiryInterval = 24 * 3600
+	caps.TopicAliasMaximum = 1024
+	// Without this mochi copies the publish's properties (user properties
+	// included) into the PUBACK/PUBREC, which then also carries reason code
+	// 0x01 ("granted qos 1"), not a PUBACK reason code.
+	caps.Compatibilities.NoInheritedPropertiesOnAck = true
+
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		cfg:    cfg,
+		sink:   sink,
+		router: router,
+		log:    log,
+		ctx:    ctx,
+		cancel: cancel,
+	}
+	s.broker = mochi.New(&mochi.Options{
+		Capabilities:           caps,
+		Logger:                 cfg.Logger.With("component", "mochi"),
+		InlineClient:           true,
+		SysTopicResendInterval: 10,
+	})
+	if err := s.broker.AddHook(&authHook{users: cfg.Users}, nil); err != nil {
+		cancel()
+		return nil, fmt.Errorf("add auth hook: %w", err)
+	}
+	if err := s.broker.AddHook(&publishHook{s: s}, nil); err != nil {
+		cancel()
+		return nil, fmt.Errorf("add publish hook: %w", err)
+	}
+	return s, nil
+}
+
+// Start opens the configured listeners and starts serving.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if s.started {
+		return errors.New("mqtt: already started")
+	}
+	var opened []net.Listener
+	fail := func(err error) error {
+		for _, ln := range opened {
+			_ = ln.Close()
+		}
+		return err
+	}
+	if s.cfg.TCPAddr != "" {
+		ln, err := net.Listen("tcp", s.cfg.TCPAddr)
+		if err != nil {
+			return fail(fmt.Errorf("listen tcp %s: %w", s.cfg.TCPAddr, err))
+		}
+		opened = append(opened, ln)
+		s.listeners = append(s.listeners, newTCPListener(ListenerTCP, ln, s.recoverClient))
+	}
+	if s.cfg.WSAddr != "" {
+		ln, err := net.Listen("tcp", s.cfg.WSAddr)
+		if err != nil {
+			return fail(fmt.Errorf("listen ws %s: %w", s.cfg.WSAddr, err))
+		}
+		opened = append(opened, ln)
+		s.listeners = append(s.listeners, newWSListener(ListenerWS, ln, s.recoverClient))
+	}
+	for _, l := range s.listeners {
+		if err := s.broker.AddListener(l); err != nil {
+			return fail(fmt.Errorf("add listener %s: %w", l.ID(), err))
+		}
+	}
+	if err := s.broker.Serve(); err != nil {
+		return fail(fmt.Errorf("serve: %w", err))
+	}
+	s.started = true
+	for _, l := range s.listeners {
+		s.log.Info("mqtt listening", "listener", l.ID(), "protocol", l.Protocol(), "addr", l.Address())
+	}
+	return nil
+}
+
+// Addrs returns listener id -> bound address ("127.0.0.1:41883"), with the
+// actual port when the configured one was 0. Empty before Start.
+func (s *Server) Addrs() map[string]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := make(map[string]string, len(s.listeners))
+	for _, l := range s.listeners {
+		m[l.ID()] = l.Address()
+	}
+	return m
+}
+
+// Publish publishes a message from the node itself through the inline
+// client, for local subscribers. It is not logged to the sink.
+func (s *Server) Publish(topic string, payload []byte, retain bool, qos byte) error {
+	if err := s.broker.Publish(topic, payload, retain, qos); err != nil {
+		return fmt.Errorf("publish %s: %w", topic, err)
+	}
+	return nil
+}
+
+// Close stops the listeners, disconnects every client, cancels appends still
+// in progress (their publishes are refused, never acked) and waits for the
+// connection goroutines to finish or ctx to end.
+func (s *Server) Close(ctx context.Context) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	started := s.started
+	s.mu.Unlock()
+
+	s.cancel()
+	if !started {
+		return nil
+	}
+	// mochi's Close disconnects every client and waits for their goroutines;
+	// those blocked in Append return promptly now that s.ctx is canceled.
+	done := make(chan error, 1)
+	go func() { done <- s.broker.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("close broker: %w", err)
+		}
+		s.log.Info("mqtt stopped")
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("close: waiting for clients: %w", ctx.Err())
+	}
+}
+
+// Stats returns a snapshot of the counters.
+func (s *Server) Stats() Stats {
+	st := Stats{
+		Clients:       atomic.LoadInt64(&s.broker.Info.ClientsConnected),
+		Refused:       s.refused.Load(),
+		RefusedBudget: s.refusedBudget.Load(),
+		DroppedQoS0:   s.droppedQoS0.Load(),
+		RefusedTopic:  s.refusedTopic.Load(),
+		BytesIn:       atomic.LoadInt64(&s.broker.Info.BytesReceived),
+		PayloadBytes:  s.payloadBytes.Load(),
+		Panics:        s.panics.Load(),
+	}
+	for i := range st.Accepted {
+		st.Accepted[i] = s.accepted[i].Load()
+	}
+	return st
+}

@@ -1,0 +1,137 @@
+package mqtt
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+	"github.com/mochi-mqtt/server/v2/listeners"
+)
+
+// wsListener serves MQTT over WebSocket on a listener we bound ourselves, so
+// that the bound address (port 0) is known; mochi's own Websocket listener
+// calls ListenAndServe and can only report the configured address. The
+// connection adapter follows mochi's listeners/websocket.go (MIT).
+type wsListener struct {
+	id       string
+	ln       net.Listener
+	recover  func(net.Conn, any)
+	srv      *http.Server
+	log      *slog.Logger
+	upgrader websocket.Upgrader
+
+	mu        sync.Mutex
+	closed    bool
+	establish listeners.EstablishFn
+}
+
+var errWSMessage = errors.New("mqtt: websocket message is not binary")
+
+func newWSListener(id string, ln net.Listener, recover func(net.Conn, any)) *wsListener {
+	return &wsListener{
+		id:      id,
+		ln:      ln,
+		recover: recover,
+		upgrader: websocket.Upgrader{
+			Subprotocols: []string{"mqtt"},
+			CheckOrigin:  func(*http.Request) bool { return true },
+		},
+	}
+}
+
+func (l *wsListener) ID() string       { return l.id }
+func (l *wsListener) Address() string  { return l.ln.Addr().String() }
+func (l *wsListener) Protocol() string { return "ws" }
+
+func (l *wsListener) Init(log *slog.Logger) error {
+	l.log = log
+	l.srv = &http.Server{Handler: l, ReadHeaderTimeout: 10 * time.Second}
+	return nil
+}
+
+func (l *wsListener) Serve(establish listeners.EstablishFn) {
+	l.mu.Lock()
+	l.establish = establish
+	l.mu.Unlock()
+	if err := l.srv.Serve(l.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		l.log.Error("websocket listener stopped", "error", err)
+	}
+}
+
+func (l *wsListener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	c, err := l.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // Upgrade has answered the request
+	}
+	defer c.Close()
+	l.mu.Lock()
+	establish := l.establish
+	l.mu.Unlock()
+	conn := &wsConn{Conn: c.NetConn(), c: c}
+	defer func() {
+		if r := recover(); r != nil {
+			l.recover(conn, r) // see tcpListener
+		}
+	}()
+	if err := establish(l.id, conn); err != nil {
+		l.log.Debug("websocket client ended", "error", err, "remote", r.RemoteAddr)
+	}
+}
+
+func (l *wsListener) Close(closeClients listeners.CloseFn) {
+	l.mu.Lock()
+	first := !l.closed
+	l.closed = true
+	l.mu.Unlock()
+	if first && l.srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = l.srv.Shutdown(ctx)
+	}
+	closeClients(l.id)
+}
+
+// wsConn presents a WebSocket connection as a byte stream: reads run across
+// binary messages, each write is one binary message.
+type wsConn struct {
+	net.Conn
+	c *websocket.Conn
+	r io.Reader // current message, nil between messages
+}
+
+func (ws *wsConn) Read(p []byte) (int, error) {
+	for {
+		if ws.r == nil {
+			op, r, err := ws.c.NextReader()
+			if err != nil {
+				return 0, err
+			}
+			if op != websocket.BinaryMessage {
+				return 0, errWSMessage
+			}
+			ws.r = r
+		}
+		n, err := ws.r.Read(p)
+		if errors.Is(err, io.EOF) {
+			ws.r = nil
+			err = nil
+			if n == 0 {
+				continue // empty or finished message: read the next one
+			}
+		}
+		return n, err
+	}
+}
+
+func (ws *wsConn) Write(p []byte) (int, error) {
+	if err := ws.c.WriteMessage(websocket.BinaryMessage, p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
