@@ -34,7 +34,7 @@ func TestBadInput(t *testing.T) {
 			goodErr <- err
 			return
 		}
-		defer cl.Disconnect(nil)
+		defer cl.Disconnect(&paho.Disconnect{})
 		if _, err := publishN(ctx, cl, l, "good", 0, 2000); err != nil {
 			goodErr <- err
 		}

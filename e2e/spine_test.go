@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eclipse/paho.golang/paho"
+
 	"github.com/tributary-io/tributary/wal"
 )
 
@@ -90,7 +92,7 @@ func TestRoundTrip(t *testing.T) {
 				errs <- err
 				return
 			}
-			defer cl.Disconnect(nil)
+			defer cl.Disconnect(&paho.Disconnect{})
 			if _, err := publishN(ctx, cl, l, name, 0, 1000); err != nil {
 				errs <- err
 			}
