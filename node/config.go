@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -250,8 +251,8 @@ func ParseByteSize(s string) (ByteSize, error) {
 			break
 		}
 	}
-	var n int64
-	if _, err := fmt.Sscan(s, &n); err != nil || n < 0 {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
 		return 0, fmt.Errorf("size %q: want a number with an optional unit (KiB, MiB, GiB, KB, MB, GB)", s)
 	}
 	return ByteSize(n * mult), nil

@@ -176,4 +176,3 @@ func (n *Node) registerMetrics(reg *prometheus.Registry) {
 	counter("tributary_mqtt_qos0_dropped_total", "QoS 0 publishes dropped because they could not be made durable.", func() float64 { return float64(n.mqtt.Stats().DroppedQoS0) })
 	counter("tributary_mqtt_payload_bytes_total", "MQTT payload bytes made durable.", func() float64 { return float64(n.mqtt.Stats().PayloadBytes) })
 }
-

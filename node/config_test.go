@@ -1,0 +1,61 @@
+package node
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseConfigDefaultsAndEnv(t *testing.T) {
+	t.Setenv("TRIB_NODE", "edge-7")
+	c, err := ParseConfig([]byte("node_id: ${TRIB_NODE}\ndata_dir: /tmp/x\nwal:\n  max_bytes: 64MiB\nmqtt:\n  routes:\n    - {filter: a/#, stream: a.b}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.NodeID != "edge-7" || c.WAL.MaxBytes != 64<<20 || c.WAL.Path != "/tmp/x/wal/wal.db" ||
+		c.Catalog.URI != "sqlite:///tmp/x/catalog.db" || c.Catalog.Warehouse != "file:///tmp/x/warehouse" ||
+		c.Uplink.CommitInterval != time.Second || c.MQTT.DefaultStream != "mqtt.default" || len(c.MQTT.Routes) != 1 {
+		t.Fatalf("unexpected config %+v", c)
+	}
+}
+
+func TestParseConfigErrorsNameTheField(t *testing.T) {
+	cases := []struct{ yaml, want string }{
+		{"node_id: ${TRIB_UNSET_VAR}", "TRIB_UNSET_VAR"},
+		{"wal:\n  max_bytes: 10", "wal.max_bytes"},
+		{"wal:\n  max_bytes: lots", "size"},
+		{"catalog:\n  uri: mysql://x", "catalog.uri"},
+		{"catalog:\n  partition_granularity: week", "catalog.partition_granularity"},
+		{"mqtt:\n  default_stream: nodot", "mqtt.default_stream"},
+		{"mqtt:\n  routes:\n    - {filter: a, stream: bad name}", "mqtt.routes[0].stream"},
+		{"uplink:\n  commit_interval: 1ms", "uplink.commit_interval"},
+		{"unknown_field: 1", "unknown_field"},
+	}
+	for _, c := range cases {
+		_, err := ParseConfig([]byte(c.yaml))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want one naming %q", c.yaml, err, c.want)
+		}
+	}
+}
+
+func TestParseByteSize(t *testing.T) {
+	for in, want := range map[string]ByteSize{"1000": 1000, "1KiB": 1024, "64MiB": 64 << 20, "1GB": 1e9, "2g": 2 << 30} {
+		got, err := ParseByteSize(in)
+		if err != nil || got != want {
+			t.Errorf("%s: %d %v, want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "-1", "x", "1XB"} {
+		if _, err := ParseByteSize(in); err == nil {
+			t.Errorf("%q: no error", in)
+		}
+	}
+}
+
+func TestDeployExampleParses(t *testing.T) {
+	t.Setenv("HOSTNAME", "edge-a")
+	if _, err := LoadConfig("../deploy/edge.yaml"); err != nil {
+		t.Fatal(err)
+	}
+}
