@@ -276,3 +276,48 @@ func TestWebSocketListener(t *testing.T) {
 		t.Fatalf("records %v", r)
 	}
 }
+
+// Appends of different connections run concurrently (so they can share a
+// group commit); Close cancels appends still held and acks none of them.
+func TestConcurrentAppendsAndClose(t *testing.T) {
+	ts := startServer(t, nil)
+	release := ts.sink.hold()
+	defer release()
+	results := make(chan error, 3)
+	for i := 0; i < 3; i++ {
+		c := dialPaho(t, ts.tcp, "conc-"+string(rune('a'+i)), nil)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			resp, err := c.Publish(ctx, &paho.Publish{Topic: "conc/t", QoS: 1, Payload: []byte("x")})
+			if err == nil && resp.ReasonCode < 0x80 {
+				results <- nil // acknowledged
+				return
+			}
+			results <- errors.New("not acknowledged")
+		}()
+	}
+	eventually(t, 5*time.Second, func() bool { return ts.sink.held() == 3 }, "three appends in progress at once")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := ts.Close(ctx); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	for i := 0; i < 3; i++ {
+		select {
+		case err := <-results:
+			if err == nil {
+				t.Fatal("publish acknowledged although its append was canceled by Close")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("publish neither acked nor failed after Close")
+		}
+	}
+	if n := ts.sink.len(); n != 0 {
+		t.Fatalf("%d records", n)
+	}
+	if err := ts.Start(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("start after close: %v", err)
+	}
+}
