@@ -287,7 +287,8 @@ func TestConcurrentAppendsAndClose(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		c := dialPaho(t, ts.tcp, "conc-"+string(rune('a'+i)), nil)
 		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			// paho may wait for its context once the server is gone.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			resp, err := c.Publish(ctx, &paho.Publish{Topic: "conc/t", QoS: 1, Payload: []byte("x")})
 			if err == nil && resp.ReasonCode < 0x80 {
