@@ -167,7 +167,6 @@ func New(cfg Config, sink Sink) (*Server, error) {
 	caps.MaximumPacketSize = cfg.MaxPacketSize    // oversize packets close the connection
 	caps.ReceiveMaximum = cfg.ReceiveMaximum      // client -> server QoS 1/2 in flight
 	caps.MaximumInflight = 1024                   // server -> client QoS 1/2 stored per client
-	caps.MaximumClientWritesPending = 1024        // outbound queue per client
 	caps.MaximumSessionExpiryInterval = 24 * 3600 // seconds a disconnected session is kept
 	caps.MaximumMessageExpiryInterval = 24 * 3600
 	caps.TopicAliasMaximum = 1024
