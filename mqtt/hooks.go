@@ -55,7 +55,9 @@ func (h *publishHook) Provides(b byte) bool {
 }
 
 // OnPacketRead refuses publishes that mochi's processPublish would ignore
-// without acking or telling anyone: topic names mochi reserves ($SYS...).
+// without acking or telling anyone: topic names mochi reserves ($SYS/...,
+// a bare $share or $share/group; see mochi's processPublish and
+// IsValidFilter).
 // Wildcards are left to mochi, which refuses them in PublishValidate.
 func (h *publishHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
 	if pk.FixedHeader.Type != packets.Publish || cl.Net.Inline || pk.TopicName == "" ||

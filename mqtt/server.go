@@ -16,8 +16,9 @@
 //   - Nothing is silently dropped. A QoS 0 publish that cannot be appended is
 //     dropped (QoS 0 has no way back to the sender) but counted in Stats and
 //     logged, rate-limited. Publishes mochi would ignore without a word
-//     (topics beginning with $SYS) are refused with a disconnect. Topics no
-//     route matches go to the default stream.
+//     (topic names it reserves: $SYS/..., a bare $share or $share/group)
+//     are refused with a disconnect (MQTT 5: reason 0x90). Topics no route
+//     matches go to the default stream.
 //
 // Outline: New builds a mochi server with explicit capabilities, an auth hook
 // (allow-all when Config.Users is empty, else a username/password check) and
@@ -33,8 +34,11 @@
 // Messages from the inline client (Server.Publish on the node) are not
 // logged: they are the node's own and would otherwise be logged twice.
 //
-// Will messages are delivered by mochi without passing OnPublish and are not
-// logged.
+// Limits: will messages are delivered by mochi without passing OnPublish
+// and are not logged; a 3.1.1 client disconnected for a refusal does not get
+// its will sent (mochi treats a server-side stop as a clean end). Each
+// connection's goroutine recovers from panics in mochi's packet decoding, so
+// malformed input closes one connection, never the node (see tcpListener).
 package mqtt
 
 import (
@@ -163,7 +167,6 @@ func New(cfg Config, sink Sink) (*Server, error) {
 	caps.MaximumPacketSize = cfg.MaxPacketSize    // oversize packets close the connection
 	caps.ReceiveMaximum = cfg.ReceiveMaximum      // client -> server QoS 1/2 in flight
 	caps.MaximumInflight = 1024                   // server -> client QoS 1/2 stored per client
-	caps.MaximumClientWritesPending = 1024        // outbound queue per client
 	caps.MaximumSessionExpiryInterval = 24 * 3600 // seconds a disconnected session is kept
 	caps.MaximumMessageExpiryInterval = 24 * 3600
 	caps.TopicAliasMaximum = 1024
