@@ -1,0 +1,230 @@
+//go:build bench
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	firmwaresim "github.com/tributary-io/tributary/firmware-sim"
+	"github.com/tributary-io/tributary/tables"
+)
+
+// The load runs of issue 2, measured in ONE run with the same load
+// generator (firmware-sim) against Tributary and Debian's mosquitto:
+//
+//	go test -tags bench -run TestBench -v ./e2e/     (make bench)
+//
+// Durations can be stretched with TRIBUTARY_BENCH_SECONDS (default 10).
+
+func benchSeconds() time.Duration {
+	if v := os.Getenv("TRIBUTARY_BENCH_SECONDS"); v != "" {
+		var n int
+		fmt.Sscan(v, &n)
+		if n > 0 {
+			return time.Duration(n) * time.Second
+		}
+	}
+	return 10 * time.Second
+}
+
+func freePort(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startMosquitto runs Debian's mosquitto 2 with its default settings
+// (no persistence) on a loopback port.
+func startMosquitto(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("mosquitto")
+	if err != nil {
+		bin = "/usr/sbin/mosquitto"
+		if _, err := os.Stat(bin); err != nil {
+			t.Fatalf("mosquitto not installed (Debian package mosquitto; make bench installs it)")
+		}
+	}
+	addr := freePort(t)
+	host, port, _ := strings.Cut(addr, ":")
+	conf := filepath.Join(t.TempDir(), "mosquitto.conf")
+	os.WriteFile(conf, []byte(fmt.Sprintf("listener %s %s\nallow_anonymous true\n", port, host)), 0o644)
+	cmd := exec.Command(bin, "-c", conf)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitFor(t, 10*time.Second, "mosquitto listening", func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	return addr
+}
+
+func load(t *testing.T, addr string, qos byte, devices int, rate float64, d time.Duration, progress func(firmwaresim.Summary)) firmwaresim.Summary {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d+60*time.Second)
+	defer cancel()
+	sum, err := firmwaresim.Run(ctx, firmwaresim.Config{Broker: "tcp://" + addr, Devices: devices, Rate: rate, QoS: qos,
+		PayloadSize: 256, Duration: d, ClientIDPrefix: fmt.Sprintf("bench%d", time.Now().UnixNano()%1e6),
+		Progress: progress, ProgressEvery: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("load against %s: %v", addr, err)
+	}
+	return sum
+}
+
+func TestBenchMQTTIngest(t *testing.T) {
+	d := benchSeconds()
+	mosq := startMosquitto(t)
+	dir := t.TempDir()
+	p := startDev(t, dir, "--commit-interval", "1s")
+
+	type row struct {
+		name string
+		s    firmwaresim.Summary
+	}
+	var rows []row
+	for _, qos := range []byte{1, firmwaresim.QoS0} {
+		q := "QoS 1"
+		if qos == firmwaresim.QoS0 {
+			q = "QoS 0"
+		}
+		rows = append(rows, row{"tributary " + q, load(t, p.MQTT, qos, 100, 0, d, nil)})
+		rows = append(rows, row{"mosquitto " + q, load(t, mosq, qos, 100, 0, d, nil)})
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nMQTT ingest, 100 publishers, 256-byte payloads, closed loop (1 in flight each), %s per run\n", d)
+	fmt.Fprintf(&b, "%-18s %12s %10s %10s %10s\n", "broker", "msgs/s", "p50", "p99", "acked")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "%-18s %12.0f %10s %10s %10d\n", r.name, r.s.MsgsPerSec(), r.s.Latency.P50.Round(10*time.Microsecond),
+			r.s.Latency.P99.Round(10*time.Microsecond), r.s.Acked)
+	}
+	fmt.Fprintf(&b, "ratio tributary/mosquitto: QoS 1 %.2f, QoS 0 %.2f (tributary fsyncs every QoS 1 message before PUBACK; mosquitto keeps them in memory)\n",
+		rows[0].s.MsgsPerSec()/rows[1].s.MsgsPerSec(), rows[2].s.MsgsPerSec()/rows[3].s.MsgsPerSec())
+	t.Log(b.String())
+	fmt.Print(b.String())
+}
+
+// TestBenchFreshness: at 10,000 msg/s (100 devices × 100 msg/s) the time
+// from PUBACK to the row being visible in an Iceberg scan, and what the
+// object store sees per message.
+func TestBenchFreshness(t *testing.T) {
+	d := benchSeconds()
+	dir := t.TempDir()
+	p := startDev(t, dir, "--commit-interval", "1s")
+	ctx := context.Background()
+
+	type sample struct {
+		at time.Time
+		n  int64
+	}
+	var mu sync.Mutex
+	var acks, vis []sample
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		var cat *tables.Catalog
+		for {
+			select {
+			case <-stop:
+				if cat != nil {
+					cat.Close()
+				}
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			if cat == nil {
+				c, err := tables.Open(ctx, tables.Config{URI: "sqlite://" + filepath.Join(dir, "catalog.db"), Warehouse: "file://" + filepath.Join(dir, "warehouse")})
+				if err != nil {
+					continue
+				}
+				cat = c
+			}
+			tbl, err := cat.LoadTable(ctx, "factory.telemetry")
+			if err != nil {
+				continue
+			}
+			var n int64
+			for _, hw := range tables.HighWaters(tbl) {
+				n += hw
+			}
+			mu.Lock()
+			vis = append(vis, sample{time.Now(), n})
+			mu.Unlock()
+		}
+	}()
+	sum := load(t, p.MQTT, 1, 100, 100, d, func(s firmwaresim.Summary) {
+		mu.Lock()
+		acks = append(acks, sample{time.Now(), s.Acked})
+		mu.Unlock()
+	})
+	// Wait for the last rows to become visible.
+	waitFor(t, 30*time.Second, "all rows visible", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(vis) > 0 && vis[len(vis)-1].n >= sum.Acked
+	})
+	close(stop)
+	wg.Wait()
+	var delays []time.Duration
+	first := func(ss []sample, k int64) (time.Time, bool) {
+		i := sort.Search(len(ss), func(i int) bool { return ss[i].n >= k })
+		if i == len(ss) {
+			return time.Time{}, false
+		}
+		return ss[i].at, true
+	}
+	for k := int64(1); k <= sum.Acked; k += max(1, sum.Acked/2000) {
+		ta, ok1 := first(acks, k)
+		tv, ok2 := first(vis, k)
+		if ok1 && ok2 {
+			delays = append(delays, max(0, tv.Sub(ta)))
+		}
+	}
+	sort.Slice(delays, func(i, j int) bool { return delays[i] < delays[j] })
+	pct := func(q float64) time.Duration { return delays[int(q*float64(len(delays)-1))] }
+	p.stop()
+	var files, bytes int64
+	filepath.WalkDir(filepath.Join(dir, "warehouse"), func(path string, de fs.DirEntry, err error) error {
+		if err == nil && !de.IsDir() {
+			if info, err := de.Info(); err == nil {
+				files++
+				bytes += info.Size()
+			}
+		}
+		return nil
+	})
+	rows := readTable(t, dir, "factory.telemetry")
+	var payload int64
+	for _, r := range rows {
+		payload += int64(len(r.Value))
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nFreshness at %.0f msg/s offered (achieved %.0f msg/s, %d acked), commit interval 1s, %s\n", 100.0*100, sum.MsgsPerSec(), sum.Acked, d)
+	fmt.Fprintf(&b, "PUBACK -> visible in Iceberg scan: p50 %s, p99 %s, max %s (sampling error ±50ms)\n",
+		pct(0.5).Round(time.Millisecond), pct(0.99).Round(time.Millisecond), delays[len(delays)-1].Round(time.Millisecond))
+	fmt.Fprintf(&b, "PUBACK latency at that rate: p50 %s, p99 %s\n", sum.Latency.P50.Round(10*time.Microsecond), sum.Latency.P99.Round(10*time.Microsecond))
+	fmt.Fprintf(&b, "object store: %d objects, %d bytes for %d rows (%.1f bytes/message incl. metadata; payload %.0f bytes/message); %.1f object writes per committed payload MB\n",
+		files, bytes, len(rows), float64(bytes)/float64(len(rows)), float64(payload)/float64(len(rows)), float64(files)/(float64(payload)/(1<<20)))
+	t.Log(b.String())
+	fmt.Print(b.String())
+}
