@@ -193,3 +193,42 @@ func TestCrashKill9(t *testing.T) {
 	checkRows(t, l, rows)
 	t.Logf("%d rows (%d acked publishes), partitions %v", len(rows), l.acked(), counts)
 }
+
+// TestQoS0AndQoS2: QoS 0 publishes (queued without waiting for the fsync)
+// and QoS 2 publishes (PUBREC after the fsync) land like QoS 1 ones.
+func TestQoS0AndQoS2(t *testing.T) {
+	dir := t.TempDir()
+	p := startDev(t, dir)
+	ctx := context.Background()
+	cl, err := mqttClient(ctx, p.MQTT, "qos02")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for i := range 1000 {
+		qos := byte(0)
+		if i%2 == 1 {
+			qos = 2
+		}
+		id := fmt.Sprintf("q%d-%06d", qos, i)
+		want[id] = true
+		payload := []byte(fmt.Sprintf(`{"id":"%s"}`, id))
+		if _, err := cl.Publish(ctx, &paho.Publish{Topic: "factory/q", QoS: qos, Payload: payload}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl.Disconnect(&paho.Disconnect{})
+	p.stop()
+	rows := readTable(t, dir, "factory.telemetry")
+	checkDense(t, rows)
+	for _, r := range rows {
+		id := idOf(r.Value)
+		if !want[id] {
+			t.Fatalf("unexpected or duplicate row %q", r.Value)
+		}
+		delete(want, id)
+	}
+	if len(want) != 0 {
+		t.Fatalf("%d publishes missing from the table", len(want))
+	}
+}

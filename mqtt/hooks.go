@@ -95,6 +95,26 @@ func (h *publishHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pa
 			rec.Headers[i] = wal.Header{Key: u.Key, Value: []byte(u.Val)}
 		}
 	}
+	if pk.FixedHeader.Qos == 0 {
+		if as, ok := s.sink.(AsyncSink); ok {
+			// QoS 0 has no acknowledgement to hold back: queue the record
+			// for the next group commit and let the read loop go on. It is
+			// delivered now; if it then cannot be made durable it is
+			// counted and logged as dropped, like a refused QoS 0 publish.
+			stream := rec.Stream
+			if err := as.AppendAsync(s.ctx, rec, func(err error) {
+				if err != nil {
+					s.dropQoS0(cl, stream, err)
+					return
+				}
+				s.accepted[0].Add(1)
+				s.payloadBytes.Add(uint64(len(pk.Payload)))
+			}); err != nil {
+				return pk, s.refuse(cl, pk, rec.Stream, err)
+			}
+			return pk, nil
+		}
+	}
 	err := s.sink.Append(s.ctx, rec)
 	if err == nil {
 		s.accepted[min(pk.FixedHeader.Qos, 2)].Add(1)
@@ -115,11 +135,7 @@ func (s *Server) refuse(cl *mochi.Client, pk packets.Packet, stream string, caus
 	}
 	qos := pk.FixedHeader.Qos
 	if qos == 0 {
-		s.droppedQoS0.Add(1)
-		if n, ok := s.dropLog.allow(); ok {
-			s.log.Warn("qos 0 publish dropped: append failed",
-				"error", cause, "stream", stream, "client", cl.ID, "dropped_since_last_log", n)
-		}
+		s.dropQoS0(cl, stream, cause)
 		return packets.ErrRejectPacket
 	}
 	s.refused.Add(1)
@@ -157,6 +173,19 @@ func (s *Server) refuse(cl *mochi.Client, pk packets.Packet, stream string, caus
 		cl.Stop(fmt.Errorf("write refusal: %w", err))
 	}
 	return packets.ErrRejectPacket
+}
+
+// dropQoS0 counts and logs (rate-limited) a QoS 0 publish that could not
+// be made durable.
+func (s *Server) dropQoS0(cl *mochi.Client, stream string, cause error) {
+	if errors.Is(cause, wal.ErrBudgetExceeded) {
+		s.budget.exceeded(s, cause)
+	}
+	s.droppedQoS0.Add(1)
+	if n, ok := s.dropLog.allow(); ok {
+		s.log.Warn("qos 0 publish dropped: append failed",
+			"error", cause, "stream", stream, "client", cl.ID, "dropped_since_last_log", n)
+	}
 }
 
 // budgetState logs one line when budget refusals start and one when they end.

@@ -15,7 +15,10 @@
 //     re-send after reconnecting.
 //   - Nothing is silently dropped. A QoS 0 publish that cannot be appended is
 //     dropped (QoS 0 has no way back to the sender) but counted in Stats and
-//     logged, rate-limited. Publishes mochi would ignore without a word
+//     logged, rate-limited. With an AsyncSink, QoS 0 publishes are queued for
+//     the next group commit without waiting and delivered at once, so one
+//     that then fails to become durable has been delivered but is still
+//     counted and logged as dropped. Publishes mochi would ignore without a word
 //     (topic names it reserves: $SYS/..., a bare $share or $share/group)
 //     are refused with a disconnect (MQTT 5: reason 0x90). Topics no route
 //     matches go to the default stream.
@@ -63,6 +66,16 @@ import (
 // Records must be treated as read-only: Value is shared with delivery.
 type Sink interface {
 	Append(ctx context.Context, recs ...*wal.Record) error
+}
+
+// AsyncSink is a Sink that can also queue a record without waiting for it
+// to be durable; the server uses it for QoS 0 publishes, which have no
+// acknowledgement to hold back. AppendAsync may block to apply
+// back-pressure; it returns an error when the record was not queued, and
+// otherwise calls done exactly once when the record is durable or failed.
+type AsyncSink interface {
+	Sink
+	AppendAsync(ctx context.Context, rec *wal.Record, done func(error)) error
 }
 
 // Listener ids as reported by Server.Addrs.

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 
+	"golang.org/x/sync/semaphore"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/tributary-io/tributary/tables"
@@ -23,10 +24,12 @@ type ingest struct {
 	mu    sync.RWMutex
 	parts map[string]int32 // stream -> partition this node writes
 	sf    singleflight.Group
+	async *semaphore.Weighted // bytes queued by AppendAsync
 }
 
 func newIngest(node string, w *wal.WAL, cat *tables.Catalog, log *slog.Logger) *ingest {
-	in := &ingest{node: node, wal: w, cat: cat, log: log, parts: map[string]int32{}}
+	in := &ingest{node: node, wal: w, cat: cat, log: log, parts: map[string]int32{},
+		async: semaphore.NewWeighted(maxAsyncBytes)}
 	// Streams this node has written before are known without the catalog,
 	// so a restart while the cloud is unreachable keeps accepting them.
 	for _, p := range w.Partitions() {
@@ -86,6 +89,32 @@ func (in *ingest) partition(ctx context.Context, stream string) (int32, error) {
 		return 0, err
 	}
 	return v.(int32), nil
+}
+
+// maxAsyncBytes bounds the payload bytes queued by AppendAsync and not yet
+// durable; beyond it AppendAsync waits (back-pressure on the connection).
+const maxAsyncBytes = 32 << 20
+
+// AppendAsync resolves the partition and queues the record for the next
+// group commit without waiting for it (QoS 0).
+func (in *ingest) AppendAsync(ctx context.Context, r *wal.Record, done func(error)) error {
+	p, err := in.partition(ctx, r.Stream)
+	if err != nil {
+		return err
+	}
+	r.Partition = p
+	if r.Node == "" {
+		r.Node = in.node
+	}
+	n := int64(len(r.Value)) + 256
+	if err := in.async.Acquire(ctx, n); err != nil {
+		return err
+	}
+	in.wal.AppendAsync([]*wal.Record{r}, func(err error) {
+		in.async.Release(n)
+		done(err)
+	})
+	return nil
 }
 
 // Streams returns the streams this node writes and their partitions.

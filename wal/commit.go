@@ -61,14 +61,19 @@ type group struct {
 // per round until the WAL is closed and the queue is empty.
 func (w *WAL) committer() {
 	defer close(w.done)
+	var lastOps int
+	var lastDur time.Duration
 	for {
+		w.gather(lastOps, lastDur)
 		w.mu.Lock()
 		ops := w.queue
 		w.queue = nil
 		closed := w.closed
 		w.mu.Unlock()
 		if len(ops) > 0 {
+			start := time.Now()
 			w.commit(ops)
+			lastOps, lastDur = len(ops), time.Since(start)
 			continue
 		}
 		if closed {
@@ -77,6 +82,40 @@ func (w *WAL) committer() {
 		<-w.wake
 	}
 }
+
+// gather lets a group fill up before it is committed. When many appenders
+// wait for each commit, their next appends arrive together just after it,
+// and committing the first arrival alone would split them into a small
+// group and a large one that waits a whole extra commit. So when the queue
+// holds fewer than three quarters of the last group's ops, wait for more,
+// at most a quarter of the last commit's duration (and never more than
+// maxGatherWait). A lone appender (last group of one) never waits.
+func (w *WAL) gather(lastOps int, lastDur time.Duration) {
+	if lastOps < 4 {
+		return
+	}
+	target := lastOps * 3 / 4
+	wait := min(lastDur/4, maxGatherWait)
+	deadline := time.Now().Add(wait)
+	for {
+		w.mu.Lock()
+		n, closed := len(w.queue), w.closed
+		w.mu.Unlock()
+		left := time.Until(deadline)
+		if n == 0 || n >= target || closed || left <= 0 {
+			return
+		}
+		t := time.NewTimer(left)
+		select {
+		case <-w.wake:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// maxGatherWait bounds how long gather holds a group back.
+const maxGatherWait = time.Millisecond
 
 // commit applies ops in one transaction and reports each op's outcome.
 func (w *WAL) commit(ops []*op) {
