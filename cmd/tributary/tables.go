@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -226,8 +227,10 @@ func tablesScan(ctx context.Context, cat *tables.Catalog, stream string, opts ta
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "PARTITION\tOFFSET\tTIMESTAMP\tTOPIC\tSOURCE\tCLIENT\tVALUE")
 	for _, r := range rows {
-		v := textOrBytes(r.Value)
-		s, _ := v.(string)
+		s := string(r.Value)
+		if !utf8.Valid(r.Value) {
+			s = "0x" + hex.EncodeToString(r.Value)
+		}
 		if len(s) > 120 {
 			s = s[:117] + "..."
 		}
