@@ -35,7 +35,8 @@
 //
 // Implemented APIs, one file each: ApiVersions (api_versions.go), Metadata
 // (metadata.go), Produce (produce.go), InitProducerId
-// (init_producer_id.go). Record batches are decoded in batch.go (CRC-32C,
+// (init_producer_id.go), and Fetch (fetch.go), advertised for librdkafka but
+// refused. Record batches are decoded in batch.go (CRC-32C,
 // gzip/snappy/lz4/zstd with a decompression bound); idempotence lives in
 // producers.go; the node plugs in through Backend (backend.go).
 package kafka

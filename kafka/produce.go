@@ -180,6 +180,7 @@ func (s *Server) checkPartition(tl topicLookup, rp kmsg.ProduceRequestTopicParti
 func (s *Server) producePartition(ctx context.Context, clientID, topic string, partition int32, raw []byte) partResult {
 	b, err := parseBatch(raw, s.cfg.MaxDecompressedBytes)
 	if err != nil {
+		s.log.Info("kafka: refusing batch", "head", fmt.Sprintf("%x", raw[:min(len(raw), 80)]), "client", clientID, "stream", topic, "partition", partition, "err", err)
 		return partResult{code: batchErrorCode(err), msg: err.Error()}
 	}
 	recs := s.walRecords(clientID, topic, partition, b)

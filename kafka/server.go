@@ -306,6 +306,8 @@ func (s *Server) handle(ctx context.Context, req *request) (resp kmsg.Response, 
 	switch r := req.kreq.(type) {
 	case *kmsg.ApiVersionsRequest:
 		return s.handleApiVersions(req, r), false
+	case *kmsg.FetchRequest:
+		return s.handleFetch(req, r), false
 	case *kmsg.MetadataRequest:
 		return s.handleMetadata(ctx, r), false
 	case *kmsg.ProduceRequest:
