@@ -89,8 +89,8 @@ type Backend interface {
 
 // RunsFromRecords folds records (in offset order per partition) into
 // producer runs, keeping the last keep runs per (stream, partition,
-// producer id); keep <= 0 keeps all. Records without a producer id (-1 or 0
-// with epoch -1 … any ProducerID < 0) are skipped. A node implements
+// producer id); keep <= 0 keeps all. Records that are not from Kafka or
+// carry no producer id (ProducerID < 0) are skipped. A node implements
 // Backend.ProducerRuns with it over its unreleased WAL records merged with
 // its snapshot.
 func RunsFromRecords(recs []*wal.Record, keep int) []ProducerRun {
@@ -102,7 +102,7 @@ func RunsFromRecords(recs []*wal.Record, keep int) []ProducerRun {
 	runs := make(map[key][]ProducerRun)
 	var order []key
 	for _, r := range recs {
-		if r == nil || r.ProducerID < 0 || r.ProducerEpoch < 0 {
+		if r == nil || r.Source != "kafka" || r.ProducerID < 0 || r.ProducerEpoch < 0 {
 			continue
 		}
 		k := key{r.Stream, r.Partition, r.ProducerID}
