@@ -219,15 +219,21 @@ func parseRecord(b []byte, rec *batchRecord, wantDelta int32) (int, error) {
 // the bound instead of allocating it.
 var zstdDecoders sync.Map // int64 -> *zstd.Decoder
 
-func zstdDecoderFor(max int64) (*zstd.Decoder, error) {
-	if d, ok := zstdDecoders.Load(max); ok {
+//
+// The decoder's memory and window bound is the decompression bound but at
+// least 8 MiB, the window of zstd's default encoder (klauspost refuses
+// windows above the memory bound), so that ordinary producers are not
+// refused; decompress checks the output against the exact bound.
+func zstdDecoderFor(limit int64) (*zstd.Decoder, error) {
+	if d, ok := zstdDecoders.Load(limit); ok {
 		return d.(*zstd.Decoder), nil
 	}
-	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(uint64(max)), zstd.WithDecoderMaxWindow(min(uint64(max), zstd.MaxWindowSize)))
+	bound := min(max(uint64(limit), 8<<20), zstd.MaxWindowSize)
+	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(bound), zstd.WithDecoderMaxWindow(bound))
 	if err != nil {
 		return nil, err
 	}
-	if prev, loaded := zstdDecoders.LoadOrStore(max, d); loaded {
+	if prev, loaded := zstdDecoders.LoadOrStore(limit, d); loaded {
 		d.Close()
 		return prev.(*zstd.Decoder), nil
 	}
@@ -272,7 +278,7 @@ func decompress(codec int16, in []byte, max int64) ([]byte, error) {
 		}
 		if err == nil {
 			out, err = d.DecodeAll(in, nil)
-			if errors.Is(err, zstd.ErrDecoderSizeExceeded) || int64(len(out)) > max {
+			if errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded) || int64(len(out)) > max {
 				return nil, tooLarge
 			}
 		}

@@ -71,7 +71,7 @@ func (c *Config) setDefaults() {
 		c.MaxFrameBytes = DefaultMaxFrameBytes
 	}
 	if c.MaxBatchBytes == 0 {
-		c.MaxBatchBytes = DefaultMaxBatchBytes
+		c.MaxBatchBytes = min(DefaultMaxBatchBytes, c.MaxFrameBytes)
 	}
 	if c.MaxDecompressedBytes == 0 {
 		c.MaxDecompressedBytes = DefaultMaxDecompressedBytes

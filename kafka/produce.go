@@ -150,7 +150,17 @@ func (s *Server) produceTopic(ctx context.Context, topic string) topicLookup {
 		return topicLookup{code: errInvalidTopic, msg: err.Error()}
 	}
 	ti, code := s.lookupTopic(ctx, topic, s.cfg.AutoCreate)
-	return topicLookup{info: ti, code: code}
+	var msg string
+	switch code {
+	case errUnknownTopicOrPartition:
+		msg = fmt.Sprintf("stream %q does not exist", topic)
+		if !s.cfg.AutoCreate {
+			msg += " (auto-creation is off)"
+		}
+	case errUnknownServerError:
+		msg = "stream lookup failed"
+	}
+	return topicLookup{info: ti, code: code, msg: msg}
 }
 
 // checkPartition validates ownership and size before any decoding.
