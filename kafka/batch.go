@@ -219,7 +219,8 @@ func parseRecord(b []byte, rec *batchRecord, wantDelta int32) (int, error) {
 // the bound instead of allocating it.
 var zstdDecoders sync.Map // int64 -> *zstd.Decoder
 
-// The decoder's memory and window bound is the decompression bound but at
+// zstdDecoderFor returns the decoder for a decompression limit. Its memory
+// and window bound is the limit but at
 // least 8 MiB, the window of zstd's default encoder (klauspost refuses
 // windows above the memory bound), so that ordinary producers are not
 // refused; decompress checks the output against the exact bound.
