@@ -220,10 +220,10 @@ func parseRecord(b []byte, rec *batchRecord, wantDelta int32) (int, error) {
 var zstdDecoders sync.Map // int64 -> *zstd.Decoder
 
 // zstdDecoderFor returns the decoder for a decompression limit. Its memory
-// and window bound is the limit but at
-// least 8 MiB, the window of zstd's default encoder (klauspost refuses
-// windows above the memory bound), so that ordinary producers are not
-// refused; decompress checks the output against the exact bound.
+// and window bound is the limit but at least 8 MiB, the window of zstd's
+// default encoder (klauspost refuses windows above the memory bound), so
+// that ordinary producers are not refused; decompress checks the output
+// against the exact limit.
 func zstdDecoderFor(limit int64) (*zstd.Decoder, error) {
 	if d, ok := zstdDecoders.Load(limit); ok {
 		return d.(*zstd.Decoder), nil

@@ -71,13 +71,14 @@ func TestKgoIdempotentProducer(t *testing.T) {
 	const n = 10000
 	codecs := []struct {
 		name  string
-		codec kgo.CompressionCodec
+		codec *kgo.CompressionCodec // nil: kgo's default
 	}{
-		{"none", kgo.NoCompression()},
-		{"zstd", kgo.ZstdCompression()},
-		{"lz4", kgo.Lz4Compression()},
-		{"gzip", kgo.GzipCompression()},
-		{"snappy", kgo.SnappyCompression()},
+		{"defaults", nil},
+		{"none", ptr(kgo.NoCompression())},
+		{"zstd", ptr(kgo.ZstdCompression())},
+		{"lz4", ptr(kgo.Lz4Compression())},
+		{"gzip", ptr(kgo.GzipCompression())},
+		{"snappy", ptr(kgo.SnappyCompression())},
 	}
 	for _, c := range codecs {
 		t.Run(c.name, func(t *testing.T) {
@@ -86,13 +87,16 @@ func TestKgoIdempotentProducer(t *testing.T) {
 			topic := "factory.kgo_" + c.name
 			be.addStream(topic, "edge-1")
 			s := startServer(t, Config{}, be)
-			cl, err := kgo.NewClient(
+			opts := []kgo.Opt{
 				kgo.SeedBrokers(s.Addr()),
 				kgo.ClientID("kgo-test"),
 				kgo.DefaultProduceTopic(topic),
-				kgo.ProducerBatchCompression(c.codec),
 				kgo.RecordPartitioner(kgo.ManualPartitioner()),
-			)
+			}
+			if c.codec != nil {
+				opts = append(opts, kgo.ProducerBatchCompression(*c.codec))
+			}
+			cl, err := kgo.NewClient(opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -225,3 +229,5 @@ type nopLogger struct{}
 func (nopLogger) Print(...any)          {}
 func (nopLogger) Printf(string, ...any) {}
 func (nopLogger) Println(...any)        {}
+
+func ptr[T any](v T) *T { return &v }

@@ -378,3 +378,20 @@ func TestCloseWaitsForInFlightAppend(t *testing.T) {
 	}
 	rc.expectClosed()
 }
+
+func TestFetchRefused(t *testing.T) {
+	s := startServer(t, Config{}, newFakeBackend("edge-1"))
+	rc := dialRaw(t, s.Addr())
+	for _, v := range []int16{4, 12} {
+		req := kmsg.NewPtrFetchRequest()
+		req.Version = v
+		ft := kmsg.NewFetchRequestTopic()
+		ft.Topic = "factory.events"
+		ft.Partitions = append(ft.Partitions, kmsg.NewFetchRequestTopicPartition())
+		req.Topics = append(req.Topics, ft)
+		resp := rc.roundTrip(req).(*kmsg.FetchResponse)
+		if len(resp.Topics) != 1 || resp.Topics[0].Partitions[0].ErrorCode != errUnsupportedVersion || resp.Topics[0].Partitions[0].RecordBatches != nil {
+			t.Fatalf("v%d: %+v", v, resp)
+		}
+	}
+}

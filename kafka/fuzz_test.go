@@ -123,7 +123,16 @@ func TestWriteFuzzSeeds(t *testing.T) {
 			}
 		}
 	}
-	write("FuzzRecordBatch", seedBatches())
+	batchDir := filepath.Join("testdata", "fuzz", "FuzzRecordBatch")
+	if err := os.MkdirAll(batchDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range seedBatches() {
+		fix := name != "batch_bad_crc"
+		if err := os.WriteFile(filepath.Join(batchDir, name), []byte(fmt.Sprintf("go test fuzz v1\n[]byte(%q)\nbool(%v)\n", b, fix)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	write("FuzzRequestDecode", seedRequests())
 }
 
@@ -163,11 +172,19 @@ func FuzzRequestDecode(f *testing.F) {
 }
 
 // FuzzRecordBatch decodes arbitrary batches with a decompression bound.
+// With fix set, the batch length and CRC are made consistent first, so
+// that mutations reach decompression and record decoding instead of
+// stopping at the checksum.
 func FuzzRecordBatch(f *testing.F) {
-	for _, b := range seedBatches() {
-		f.Add(b)
+	for name, b := range seedBatches() {
+		f.Add(b, name != "batch_bad_crc")
 	}
-	f.Fuzz(func(t *testing.T, data []byte) {
+	f.Fuzz(func(t *testing.T, data []byte, fix bool) {
+		if fix && len(data) >= batchHeaderLen {
+			data = bytes.Clone(data)
+			binary.BigEndian.PutUint32(data[8:], uint32(len(data)-12))
+			binary.BigEndian.PutUint32(data[crcOffset:], crc32c(data[crcStart:]))
+		}
 		b, err := parseBatch(data, fuzzMaxDecompressed)
 		if err != nil {
 			return

@@ -221,3 +221,27 @@ func TestRunsFromRecords(t *testing.T) {
 		}
 	}
 }
+
+func TestProducerStateExpiry(t *testing.T) {
+	p := newProducers(time.Hour)
+	old := producerKey{"a.b", 0, 1}
+	e := p.lock(old)
+	e.add(ProducerRun{ProducerID: 1, FirstSeq: 0, LastSeq: 0})
+	e.lastUsed = time.Now().Add(-2 * time.Hour)
+	e.mu.Unlock()
+	fresh := p.lock(producerKey{"a.b", 0, 2})
+	fresh.mu.Unlock()
+	p.mu.Lock()
+	p.sweepLocked(time.Now())
+	_, oldKept := p.m[old]
+	n := len(p.m)
+	p.mu.Unlock()
+	if oldKept || n != 1 {
+		t.Fatalf("after sweep: old kept %v, %d entries", oldKept, n)
+	}
+	if e := p.lock(old); e.known {
+		t.Fatal("expired producer still known")
+	} else {
+		e.mu.Unlock()
+	}
+}

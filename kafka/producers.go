@@ -55,28 +55,36 @@ func newProducers(expiry time.Duration) *producers {
 	return &producers{expiry: expiry, m: make(map[producerKey]*producerEntry)}
 }
 
-// entry returns the locked entry for k, creating it.
+// lock returns the locked entry for k, creating it.
 func (p *producers) lock(k producerKey) *producerEntry {
-	p.mu.Lock()
-	e, ok := p.m[k]
-	if !ok {
-		e = &producerEntry{}
-		p.m[k] = e
-		if p.created++; p.created%1024 == 0 {
-			p.sweepLocked(time.Now())
+	for {
+		p.mu.Lock()
+		e, ok := p.m[k]
+		if !ok {
+			e = &producerEntry{lastUsed: time.Now()}
+			p.m[k] = e
+			if p.created++; p.created%1024 == 0 {
+				p.sweepLocked(time.Now())
+			}
 		}
+		p.mu.Unlock()
+		e.mu.Lock()
+		p.mu.Lock()
+		current := p.m[k] == e
+		p.mu.Unlock()
+		if current { // not swept between our lookup and our lock
+			e.lastUsed = time.Now()
+			return e
+		}
+		e.mu.Unlock()
 	}
-	p.mu.Unlock()
-	e.mu.Lock()
-	e.lastUsed = time.Now()
-	return e
 }
 
 // sweepLocked forgets entries idle for longer than the expiry.
 func (p *producers) sweepLocked(now time.Time) {
 	for k, e := range p.m {
 		if e.mu.TryLock() {
-			if !e.lastUsed.IsZero() && now.Sub(e.lastUsed) > p.expiry {
+			if now.Sub(e.lastUsed) > p.expiry {
 				delete(p.m, k)
 			}
 			e.mu.Unlock()

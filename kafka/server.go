@@ -252,14 +252,16 @@ func (s *Server) serveConn(c net.Conn) {
 	br := bufio.NewReaderSize(c, 64<<10)
 	var out []byte
 	for {
+		// Under mu, so that Close's SetReadDeadline(now) cannot be
+		// overwritten by ours.
 		s.mu.Lock()
 		closing := s.closing
+		if !closing {
+			c.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout))
+		}
 		s.mu.Unlock()
 		if closing {
 			return
-		}
-		if s.cfg.IdleTimeout > 0 {
-			c.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout))
 		}
 		frame, err := readFrame(br, s.cfg.MaxFrameBytes)
 		if err != nil {
