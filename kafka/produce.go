@@ -31,9 +31,9 @@ package kafka
 //   - Back-pressure: when the WAL refuses an append with
 //     wal.ErrBudgetExceeded the partition gets KAFKA_STORAGE_ERROR (56) and
 //     the response's throttle time is set to BackpressureThrottle. 56 is
-//     retriable in kgo (kerr.KafkaStorageError), librdkafka (refresh
-//     metadata + retry) and the Java client, and the idempotent producer
-//     keeps its sequence since nothing was written. THROTTLING_QUOTA_EXCEEDED
+//     retriable in kgo (which refreshes metadata first), librdkafka, sarama
+//     and the Java client (TestBackpressureRetriedByClients), and an
+//     idempotent producer keeps its sequence since nothing was written. THROTTLING_QUOTA_EXCEEDED
 //     is only defined for admin requests, and NOT_ENOUGH_REPLICAS would
 //     misname the cause. Other append failures get 56 too: nothing was
 //     written, so a retry is safe.
