@@ -80,10 +80,13 @@ type Backend interface {
 	// any node of the cluster, across restarts.
 	AllocateProducerID(ctx context.Context) (int64, error)
 	// ProducerRuns returns, for every (stream, partition, producer id)
-	// that appended recently, at least its last five runs (oldest first),
-	// so that a producer retrying after a restart is still deduplicated.
-	// The node derives them from its unreleased WAL records (RunsFromRecords)
-	// plus a snapshot that it saves before releasing records.
+	// that appended recently, at least its last five runs, oldest first per
+	// key, so that a producer retrying after a restart is still
+	// deduplicated. It is called once, by Server.Start. The node derives
+	// them from its unreleased WAL records (RunsFromRecords) preceded by a
+	// snapshot of the runs of records it has released, which it must save
+	// before (or in the same transaction as) releasing them; overlap
+	// between snapshot and records is harmless.
 	ProducerRuns(ctx context.Context) ([]ProducerRun, error)
 }
 
