@@ -17,6 +17,10 @@ type nodeStatus struct {
 		State   string `json:"state"`
 		Commits int64  `json:"commits"`
 	} `json:"uplink"`
+	Kafka struct {
+		DuplicateBatch  int64
+		ProducedRecords int64
+	} `json:"kafka"`
 }
 
 func status(t *testing.T, p *proc) nodeStatus {

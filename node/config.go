@@ -66,6 +66,20 @@ type Config struct {
 		ReceiveMaximum uint16 `yaml:"receive_maximum"`
 	} `yaml:"mqtt"`
 
+	Kafka struct {
+		// Addr of the Kafka produce listener. Default "" (off) for edge
+		// configs; tributary dev turns it on at 127.0.0.1:9092.
+		Addr string `yaml:"addr"`
+		// AdvertisedAddr is the host:port clients are told to connect to.
+		// Default: the bound address.
+		AdvertisedAddr string `yaml:"advertised_addr"`
+		// AutoCreate creates a stream on first produce or metadata request.
+		// Default true.
+		AutoCreate *bool `yaml:"auto_create"`
+		// MaxBatchBytes is the largest record batch accepted. Default 1 MiB.
+		MaxBatchBytes ByteSize `yaml:"max_batch_bytes"`
+	} `yaml:"kafka"`
+
 	Uplink struct {
 		// CommitInterval between commits of a stream. Default 1s.
 		CommitInterval time.Duration `yaml:"commit_interval"`
@@ -127,6 +141,13 @@ func (c *Config) applyDefaults() {
 	if c.MQTT.ReceiveMaximum == 0 {
 		c.MQTT.ReceiveMaximum = 64
 	}
+	if c.Kafka.AutoCreate == nil {
+		t := true
+		c.Kafka.AutoCreate = &t
+	}
+	if c.Kafka.MaxBatchBytes == 0 {
+		c.Kafka.MaxBatchBytes = 1048588
+	}
 	if c.Uplink.CommitInterval == 0 {
 		c.Uplink.CommitInterval = time.Second
 	}
@@ -176,6 +197,9 @@ func (c *Config) Validate() error {
 		if r.Filter == "" {
 			bad(fmt.Sprintf("mqtt.routes[%d].filter", i), "empty topic filter")
 		}
+	}
+	if c.Kafka.MaxBatchBytes < 1024 || c.Kafka.MaxBatchBytes > 100<<20 {
+		bad("kafka.max_batch_bytes", "%d: want 1KiB to 100MiB", c.Kafka.MaxBatchBytes)
 	}
 	if c.Uplink.CommitInterval < 10*time.Millisecond {
 		bad("uplink.commit_interval", "%s is below the minimum of 10ms", c.Uplink.CommitInterval)

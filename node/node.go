@@ -1,6 +1,6 @@
 // Package node composes an edge node from its parts: the write-ahead log,
-// the MQTT front door, the uplink to the tables, and the HTTP endpoint for
-// health, status and metrics.
+// the MQTT and Kafka front doors, the uplink to the tables, and the HTTP
+// endpoint for health, status and metrics.
 //
 // # Invariants
 //
@@ -31,6 +31,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/mqtt"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/uplink"
@@ -46,6 +47,8 @@ type Node struct {
 	bucket *uplink.BlobBucket
 	up     *uplink.Uplink
 	mqtt   *mqtt.Server
+	kafka  *kafka.Server
+	kb     *kafkaBackend
 	ingest *ingest
 	http   *http.Server
 	httpLn net.Listener
@@ -83,8 +86,26 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, err
 	}
 	n.ingest = newIngest(cfg.NodeID, n.wal, n.cat, log)
+	n.kb, err = newKafkaBackend(n)
+	if err != nil {
+		n.bucket.Close()
+		n.cat.Close()
+		n.wal.Close()
+		return nil, err
+	}
 	n.up = uplink.New(uplink.Config{Interval: cfg.Uplink.CommitInterval, MaxBatchBytes: int64(cfg.Uplink.MaxBatchBytes),
-		Node: cfg.NodeID, Logger: log}, n.wal, n.cat, n.bucket)
+		Node: cfg.NodeID, Logger: log, BeforeRelease: n.kb.beforeRelease}, n.wal, n.cat, n.bucket)
+	if cfg.Kafka.Addr != "" {
+		n.kafka, err = kafka.NewServer(kafka.Config{Addr: cfg.Kafka.Addr, AdvertisedAddr: cfg.Kafka.AdvertisedAddr,
+			ClusterID: cfg.Catalog.Name, AutoCreate: *cfg.Kafka.AutoCreate, MaxBatchBytes: int32(cfg.Kafka.MaxBatchBytes),
+			Logger: log.With("component", "kafka")}, n.kb)
+		if err != nil {
+			n.bucket.Close()
+			n.cat.Close()
+			n.wal.Close()
+			return nil, err
+		}
+	}
 	routes := make([]mqtt.Route, len(cfg.MQTT.Routes))
 	for i, r := range cfg.MQTT.Routes {
 		routes[i] = mqtt.Route{Filter: r.Filter, Stream: r.Stream}
@@ -114,6 +135,11 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.mqtt.Start(); err != nil {
 		return fmt.Errorf("start mqtt: %w", err)
 	}
+	if n.kafka != nil {
+		if err := n.kafka.Start(); err != nil {
+			return fmt.Errorf("start kafka: %w", err)
+		}
+	}
 	if n.cfg.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", n.cfg.HTTPAddr)
 		if err != nil {
@@ -136,6 +162,14 @@ func (n *Node) Start(ctx context.Context) error {
 
 // MQTTAddr is the bound address of the MQTT TCP listener.
 func (n *Node) MQTTAddr() string { return n.mqtt.Addrs()[mqtt.ListenerTCP] }
+
+// KafkaAddr is the bound address of the Kafka listener ("" when off).
+func (n *Node) KafkaAddr() string {
+	if n.kafka == nil {
+		return ""
+	}
+	return n.kafka.Addr()
+}
 
 // HTTPAddr is the bound address of the HTTP listener.
 func (n *Node) HTTPAddr() string {
@@ -161,6 +195,11 @@ func (n *Node) Close(ctx context.Context) error {
 	defer cancel()
 	if err := n.mqtt.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("close mqtt: %w", err))
+	}
+	if n.kafka != nil {
+		if err := n.kafka.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("close kafka: %w", err))
+		}
 	}
 	if n.cancel != nil {
 		n.cancel()

@@ -83,6 +83,11 @@ type Config struct {
 	// Node is recorded in snapshot summaries.
 	Node   string
 	Logger *slog.Logger
+	// BeforeRelease, when set, is called with the records of a committed
+	// range before the WAL releases them; if it fails they are not
+	// released (and it is called again on the next pass). The node uses it
+	// to keep idempotent Kafka producers' state past the WAL.
+	BeforeRelease func(stream string, partition int32, recs []*wal.Record) error
 }
 
 func (c *Config) defaults() {
@@ -299,6 +304,7 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 		return fmt.Errorf("sync %s: %w", stream, err)
 	}
 	var appends []tables.PartitionAppend
+	batch := map[int32][]*wal.Record{}
 	for _, p := range parts {
 		mark := marks[p.Partition]
 		if mark > p.Released {
@@ -311,8 +317,8 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 					return fmt.Errorf("sync %s: %w", stream, err)
 				}
 			}
-			if err := u.log.Release(stream, p.Partition, min(mark, p.Next)); err != nil {
-				return fmt.Errorf("sync %s: release: %w", stream, err)
+			if err := u.release(stream, p.Partition, p.Released, min(mark, p.Next), nil); err != nil {
+				return err
 			}
 		}
 		if mark < p.Released {
@@ -340,6 +346,7 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 		appends = append(appends, tables.PartitionAppend{
 			Partition: p.Partition, From: mark, To: recs[len(recs)-1].Offset + 1, Files: files,
 		})
+		batch[p.Partition] = recs
 	}
 	if len(appends) == 0 {
 		return nil
@@ -351,8 +358,8 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 	}
 	u.commits.Add(1)
 	for _, a := range appends {
-		if err := u.log.Release(stream, a.Partition, a.To); err != nil {
-			return fmt.Errorf("sync %s: release: %w", stream, err)
+		if err := u.release(stream, a.Partition, a.From, a.To, batch[a.Partition]); err != nil {
+			return err
 		}
 		for _, p := range res.Committed {
 			if p == a.Partition {
@@ -363,6 +370,31 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 	u.mu.Lock()
 	u.stats.LastCommit = time.Now()
 	u.mu.Unlock()
+	return nil
+}
+
+// release releases [from, to) of a partition after the BeforeRelease hook
+// has seen its records (recs, or read from the WAL when nil).
+func (u *Uplink) release(stream string, partition int32, from, to int64, recs []*wal.Record) error {
+	if u.cfg.BeforeRelease != nil && to > from {
+		if recs == nil {
+			var err error
+			recs, err = u.log.Read(stream, partition, from, int(to-from), 0)
+			if err != nil {
+				return fmt.Errorf("sync %s: read wal: %w", stream, err)
+			}
+		}
+		n := 0
+		for n < len(recs) && recs[n].Offset < to {
+			n++
+		}
+		if err := u.cfg.BeforeRelease(stream, partition, recs[:n]); err != nil {
+			return fmt.Errorf("sync %s: before release: %w", stream, err)
+		}
+	}
+	if err := u.log.Release(stream, partition, to); err != nil {
+		return fmt.Errorf("sync %s: release: %w", stream, err)
+	}
 	return nil
 }
 

@@ -18,6 +18,7 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	mqttAddr := fs.String("mqtt-addr", "127.0.0.1:1883", "MQTT TCP listener")
 	wsAddr := fs.String("mqtt-ws-addr", "127.0.0.1:1884", "MQTT WebSocket listener (\"\" = off)")
 	httpAddr := fs.String("http-addr", "127.0.0.1:8080", "HTTP status page and /metrics")
+	kafkaAddr := fs.String("kafka-addr", "127.0.0.1:9092", "Kafka produce listener (\"\" = off)")
 	devices := fs.Int("sim-devices", 8, "simulated devices publishing telemetry (0 = no simulator)")
 	simRate := fs.Float64("sim-rate", 2, "messages per second per simulated device")
 	commit := fs.Duration("commit-interval", time.Second, "commit interval of each stream")
@@ -46,6 +47,7 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	cfg := node.Config{NodeID: *nodeID, DataDir: abs, HTTPAddr: *httpAddr}
 	cfg.MQTT.Addr = *mqttAddr
 	cfg.MQTT.WSAddr = *wsAddr
+	cfg.Kafka.Addr = *kafkaAddr
 	cfg.MQTT.Routes = []node.Route{{Filter: "factory/#", Stream: "factory.telemetry"}}
 	cfg.Uplink.CommitInterval = *commit
 	cfg.WAL.MaxBytes = budget
@@ -62,15 +64,17 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, `Tributary dev: edge node on embedded defaults
   data dir   %s  (WAL wal/wal.db, catalog catalog.db named %q, warehouse warehouse/)
   MQTT       %s (TCP), %s (WebSocket)
+  Kafka      %s (produce; topic = stream name, e.g. factory.telemetry)
   status     http://%s/   metrics http://%s/metrics
   simulator  %d devices at %.1f msg/s each, topics factory/lineN/deviceM/telemetry -> stream factory.telemetry
 
 Publish:      mosquitto_pub -h 127.0.0.1 -p %s -t factory/line1/temp -m '{"c":21.5}' -q 1
+              echo 'k1:{"c":22}' | kcat -b %s -P -t factory.telemetry -K:
 Look at rows: bin/tributary tables scan factory.telemetry --data %s --limit 5
 Other topics go to stream %s. Ctrl-C stops with a final commit.
 
-`, abs, cfg.Catalog.Name, *mqttAddr, *wsAddr, *httpAddr, *httpAddr, *devices, *simRate,
-		portOf(*mqttAddr), *data, cfg.MQTT.DefaultStream)
+`, abs, cfg.Catalog.Name, *mqttAddr, *wsAddr, *kafkaAddr, *httpAddr, *httpAddr, *devices, *simRate,
+		portOf(*mqttAddr), *kafkaAddr, *data, cfg.MQTT.DefaultStream)
 	return runNode(cfg, sim, log, stdout, stderr)
 }
 
