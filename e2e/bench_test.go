@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	firmwaresim "github.com/tributary-io/tributary/firmware-sim"
 	"github.com/tributary-io/tributary/tables"
 )
@@ -227,4 +230,78 @@ func TestBenchFreshness(t *testing.T) {
 		files, bytes, len(rows), float64(bytes)/float64(len(rows)), float64(payload)/float64(len(rows)), float64(files)/(float64(payload)/(1<<20)))
 	t.Log(b.String())
 	fmt.Print(b.String())
+}
+
+// TestBenchKafkaProduce: kgo with default batching, acks=all, 1 KiB
+// records, against the edge node (fsync per batch) and franz-go's
+// in-memory kfake broker, in the same run.
+func TestBenchKafkaProduce(t *testing.T) {
+	d := benchSeconds()
+	dir := t.TempDir()
+	p := startDev(t, dir, "--commit-interval", "1s", "--wal-budget", "8GiB")
+	fake, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "factory.telemetry"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	type result struct {
+		recs, bytes float64
+		p50, p99    time.Duration
+	}
+	run := func(addr string) result {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DefaultProduceTopic("factory.telemetry"),
+			kgo.AllowAutoTopicCreation(), kgo.RequiredAcks(kgo.AllISRAcks()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		ctx := context.Background()
+		if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("warm-up")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		val := make([]byte, 1024)
+		for i := range val {
+			val[i] = byte('a' + i%26)
+		}
+		var mu sync.Mutex
+		var lat []time.Duration
+		var n int64
+		start := time.Now()
+		deadline := start.Add(d)
+		var wg sync.WaitGroup
+		for time.Now().Before(deadline) {
+			sent := time.Now()
+			wg.Add(1)
+			cl.Produce(ctx, &kgo.Record{Value: val}, func(_ *kgo.Record, err error) {
+				defer wg.Done()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				l := time.Since(sent)
+				mu.Lock()
+				n++
+				if n%16 == 0 {
+					lat = append(lat, l)
+				}
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+		el := time.Since(start)
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		return result{recs: float64(n) / el.Seconds(), bytes: float64(n) * 1024 / el.Seconds() / (1 << 20),
+			p50: lat[len(lat)/2], p99: lat[len(lat)*99/100]}
+	}
+	trib := run(p.Kafka)
+	kf := run(fake.ListenAddrs()[0])
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nKafka produce, kgo default batching, acks=all, 1 KiB records, %s per run\n", d)
+	fmt.Fprintf(&b, "%-22s %12s %10s %10s %10s\n", "broker", "records/s", "MB/s", "p50", "p99")
+	fmt.Fprintf(&b, "%-22s %12.0f %10.1f %10s %10s\n", "tributary (fsync)", trib.recs, trib.bytes, trib.p50.Round(10*time.Microsecond), trib.p99.Round(10*time.Microsecond))
+	fmt.Fprintf(&b, "%-22s %12.0f %10.1f %10s %10s\n", "kfake (memory)", kf.recs, kf.bytes, kf.p50.Round(10*time.Microsecond), kf.p99.Round(10*time.Microsecond))
+	fmt.Fprintf(&b, "ratio tributary/kfake: %.2f (target >= 0.5)\n", trib.recs/kf.recs)
+	t.Log(b.String())
+	fmt.Print(b.String())
+	p.stop()
 }
