@@ -672,6 +672,12 @@ func (h *handler) createTable(w http.ResponseWriter, r *http.Request) {
 		h.stageCreate(w, r, id, req, spec, order)
 		return
 	}
+	// Build the metadata once without writing it, so that a schema, spec
+	// or order that cannot make a table is the client's error (400).
+	if _, err := newMetadata(req.Schema, spec, order, "file:///validate", req.Properties); err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	opts := []catalog.CreateTableOpt{catalog.WithSortOrder(order)}
 	if spec != nil {
 		opts = append(opts, catalog.WithPartitionSpec(spec))
@@ -699,6 +705,21 @@ func (h *handler) createTableSafely(r *http.Request, id table.Identifier, sc *ic
 		}
 	}()
 	return h.cat.CreateTable(r.Context(), id, sc, opts...)
+}
+
+// newMetadata is table.NewMetadata with its failures (and panics, on
+// hostile input) reported as bad requests.
+func newMetadata(sc *iceberg.Schema, spec *iceberg.PartitionSpec, order table.SortOrder, loc string, props map[string]string) (m table.Metadata, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			m, err = nil, badRequest("invalid schema, partition spec or sort order: %v", v)
+		}
+	}()
+	m, err = table.NewMetadata(sc, spec, order, loc, props)
+	if err != nil {
+		return nil, badRequest("invalid table: %v", err)
+	}
+	return m, nil
 }
 
 // stageCreate answers a stage-create: the metadata the table would have,
@@ -730,18 +751,8 @@ func (h *handler) stageCreate(w http.ResponseWriter, r *http.Request, id table.I
 			return
 		}
 	}
-	meta, err := func() (m table.Metadata, err error) {
-		defer func() {
-			if v := recover(); v != nil {
-				err = badRequest("stage-create: invalid schema, spec or order: %v", v)
-			}
-		}()
-		return table.NewMetadata(req.Schema, spec, order, loc, req.Properties)
-	}()
+	meta, err := newMetadata(req.Schema, spec, order, loc, req.Properties)
 	if err != nil {
-		if _, ok := err.(*httpError); !ok {
-			err = badRequest("stage-create: %v", err)
-		}
 		h.fail(w, r, err)
 		return
 	}
