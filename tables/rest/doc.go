@@ -10,9 +10,10 @@
 // stage-create, load, HEAD exists, drop with purgeRequested, rename,
 // commit); POST /v1/transactions/commit for a single table change, or for
 // several when the backing catalog implements
-// catalog.TransactionalCatalog; POST /v1/namespaces/{ns}/tables/{t}/metrics
-// (accepted and discarded). Views, register, credentials, scan planning and
-// the OAuth token endpoint are not served. Multi-level namespaces use the
+// catalog.TransactionalCatalog (advertised in /v1/config only then). Views,
+// register, metrics reports, credentials, scan planning, the OAuth token
+// endpoint and a URL prefix are not served; an unknown route is 404.
+// Optional bearer-token auth (Options.Token) covers every route. Multi-level namespaces use the
 // unit separator (%1F) in path segments and in the parent query parameter.
 //
 // Invariants:
