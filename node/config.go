@@ -41,8 +41,12 @@ type Config struct {
 	Catalog struct {
 		// Name of the catalog. Default tributary.
 		Name string `yaml:"name"`
-		// URI: sqlite:///path/catalog.db. Default sqlite://DATA_DIR/catalog.db.
+		// URI: sqlite:///path/catalog.db, or http(s)://host:port for an
+		// Iceberg REST catalog (a 'tributary cloud' server). Default
+		// sqlite://DATA_DIR/catalog.db.
 		URI string `yaml:"uri"`
+		// Token is the bearer token of a REST catalog that requires one.
+		Token string `yaml:"token"`
 		// Warehouse blob URL. Default file://DATA_DIR/warehouse.
 		Warehouse string `yaml:"warehouse"`
 		// PartitionGranularity of new tables: day or hour. Default day.
@@ -178,8 +182,8 @@ func (c *Config) Validate() error {
 	if c.WAL.MaxBytes < 1<<20 {
 		bad("wal.max_bytes", "%d is below the minimum of 1MiB", c.WAL.MaxBytes)
 	}
-	if !strings.HasPrefix(c.Catalog.URI, "sqlite://") {
-		bad("catalog.uri", "%q: want sqlite:///path/to/catalog.db", c.Catalog.URI)
+	if u := c.Catalog.URI; !strings.HasPrefix(u, "sqlite://") && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+		bad("catalog.uri", "%q: want sqlite:///path/to/catalog.db or http(s)://host:port (Iceberg REST)", u)
 	}
 	if !strings.Contains(c.Catalog.Warehouse, "://") {
 		bad("catalog.warehouse", "%q: want a blob URL such as file:///var/lib/tributary/warehouse or s3://bucket/prefix", c.Catalog.Warehouse)

@@ -73,8 +73,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open wal: %w", err)
 	}
+	var catProps map[string]string
+	if cfg.Catalog.Token != "" {
+		catProps = map[string]string{"token": cfg.Catalog.Token}
+	}
 	n.cat, err = tables.Open(ctx, tables.Config{Name: cfg.Catalog.Name, URI: cfg.Catalog.URI,
-		Warehouse: cfg.Catalog.Warehouse, Granularity: cfg.Catalog.PartitionGranularity})
+		Warehouse: cfg.Catalog.Warehouse, Granularity: cfg.Catalog.PartitionGranularity, Properties: catProps})
 	if err != nil {
 		n.wal.Close()
 		return nil, err

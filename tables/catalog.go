@@ -14,6 +14,7 @@ import (
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
+	restcat "github.com/apache/iceberg-go/catalog/rest"
 	sqlcat "github.com/apache/iceberg-go/catalog/sql"
 	"github.com/apache/iceberg-go/table"
 	_ "modernc.org/sqlite" // pure-Go SQLite driver for the embedded catalog
@@ -37,8 +38,9 @@ const (
 type Config struct {
 	// Name of the catalog; the first part of catalog.namespace.stream.
 	Name string
-	// URI of the catalog: "sqlite:///abs/path/catalog.db" (embedded default)
-	// or a path ending in .db.
+	// URI of the catalog: "sqlite:///abs/path/catalog.db" (embedded default),
+	// a path ending in .db, or "http(s)://host:port" for an Iceberg REST
+	// catalog (a Tributary cloud server, or any other REST catalog).
 	URI string
 	// Warehouse is the root blob URL of table data: "file:///abs/dir",
 	// "s3://bucket/prefix", ...
@@ -46,6 +48,8 @@ type Config struct {
 	// Granularity of the timestamp partition transform for new tables: day or hour.
 	Granularity string
 	// Properties are passed to the catalog (e.g. s3.endpoint for S3 FileIO).
+	// For a REST catalog, "token" is sent as a bearer token and
+	// "credential" (id:secret) is exchanged at the OAuth2 token endpoint.
 	Properties map[string]string
 }
 
@@ -87,16 +91,52 @@ func Open(ctx context.Context, cfg Config) (*Catalog, error) {
 			return nil, fmt.Errorf("open catalog %s: %w", path, err)
 		}
 		c.cat, c.db = cat, db
+	case strings.HasPrefix(cfg.URI, "http://") || strings.HasPrefix(cfg.URI, "https://"):
+		cat, err := openREST(ctx, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("open catalog %s: %w", cfg.URI, err)
+		}
+		c.cat = cat
 	default:
-		return nil, fmt.Errorf("open catalog: unsupported catalog uri %q (want sqlite:///path)", cfg.URI)
+		return nil, fmt.Errorf("open catalog: unsupported catalog uri %q (want sqlite:///path or http(s)://host:port)", cfg.URI)
 	}
 	return c, nil
+}
+
+// openREST connects to an Iceberg REST catalog. Commits through it keep
+// their exactly-once guarantee: a stale commit comes back as HTTP 409,
+// which iceberg-go reports as table.ErrCommitFailed without replaying it
+// (our tables set commit.retry.num-retries=0), so CommitAppend and
+// AllocatePartition reload and decide again exactly as with SQLite.
+func openREST(ctx context.Context, cfg Config) (catalog.Catalog, error) {
+	var opts []restcat.Option
+	if cfg.Warehouse != "" {
+		opts = append(opts, restcat.WithWarehouseLocation(cfg.Warehouse))
+	}
+	extra := iceberg.Properties{}
+	for k, v := range cfg.Properties {
+		switch k {
+		case "token":
+			opts = append(opts, restcat.WithOAuthToken(v))
+		case "credential":
+			opts = append(opts, restcat.WithCredential(v))
+		default:
+			extra[k] = v
+		}
+	}
+	if len(extra) > 0 {
+		opts = append(opts, restcat.WithAdditionalProps(extra))
+	}
+	return restcat.NewCatalog(ctx, cfg.Name, cfg.URI, opts...)
 }
 
 // Close releases the catalog connection.
 func (c *Catalog) Close() error {
 	if c.db != nil {
 		return c.db.Close()
+	}
+	if cl, ok := c.cat.(catalog.Closer); ok {
+		return cl.Close()
 	}
 	return nil
 }

@@ -3,6 +3,7 @@
 //
 //	tributary dev     all-in-one on embedded defaults (edge + simulator)
 //	tributary edge    an edge node from a config file
+//	tributary cloud   the cloud server (Iceberg REST catalog)
 //	tributary tables  list, describe and scan stream tables
 //	tributary sim     the device-fleet simulator
 //	tributary config  check a config file
@@ -23,6 +24,7 @@ const usage = `usage: tributary <command> [flags]
 commands:
   dev      run an edge node on embedded defaults with a simulated device fleet
   edge     run an edge node from a YAML config file (-config FILE)
+  cloud    run the cloud server: Iceberg REST catalog on --catalog-addr
   tables   list | describe STREAM | scan STREAM: look at stream tables
   sim      run the device-fleet simulator against an MQTT broker
   config   check FILE: validate a config file and print the effective settings
@@ -44,6 +46,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdDev(args[1:], stdout, stderr)
 	case "edge":
 		return cmdEdge(args[1:], stdout, stderr)
+	case "cloud":
+		return cmdCloud(args[1:], stdout, stderr)
 	case "tables":
 		return cmdTables(args[1:], stdout, stderr)
 	case "sim":

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/tables/rest"
+)
+
+// cmdCloud runs the cloud server. For now it serves the Iceberg REST
+// catalog over the catalog database; the Kafka and Pulsar consume sides
+// are not part of it yet.
+func cmdCloud(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("cloud", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	catAddr := fs.String("catalog-addr", "127.0.0.1:8181", "Iceberg REST catalog listener (clients use http://ADDR)")
+	data := fs.String("data", "./data", "data directory: SQLite catalog (catalog.db) and warehouse (warehouse/)")
+	catURI := fs.String("catalog", "", "backing catalog URI (default sqlite://DIR/catalog.db)")
+	warehouse := fs.String("warehouse", "", "warehouse URL (default file://DIR/warehouse)")
+	catName := fs.String("catalog-name", "tributary", "catalog name")
+	token := fs.String("token", os.Getenv("TRIBUTARY_CATALOG_TOKEN"), "require this bearer token (default $TRIBUTARY_CATALOG_TOKEN; empty = no auth)")
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "tributary cloud: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	log, err := newLogger(stderr, *logFormat, *logLevel)
+	if err != nil {
+		fmt.Fprintln(stderr, "tributary cloud:", err)
+		return 2
+	}
+	abs, err := filepath.Abs(*data)
+	if err != nil {
+		fmt.Fprintln(stderr, "tributary cloud:", err)
+		return 2
+	}
+	if *catURI == "" {
+		*catURI = "sqlite://" + filepath.Join(abs, "catalog.db")
+	}
+	if *warehouse == "" {
+		*warehouse = "file://" + filepath.Join(abs, "warehouse")
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cat, err := tables.Open(ctx, tables.Config{Name: *catName, URI: *catURI, Warehouse: *warehouse})
+	if err != nil {
+		log.Error("open catalog", "err", err)
+		return 1
+	}
+	defer cat.Close()
+	h := rest.NewHandler(cat.Iceberg(), rest.Options{Warehouse: *warehouse, Token: *token, Logger: log})
+	srv, err := rest.Listen(*catAddr, h)
+	if err != nil {
+		log.Error("listen", "addr", *catAddr, "err", err)
+		return 1
+	}
+	log.Info("ready", "catalog", srv.Addr(), "backing", *catURI, "warehouse", *warehouse, "auth", *token != "")
+	code := 0
+	select {
+	case <-ctx.Done():
+	case err := <-srv.Done():
+		log.Error("catalog server stopped", "err", err)
+		code = 1
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("shutdown", "err", err)
+	}
+	log.Info("stopped")
+	return code
+}

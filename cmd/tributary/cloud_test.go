@@ -1,0 +1,64 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"regexp"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tributary-io/tributary/tables"
+)
+
+// TestCloudServesCatalog starts 'tributary cloud' on a free port, commits a
+// partition allocation through its REST catalog and stops it with SIGINT.
+func TestCloudServesCatalog(t *testing.T) {
+	dir := t.TempDir()
+	pr, pw := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		done <- run([]string{"cloud", "--catalog-addr", "127.0.0.1:0", "--data", dir}, io.Discard, pw)
+		pw.Close()
+	}()
+	ready := regexp.MustCompile(`msg=ready catalog=(\S+)`)
+	addrc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			if m := ready.FindStringSubmatch(sc.Text()); m != nil {
+				addrc <- m[1]
+			}
+		}
+	}()
+	var addr string
+	select {
+	case addr = <-addrc:
+	case code := <-done:
+		t.Fatalf("cloud exited with %d before ready", code)
+	case <-time.After(20 * time.Second):
+		t.Fatal("no ready line")
+	}
+	ctx := context.Background()
+	c, err := tables.Open(ctx, tables.Config{URI: "http://" + addr, Warehouse: "file://" + dir + "/warehouse"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.AllocatePartition(ctx, "factory.telemetry", "n1")
+	if err != nil || p != 0 {
+		t.Fatalf("allocate over REST: %d %v", p, err)
+	}
+	c.Close()
+	if err := syscall.Kill(syscall.Getpid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit code %d", code)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("cloud did not stop on SIGINT")
+	}
+}

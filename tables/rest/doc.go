@@ -1,0 +1,41 @@
+// Package rest serves the Apache Iceberg REST catalog protocol
+// (open-api/rest-catalog-open-api.yaml, /v1 routes, no prefix) on top of
+// any iceberg-go catalog.Catalog — in Tributary the SQL catalog on SQLite
+// (or Postgres). Spark, Trino, DuckDB, PyIceberg and iceberg-go's own REST
+// client attach to the same tables by URL, and edge nodes commit through
+// it (tables.Open with an http:// URI).
+//
+// Served: GET /v1/config; namespaces (list with parent and paging, create,
+// load, HEAD exists, drop, update properties); tables (list, create incl.
+// stage-create, load, HEAD exists, drop with purgeRequested, rename,
+// commit); POST /v1/transactions/commit for a single table change, or for
+// several when the backing catalog implements
+// catalog.TransactionalCatalog (advertised in /v1/config only then). Views,
+// register, metrics reports, credentials, scan planning, the OAuth token
+// endpoint and a URL prefix are not served; an unknown route is 404.
+// Optional bearer-token auth (Options.Token) covers every route. Multi-level namespaces use the
+// unit separator (%1F) in path segments and in the parent query parameter.
+//
+// Invariants:
+//   - A commit is a compare-and-swap. The request's requirements are
+//     validated against the table's current metadata, its updates applied,
+//     and the result committed with the backing catalog's CommitTable, whose
+//     own swap is conditional on the metadata location it started from (the
+//     SQL catalog's UPDATE … WHERE metadata_location = old). Within one
+//     server process commits to one table are serialised by a mutex; across
+//     processes the backing catalog's swap alone decides.
+//   - A failed requirement, or losing the swap, is 409 CommitFailedException
+//     and changes nothing. Updates that cannot be applied are 400. Any other
+//     failure during a commit is 500, which clients treat as "state unknown"
+//     (reload and decide again, never blindly replay).
+//   - Error bodies follow the spec: {"error": {"message", "type", "code"}}
+//     with the HTTP status in "code": 400 BadRequestException, 401
+//     NotAuthorizedException, 404 NoSuchNamespaceException /
+//     NoSuchTableException, 409 AlreadyExistsException /
+//     NamespaceNotEmptyException / CommitFailedException, 422
+//     UnprocessableEntityException, 500 InternalServerError.
+//
+// Nothing is cached: every request reads the backing catalog, so several
+// server processes over one database are interchangeable. The only state is
+// the per-table commit mutexes, dropped when no commit holds them.
+package rest

@@ -1,0 +1,58 @@
+package rest
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+)
+
+// Server is a catalog handler listening on a TCP address.
+type Server struct {
+	ln   net.Listener
+	srv  *http.Server
+	done chan error
+}
+
+// Listen binds addr ("127.0.0.1:0" picks a free port) and serves h on it
+// in the background until Shutdown.
+func Listen(addr string, h http.Handler) (*Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{ln: ln, done: make(chan error, 1), srv: &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+	}}
+	go func() {
+		err := s.srv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		s.done <- err
+	}()
+	return s, nil
+}
+
+// Addr is the address the server listens on (host:port).
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// URL is the catalog URI clients use: http://host:port.
+func (s *Server) URL() string { return "http://" + s.Addr() }
+
+// Done reports the end of serving: nil after Shutdown, else the error
+// that stopped it.
+func (s *Server) Done() <-chan error { return s.done }
+
+// Shutdown stops accepting requests and waits (until ctx ends) for the
+// ones in flight.
+func (s *Server) Shutdown(ctx context.Context) error {
+	err := s.srv.Shutdown(ctx)
+	if err != nil {
+		s.srv.Close()
+	}
+	return err
+}
