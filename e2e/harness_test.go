@@ -57,19 +57,20 @@ type proc struct {
 	MQTT     string // host:port
 	HTTP     string
 	Kafka    string
+	Catalog  string // Iceberg REST catalog host:port
 	exited   chan struct{}
 	logMu    sync.Mutex
 	logLines []string
 }
 
-var readyRE = regexp.MustCompile(`msg=ready .*mqtt=(\S+) http=(\S+) kafka=(\S*)`)
+var readyRE = regexp.MustCompile(`msg=ready .*mqtt=(\S+) http=(\S+) kafka=(\S*) catalog=(\S*)`)
 
 // startDev starts `tributary dev` on free loopback ports with no simulator
 // and waits until it says it is ready.
 func startDev(t *testing.T, dataDir string, extra ...string) *proc {
 	t.Helper()
 	args := append([]string{"dev", "--data", dataDir, "--mqtt-addr", "127.0.0.1:0", "--mqtt-ws-addr", "",
-		"--http-addr", "127.0.0.1:0", "--kafka-addr", "127.0.0.1:0", "--sim-devices", "0", "--commit-interval", "200ms"}, extra...)
+		"--http-addr", "127.0.0.1:0", "--kafka-addr", "127.0.0.1:0", "--catalog-addr", "127.0.0.1:0", "--sim-devices", "0", "--commit-interval", "200ms"}, extra...)
 	cmd := exec.Command(binPath, args...)
 	cmd.Stdout = io.Discard
 	stderr, err := cmd.StderrPipe()
@@ -80,7 +81,7 @@ func startDev(t *testing.T, dataDir string, extra ...string) *proc {
 		t.Fatal(err)
 	}
 	p := &proc{t: t, cmd: cmd, dataDir: dataDir, exited: make(chan struct{})}
-	ready := make(chan [3]string, 1)
+	ready := make(chan [4]string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -91,7 +92,7 @@ func startDev(t *testing.T, dataDir string, extra ...string) *proc {
 			p.logMu.Unlock()
 			if m := readyRE.FindStringSubmatch(line); m != nil {
 				select {
-				case ready <- [3]string{m[1], m[2], m[3]}:
+				case ready <- [4]string{m[1], m[2], m[3], m[4]}:
 				default:
 				}
 			}
@@ -104,7 +105,7 @@ func startDev(t *testing.T, dataDir string, extra ...string) *proc {
 	t.Cleanup(func() { p.kill() })
 	select {
 	case a := <-ready:
-		p.MQTT, p.HTTP, p.Kafka = a[0], a[1], a[2]
+		p.MQTT, p.HTTP, p.Kafka, p.Catalog = a[0], a[1], a[2], a[3]
 	case <-p.exited:
 		t.Fatalf("tributary dev exited before ready:\n%s", p.logs())
 	case <-time.After(60 * time.Second):

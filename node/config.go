@@ -96,6 +96,11 @@ type Config struct {
 	// 127.0.0.1:8080; "" turns it off.
 	HTTPAddr string `yaml:"http_addr"`
 
+	// CatalogAddr, when set, serves the node's catalog as an Iceberg REST
+	// catalog (what 'tributary cloud' serves), so query engines can attach
+	// to the tables. Default "" (off); tributary dev serves 127.0.0.1:8181.
+	CatalogAddr string `yaml:"catalog_addr"`
+
 	// ShutdownTimeout bounds the final commit on shutdown. Default 30s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 }

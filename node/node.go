@@ -34,6 +34,7 @@ import (
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/mqtt"
 	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/tables/rest"
 	"github.com/tributary-io/tributary/uplink"
 	"github.com/tributary-io/tributary/wal"
 )
@@ -52,6 +53,7 @@ type Node struct {
 	ingest *ingest
 	http   *http.Server
 	httpLn net.Listener
+	rest   *rest.Server
 
 	started time.Time
 	cancel  context.CancelFunc
@@ -144,6 +146,15 @@ func (n *Node) Start(ctx context.Context) error {
 			return fmt.Errorf("start kafka: %w", err)
 		}
 	}
+	if n.cfg.CatalogAddr != "" {
+		rs, err := rest.Listen(n.cfg.CatalogAddr, rest.NewHandler(n.cat.Iceberg(),
+			rest.Options{Warehouse: n.cfg.Catalog.Warehouse, Logger: n.log.With("component", "rest-catalog")}))
+		if err != nil {
+			return fmt.Errorf("listen catalog %s: %w", n.cfg.CatalogAddr, err)
+		}
+		n.rest = rs
+		n.log.Info("listening", "listener", "iceberg-rest-catalog", "addr", rs.Addr(), "uri", rs.URL())
+	}
 	if n.cfg.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", n.cfg.HTTPAddr)
 		if err != nil {
@@ -173,6 +184,14 @@ func (n *Node) KafkaAddr() string {
 		return ""
 	}
 	return n.kafka.Addr()
+}
+
+// CatalogAddr is the bound address of the REST catalog ("" when off).
+func (n *Node) CatalogAddr() string {
+	if n.rest == nil {
+		return ""
+	}
+	return n.rest.Addr()
 }
 
 // HTTPAddr is the bound address of the HTTP listener.
@@ -210,6 +229,9 @@ func (n *Node) Close(ctx context.Context) error {
 	}
 	if n.http != nil {
 		n.http.Shutdown(ctx)
+	}
+	if n.rest != nil {
+		n.rest.Shutdown(ctx)
 	}
 	n.wg.Wait()
 	if err := n.up.SyncAll(ctx); err != nil {

@@ -19,6 +19,7 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	wsAddr := fs.String("mqtt-ws-addr", "127.0.0.1:1884", "MQTT WebSocket listener (\"\" = off)")
 	httpAddr := fs.String("http-addr", "127.0.0.1:8080", "HTTP status page and /metrics")
 	kafkaAddr := fs.String("kafka-addr", "127.0.0.1:9092", "Kafka produce listener (\"\" = off)")
+	catalogAddr := fs.String("catalog-addr", "127.0.0.1:8181", "Iceberg REST catalog for query engines (\"\" = off)")
 	devices := fs.Int("sim-devices", 8, "simulated devices publishing telemetry (0 = no simulator)")
 	simRate := fs.Float64("sim-rate", 2, "messages per second per simulated device")
 	commit := fs.Duration("commit-interval", time.Second, "commit interval of each stream")
@@ -44,7 +45,7 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "tributary dev:", err)
 		return 2
 	}
-	cfg := node.Config{NodeID: *nodeID, DataDir: abs, HTTPAddr: *httpAddr}
+	cfg := node.Config{NodeID: *nodeID, DataDir: abs, HTTPAddr: *httpAddr, CatalogAddr: *catalogAddr}
 	cfg.MQTT.Addr = *mqttAddr
 	cfg.MQTT.WSAddr = *wsAddr
 	cfg.Kafka.Addr = *kafkaAddr
@@ -66,6 +67,7 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
   MQTT       %s (TCP), %s (WebSocket)
   Kafka      %s (produce; topic = stream name, e.g. factory.telemetry)
   status     http://%s/   metrics http://%s/metrics
+  catalog    http://%s (Iceberg REST; warehouse file://%s/warehouse)
   simulator  %d devices at %.1f msg/s each, topics factory/lineN/deviceM/telemetry -> stream factory.telemetry
 
 Publish:      mosquitto_pub -h 127.0.0.1 -p %s -t factory/line1/temp -m '{"c":21.5}' -q 1
@@ -73,7 +75,7 @@ Publish:      mosquitto_pub -h 127.0.0.1 -p %s -t factory/line1/temp -m '{"c":21
 Look at rows: bin/tributary tables scan factory.telemetry --data %s --limit 5
 Other topics go to stream %s. Ctrl-C stops with a final commit.
 
-`, abs, cfg.Catalog.Name, *mqttAddr, *wsAddr, *kafkaAddr, *httpAddr, *httpAddr, *devices, *simRate,
+`, abs, cfg.Catalog.Name, *mqttAddr, *wsAddr, *kafkaAddr, *httpAddr, *httpAddr, *catalogAddr, abs, *devices, *simRate,
 		portOf(*mqttAddr), *kafkaAddr, *data, cfg.MQTT.DefaultStream)
 	return runNode(cfg, sim, log, stdout, stderr)
 }
