@@ -7,9 +7,6 @@ import (
 
 	"github.com/apache/iceberg-go/catalog/rest"
 	"github.com/apache/iceberg-go/table"
-
-	"github.com/tributary-io/tributary/tables"
-	"github.com/tributary-io/tributary/wal"
 )
 
 // TestRESTCatalogServesTables: the Iceberg REST catalog of `tributary dev`
@@ -36,22 +33,7 @@ func TestRESTCatalogServesTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, it, err := tbl.Scan().ToArrowRecords(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var all []*wal.Record
-	for b, err := range it {
-		if err != nil {
-			t.Fatal(err)
-		}
-		recs, err := tables.RecordsFromArrow(b)
-		b.Release()
-		if err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, recs...)
-	}
+	all := scanAll(t, tbl)
 	checkRows(t, l, all)
 	if len(all) != 25 {
 		t.Fatalf("%d rows through the REST catalog, want 25", len(all))

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"database/sql"
-	"github.com/apache/iceberg-go/catalog"
 	sqlcat "github.com/apache/iceberg-go/catalog/sql"
 	"github.com/apache/iceberg-go/table"
 
@@ -173,7 +172,13 @@ func readTable(t *testing.T, dataDir, stream string) []*wal.Record {
 	if err != nil {
 		t.Fatalf("load %s: %v", stream, err)
 	}
-	_, it, err := tbl.Scan().ToArrowRecords(ctx)
+	return scanAll(t, tbl)
+}
+
+// scanAll reads every row of a table with iceberg-go's scan.
+func scanAll(t *testing.T, tbl *table.Table) []*wal.Record {
+	t.Helper()
+	_, it, err := tbl.Scan().ToArrowRecords(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,8 +196,6 @@ func readTable(t *testing.T, dataDir, stream string) []*wal.Record {
 	}
 	return out
 }
-
-var _ = catalog.ErrNoSuchTable
 
 // checkDense asserts that every partition's offsets are exactly 0..n-1.
 func checkDense(t *testing.T, rows []*wal.Record) map[int32]int {
