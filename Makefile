@@ -9,6 +9,7 @@ PKGS      := ./...
 UNIT_PKGS := ./wal/... ./tables/... ./uplink/... ./mqtt/... ./node/... ./firmware-sim/... ./cmd/...
 APT_PKGS  := mosquitto mosquitto-clients kcat
 DATA      ?= ./data
+VERSITYGW := v1.8.0
 
 .PHONY: all build run test deps vet unit e2e bench fuzz clean fmt
 
@@ -30,6 +31,11 @@ deps:
 	  echo "installing Debian packages for:$$missing"; \
 	  if [ "$$(id -u)" != 0 ]; then echo "need root to apt-get install $(APT_PKGS)"; exit 1; fi; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(APT_PKGS) >/dev/null; \
+	fi
+	@gobin=$$($(GO) env GOPATH)/bin; \
+	if ! command -v versitygw >/dev/null 2>&1 && [ ! -x $$gobin/versitygw ]; then \
+	  echo "installing versitygw $(VERSITYGW) (a real S3 server for the tests)"; \
+	  $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW); \
 	fi
 	$(GO) mod download
 

@@ -70,6 +70,18 @@ func startDev(t *testing.T, dataDir string, extra ...string) *proc {
 	t.Helper()
 	args := append([]string{"dev", "--data", dataDir, "--mqtt-addr", "127.0.0.1:0", "--mqtt-ws-addr", "",
 		"--http-addr", "127.0.0.1:0", "--kafka-addr", "127.0.0.1:0", "--catalog-addr", "127.0.0.1:0", "--sim-devices", "0", "--commit-interval", "200ms"}, extra...)
+	return startProc(t, dataDir, args...)
+}
+
+// startEdge starts `tributary edge -config FILE`.
+func startEdge(t *testing.T, dataDir, config string) *proc {
+	t.Helper()
+	return startProc(t, dataDir, "edge", "-config", config)
+}
+
+// startProc starts the binary with args and waits for its ready line.
+func startProc(t *testing.T, dataDir string, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(binPath, args...)
 	cmd.Stdout = io.Discard
 	stderr, err := cmd.StderrPipe()
@@ -157,13 +169,20 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 // data directory's SQLite catalog.
 func readTable(t *testing.T, dataDir, stream string) []*wal.Record {
 	t.Helper()
+	return readTableProps(t, dataDir, stream, nil)
+}
+
+// readTableProps is readTable with catalog properties (e.g. s3.* FileIO
+// settings for a warehouse on S3).
+func readTableProps(t *testing.T, dataDir, stream string, props map[string]string) []*wal.Record {
+	t.Helper()
 	ctx := context.Background()
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(dataDir, "catalog.db")+"?_pragma=busy_timeout(30000)")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	cat, err := sqlcat.NewCatalog("tributary", db, sqlcat.SQLite, nil)
+	cat, err := sqlcat.NewCatalog("tributary", db, sqlcat.SQLite, props)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -77,7 +77,13 @@ func checkRows(t *testing.T, l *ledger, rows []*wal.Record) {
 // payload, topic and user property byte-exact.
 func TestRoundTrip(t *testing.T) {
 	dir := t.TempDir()
-	p := startDev(t, dir)
+	roundTrip(t, func() *proc { return startDev(t, dir) }, func() []*wal.Record { return readTable(t, dir, "factory.telemetry") })
+}
+
+// roundTrip is TestRoundTrip's body for any node setup: start starts the
+// node, read reads the stream's table back with iceberg-go.
+func roundTrip(t *testing.T, start func() *proc, read func() []*wal.Record) {
+	p := start()
 	ctx := context.Background()
 	l := newLedger()
 	var wg sync.WaitGroup
@@ -123,7 +129,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.stop() // final commit
-	rows := readTable(t, dir, "factory.telemetry")
+	rows := read()
 	if len(rows) != 10100 {
 		t.Fatalf("table has %d rows, want 10100", len(rows))
 	}
@@ -146,12 +152,17 @@ func mosquittoPub(t *testing.T) string {
 // acknowledged message is in the table exactly once; offsets stay dense.
 func TestCrashKill9(t *testing.T) {
 	dir := t.TempDir()
+	crashRounds(t, 5, func() *proc { return startDev(t, dir) }, func() []*wal.Record { return readTable(t, dir, "factory.telemetry") })
+}
+
+// crashRounds is TestCrashKill9's body for any node setup.
+func crashRounds(t *testing.T, rounds int, start func() *proc, read func() []*wal.Record) {
 	l := newLedger()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
-	const clients, rounds = 8, 5
+	const clients = 8
 	next := make([]int, clients) // next message index per client
 	for round := range rounds {
-		p := startDev(t, dir)
+		p := start()
 		ctx, cancel := context.WithCancel(context.Background())
 		var wg sync.WaitGroup
 		var mu sync.Mutex
@@ -185,10 +196,10 @@ func TestCrashKill9(t *testing.T) {
 		t.Logf("round %d: killed after %s, %d acked so far", round, delay, l.acked())
 	}
 	// A final clean run drains everything.
-	p := startDev(t, dir)
+	p := start()
 	waitFor(t, 60*time.Second, "WAL drained", func() bool { return walDrained(t, p) })
 	p.stop()
-	rows := readTable(t, dir, "factory.telemetry")
+	rows := read()
 	counts := checkDense(t, rows)
 	checkRows(t, l, rows)
 	t.Logf("%d rows (%d acked publishes), partitions %v", len(rows), l.acked(), counts)

@@ -13,6 +13,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/uplink"
 )
 
 // Route maps an MQTT topic filter to a stream.
@@ -52,6 +53,24 @@ type Config struct {
 		// PartitionGranularity of new tables: day or hour. Default day.
 		PartitionGranularity string `yaml:"partition_granularity"`
 	} `yaml:"catalog"`
+
+	Storage struct {
+		// S3 configures an s3:// warehouse (AWS or S3-compatible). Empty
+		// fields use the AWS SDK defaults (environment, shared config,
+		// instance role).
+		S3 struct {
+			// Endpoint of an S3-compatible store, e.g. http://minio:9000.
+			Endpoint string `yaml:"endpoint"`
+			// Region. Default us-east-1.
+			Region string `yaml:"region"`
+			// PathStyle puts the bucket in the path (most S3-compatible
+			// stores want this). Default false.
+			PathStyle bool `yaml:"path_style"`
+			// AccessKeyID and SecretAccessKey; default from the environment.
+			AccessKeyID     string `yaml:"access_key_id"`
+			SecretAccessKey string `yaml:"secret_access_key"`
+		} `yaml:"s3"`
+	} `yaml:"storage"`
 
 	MQTT struct {
 		// Addr of the TCP listener. Default 127.0.0.1:1883; "" turns it off.
@@ -190,6 +209,9 @@ func (c *Config) Validate() error {
 	if u := c.Catalog.URI; !strings.HasPrefix(u, "sqlite://") && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
 		bad("catalog.uri", "%q: want sqlite:///path/to/catalog.db or http(s)://host:port (Iceberg REST)", u)
 	}
+	if strings.HasPrefix(c.Catalog.Warehouse, "s3://") && (c.Storage.S3.AccessKeyID == "") != (c.Storage.S3.SecretAccessKey == "") {
+		bad("storage.s3", "set both access_key_id and secret_access_key, or neither (to use the AWS SDK's defaults)")
+	}
 	if !strings.Contains(c.Catalog.Warehouse, "://") {
 		bad("catalog.warehouse", "%q: want a blob URL such as file:///var/lib/tributary/warehouse or s3://bucket/prefix", c.Catalog.Warehouse)
 	}
@@ -289,6 +311,13 @@ func ParseByteSize(s string) (ByteSize, error) {
 		return 0, fmt.Errorf("size %q: want a number with an optional unit (KiB, MiB, GiB, KB, MB, GB)", s)
 	}
 	return ByteSize(n * mult), nil
+}
+
+// S3Options are the storage.s3 settings for the uplink and the catalog.
+func (c *Config) S3Options() uplink.S3Options {
+	s := c.Storage.S3
+	return uplink.S3Options{Endpoint: s.Endpoint, Region: s.Region, PathStyle: s.PathStyle,
+		AccessKeyID: s.AccessKeyID, SecretAccessKey: s.SecretAccessKey}
 }
 
 // WithDefaults fills every unset field of c with its default.

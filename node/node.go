@@ -28,6 +28,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -75,9 +76,14 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open wal: %w", err)
 	}
-	var catProps map[string]string
+	catProps := map[string]string{}
 	if cfg.Catalog.Token != "" {
-		catProps = map[string]string{"token": cfg.Catalog.Token}
+		catProps["token"] = cfg.Catalog.Token
+	}
+	if strings.HasPrefix(cfg.Catalog.Warehouse, "s3://") {
+		for k, v := range cfg.S3Options().IcebergProperties() {
+			catProps[k] = v
+		}
 	}
 	n.cat, err = tables.Open(ctx, tables.Config{Name: cfg.Catalog.Name, URI: cfg.Catalog.URI,
 		Warehouse: cfg.Catalog.Warehouse, Granularity: cfg.Catalog.PartitionGranularity, Properties: catProps})
@@ -85,7 +91,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		n.wal.Close()
 		return nil, err
 	}
-	n.bucket, err = uplink.OpenBucket(ctx, cfg.Catalog.Warehouse)
+	n.bucket, err = uplink.OpenBucket(ctx, cfg.Catalog.Warehouse, cfg.S3Options())
 	if err != nil {
 		n.cat.Close()
 		n.wal.Close()

@@ -16,6 +16,7 @@ import (
 	"github.com/apache/iceberg-go/catalog"
 	restcat "github.com/apache/iceberg-go/catalog/rest"
 	sqlcat "github.com/apache/iceberg-go/catalog/sql"
+	_ "github.com/apache/iceberg-go/io/gocloud/s3" // s3:// table locations
 	"github.com/apache/iceberg-go/table"
 	_ "modernc.org/sqlite" // pure-Go SQLite driver for the embedded catalog
 )

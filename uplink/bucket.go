@@ -20,13 +20,27 @@ type BlobBucket struct {
 	fileDir string // local root for file:// URLs
 }
 
-// OpenBucket opens the warehouse bucket.
-func OpenBucket(ctx context.Context, warehouse string) (*BlobBucket, error) {
+// OpenBucket opens the warehouse bucket: file://, s3:// (configured by s3,
+// which may be zero for AWS defaults), or any other gocloud.dev/blob URL
+// whose driver is linked in.
+func OpenBucket(ctx context.Context, warehouse string, s3 ...S3Options) (*BlobBucket, error) {
 	u, err := url.Parse(warehouse)
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", warehouse, err)
 	}
 	bb := &BlobBucket{}
+	if u.Scheme == "s3" {
+		var o S3Options
+		if len(s3) > 0 {
+			o = s3[0]
+		}
+		b, err := openS3(ctx, u, o)
+		if err != nil {
+			return nil, fmt.Errorf("open bucket %s: %w", warehouse, err)
+		}
+		bb.b = b
+		return bb, nil
+	}
 	openURL := warehouse
 	if u.Scheme == "file" {
 		bb.fileDir = u.Path
