@@ -7,7 +7,7 @@ GO        ?= go
 BIN       := bin/tributary
 PKGS      := ./...
 UNIT_PKGS := ./wal/... ./tables/... ./uplink/... ./mqtt/... ./node/... ./firmware-sim/... ./cmd/...
-APT_PKGS  := mosquitto mosquitto-clients kcat
+APT_PKGS  := mosquitto mosquitto-clients kcat postgresql
 DATA      ?= ./data
 VERSITYGW := v1.8.0
 
@@ -27,6 +27,7 @@ run: build
 deps:
 	@missing=""; for b in mosquitto mosquitto_pub mosquitto_sub kcat; do \
 	  command -v $$b >/dev/null 2>&1 || [ -x /usr/sbin/$$b ] || missing="$$missing $$b"; done; \
+	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages for:$$missing"; \
 	  if [ "$$(id -u)" != 0 ]; then echo "need root to apt-get install $(APT_PKGS)"; exit 1; fi; \

@@ -42,7 +42,8 @@ type Config struct {
 	Catalog struct {
 		// Name of the catalog. Default tributary.
 		Name string `yaml:"name"`
-		// URI: sqlite:///path/catalog.db, or http(s)://host:port for an
+		// URI: sqlite:///path/catalog.db, postgres://user:pw@host:5432/db
+		// (iceberg-go's SQL catalog schema), or http(s)://host:port for an
 		// Iceberg REST catalog (a 'tributary cloud' server). Default
 		// sqlite://DATA_DIR/catalog.db.
 		URI string `yaml:"uri"`
@@ -206,8 +207,9 @@ func (c *Config) Validate() error {
 	if c.WAL.MaxBytes < 1<<20 {
 		bad("wal.max_bytes", "%d is below the minimum of 1MiB", c.WAL.MaxBytes)
 	}
-	if u := c.Catalog.URI; !strings.HasPrefix(u, "sqlite://") && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
-		bad("catalog.uri", "%q: want sqlite:///path/to/catalog.db or http(s)://host:port (Iceberg REST)", u)
+	if u := c.Catalog.URI; !strings.HasPrefix(u, "sqlite://") && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") &&
+		!strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
+		bad("catalog.uri", "%q: want sqlite:///path/to/catalog.db, postgres://user:password@host:5432/db or http(s)://host:port (Iceberg REST)", u)
 	}
 	if strings.HasPrefix(c.Catalog.Warehouse, "s3://") && (c.Storage.S3.AccessKeyID == "") != (c.Storage.S3.SecretAccessKey == "") {
 		bad("storage.s3", "set both access_key_id and secret_access_key, or neither (to use the AWS SDK's defaults)")

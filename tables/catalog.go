@@ -18,7 +18,8 @@ import (
 	sqlcat "github.com/apache/iceberg-go/catalog/sql"
 	_ "github.com/apache/iceberg-go/io/gocloud/s3" // s3:// table locations
 	"github.com/apache/iceberg-go/table"
-	_ "modernc.org/sqlite" // pure-Go SQLite driver for the embedded catalog
+	_ "github.com/jackc/pgx/v5/stdlib" // Postgres catalogs
+	_ "modernc.org/sqlite"             // pure-Go SQLite driver for the embedded catalog
 )
 
 // Table properties through which Tributary keeps its own state in the
@@ -98,8 +99,19 @@ func Open(ctx context.Context, cfg Config) (*Catalog, error) {
 			return nil, fmt.Errorf("open catalog %s: %w", cfg.URI, err)
 		}
 		c.cat = cat
+	case strings.HasPrefix(cfg.URI, "postgres://") || strings.HasPrefix(cfg.URI, "postgresql://"):
+		db, err := sql.Open("pgx", cfg.URI)
+		if err != nil {
+			return nil, fmt.Errorf("open catalog %s: %w", redact(cfg.URI), err)
+		}
+		cat, err := sqlcat.NewCatalog(cfg.Name, db, sqlcat.Postgres, props)
+		if err != nil {
+			db.Close()
+			return nil, fmt.Errorf("open catalog %s: %w", redact(cfg.URI), err)
+		}
+		c.cat, c.db = cat, db
 	default:
-		return nil, fmt.Errorf("open catalog: unsupported catalog uri %q (want sqlite:///path or http(s)://host:port)", cfg.URI)
+		return nil, fmt.Errorf("open catalog: unsupported catalog uri %q (want sqlite:///path, postgres://user@host/db or http(s)://host:port)", redact(cfg.URI))
 	}
 	return c, nil
 }
@@ -338,4 +350,16 @@ func (c *Catalog) HighWaters(ctx context.Context, stream string) (map[int32]int6
 		return nil, err
 	}
 	return HighWaters(t), nil
+}
+
+// redact hides a password in a URI for error messages and logs.
+func redact(uri string) string {
+	u, err := url.Parse(uri)
+	if err != nil || u.User == nil {
+		return uri
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
 }

@@ -1,0 +1,145 @@
+package e2e
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	sqlcat "github.com/apache/iceberg-go/catalog/sql"
+	"github.com/apache/iceberg-go/table"
+	_ "github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/tributary-io/tributary/wal"
+)
+
+// startPostgres runs a throwaway PostgreSQL server from Debian's packages
+// (`make test` installs postgresql) on a loopback port, as the postgres
+// user when the tests run as root (PostgreSQL refuses root). It returns a DSN.
+func startPostgres(t *testing.T) string {
+	t.Helper()
+	bindir := ""
+	for _, d := range []string{"/usr/lib/postgresql/17/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/15/bin"} {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			bindir = d
+			break
+		}
+	}
+	if bindir == "" {
+		t.Fatal("PostgreSQL server binaries not found under /usr/lib/postgresql/*/bin (Debian package postgresql; `make test` installs it)")
+	}
+	dir, err := os.MkdirTemp("", "tributary-pg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	run := func(name string, args ...string) {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(bindir, name), args...)
+		if os.Geteuid() == 0 {
+			u, err := user.Lookup("postgres")
+			if err != nil {
+				t.Fatalf("running as root needs the postgres user: %v", err)
+			}
+			uid, _ := strconv.Atoi(u.Uid)
+			gid, _ := strconv.Atoi(u.Gid)
+			if err := os.Chown(dir, uid, gid); err != nil {
+				t.Fatal(err)
+			}
+			cmd = exec.Command("runuser", append([]string{"-u", "postgres", "--", filepath.Join(bindir, name)}, args...)...)
+		}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+	}
+	data := filepath.Join(dir, "data")
+	run("initdb", "-D", data, "-A", "trust", "-U", "tributary", "--no-sync")
+	addr := freeLoopbackPort(t)
+	_, port, _ := strings.Cut(addr, ":")
+	run("pg_ctl", "-D", data, "-w", "-l", filepath.Join(dir, "log"), "-o",
+		fmt.Sprintf("-p %s -h 127.0.0.1 -k %s -c fsync=on", port, dir), "start")
+	t.Cleanup(func() {
+		cmd := exec.Command(filepath.Join(bindir, "pg_ctl"), "-D", data, "-m", "immediate", "stop")
+		if os.Geteuid() == 0 {
+			cmd = exec.Command("runuser", "-u", "postgres", "--", filepath.Join(bindir, "pg_ctl"), "-D", data, "-m", "immediate", "stop")
+		}
+		cmd.Run()
+	})
+	return fmt.Sprintf("postgres://tributary@127.0.0.1:%s/postgres?sslmode=disable", port)
+}
+
+func pgEdgeConfig(t *testing.T, dir, dsn string) string {
+	t.Helper()
+	cfg := fmt.Sprintf(`node_id: pg-edge
+data_dir: %[1]s
+catalog:
+  uri: %[2]s
+  warehouse: file://%[1]s/warehouse
+mqtt:
+  addr: 127.0.0.1:0
+  routes:
+    - {filter: "factory/#", stream: factory.telemetry}
+http_addr: 127.0.0.1:0
+catalog_addr: 127.0.0.1:0
+uplink:
+  commit_interval: 200ms
+`, dir, dsn)
+	path := filepath.Join(dir, "edge.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func readTablePostgres(t *testing.T, dsn, stream string) []*wal.Record {
+	t.Helper()
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	cat, err := sqlcat.NewCatalog("tributary", db, sqlcat.Postgres, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, name, _ := strings.Cut(stream, ".")
+	tbl, err := cat.LoadTable(context.Background(), table.Identifier{ns, name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return scanAll(t, tbl)
+}
+
+// TestPostgresCatalog: the round trip and kill -9 rounds with the catalog
+// on a real PostgreSQL server; the node also serves that catalog over REST.
+func TestPostgresCatalog(t *testing.T) {
+	dsn := startPostgres(t)
+	t.Run("round-trip", func(t *testing.T) {
+		dir := t.TempDir()
+		cfg := pgEdgeConfig(t, dir, dsn)
+		roundTrip(t, func() *proc { return startEdge(t, dir, cfg) },
+			func() []*wal.Record { return readTablePostgres(t, dsn, "factory.telemetry") })
+	})
+	t.Run("crash", func(t *testing.T) {
+		dir := t.TempDir()
+		db, err := sql.Open("pgx", dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := db.Exec("CREATE DATABASE crash"); err != nil {
+			t.Fatal(err)
+		}
+		db.Close()
+		dsn2 := strings.Replace(dsn, "/postgres?", "/crash?", 1) // a fresh catalog
+		cfg := pgEdgeConfig(t, dir, dsn2)
+		crashRounds(t, 3, func() *proc { return startEdge(t, dir, cfg) },
+			func() []*wal.Record { return readTablePostgres(t, dsn2, "factory.telemetry") })
+	})
+}
