@@ -195,7 +195,13 @@ func (w *WAL) recover() error {
 		if err != nil {
 			return err
 		}
+		if err := checkFormat(meta); err != nil {
+			return err
+		}
 		return meta.ForEach(func(k, v []byte) error {
+			if string(k) == string(formatKey) {
+				return nil
+			}
 			pk, ok := decodePKey(k)
 			if !ok || len(v) != 24 {
 				return fmt.Errorf("%w: meta entry %x", ErrCorrupt, k)
@@ -213,17 +219,8 @@ func (w *WAL) recover() error {
 			if b == nil {
 				return fmt.Errorf("%w: partition %s/%d: no data bucket", ErrCorrupt, pk.stream, pk.partition)
 			}
-			c := b.Cursor()
-			first, v0 := c.First()
-			last, _ := c.Last()
-			if st.released == st.next {
-				if first != nil {
-					return fmt.Errorf("%w: partition %s/%d: records in an empty partition", ErrCorrupt, pk.stream, pk.partition)
-				}
-			} else if first == nil || int64(be.Uint64(first)) != st.released || int64(be.Uint64(last)) != st.next-1 {
-				return fmt.Errorf("%w: partition %s/%d: records do not span [%d, %d)", ErrCorrupt, pk.stream, pk.partition, st.released, st.next)
-			} else if st.oldest, err = recordTimestamp(v0); err != nil {
-				return err
+			if st.oldest, err = checkChunks(b, st); err != nil {
+				return fmt.Errorf("partition %s/%d: %w", pk.stream, pk.partition, err)
 			}
 			w.parts[pk] = st
 			w.bytes += st.bytes
@@ -231,6 +228,61 @@ func (w *WAL) recover() error {
 			return nil
 		})
 	})
+}
+
+// formatKey holds the on-disk format version in the meta bucket; it cannot
+// be a partition key, which never starts with a zero byte (streams are not
+// empty).
+var formatKey = []byte("\x00format")
+
+// formatChunked is the on-disk format: records in chunks. Format 1 (one
+// bbolt key per record, no formatKey) is not read.
+const formatChunked = 2
+
+// checkFormat checks the format version of an existing WAL and records it
+// in a new one.
+func checkFormat(meta *bolt.Bucket) error {
+	v := meta.Get(formatKey)
+	if v == nil {
+		if k, _ := meta.Cursor().First(); k != nil {
+			return fmt.Errorf("on-disk format changed: this WAL was written in format 1 (one key per record) and this version reads only format %d (chunks); drain it with the previous version or remove it", formatChunked)
+		}
+		return meta.Put(formatKey, []byte{formatChunked})
+	}
+	if len(v) != 1 || v[0] != formatChunked {
+		return fmt.Errorf("on-disk format %x not supported: this version reads only format %d", v, formatChunked)
+	}
+	return nil
+}
+
+// checkChunks checks that the chunks of a partition's bucket cover exactly
+// [released, next) at both ends and returns the oldest record's timestamp.
+func checkChunks(b *bolt.Bucket, st *partState) (int64, error) {
+	c := b.Cursor()
+	fk, fv := c.First()
+	if st.released == st.next {
+		if fk != nil {
+			return 0, fmt.Errorf("%w: records in an empty partition", ErrCorrupt)
+		}
+		return 0, nil
+	}
+	if fk == nil {
+		return 0, fmt.Errorf("%w: no records, want [%d, %d)", ErrCorrupt, st.released, st.next)
+	}
+	first, err := decodeChunkAt(fk, fv)
+	if err != nil {
+		return 0, err
+	}
+	last := first
+	if lk, lv := c.Last(); string(lk) != string(fk) {
+		if last, err = decodeChunkAt(lk, lv); err != nil {
+			return 0, err
+		}
+	}
+	if first.first > st.released || first.end() <= st.released || last.end() != st.next {
+		return 0, fmt.Errorf("%w: chunks span [%d, %d), want [%d, %d)", ErrCorrupt, first.first, last.end(), st.released, st.next)
+	}
+	return recordTimestamp(first.record(int(st.released - first.first)))
 }
 
 // Close waits for queued and in-flight operations to finish, then closes the
@@ -300,33 +352,78 @@ func (w *WAL) Read(stream string, partition int32, from int64, maxRecords int, m
 	}
 	var out []*Record
 	err := w.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(dataName(encodePKey(pkey{stream, partition})))
-		if b == nil {
-			return nil
-		}
-		var size int64
-		c := b.Cursor()
-		for k, v := c.Seek(offsetKey(max(from, 0))); k != nil; k, v = c.Next() {
-			if maxRecords > 0 && len(out) >= maxRecords {
-				break
-			}
-			if maxBytes > 0 && len(out) > 0 && size+int64(len(v)) > maxBytes {
-				break
-			}
-			r, err := DecodeRecord(v)
-			if err != nil {
-				return fmt.Errorf("offset %d: %w", be.Uint64(k), err)
-			}
-			size += int64(len(v))
-			out = append(out, r)
-		}
-		return nil
+		var err error
+		out, err = readTx(tx, pkey{stream, partition}, from, maxRecords, maxBytes)
+		return err
 	})
 	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
 		return nil, ErrClosed
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read %s/%d from %d: %w", stream, partition, from, err)
+	}
+	return out, nil
+}
+
+// readTx is Read inside a read transaction: it seeks to the chunk holding
+// from (or Released, if higher) and decodes records across chunks.
+func readTx(tx *bolt.Tx, pk pkey, from int64, maxRecords int, maxBytes int64) ([]*Record, error) {
+	key := encodePKey(pk)
+	mv := tx.Bucket(metaBucket).Get(key)
+	if mv == nil {
+		return nil, nil
+	}
+	if len(mv) != 24 {
+		return nil, fmt.Errorf("%w: meta entry %x", ErrCorrupt, key)
+	}
+	next, released := int64(be.Uint64(mv[0:])), int64(be.Uint64(mv[8:]))
+	from = max(from, released)
+	if from >= next {
+		return nil, nil
+	}
+	b := tx.Bucket(dataName(key))
+	if b == nil {
+		return nil, fmt.Errorf("%w: no data bucket", ErrCorrupt)
+	}
+	c := b.Cursor()
+	k, v := c.Seek(offsetKey(from))
+	if k == nil {
+		k, v = c.Last()
+	} else if int64(be.Uint64(k)) > from {
+		k, v = c.Prev()
+	}
+	var out []*Record
+	var size int64
+	for pos := from; pos < next; k, v = c.Next() {
+		if k == nil {
+			return nil, fmt.Errorf("%w: records end at %d, want %d", ErrCorrupt, pos, next)
+		}
+		ch, err := decodeChunkAt(k, v)
+		if err != nil {
+			return nil, err
+		}
+		if ch.first > pos || ch.end() <= pos {
+			return nil, fmt.Errorf("%w: chunk [%d, %d) where offset %d was expected", ErrCorrupt, ch.first, ch.end(), pos)
+		}
+		for i := int(pos - ch.first); i < ch.count() && pos < next; i++ {
+			if maxRecords > 0 && len(out) >= maxRecords {
+				return out, nil
+			}
+			rb := ch.record(i)
+			if maxBytes > 0 && len(out) > 0 && size+int64(len(rb)) > maxBytes {
+				return out, nil
+			}
+			r, err := DecodeRecord(rb)
+			if err != nil {
+				return nil, fmt.Errorf("offset %d: %w", pos, err)
+			}
+			if r.Offset != pos {
+				return nil, fmt.Errorf("%w: record at offset %d says offset %d", ErrCorrupt, pos, r.Offset)
+			}
+			size += int64(len(rb))
+			out = append(out, r)
+			pos++
+		}
 	}
 	return out, nil
 }
