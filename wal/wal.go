@@ -395,6 +395,9 @@ func readTx(tx *bolt.Tx, pk pkey, from int64, maxRecords int, maxBytes int64) ([
 	var out []*Record
 	var size int64
 	for pos := from; pos < next; k, v = c.Next() {
+		if maxRecords > 0 && len(out) >= maxRecords {
+			break
+		}
 		if k == nil {
 			return nil, fmt.Errorf("%w: records end at %d, want %d", ErrCorrupt, pos, next)
 		}
