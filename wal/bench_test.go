@@ -7,12 +7,16 @@ import (
 )
 
 func benchAppend(b *testing.B, batch int) {
+	benchAppendSize(b, batch, 256)
+}
+
+func benchAppendSize(b *testing.B, batch, size int) {
 	w, err := Open(Options{Path: filepath.Join(b.TempDir(), "wal.db")}) // with fsync
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer w.Close()
-	value := make([]byte, 256)
+	value := make([]byte, size)
 	b.SetBytes(int64(len(value) * batch))
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -20,6 +24,9 @@ func benchAppend(b *testing.B, batch int) {
 		for pb.Next() {
 			for i := range recs {
 				recs[i] = &Record{Stream: "bench.s", Partition: 0, Topic: "t", Value: value, Source: "mqtt"}
+				if size > 256 {
+					recs[i].Source, recs[i].ProducerID, recs[i].Sequence = "kafka", 7, int32(i)
+				}
 			}
 			if err := w.Append(context.Background(), recs...); err != nil {
 				b.Error(err)
@@ -50,4 +57,12 @@ func BenchmarkAppendParallel(b *testing.B) {
 func BenchmarkAppendBatch(b *testing.B) {
 	b.SetParallelism(4)
 	benchAppend(b, 64)
+}
+
+// BenchmarkAppendKafka appends batches of 1000 records of 1 KiB from four
+// goroutines, like Kafka producers sending large batches (MB/s is value
+// bytes).
+func BenchmarkAppendKafka(b *testing.B) {
+	b.SetParallelism(2) // GOMAXPROCS×2 producers
+	benchAppendSize(b, 1000, 1024)
 }

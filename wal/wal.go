@@ -15,8 +15,9 @@
 //     only jump is EnsurePartition, which moves an empty-or-behind partition
 //     forward to the table's high-water mark.
 //  3. Contiguous content. For every partition, exactly the records with
-//     offsets in [Released, Next) are stored. Release moves Released
-//     forward; nothing else deletes records.
+//     offsets in [Released, Next) are readable. Release moves Released
+//     forward; nothing else removes records. (Records below Released may
+//     remain in a partly released chunk; they are never returned.)
 //  4. Atomic metadata. Each partition's Next, Released and byte count are
 //     stored in the same bbolt transaction as the records they describe, so
 //     after kill -9 the metadata always matches the data.
@@ -36,18 +37,41 @@
 // long enough for many appends to arrive.
 //
 // Inside the group, each append op is encoded with its tentative offsets,
-// checked against the budget and only then written; a refused op leaves no
-// trace, the others in the group are unaffected. If the transaction itself
+// checked against the budget and only then added to its partitions' pending
+// records; a refused op leaves no trace, the others in the group are
+// unaffected. A partition's pending records are written as chunks (see
+// Layout) when the group ends, when they reach the chunk caps, and before a
+// release or EnsurePartition of that partition in the same group. If the transaction itself
 // fails, every op of the group fails and the in-memory state is left as it
 // was. The in-memory partition table is changed only by the committer, after
 // a successful commit, so readers (Partitions, Stats) see committed state.
 //
 // Reads use bbolt read transactions and never wait for the committer.
 //
-// Layout: a bucket per partition ("d" + partition key) maps an 8-byte
-// big-endian offset to the EncodeRecord bytes; the "meta" bucket maps the
-// partition key (uvarint stream length, stream, big-endian partition) to 24
-// bytes: next, released, unreleased bytes.
+// # Layout
+//
+// A bucket per partition ("d" + partition key) holds chunks. A chunk is one
+// bbolt value holding consecutive records of the partition appended in one
+// group commit (from any number of Append calls), keyed by the 8-byte
+// big-endian offset of its first record; a group's records are split into
+// chunks of at most 4096 records and 1 MiB (a larger record gets a chunk of
+// its own). A chunk is versioned and ends with a CRC32C over all of it, so a
+// torn or corrupt chunk is reported as ErrCorrupt, never misread: see
+// chunkV1 for the byte layout. The "meta" bucket maps the partition key
+// (uvarint stream length, stream, big-endian partition) to 24 bytes: next,
+// released, unreleased bytes; its key "\x00format" holds the on-disk format
+// version (2; format 1, one key per record, is refused with an error).
+//
+// Read seeks to the chunk holding its start offset (the greatest key not
+// above it) and decodes records across chunks, skipping those below the
+// start and below Released. Release deletes the chunks whose records all lie
+// below upTo; a chunk that straddles upTo stays until a later release passes
+// its end, and its records below Released are invisible. So invariant 3
+// holds logically: the readable records are exactly [Released, Next), while
+// the file may hold up to one partly released chunk per partition. The byte
+// count (invariant 5) stays exact in logical bytes: the bytes a release frees
+// are the sizes of exactly the records it releases, taken from the chunk
+// headers' record lengths.
 package wal
 
 import (
