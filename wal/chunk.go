@@ -25,10 +25,13 @@ const chunkV1 = 1
 
 // Write-side chunk caps: a group's records of one partition are split into
 // chunks of at most maxChunkRecords records and, unless a single record is
-// larger, maxChunkBytes record bytes. Readers accept any size.
+// larger, maxChunkBytes record bytes. Readers accept any size. Measured with
+// BenchmarkAppendKafka (1 KiB records, 1000 per Append): 32–64 KiB chunks
+// append about twice as fast as 1 MiB chunks, whose bbolt overflow pages
+// and buffers are large fresh allocations on every commit.
 const (
-	maxChunkRecords = 4096
-	maxChunkBytes   = 1 << 20
+	maxChunkRecords = 1024
+	maxChunkBytes   = 32 << 10
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

@@ -373,9 +373,12 @@ func (w *WAL) flush(g *group, wk *work) error {
 			recs = append(recs, w.arena[sp.start:sp.end])
 			size += sp.end - sp.start
 		}
-		// bbolt keeps value slices until commit: each chunk gets its own
-		// buffer.
-		v := encodeChunk(make([]byte, 0, size+16+len(recs)*3), first+int64(i), recs)
+		// bbolt keeps value slices until commit: the chunk arena is not
+		// reused before then (releaseArena runs after the transaction); if
+		// it grows, earlier chunks keep the old array.
+		start := len(w.chunks)
+		w.chunks = encodeChunk(w.chunks, first+int64(i), recs)
+		v := w.chunks[start:len(w.chunks):len(w.chunks)]
 		if err := b.Put(offsetKey(first+int64(i)), v); err != nil {
 			return fmt.Errorf("put %s/%d@%d: %w", wk.pk.stream, wk.pk.partition, first+int64(i), err)
 		}
@@ -393,6 +396,10 @@ func (w *WAL) releaseArena() {
 		w.arena = nil
 	}
 	w.arena = w.arena[:0]
+	if cap(w.chunks) > 16<<20 {
+		w.chunks = nil
+	}
+	w.chunks = w.chunks[:0]
 }
 
 func (w *WAL) applyRelease(g *group, o *op) error {

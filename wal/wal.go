@@ -54,7 +54,7 @@
 // bbolt value holding consecutive records of the partition appended in one
 // group commit (from any number of Append calls), keyed by the 8-byte
 // big-endian offset of its first record; a group's records are split into
-// chunks of at most 4096 records and 1 MiB (a larger record gets a chunk of
+// chunks of at most 1024 records and 32 KiB (a larger record gets a chunk of
 // its own). A chunk is versioned and ends with a CRC32C over all of it, so a
 // torn or corrupt chunk is reported as ErrCorrupt, never misread: see
 // chunkV1 for the byte layout. The "meta" bucket maps the partition key
@@ -162,7 +162,8 @@ type WAL struct {
 	recs   int64
 	stats  Stats
 
-	arena []byte // committer only
+	arena  []byte // committer only: records encoded in the current group
+	chunks []byte // committer only: chunks written in the current group
 }
 
 var metaBucket = []byte("meta")
