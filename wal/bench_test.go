@@ -74,3 +74,31 @@ func BenchmarkAppendKafka(b *testing.B) {
 	b.SetParallelism(2) // GOMAXPROCS×2 producers
 	benchAppendSize(b, 1000, 1024)
 }
+
+// BenchmarkAppendRelease is the steady state with an uplink: batches of 64
+// records of 256 bytes are appended and, every 16 batches, everything but
+// the last batch is released, as after a table commit.
+func BenchmarkAppendRelease(b *testing.B) {
+	w, err := Open(Options{Path: filepath.Join(b.TempDir(), "wal.db"), NoSync: os.Getenv("WALBENCH_NOSYNC") != ""})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	value := make([]byte, 256)
+	recs := make([]*Record, 64)
+	b.SetBytes(int64(len(value) * len(recs)))
+	for i := 0; i < b.N; i++ {
+		for j := range recs {
+			recs[j] = &Record{Stream: "bench.s", Topic: "t", Value: value, Source: "mqtt"}
+		}
+		if err := w.Append(context.Background(), recs...); err != nil {
+			b.Fatal(err)
+		}
+		if i%16 == 15 {
+			if err := w.Release("bench.s", 0, recs[0].Offset); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.N*len(recs))/b.Elapsed().Seconds(), "records/s")
+}
