@@ -2,17 +2,26 @@ package wal
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 )
 
 func benchAppend(b *testing.B, batch int) {
-	w, err := Open(Options{Path: filepath.Join(b.TempDir(), "wal.db")}) // with fsync
+	benchAppendSize(b, batch, 256)
+}
+
+// benchAppendSize appends with fsync, unless WALBENCH_NOSYNC is set to
+// measure the CPU cost apart from the disk (then it also reports the file
+// size per record).
+func benchAppendSize(b *testing.B, batch, size int) {
+	path := filepath.Join(b.TempDir(), "wal.db")
+	w, err := Open(Options{Path: path, NoSync: os.Getenv("WALBENCH_NOSYNC") != ""})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer w.Close()
-	value := make([]byte, 256)
+	value := make([]byte, size)
 	b.SetBytes(int64(len(value) * batch))
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -20,6 +29,9 @@ func benchAppend(b *testing.B, batch int) {
 		for pb.Next() {
 			for i := range recs {
 				recs[i] = &Record{Stream: "bench.s", Partition: 0, Topic: "t", Value: value, Source: "mqtt"}
+				if size > 256 {
+					recs[i].Source, recs[i].ProducerID, recs[i].Sequence = "kafka", 7, int32(i)
+				}
 			}
 			if err := w.Append(context.Background(), recs...); err != nil {
 				b.Error(err)
@@ -29,6 +41,9 @@ func benchAppend(b *testing.B, batch int) {
 	})
 	b.StopTimer()
 	st := w.Stats()
+	if fi, err := os.Stat(path); err == nil && os.Getenv("WALBENCH_NOSYNC") != "" {
+		b.ReportMetric(float64(fi.Size())/float64(st.AppendedRecords), "filebytes/rec")
+	}
 	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "records/s")
 	if st.Commits > 0 {
 		b.ReportMetric(float64(st.AppendedRecords)/float64(st.Commits), "records/commit")
@@ -50,4 +65,40 @@ func BenchmarkAppendParallel(b *testing.B) {
 func BenchmarkAppendBatch(b *testing.B) {
 	b.SetParallelism(4)
 	benchAppend(b, 64)
+}
+
+// BenchmarkAppendKafka appends batches of 1000 records of 1 KiB from four
+// goroutines, like Kafka producers sending large batches (MB/s is value
+// bytes).
+func BenchmarkAppendKafka(b *testing.B) {
+	b.SetParallelism(2) // GOMAXPROCS×2 producers
+	benchAppendSize(b, 1000, 1024)
+}
+
+// BenchmarkAppendRelease is the steady state with an uplink: batches of 64
+// records of 256 bytes are appended and, every 16 batches, everything but
+// the last batch is released, as after a table commit.
+func BenchmarkAppendRelease(b *testing.B) {
+	w, err := Open(Options{Path: filepath.Join(b.TempDir(), "wal.db"), NoSync: os.Getenv("WALBENCH_NOSYNC") != ""})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	value := make([]byte, 256)
+	recs := make([]*Record, 64)
+	b.SetBytes(int64(len(value) * len(recs)))
+	for i := 0; i < b.N; i++ {
+		for j := range recs {
+			recs[j] = &Record{Stream: "bench.s", Topic: "t", Value: value, Source: "mqtt"}
+		}
+		if err := w.Append(context.Background(), recs...); err != nil {
+			b.Fatal(err)
+		}
+		if i%16 == 15 {
+			if err := w.Release("bench.s", 0, recs[0].Offset); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.N*len(recs))/b.Elapsed().Seconds(), "records/s")
 }

@@ -46,7 +46,15 @@ type work struct {
 	b       *bolt.Bucket
 	dirty   bool
 	existed bool // known before this group
+
+	// Records appended in this group and not yet written as chunks: their
+	// offsets are [st.next-len(pend), st.next), their bytes arena spans.
+	pend      []span
+	pendBytes int
 }
+
+// span is a record's encoding in the committer's arena.
+type span struct{ start, end int }
 
 // group is the state of one transaction being built.
 type group struct {
@@ -215,6 +223,10 @@ func (w *WAL) apply(ops []*op, results []error) (*group, int64, error) {
 		if !wk.dirty {
 			continue
 		}
+		if err := w.flush(g, wk); err != nil {
+			tx.Rollback()
+			return nil, 0, err
+		}
 		dirty = true
 		if _, err := w.bucket(g, wk); err != nil {
 			tx.Rollback()
@@ -270,20 +282,22 @@ func (w *WAL) bucket(g *group, wk *work) (*bolt.Bucket, error) {
 }
 
 type undo struct {
-	wk *work
-	st partState
+	wk   *work
+	st   partState
+	pend int // len(wk.pend)
+	size int // wk.pendBytes
 }
 
 // applyAppend encodes o's records with tentative offsets, checks the budget
-// and writes them. It returns a per-op error (the op is refused, nothing of
-// it written) or a transaction error.
+// and adds them to their partitions' pending records, which flush writes as
+// chunks. It returns a per-op error (the op is refused, nothing of it kept)
+// or a transaction error.
 func (w *WAL) applyAppend(g *group, o *op) (opErr, txErr error) {
 	now := time.Now().UnixMicro()
 	var undos []undo
-	ends := make([]int, len(o.recs))
 	start := len(w.arena)
 	var size int64
-	for i, r := range o.recs {
+	for _, r := range o.recs {
 		wk := w.part(g, pkey{r.Stream, r.Partition})
 		seen := false
 		for _, u := range undos {
@@ -293,7 +307,7 @@ func (w *WAL) applyAppend(g *group, o *op) (opErr, txErr error) {
 			}
 		}
 		if !seen {
-			undos = append(undos, undo{wk, wk.st})
+			undos = append(undos, undo{wk, wk.st, len(wk.pend), wk.pendBytes})
 		}
 		if r.Timestamp == 0 {
 			r.Timestamp = now
@@ -305,38 +319,74 @@ func (w *WAL) applyAppend(g *group, o *op) (opErr, txErr error) {
 		wk.st.next++
 		before := len(w.arena)
 		w.arena = EncodeRecord(w.arena, r)
-		ends[i] = len(w.arena)
-		n := int64(len(w.arena) - before)
-		wk.st.bytes += n
-		size += n
+		n := len(w.arena) - before
+		wk.pend = append(wk.pend, span{before, len(w.arena)})
+		wk.pendBytes += n
+		wk.st.bytes += int64(n)
+		size += int64(n)
 	}
 	if w.opts.MaxBytes > 0 && g.bytes+size > w.opts.MaxBytes {
 		for _, u := range undos {
 			u.wk.st = u.st
+			u.wk.pend = u.wk.pend[:u.pend]
+			u.wk.pendBytes = u.size
 		}
 		w.arena = w.arena[:start]
 		return fmt.Errorf("append %d records of %d bytes with %d of %d bytes used: %w",
 			len(o.recs), size, g.bytes, w.opts.MaxBytes, ErrBudgetExceeded), nil
 	}
-	prev := start
-	for i, r := range o.recs {
-		wk := g.parts[pkey{r.Stream, r.Partition}]
-		b, err := w.bucket(g, wk)
-		if err != nil {
-			return nil, err
+	for _, u := range undos {
+		u.wk.dirty = true
+		if len(u.wk.pend) >= maxChunkRecords || u.wk.pendBytes >= maxChunkBytes {
+			if err := w.flush(g, u.wk); err != nil {
+				return nil, err
+			}
 		}
-		// bbolt keeps value slices until commit: the arena is not reused
-		// before then (releaseArena runs after the transaction).
-		if err := b.Put(offsetKey(r.Offset), w.arena[prev:ends[i]:ends[i]]); err != nil {
-			return nil, fmt.Errorf("put %s/%d@%d: %w", r.Stream, r.Partition, r.Offset, err)
-		}
-		wk.dirty = true
-		prev = ends[i]
 	}
 	g.bytes += size
 	g.recs += int64(len(o.recs))
 	g.added += int64(len(o.recs))
 	return nil, nil
+}
+
+// flush writes wk's pending records as chunks of at most maxChunkRecords
+// records and maxChunkBytes record bytes (a larger record gets a chunk of
+// its own).
+func (w *WAL) flush(g *group, wk *work) error {
+	if len(wk.pend) == 0 {
+		return nil
+	}
+	b, err := w.bucket(g, wk)
+	if err != nil {
+		return err
+	}
+	first := wk.st.next - int64(len(wk.pend))
+	var recs [][]byte
+	for i := 0; i < len(wk.pend); {
+		recs = recs[:0]
+		size := 0
+		for j := i; j < len(wk.pend) && len(recs) < maxChunkRecords; j++ {
+			sp := wk.pend[j]
+			if len(recs) > 0 && size+sp.end-sp.start > maxChunkBytes {
+				break
+			}
+			recs = append(recs, w.arena[sp.start:sp.end])
+			size += sp.end - sp.start
+		}
+		// bbolt keeps value slices until commit: the chunk arena is not
+		// reused before then (releaseArena runs after the transaction); if
+		// it grows, earlier chunks keep the old array.
+		start := len(w.chunks)
+		w.chunks = encodeChunk(w.chunks, first+int64(i), recs)
+		v := w.chunks[start:len(w.chunks):len(w.chunks)]
+		if err := b.Put(offsetKey(first+int64(i)), v); err != nil {
+			return fmt.Errorf("put %s/%d@%d: %w", wk.pk.stream, wk.pk.partition, first+int64(i), err)
+		}
+		i += len(recs)
+	}
+	wk.pend = wk.pend[:0]
+	wk.pendBytes = 0
+	return nil
 }
 
 // releaseArena forgets the encoding buffer after a transaction; a buffer
@@ -346,6 +396,10 @@ func (w *WAL) releaseArena() {
 		w.arena = nil
 	}
 	w.arena = w.arena[:0]
+	if cap(w.chunks) > 16<<20 {
+		w.chunks = nil
+	}
+	w.chunks = w.chunks[:0]
 }
 
 func (w *WAL) applyRelease(g *group, o *op) error {
@@ -364,22 +418,65 @@ func (w *WAL) applyRelease(g *group, o *op) error {
 	return w.deleteRange(g, wk, upTo)
 }
 
-// deleteRange deletes records [released, upTo) of wk and updates its state.
+// deleteRange releases records [released, upTo) of wk: it deletes the
+// chunks that end at or before upTo and updates wk's state. A chunk that
+// straddles upTo stays; its records below upTo are released all the same
+// (readers never return offsets below Released), and the bytes freed are
+// the sizes of exactly the records released, taken from the chunk headers.
 func (w *WAL) deleteRange(g *group, wk *work, upTo int64) error {
+	if err := w.flush(g, wk); err != nil {
+		return err
+	}
 	b, err := w.bucket(g, wk)
 	if err != nil {
 		return err
 	}
+	fail := func(err error) error {
+		return fmt.Errorf("release %s/%d up to %d: %w", wk.pk.stream, wk.pk.partition, upTo, err)
+	}
 	var freed int64
-	for off := wk.st.released; off < upTo; off++ {
-		k := offsetKey(off)
-		v := b.Get(k)
-		if v == nil {
-			return fmt.Errorf("release %s/%d: %w: offset %d missing", wk.pk.stream, wk.pk.partition, ErrCorrupt, off)
+	var doomed [][]byte
+	var oldest int64
+	haveOldest := false
+	pos := wk.st.released
+	c := b.Cursor()
+	for k, v := c.First(); k != nil && pos < upTo; k, v = c.Next() {
+		ch, err := decodeChunkAt(k, v)
+		if err != nil {
+			return fail(err)
 		}
-		freed += int64(len(v))
+		if ch.first > pos || ch.end() <= pos {
+			return fail(fmt.Errorf("%w: chunk [%d, %d) where offset %d was expected", ErrCorrupt, ch.first, ch.end(), pos))
+		}
+		stop := min(ch.end(), upTo)
+		freed += ch.size(int(pos-ch.first), int(stop-ch.first))
+		pos = stop
+		if ch.end() <= upTo {
+			doomed = append(doomed, append([]byte(nil), k...))
+		} else {
+			if oldest, err = recordTimestamp(ch.record(int(upTo - ch.first))); err != nil {
+				return fail(err)
+			}
+			haveOldest = true
+		}
+	}
+	if pos != upTo {
+		return fail(fmt.Errorf("%w: records end at %d", ErrCorrupt, pos))
+	}
+	if upTo < wk.st.next && !haveOldest {
+		// upTo is the first offset of a chunk: the oldest record starts it.
+		k, v := c.Seek(offsetKey(upTo))
+		ch, err := decodeChunkAt(k, v)
+		if err != nil || ch.first != upTo {
+			return fail(fmt.Errorf("%w: no chunk at offset %d (%v)", ErrCorrupt, upTo, err))
+		}
+		if oldest, err = recordTimestamp(ch.record(0)); err != nil {
+			return fail(err)
+		}
+	}
+	for _, k := range doomed {
 		if err := b.Delete(k); err != nil {
-			return fmt.Errorf("release %s/%d@%d: %w", wk.pk.stream, wk.pk.partition, off, err)
+			return fail(err)
 		}
 	}
 	g.bytes -= freed
@@ -388,11 +485,7 @@ func (w *WAL) deleteRange(g *group, wk *work, upTo int64) error {
 	wk.st.released = upTo
 	wk.st.oldest = 0
 	if upTo < wk.st.next {
-		ts, err := recordTimestamp(b.Get(offsetKey(upTo)))
-		if err != nil {
-			return fmt.Errorf("release %s/%d@%d: %w", wk.pk.stream, wk.pk.partition, upTo, err)
-		}
-		wk.st.oldest = ts
+		wk.st.oldest = oldest
 	}
 	wk.dirty = true
 	return nil

@@ -15,8 +15,9 @@
 //     only jump is EnsurePartition, which moves an empty-or-behind partition
 //     forward to the table's high-water mark.
 //  3. Contiguous content. For every partition, exactly the records with
-//     offsets in [Released, Next) are stored. Release moves Released
-//     forward; nothing else deletes records.
+//     offsets in [Released, Next) are readable. Release moves Released
+//     forward; nothing else removes records. (Records below Released may
+//     remain in a partly released chunk; they are never returned.)
 //  4. Atomic metadata. Each partition's Next, Released and byte count are
 //     stored in the same bbolt transaction as the records they describe, so
 //     after kill -9 the metadata always matches the data.
@@ -36,18 +37,41 @@
 // long enough for many appends to arrive.
 //
 // Inside the group, each append op is encoded with its tentative offsets,
-// checked against the budget and only then written; a refused op leaves no
-// trace, the others in the group are unaffected. If the transaction itself
+// checked against the budget and only then added to its partitions' pending
+// records; a refused op leaves no trace, the others in the group are
+// unaffected. A partition's pending records are written as chunks (see
+// Layout) when the group ends, when they reach the chunk caps, and before a
+// release or EnsurePartition of that partition in the same group. If the transaction itself
 // fails, every op of the group fails and the in-memory state is left as it
 // was. The in-memory partition table is changed only by the committer, after
 // a successful commit, so readers (Partitions, Stats) see committed state.
 //
 // Reads use bbolt read transactions and never wait for the committer.
 //
-// Layout: a bucket per partition ("d" + partition key) maps an 8-byte
-// big-endian offset to the EncodeRecord bytes; the "meta" bucket maps the
-// partition key (uvarint stream length, stream, big-endian partition) to 24
-// bytes: next, released, unreleased bytes.
+// # Layout
+//
+// A bucket per partition ("d" + partition key) holds chunks. A chunk is one
+// bbolt value holding consecutive records of the partition appended in one
+// group commit (from any number of Append calls), keyed by the 8-byte
+// big-endian offset of its first record; a group's records are split into
+// chunks of at most 1024 records and 32 KiB (a larger record gets a chunk of
+// its own). A chunk is versioned and ends with a CRC32C over all of it, so a
+// torn or corrupt chunk is reported as ErrCorrupt, never misread: see
+// chunkV1 for the byte layout. The "meta" bucket maps the partition key
+// (uvarint stream length, stream, big-endian partition) to 24 bytes: next,
+// released, unreleased bytes; its key "\x00format" holds the on-disk format
+// version (2; format 1, one key per record, is refused with an error).
+//
+// Read seeks to the chunk holding its start offset (the greatest key not
+// above it) and decodes records across chunks, skipping those below the
+// start and below Released. Release deletes the chunks whose records all lie
+// below upTo; a chunk that straddles upTo stays until a later release passes
+// its end, and its records below Released are invisible. So invariant 3
+// holds logically: the readable records are exactly [Released, Next), while
+// the file may hold up to one partly released chunk per partition. The byte
+// count (invariant 5) stays exact in logical bytes: the bytes a release frees
+// are the sizes of exactly the records it releases, taken from the chunk
+// headers' record lengths.
 package wal
 
 import (
@@ -138,7 +162,8 @@ type WAL struct {
 	recs   int64
 	stats  Stats
 
-	arena []byte // committer only
+	arena  []byte // committer only: records encoded in the current group
+	chunks []byte // committer only: chunks written in the current group
 }
 
 var metaBucket = []byte("meta")
@@ -195,7 +220,13 @@ func (w *WAL) recover() error {
 		if err != nil {
 			return err
 		}
+		if err := checkFormat(meta); err != nil {
+			return err
+		}
 		return meta.ForEach(func(k, v []byte) error {
+			if string(k) == string(formatKey) {
+				return nil
+			}
 			pk, ok := decodePKey(k)
 			if !ok || len(v) != 24 {
 				return fmt.Errorf("%w: meta entry %x", ErrCorrupt, k)
@@ -213,17 +244,8 @@ func (w *WAL) recover() error {
 			if b == nil {
 				return fmt.Errorf("%w: partition %s/%d: no data bucket", ErrCorrupt, pk.stream, pk.partition)
 			}
-			c := b.Cursor()
-			first, v0 := c.First()
-			last, _ := c.Last()
-			if st.released == st.next {
-				if first != nil {
-					return fmt.Errorf("%w: partition %s/%d: records in an empty partition", ErrCorrupt, pk.stream, pk.partition)
-				}
-			} else if first == nil || int64(be.Uint64(first)) != st.released || int64(be.Uint64(last)) != st.next-1 {
-				return fmt.Errorf("%w: partition %s/%d: records do not span [%d, %d)", ErrCorrupt, pk.stream, pk.partition, st.released, st.next)
-			} else if st.oldest, err = recordTimestamp(v0); err != nil {
-				return err
+			if st.oldest, err = checkChunks(b, st); err != nil {
+				return fmt.Errorf("partition %s/%d: %w", pk.stream, pk.partition, err)
 			}
 			w.parts[pk] = st
 			w.bytes += st.bytes
@@ -231,6 +253,61 @@ func (w *WAL) recover() error {
 			return nil
 		})
 	})
+}
+
+// formatKey holds the on-disk format version in the meta bucket; it cannot
+// be a partition key, which never starts with a zero byte (streams are not
+// empty).
+var formatKey = []byte("\x00format")
+
+// formatChunked is the on-disk format: records in chunks. Format 1 (one
+// bbolt key per record, no formatKey) is not read.
+const formatChunked = 2
+
+// checkFormat checks the format version of an existing WAL and records it
+// in a new one.
+func checkFormat(meta *bolt.Bucket) error {
+	v := meta.Get(formatKey)
+	if v == nil {
+		if k, _ := meta.Cursor().First(); k != nil {
+			return fmt.Errorf("on-disk format changed: this WAL was written in format 1 (one key per record) and this version reads only format %d (chunks); drain it with the previous version or remove it", formatChunked)
+		}
+		return meta.Put(formatKey, []byte{formatChunked})
+	}
+	if len(v) != 1 || v[0] != formatChunked {
+		return fmt.Errorf("on-disk format %x not supported: this version reads only format %d", v, formatChunked)
+	}
+	return nil
+}
+
+// checkChunks checks that the chunks of a partition's bucket cover exactly
+// [released, next) at both ends and returns the oldest record's timestamp.
+func checkChunks(b *bolt.Bucket, st *partState) (int64, error) {
+	c := b.Cursor()
+	fk, fv := c.First()
+	if st.released == st.next {
+		if fk != nil {
+			return 0, fmt.Errorf("%w: records in an empty partition", ErrCorrupt)
+		}
+		return 0, nil
+	}
+	if fk == nil {
+		return 0, fmt.Errorf("%w: no records, want [%d, %d)", ErrCorrupt, st.released, st.next)
+	}
+	first, err := decodeChunkAt(fk, fv)
+	if err != nil {
+		return 0, err
+	}
+	last := first
+	if lk, lv := c.Last(); string(lk) != string(fk) {
+		if last, err = decodeChunkAt(lk, lv); err != nil {
+			return 0, err
+		}
+	}
+	if first.first > st.released || first.end() <= st.released || last.end() != st.next {
+		return 0, fmt.Errorf("%w: chunks span [%d, %d), want [%d, %d)", ErrCorrupt, first.first, last.end(), st.released, st.next)
+	}
+	return recordTimestamp(first.record(int(st.released - first.first)))
 }
 
 // Close waits for queued and in-flight operations to finish, then closes the
@@ -300,33 +377,81 @@ func (w *WAL) Read(stream string, partition int32, from int64, maxRecords int, m
 	}
 	var out []*Record
 	err := w.db.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(dataName(encodePKey(pkey{stream, partition})))
-		if b == nil {
-			return nil
-		}
-		var size int64
-		c := b.Cursor()
-		for k, v := c.Seek(offsetKey(max(from, 0))); k != nil; k, v = c.Next() {
-			if maxRecords > 0 && len(out) >= maxRecords {
-				break
-			}
-			if maxBytes > 0 && len(out) > 0 && size+int64(len(v)) > maxBytes {
-				break
-			}
-			r, err := DecodeRecord(v)
-			if err != nil {
-				return fmt.Errorf("offset %d: %w", be.Uint64(k), err)
-			}
-			size += int64(len(v))
-			out = append(out, r)
-		}
-		return nil
+		var err error
+		out, err = readTx(tx, pkey{stream, partition}, from, maxRecords, maxBytes)
+		return err
 	})
 	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
 		return nil, ErrClosed
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read %s/%d from %d: %w", stream, partition, from, err)
+	}
+	return out, nil
+}
+
+// readTx is Read inside a read transaction: it seeks to the chunk holding
+// from (or Released, if higher) and decodes records across chunks.
+func readTx(tx *bolt.Tx, pk pkey, from int64, maxRecords int, maxBytes int64) ([]*Record, error) {
+	key := encodePKey(pk)
+	mv := tx.Bucket(metaBucket).Get(key)
+	if mv == nil {
+		return nil, nil
+	}
+	if len(mv) != 24 {
+		return nil, fmt.Errorf("%w: meta entry %x", ErrCorrupt, key)
+	}
+	next, released := int64(be.Uint64(mv[0:])), int64(be.Uint64(mv[8:]))
+	from = max(from, released)
+	if from >= next {
+		return nil, nil
+	}
+	b := tx.Bucket(dataName(key))
+	if b == nil {
+		return nil, fmt.Errorf("%w: no data bucket", ErrCorrupt)
+	}
+	c := b.Cursor()
+	k, v := c.Seek(offsetKey(from))
+	if k == nil {
+		k, v = c.Last()
+	} else if int64(be.Uint64(k)) > from {
+		k, v = c.Prev()
+	}
+	var out []*Record
+	var size int64
+	for pos := from; pos < next; k, v = c.Next() {
+		if maxRecords > 0 && len(out) >= maxRecords {
+			break
+		}
+		if k == nil {
+			return nil, fmt.Errorf("%w: records end at %d, want %d", ErrCorrupt, pos, next)
+		}
+		ch, err := decodeChunkAt(k, v)
+		if err != nil {
+			return nil, err
+		}
+		if ch.first > pos || ch.end() <= pos {
+			return nil, fmt.Errorf("%w: chunk [%d, %d) where offset %d was expected", ErrCorrupt, ch.first, ch.end(), pos)
+		}
+		for i := int(pos - ch.first); i < ch.count() && pos < next; i++ {
+			if maxRecords > 0 && len(out) >= maxRecords {
+				return out, nil
+			}
+			rb := ch.record(i)
+			if maxBytes > 0 && len(out) > 0 && size+int64(len(rb)) > maxBytes {
+				return out, nil
+			}
+			r, err := DecodeRecord(rb)
+			if err != nil {
+				return nil, fmt.Errorf("offset %d: %w", pos, err)
+			}
+			if r.Offset != pos {
+				return nil, fmt.Errorf("%w: record at offset %d says offset %d", ErrCorrupt, pos, r.Offset)
+			}
+			size += int64(len(rb))
+			out = append(out, r)
+			pos++
+		}
 	}
 	return out, nil
 }
