@@ -49,6 +49,7 @@ func ArrowSchema() *arrow.Schema { return arrowSchema }
 func parquetProps() *parquet.WriterProperties {
 	return parquet.NewWriterProperties(
 		parquet.WithCompression(compress.Codecs.Zstd),
+		parquet.WithCompressionLevel(1), // fastest zstd: the edge has little CPU to spare; compaction can recompress
 		parquet.WithMaxRowGroupLength(RowGroupRows),
 		parquet.WithDataPageSize(1<<20),
 		parquet.WithStatsFor(ColValue, false),
