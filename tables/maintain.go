@@ -1,0 +1,628 @@
+package tables
+
+// # Table maintenance
+//
+// A stream that commits every second gains 86,400 snapshots, data files and
+// manifests a day. Maintenance keeps a table's metadata and file count
+// bounded while it runs for months.
+//
+// ## Invariants
+//
+//  1. No row is lost or duplicated by maintenance. Compaction replaces a set
+//     of input files by one output file holding exactly their rows (read back,
+//     counted and checked contiguous before the commit) in ONE replace commit
+//     that removes exactly those inputs. The commit asserts the branch head it
+//     was planned on; appends that land between planning and commit make it
+//     fail, and it is re-planned on the reloaded table, which keeps those
+//     appends (they are not inputs). An input that is gone when re-planned
+//     aborts the group: the output is then never committed (an orphan).
+//  2. High-water marks survive. The marks are table properties
+//     (tributary.hwm.<partition>); snapshot expiry, manifest rewrites and
+//     replace commits never touch properties, and the lease properties are
+//     written next to them without removing any key.
+//  3. One maintainer per table (the lease, below), across processes.
+//  4. Orphans only past the grace period. Orphan cleanup deletes a file below
+//     the table location only if no snapshot of the current metadata
+//     references it AND its modification time is older than the grace
+//     period (default 24h), so an upload whose commit is still in progress,
+//     or a compaction output not yet committed, is never touched.
+//
+// ## The lease
+//
+// The lease lives in two table properties, tributary.maintain.holder and
+// tributary.maintain.until (unix milliseconds). A property-only Iceberg
+// commit asserts only that the branch head did not move; two writers racing
+// on a property from the same head would both "win". So:
+//
+//   - Acquiring commits an empty append snapshot together with the lease
+//     properties (as AllocatePartition does). An append moves the main
+//     branch and asserts its previous head, so of two acquirers planned on
+//     the same head exactly one wins; the other reloads and sees the lease
+//     taken. A lease whose until has passed may be taken by anyone.
+//   - Every maintenance commit (replace, manifest rewrite, snapshot expiry,
+//     renewal, release) is planned on a reload in which this holder owns an
+//     unexpired lease, and asserts that head. Since any competing
+//     acquisition moves the head, such a commit succeeds only if nobody took
+//     the lease since it was checked: a maintainer whose lease lapsed is
+//     fenced by the catalog's compare-and-swap, not by clocks alone.
+//   - Renewal and release are property-only commits; that is safe for the
+//     same reason (a competing acquisition would have moved the head).
+//   - Orphan deletion is not a commit; it runs only while the lease has at
+//     least half its TTL left, and relies on invariant 4 for safety.
+//
+// Clocks matter only for expiry of an abandoned lease: the TTL (default 10
+// minutes) must exceed clock skew between maintainers by a wide margin.
+//
+// ## A pass (Catalog.Maintain)
+//
+//	acquire lease → compact → rewrite manifests → expire snapshots →
+//	delete orphans → release lease → stats
+//
+// Each step reloads, checks the lease, plans, commits; on a commit conflict
+// it reloads and re-plans (up to maxMaintainAttempts times).
+//
+//   - Compaction: the current snapshot's data files are grouped by
+//     (partition, partition-spec value i.e. day or hour) and sorted by first
+//     offset. A run of files smaller than the target size whose offset
+//     ranges are adjacent (last+1 == next first) and whose total stays under
+//     the target becomes one output file, so every output still holds one
+//     contiguous offset range of one partition and one day, with exact
+//     bounds on partition, offset and timestamp (written by WriteParquet,
+//     registered by the same data-file builder as appends).
+//   - Manifest merging: when the current snapshot has more than
+//     MaxManifests data manifests, RewriteManifests merges them (target
+//     size from commit.manifest.target-size-bytes). Measured: merging on
+//     every append (commit.manifest-merge.enabled) makes each append read
+//     and rewrite manifests; merging in the pass keeps appends fast-append.
+//   - Snapshot expiry: snapshots older than SnapshotMaxAge beyond the last
+//     RetainSnapshots are removed; files reachable only from them
+//     (manifests, lists, compacted-away data files) are deleted after the
+//     commit by iceberg-go.
+//   - Orphan cleanup: Table.PlanOrphanFiles with the grace period, then
+//     ExecuteOrphanCleanup.
+//
+// ## Bounds (with a pass every P commits)
+//
+//	snapshots      ≤ RetainSnapshots + commits in SnapshotMaxAge + P + 4·passes-in-age
+//	data manifests ≤ MaxManifests + P + small (a rewrite leaves ~1 per 8 MiB of entries)
+//	data files     ≤ per (partition, day): ⌈bytes/target⌉ + P (files since the last pass)
+//	metadata file  ≈ 700 B × snapshots + properties (previous-versions-max caps the log)
+//
+// The accelerated soak test (TestMaintenanceSoak) asserts these for P=100.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+	"github.com/google/uuid"
+)
+
+// Lease properties.
+const (
+	PropMaintainHolder = "tributary.maintain.holder"
+	PropMaintainUntil  = "tributary.maintain.until"
+)
+
+// Per-stream policy overrides in table properties. The first two are the
+// standard Iceberg keys; the rest are Tributary's.
+const (
+	PropSnapshotMaxAgeMs = table.MaxSnapshotAgeMsKey   // history.expire.max-snapshot-age-ms
+	PropRetainSnapshots  = table.MinSnapshotsToKeepKey // history.expire.min-snapshots-to-keep
+	PropTargetFileSize   = "tributary.maintain.target-file-size-bytes"
+	PropMaxManifests     = "tributary.maintain.max-manifests"
+	PropOrphanGraceMs    = "tributary.maintain.orphan-grace-ms"
+)
+
+// ErrLeaseHeld is returned by a pass when another maintainer holds the
+// table's lease; the pass did nothing.
+var ErrLeaseHeld = errors.New("maintenance lease held by another maintainer")
+
+// ErrLeaseLost is returned when this maintainer's lease expired or was taken
+// during a pass; the pass stopped at a safe point.
+var ErrLeaseLost = errors.New("maintenance lease lost")
+
+// Policy says how a table is maintained. Zero fields take the defaults
+// below; a stream's table properties (Prop* above) override them.
+type Policy struct {
+	// SnapshotMaxAge: snapshots younger than this are kept. Default 1h.
+	SnapshotMaxAge time.Duration
+	// RetainSnapshots: at least this many of the newest snapshots are kept,
+	// whatever their age. Default 100.
+	RetainSnapshots int
+	// TargetFileSize of compacted files. Default 128 MiB.
+	TargetFileSize int64
+	// MaxManifests: above this many data manifests in the current snapshot,
+	// manifests are merged. Default 10.
+	MaxManifests int
+	// OrphanGrace: unreferenced files younger than this are kept. Default 24h.
+	OrphanGrace time.Duration
+	// LeaseTTL is how long a lease lasts without renewal. Default 10m.
+	LeaseTTL time.Duration
+	// MaxCompactBytes bounds the input bytes compacted per pass. Default 1 GiB.
+	MaxCompactBytes int64
+	// Holder names this maintainer in the lease. Default host-pid-random.
+	Holder string
+}
+
+// Policy defaults.
+const (
+	DefaultSnapshotMaxAge  = time.Hour
+	DefaultRetainSnapshots = 100
+	DefaultTargetFileSize  = 128 << 20
+	DefaultMaxManifests    = 10
+	DefaultOrphanGrace     = 24 * time.Hour
+	DefaultLeaseTTL        = 10 * time.Minute
+	DefaultMaxCompactBytes = 1 << 30
+)
+
+var defaultHolder = func() string {
+	h, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d-%s", h, os.Getpid(), uuid.NewString()[:8])
+}()
+
+// withDefaults fills zero fields, then applies the table's overrides.
+func (p Policy) withDefaults(props iceberg.Properties) Policy {
+	if p.SnapshotMaxAge <= 0 {
+		p.SnapshotMaxAge = DefaultSnapshotMaxAge
+	}
+	if p.RetainSnapshots <= 0 {
+		p.RetainSnapshots = DefaultRetainSnapshots
+	}
+	if p.TargetFileSize <= 0 {
+		p.TargetFileSize = DefaultTargetFileSize
+	}
+	if p.MaxManifests <= 0 {
+		p.MaxManifests = DefaultMaxManifests
+	}
+	if p.OrphanGrace <= 0 {
+		p.OrphanGrace = DefaultOrphanGrace
+	}
+	if p.LeaseTTL <= 0 {
+		p.LeaseTTL = DefaultLeaseTTL
+	}
+	if p.MaxCompactBytes <= 0 {
+		p.MaxCompactBytes = DefaultMaxCompactBytes
+	}
+	if p.Holder == "" {
+		p.Holder = defaultHolder
+	}
+	if props != nil {
+		if v, err := strconv.ParseInt(props[PropSnapshotMaxAgeMs], 10, 64); err == nil && v > 0 {
+			p.SnapshotMaxAge = time.Duration(v) * time.Millisecond
+		}
+		if v, err := strconv.Atoi(props[PropRetainSnapshots]); err == nil && v > 0 {
+			p.RetainSnapshots = v
+		}
+		if v, err := strconv.ParseInt(props[PropTargetFileSize], 10, 64); err == nil && v > 0 {
+			p.TargetFileSize = v
+		}
+		if v, err := strconv.Atoi(props[PropMaxManifests]); err == nil && v > 0 {
+			p.MaxManifests = v
+		}
+		if v, err := strconv.ParseInt(props[PropOrphanGraceMs], 10, 64); err == nil && v > 0 {
+			p.OrphanGrace = time.Duration(v) * time.Millisecond
+		}
+	}
+	return p
+}
+
+// MaintainOptions tune one pass.
+type MaintainOptions struct {
+	Policy Policy
+	// DryRun plans every step and reports what it would do, committing and
+	// deleting nothing (and taking no lease).
+	DryRun bool
+	// Progress, if set, is told about each step as it starts and ends.
+	Progress func(Progress)
+
+	// beforeCommit is a test hook run before each maintenance commit.
+	beforeCommit func(ctx context.Context, step string)
+}
+
+// Progress reports a step of a pass.
+type Progress struct {
+	Step  string // lease, compact, manifests, expire, orphans, release
+	Done  bool   // false when the step starts
+	Note  string // what it did or would do
+	Index int    // for compaction: group number (1-based), else 0
+	Of    int    // for compaction: number of groups
+}
+
+// PassResult says what one pass did (or, dry-run, would do).
+type PassResult struct {
+	Stream string
+	DryRun bool
+	// Compaction.
+	CompactGroups  int   // output files written (would write)
+	CompactInputs  int   // input files replaced
+	CompactRows    int64 // rows rewritten
+	CompactBytes   int64 // input bytes
+	CompactAborted int   // groups given up (an input vanished)
+	// Manifests.
+	ManifestsBefore, ManifestsAfter int
+	// Snapshots.
+	SnapshotsBefore, SnapshotsExpired int
+	// Orphans.
+	OrphansFound   int
+	OrphansDeleted int
+	OrphanBytes    int64
+	// Commits made by the pass and conflicts retried.
+	Commits, Conflicts int
+	Started            time.Time
+	Duration           time.Duration
+	Stats              TableStats
+}
+
+const maxMaintainAttempts = 20
+
+// Maintain runs one maintenance pass over a stream's table: see the
+// section above. It returns ErrLeaseHeld (wrapped) when another maintainer
+// holds the table.
+func (c *Catalog) Maintain(ctx context.Context, stream string, opts MaintainOptions) (PassResult, error) {
+	res := PassResult{Stream: stream, DryRun: opts.DryRun, Started: time.Now()}
+	defer func() { res.Duration = time.Since(res.Started) }()
+	progress := func(p Progress) {
+		if opts.Progress != nil {
+			opts.Progress(p)
+		}
+	}
+	t, err := c.LoadTable(ctx, stream)
+	if err != nil {
+		return res, err
+	}
+	pol := opts.Policy.withDefaults(t.Properties())
+	m := &pass{c: c, stream: stream, pol: pol, opts: opts, res: &res, progress: progress}
+
+	if !opts.DryRun {
+		progress(Progress{Step: "lease"})
+		if err := m.acquire(ctx); err != nil {
+			return res, err
+		}
+		progress(Progress{Step: "lease", Done: true, Note: "held by " + pol.Holder})
+		defer func() {
+			progress(Progress{Step: "release"})
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if err := m.release(rctx); err != nil {
+				progress(Progress{Step: "release", Done: true, Note: "not released (expires by itself): " + err.Error()})
+			} else {
+				progress(Progress{Step: "release", Done: true, Note: "released"})
+			}
+		}()
+	}
+	steps := []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{"compact", m.compact},
+		{"manifests", m.rewriteManifests},
+		{"expire", m.expire},
+		{"orphans", m.orphans},
+	}
+	for _, s := range steps {
+		if err := s.fn(ctx); err != nil {
+			return res, fmt.Errorf("maintain %s: %s: %w", stream, s.name, err)
+		}
+	}
+	st, err := c.Stats(ctx, stream)
+	if err != nil {
+		return res, err
+	}
+	res.Stats = st
+	return res, nil
+}
+
+// pass is the state of one Maintain call.
+type pass struct {
+	c        *Catalog
+	stream   string
+	pol      Policy
+	opts     MaintainOptions
+	res      *PassResult
+	progress func(Progress)
+	leased   bool
+}
+
+// leaseState reads the lease properties of a loaded table.
+func leaseState(t *table.Table) (holder string, until time.Time) {
+	props := t.Properties()
+	ms, _ := strconv.ParseInt(props[PropMaintainUntil], 10, 64)
+	return props[PropMaintainHolder], time.UnixMilli(ms)
+}
+
+// LeaseHolder returns who holds a table's maintenance lease and until when
+// ("" when nobody does).
+func LeaseHolder(t *table.Table) (string, time.Time) {
+	h, u := leaseState(t)
+	if h == "" || !u.After(time.Now()) {
+		return "", time.Time{}
+	}
+	return h, u
+}
+
+func (m *pass) acquire(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		t, err := m.c.LoadTable(ctx, m.stream)
+		if err != nil {
+			return err
+		}
+		holder, until := leaseState(t)
+		now := time.Now()
+		if holder != "" && holder != m.pol.Holder && until.After(now) {
+			return fmt.Errorf("maintain %s: %w: %s until %s", m.stream, ErrLeaseHeld, holder, until.UTC().Format(time.RFC3339))
+		}
+		tx := t.NewTransaction()
+		if err := tx.SetProperties(m.leaseProps(now)); err != nil {
+			return err
+		}
+		// The empty append moves the branch: see "The lease".
+		if err := tx.AddFiles(ctx, nil, iceberg.Properties{"tributary.operation": "maintain-lease", "tributary.maintainer": m.pol.Holder}, true); err != nil {
+			return err
+		}
+		if err := m.commit(ctx, "lease", tx, attempt); err != nil {
+			if errors.Is(err, errRetry) {
+				continue
+			}
+			return err
+		}
+		m.leased = true
+		return nil
+	}
+}
+
+func (m *pass) leaseProps(now time.Time) iceberg.Properties {
+	return iceberg.Properties{
+		PropMaintainHolder: m.pol.Holder,
+		PropMaintainUntil:  strconv.FormatInt(now.Add(m.pol.LeaseTTL).UnixMilli(), 10),
+	}
+}
+
+// load reloads the table and, outside dry runs, checks that this pass
+// still holds an unexpired lease on it.
+func (m *pass) load(ctx context.Context) (*table.Table, error) {
+	t, err := m.c.LoadTable(ctx, m.stream)
+	if err != nil {
+		return nil, err
+	}
+	if m.opts.DryRun {
+		return t, nil
+	}
+	holder, until := leaseState(t)
+	if holder != m.pol.Holder || !until.After(time.Now().Add(m.pol.LeaseTTL/10)) {
+		return nil, fmt.Errorf("%w: holder %q until %s", ErrLeaseLost, holder, until.UTC().Format(time.RFC3339))
+	}
+	return t, nil
+}
+
+// renewIfDue adds a lease renewal to tx when less than half the TTL is left.
+func (m *pass) renewIfDue(t *table.Table, tx *table.Transaction) error {
+	_, until := leaseState(t)
+	if time.Until(until) > m.pol.LeaseTTL/2 {
+		return nil
+	}
+	return tx.SetProperties(m.leaseProps(time.Now()))
+}
+
+func (m *pass) release(ctx context.Context) error {
+	if !m.leased {
+		return nil
+	}
+	for attempt := 1; ; attempt++ {
+		t, err := m.c.LoadTable(ctx, m.stream)
+		if err != nil {
+			return err
+		}
+		if holder, _ := leaseState(t); holder != m.pol.Holder {
+			return nil // taken over after expiry: nothing of ours to release
+		}
+		tx := t.NewTransaction()
+		if err := tx.SetProperties(iceberg.Properties{PropMaintainHolder: "", PropMaintainUntil: "0"}); err != nil {
+			return err
+		}
+		if err := m.commit(ctx, "release", tx, attempt); err != nil {
+			if errors.Is(err, errRetry) {
+				continue
+			}
+			return err
+		}
+		m.leased = false
+		return nil
+	}
+}
+
+var errRetry = errors.New("retry")
+
+// commit commits a maintenance transaction. A conflict returns errRetry
+// (after a short pause) while attempts remain; the caller reloads and
+// re-plans. A commit that succeeded but whose post-commit cleanup failed
+// counts as committed.
+func (m *pass) commit(ctx context.Context, step string, tx *table.Transaction, attempt int) error {
+	if m.opts.beforeCommit != nil {
+		m.opts.beforeCommit(ctx, step)
+	}
+	nt, err := tx.Commit(ctx)
+	if err == nil || nt != nil {
+		m.res.Commits++
+		if nt != nil {
+			m.c.mu.Lock()
+			m.c.tables[m.stream] = nt
+			m.c.mu.Unlock()
+		}
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if isConflict(err) && attempt < maxMaintainAttempts {
+		m.res.Conflicts++
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(attempt) * 10 * time.Millisecond):
+		}
+		return errRetry
+	}
+	return fmt.Errorf("commit %s: %w", step, err)
+}
+
+func (m *pass) rewriteManifests(ctx context.Context) error {
+	m.progress(Progress{Step: "manifests"})
+	for attempt := 1; ; attempt++ {
+		t, err := m.load(ctx)
+		if err != nil {
+			return err
+		}
+		n, err := dataManifestCount(ctx, t)
+		if err != nil {
+			return err
+		}
+		if attempt == 1 {
+			m.res.ManifestsBefore = n
+		}
+		m.res.ManifestsAfter = n
+		if n <= m.pol.MaxManifests {
+			m.progress(Progress{Step: "manifests", Done: true, Note: fmt.Sprintf("%d data manifests, at most %d wanted: nothing to do", n, m.pol.MaxManifests)})
+			return nil
+		}
+		if m.opts.DryRun {
+			m.progress(Progress{Step: "manifests", Done: true, Note: fmt.Sprintf("would merge %d data manifests", n)})
+			return nil
+		}
+		tx := t.NewTransaction()
+		r, err := tx.RewriteManifests(ctx)
+		if err != nil {
+			return err
+		}
+		if r.IsNoOp() {
+			m.progress(Progress{Step: "manifests", Done: true, Note: fmt.Sprintf("%d data manifests already optimal", n)})
+			return nil
+		}
+		if err := m.renewIfDue(t, tx); err != nil {
+			return err
+		}
+		if err := m.commit(ctx, "manifests", tx, attempt); err != nil {
+			if errors.Is(err, errRetry) {
+				continue
+			}
+			return err
+		}
+		m.res.ManifestsAfter = n - len(r.RewrittenManifests) + len(r.AddedManifests)
+		m.progress(Progress{Step: "manifests", Done: true, Note: fmt.Sprintf("merged %d data manifests into %d (now %d)",
+			len(r.RewrittenManifests), len(r.AddedManifests), m.res.ManifestsAfter)})
+		return nil
+	}
+}
+
+func (m *pass) expire(ctx context.Context) error {
+	m.progress(Progress{Step: "expire"})
+	for attempt := 1; ; attempt++ {
+		t, err := m.load(ctx)
+		if err != nil {
+			return err
+		}
+		before := len(t.Metadata().Snapshots())
+		m.res.SnapshotsBefore = before
+		tx := t.NewTransaction()
+		if err := tx.ExpireSnapshots(table.WithOlderThan(m.pol.SnapshotMaxAge), table.WithRetainLast(m.pol.RetainSnapshots)); err != nil {
+			return err
+		}
+		st, err := tx.StagedTable()
+		if err != nil {
+			return err
+		}
+		n := before - len(st.Metadata().Snapshots())
+		if n == 0 {
+			m.progress(Progress{Step: "expire", Done: true, Note: fmt.Sprintf("%d snapshots, none expired (keep %s and the last %d)", before, m.pol.SnapshotMaxAge, m.pol.RetainSnapshots)})
+			return nil
+		}
+		if m.opts.DryRun {
+			m.res.SnapshotsExpired = n
+			m.progress(Progress{Step: "expire", Done: true, Note: fmt.Sprintf("would expire %d of %d snapshots", n, before)})
+			return nil
+		}
+		if err := m.renewIfDue(t, tx); err != nil {
+			return err
+		}
+		if err := m.commit(ctx, "expire", tx, attempt); err != nil {
+			if errors.Is(err, errRetry) {
+				continue
+			}
+			return err
+		}
+		m.res.SnapshotsExpired = n
+		m.progress(Progress{Step: "expire", Done: true, Note: fmt.Sprintf("expired %d of %d snapshots", n, before)})
+		return nil
+	}
+}
+
+func (m *pass) orphans(ctx context.Context) error {
+	m.progress(Progress{Step: "orphans"})
+	t, err := m.load(ctx)
+	if err != nil {
+		return err
+	}
+	plan, err := t.PlanOrphanFiles(ctx, table.WithFilesOlderThan(m.pol.OrphanGrace))
+	if err != nil {
+		return err
+	}
+	m.res.OrphansFound = len(plan.Files())
+	m.res.OrphanBytes = plan.TotalSizeBytes()
+	if m.opts.DryRun || m.res.OrphansFound == 0 {
+		verb := "would delete"
+		if !m.opts.DryRun {
+			verb = "deleted"
+		}
+		m.progress(Progress{Step: "orphans", Done: true, Note: fmt.Sprintf("%s %d unreferenced files older than %s (%d bytes)",
+			verb, m.res.OrphansFound, m.pol.OrphanGrace, m.res.OrphanBytes)})
+		return nil
+	}
+	// Deleting is not a commit: do it only with a comfortable lease. t was
+	// loaded with the lease checked, so a renewal planned on it is fenced.
+	if _, until := leaseState(t); time.Until(until) < m.pol.LeaseTTL/2 {
+		tx := t.NewTransaction()
+		if err := tx.SetProperties(m.leaseProps(time.Now())); err != nil {
+			return err
+		}
+		if err := m.commit(ctx, "renew", tx, maxMaintainAttempts); err != nil {
+			m.progress(Progress{Step: "orphans", Done: true, Note: "lease not renewed, orphans left for the next pass"})
+			return nil
+		}
+	}
+	out, err := t.ExecuteOrphanCleanup(ctx, plan)
+	m.res.OrphansDeleted = len(out.DeletedFiles)
+	if err != nil {
+		return err
+	}
+	m.progress(Progress{Step: "orphans", Done: true, Note: fmt.Sprintf("deleted %d unreferenced files older than %s (%d bytes)",
+		m.res.OrphansDeleted, m.pol.OrphanGrace, m.res.OrphanBytes)})
+	return nil
+}
+
+// dataManifestCount counts the data manifests of the current snapshot.
+func dataManifestCount(ctx context.Context, t *table.Table) (int, error) {
+	s := t.CurrentSnapshot()
+	if s == nil {
+		return 0, nil
+	}
+	fs, err := t.FS(ctx)
+	if err != nil {
+		return 0, err
+	}
+	mfs, err := s.Manifests(fs)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, mf := range mfs {
+		if mf.ManifestContent() == iceberg.ManifestContentData {
+			n++
+		}
+	}
+	return n, nil
+}
