@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
@@ -170,24 +171,9 @@ func (m *pass) compactGroup(ctx context.Context, t *table.Table, g []liveFile) e
 			abandon()
 			return err
 		}
-		live, err := liveDataFiles(ctx, cur)
-		if err != nil {
-			return err
-		}
-		byPath := make(map[string]iceberg.DataFile, len(live))
-		for _, f := range live {
-			byPath[f.df.FilePath()] = f.df
-		}
-		inputs := make([]iceberg.DataFile, 0, len(g))
-		for _, f := range g {
-			df, ok := byPath[f.df.FilePath()]
-			if !ok {
-				// Somebody else replaced it: our output would duplicate
-				// rows. Give the group up.
-				abandon()
-				return nil
-			}
-			inputs = append(inputs, df)
+		inputs := make([]iceberg.DataFile, len(g))
+		for i, f := range g {
+			inputs[i] = f.df
 		}
 		df, err := m.c.dataFile(cur, out)
 		if err != nil {
@@ -199,7 +185,14 @@ func (m *pass) compactGroup(ctx context.Context, t *table.Table, g []liveFile) e
 			"tributary.maintainer":    m.pol.Holder,
 			"tributary.compact.range": fmt.Sprintf("p%d:%d-%d", out.Stats.Partition, out.Stats.FirstOffset, out.Stats.LastOffset),
 		}
+		// The replace looks the inputs up in the reloaded snapshot: if one
+		// is gone (replaced by somebody else), committing our output would
+		// duplicate rows, so the group is given up.
 		if err := tx.ReplaceDataFilesWithDataFiles(ctx, inputs, []iceberg.DataFile{df}, snap); err != nil {
+			if strings.Contains(err.Error(), "do not belong to the table") {
+				abandon()
+				return nil
+			}
 			return fmt.Errorf("replace files: %w", err)
 		}
 		if err := m.renewIfDue(cur, tx); err != nil {

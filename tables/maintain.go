@@ -55,8 +55,13 @@ package tables
 //
 // ## A pass (Catalog.Maintain)
 //
-//	acquire lease → compact → rewrite manifests → expire snapshots →
-//	delete orphans → release lease → stats
+//	acquire lease → merge manifests → compact → merge manifests →
+//	expire snapshots → delete orphans → release lease → stats
+//
+// Manifests are merged before compacting because a replace commit rewrites
+// every manifest that holds one of its inputs: with inputs spread over a
+// hundred fast-append manifests, the commit would be slow and lose every
+// race with the uplink's appends.
 //
 // Each step reloads, checks the lease, plans, commits; on a commit conflict
 // it reloads and re-plans (up to maxMaintainAttempts times).
@@ -94,6 +99,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"time"
@@ -259,7 +265,7 @@ type PassResult struct {
 	Stats              TableStats
 }
 
-const maxMaintainAttempts = 20
+const maxMaintainAttempts = 50
 
 // Maintain runs one maintenance pass over a stream's table: see the
 // section above. It returns ErrLeaseHeld (wrapped) when another maintainer
@@ -300,6 +306,7 @@ func (c *Catalog) Maintain(ctx context.Context, stream string, opts MaintainOpti
 		name string
 		fn   func(context.Context) error
 	}{
+		{"manifests", m.rewriteManifests}, // first: a replace rewrites every manifest holding an input
 		{"compact", m.compact},
 		{"manifests", m.rewriteManifests},
 		{"expire", m.expire},
@@ -327,6 +334,8 @@ type pass struct {
 	res      *PassResult
 	progress func(Progress)
 	leased   bool
+
+	manifestsSeen bool
 }
 
 // leaseState reads the lease properties of a loaded table.
@@ -464,7 +473,7 @@ func (m *pass) commit(ctx context.Context, step string, tx *table.Transaction, a
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(time.Duration(attempt) * 10 * time.Millisecond):
+		case <-time.After(time.Duration(rand.N(min(attempt, 20))+1) * 10 * time.Millisecond):
 		}
 		return errRetry
 	}
@@ -482,8 +491,8 @@ func (m *pass) rewriteManifests(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if attempt == 1 {
-			m.res.ManifestsBefore = n
+		if !m.manifestsSeen {
+			m.res.ManifestsBefore, m.manifestsSeen = n, true
 		}
 		m.res.ManifestsAfter = n
 		if n <= m.pol.MaxManifests {
