@@ -407,3 +407,35 @@ func TestMaintenanceLease(t *testing.T) {
 	})
 	checkTable(t, b, stream, recs)
 }
+
+// TestMaintainerLoop: the background loop visits every stream, records
+// per-table figures, and stops with its context.
+func TestMaintainerLoop(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, _ := openTestCatalog(t)
+	ts := time.Date(2026, 11, 30, 1, 0, 0, 0, time.UTC).UnixMicro()
+	for _, s := range []string{"a.one", "a.two"} {
+		if _, err := c.EnsureTable(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		recs := testRecords(0, 0, 6, ts)
+		for i := 0; i < 6; i += 2 {
+			appendRecs(t, c, s, recs[i:i+2])
+		}
+	}
+	m := NewMaintainer(c, MaintainerConfig{Interval: 20 * time.Millisecond})
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	eventually(t, 30*time.Second, "two passes over both streams", func() bool {
+		st := m.Stats()
+		return len(st) == 2 && st[0].Passes >= 2 && st[1].Passes >= 2
+	})
+	cancel()
+	<-done
+	for _, st := range m.Stats() {
+		if st.Failures != 0 || st.DataFiles != 1 || st.Records != 6 || st.MetadataBytes == 0 || st.LastPass.IsZero() {
+			t.Errorf("%s: %+v", st.Stream, st)
+		}
+	}
+}
