@@ -406,6 +406,28 @@ func TestMaintenanceLease(t *testing.T) {
 		return err == nil
 	})
 	checkTable(t, b, stream, recs)
+
+	// Fencing: A checks its lease and plans a compaction, then stalls past
+	// its TTL; B takes the lapsed lease. A's commit must not land.
+	more := testRecords(0, 20, 20, time.Date(2026, 11, 30, 1, 0, 0, 0, time.UTC).UnixMicro())
+	for i := 0; i < 20; i += 4 {
+		appendRecs(t, a, stream, more[i:i+4])
+	}
+	bp := &pass{c: b, stream: stream, pol: Policy{Holder: "B2"}.withDefaults(nil), res: &PassResult{}}
+	resA, errA = a.Maintain(ctx, stream, MaintainOptions{Policy: Policy{Holder: "A2", LeaseTTL: 300 * time.Millisecond},
+		beforeCommit: func(_ context.Context, s string) {
+			if s == "compact" {
+				eventually(t, 5*time.Second, "B to take A's lapsed lease", func() bool { return bp.acquire(ctx) == nil })
+			}
+		}})
+	if !errors.Is(errA, ErrLeaseLost) || resA.CompactGroups != 0 || resA.CompactAborted != 1 {
+		t.Fatalf("stale maintainer: %v %+v, want ErrLeaseLost and its compaction abandoned", errA, resA)
+	}
+	tbl, _ = b.LoadTable(ctx, stream)
+	if h, _ := LeaseHolder(tbl); h != "B2" {
+		t.Fatalf("lease holder %q after the stale maintainer's pass, want B2", h)
+	}
+	checkTable(t, b, stream, append(append([]*wal.Record{}, recs...), more...))
 }
 
 // TestMaintainerLoop: the background loop visits every stream, records
