@@ -393,8 +393,7 @@ func TestMaintenanceLease(t *testing.T) {
 		t.Fatalf("lease still held by %q after A's pass", h)
 	}
 	// A lease abandoned by a crashed maintainer is taken over once lapsed.
-	p := &pass{c: a, stream: stream, pol: Policy{Holder: "crashed", LeaseTTL: 50 * time.Millisecond}.withDefaults(nil), res: &PassResult{}}
-	p.pol.LeaseTTL = 50 * time.Millisecond
+	p := &pass{c: a, stream: stream, pol: Policy{Holder: "crashed", LeaseTTL: time.Second}.withDefaults(nil), res: &PassResult{}}
 	if err := p.acquire(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +413,7 @@ func TestMaintenanceLease(t *testing.T) {
 		appendRecs(t, a, stream, more[i:i+4])
 	}
 	bp := &pass{c: b, stream: stream, pol: Policy{Holder: "B2"}.withDefaults(nil), res: &PassResult{}}
-	resA, errA = a.Maintain(ctx, stream, MaintainOptions{Policy: Policy{Holder: "A2", LeaseTTL: 300 * time.Millisecond},
+	resA, errA = a.Maintain(ctx, stream, MaintainOptions{Policy: Policy{Holder: "A2", LeaseTTL: 1500 * time.Millisecond},
 		beforeCommit: func(_ context.Context, s string) {
 			if s == "compact" {
 				eventually(t, 5*time.Second, "B to take A's lapsed lease", func() bool { return bp.acquire(ctx) == nil })
