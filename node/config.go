@@ -112,6 +112,28 @@ type Config struct {
 		MaxBatchBytes ByteSize `yaml:"max_batch_bytes"`
 	} `yaml:"uplink"`
 
+	Maintenance struct {
+		// Enabled runs table maintenance (compaction, manifest merging,
+		// snapshot expiry, orphan cleanup) in this node. Default true;
+		// a lease in the catalog lets one node at a time maintain a table.
+		Enabled *bool `yaml:"enabled"`
+		// Interval between passes over every stream. Default 1m.
+		Interval time.Duration `yaml:"interval"`
+		// SnapshotMaxAge: younger snapshots are kept. Default 1h.
+		SnapshotMaxAge time.Duration `yaml:"snapshot_max_age"`
+		// RetainSnapshots: at least this many newest snapshots are kept.
+		// Default 100.
+		RetainSnapshots int `yaml:"retain_snapshots"`
+		// TargetFileSize of compacted data files. Default 128MiB.
+		TargetFileSize ByteSize `yaml:"target_file_size"`
+		// MaxManifests in the current snapshot before they are merged.
+		// Default 10.
+		MaxManifests int `yaml:"max_manifests"`
+		// OrphanGrace: unreferenced files younger than this are kept (an
+		// upload in progress). Default 24h.
+		OrphanGrace time.Duration `yaml:"orphan_grace"`
+	} `yaml:"maintenance"`
+
 	// HTTPAddr serves /healthz, /readyz, /status and /metrics. Default
 	// 127.0.0.1:8080; "" turns it off.
 	HTTPAddr string `yaml:"http_addr"`
@@ -183,6 +205,28 @@ func (c *Config) applyDefaults() {
 	if c.Uplink.MaxBatchBytes == 0 {
 		c.Uplink.MaxBatchBytes = 64 << 20
 	}
+	if c.Maintenance.Enabled == nil {
+		on := true
+		c.Maintenance.Enabled = &on
+	}
+	if c.Maintenance.Interval == 0 {
+		c.Maintenance.Interval = tables.DefaultMaintainInterval
+	}
+	if c.Maintenance.SnapshotMaxAge == 0 {
+		c.Maintenance.SnapshotMaxAge = tables.DefaultSnapshotMaxAge
+	}
+	if c.Maintenance.RetainSnapshots == 0 {
+		c.Maintenance.RetainSnapshots = tables.DefaultRetainSnapshots
+	}
+	if c.Maintenance.TargetFileSize == 0 {
+		c.Maintenance.TargetFileSize = tables.DefaultTargetFileSize
+	}
+	if c.Maintenance.MaxManifests == 0 {
+		c.Maintenance.MaxManifests = tables.DefaultMaxManifests
+	}
+	if c.Maintenance.OrphanGrace == 0 {
+		c.Maintenance.OrphanGrace = tables.DefaultOrphanGrace
+	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 30 * time.Second
 	}
@@ -240,7 +284,34 @@ func (c *Config) Validate() error {
 	if c.Uplink.MaxBatchBytes < 1<<10 {
 		bad("uplink.max_batch_bytes", "%d is below the minimum of 1KiB", c.Uplink.MaxBatchBytes)
 	}
+	if m := c.Maintenance; m.Enabled != nil && *m.Enabled {
+		if m.Interval < time.Second {
+			bad("maintenance.interval", "%s is below the minimum of 1s", m.Interval)
+		}
+		if m.SnapshotMaxAge < time.Minute {
+			bad("maintenance.snapshot_max_age", "%s is below the minimum of 1m (readers plan on recent snapshots)", m.SnapshotMaxAge)
+		}
+		if m.RetainSnapshots < 1 {
+			bad("maintenance.retain_snapshots", "%d: want at least 1", m.RetainSnapshots)
+		}
+		if m.TargetFileSize < 1<<20 {
+			bad("maintenance.target_file_size", "%d is below the minimum of 1MiB", m.TargetFileSize)
+		}
+		if m.MaxManifests < 1 {
+			bad("maintenance.max_manifests", "%d: want at least 1", m.MaxManifests)
+		}
+		if m.OrphanGrace < time.Hour {
+			bad("maintenance.orphan_grace", "%s is below the minimum of 1h (uploads in progress must never be deleted)", m.OrphanGrace)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// MaintenancePolicy is the tables.Policy of the maintenance settings.
+func (c *Config) MaintenancePolicy() tables.Policy {
+	m := c.Maintenance
+	return tables.Policy{SnapshotMaxAge: m.SnapshotMaxAge, RetainSnapshots: m.RetainSnapshots,
+		TargetFileSize: int64(m.TargetFileSize), MaxManifests: m.MaxManifests, OrphanGrace: m.OrphanGrace}
 }
 
 // LoadConfig reads a YAML file, expanding ${ENV} references, fills in

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tributary-io/tributary/tables"
 )
 
 func TestParseConfigDefaultsAndEnv(t *testing.T) {
@@ -29,12 +31,39 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"mqtt:\n  default_stream: nodot", "mqtt.default_stream"},
 		{"mqtt:\n  routes:\n    - {filter: a, stream: bad name}", "mqtt.routes[0].stream"},
 		{"uplink:\n  commit_interval: 1ms", "uplink.commit_interval"},
+		{"maintenance:\n  interval: 10ms", "maintenance.interval"},
+		{"maintenance:\n  orphan_grace: 1m", "maintenance.orphan_grace"},
+		{"maintenance:\n  snapshot_max_age: 1s", "maintenance.snapshot_max_age"},
+		{"maintenance:\n  target_file_size: 1KiB", "maintenance.target_file_size"},
+		{"maintenance:\n  retain_snapshots: -1", "maintenance.retain_snapshots"},
 		{"unknown_field: 1", "unknown_field"},
 	}
 	for _, c := range cases {
 		_, err := ParseConfig([]byte(c.yaml))
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: error %v, want one naming %q", c.yaml, err, c.want)
+		}
+	}
+}
+
+func TestMaintenanceConfig(t *testing.T) {
+	cases := []struct {
+		yaml    string
+		enabled bool
+		pol     tables.Policy
+	}{
+		{"", true, tables.Policy{SnapshotMaxAge: time.Hour, RetainSnapshots: 100, TargetFileSize: 128 << 20, MaxManifests: 10, OrphanGrace: 24 * time.Hour}},
+		{"maintenance:\n  enabled: false\n  orphan_grace: 1m", false, tables.Policy{SnapshotMaxAge: time.Hour, RetainSnapshots: 100, TargetFileSize: 128 << 20, MaxManifests: 10, OrphanGrace: time.Minute}},
+		{"maintenance:\n  snapshot_max_age: 10m\n  retain_snapshots: 20\n  target_file_size: 256MiB\n  max_manifests: 4\n  orphan_grace: 48h\n  interval: 5m", true,
+			tables.Policy{SnapshotMaxAge: 10 * time.Minute, RetainSnapshots: 20, TargetFileSize: 256 << 20, MaxManifests: 4, OrphanGrace: 48 * time.Hour}},
+	}
+	for _, c := range cases {
+		cfg, err := ParseConfig([]byte(c.yaml))
+		if err != nil {
+			t.Fatalf("%q: %v", c.yaml, err)
+		}
+		if *cfg.Maintenance.Enabled != c.enabled || cfg.MaintenancePolicy() != c.pol {
+			t.Errorf("%q: enabled %v policy %+v, want %v %+v", c.yaml, *cfg.Maintenance.Enabled, cfg.MaintenancePolicy(), c.enabled, c.pol)
 		}
 	}
 }

@@ -16,8 +16,9 @@
 //
 // # Outline
 //
-// New opens the WAL and the catalog; Start opens the listeners and the
-// uplink loop; Close undoes both in reverse. The ingest type is the Sink of
+// New opens the WAL and the catalog; Start opens the listeners, the
+// uplink loop and (unless turned off) the table maintainer, which runs a
+// maintenance pass over every stream each interval under a per-table lease; Close undoes both in reverse. The ingest type is the Sink of
 // the protocol front doors.
 package node
 
@@ -48,6 +49,7 @@ type Node struct {
 	cat    *tables.Catalog
 	bucket *uplink.BlobBucket
 	up     *uplink.Uplink
+	maint  *tables.Maintainer // nil when maintenance is off
 	mqtt   *mqtt.Server
 	kafka  *kafka.Server
 	kb     *kafkaBackend
@@ -118,6 +120,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 			return nil, err
 		}
 	}
+	if *cfg.Maintenance.Enabled {
+		n.maint = tables.NewMaintainer(n.cat, tables.MaintainerConfig{Interval: cfg.Maintenance.Interval,
+			Policy: cfg.MaintenancePolicy(), Logger: log})
+	}
 	routes := make([]mqtt.Route, len(cfg.MQTT.Routes))
 	for i, r := range cfg.MQTT.Routes {
 		routes[i] = mqtt.Route{Filter: r.Filter, Stream: r.Stream}
@@ -144,6 +150,13 @@ func (n *Node) Start(ctx context.Context) error {
 		defer n.wg.Done()
 		n.up.Run(runCtx)
 	}()
+	if n.maint != nil {
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.maint.Run(runCtx)
+		}()
+	}
 	if err := n.mqtt.Start(); err != nil {
 		return fmt.Errorf("start mqtt: %w", err)
 	}
@@ -210,6 +223,10 @@ func (n *Node) HTTPAddr() string {
 
 // Catalog is the node's catalog.
 func (n *Node) Catalog() *tables.Catalog { return n.cat }
+
+// Maintainer is the node's table maintainer (nil when maintenance is off);
+// its Stats are per-table figures for metrics.
+func (n *Node) Maintainer() *tables.Maintainer { return n.maint }
 
 // WAL is the node's write-ahead log.
 func (n *Node) WAL() *wal.WAL { return n.wal }

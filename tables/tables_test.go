@@ -14,7 +14,7 @@ import (
 	"github.com/tributary-io/tributary/wal"
 )
 
-func openTestCatalog(t *testing.T) (*Catalog, string) {
+func openTestCatalog(t testing.TB) (*Catalog, string) {
 	t.Helper()
 	dir := t.TempDir()
 	c, err := Open(context.Background(), Config{

@@ -24,6 +24,8 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	simRate := fs.Float64("sim-rate", 2, "messages per second per simulated device")
 	commit := fs.Duration("commit-interval", time.Second, "commit interval of each stream")
 	walBudget := fs.String("wal-budget", "1GiB", "WAL disk budget; beyond it QoS 1/2 publishes are refused")
+	maintain := fs.Bool("maintenance", true, "run table maintenance (compaction, manifest merging, snapshot expiry, orphan cleanup)")
+	maintainEvery := fs.Duration("maintenance-interval", time.Minute, "interval between table maintenance passes")
 	nodeID := fs.String("node-id", "dev-1", "node id")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
@@ -52,6 +54,8 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	cfg.MQTT.Routes = []node.Route{{Filter: "factory/#", Stream: "factory.telemetry"}}
 	cfg.Uplink.CommitInterval = *commit
 	cfg.WAL.MaxBytes = budget
+	cfg.Maintenance.Enabled = maintain
+	cfg.Maintenance.Interval = *maintainEvery
 	cfg = node.WithDefaults(cfg)
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintln(stderr, "tributary dev:", err)

@@ -4,7 +4,7 @@
 //	tributary dev     all-in-one on embedded defaults (edge + simulator)
 //	tributary edge    an edge node from a config file
 //	tributary cloud   the cloud server (Iceberg REST catalog)
-//	tributary tables  list, describe and scan stream tables
+//	tributary tables  list, describe, scan and maintain stream tables
 //	tributary sim     the device-fleet simulator
 //	tributary config  check a config file
 package main
@@ -25,7 +25,7 @@ commands:
   dev      run an edge node on embedded defaults with a simulated device fleet
   edge     run an edge node from a YAML config file (-config FILE)
   cloud    run the cloud server: Iceberg REST catalog on --catalog-addr
-  tables   list | describe STREAM | scan STREAM: look at stream tables
+  tables   list | describe STREAM | scan STREAM | maintain STREAM: stream tables
   sim      run the device-fleet simulator against an MQTT broker
   config   check FILE: validate a config file and print the effective settings
 

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -18,7 +19,7 @@ import (
 	"github.com/tributary-io/tributary/tables"
 )
 
-const tablesUsage = `usage: tributary tables <list | describe STREAM | scan STREAM> [flags]
+const tablesUsage = `usage: tributary tables <list | describe STREAM | scan STREAM | maintain STREAM> [flags]
 
   list                       every stream table with its row count and partitions
   describe STREAM            schema, partition spec, properties, high-water marks, snapshots
@@ -27,6 +28,13 @@ const tablesUsage = `usage: tributary tables <list | describe STREAM | scan STRE
       --partition P          only partition P
       --from-offset O        with --partition: start at offset O
       --json                 one JSON object per row (value as text when UTF-8, else base64)
+  maintain STREAM            one maintenance pass: merge manifests, compact small files,
+                             expire snapshots, delete orphans (under the table's lease)
+      --dry-run              only say what the pass would do
+      --target-file-size N   compacted file size in bytes (default 134217728 = 128MiB)
+      --snapshot-max-age D   keep snapshots younger than D (default 1h)
+      --retain-snapshots N   keep at least the last N snapshots (default 100)
+      --orphan-grace D       keep unreferenced files younger than D (default 24h)
 
 catalog flags (all subcommands):
   --data DIR                 a 'tributary dev' data directory (default ./data)
@@ -63,6 +71,11 @@ func cmdTables(args []string, stdout, stderr io.Writer) int {
 	partition := fs.Int("partition", -1, "")
 	from := fs.Int64("from-offset", 0, "")
 	asJSON := fs.Bool("json", false, "")
+	dryRun := fs.Bool("dry-run", false, "")
+	target := fs.Int64("target-file-size", 0, "")
+	maxAge := fs.Duration("snapshot-max-age", 0, "")
+	retain := fs.Int("retain-snapshots", 0, "")
+	grace := fs.Duration("orphan-grace", 0, "")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return 2
@@ -108,6 +121,12 @@ func cmdTables(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		err = tablesScan(ctx, cat, pos[1], tables.ScanOptions{Partition: int32(*partition), FromOffset: *from, Limit: *limit}, *asJSON, stdout)
+	case "maintain":
+		if !need(2) {
+			return 2
+		}
+		pol := tables.Policy{TargetFileSize: *target, SnapshotMaxAge: *maxAge, RetainSnapshots: *retain, OrphanGrace: *grace}
+		err = tablesMaintain(ctx, cat, pos[1], tables.MaintainOptions{Policy: pol, DryRun: *dryRun}, stdout)
 	default:
 		fmt.Fprintf(stderr, "tributary tables: unknown subcommand %q\n\n%s", pos[0], tablesUsage)
 		return 2
@@ -249,4 +268,65 @@ func textOrBytes(b []byte) any {
 		return string(b)
 	}
 	return b // JSON encodes as base64
+}
+
+// tablesMaintain runs one maintenance pass and prints a line per step; on
+// a terminal, compaction groups update one line in place.
+func tablesMaintain(ctx context.Context, cat *tables.Catalog, stream string, opts tables.MaintainOptions, w io.Writer) error {
+	tty := isTerminal(w)
+	before, err := cat.Stats(ctx, stream)
+	if err != nil {
+		return err
+	}
+	mode := ""
+	if opts.DryRun {
+		mode = " (dry run: nothing is changed)"
+	}
+	fmt.Fprintf(w, "maintaining %s%s\n  before: %s\n", stream, mode, statsLine(before))
+	start := time.Now()
+	inPlace := false
+	opts.Progress = func(p tables.Progress) {
+		el := time.Since(start).Round(time.Millisecond)
+		switch {
+		case p.Of > 0 && tty:
+			fmt.Fprintf(w, "\r\033[K  %-9s [%d/%d] %s", p.Step, p.Index, p.Of, p.Note)
+			inPlace = true
+		case p.Of > 0:
+			fmt.Fprintf(w, "  %-9s [%d/%d] %s\n", p.Step, p.Index, p.Of, p.Note)
+		case p.Done:
+			if inPlace {
+				fmt.Fprint(w, "\r\033[K")
+				inPlace = false
+			}
+			fmt.Fprintf(w, "  %-9s %s  (%s)\n", p.Step, p.Note, el)
+		case tty:
+			fmt.Fprintf(w, "\r\033[K  %-9s ...", p.Step)
+			inPlace = true
+		}
+	}
+	res, err := cat.Maintain(ctx, stream, opts)
+	if inPlace {
+		fmt.Fprintln(w)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "  after:  %s\n  %d commits, %d conflicts retried, took %s\n", statsLine(res.Stats), res.Commits, res.Conflicts,
+		res.Duration.Round(time.Millisecond))
+	return nil
+}
+
+func statsLine(s tables.TableStats) string {
+	return fmt.Sprintf("%d snapshots, %d data manifests, %d data files, %d rows, metadata file %d bytes",
+		s.Snapshots, s.DataManifests, s.DataFiles, s.Records, s.MetadataBytes)
+}
+
+// isTerminal reports whether w is a character device (a terminal).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

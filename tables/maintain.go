@@ -1,0 +1,583 @@
+package tables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	iofs "io/fs"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+	"github.com/google/uuid"
+)
+
+// Lease properties.
+const (
+	PropMaintainHolder = "tributary.maintain.holder"
+	PropMaintainUntil  = "tributary.maintain.until"
+)
+
+// Per-stream policy overrides in table properties. The first two are the
+// standard Iceberg keys; the rest are Tributary's.
+const (
+	PropSnapshotMaxAgeMs = table.MaxSnapshotAgeMsKey   // history.expire.max-snapshot-age-ms
+	PropRetainSnapshots  = table.MinSnapshotsToKeepKey // history.expire.min-snapshots-to-keep
+	PropTargetFileSize   = "tributary.maintain.target-file-size-bytes"
+	PropMaxManifests     = "tributary.maintain.max-manifests"
+	PropOrphanGraceMs    = "tributary.maintain.orphan-grace-ms"
+)
+
+// ErrLeaseHeld is returned by a pass when another maintainer holds the
+// table's lease; the pass did nothing.
+var ErrLeaseHeld = errors.New("maintenance lease held by another maintainer")
+
+// ErrLeaseLost is returned when this maintainer's lease expired or was taken
+// during a pass; the pass stopped at a safe point.
+var ErrLeaseLost = errors.New("maintenance lease lost")
+
+// Policy says how a table is maintained. Zero fields take the defaults
+// below; a stream's table properties (Prop* above) override them.
+type Policy struct {
+	// SnapshotMaxAge: snapshots younger than this are kept. Default 1h.
+	SnapshotMaxAge time.Duration
+	// RetainSnapshots: at least this many of the newest snapshots are kept,
+	// whatever their age. Default 100.
+	RetainSnapshots int
+	// TargetFileSize of compacted files. Default 128 MiB.
+	TargetFileSize int64
+	// MaxManifests: above this many data manifests in the current snapshot,
+	// manifests are merged. Default 10.
+	MaxManifests int
+	// OrphanGrace: unreferenced files younger than this are kept. Default 24h.
+	OrphanGrace time.Duration
+	// LeaseTTL is how long a lease lasts without renewal. Default 10m.
+	LeaseTTL time.Duration
+	// MaxCompactBytes bounds the input bytes compacted per pass. Default 1 GiB.
+	MaxCompactBytes int64
+	// Holder names this maintainer in the lease. Default host-pid-random.
+	Holder string
+}
+
+// Policy defaults.
+const (
+	DefaultSnapshotMaxAge  = time.Hour
+	DefaultRetainSnapshots = 100
+	DefaultTargetFileSize  = 128 << 20
+	DefaultMaxManifests    = 10
+	DefaultOrphanGrace     = 24 * time.Hour
+	DefaultLeaseTTL        = 10 * time.Minute
+	DefaultMaxCompactBytes = 1 << 30
+)
+
+var defaultHolder = func() string {
+	h, _ := os.Hostname()
+	return fmt.Sprintf("%s-%d-%s", h, os.Getpid(), uuid.NewString()[:8])
+}()
+
+// withDefaults fills zero fields, then applies the table's overrides.
+func (p Policy) withDefaults(props iceberg.Properties) Policy {
+	if p.SnapshotMaxAge <= 0 {
+		p.SnapshotMaxAge = DefaultSnapshotMaxAge
+	}
+	if p.RetainSnapshots <= 0 {
+		p.RetainSnapshots = DefaultRetainSnapshots
+	}
+	if p.TargetFileSize <= 0 {
+		p.TargetFileSize = DefaultTargetFileSize
+	}
+	if p.MaxManifests <= 0 {
+		p.MaxManifests = DefaultMaxManifests
+	}
+	if p.OrphanGrace <= 0 {
+		p.OrphanGrace = DefaultOrphanGrace
+	}
+	if p.LeaseTTL <= 0 {
+		p.LeaseTTL = DefaultLeaseTTL
+	}
+	if p.MaxCompactBytes <= 0 {
+		p.MaxCompactBytes = DefaultMaxCompactBytes
+	}
+	if p.Holder == "" {
+		p.Holder = defaultHolder
+	}
+	if props != nil {
+		if v, err := strconv.ParseInt(props[PropSnapshotMaxAgeMs], 10, 64); err == nil && v > 0 {
+			p.SnapshotMaxAge = time.Duration(v) * time.Millisecond
+		}
+		if v, err := strconv.Atoi(props[PropRetainSnapshots]); err == nil && v > 0 {
+			p.RetainSnapshots = v
+		}
+		if v, err := strconv.ParseInt(props[PropTargetFileSize], 10, 64); err == nil && v > 0 {
+			p.TargetFileSize = v
+		}
+		if v, err := strconv.Atoi(props[PropMaxManifests]); err == nil && v > 0 {
+			p.MaxManifests = v
+		}
+		if v, err := strconv.ParseInt(props[PropOrphanGraceMs], 10, 64); err == nil && v > 0 {
+			p.OrphanGrace = time.Duration(v) * time.Millisecond
+		}
+	}
+	return p
+}
+
+// MaintainOptions tune one pass.
+type MaintainOptions struct {
+	Policy Policy
+	// DryRun plans every step and reports what it would do, committing and
+	// deleting nothing (and taking no lease).
+	DryRun bool
+	// Progress, if set, is told about each step as it starts and ends.
+	Progress func(Progress)
+
+	// beforeCommit is a test hook run before each maintenance commit.
+	beforeCommit func(ctx context.Context, step string)
+}
+
+// Progress reports a step of a pass.
+type Progress struct {
+	Step  string // lease, compact, manifests, expire, orphans, release
+	Done  bool   // false when the step starts
+	Note  string // what it did or would do
+	Index int    // for compaction: group number (1-based), else 0
+	Of    int    // for compaction: number of groups
+}
+
+// PassResult says what one pass did (or, dry-run, would do).
+type PassResult struct {
+	Stream string
+	DryRun bool
+	// Compaction.
+	CompactGroups  int   // output files written (would write)
+	CompactInputs  int   // input files replaced
+	CompactRows    int64 // rows rewritten
+	CompactBytes   int64 // input bytes
+	CompactAborted int   // groups given up (an input vanished)
+	// Manifests.
+	ManifestsBefore, ManifestsAfter int
+	// Snapshots.
+	SnapshotsBefore, SnapshotsExpired int
+	// Orphans.
+	OrphansFound   int
+	OrphansDeleted int
+	OrphanBytes    int64
+	// Commits made by the pass and conflicts retried.
+	Commits, Conflicts int
+	Started            time.Time
+	Duration           time.Duration
+	Stats              TableStats
+}
+
+const maxMaintainAttempts = 50
+
+// Maintain runs one maintenance pass over a stream's table: see the
+// section above. It returns ErrLeaseHeld (wrapped) when another maintainer
+// holds the table.
+func (c *Catalog) Maintain(ctx context.Context, stream string, opts MaintainOptions) (res PassResult, err error) {
+	res = PassResult{Stream: stream, DryRun: opts.DryRun, Started: time.Now()}
+	defer func() { res.Duration = time.Since(res.Started) }()
+	progress := func(p Progress) {
+		if opts.Progress != nil {
+			opts.Progress(p)
+		}
+	}
+	t, err := c.LoadTable(ctx, stream)
+	if err != nil {
+		return res, err
+	}
+	pol := opts.Policy.withDefaults(t.Properties())
+	m := &pass{c: c, stream: stream, pol: pol, opts: opts, res: &res, progress: progress}
+
+	if !opts.DryRun {
+		progress(Progress{Step: "lease"})
+		if err := m.acquire(ctx); err != nil {
+			return res, err
+		}
+		progress(Progress{Step: "lease", Done: true, Note: "held by " + pol.Holder})
+		defer func() {
+			progress(Progress{Step: "release"})
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if err := m.release(rctx); err != nil {
+				progress(Progress{Step: "release", Done: true, Note: "not released (expires by itself): " + err.Error()})
+			} else {
+				progress(Progress{Step: "release", Done: true, Note: "released"})
+			}
+		}()
+	}
+	steps := []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{"manifests", m.rewriteManifests}, // first: a replace rewrites every manifest holding an input
+		{"compact", m.compact},
+		{"manifests", m.rewriteManifests},
+		{"expire", m.expire},
+		{"orphans", m.orphans},
+	}
+	for i, s := range steps {
+		if opts.DryRun && i == 2 {
+			continue // a dry run merged nothing before compacting
+		}
+		if err := s.fn(ctx); err != nil {
+			return res, fmt.Errorf("maintain %s: %s: %w", stream, s.name, err)
+		}
+	}
+	st, err := c.Stats(ctx, stream)
+	if err != nil {
+		return res, err
+	}
+	res.Stats = st
+	return res, nil
+}
+
+// pass is the state of one Maintain call.
+type pass struct {
+	c        *Catalog
+	stream   string
+	pol      Policy
+	opts     MaintainOptions
+	res      *PassResult
+	progress func(Progress)
+	leased   bool
+
+	manifestsSeen bool
+}
+
+// leaseState reads the lease properties of a loaded table.
+func leaseState(t *table.Table) (holder string, until time.Time) {
+	props := t.Properties()
+	ms, _ := strconv.ParseInt(props[PropMaintainUntil], 10, 64)
+	return props[PropMaintainHolder], time.UnixMilli(ms)
+}
+
+// LeaseHolder returns who holds a table's maintenance lease and until when
+// ("" when nobody does).
+func LeaseHolder(t *table.Table) (string, time.Time) {
+	h, u := leaseState(t)
+	if h == "" || !u.After(time.Now()) {
+		return "", time.Time{}
+	}
+	return h, u
+}
+
+func (m *pass) acquire(ctx context.Context) error {
+	for attempt := 1; ; attempt++ {
+		t, err := m.c.LoadTable(ctx, m.stream)
+		if err != nil {
+			return err
+		}
+		holder, until := leaseState(t)
+		now := time.Now()
+		if holder != "" && holder != m.pol.Holder && until.After(now) {
+			return fmt.Errorf("maintain %s: %w: %s until %s", m.stream, ErrLeaseHeld, holder, until.UTC().Format(time.RFC3339))
+		}
+		tx := t.NewTransaction()
+		if err := tx.SetProperties(m.leaseProps(now)); err != nil {
+			return err
+		}
+		// The empty append moves the branch: see "The lease".
+		if err := tx.AddFiles(ctx, nil, iceberg.Properties{"tributary.operation": "maintain-lease", "tributary.maintainer": m.pol.Holder}, true); err != nil {
+			return err
+		}
+		if err := m.commit(ctx, "lease", tx, attempt); err != nil {
+			if errors.Is(err, errRetry) {
+				continue
+			}
+			return err
+		}
+		m.leased = true
+		return nil
+	}
+}
+
+func (m *pass) leaseProps(now time.Time) iceberg.Properties {
+	return iceberg.Properties{
+		PropMaintainHolder: m.pol.Holder,
+		PropMaintainUntil:  strconv.FormatInt(now.Add(m.pol.LeaseTTL).UnixMilli(), 10),
+	}
+}
+
+// load reloads the table and, outside dry runs, checks that this pass
+// still holds an unexpired lease on it.
+func (m *pass) load(ctx context.Context) (*table.Table, error) {
+	t, err := m.c.LoadTable(ctx, m.stream)
+	if err != nil {
+		return nil, err
+	}
+	if m.opts.DryRun {
+		return t, nil
+	}
+	holder, until := leaseState(t)
+	if holder != m.pol.Holder || !until.After(time.Now().Add(m.pol.LeaseTTL/10)) {
+		return nil, fmt.Errorf("%w: holder %q until %s", ErrLeaseLost, holder, until.UTC().Format(time.RFC3339))
+	}
+	return t, nil
+}
+
+// renewIfDue adds a lease renewal to tx when less than half the TTL is left.
+func (m *pass) renewIfDue(t *table.Table, tx *table.Transaction) error {
+	_, until := leaseState(t)
+	if time.Until(until) > m.pol.LeaseTTL/2 {
+		return nil
+	}
+	return tx.SetProperties(m.leaseProps(time.Now()))
+}
+
+func (m *pass) release(ctx context.Context) error {
+	if !m.leased {
+		return nil
+	}
+	for attempt := 1; ; attempt++ {
+		t, err := m.c.LoadTable(ctx, m.stream)
+		if err != nil {
+			return err
+		}
+		if holder, _ := leaseState(t); holder != m.pol.Holder {
+			return nil // taken over after expiry: nothing of ours to release
+		}
+		tx := t.NewTransaction()
+		if err := tx.SetProperties(iceberg.Properties{PropMaintainHolder: "", PropMaintainUntil: "0"}); err != nil {
+			return err
+		}
+		if err := m.commit(ctx, "release", tx, attempt); err != nil {
+			if errors.Is(err, errRetry) {
+				continue
+			}
+			return err
+		}
+		m.leased = false
+		return nil
+	}
+}
+
+var errRetry = errors.New("retry")
+
+// commit commits a maintenance transaction. A conflict returns errRetry
+// (after a short pause) while attempts remain; the caller reloads and
+// re-plans. A commit that succeeded but whose post-commit cleanup failed
+// counts as committed.
+func (m *pass) commit(ctx context.Context, step string, tx *table.Transaction, attempt int) error {
+	if m.opts.beforeCommit != nil {
+		m.opts.beforeCommit(ctx, step)
+	}
+	nt, err := tx.Commit(ctx)
+	if err == nil || nt != nil {
+		m.res.Commits++
+		if nt != nil {
+			m.c.mu.Lock()
+			m.c.tables[m.stream] = nt
+			m.c.mu.Unlock()
+		}
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if isConflict(err) && attempt < maxMaintainAttempts {
+		m.res.Conflicts++
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(rand.N(min(attempt, 20))+1) * 10 * time.Millisecond):
+		}
+		return errRetry
+	}
+	return fmt.Errorf("commit %s: %w", step, err)
+}
+
+func (m *pass) rewriteManifests(ctx context.Context) error {
+	m.progress(Progress{Step: "manifests"})
+	for attempt := 1; ; attempt++ {
+		t, err := m.load(ctx)
+		if err != nil {
+			return err
+		}
+		n, err := dataManifestCount(ctx, t)
+		if err != nil {
+			return err
+		}
+		if !m.manifestsSeen {
+			m.res.ManifestsBefore, m.manifestsSeen = n, true
+		}
+		m.res.ManifestsAfter = n
+		if n <= m.pol.MaxManifests {
+			m.progress(Progress{Step: "manifests", Done: true, Note: fmt.Sprintf("%d data manifests, at most %d wanted: nothing to do", n, m.pol.MaxManifests)})
+			return nil
+		}
+		if m.opts.DryRun {
+			m.progress(Progress{Step: "manifests", Done: true, Note: fmt.Sprintf("would merge %d data manifests", n)})
+			return nil
+		}
+		tx := t.NewTransaction()
+		r, err := tx.RewriteManifests(ctx)
+		if err != nil {
+			return err
+		}
+		if r.IsNoOp() {
+			m.progress(Progress{Step: "manifests", Done: true, Note: fmt.Sprintf("%d data manifests already optimal", n)})
+			return nil
+		}
+		if err := m.renewIfDue(t, tx); err != nil {
+			return err
+		}
+		if err := m.commit(ctx, "manifests", tx, attempt); err != nil {
+			if errors.Is(err, errRetry) {
+				continue
+			}
+			return err
+		}
+		m.res.ManifestsAfter = n - len(r.RewrittenManifests) + len(r.AddedManifests)
+		m.progress(Progress{Step: "manifests", Done: true, Note: fmt.Sprintf("merged %d data manifests into %d (now %d)",
+			len(r.RewrittenManifests), len(r.AddedManifests), m.res.ManifestsAfter)})
+		return nil
+	}
+}
+
+func (m *pass) expire(ctx context.Context) error {
+	m.progress(Progress{Step: "expire"})
+	for attempt := 1; ; attempt++ {
+		t, err := m.load(ctx)
+		if err != nil {
+			return err
+		}
+		before := len(t.Metadata().Snapshots())
+		m.res.SnapshotsBefore = before
+		tx := t.NewTransaction()
+		if err := tx.ExpireSnapshots(table.WithOlderThan(m.pol.SnapshotMaxAge), table.WithRetainLast(m.pol.RetainSnapshots)); err != nil {
+			return err
+		}
+		st, err := tx.StagedTable()
+		if err != nil {
+			return err
+		}
+		n := before - len(st.Metadata().Snapshots())
+		if n == 0 {
+			m.progress(Progress{Step: "expire", Done: true, Note: fmt.Sprintf("%d snapshots, none expired (keep %s and the last %d)", before, m.pol.SnapshotMaxAge, m.pol.RetainSnapshots)})
+			return nil
+		}
+		if m.opts.DryRun {
+			m.res.SnapshotsExpired = n
+			m.progress(Progress{Step: "expire", Done: true, Note: fmt.Sprintf("would expire %d of %d snapshots", n, before)})
+			return nil
+		}
+		if err := m.renewIfDue(t, tx); err != nil {
+			return err
+		}
+		if err := m.commit(ctx, "expire", tx, attempt); err != nil {
+			if errors.Is(err, errRetry) {
+				continue
+			}
+			return err
+		}
+		m.res.SnapshotsExpired = n
+		m.progress(Progress{Step: "expire", Done: true, Note: fmt.Sprintf("expired %d of %d snapshots", n, before)})
+		return nil
+	}
+}
+
+func (m *pass) orphans(ctx context.Context) error {
+	m.progress(Progress{Step: "orphans"})
+	t, err := m.load(ctx)
+	if err != nil {
+		return err
+	}
+	plan, err := t.PlanOrphanFiles(ctx, table.WithFilesOlderThan(m.pol.OrphanGrace))
+	if err != nil {
+		return err
+	}
+	// gocloud.dev's fileblob keeps attributes of X in a sidecar X.attrs:
+	// it belongs to X, which is not an orphan unless listed itself.
+	planned := map[string]bool{}
+	for _, f := range plan.OrphanFiles() {
+		planned[f.Path] = true
+	}
+	var orphans []table.OrphanFile
+	for _, f := range plan.OrphanFiles() {
+		if base, ok := strings.CutSuffix(f.Path, ".attrs"); ok && !planned[base] && m.exists(ctx, t, base) {
+			continue
+		}
+		orphans = append(orphans, f)
+		m.res.OrphanBytes += f.SizeBytes
+	}
+	m.res.OrphansFound = len(orphans)
+	if m.opts.DryRun || m.res.OrphansFound == 0 {
+		verb := "would delete"
+		if !m.opts.DryRun {
+			verb = "deleted"
+		}
+		m.progress(Progress{Step: "orphans", Done: true, Note: fmt.Sprintf("%s %d unreferenced files older than %s (%d bytes)",
+			verb, m.res.OrphansFound, m.pol.OrphanGrace, m.res.OrphanBytes)})
+		return nil
+	}
+	// Deleting is not a commit: do it only with a comfortable lease. t was
+	// loaded with the lease checked, so a renewal planned on it is fenced.
+	if _, until := leaseState(t); time.Until(until) < m.pol.LeaseTTL/2 {
+		tx := t.NewTransaction()
+		if err := tx.SetProperties(m.leaseProps(time.Now())); err != nil {
+			return err
+		}
+		if err := m.commit(ctx, "renew", tx, maxMaintainAttempts); err != nil {
+			m.progress(Progress{Step: "orphans", Done: true, Note: "lease not renewed, orphans left for the next pass"})
+			return nil
+		}
+	}
+	fs, err := t.FS(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, f := range orphans {
+		if err := fs.Remove(f.Path); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		m.res.OrphansDeleted++
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	m.progress(Progress{Step: "orphans", Done: true, Note: fmt.Sprintf("deleted %d unreferenced files older than %s (%d bytes)",
+		m.res.OrphansDeleted, m.pol.OrphanGrace, m.res.OrphanBytes)})
+	return nil
+}
+
+func (m *pass) exists(ctx context.Context, t *table.Table, path string) bool {
+	fs, err := t.FS(ctx)
+	if err != nil {
+		return true
+	}
+	f, err := fs.Open(path)
+	if err != nil {
+		return !errors.Is(err, iofs.ErrNotExist)
+	}
+	f.Close()
+	return true
+}
+
+// dataManifestCount counts the data manifests of the current snapshot.
+func dataManifestCount(ctx context.Context, t *table.Table) (int, error) {
+	s := t.CurrentSnapshot()
+	if s == nil {
+		return 0, nil
+	}
+	fs, err := t.FS(ctx)
+	if err != nil {
+		return 0, err
+	}
+	mfs, err := s.Manifests(fs)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, mf := range mfs {
+		if mf.ManifestContent() == iceberg.ManifestContentData {
+			n++
+		}
+	}
+	return n, nil
+}
