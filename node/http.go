@@ -42,19 +42,19 @@ type WALStatus struct {
 
 // UplinkStatus is the uplink part of Status.
 type UplinkStatus struct {
-	State            string   `json:"state"` // "ok" or "offline, buffering N MB"
-	Commits          int64    `json:"commits"`
-	CommitFailures   int64    `json:"commit_failures"`
-	UploadFailures   int64    `json:"upload_failures"`
-	FilesUploaded    int64    `json:"files_uploaded"`
-	BytesUploaded    int64    `json:"bytes_uploaded"`
-	RecordsCommitted int64    `json:"records_committed"`
-	LastCommit       string   `json:"last_commit,omitempty"`
+	State            string `json:"state"` // "ok" or "offline, buffering N MB"
+	Commits          int64  `json:"commits"`
+	CommitFailures   int64  `json:"commit_failures"`
+	UploadFailures   int64  `json:"upload_failures"`
+	FilesUploaded    int64  `json:"files_uploaded"`
+	BytesUploaded    int64  `json:"bytes_uploaded"`
+	RecordsCommitted int64  `json:"records_committed"`
+	LastCommit       string `json:"last_commit,omitempty"`
 	// LastCommitAgeSeconds is the time since the last successful table
 	// commit (since the node started when there was none yet).
-	LastCommitAgeSeconds float64 `json:"last_commit_age_seconds"`
-	LastError        string   `json:"last_error,omitempty"`
-	Failing          []string `json:"failing,omitempty"`
+	LastCommitAgeSeconds float64  `json:"last_commit_age_seconds"`
+	LastError            string   `json:"last_error,omitempty"`
+	Failing              []string `json:"failing,omitempty"`
 }
 
 // StreamStatus is one stream partition of Status.
