@@ -6,8 +6,8 @@
 GO        ?= go
 BIN       := bin/tributary
 PKGS      := ./...
-UNIT_PKGS := ./wal/... ./tables/... ./uplink/... ./mqtt/... ./node/... ./firmware-sim/... ./cmd/...
-APT_PKGS  := mosquitto mosquitto-clients kcat postgresql
+UNIT_PKGS := ./wal/... ./tables/... ./uplink/... ./mqtt/... ./node/... ./firmware-sim/... ./cmd/... ./deploy/...
+APT_PKGS  := mosquitto mosquitto-clients kcat postgresql chromium
 DATA      ?= ./data
 VERSITYGW := v1.8.0
 
@@ -28,6 +28,7 @@ deps:
 	@missing=""; for b in mosquitto mosquitto_pub mosquitto_sub kcat; do \
 	  command -v $$b >/dev/null 2>&1 || [ -x /usr/sbin/$$b ] || missing="$$missing $$b"; done; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages for:$$missing"; \
 	  if [ "$$(id -u)" != 0 ]; then echo "need root to apt-get install $(APT_PKGS)"; exit 1; fi; \

@@ -42,16 +42,19 @@ type WALStatus struct {
 
 // UplinkStatus is the uplink part of Status.
 type UplinkStatus struct {
-	State            string   `json:"state"` // "ok" or "offline, buffering N MB"
-	Commits          int64    `json:"commits"`
-	CommitFailures   int64    `json:"commit_failures"`
-	UploadFailures   int64    `json:"upload_failures"`
-	FilesUploaded    int64    `json:"files_uploaded"`
-	BytesUploaded    int64    `json:"bytes_uploaded"`
-	RecordsCommitted int64    `json:"records_committed"`
-	LastCommit       string   `json:"last_commit,omitempty"`
-	LastError        string   `json:"last_error,omitempty"`
-	Failing          []string `json:"failing,omitempty"`
+	State            string `json:"state"` // "ok" or "offline, buffering N MB"
+	Commits          int64  `json:"commits"`
+	CommitFailures   int64  `json:"commit_failures"`
+	UploadFailures   int64  `json:"upload_failures"`
+	FilesUploaded    int64  `json:"files_uploaded"`
+	BytesUploaded    int64  `json:"bytes_uploaded"`
+	RecordsCommitted int64  `json:"records_committed"`
+	LastCommit       string `json:"last_commit,omitempty"`
+	// LastCommitAgeSeconds is the time since the last successful table
+	// commit (since the node started when there was none yet).
+	LastCommitAgeSeconds float64  `json:"last_commit_age_seconds"`
+	LastError            string   `json:"last_error,omitempty"`
+	Failing              []string `json:"failing,omitempty"`
 }
 
 // StreamStatus is one stream partition of Status.
@@ -86,6 +89,7 @@ func (n *Node) Status() Status {
 	if !us.LastCommit.IsZero() {
 		st.Uplink.LastCommit = us.LastCommit.UTC().Format(time.RFC3339Nano)
 	}
+	st.Uplink.LastCommitAgeSeconds = n.lastCommitAge(us.LastCommit).Seconds()
 	if len(us.Failing) > 0 {
 		st.Uplink.State = "offline, buffering " + formatMB(ws.Bytes)
 	}
@@ -107,6 +111,15 @@ func (n *Node) Status() Status {
 		return st.Streams[i].Partition < st.Streams[j].Partition
 	})
 	return st
+}
+
+// lastCommitAge is the time since the last successful commit, or since the
+// node started when nothing was committed yet.
+func (n *Node) lastCommitAge(last time.Time) time.Duration {
+	if last.IsZero() || last.Before(n.started) {
+		last = n.started
+	}
+	return time.Since(last)
 }
 
 func formatMB(b int64) string {
@@ -172,11 +185,18 @@ func (n *Node) registerMetrics(reg *prometheus.Registry) {
 	counter("tributary_wal_commits_total", "WAL group commits (one fsync each).", func() float64 { return float64(n.wal.Stats().Commits) })
 	counter("tributary_wal_appended_records_total", "Records appended to the WAL.", func() float64 { return float64(n.wal.Stats().AppendedRecords) })
 	gauge("tributary_wal_oldest_record_age_seconds", "Age of the oldest record not yet committed.", func() float64 { return n.Status().WAL.OldestAgeSeconds })
+	counter("tributary_wal_fsyncs_total", "WAL commits that were fsynced.", func() float64 { return float64(n.wal.Stats().Fsyncs) })
+	counter("tributary_wal_commit_errors_total", "Failed WAL transactions.", func() float64 { return float64(n.wal.Stats().CommitErrors) })
+	gauge("tributary_wal_last_commit_duration_seconds", "Duration of the last WAL group commit, fsync included.", func() float64 { return n.wal.Stats().LastCommitDuration.Seconds() })
+	gauge("tributary_wal_last_commit_ops", "Operations (appends, releases) in the last WAL group commit, sharing one fsync.", func() float64 { return float64(n.wal.Stats().LastCommitOps) })
 	counter("tributary_uplink_commits_total", "Table commits made by the uplink.", func() float64 { return float64(n.up.Stats().Commits) })
 	counter("tributary_uplink_commit_failures_total", "Failed table commits (retried).", func() float64 { return float64(n.up.Stats().CommitFailures) })
 	counter("tributary_uplink_upload_failures_total", "Failed object-store writes (retried).", func() float64 { return float64(n.up.Stats().UploadFailures) })
 	counter("tributary_uplink_bytes_uploaded_total", "Bytes written to the object store.", func() float64 { return float64(n.up.Stats().BytesUploaded) })
 	counter("tributary_uplink_records_committed_total", "Records committed to tables.", func() float64 { return float64(n.up.Stats().RecordsCommitted) })
+	counter("tributary_uplink_files_uploaded_total", "Data files written to the object store.", func() float64 { return float64(n.up.Stats().FilesUploaded) })
+	gauge("tributary_uplink_last_commit_age_seconds", "Seconds since the last successful table commit (since start when none yet): table freshness.", func() float64 { return n.lastCommitAge(n.up.Stats().LastCommit).Seconds() })
+	gauge("tributary_uplink_failing_streams", "Streams whose commits are failing and in backoff.", func() float64 { return float64(len(n.up.Stats().Failing)) })
 	gauge("tributary_mqtt_clients", "Connected MQTT clients.", func() float64 { return float64(n.mqtt.Stats().Clients) })
 	for q := range 3 {
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tributary_mqtt_publishes_accepted_total",

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -62,7 +63,7 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 	}
 	defer cat.Close()
 	h := rest.NewHandler(cat.Iceberg(), rest.Options{Warehouse: *warehouse, Token: *token, Logger: log})
-	srv, err := rest.Listen(*catAddr, h)
+	srv, err := rest.Listen(*catAddr, withProbes(h, cat))
 	if err != nil {
 		log.Error("listen", "addr", *catAddr, "err", err)
 		return 1
@@ -82,4 +83,25 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 	}
 	log.Info("stopped")
 	return code
+}
+
+// withProbes serves /healthz (the process answers) and /readyz (the backing
+// catalog answers a namespace listing) next to the REST catalog h, without
+// authentication, for load balancers and Kubernetes probes.
+func withProbes(h http.Handler, cat *tables.Catalog) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		if _, err := cat.Iceberg().ListNamespaces(ctx, nil); err != nil {
+			http.Error(w, "backing catalog unavailable: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	mux.Handle("/", h)
+	return mux
 }

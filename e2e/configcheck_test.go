@@ -1,0 +1,75 @@
+package e2e
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// runConfigCheck runs `tributary config check FILE` with extra environment.
+func runConfigCheck(t *testing.T, file string, env ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := exec.Command(binPath, "config", "check", file)
+	cmd.Env = append(os.Environ(), env...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	default:
+		t.Fatal(err)
+	}
+	return code, o.String(), e.String()
+}
+
+// TestConfigCheck runs `tributary config check` on broken files (non-zero
+// exit, the message names the field) and on deploy/edge.yaml (ok).
+func TestConfigCheck(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		name, yaml string
+		want       []string // each must appear in stderr
+	}{
+		{"invalid values", "wal:\n  max_bytes: 10\ncatalog:\n  partition_granularity: week\nuplink:\n  commit_interval: 1ms\n",
+			[]string{"wal.max_bytes", "catalog.partition_granularity", "week", "uplink.commit_interval"}},
+		{"unknown key", "mqtt:\n  adr: 0.0.0.0:1883\n", []string{"adr", "not found"}},
+		{"bad catalog uri", "catalog:\n  uri: mysql://db/x\n", []string{"catalog.uri", "mysql://db/x"}},
+		{"bad route", "mqtt:\n  routes:\n    - filter: a/#\n      stream: nodot\n", []string{"mqtt.routes[0].stream"}},
+		{"unset env", "node_id: ${TRIBUTARY_TEST_SURELY_UNSET}\n", []string{"TRIBUTARY_TEST_SURELY_UNSET"}},
+		{"bad size", "wal:\n  max_bytes: lots\n", []string{"lots"}},
+	}
+	for i, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := filepath.Join(dir, "broken"+string(rune('a'+i))+".yaml")
+			if err := os.WriteFile(f, []byte(c.yaml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			code, stdout, stderr := runConfigCheck(t, f)
+			if code == 0 {
+				t.Fatalf("config check accepted a broken file (exit 0):\n%s", stdout)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("config check message does not name %q:\n%s", w, stderr)
+				}
+			}
+		})
+	}
+
+	t.Run("deploy/edge.yaml", func(t *testing.T) {
+		code, stdout, stderr := runConfigCheck(t, "../deploy/edge.yaml", "HOSTNAME=edge-test-1")
+		if code != 0 {
+			t.Fatalf("deploy/edge.yaml: exit %d:\n%s%s", code, stdout, stderr)
+		}
+		if !strings.Contains(stdout, "../deploy/edge.yaml: ok") || !strings.Contains(stdout, "node_id: edge-test-1") {
+			t.Fatalf("unexpected output:\n%s", stdout)
+		}
+	})
+}
