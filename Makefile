@@ -6,7 +6,7 @@
 GO        ?= go
 BIN       := bin/tributary
 PKGS      := ./...
-UNIT_PKGS := ./wal/... ./tables/... ./uplink/... ./mqtt/... ./node/... ./firmware-sim/... ./cmd/... ./deploy/...
+UNIT_PKGS  = $(shell $(GO) list ./... | grep -v /e2e)
 APT_PKGS  := mosquitto mosquitto-clients kcat postgresql chromium
 DATA      ?= ./data
 VERSITYGW := v1.8.0
