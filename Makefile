@@ -39,6 +39,7 @@ deps:
 	  echo "installing versitygw $(VERSITYGW) (a real S3 server for the tests)"; \
 	  $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW); \
 	fi
+	cd e2e/testdata/duckdb && npm ci --no-audit --no-fund --silent
 	$(GO) mod download
 
 vet:

@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/apache/iceberg-go/catalog/rest"
 	"github.com/apache/iceberg-go/table"
+
+	"github.com/tributary-io/tributary/wal"
 )
 
 // TestRESTCatalogServesTables: the Iceberg REST catalog of `tributary dev`
@@ -25,18 +28,27 @@ func TestRESTCatalogServesTables(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, "rows committed", func() bool { return walDrained(t, p) })
-	cat, err := rest.NewCatalog(ctx, "tributary", "http://"+p.Catalog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tbl, err := cat.LoadTable(ctx, table.Identifier{"factory", "telemetry"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	all := scanAll(t, tbl)
+	all := readTableREST(t, p.Catalog, "factory.telemetry")
 	checkRows(t, l, all)
 	if len(all) != 25 {
 		t.Fatalf("%d rows through the REST catalog, want 25", len(all))
 	}
 	p.stop()
+}
+
+// readTableREST reads a stream's table through an Iceberg REST catalog
+// with iceberg-go's REST client.
+func readTableREST(t *testing.T, addr, stream string) []*wal.Record {
+	t.Helper()
+	ctx := context.Background()
+	cat, err := rest.NewCatalog(ctx, "tributary", "http://"+addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, name, _ := strings.Cut(stream, ".")
+	tbl, err := cat.LoadTable(ctx, table.Identifier{ns, name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return scanAll(t, tbl)
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	sqlcat "github.com/apache/iceberg-go/catalog/sql"
 	"github.com/apache/iceberg-go/table"
@@ -127,19 +128,48 @@ func TestPostgresCatalog(t *testing.T) {
 		roundTrip(t, func() *proc { return startEdge(t, dir, cfg) },
 			func() []*wal.Record { return readTablePostgres(t, dsn, "factory.telemetry") })
 	})
-	t.Run("crash", func(t *testing.T) {
+	t.Run("rest", func(t *testing.T) {
+		// The node serves its Postgres-backed catalog over the Iceberg REST
+		// protocol; iceberg-go's REST client reads the rows through it.
 		dir := t.TempDir()
-		db, err := sql.Open("pgx", dsn)
+		cfg := pgEdgeConfig(t, dir, createDatabase(t, dsn, "restcat"))
+		p := startEdge(t, dir, cfg)
+		ctx := context.Background()
+		cl, err := mqttClient(ctx, p.MQTT, "pg-rest")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.Exec("CREATE DATABASE crash"); err != nil {
+		l := newLedger()
+		if _, err := publishN(ctx, cl, l, "pg-rest", 0, 50); err != nil {
 			t.Fatal(err)
 		}
-		db.Close()
-		dsn2 := strings.Replace(dsn, "/postgres?", "/crash?", 1) // a fresh catalog
+		waitFor(t, 30*time.Second, "rows committed", func() bool { return walDrained(t, p) })
+		rows := readTableREST(t, p.Catalog, "factory.telemetry")
+		checkRows(t, l, rows)
+		if len(rows) != 50 {
+			t.Fatalf("%d rows through REST over Postgres, want 50", len(rows))
+		}
+		p.stop()
+	})
+	t.Run("crash", func(t *testing.T) {
+		dir := t.TempDir()
+		dsn2 := createDatabase(t, dsn, "crash") // a fresh catalog
 		cfg := pgEdgeConfig(t, dir, dsn2)
 		crashRounds(t, 3, func() *proc { return startEdge(t, dir, cfg) },
 			func() []*wal.Record { return readTablePostgres(t, dsn2, "factory.telemetry") })
 	})
+}
+
+// createDatabase creates a database on the server of dsn and returns its DSN.
+func createDatabase(t *testing.T, dsn, name string) string {
+	t.Helper()
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec("CREATE DATABASE " + name); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Replace(dsn, "/postgres?", "/"+name+"?", 1)
 }
