@@ -149,9 +149,11 @@ func NewCloudServer(cfg CloudConfig, cat *tables.Catalog) (*CloudServer, error) 
 }
 
 // Close stops the listener and connections (see Server.Close), then
-// closes the offsets database. Group membership is lost (clients rejoin);
-// committed offsets are not.
+// closes the offsets database. Waiting requests (long-poll fetches, joins
+// and syncs) are answered at once. Group membership is lost (clients
+// rejoin); committed offsets are not.
 func (cs *CloudServer) Close(ctx context.Context) error {
+	cs.cancel()
 	err := cs.Server.Close(ctx)
 	return errors.Join(err, cs.offsets.Close())
 }
