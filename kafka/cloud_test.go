@@ -22,7 +22,7 @@ const cloudStream = "factory.telemetry"
 
 // cloudEnv is a temp SQLite catalog + file warehouse with one stream.
 type cloudEnv struct {
-	t    *testing.T
+	t    testing.TB
 	cat  *tables.Catalog
 	dir  string
 	mu   sync.Mutex
@@ -31,7 +31,7 @@ type cloudEnv struct {
 	ts   int64
 }
 
-func newCloudEnv(t *testing.T, nodes ...string) *cloudEnv {
+func newCloudEnv(t testing.TB, nodes ...string) *cloudEnv {
 	t.Helper()
 	dir := t.TempDir()
 	cat, err := tables.Open(context.Background(), tables.Config{
@@ -95,7 +95,7 @@ func (e *cloudEnv) commit(p int32, n int, valueSize int) {
 	e.rows[p] = append(e.rows[p], recs...)
 }
 
-func (e *cloudEnv) start(t *testing.T) *CloudServer {
+func (e *cloudEnv) start(t testing.TB) *CloudServer {
 	t.Helper()
 	cfg := CloudConfig{Config: Config{Addr: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))},
 		OffsetsDB: "sqlite://" + filepath.Join(e.dir, "catalog.db")}
