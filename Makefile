@@ -6,7 +6,7 @@
 GO        ?= go
 BIN       := bin/tributary
 PKGS      := ./...
-UNIT_PKGS := ./wal/... ./tables/... ./uplink/... ./mqtt/... ./node/... ./firmware-sim/... ./cmd/...
+UNIT_PKGS := ./wal/... ./tables/... ./uplink/... ./mqtt/... ./kafka/... ./node/... ./firmware-sim/... ./cmd/...
 APT_PKGS  := mosquitto mosquitto-clients kcat
 DATA      ?= ./data
 
@@ -52,6 +52,7 @@ bench: deps build
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 60s ./wal/
+	$(GO) test -run '^$$' -fuzz FuzzCloudRequest -fuzztime 60s ./kafka/
 	$(GO) test -run '^$$' -fuzz FuzzCommitRequest -fuzztime 60s -fuzzminimizetime 2s ./tables/rest/
 
 fmt:

@@ -47,6 +47,7 @@ const (
 // cloudAPIs are the API keys and versions the consume side implements;
 // see the file of each key for the reasons of its range.
 var cloudAPIs = map[int16]versionRange{
+	produceKey:         {3, 12}, // refused; for librdkafka's feature detection (cloud_produce.go)
 	fetchKey:           {4, 12},
 	listOffsetsKey:     {1, 6},
 	metadataKey:        {0, 12},
@@ -169,6 +170,11 @@ func (cs *CloudServer) handle(ctx context.Context, req *request) (kmsg.Response,
 		return apiVersionsResponse(resp, cloudAPIs), false
 	case *kmsg.MetadataRequest:
 		return cs.handleMetadata(ctx, r), false
+	case *kmsg.ProduceRequest:
+		if resp := cs.handleProduce(req, r); resp != nil {
+			return resp, false
+		}
+		return nil, false
 	case *kmsg.ListOffsetsRequest:
 		return cs.handleListOffsets(ctx, r), false
 	case *kmsg.FetchRequest:

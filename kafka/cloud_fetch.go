@@ -146,6 +146,7 @@ func (cs *CloudServer) fetchOnce(ctx context.Context, r *kmsg.FetchRequest) (res
 			sp.Partition = rp.Partition
 			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = -1, -1, -1
 			sp.PreferredReadReplica = -1
+			sp.RecordBatches = []byte{} // empty, not null: librdkafka rejects a null record set
 			v, code := cs.view(ctx, rt.Topic, rp.Partition)
 			if code != 0 {
 				sp.ErrorCode = code

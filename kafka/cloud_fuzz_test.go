@@ -93,6 +93,7 @@ func FuzzCloudRequest(f *testing.F) {
 		f.Add(s)
 	}
 	e := newCloudEnv(f, "n1")
+	e.quiet = true
 	e.commit(0, 10, 10)
 	e.commit(0, 10, 10)
 	cs := e.start(f)
@@ -111,6 +112,9 @@ func FuzzCloudRequest(f *testing.F) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		defer cancel()
 		resp, _ := cs.handle(ctx, req)
+		if resp == nil {
+			return
+		}
 		out := appendResponse(nil, req, resp)
 		if int(binary.BigEndian.Uint32(out)) != len(out)-4 {
 			t.Fatal("bad response frame size")

@@ -268,13 +268,13 @@ func (gs *groups) checkCommit(groupID, memberID string, generation int32) int16 
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	g := gs.m[groupID]
-	if generation < 0 && memberID == "" {
-		if g != nil && len(g.members) > 0 {
-			return errUnknownMemberID
-		}
+	if g == nil || len(g.members) == 0 {
+		// No member owns any partition: a simple (generation -1) commit,
+		// or a member that joined before this coordinator restarted (its
+		// membership was soft state) and has not rejoined yet.
 		return 0
 	}
-	if g == nil {
+	if generation < 0 && memberID == "" {
 		return errUnknownMemberID
 	}
 	m, ok := g.members[memberID]

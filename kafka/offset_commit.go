@@ -5,9 +5,11 @@ package kafka
 //
 // Behaviour:
 //   - Only the group's coordinator accepts commits (else NOT_COORDINATOR).
-//   - A commit with generation -1 and no member id (v0, or a simple
-//     consumer) is stored when the group has no members, as Kafka does.
-//     Otherwise the member must be known (UNKNOWN_MEMBER_ID) and of the
+//   - A commit to a group with no members is stored: from a simple
+//     consumer (generation -1, no member id), as Kafka does, or from a
+//     member that joined before this coordinator restarted — membership is
+//     soft state, so a restart must not cost the commits of the poll in
+//     flight. Otherwise the member must be known (UNKNOWN_MEMBER_ID) and of the
 //     current generation (ILLEGAL_GENERATION); during CompletingRebalance
 //     the answer is REBALANCE_IN_PROGRESS, during PreparingRebalance the
 //     commit is accepted (the member learns of the rebalance from its
