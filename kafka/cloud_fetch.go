@@ -95,6 +95,14 @@ func (cs *CloudServer) read(ctx context.Context, v partView, off int64, limit in
 		if err != nil {
 			return out, err
 		}
+		// Sequential readers find the next row group decoded.
+		if end := g.first + int64(len(g.recs)); end < v.hwm && off >= g.first+int64(len(g.recs))/2 {
+			if end <= v.files[i].last {
+				cs.tc.prefetch(v.t, v.files[i], end)
+			} else if i+1 < len(v.files) {
+				cs.tc.prefetch(v.t, v.files[i+1], end)
+			}
+		}
 		for j := int(off - g.first); j < len(g.recs) && off < v.hwm; j++ {
 			r := g.recs[j]
 			n := recordSize(r)

@@ -71,11 +71,22 @@ type tableCache struct {
 
 	rows    *lru // rgKey -> *rowGroup
 	footers *lru // path -> *metadata.FileMetaData
+
+	loadMu  sync.Mutex
+	loading map[rgKey]*rgLoad // row groups being decoded
+}
+
+// rgLoad is one in-flight decode of a row group, shared by every caller
+// that wants it.
+type rgLoad struct {
+	done chan struct{}
+	g    *rowGroup
+	err  error
 }
 
 func newTableCache(cat *tables.Catalog, maxAge time.Duration, rowBytes int64) *tableCache {
 	return &tableCache{cat: cat, maxAge: maxAge, streams: map[string]*streamEntry{},
-		rows: newLRU(rowBytes), footers: newLRU(4096)}
+		rows: newLRU(rowBytes), footers: newLRU(4096), loading: map[rgKey]*rgLoad{}}
 }
 
 // streams lists the stream tables, cached for a second.
@@ -263,6 +274,62 @@ func (tc *tableCache) rowsAt(ctx context.Context, t *table.Table, f dataFile, of
 	if v, ok := tc.rows.get(key); ok {
 		return v.(*rowGroup), nil
 	}
+	tc.loadMu.Lock()
+	if l := tc.loading[key]; l != nil {
+		tc.loadMu.Unlock()
+		select {
+		case <-l.done:
+			return l.g, l.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	l := &rgLoad{done: make(chan struct{})}
+	tc.loading[key] = l
+	tc.loadMu.Unlock()
+	l.g, l.err = tc.decode(ctx, t, f, md, rg, start)
+	tc.loadMu.Lock()
+	delete(tc.loading, key)
+	tc.loadMu.Unlock()
+	close(l.done)
+	return l.g, l.err
+}
+
+// prefetch decodes the row group holding off in the background, so that a
+// consumer reading sequentially finds it decoded.
+func (tc *tableCache) prefetch(t *table.Table, f dataFile, off int64) {
+	md, ok := tc.footers.get(f.path)
+	if ok {
+		start, rg := f.first, -1
+		m := md.(*metadata.FileMetaData)
+		for i := range m.NumRowGroups() {
+			if n := m.RowGroup(i).NumRows(); off < start+n {
+				rg = i
+				break
+			} else {
+				start += n
+			}
+		}
+		key := rgKey{f.path, rg}
+		if _, ok := tc.rows.get(key); ok {
+			return
+		}
+		tc.loadMu.Lock()
+		l := tc.loading[key]
+		tc.loadMu.Unlock()
+		if l != nil {
+			return
+		}
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		tc.rowsAt(ctx, t, f, off)
+	}()
+}
+
+func (tc *tableCache) decode(ctx context.Context, t *table.Table, f dataFile, md *metadata.FileMetaData, rg int, start int64) (*rowGroup, error) {
+	key := rgKey{f.path, rg}
 	recs, err := readRowGroup(ctx, t, f.path, md, rg)
 	if err != nil {
 		return nil, err
@@ -329,7 +396,9 @@ func readRowGroup(ctx context.Context, t *table.Table, path string, md *metadata
 	defer rr.Release()
 	var out []*wal.Record
 	for rr.Next() {
-		recs, err := tables.RecordsFromArrow(rr.RecordBatch())
+		// Shared: the batch is Go memory owned by this decode alone, and
+		// cached records are never modified.
+		recs, err := tables.RecordsFromArrowShared(rr.RecordBatch())
 		if err != nil {
 			return nil, fmt.Errorf("decode %s row group %d: %w", path, rg, err)
 		}

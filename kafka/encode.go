@@ -3,6 +3,7 @@ package kafka
 import (
 	"encoding/binary"
 	"hash/crc32"
+	"slices"
 
 	"github.com/tributary-io/tributary/wal"
 )
@@ -32,6 +33,11 @@ func recordSize(r *wal.Record) int {
 // which must be consecutive offsets, with base offset recs[0].Offset,
 // CREATE_TIME timestamps and no producer id.
 func appendBatch(dst []byte, recs []*wal.Record) []byte {
+	need := 61
+	for _, r := range recs {
+		need += recordSize(r)
+	}
+	dst = slices.Grow(dst, need)
 	start := len(dst)
 	base := recs[0].Offset
 	baseTS := recordTimestampMs(recs[0])
@@ -53,22 +59,25 @@ func appendBatch(dst []byte, recs []*wal.Record) []byte {
 	dst = append(dst, 0xff, 0xff)                        // producer epoch -1
 	dst = append(dst, 0xff, 0xff, 0xff, 0xff)            // base sequence -1
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(recs)))
-	var body []byte
 	for i, r := range recs {
-		body = body[:0]
-		body = append(body, 0) // record attributes
-		body = binary.AppendVarint(body, recordTimestampMs(r)-baseTS)
-		body = binary.AppendVarint(body, int64(i))
-		body = appendVarBytesOrNull(body, r.Key, r.Key == nil)
-		body = appendVarBytesOrNull(body, r.Value, false)
-		body = binary.AppendVarint(body, int64(len(r.Headers)))
+		tsDelta := recordTimestampMs(r) - baseTS
+		n := 1 + varintLen(tsDelta) + varintLen(int64(i)) + bytesLen(r.Key, r.Key == nil) + bytesLen(r.Value, false) +
+			varintLen(int64(len(r.Headers)))
 		for _, h := range r.Headers {
-			body = binary.AppendVarint(body, int64(len(h.Key)))
-			body = append(body, h.Key...)
-			body = appendVarBytesOrNull(body, h.Value, h.Value == nil)
+			n += varintLen(int64(len(h.Key))) + len(h.Key) + bytesLen(h.Value, h.Value == nil)
 		}
-		dst = binary.AppendVarint(dst, int64(len(body)))
-		dst = append(dst, body...)
+		dst = binary.AppendVarint(dst, int64(n))
+		dst = append(dst, 0) // record attributes
+		dst = binary.AppendVarint(dst, tsDelta)
+		dst = binary.AppendVarint(dst, int64(i))
+		dst = appendVarBytesOrNull(dst, r.Key, r.Key == nil)
+		dst = appendVarBytesOrNull(dst, r.Value, false)
+		dst = binary.AppendVarint(dst, int64(len(r.Headers)))
+		for _, h := range r.Headers {
+			dst = binary.AppendVarint(dst, int64(len(h.Key)))
+			dst = append(dst, h.Key...)
+			dst = appendVarBytesOrNull(dst, h.Value, h.Value == nil)
+		}
 	}
 	binary.BigEndian.PutUint32(dst[start+8:], uint32(len(dst)-start-12))
 	binary.BigEndian.PutUint32(dst[crcStart-4:], crc32.Checksum(dst[crcStart:], castagnoliTable))
@@ -81,4 +90,21 @@ func appendVarBytesOrNull(dst, b []byte, null bool) []byte {
 	}
 	dst = binary.AppendVarint(dst, int64(len(b)))
 	return append(dst, b...)
+}
+
+func varintLen(v int64) int {
+	u := uint64(v<<1) ^ uint64(v>>63)
+	n := 1
+	for u >= 0x80 {
+		u >>= 7
+		n++
+	}
+	return n
+}
+
+func bytesLen(b []byte, null bool) int {
+	if null {
+		return varintLen(-1)
+	}
+	return varintLen(int64(len(b))) + len(b)
 }
