@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -303,4 +304,68 @@ func TestCloudApiVersionsAdvertiseConsumeOnly(t *testing.T) {
 	if keys[22] || len(keys) != len(cloudAPIs) {
 		t.Errorf("advertised %v", keys)
 	}
+}
+
+// TestCloudCoordinatorAgreement: two cloud servers configured with the
+// same peer list name the same coordinator for every group, and only
+// that one accepts the group's requests.
+func TestCloudCoordinatorAgreement(t *testing.T) {
+	e := newCloudEnv(t, "n1")
+	var addrs []string
+	for range 2 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, ln.Addr().String())
+		ln.Close()
+	}
+	var servers []*CloudServer
+	for _, a := range addrs {
+		cfg := CloudConfig{Config: Config{Addr: a, Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))},
+			Peers: addrs, OffsetsDB: "sqlite://" + filepath.Join(e.dir, "catalog.db")}
+		cs, err := NewCloudServer(cfg, e.cat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cs.Close(context.Background()) })
+		servers = append(servers, cs)
+	}
+	conns := []*rawConn{dialRaw(t, addrs[0]), dialRaw(t, addrs[1])}
+	owners := map[int32]int{}
+	for g := range 20 {
+		group := fmt.Sprintf("group-%d", g)
+		var ids []int32
+		for _, rc := range conns {
+			req := kmsg.NewPtrFindCoordinatorRequest()
+			req.SetVersion(3)
+			req.CoordinatorKey = group
+			resp := rc.roundTrip(req).(*kmsg.FindCoordinatorResponse)
+			if resp.ErrorCode != 0 {
+				t.Fatalf("find coordinator: %d", resp.ErrorCode)
+			}
+			ids = append(ids, resp.NodeID)
+		}
+		if ids[0] != ids[1] {
+			t.Fatalf("%s: servers disagree: %v", group, ids)
+		}
+		owners[ids[0]]++
+		for i, rc := range conns {
+			req := kmsg.NewPtrHeartbeatRequest()
+			req.SetVersion(3)
+			req.Group, req.MemberID = group, "m"
+			code := rc.roundTrip(req).(*kmsg.HeartbeatResponse).ErrorCode
+			isCoord := BrokerID(addrs[i]) == ids[0]
+			if isCoord && code != errUnknownMemberID || !isCoord && code != errNotCoordinator {
+				t.Fatalf("%s on server %d (coordinator %v): heartbeat error %d", group, i, isCoord, code)
+			}
+		}
+	}
+	if len(owners) != 2 {
+		t.Fatalf("20 groups all on one server: %v", owners)
+	}
+	_ = servers
 }

@@ -25,8 +25,11 @@
 // The consume side caches (cloud_tables.go): table metadata per stream,
 // reloaded at most every 100 ms (MetadataMaxAge) or on a long-poll tick;
 // per partition the index of its data files (from manifest bounds); a
-// 256 MiB (RowCacheBytes) LRU of decoded row groups; an LRU of 4096
-// Parquet footers. Data files are immutable, so these never go stale.
+// 256 MiB (RowCacheBytes) LRU of decoded row groups (sized by payload
+// bytes plus a per-record overhead; a sequential reader past the middle of
+// a row group has the next one decoded ahead, and concurrent readers of
+// one row group share a single decode); an LRU of 4096 Parquet footers.
+// Data files are immutable, so these never go stale.
 //
 // # Invariants of the produce side
 //
