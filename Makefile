@@ -61,6 +61,7 @@ bench: deps build
 
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 60s ./wal/
+	$(GO) test -run '^$$' -fuzz FuzzCloudRequest -fuzztime 60s ./kafka/
 	$(GO) test -run '^$$' -fuzz FuzzCommitRequest -fuzztime 60s -fuzzminimizetime 2s ./tables/rest/
 
 fmt:

@@ -18,7 +18,11 @@ package kafka
 //     librdkafka enables message format v2 and zstd only when the broker
 //     lists Fetch v4 and v10 (see fetch.go).
 
-import "github.com/twmb/franz-go/pkg/kmsg"
+import (
+	"slices"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
 
 const (
 	produceKey        int16 = 0
@@ -52,8 +56,18 @@ func (s *Server) handleApiVersions(req *request, r *kmsg.ApiVersionsRequest) kms
 		resp.SetVersion(0)
 		resp.ErrorCode = errUnsupportedVersion
 	}
-	for _, key := range []int16{produceKey, fetchKey, metadataKey, apiVersionsKey, initProducerIDKey} {
-		rng := supportedAPIs[key]
+	return apiVersionsResponse(resp, s.apis)
+}
+
+// apiVersionsResponse lists apis, by key, in resp.
+func apiVersionsResponse(resp *kmsg.ApiVersionsResponse, apis map[int16]versionRange) kmsg.Response {
+	keys := make([]int16, 0, len(apis))
+	for k := range apis {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, key := range keys {
+		rng := apis[key]
 		k := kmsg.NewApiVersionsResponseApiKey()
 		k.ApiKey, k.MinVersion, k.MaxVersion = key, rng.min, rng.max
 		resp.ApiKeys = append(resp.ApiKeys, k)

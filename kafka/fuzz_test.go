@@ -134,6 +134,7 @@ func TestWriteFuzzSeeds(t *testing.T) {
 		}
 	}
 	write("FuzzRequestDecode", seedRequests())
+	write("FuzzCloudRequest", seedCloudRequests())
 }
 
 // FuzzRequestDecode feeds bytes to the frame reader and request decoder,

@@ -69,6 +69,12 @@ type Server struct {
 	log  *slog.Logger
 	prod *producers
 
+	// The API surface: the produce side (NewServer) or the consume side
+	// (NewCloudServer) share the listener and connection loop.
+	apis    map[int16]versionRange
+	handler func(ctx context.Context, req *request) (kmsg.Response, bool)
+	onStart func(ctx context.Context) (logAttrs []any, err error)
+
 	ctx    context.Context // canceled by Close after its grace period
 	cancel context.CancelFunc
 
@@ -93,26 +99,45 @@ func NewServer(cfg Config, b Backend) (*Server, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
+	s := newServer(cfg, "kafka", supportedAPIs)
+	s.b = b
+	s.prod = newProducers(cfg.ProducerIdleExpiry)
+	s.handler = s.handle
+	s.onStart = func(ctx context.Context) ([]any, error) {
+		runs, err := s.b.ProducerRuns(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("kafka: load producer state: %w", err)
+		}
+		s.prod.load(runs)
+		return []any{"node", s.b.NodeID(), "producer_runs", len(runs)}, nil
+	}
+	return s, nil
+}
+
+// newServer returns a Server with the connection machinery only; the
+// caller sets handler and onStart. cfg must have its defaults applied.
+func newServer(cfg Config, component string, apis map[int16]versionRange) *Server {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{
 		cfg:    cfg,
-		b:      b,
-		log:    cfg.Logger.With("component", "kafka"),
-		prod:   newProducers(cfg.ProducerIdleExpiry),
+		log:    cfg.Logger.With("component", component),
+		apis:   apis,
 		ctx:    ctx,
 		cancel: cancel,
 		conns:  make(map[net.Conn]struct{}),
-	}, nil
+	}
 }
 
 // Start loads the idempotent-producer state from the backend, listens on
 // cfg.Addr and serves connections in the background.
 func (s *Server) Start() error {
-	runs, err := s.b.ProducerRuns(s.ctx)
-	if err != nil {
-		return fmt.Errorf("kafka: load producer state: %w", err)
+	var attrs []any
+	if s.onStart != nil {
+		var err error
+		if attrs, err = s.onStart(s.ctx); err != nil {
+			return err
+		}
 	}
-	s.prod.load(runs)
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("kafka: listen %s: %w", s.cfg.Addr, err)
@@ -125,7 +150,7 @@ func (s *Server) Start() error {
 	}
 	s.ln = ln
 	s.mu.Unlock()
-	s.log.Info("kafka listening", "addr", ln.Addr().String(), "node", s.b.NodeID(), "producer_runs", len(runs))
+	s.log.Info("kafka listening", append([]any{"addr", ln.Addr().String()}, attrs...)...)
 	s.wg.Add(1)
 	go s.accept(ln)
 	return nil
@@ -271,14 +296,14 @@ func (s *Server) serveConn(c net.Conn) {
 			}
 			return
 		}
-		req, err := decodeRequest(frame)
+		req, err := decodeRequestFor(frame, s.apis)
 		if err != nil {
 			s.stats.malformed.Add(1)
 			log.Warn("kafka closing connection", "err", err)
 			return
 		}
 		s.stats.requests.Add(1)
-		resp, closeAfter := s.handle(s.ctx, req)
+		resp, closeAfter := s.handler(s.ctx, req)
 		if resp != nil {
 			out = appendResponse(out[:0], req, resp)
 			c.SetWriteDeadline(time.Now().Add(30 * time.Second))
@@ -354,7 +379,10 @@ func readFrame(r io.Reader, max int32) ([]byte, error) {
 // anything that should close the connection: unknown or unsupported API
 // keys, versions outside our ranges (except ApiVersions, which is answered
 // with UNSUPPORTED_VERSION), and malformed bytes.
-func decodeRequest(frame []byte) (*request, error) {
+func decodeRequest(frame []byte) (*request, error) { return decodeRequestFor(frame, supportedAPIs) }
+
+// decodeRequestFor is decodeRequest against the API ranges of one server mode.
+func decodeRequestFor(frame []byte, apis map[int16]versionRange) (*request, error) {
 	if len(frame) < requestHeaderMinBytes {
 		return nil, fmt.Errorf("%w: short header", ErrMalformed)
 	}
@@ -363,7 +391,7 @@ func decodeRequest(frame []byte) (*request, error) {
 		version: int16(binary.BigEndian.Uint16(frame[2:])),
 		corrID:  int32(binary.BigEndian.Uint32(frame[4:])),
 	}
-	rng, ok := supportedAPIs[req.key]
+	rng, ok := apis[req.key]
 	if !ok {
 		return nil, fmt.Errorf("%w: %d", ErrUnsupportedAPI, req.key)
 	}

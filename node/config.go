@@ -142,6 +142,11 @@ type Config struct {
 	// catalog (what 'tributary cloud' serves), so query engines can attach
 	// to the tables. Default "" (off); tributary dev serves 127.0.0.1:8181.
 	CatalogAddr string `yaml:"catalog_addr"`
+	// CloudKafkaAddr, when set, runs the cloud Kafka consume server
+	// in-process against the node's catalog (as "tributary dev" does):
+	// consumers read the stream tables at this address. The catalog must
+	// be SQLite (group offsets are stored in it).
+	CloudKafkaAddr string `yaml:"cloud_kafka_addr"`
 
 	// ShutdownTimeout bounds the final commit on shutdown. Default 30s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`

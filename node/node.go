@@ -57,6 +57,7 @@ type Node struct {
 	http   *http.Server
 	httpLn net.Listener
 	rest   *rest.Server
+	cloudK *kafka.CloudServer
 
 	started time.Time
 	cancel  context.CancelFunc
@@ -174,6 +175,19 @@ func (n *Node) Start(ctx context.Context) error {
 		n.rest = rs
 		n.log.Info("listening", "listener", "iceberg-rest-catalog", "addr", rs.Addr(), "uri", rs.URL())
 	}
+	if n.cfg.CloudKafkaAddr != "" {
+		ck, err := kafka.NewCloudServer(kafka.CloudConfig{
+			Config:    kafka.Config{Addr: n.cfg.CloudKafkaAddr, ClusterID: n.cfg.Catalog.Name, Logger: n.log},
+			OffsetsDB: n.cfg.Catalog.URI,
+		}, n.cat)
+		if err != nil {
+			return fmt.Errorf("cloud kafka: %w", err)
+		}
+		if err := ck.Start(); err != nil {
+			return fmt.Errorf("start cloud kafka: %w", err)
+		}
+		n.cloudK = ck
+	}
 	if n.cfg.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", n.cfg.HTTPAddr)
 		if err != nil {
@@ -213,6 +227,15 @@ func (n *Node) CatalogAddr() string {
 	return n.rest.Addr()
 }
 
+// CloudKafkaAddr is the bound address of the in-process cloud Kafka
+// consume server ("" when off).
+func (n *Node) CloudKafkaAddr() string {
+	if n.cloudK == nil {
+		return ""
+	}
+	return n.cloudK.Addr()
+}
+
 // HTTPAddr is the bound address of the HTTP listener.
 func (n *Node) HTTPAddr() string {
 	if n.httpLn == nil {
@@ -245,6 +268,11 @@ func (n *Node) Close(ctx context.Context) error {
 	if n.kafka != nil {
 		if err := n.kafka.Close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("close kafka: %w", err))
+		}
+	}
+	if n.cloudK != nil {
+		if err := n.cloudK.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("close cloud kafka: %w", err))
 		}
 	}
 	if n.cancel != nil {

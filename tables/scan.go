@@ -93,11 +93,23 @@ func (c *Catalog) ScanSorted(ctx context.Context, stream string, opts ScanOption
 
 // RecordsFromArrow decodes an envelope record batch into records, copying
 // all bytes. Columns are found by name, so projections work.
-func RecordsFromArrow(b arrow.RecordBatch) ([]*wal.Record, error) {
+func RecordsFromArrow(b arrow.RecordBatch) ([]*wal.Record, error) { return recordsFromArrow(b, true) }
+
+// RecordsFromArrowShared is RecordsFromArrow except that keys and values
+// alias the batch's buffers instead of being copied: only for batches in
+// Go-allocated memory (memory.DefaultAllocator) that nobody reuses, and the
+// records must be treated as read-only. It saves a copy of every payload
+// on the Kafka fetch path.
+func RecordsFromArrowShared(b arrow.RecordBatch) ([]*wal.Record, error) {
+	return recordsFromArrow(b, false)
+}
+
+func recordsFromArrow(b arrow.RecordBatch, copyBytes bool) ([]*wal.Record, error) {
 	n := int(b.NumRows())
 	out := make([]*wal.Record, n)
+	backing := make([]wal.Record, n)
 	for i := range out {
-		out[i] = &wal.Record{}
+		out[i] = &backing[i]
 	}
 	sc := b.Schema()
 	for ci, f := range sc.Fields() {
@@ -152,7 +164,12 @@ func RecordsFromArrow(b arrow.RecordBatch) ([]*wal.Record, error) {
 				if !a.IsValid(i) {
 					continue
 				}
-				v := append([]byte{}, a.Value(i)...)
+				v := a.Value(i)
+				if copyBytes {
+					v = append([]byte{}, v...)
+				} else {
+					v = v[:len(v):len(v)]
+				}
 				if f.Name == ColKey {
 					out[i].Key = v
 				} else {

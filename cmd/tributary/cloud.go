@@ -9,20 +9,26 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
+	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/tables/rest"
 )
 
-// cmdCloud runs the cloud server. For now it serves the Iceberg REST
-// catalog over the catalog database; the Kafka and Pulsar consume sides
-// are not part of it yet.
+// cmdCloud runs the cloud server: the Iceberg REST catalog over the
+// catalog database and the Kafka consume server reading the tables
+// (committed group offsets in the same SQLite database). The Pulsar
+// consume side is not part of it yet.
 func cmdCloud(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("cloud", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	catAddr := fs.String("catalog-addr", "127.0.0.1:8181", "Iceberg REST catalog listener (clients use http://ADDR)")
+	kafkaAddr := fs.String("kafka-addr", "127.0.0.1:19092", "Kafka consume listener (\"\" = off)")
+	kafkaAdv := fs.String("kafka-advertised-addr", "", "host:port announced to Kafka clients (default: the listener's)")
+	kafkaPeers := fs.String("kafka-peers", "", "comma-separated advertised host:port of every cloud server, for group coordinator placement (default: this one alone)")
 	data := fs.String("data", "./data", "data directory: SQLite catalog (catalog.db) and warehouse (warehouse/)")
 	catURI := fs.String("catalog", "", "backing catalog URI (default sqlite://DIR/catalog.db)")
 	warehouse := fs.String("warehouse", "", "warehouse URL (default file://DIR/warehouse)")
@@ -68,7 +74,38 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 		log.Error("listen", "addr", *catAddr, "err", err)
 		return 1
 	}
-	log.Info("ready", "catalog", srv.Addr(), "backing", *catURI, "warehouse", *warehouse, "auth", *token != "")
+	var ks *kafka.CloudServer
+	if *kafkaAddr != "" {
+		var peers []string
+		for _, p := range strings.Split(*kafkaPeers, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				peers = append(peers, p)
+			}
+		}
+		ks, err = kafka.NewCloudServer(kafka.CloudConfig{
+			Config:    kafka.Config{Addr: *kafkaAddr, AdvertisedAddr: *kafkaAdv, ClusterID: *catName, Logger: log},
+			Peers:     peers,
+			OffsetsDB: *catURI,
+		}, cat)
+		if err == nil {
+			err = ks.Start()
+		}
+		if err != nil {
+			log.Error("kafka", "addr", *kafkaAddr, "err", err)
+			srv.Shutdown(context.Background())
+			return 1
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			ks.Close(sctx)
+		}()
+	}
+	kafkaBound := ""
+	if ks != nil {
+		kafkaBound = ks.Addr()
+	}
+	log.Info("ready", "catalog", srv.Addr(), "kafka", kafkaBound, "backing", *catURI, "warehouse", *warehouse, "auth", *token != "")
 	code := 0
 	select {
 	case <-ctx.Done():

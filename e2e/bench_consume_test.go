@@ -1,0 +1,220 @@
+//go:build bench
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/wal"
+)
+
+// Consume-side benchmarks (issue 4), in `make bench`:
+//
+//	TestBenchFetchThroughput  a kgo consumer reads committed 1 KiB records
+//	                          from the table through the cloud server, and
+//	                          the same records from franz-go's kfake (in
+//	                          memory); MB/s of both, their ratio, and the
+//	                          time to the first record from earliest.
+//	TestBenchTailLatency      10,000 msg/s of MQTT QoS 1 into `tributary
+//	                          dev`; a group consumer tails the stream.
+//
+// TRIBUTARY_BENCH_FETCH_MB sets the data size (default 200; 1000 for 1 GB).
+
+func benchFetchMB() int {
+	if n, err := strconv.Atoi(os.Getenv("TRIBUTARY_BENCH_FETCH_MB")); err == nil && n > 0 {
+		return n
+	}
+	return 200
+}
+
+const benchRecordsPerFile = 65536
+
+func benchRecord(off int64, rng *rand.Rand) *wal.Record {
+	v := make([]byte, 1024)
+	for i := range v {
+		v[i] = byte(rng.UintN(256))
+	}
+	copy(v, fmt.Sprintf("rec-%012d|", off))
+	return &wal.Record{Stream: "bench.fetch", Partition: 0, Offset: off, Timestamp: time.Now().UnixMicro(),
+		Topic: "bench.fetch", Key: []byte(fmt.Sprintf("k%d", off)), Value: v, Source: "kafka", ClientID: "bench", Node: "bench"}
+}
+
+// consumeAll reads n records of topic from addr from the start and
+// returns the time to the first record and the total time.
+func consumeAll(t *testing.T, addr, topic string, n int) (ttfb, total time.Duration, bytes int64) {
+	t.Helper()
+	start := time.Now()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	got := 0
+	next := int64(0)
+	for got < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("%s: %d of %d records", addr, got, n)
+		}
+		fs.EachError(func(_ string, _ int32, err error) { t.Fatalf("%s: %v", addr, err) })
+		fs.EachRecord(func(r *kgo.Record) {
+			if got == 0 {
+				ttfb = time.Since(start)
+			}
+			if r.Offset != next {
+				t.Fatalf("%s: offset %d, want %d", addr, r.Offset, next)
+			}
+			next++
+			got++
+			bytes += int64(len(r.Value) + len(r.Key))
+		})
+	}
+	return ttfb, time.Since(start), bytes
+}
+
+func TestBenchFetchThroughput(t *testing.T) {
+	mb := benchFetchMB()
+	n := mb << 10 // 1 KiB records
+	dir := t.TempDir()
+	ctx := context.Background()
+	cat, err := tables.Open(ctx, tables.Config{URI: "sqlite://" + filepath.Join(dir, "catalog.db"),
+		Warehouse: "file://" + filepath.Join(dir, "warehouse")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	if _, err := cat.AllocatePartition(ctx, "bench.fetch", "bench"); err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	fake, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "bench.fetch"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fake.Close()
+	prod, err := kgo.NewClient(kgo.SeedBrokers(fake.ListenAddrs()...), kgo.DefaultProduceTopic("bench.fetch"),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerBatchMaxBytes(1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prep := time.Now()
+	for from := 0; from < n; from += benchRecordsPerFile {
+		recs := make([]*wal.Record, min(benchRecordsPerFile, n-from))
+		for i := range recs {
+			recs[i] = benchRecord(int64(from+i), rng)
+			prod.Produce(ctx, &kgo.Record{Key: recs[i].Key, Value: recs[i].Value, Partition: 0}, func(_ *kgo.Record, err error) {
+				if err != nil {
+					t.Errorf("kfake produce: %v", err)
+				}
+			})
+		}
+		var buf bytes.Buffer
+		st, err := tables.WriteParquet(&buf, recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		url := fmt.Sprintf("%s/data/p0-%d.parquet", cat.TableLocation("bench.fetch"), from)
+		key, _ := cat.KeyOf(url)
+		path := filepath.Join(dir, "warehouse", key)
+		os.MkdirAll(filepath.Dir(path), 0o755)
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cat.CommitAppend(ctx, "bench.fetch", []tables.PartitionAppend{{Partition: 0, From: int64(from), To: int64(from + len(recs)),
+			Files: []tables.FileMeta{{URL: url, Size: int64(buf.Len()), Stats: st}}}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := prod.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	prod.Close()
+	t.Logf("prepared %d records (%d MiB) in the table and in kfake in %s", n, mb, time.Since(prep).Round(time.Millisecond))
+
+	cs, err := kafka.NewCloudServer(kafka.CloudConfig{Config: kafka.Config{Addr: "127.0.0.1:0",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, OffsetsDB: "sqlite://" + filepath.Join(dir, "catalog.db")}, cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(ctx)
+
+	tTTFB, tTotal, tBytes := consumeAll(t, cs.Addr(), "bench.fetch", n)
+	fTTFB, fTotal, fBytes := consumeAll(t, fake.ListenAddrs()[0], "bench.fetch", n)
+	tMBs := float64(tBytes) / (1 << 20) / tTotal.Seconds()
+	fMBs := float64(fBytes) / (1 << 20) / fTotal.Seconds()
+	var b strings.Builder
+	fmt.Fprintf(&b, "\nKafka fetch, one kgo consumer from earliest, %d × 1 KiB records (%d MiB), default fetch sizes\n", n, mb)
+	fmt.Fprintf(&b, "%-34s %10s %12s %10s\n", "server", "MB/s", "first record", "total")
+	fmt.Fprintf(&b, "%-34s %10.1f %12s %10s\n", "tributary cloud (Parquet, cold)", tMBs, tTTFB.Round(time.Millisecond), tTotal.Round(time.Millisecond))
+	fmt.Fprintf(&b, "%-34s %10.1f %12s %10s\n", "kfake (memory)", fMBs, fTTFB.Round(time.Millisecond), fTotal.Round(time.Millisecond))
+	fmt.Fprintf(&b, "ratio tributary/kfake: %.2f (target >= 0.5)\n", tMBs/fMBs)
+	t.Log(b.String())
+	fmt.Print(b.String())
+}
+
+// TestBenchTailLatency: 100 MQTT devices × 100 msg/s (QoS 1) into
+// `tributary dev` (commit interval 200 ms) while a kgo group consumer
+// tails the stream through the in-process cloud server. The latency of a
+// record is its delivery time minus its acceptance timestamp (the
+// timestamp column: set when the edge accepted it, just before the fsync
+// and the PUBACK), so it slightly over-states PUBACK → delivery.
+func TestBenchTailLatency(t *testing.T) {
+	d := benchSeconds()
+	dir := t.TempDir()
+	p := startDev(t, dir)
+	load(t, p.MQTT, 1, 2, 10, time.Second, nil) // creates the stream
+	cl, err := kgo.NewClient(kgo.SeedBrokers(p.CloudKafka), kgo.ConsumerGroup("bench-tail"), kgo.ConsumeTopics("factory.telemetry"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var lat []time.Duration
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			fs := cl.PollFetches(ctx)
+			now := time.Now()
+			fs.EachRecord(func(r *kgo.Record) { lat = append(lat, now.Sub(r.Timestamp)) })
+		}
+	}()
+	time.Sleep(2 * time.Second) // joined and tailing
+	sum := load(t, p.MQTT, 1, 100, 100, d, nil)
+	time.Sleep(3 * time.Second)
+	cancel()
+	<-done
+	if len(lat) == 0 {
+		t.Fatal("nothing delivered")
+	}
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	q := func(f float64) time.Duration { return lat[int(f*float64(len(lat)-1))].Round(time.Millisecond) }
+	s := fmt.Sprintf("\nTail latency, %0.f msg/s MQTT QoS 1 (acked %d) for %s, commit interval 200 ms: accepted -> Kafka delivery over %d records: p50 %s, p99 %s, max %s\n",
+		sum.MsgsPerSec(), sum.Acked, d, len(lat), q(0.5), q(0.99), q(1))
+	t.Log(s)
+	fmt.Print(s)
+}
