@@ -59,10 +59,15 @@ bench: deps build
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./wal/
 	$(GO) test -count=1 -timeout 60m -tags bench -run 'TestBench' -v ./e2e/
 
+# fuzz explores every decoder for FUZZTIME each (the seed corpora under
+# testdata/fuzz run in every `go test`).
+FUZZTIME ?= 30s
+FUZZ_TARGETS := wal:FuzzDecodeRecord wal:FuzzDecodeChunk mqtt:FuzzPacketHandling mqtt:FuzzRouter \
+	kafka:FuzzRequestDecode kafka:FuzzRecordBatch kafka:FuzzCloudRequest tables/rest:FuzzCommitRequest
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzDecodeRecord -fuzztime 60s ./wal/
-	$(GO) test -run '^$$' -fuzz FuzzCloudRequest -fuzztime 60s ./kafka/
-	$(GO) test -run '^$$' -fuzz FuzzCommitRequest -fuzztime 60s -fuzzminimizetime 2s ./tables/rest/
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+	  echo "fuzz $$fn ($$pkg) for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./$$pkg/ || exit 1; done
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
