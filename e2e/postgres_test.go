@@ -16,6 +16,7 @@ import (
 	sqlcat "github.com/apache/iceberg-go/catalog/sql"
 	"github.com/apache/iceberg-go/table"
 	_ "github.com/jackc/pgx/v5/stdlib"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tributary-io/tributary/wal"
 )
@@ -148,6 +149,75 @@ func TestPostgresCatalog(t *testing.T) {
 		checkRows(t, l, rows)
 		if len(rows) != 50 {
 			t.Fatalf("%d rows through REST over Postgres, want 50", len(rows))
+		}
+		p.stop()
+	})
+	t.Run("consume", func(t *testing.T) {
+		// The cloud Kafka server keeps committed group offsets in the
+		// Postgres catalog database: a consumer group that comes back
+		// (after a restart of the node) continues after its commit.
+		dir := t.TempDir()
+		db := createDatabase(t, dsn, "consumecat")
+		cfg := pgEdgeConfig(t, dir, db)
+		raw, _ := os.ReadFile(cfg)
+		os.WriteFile(cfg, append(raw, []byte("cloud_kafka_addr: 127.0.0.1:0\n")...), 0o644)
+		p := startEdge(t, dir, cfg)
+		ctx := context.Background()
+		cl, err := mqttClient(ctx, p.MQTT, "pg-consume")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := newLedger()
+		if _, err := publishN(ctx, cl, l, "pg-consume", 0, 40); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "rows committed", func() bool { return walDrained(t, p) })
+		consume := func(addr string, n int) []int64 {
+			t.Helper()
+			kc, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumerGroup("g-pg"), kgo.ConsumeTopics("factory.telemetry"),
+				kgo.DisableAutoCommit())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer kc.Close()
+			var offs []int64
+			pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			for len(offs) < n && pctx.Err() == nil {
+				fs := kc.PollFetches(pctx)
+				fs.EachRecord(func(r *kgo.Record) { offs = append(offs, r.Offset) })
+			}
+			if err := kc.CommitUncommittedOffsets(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return offs
+		}
+		first := consume(p.CloudKafka, 40)
+		if len(first) != 40 || first[0] != 0 || first[39] != 39 {
+			t.Fatalf("first consumer read offsets %v", first)
+		}
+		p.stop()
+		p = startEdge(t, dir, cfg)
+		cl, err = mqttClient(ctx, p.MQTT, "pg-consume")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := publishN(ctx, cl, l, "pg-consume", 40, 10); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 30*time.Second, "rows committed", func() bool { return walDrained(t, p) })
+		second := consume(p.CloudKafka, 10)
+		if len(second) != 10 || second[0] != 40 {
+			t.Fatalf("after restart the group read offsets %v, want 40..49", second)
+		}
+		sdb, err := sql.Open("pgx", db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sdb.Close()
+		var committed int64
+		if err := sdb.QueryRow(`SELECT committed_offset FROM tributary_group_offsets WHERE group_id = 'g-pg'`).Scan(&committed); err != nil || committed != 50 {
+			t.Fatalf("committed offset in Postgres: %d %v, want 50", committed, err)
 		}
 		p.stop()
 	})

@@ -28,8 +28,9 @@ type CloudConfig struct {
 	// Empty = this server alone.
 	Peers []string
 	// OffsetsDB is the SQL database holding committed group offsets:
-	// "sqlite:///abs/path.db" or a path ending in .db — normally the
-	// catalog database itself. Required.
+	// "sqlite:///abs/path.db", a path ending in .db, or a
+	// postgres://user:pw@host/db DSN — normally the catalog database
+	// itself. Required.
 	OffsetsDB string
 	// RowCacheBytes bounds the LRU of decoded row groups. Default 256 MiB.
 	RowCacheBytes int64
