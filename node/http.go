@@ -136,6 +136,7 @@ func (n *Node) handler() http.Handler {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	n.registerMetrics(reg)
 	reg.MustRegister(newMaintCollector(n))
+	reg.MustRegister(&n.ingest.count)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)

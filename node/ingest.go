@@ -25,6 +25,7 @@ type ingest struct {
 	parts map[string]int32 // stream -> partition this node writes
 	sf    singleflight.Group
 	async *semaphore.Weighted // bytes queued by AppendAsync
+	count streamCounters      // durable messages and bytes by protocol and stream
 }
 
 func newIngest(node string, w *wal.WAL, cat *tables.Catalog, log *slog.Logger) *ingest {
@@ -52,7 +53,11 @@ func (in *ingest) Append(ctx context.Context, recs ...*wal.Record) error {
 			r.Node = in.node
 		}
 	}
-	return in.wal.Append(ctx, recs...)
+	if err := in.wal.Append(ctx, recs...); err != nil {
+		return err
+	}
+	in.count.add(recs)
+	return nil
 }
 
 // partition returns this node's partition of stream, allocating it through
@@ -112,6 +117,9 @@ func (in *ingest) AppendAsync(ctx context.Context, r *wal.Record, done func(erro
 	}
 	in.wal.AppendAsync([]*wal.Record{r}, func(err error) {
 		in.async.Release(n)
+		if err == nil {
+			in.count.add([]*wal.Record{r})
+		}
 		done(err)
 	})
 	return nil

@@ -203,7 +203,11 @@ func (kb *kafkaBackend) Append(ctx context.Context, recs ...*wal.Record) error {
 		}
 		r.Node = kb.n.cfg.NodeID
 	}
-	return kb.n.wal.Append(ctx, recs...)
+	if err := kb.n.wal.Append(ctx, recs...); err != nil {
+		return err
+	}
+	kb.n.ingest.count.add(recs)
+	return nil
 }
 
 // AllocateProducerID hands out ids from persisted blocks: the limit is
