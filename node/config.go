@@ -55,23 +55,8 @@ type Config struct {
 		PartitionGranularity string `yaml:"partition_granularity"`
 	} `yaml:"catalog"`
 
-	Storage struct {
-		// S3 configures an s3:// warehouse (AWS or S3-compatible). Empty
-		// fields use the AWS SDK defaults (environment, shared config,
-		// instance role).
-		S3 struct {
-			// Endpoint of an S3-compatible store, e.g. http://minio:9000.
-			Endpoint string `yaml:"endpoint"`
-			// Region. Default us-east-1.
-			Region string `yaml:"region"`
-			// PathStyle puts the bucket in the path (most S3-compatible
-			// stores want this). Default false.
-			PathStyle bool `yaml:"path_style"`
-			// AccessKeyID and SecretAccessKey; default from the environment.
-			AccessKeyID     string `yaml:"access_key_id"`
-			SecretAccessKey string `yaml:"secret_access_key"`
-		} `yaml:"s3"`
-	} `yaml:"storage"`
+	// Storage configures the object store of the warehouse.
+	Storage StorageConfig `yaml:"storage"`
 
 	MQTT struct {
 		// Addr of the TCP listener. Default 127.0.0.1:1883; "" turns it off.
@@ -112,27 +97,9 @@ type Config struct {
 		MaxBatchBytes ByteSize `yaml:"max_batch_bytes"`
 	} `yaml:"uplink"`
 
-	Maintenance struct {
-		// Enabled runs table maintenance (compaction, manifest merging,
-		// snapshot expiry, orphan cleanup) in this node. Default true;
-		// a lease in the catalog lets one node at a time maintain a table.
-		Enabled *bool `yaml:"enabled"`
-		// Interval between passes over every stream. Default 1m.
-		Interval time.Duration `yaml:"interval"`
-		// SnapshotMaxAge: younger snapshots are kept. Default 1h.
-		SnapshotMaxAge time.Duration `yaml:"snapshot_max_age"`
-		// RetainSnapshots: at least this many newest snapshots are kept.
-		// Default 100.
-		RetainSnapshots int `yaml:"retain_snapshots"`
-		// TargetFileSize of compacted data files. Default 128MiB.
-		TargetFileSize ByteSize `yaml:"target_file_size"`
-		// MaxManifests in the current snapshot before they are merged.
-		// Default 10.
-		MaxManifests int `yaml:"max_manifests"`
-		// OrphanGrace: unreferenced files younger than this are kept (an
-		// upload in progress). Default 24h.
-		OrphanGrace time.Duration `yaml:"orphan_grace"`
-	} `yaml:"maintenance"`
+	// Maintenance of the tables (compaction, manifest merging, snapshot
+	// expiry, orphan cleanup).
+	Maintenance MaintenanceConfig `yaml:"maintenance"`
 
 	// HTTPAddr serves /healthz, /readyz, /status and /metrics. Default
 	// 127.0.0.1:8080; "" turns it off.
@@ -210,28 +177,7 @@ func (c *Config) applyDefaults() {
 	if c.Uplink.MaxBatchBytes == 0 {
 		c.Uplink.MaxBatchBytes = 64 << 20
 	}
-	if c.Maintenance.Enabled == nil {
-		on := true
-		c.Maintenance.Enabled = &on
-	}
-	if c.Maintenance.Interval == 0 {
-		c.Maintenance.Interval = tables.DefaultMaintainInterval
-	}
-	if c.Maintenance.SnapshotMaxAge == 0 {
-		c.Maintenance.SnapshotMaxAge = tables.DefaultSnapshotMaxAge
-	}
-	if c.Maintenance.RetainSnapshots == 0 {
-		c.Maintenance.RetainSnapshots = tables.DefaultRetainSnapshots
-	}
-	if c.Maintenance.TargetFileSize == 0 {
-		c.Maintenance.TargetFileSize = tables.DefaultTargetFileSize
-	}
-	if c.Maintenance.MaxManifests == 0 {
-		c.Maintenance.MaxManifests = tables.DefaultMaxManifests
-	}
-	if c.Maintenance.OrphanGrace == 0 {
-		c.Maintenance.OrphanGrace = tables.DefaultOrphanGrace
-	}
+	c.Maintenance.defaults()
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 30 * time.Second
 	}
@@ -260,9 +206,7 @@ func (c *Config) Validate() error {
 		!strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
 		bad("catalog.uri", "%q: want sqlite:///path/to/catalog.db, postgres://user:password@host:5432/db or http(s)://host:port (Iceberg REST)", u)
 	}
-	if strings.HasPrefix(c.Catalog.Warehouse, "s3://") && (c.Storage.S3.AccessKeyID == "") != (c.Storage.S3.SecretAccessKey == "") {
-		bad("storage.s3", "set both access_key_id and secret_access_key, or neither (to use the AWS SDK's defaults)")
-	}
+	c.Storage.validate(c.Catalog.Warehouse, bad)
 	if !strings.Contains(c.Catalog.Warehouse, "://") {
 		bad("catalog.warehouse", "%q: want a blob URL such as file:///var/lib/tributary/warehouse or s3://bucket/prefix", c.Catalog.Warehouse)
 	}
@@ -289,35 +233,12 @@ func (c *Config) Validate() error {
 	if c.Uplink.MaxBatchBytes < 1<<10 {
 		bad("uplink.max_batch_bytes", "%d is below the minimum of 1KiB", c.Uplink.MaxBatchBytes)
 	}
-	if m := c.Maintenance; m.Enabled != nil && *m.Enabled {
-		if m.Interval < time.Second {
-			bad("maintenance.interval", "%s is below the minimum of 1s", m.Interval)
-		}
-		if m.SnapshotMaxAge < time.Minute {
-			bad("maintenance.snapshot_max_age", "%s is below the minimum of 1m (readers plan on recent snapshots)", m.SnapshotMaxAge)
-		}
-		if m.RetainSnapshots < 1 {
-			bad("maintenance.retain_snapshots", "%d: want at least 1", m.RetainSnapshots)
-		}
-		if m.TargetFileSize < 1<<20 {
-			bad("maintenance.target_file_size", "%d is below the minimum of 1MiB", m.TargetFileSize)
-		}
-		if m.MaxManifests < 1 {
-			bad("maintenance.max_manifests", "%d: want at least 1", m.MaxManifests)
-		}
-		if m.OrphanGrace < time.Hour {
-			bad("maintenance.orphan_grace", "%s is below the minimum of 1h (uploads in progress must never be deleted)", m.OrphanGrace)
-		}
-	}
+	c.Maintenance.validate(bad)
 	return errors.Join(errs...)
 }
 
 // MaintenancePolicy is the tables.Policy of the maintenance settings.
-func (c *Config) MaintenancePolicy() tables.Policy {
-	m := c.Maintenance
-	return tables.Policy{SnapshotMaxAge: m.SnapshotMaxAge, RetainSnapshots: m.RetainSnapshots,
-		TargetFileSize: int64(m.TargetFileSize), MaxManifests: m.MaxManifests, OrphanGrace: m.OrphanGrace}
-}
+func (c *Config) MaintenancePolicy() tables.Policy { return c.Maintenance.Policy() }
 
 // LoadConfig reads a YAML file, expanding ${ENV} references, fills in
 // defaults and validates.
@@ -331,16 +252,9 @@ func LoadConfig(path string) (Config, error) {
 
 // ParseConfig is LoadConfig on bytes.
 func ParseConfig(raw []byte) (Config, error) {
-	var missing []string
-	expanded := os.Expand(string(raw), func(k string) string {
-		v, ok := os.LookupEnv(k)
-		if !ok {
-			missing = append(missing, k)
-		}
-		return v
-	})
-	if len(missing) > 0 {
-		return Config{}, fmt.Errorf("config: environment variables not set: %s", strings.Join(missing, ", "))
+	expanded, err := expandEnv(raw)
+	if err != nil {
+		return Config{}, err
 	}
 	var c Config
 	dec := yaml.NewDecoder(strings.NewReader(expanded))
@@ -353,6 +267,23 @@ func ParseConfig(raw []byte) (Config, error) {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
 	return c, nil
+}
+
+// expandEnv replaces ${VAR} references with the environment; an unset
+// variable is an error naming it.
+func expandEnv(raw []byte) (string, error) {
+	var missing []string
+	expanded := os.Expand(string(raw), func(k string) string {
+		v, ok := os.LookupEnv(k)
+		if !ok {
+			missing = append(missing, k)
+		}
+		return v
+	})
+	if len(missing) > 0 {
+		return "", fmt.Errorf("config: environment variables not set: %s", strings.Join(missing, ", "))
+	}
+	return expanded, nil
 }
 
 // ByteSize is a size in bytes that YAML may write as 64MiB, 1GiB, 512KB, 1000.
@@ -392,11 +323,7 @@ func ParseByteSize(s string) (ByteSize, error) {
 }
 
 // S3Options are the storage.s3 settings for the uplink and the catalog.
-func (c *Config) S3Options() uplink.S3Options {
-	s := c.Storage.S3
-	return uplink.S3Options{Endpoint: s.Endpoint, Region: s.Region, PathStyle: s.PathStyle,
-		AccessKeyID: s.AccessKeyID, SecretAccessKey: s.SecretAccessKey}
-}
+func (c *Config) S3Options() uplink.S3Options { return c.Storage.S3Options() }
 
 // WithDefaults fills every unset field of c with its default.
 func WithDefaults(c Config) Config {

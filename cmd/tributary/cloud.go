@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/node"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/tables/rest"
 )
@@ -25,15 +27,17 @@ import (
 func cmdCloud(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("cloud", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "", "YAML config file (role: cloud; see deploy/cloud.yaml); flags given on the command line override it")
 	catAddr := fs.String("catalog-addr", "127.0.0.1:8181", "Iceberg REST catalog listener (clients use http://ADDR)")
 	kafkaAddr := fs.String("kafka-addr", "127.0.0.1:19092", "Kafka consume listener (\"\" = off)")
 	kafkaAdv := fs.String("kafka-advertised-addr", "", "host:port announced to Kafka clients (default: the listener's)")
 	kafkaPeers := fs.String("kafka-peers", "", "comma-separated advertised host:port of every cloud server, for group coordinator placement (default: this one alone)")
 	data := fs.String("data", "./data", "data directory: SQLite catalog (catalog.db) and warehouse (warehouse/)")
-	catURI := fs.String("catalog", "", "backing catalog URI (default sqlite://DIR/catalog.db)")
+	catURI := fs.String("catalog", "", "backing catalog URI: sqlite:///path or postgres://... (default sqlite://DIR/catalog.db)")
 	warehouse := fs.String("warehouse", "", "warehouse URL (default file://DIR/warehouse)")
 	catName := fs.String("catalog-name", "tributary", "catalog name")
 	token := fs.String("token", os.Getenv("TRIBUTARY_CATALOG_TOKEN"), "require this bearer token (default $TRIBUTARY_CATALOG_TOKEN; empty = no auth)")
+	maintain := fs.Bool("maintenance", true, "run table maintenance (compaction, manifest merging, snapshot expiry, orphan cleanup)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
@@ -48,64 +52,123 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "tributary cloud:", err)
 		return 2
 	}
-	abs, err := filepath.Abs(*data)
-	if err != nil {
+	var cfg node.CloudConfig
+	if *cfgPath != "" {
+		if cfg, err = node.LoadCloudConfig(*cfgPath); err != nil {
+			fmt.Fprintln(stderr, "tributary cloud:", err)
+			return 2
+		}
+	}
+	// Flags given on the command line win over the file; without a file
+	// every flag (default or not) applies.
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	use := func(name string) bool { return *cfgPath == "" || set[name] }
+	if use("data") {
+		abs, err := filepath.Abs(*data)
+		if err != nil {
+			fmt.Fprintln(stderr, "tributary cloud:", err)
+			return 2
+		}
+		if cfg.DataDir != abs && *cfgPath != "" {
+			cfg.Catalog.URI, cfg.Catalog.Warehouse = "", "" // re-derive from the new data dir
+		}
+		cfg.DataDir = abs
+	}
+	if use("catalog-addr") {
+		cfg.Catalog.Addr = *catAddr
+	}
+	if use("kafka-addr") {
+		cfg.Kafka.Addr = kafkaAddr
+	}
+	if use("kafka-advertised-addr") {
+		cfg.Kafka.AdvertisedAddr = *kafkaAdv
+	}
+	if use("kafka-peers") {
+		cfg.Kafka.Peers = nil
+		for _, p := range strings.Split(*kafkaPeers, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				cfg.Kafka.Peers = append(cfg.Kafka.Peers, p)
+			}
+		}
+	}
+	if use("catalog") && *catURI != "" {
+		cfg.Catalog.URI = *catURI
+	}
+	if use("warehouse") && *warehouse != "" {
+		cfg.Catalog.Warehouse = *warehouse
+	}
+	if use("catalog-name") {
+		cfg.Catalog.Name = *catName
+	}
+	if use("token") && *token != "" {
+		cfg.Catalog.Token = *token
+	}
+	if use("maintenance") {
+		cfg.Maintenance.Enabled = maintain
+	}
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
 		fmt.Fprintln(stderr, "tributary cloud:", err)
 		return 2
-	}
-	if *catURI == "" {
-		*catURI = "sqlite://" + filepath.Join(abs, "catalog.db")
-	}
-	if *warehouse == "" {
-		*warehouse = "file://" + filepath.Join(abs, "warehouse")
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cat, err := tables.Open(ctx, tables.Config{Name: *catName, URI: *catURI, Warehouse: *warehouse})
+	cat, err := tables.Open(ctx, tables.Config{Name: cfg.Catalog.Name, URI: cfg.Catalog.URI, Warehouse: cfg.Catalog.Warehouse,
+		Properties: cfg.Storage.CatalogProperties(cfg.Catalog.Warehouse)})
 	if err != nil {
 		log.Error("open catalog", "err", err)
 		return 1
 	}
 	defer cat.Close()
-	h := rest.NewHandler(cat.Iceberg(), rest.Options{Warehouse: *warehouse, Token: *token, Logger: log})
-	srv, err := rest.Listen(*catAddr, withProbes(h, cat))
+	h := rest.NewHandler(cat.Iceberg(), rest.Options{Warehouse: cfg.Catalog.Warehouse, Token: cfg.Catalog.Token, Logger: log})
+	srv, err := rest.Listen(cfg.Catalog.Addr, withProbes(h, cat))
 	if err != nil {
-		log.Error("listen", "addr", *catAddr, "err", err)
+		log.Error("listen", "addr", cfg.Catalog.Addr, "err", err)
 		return 1
 	}
 	var ks *kafka.CloudServer
-	if *kafkaAddr != "" {
-		var peers []string
-		for _, p := range strings.Split(*kafkaPeers, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				peers = append(peers, p)
-			}
-		}
+	if *cfg.Kafka.Addr != "" {
 		ks, err = kafka.NewCloudServer(kafka.CloudConfig{
-			Config:    kafka.Config{Addr: *kafkaAddr, AdvertisedAddr: *kafkaAdv, ClusterID: *catName, Logger: log},
-			Peers:     peers,
-			OffsetsDB: *catURI,
+			Config:    kafka.Config{Addr: *cfg.Kafka.Addr, AdvertisedAddr: cfg.Kafka.AdvertisedAddr, ClusterID: cfg.Catalog.Name, Logger: log},
+			Peers:     cfg.Kafka.Peers,
+			OffsetsDB: cfg.Catalog.URI,
 		}, cat)
 		if err == nil {
 			err = ks.Start()
 		}
 		if err != nil {
-			log.Error("kafka", "addr", *kafkaAddr, "err", err)
+			log.Error("kafka", "addr", *cfg.Kafka.Addr, "err", err)
 			srv.Shutdown(context.Background())
 			return 1
 		}
 		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 			defer cancel()
 			ks.Close(sctx)
+		}()
+	}
+	if *cfg.Maintenance.Enabled {
+		m := tables.NewMaintainer(cat, tables.MaintainerConfig{Interval: cfg.Maintenance.Interval,
+			Policy: cfg.Maintenance.Policy(), Logger: log})
+		mctx, mcancel := context.WithCancel(context.Background())
+		mdone := make(chan struct{})
+		go func() {
+			defer close(mdone)
+			m.Run(mctx)
+		}()
+		defer func() {
+			mcancel()
+			<-mdone
 		}()
 	}
 	kafkaBound := ""
 	if ks != nil {
 		kafkaBound = ks.Addr()
 	}
-	log.Info("ready", "catalog", srv.Addr(), "kafka", kafkaBound, "backing", *catURI, "warehouse", *warehouse, "auth", *token != "")
+	log.Info("ready", "catalog", srv.Addr(), "kafka", kafkaBound, "backing", redactURI(cfg.Catalog.URI), "warehouse", cfg.Catalog.Warehouse,
+		"auth", cfg.Catalog.Token != "", "maintenance", *cfg.Maintenance.Enabled)
 	code := 0
 	select {
 	case <-ctx.Done():
@@ -113,7 +176,7 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 		log.Error("catalog server stopped", "err", err)
 		code = 1
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Warn("shutdown", "err", err)
@@ -141,4 +204,16 @@ func withProbes(h http.Handler, cat *tables.Catalog) http.Handler {
 	})
 	mux.Handle("/", h)
 	return mux
+}
+
+// redactURI hides a password in a catalog URI for logs.
+func redactURI(uri string) string {
+	u, err := url.Parse(uri)
+	if err != nil || u.User == nil {
+		return uri
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
 }

@@ -45,12 +45,28 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: tributary config check FILE")
 		return 2
 	}
-	cfg, err := node.LoadConfig(args[1])
+	raw, err := os.ReadFile(args[1])
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s: ok\n", args[1])
+	if node.RoleOf(raw) == "cloud" {
+		cc, err := node.ParseCloudConfig(raw)
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+		fmt.Fprintf(stdout, "%s: ok (cloud)\ncatalog: %s (%s) on %s\nwarehouse: %s\nkafka: %q peers=%v\nmaintenance: %v every %s\n",
+			args[1], redactURI(cc.Catalog.URI), cc.Catalog.Name, cc.Catalog.Addr, cc.Catalog.Warehouse,
+			*cc.Kafka.Addr, cc.Kafka.Peers, *cc.Maintenance.Enabled, cc.Maintenance.Interval)
+		return 0
+	}
+	cfg, err := node.ParseConfig(raw)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: ok (edge)\n", args[1])
 	printConfig(stdout, cfg)
 	return 0
 }

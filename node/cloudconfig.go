@@ -1,0 +1,165 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// CloudConfig configures `tributary cloud`: the Iceberg REST catalog, the
+// Kafka consume server reading the tables, and table maintenance. Every
+// field has a default (see the comments); a YAML file may set any of them,
+// with ${ENV} expansion. Command-line flags override the file.
+type CloudConfig struct {
+	// Role must be "cloud" in a cloud config file (it tells `tributary
+	// config check` which kind of file it reads).
+	Role string `yaml:"role"`
+	// DataDir holds the embedded catalog and warehouse. Default ./data.
+	DataDir string `yaml:"data_dir"`
+
+	Catalog struct {
+		// Name of the catalog. Default tributary.
+		Name string `yaml:"name"`
+		// URI of the backing catalog: sqlite:///path/catalog.db or
+		// postgres://user:pw@host:5432/db. Default sqlite://DATA_DIR/catalog.db.
+		URI string `yaml:"uri"`
+		// Warehouse blob URL. Default file://DATA_DIR/warehouse.
+		Warehouse string `yaml:"warehouse"`
+		// Token, when set, is required as a bearer token by the REST
+		// catalog. Default "" (no auth).
+		Token string `yaml:"token"`
+		// Addr of the Iceberg REST catalog listener. Default 127.0.0.1:8181.
+		Addr string `yaml:"addr"`
+	} `yaml:"catalog"`
+
+	// Storage configures the warehouse's object store.
+	Storage StorageConfig `yaml:"storage"`
+
+	Kafka struct {
+		// Addr of the Kafka consume listener. Default 127.0.0.1:19092;
+		// "" turns it off.
+		Addr *string `yaml:"addr"`
+		// AdvertisedAddr announced to clients. Default: the bound address.
+		AdvertisedAddr string `yaml:"advertised_addr"`
+		// Peers are the advertised host:port of every cloud server (this
+		// one included), for group coordinator placement. Default: alone.
+		Peers []string `yaml:"peers"`
+	} `yaml:"kafka"`
+
+	// Maintenance of the tables; the cloud server is where it belongs.
+	Maintenance MaintenanceConfig `yaml:"maintenance"`
+
+	// ShutdownTimeout bounds a graceful stop. Default 10s.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+}
+
+// ApplyDefaults fills every unset field with its default.
+func (c *CloudConfig) ApplyDefaults() {
+	if c.Role == "" {
+		c.Role = "cloud"
+	}
+	if c.DataDir == "" {
+		c.DataDir = "./data"
+	}
+	if c.Catalog.Name == "" {
+		c.Catalog.Name = "tributary"
+	}
+	if c.Catalog.URI == "" {
+		c.Catalog.URI = "sqlite://" + absOrSame(filepath.Join(c.DataDir, "catalog.db"))
+	}
+	if c.Catalog.Warehouse == "" {
+		c.Catalog.Warehouse = "file://" + absOrSame(filepath.Join(c.DataDir, "warehouse"))
+	}
+	if c.Catalog.Addr == "" {
+		c.Catalog.Addr = "127.0.0.1:8181"
+	}
+	if c.Kafka.Addr == nil {
+		a := "127.0.0.1:19092"
+		c.Kafka.Addr = &a
+	}
+	c.Maintenance.defaults()
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+}
+
+// Validate checks the configuration; each error names the field and the fix.
+func (c *CloudConfig) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if c.Role != "cloud" {
+		bad("role", "%q: a cloud config says role: cloud", c.Role)
+	}
+	if u := c.Catalog.URI; !strings.HasPrefix(u, "sqlite://") && !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
+		bad("catalog.uri", "%q: want sqlite:///path/to/catalog.db or postgres://user:password@host:5432/db", u)
+	}
+	if !strings.Contains(c.Catalog.Warehouse, "://") {
+		bad("catalog.warehouse", "%q: want a blob URL such as file:///var/lib/tributary/warehouse or s3://bucket/prefix", c.Catalog.Warehouse)
+	}
+	if _, _, err := net.SplitHostPort(c.Catalog.Addr); err != nil {
+		bad("catalog.addr", "%q: want host:port", c.Catalog.Addr)
+	}
+	if a := *c.Kafka.Addr; a != "" {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			bad("kafka.addr", "%q: want host:port, or \"\" to turn the Kafka listener off", a)
+		}
+	}
+	for i, p := range c.Kafka.Peers {
+		if _, _, err := net.SplitHostPort(p); err != nil {
+			bad(fmt.Sprintf("kafka.peers[%d]", i), "%q: want host:port", p)
+		}
+	}
+	c.Storage.validate(c.Catalog.Warehouse, bad)
+	c.Maintenance.validate(bad)
+	return errors.Join(errs...)
+}
+
+// ParseCloudConfig reads a cloud config from YAML bytes, expanding ${ENV}
+// references, fills in defaults and validates.
+func ParseCloudConfig(raw []byte) (CloudConfig, error) {
+	expanded, err := expandEnv(raw)
+	if err != nil {
+		return CloudConfig{}, err
+	}
+	var c CloudConfig
+	dec := yaml.NewDecoder(strings.NewReader(expanded))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return CloudConfig{}, fmt.Errorf("config: %w", err)
+	}
+	c.ApplyDefaults()
+	if err := c.Validate(); err != nil {
+		return CloudConfig{}, fmt.Errorf("config: %w", err)
+	}
+	return c, nil
+}
+
+// LoadCloudConfig is ParseCloudConfig on a file.
+func LoadCloudConfig(path string) (CloudConfig, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return CloudConfig{}, fmt.Errorf("config: %w", err)
+	}
+	return ParseCloudConfig(raw)
+}
+
+// RoleOf tells which kind of config file raw is: "cloud" when it says
+// role: cloud, else "edge".
+func RoleOf(raw []byte) string {
+	var probe struct {
+		Role string `yaml:"role"`
+	}
+	if yaml.Unmarshal(raw, &probe) == nil && probe.Role == "cloud" {
+		return "cloud"
+	}
+	return "edge"
+}
