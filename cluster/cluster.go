@@ -113,8 +113,10 @@ type Cluster struct {
 	suspectInc  map[string]uint32 // incarnation a suspect was suspected at
 	leaving     map[string]bool   // dead message sent by the member itself
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Open starts the member and (in the background) joins the seeds.
@@ -473,19 +475,22 @@ func (c *Cluster) Transitions() map[State]int64 {
 }
 
 // Close leaves the cluster gracefully (peers see "left", not "dead") and
-// stops gossip. ctx bounds the leave broadcast (default 5s).
+// stops gossip. ctx bounds the leave broadcast (default 5s). Calls after
+// the first return the first's result.
 func (c *Cluster) Close(ctx context.Context) error {
-	timeout := 5 * time.Second
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
-	}
-	close(c.stop)
-	c.wg.Wait()
-	err := c.ml.Leave(timeout)
-	if err2 := c.ml.Shutdown(); err == nil {
-		err = err2
-	}
-	return err
+	c.closeOnce.Do(func() {
+		timeout := 5 * time.Second
+		if dl, ok := ctx.Deadline(); ok {
+			timeout = time.Until(dl)
+		}
+		close(c.stop)
+		c.wg.Wait()
+		c.closeErr = c.ml.Leave(timeout)
+		if err := c.ml.Shutdown(); c.closeErr == nil {
+			c.closeErr = err
+		}
+	})
+	return c.closeErr
 }
 
 // delegate gossips the local metadata.

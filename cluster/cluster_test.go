@@ -44,13 +44,7 @@ func open(t *testing.T, id string, join ...string) *member {
 		t.Fatal(err)
 	}
 	m.Cluster = c
-	t.Cleanup(func() {
-		select {
-		case <-c.stop:
-		default:
-			c.Close(context.Background())
-		}
-	})
+	t.Cleanup(func() { c.Close(context.Background()) })
 	return m
 }
 
