@@ -15,7 +15,8 @@
 //     when some were left out; the member's own GET /cluster has them all).
 //   - A member started before its seeds keeps retrying the join with
 //     backoff, so nodes may start in any order; a member declared dead is
-//     re-joined periodically, so a healed partition merges again.
+//     re-joined periodically (for 24h, then forgotten; members that left
+//     are listed for 1h), so a healed partition merges again.
 //
 // # Outline
 //
@@ -35,6 +36,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"math"
 	"net"
 	"slices"
 	"sort"
@@ -299,6 +301,7 @@ func (c *Cluster) watchLoop() {
 			lastReconnect = time.Now()
 			c.reconnect()
 		}
+		c.expire(time.Now())
 	}
 }
 
@@ -347,6 +350,35 @@ func (c *Cluster) reconnect() {
 	}
 	if n, _ := c.ml.Join(addrs); n > 0 {
 		c.log.Debug("reconnected", "addrs", addrs, "contacted", n)
+	}
+}
+
+// How long departed members stay listed (and dead ones are re-joined).
+const (
+	keepLeft = time.Hour
+	keepDead = 24 * time.Hour
+)
+
+// expire clears a suspicion memberlist has outlived (it would have
+// declared the member dead by now, so a refute was missed) and forgets
+// members that left or died long ago.
+func (c *Cluster) expire(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// memberlist's longest suspicion: SuspicionMaxTimeoutMult times
+	// SuspicionMult * max(1, log10(n)) probe intervals; plus a margin.
+	scale := max(1, math.Log10(float64(max(1, len(c.members)))))
+	maxSuspect := time.Duration(float64(c.conf.SuspicionMaxTimeoutMult*c.conf.SuspicionMult)*scale*float64(c.conf.ProbeInterval)) +
+		2*c.conf.ProbeInterval
+	for id, m := range c.members {
+		switch {
+		case m.State == Suspect && now.Sub(m.Since) > maxSuspect:
+			c.setState(m, Alive)
+		case m.State == Left && now.Sub(m.Since) > keepLeft, m.State == Dead && now.Sub(m.Since) > keepDead:
+			delete(c.members, id)
+			delete(c.incarnation, id)
+			delete(c.suspectInc, id)
+		}
 	}
 }
 

@@ -239,3 +239,25 @@ func TestMetaEncoding(t *testing.T) {
 		t.Fatal("malformed metadata decoded")
 	}
 }
+
+// TestExpire: a suspicion memberlist outlived is cleared; long-departed
+// members are forgotten.
+func TestExpire(t *testing.T) {
+	a := open(t, "a")
+	now := time.Now()
+	a.mu.Lock()
+	a.members["x"] = &Member{ID: "x", State: Suspect, Since: now.Add(-time.Hour)}
+	a.members["y"] = &Member{ID: "y", State: Left, Since: now.Add(-2 * keepLeft)}
+	a.members["z"] = &Member{ID: "z", State: Dead, Since: now.Add(-time.Hour)}
+	a.mu.Unlock()
+	a.expire(now)
+	if st := stateOfID(a.Cluster, "x"); st != Alive {
+		t.Fatalf("x is %s after its suspicion outlived memberlist's", st)
+	}
+	if st := stateOfID(a.Cluster, "y"); st != "" {
+		t.Fatalf("y, left long ago, is still listed as %s", st)
+	}
+	if st := stateOfID(a.Cluster, "z"); st != Dead {
+		t.Fatalf("z, dead for an hour, is %q (want still listed dead)", st)
+	}
+}
