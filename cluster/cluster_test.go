@@ -261,3 +261,34 @@ func TestExpire(t *testing.T) {
 		t.Fatalf("z, dead for an hour, is %q (want still listed dead)", st)
 	}
 }
+
+// FuzzDecodeMeta: any bytes from the network decode or fail cleanly, and
+// what decodes re-encodes to the same metadata.
+func FuzzDecodeMeta(f *testing.F) {
+	f.Add(Meta{MQTT: "a:1", Kafka: "b:2", Partitions: map[string]int32{"s.t": 3}, UplinkOK: true}.encode(512))
+	f.Add([]byte{1, 0, 200})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := decodeMeta(b)
+		if err != nil || len(b) == 0 {
+			return
+		}
+		n := m.PartitionCount
+		m2, err := decodeMeta(m.encode(1 << 20))
+		if err != nil {
+			t.Fatalf("re-decode: %v", err)
+		}
+		m2.PartitionCount, m2.Truncated = n, m.Truncated
+		if fmt.Sprint(m2) != fmt.Sprint(m) {
+			t.Fatalf("%+v != %+v", m2, m)
+		}
+	})
+}
+
+// FuzzInspect: reading state messages off arbitrary packets never panics.
+func FuzzInspect(f *testing.F) {
+	f.Add([]byte{wireCompound, 1, 0, 3, wireSuspect, 0x80, 0x80})
+	f.Add([]byte{wireHasCRC, 0, 0, 0, 0, wireDead, 0x81, 0xa4, 'N', 'o', 'd', 'e', 0xa1, 'x'})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		inspect(b, func(stateMsg) {})
+	})
+}
