@@ -398,11 +398,18 @@ func (c *Cluster) observe(m stateMsg) {
 			c.setState(mem, Suspect)
 		}
 	case wireAlive:
-		if mem != nil && mem.State == Suspect && m.Incarnation > c.suspectInc[m.Node] {
+		switch {
+		case mem != nil && mem.State == Suspect && m.Incarnation > c.suspectInc[m.Node]:
+			c.setState(mem, Alive)
+		case mem != nil && mem.State == Left && c.leaving[m.Node] && m.Incarnation > c.incarnation[m.Node]:
+			// Back before memberlist took its leave notice in: memberlist
+			// never saw it go, so there is no join event.
+			delete(c.leaving, m.Node)
 			c.setState(mem, Alive)
 		}
 		c.incarnation[m.Node] = max(c.incarnation[m.Node], m.Incarnation)
 	case wireDead:
+		c.log.Debug("dead message seen", "member", m.Node, "from", m.From, "incarnation", m.Incarnation)
 		if m.From == m.Node {
 			c.leaving[m.Node] = true
 		}
@@ -517,12 +524,63 @@ func (c *Cluster) Close(ctx context.Context) error {
 		}
 		close(c.stop)
 		c.wg.Wait()
+		c.log.Info("leaving cluster", "node", c.cfg.NodeID)
+		c.announceLeave(ctx)
 		c.closeErr = c.ml.Leave(timeout)
+		c.log.Debug("leave broadcast handed to gossip", "err", c.closeErr)
+		// Leave returns once the leave message has been handed to the
+		// last gossip round, not when that round has sent it: give the
+		// round time to reach the wire before the transport closes.
+		select {
+		case <-time.After(3 * c.conf.GossipInterval):
+		case <-ctx.Done():
+		}
 		if err := c.ml.Shutdown(); c.closeErr == nil {
 			c.closeErr = err
 		}
 	})
 	return c.closeErr
+}
+
+// msgLeave, followed by the node id, is a member's notice to each live
+// peer that it is about to leave.
+const msgLeave = 'L'
+
+// announceLeave tells every live peer, over TCP, that this member is
+// leaving. memberlist's own leave message is gossiped only a few times
+// (RetransmitMult * log(N+1) packets, some of which may go to members
+// already dead), so in a small cluster a peer can miss it and would then
+// declare the member dead instead of left.
+func (c *Cluster) announceLeave(ctx context.Context) {
+	var peers []*memberlist.Node
+	c.mu.Lock()
+	for _, m := range c.members {
+		if m.ID == c.cfg.NodeID || (m.State != Alive && m.State != Suspect) {
+			continue
+		}
+		host, ps, err := net.SplitHostPort(m.Addr)
+		port, err2 := strconv.Atoi(ps)
+		if err != nil || err2 != nil {
+			continue
+		}
+		peers = append(peers, &memberlist.Node{Name: m.ID, Addr: net.ParseIP(host), Port: uint16(port)})
+	}
+	c.mu.Unlock()
+	msg := append([]byte{msgLeave}, c.cfg.NodeID...)
+	var wg sync.WaitGroup
+	for _, p := range peers {
+		wg.Go(func() {
+			if err := c.ml.SendReliable(p, msg); err != nil {
+				c.log.Debug("leave notice", "member", p.Name, "err", err)
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }
 
 // delegate gossips the local metadata.
@@ -536,7 +594,22 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	c.mu.Unlock()
 	return enc
 }
-func (d *delegate) NotifyMsg([]byte)                           {}
+
+// NotifyMsg takes a peer's leave notice: the peer is listed as left at
+// once (memberlist's own leave message may still be on its way, or lost).
+func (d *delegate) NotifyMsg(b []byte) {
+	if len(b) < 2 || b[0] != msgLeave {
+		return
+	}
+	c, id := (*Cluster)(d), string(b[1:])
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.leaving[id] = true
+	if m := c.members[id]; m != nil && (m.State == Alive || m.State == Suspect) {
+		c.setState(m, Left)
+	}
+}
+
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 func (d *delegate) LocalState(join bool) []byte                { return nil }
 func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}

@@ -130,5 +130,11 @@ func TestClusterThreeNodes(t *testing.T) {
 		t.Fatalf("n1's Metadata brokers after n3 died: %v, want %v", got, live)
 	}
 	n2.stop()
-	waitFor(t, 10*time.Second, "n1 to see n2 leave", func() bool { return members(t, n1)["n2"].State == "left" })
+	deadline := time.Now().Add(10 * time.Second)
+	for members(t, n1)["n2"].State != "left" {
+		if time.Now().After(deadline) {
+			t.Fatalf("n1 sees n2 %q, not left, 10s after n2 stopped:\nn1:\n%s\nn2:\n%s", members(t, n1)["n2"].State, n1.logs(), n2.logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
