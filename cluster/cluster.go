@@ -25,8 +25,9 @@
 // when it changes (Config.Meta, at most every MetaInterval) and re-joins
 // dead members. memberlist's events report join, leave and update; the
 // transport reads suspicion, refutation and graceful leave off the wire
-// (wire.go), since memberlist exposes neither. Every state change is logged and
-// counted (Transitions). Close leaves gracefully and shuts down. Transport
+// (wire.go), since memberlist exposes neither. Every state change is
+// logged and counted (Transitions). Close sends each live peer a leave
+// notice over TCP, leaves through memberlist and shuts down. Transport
 // wraps memberlist's NetTransport with a switch to drop gossip, for tests.
 package cluster
 
