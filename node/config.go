@@ -4,14 +4,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/uplink"
 )
@@ -101,6 +104,22 @@ type Config struct {
 	// expiry, orphan cleanup).
 	Maintenance MaintenanceConfig `yaml:"maintenance"`
 
+	Cluster struct {
+		// GossipAddr is the memberlist gossip listener, host:port (UDP and
+		// TCP; port 0 picks a free one). Default "" (single node, no
+		// gossip).
+		GossipAddr string `yaml:"gossip_addr"`
+		// AdvertiseAddr is the gossip host:port peers use to reach this
+		// node. Default: the bound address.
+		AdvertiseAddr string `yaml:"advertise_addr"`
+		// Join lists peers' gossip addresses (host:port), retried with
+		// backoff until one answers, so nodes may start in any order.
+		Join []string `yaml:"join"`
+		// GossipProfile: lan (memberlist's LAN timing, the default) or
+		// local (faster failure detection; one host, tests).
+		GossipProfile string `yaml:"gossip_profile"`
+	} `yaml:"cluster"`
+
 	// HTTPAddr serves /healthz, /readyz, /status and /metrics. Default
 	// 127.0.0.1:8080; "" turns it off.
 	HTTPAddr string `yaml:"http_addr"`
@@ -181,6 +200,9 @@ func (c *Config) applyDefaults() {
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 30 * time.Second
 	}
+	if c.Cluster.GossipProfile == "" {
+		c.Cluster.GossipProfile = "lan"
+	}
 }
 
 func absOrSame(p string) string {
@@ -234,6 +256,26 @@ func (c *Config) Validate() error {
 		bad("uplink.max_batch_bytes", "%d is below the minimum of 1KiB", c.Uplink.MaxBatchBytes)
 	}
 	c.Maintenance.validate(bad)
+	if g := c.Cluster; g.GossipAddr != "" {
+		if _, _, err := net.SplitHostPort(g.GossipAddr); err != nil {
+			bad("cluster.gossip_addr", "%q: want host:port, e.g. 0.0.0.0:7946 (%v)", g.GossipAddr, err)
+		}
+		if g.AdvertiseAddr != "" {
+			if _, _, err := net.SplitHostPort(g.AdvertiseAddr); err != nil {
+				bad("cluster.advertise_addr", "%q: want host:port (%v)", g.AdvertiseAddr, err)
+			}
+		}
+		for i, j := range g.Join {
+			if _, port, err := net.SplitHostPort(j); err != nil || port == "" || port == "0" {
+				bad(fmt.Sprintf("cluster.join[%d]", i), "%q: want a peer's gossip host:port", j)
+			}
+		}
+		if !slices.Contains(cluster.Profiles, g.GossipProfile) {
+			bad("cluster.gossip_profile", "%q: want one of %s", g.GossipProfile, strings.Join(cluster.Profiles, ", "))
+		}
+	} else if len(g.Join) > 0 || g.AdvertiseAddr != "" {
+		bad("cluster.gossip_addr", "empty, but cluster.join or cluster.advertise_addr is set: set gossip_addr (e.g. 0.0.0.0:7946) to gossip")
+	}
 	return errors.Join(errs...)
 }
 

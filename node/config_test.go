@@ -37,6 +37,10 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"maintenance:\n  target_file_size: 1KiB", "maintenance.target_file_size"},
 		{"maintenance:\n  retain_snapshots: -1", "maintenance.retain_snapshots"},
 		{"unknown_field: 1", "unknown_field"},
+		{"cluster:\n  join: [10.0.0.1:7946]", "cluster.gossip_addr"},
+		{"cluster:\n  gossip_addr: nocolon", "cluster.gossip_addr"},
+		{"cluster:\n  gossip_addr: 127.0.0.1:0\n  join: [10.0.0.1]", "cluster.join[0]"},
+		{"cluster:\n  gossip_addr: 127.0.0.1:0\n  gossip_profile: wan", "cluster.gossip_profile"},
 	}
 	for _, c := range cases {
 		_, err := ParseConfig([]byte(c.yaml))

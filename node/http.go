@@ -135,6 +135,7 @@ func (n *Node) handler() http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	n.registerMetrics(reg)
+	n.registerClusterMetrics(reg)
 	reg.MustRegister(newMaintCollector(n))
 	reg.MustRegister(&n.ingest.count)
 	mux := http.NewServeMux()
@@ -160,16 +161,21 @@ func (n *Node) handler() http.Handler {
 		w.Write([]byte("ready\n"))
 	})
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		enc.Encode(n.Status())
+		writeJSON(w, n.Status())
 	})
+	mux.HandleFunc("GET /cluster", n.serveCluster)
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Write(statusPage)
 	})
 	return mux
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
 }
 
 func (n *Node) registerMetrics(reg *prometheus.Registry) {

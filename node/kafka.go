@@ -104,7 +104,10 @@ func newKafkaBackend(n *Node) (*kafkaBackend, error) {
 
 func (kb *kafkaBackend) NodeID() string { return kb.n.cfg.NodeID }
 
-func (kb *kafkaBackend) Brokers() []kafka.Broker { return []kafka.Broker{{NodeID: kb.n.cfg.NodeID}} }
+// Brokers is this node and, in a gossip cluster, every live peer with its
+// gossiped Kafka address, so Metadata names peers as the leaders of their
+// partitions.
+func (kb *kafkaBackend) Brokers() []kafka.Broker { return kb.n.clusterBrokers() }
 
 // topicInfo describes a stream from its table: every allocated partition
 // and the node that writes it.

@@ -18,7 +18,9 @@
 //
 // New opens the WAL and the catalog; Start opens the listeners, the
 // uplink loop and (unless turned off) the table maintainer, which runs a
-// maintenance pass over every stream each interval under a per-table lease; Close undoes both in reverse. The ingest type is the Sink of
+// maintenance pass over every stream each interval under a per-table lease,
+// and last (when cluster.gossip_addr is set) joins the gossip cluster; Close
+// undoes both in reverse, leaving the cluster first. The ingest type is the Sink of
 // the protocol front doors.
 package node
 
@@ -31,8 +33,10 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/mqtt"
 	"github.com/tributary-io/tributary/tables"
@@ -58,6 +62,9 @@ type Node struct {
 	httpLn net.Listener
 	rest   *rest.Server
 	cloudK *kafka.CloudServer
+	// cluster is the gossip membership (nil without cluster.gossip_addr);
+	// set in Start while the Kafka server may already serve Metadata.
+	cluster atomic.Pointer[cluster.Cluster]
 
 	started time.Time
 	cancel  context.CancelFunc
@@ -196,7 +203,7 @@ func (n *Node) Start(ctx context.Context) error {
 		n.httpLn = ln
 		n.http = &http.Server{Handler: n.handler(), ReadHeaderTimeout: 10 * time.Second}
 		n.log.Info("listening", "listener", "http", "addr", ln.Addr().String(),
-			"endpoints", "/status /metrics /healthz /readyz")
+			"endpoints", "/status /cluster /metrics /healthz /readyz")
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
@@ -204,6 +211,9 @@ func (n *Node) Start(ctx context.Context) error {
 				n.log.Error("http server", "err", err)
 			}
 		}()
+	}
+	if err := n.startCluster(); err != nil {
+		return err
 	}
 	return nil
 }
@@ -262,6 +272,11 @@ func (n *Node) Close(ctx context.Context) error {
 	var errs []error
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ShutdownTimeout)
 	defer cancel()
+	leaveCtx, leaveCancel := context.WithTimeout(ctx, 5*time.Second)
+	if err := n.closeCluster(leaveCtx); err != nil {
+		n.log.Warn("cluster leave", "err", err)
+	}
+	leaveCancel()
 	if err := n.mqtt.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("close mqtt: %w", err))
 	}

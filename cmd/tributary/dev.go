@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 	"time"
 
 	firmwaresim "github.com/tributary-io/tributary/firmware-sim"
@@ -28,6 +29,10 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	maintain := fs.Bool("maintenance", true, "run table maintenance (compaction, manifest merging, snapshot expiry, orphan cleanup)")
 	maintainEvery := fs.Duration("maintenance-interval", time.Minute, "interval between table maintenance passes")
 	nodeID := fs.String("node-id", "dev-1", "node id")
+	gossipAddr := fs.String("gossip-addr", "", "gossip (memberlist) listener host:port for a cluster of nodes (\"\" = single node)")
+	gossipProfile := fs.String("gossip-profile", "lan", "gossip timing: lan, or local (faster failure detection on one host)")
+	var join stringList
+	fs.Var(&join, "join", "a peer's gossip host:port to join (repeatable)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
@@ -57,6 +62,9 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	cfg.WAL.MaxBytes = budget
 	cfg.Maintenance.Enabled = maintain
 	cfg.Maintenance.Interval = *maintainEvery
+	cfg.Cluster.GossipAddr = *gossipAddr
+	cfg.Cluster.GossipProfile = *gossipProfile
+	cfg.Cluster.Join = join
 	cfg = node.WithDefaults(cfg)
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintln(stderr, "tributary dev:", err)
@@ -93,4 +101,19 @@ func portOf(addr string) string {
 		}
 	}
 	return addr
+}
+
+// stringList is a repeatable string flag; each use may also list
+// comma-separated values.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(v string) error {
+	for s := range strings.SplitSeq(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
 }

@@ -20,6 +20,8 @@ func cmdEdge(args []string, stdout, stderr io.Writer) int {
 	cfgPath := fs.String("config", "", "YAML config file (see deploy/edge.yaml); required")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	var join stringList
+	fs.Var(&join, "join", "a peer's gossip host:port to join, added to cluster.join (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -36,6 +38,13 @@ func cmdEdge(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "tributary edge:", err)
 		return 2
+	}
+	if len(join) > 0 {
+		cfg.Cluster.Join = append(cfg.Cluster.Join, join...)
+		if err := cfg.Validate(); err != nil {
+			fmt.Fprintln(stderr, "tributary edge: -join:", err)
+			return 2
+		}
 	}
 	return runNode(cfg, nil, log, stdout, stderr)
 }
@@ -108,7 +117,7 @@ func runNode(cfg node.Config, sim *firmwaresim.Config, log *slog.Logger, stdout,
 	} else {
 		close(simDone)
 	}
-	log.Info("ready", "node", cfg.NodeID, "mqtt", n.MQTTAddr(), "http", n.HTTPAddr(), "kafka", n.KafkaAddr(), "catalog", n.CatalogAddr(), "cloud_kafka", n.CloudKafkaAddr())
+	log.Info("ready", "node", cfg.NodeID, "mqtt", n.MQTTAddr(), "http", n.HTTPAddr(), "kafka", n.KafkaAddr(), "catalog", n.CatalogAddr(), "cloud_kafka", n.CloudKafkaAddr(), "gossip", n.GossipAddr())
 	<-ctx.Done()
 	stop()
 	log.Info("shutting down: stop listeners, final commit")

@@ -1,0 +1,140 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tributary-io/tributary/cluster"
+	"github.com/tributary-io/tributary/kafka"
+)
+
+// startCluster joins the gossip cluster (when cluster.gossip_addr is set),
+// after the listeners so that the gossiped addresses are the bound ones.
+func (n *Node) startCluster() error {
+	g := n.cfg.Cluster
+	if g.GossipAddr == "" {
+		return nil
+	}
+	c, err := cluster.Open(cluster.Config{NodeID: n.cfg.NodeID, BindAddr: g.GossipAddr, AdvertiseAddr: g.AdvertiseAddr,
+		Join: g.Join, Profile: g.GossipProfile, Meta: n.clusterMeta, Logger: n.log})
+	if err != nil {
+		return err
+	}
+	n.cluster.Store(c)
+	return nil
+}
+
+// clusterMeta is what this node gossips about itself: its listeners (the
+// advertised Kafka address when one is configured), the partitions it
+// writes and the health of its WAL and uplink.
+func (n *Node) clusterMeta() cluster.Meta {
+	ws := n.wal.Stats()
+	m := cluster.Meta{MQTT: n.MQTTAddr(), Kafka: n.KafkaAddr(), HTTP: n.HTTPAddr(), Partitions: n.ingest.Streams(),
+		WALBytes: ws.Bytes, WALBudget: ws.MaxBytes, UplinkOK: len(n.up.Stats().Failing) == 0}
+	if n.kafka != nil && n.cfg.Kafka.AdvertisedAddr != "" {
+		m.Kafka = n.cfg.Kafka.AdvertisedAddr
+	}
+	return m
+}
+
+// GossipAddr is the advertised gossip address ("" without a cluster).
+func (n *Node) GossipAddr() string {
+	if c := n.cluster.Load(); c != nil {
+		return c.Addr()
+	}
+	return ""
+}
+
+// ClusterStatus is what GET /cluster reports.
+type ClusterStatus struct {
+	Node string `json:"node"`
+	// Gossip is false for a single node (no cluster.gossip_addr); then
+	// Members is this node alone.
+	Gossip     bool             `json:"gossip"`
+	GossipAddr string           `json:"gossip_addr,omitempty"`
+	Members    []cluster.Member `json:"members"`
+}
+
+// ClusterStatus lists the members as this node sees them.
+func (n *Node) ClusterStatus() ClusterStatus {
+	st := ClusterStatus{Node: n.cfg.NodeID}
+	c := n.cluster.Load()
+	if c == nil {
+		m := n.clusterMeta()
+		m.PartitionCount = len(m.Partitions)
+		st.Members = []cluster.Member{{ID: n.cfg.NodeID, State: cluster.Alive, Since: n.started, Meta: m}}
+		return st
+	}
+	st.Gossip, st.GossipAddr, st.Members = true, c.Addr(), c.Members()
+	return st
+}
+
+func (n *Node) serveCluster(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, n.ClusterStatus())
+}
+
+func (n *Node) registerClusterMetrics(reg *prometheus.Registry) {
+	for _, s := range cluster.States {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tributary_cluster_members",
+			Help: "Cluster members by state, as this node sees them (itself included).", ConstLabels: prometheus.Labels{"state": string(s)}},
+			func() float64 {
+				if c := n.cluster.Load(); c != nil {
+					return float64(c.Counts()[s])
+				}
+				if s == cluster.Alive {
+					return 1 // a single node: itself
+				}
+				return 0
+			}))
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tributary_cluster_transitions_total",
+			Help: "Member state changes seen by this node, by the state entered.", ConstLabels: prometheus.Labels{"to": string(s)}},
+			func() float64 {
+				if c := n.cluster.Load(); c != nil {
+					return float64(c.Transitions()[s])
+				}
+				return 0
+			}))
+	}
+}
+
+// closeCluster leaves the cluster gracefully.
+func (n *Node) closeCluster(ctx context.Context) error {
+	c := n.cluster.Load()
+	if c == nil {
+		return nil
+	}
+	if err := c.Close(ctx); err != nil {
+		return fmt.Errorf("leave cluster: %w", err)
+	}
+	return nil
+}
+
+// clusterBrokers lists this node and every live (alive or suspect) peer
+// that gossips a Kafka address, for Kafka Metadata.
+func (n *Node) clusterBrokers() []kafka.Broker {
+	out := []kafka.Broker{{NodeID: n.cfg.NodeID}}
+	c := n.cluster.Load()
+	if c == nil {
+		return out
+	}
+	for _, m := range c.Members() {
+		if m.ID == n.cfg.NodeID || (m.State != cluster.Alive && m.State != cluster.Suspect) || m.Kafka == "" {
+			continue
+		}
+		host, ps, err := net.SplitHostPort(m.Kafka)
+		if err != nil {
+			continue
+		}
+		port, err := strconv.ParseInt(ps, 10, 32)
+		if err != nil {
+			continue
+		}
+		out = append(out, kafka.Broker{NodeID: m.ID, Host: host, Port: int32(port)})
+	}
+	return out
+}
