@@ -3,7 +3,6 @@ package node
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -126,15 +125,9 @@ func (c *CloudConfig) Validate() error {
 // ParseCloudConfig reads a cloud config from YAML bytes, expanding ${ENV}
 // references, fills in defaults and validates.
 func ParseCloudConfig(raw []byte) (CloudConfig, error) {
-	expanded, err := expandEnv(raw)
-	if err != nil {
-		return CloudConfig{}, err
-	}
 	var c CloudConfig
-	dec := yaml.NewDecoder(strings.NewReader(expanded))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return CloudConfig{}, fmt.Errorf("config: %w", err)
+	if err := decodeStrict(raw, &c); err != nil {
+		return CloudConfig{}, err
 	}
 	c.ApplyDefaults()
 	if err := c.Validate(); err != nil {

@@ -294,21 +294,30 @@ func LoadConfig(path string) (Config, error) {
 
 // ParseConfig is LoadConfig on bytes.
 func ParseConfig(raw []byte) (Config, error) {
-	expanded, err := expandEnv(raw)
-	if err != nil {
-		return Config{}, err
-	}
 	var c Config
-	dec := yaml.NewDecoder(strings.NewReader(expanded))
-	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return Config{}, fmt.Errorf("config: %w", err)
+	if err := decodeStrict(raw, &c); err != nil {
+		return Config{}, err
 	}
 	c.applyDefaults()
 	if err := c.Validate(); err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
 	return c, nil
+}
+
+// decodeStrict expands ${VAR} references in raw and decodes the YAML into
+// v, refusing keys v does not have (a typo must not become a default).
+func decodeStrict(raw []byte, v any) error {
+	expanded, err := expandEnv(raw)
+	if err != nil {
+		return err
+	}
+	dec := yaml.NewDecoder(strings.NewReader(expanded))
+	dec.KnownFields(true)
+	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config: %w", err)
+	}
+	return nil
 }
 
 // expandEnv replaces ${VAR} references with the environment; an unset
