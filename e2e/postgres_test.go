@@ -206,6 +206,10 @@ func TestPostgresCatalog(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor(t, 30*time.Second, "rows committed", func() bool { return walDrained(t, p) })
+		// The group is 10 records behind: /metrics says so.
+		if v, _ := scrapeMetrics(t, p); v["tributary_consumer_group_lag"] != 10 {
+			t.Fatalf("tributary_consumer_group_lag = %v, want 10", v["tributary_consumer_group_lag"])
+		}
 		second := consume(p.CloudKafka, 10)
 		if len(second) != 10 || second[0] != 40 {
 			t.Fatalf("after restart the group read offsets %v, want 40..49", second)

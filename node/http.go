@@ -138,6 +138,9 @@ func (n *Node) handler() http.Handler {
 	n.registerClusterMetrics(reg)
 	reg.MustRegister(newMaintCollector(n))
 	reg.MustRegister(&n.ingest.count)
+	if n.cloudK != nil {
+		reg.MustRegister(n.cloudK.LagCollector())
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)

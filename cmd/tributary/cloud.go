@@ -14,6 +14,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/node"
 	"github.com/tributary-io/tributary/tables"
@@ -123,7 +127,9 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 	}
 	defer cat.Close()
 	h := rest.NewHandler(cat.Iceberg(), rest.Options{Warehouse: cfg.Catalog.Warehouse, Token: cfg.Catalog.Token, Logger: log})
-	srv, err := rest.Listen(cfg.Catalog.Addr, withProbes(h, cat))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv, err := rest.Listen(cfg.Catalog.Addr, withProbes(h, cat, reg))
 	if err != nil {
 		log.Error("listen", "addr", cfg.Catalog.Addr, "err", err)
 		return 1
@@ -137,6 +143,9 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 		}, cat)
 		if err == nil {
 			err = ks.Start()
+		}
+		if err == nil {
+			reg.MustRegister(ks.LagCollector())
 		}
 		if err != nil {
 			log.Error("kafka", "addr", *cfg.Kafka.Addr, "err", err)
@@ -185,11 +194,13 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
-// withProbes serves /healthz (the process answers) and /readyz (the backing
-// catalog answers a namespace listing) next to the REST catalog h, without
-// authentication, for load balancers and Kubernetes probes.
-func withProbes(h http.Handler, cat *tables.Catalog) http.Handler {
+// withProbes serves /healthz (the process answers), /readyz (the backing
+// catalog answers a namespace listing) and /metrics (consumer-group lag,
+// process figures) next to the REST catalog h, without authentication, for
+// load balancers, Kubernetes probes and Prometheus.
+func withProbes(h http.Handler, cat *tables.Catalog, reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
 	})

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tributary-io/tributary/tables"
 )
 
@@ -23,7 +25,7 @@ func TestCloudProbes(t *testing.T) {
 	}
 	defer cat.Close()
 	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("catalog")) })
-	srv := httptest.NewServer(withProbes(inner, cat))
+	srv := httptest.NewServer(withProbes(inner, cat, prometheus.NewRegistry()))
 	defer srv.Close()
 	for path, want := range map[string]string{"/healthz": "ok\n", "/readyz": "ready\n", "/v1/config": "catalog"} {
 		resp, err := http.Get(srv.URL + path)
