@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/wal"
 )
 
 const tablesUsage = `usage: tributary tables <list | describe STREAM | scan STREAM | maintain STREAM> [flags]
@@ -120,7 +121,7 @@ func cmdTables(args []string, stdout, stderr io.Writer) int {
 		if !need(2) {
 			return 2
 		}
-		err = tablesScan(ctx, cat, pos[1], tables.ScanOptions{Partition: int32(*partition), FromOffset: *from, Limit: *limit}, *asJSON, stdout)
+		err = tablesScan(ctx, cat, pos[1], tables.ScanOptions{Partition: int32(*partition), FromOffset: *from, Limit: *limit}, *asJSON, stdout, stderr)
 	case "maintain":
 		if !need(2) {
 			return 2
@@ -211,10 +212,10 @@ func tablesDescribe(ctx context.Context, cat *tables.Catalog, stream string, w i
 	return nil
 }
 
-func tablesScan(ctx context.Context, cat *tables.Catalog, stream string, opts tables.ScanOptions, asJSON bool, w io.Writer) error {
+func tablesScan(ctx context.Context, cat *tables.Catalog, stream string, opts tables.ScanOptions, asJSON bool, w, progress io.Writer) error {
 	lim := opts.Limit
 	opts.Limit = 0 // order first, then limit
-	rows, err := cat.ScanSorted(ctx, stream, opts)
+	rows, err := scanWithProgress(ctx, cat, stream, opts, progress)
 	if err != nil {
 		return err
 	}
@@ -329,4 +330,55 @@ func isTerminal(w io.Writer) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// scanWithProgress reads a scan in (partition, offset) order; on a
+// terminal it draws a progress bar on progress against the snapshot's
+// row count (an upper bound when the scan is filtered).
+func scanWithProgress(ctx context.Context, cat *tables.Catalog, stream string, opts tables.ScanOptions, progress io.Writer) ([]*wal.Record, error) {
+	if !isTerminal(progress) {
+		return cat.ScanSorted(ctx, stream, opts)
+	}
+	t, err := cat.LoadTable(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	var total int64
+	if cs := t.CurrentSnapshot(); cs != nil && cs.Summary != nil {
+		total, _ = strconv.ParseInt(cs.Summary.Properties["total-records"], 10, 64)
+	}
+	var out []*wal.Record
+	last := time.Time{}
+	draw := func(done bool) {
+		if !done && time.Since(last) < 100*time.Millisecond {
+			return
+		}
+		last = time.Now()
+		const width = 30
+		n := int64(len(out))
+		filled := width
+		if total > 0 && n < total {
+			filled = int(n * width / total)
+		}
+		fmt.Fprintf(progress, "\rscanning %s [%s%s] %d / %d rows", stream,
+			strings.Repeat("#", filled), strings.Repeat(".", width-filled), n, total)
+		if done {
+			fmt.Fprintln(progress)
+		}
+	}
+	for r, err := range tables.ScanTable(ctx, t, opts) {
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+		draw(false)
+	}
+	draw(true)
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Partition != out[j].Partition {
+			return out[i].Partition < out[j].Partition
+		}
+		return out[i].Offset < out[j].Offset
+	})
+	return out, nil
 }
