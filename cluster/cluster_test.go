@@ -140,18 +140,28 @@ func TestJoinAndMetadata(t *testing.T) {
 
 // TestJoinBeforeSeed starts a member whose seed is not up yet.
 func TestJoinBeforeSeed(t *testing.T) {
-	a := open(t, "a")
-	addr := a.Addr()
-	a.Close(context.Background())
-	b := open(t, "b", addr) // nobody at addr: b keeps retrying
-	time.Sleep(500 * time.Millisecond)
-	c, err := Open(Config{NodeID: "a2", BindAddr: addr, Profile: "local", Logger: testLogger(t)})
-	if err != nil {
-		t.Skipf("port %s reused meanwhile: %v", addr, err)
+	// The seed's address is taken from a member that then goes away; in
+	// the short gap another process may grab the port, so try a few
+	// fresh addresses before giving up.
+	for attempt := 1; ; attempt++ {
+		a := open(t, "a")
+		addr := a.Addr()
+		a.Close(context.Background())
+		b := open(t, "b", addr) // nobody at addr: b keeps retrying
+		time.Sleep(500 * time.Millisecond)
+		c, err := Open(Config{NodeID: "a2", BindAddr: addr, Profile: "local", Logger: testLogger(t)})
+		if err != nil {
+			b.Close(context.Background())
+			if attempt == 5 {
+				t.Fatalf("could not bind a seed on a freed loopback port in 5 attempts: %v", err)
+			}
+			continue
+		}
+		defer c.Close(context.Background())
+		waitState(t, 10*time.Second, b.Cluster, "a2", Alive)
+		waitState(t, 10*time.Second, c, "b", Alive)
+		return
 	}
-	defer c.Close(context.Background())
-	waitState(t, 10*time.Second, b.Cluster, "a2", Alive)
-	waitState(t, 10*time.Second, c, "b", Alive)
 }
 
 func TestGracefulLeave(t *testing.T) {
