@@ -10,6 +10,7 @@ import (
 
 	"gocloud.dev/blob"
 	_ "gocloud.dev/blob/fileblob" // file:// warehouses
+	_ "gocloud.dev/blob/gcsblob"  // gs:// warehouses (application default credentials)
 )
 
 // BlobBucket is a Bucket on a gocloud.dev/blob URL (file://, s3://, gs://,
