@@ -130,10 +130,32 @@ func (t *Transport) PacketCh() <-chan *memberlist.Packet { return t.packetCh }
 // StreamCh is the filtered stream channel.
 func (t *Transport) StreamCh() <-chan net.Conn { return t.streamCh }
 
-// Shutdown stops the forwarders and the underlying transport.
+// Shutdown stops the forwarders and the underlying transport. The
+// transport's listeners may be blocked handing a packet or connection to
+// a channel the stopped forwarders no longer read, and its Shutdown waits
+// for them: drain both channels until it returns, or it never would.
 func (t *Transport) Shutdown() error {
 	t.once.Do(func() { close(t.done) })
-	return t.NetTransport.Shutdown()
+	stop := make(chan struct{})
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for {
+			select {
+			case <-t.NetTransport.PacketCh():
+			case c := <-t.NetTransport.StreamCh():
+				if c != nil {
+					c.Close()
+				}
+			case <-stop:
+				return
+			}
+		}
+	}()
+	err := t.NetTransport.Shutdown()
+	close(stop)
+	<-drained
+	return err
 }
 
 // WriteToAddress is WriteTo for memberlist's node-aware path.
