@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -67,15 +66,7 @@ func (c *CloudConfig) ApplyDefaults() {
 	if c.DataDir == "" {
 		c.DataDir = "./data"
 	}
-	if c.Catalog.Name == "" {
-		c.Catalog.Name = "tributary"
-	}
-	if c.Catalog.URI == "" {
-		c.Catalog.URI = "sqlite://" + absOrSame(filepath.Join(c.DataDir, "catalog.db"))
-	}
-	if c.Catalog.Warehouse == "" {
-		c.Catalog.Warehouse = "file://" + absOrSame(filepath.Join(c.DataDir, "warehouse"))
-	}
+	defaultCatalog(c.DataDir, &c.Catalog.Name, &c.Catalog.URI, &c.Catalog.Warehouse)
 	if c.Catalog.Addr == "" {
 		c.Catalog.Addr = "127.0.0.1:8181"
 	}

@@ -162,15 +162,7 @@ func (c *Config) applyDefaults() {
 	if c.WAL.MaxBytes == 0 {
 		c.WAL.MaxBytes = 1 << 30
 	}
-	if c.Catalog.Name == "" {
-		c.Catalog.Name = "tributary"
-	}
-	if c.Catalog.URI == "" {
-		c.Catalog.URI = "sqlite://" + absOrSame(filepath.Join(c.DataDir, "catalog.db"))
-	}
-	if c.Catalog.Warehouse == "" {
-		c.Catalog.Warehouse = "file://" + absOrSame(filepath.Join(c.DataDir, "warehouse"))
-	}
+	defaultCatalog(c.DataDir, &c.Catalog.Name, &c.Catalog.URI, &c.Catalog.Warehouse)
 	if c.Catalog.PartitionGranularity == "" {
 		c.Catalog.PartitionGranularity = "day"
 	}
@@ -202,6 +194,20 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Cluster.GossipProfile == "" {
 		c.Cluster.GossipProfile = "lan"
+	}
+}
+
+// defaultCatalog fills the embedded-catalog defaults below dataDir: name
+// tributary, SQLite at DATA_DIR/catalog.db, warehouse file://DATA_DIR/warehouse.
+func defaultCatalog(dataDir string, name, uri, warehouse *string) {
+	if *name == "" {
+		*name = "tributary"
+	}
+	if *uri == "" {
+		*uri = "sqlite://" + absOrSame(filepath.Join(dataDir, "catalog.db"))
+	}
+	if *warehouse == "" {
+		*warehouse = "file://" + absOrSame(filepath.Join(dataDir, "warehouse"))
 	}
 }
 
