@@ -65,6 +65,7 @@ FUZZTIME ?= 30s
 FUZZ_TARGETS := wal:FuzzDecodeRecord wal:FuzzDecodeChunk mqtt:FuzzPacketHandling mqtt:FuzzRouter \
 	kafka:FuzzRequestDecode kafka:FuzzRecordBatch kafka:FuzzCloudRequest tables/rest:FuzzCommitRequest \
 	cluster:FuzzDecodeMeta cluster:FuzzInspect pulsar:FuzzFrame
+FUZZ_TARGETS += pulsar:FuzzAckedRanges
 fuzz:
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 	  echo "fuzz $$fn ($$pkg) for $(FUZZTIME)"; \
