@@ -40,16 +40,17 @@ func pulsarClient(t *testing.T, addr string) pulsar.Client {
 
 // pulsarRows writes rows through the edge: n MQTT messages (no key, two
 // user properties) and m Kafka records whose keys repeat over 16 values
-// (two headers each), and waits until all are in the table. It returns
-// the table's rows of partition 0 (dev writes one partition) by offset.
-func pulsarRows(t *testing.T, p *proc, dir string, n, m int) []*wal.Record {
+// (two headers each), and waits until they are in the table after the
+// `before` rows already there. It returns the table's rows of partition 0
+// (dev writes one partition) by offset.
+func pulsarRows(t *testing.T, p *proc, dir string, before, n, m int) []*wal.Record {
 	t.Helper()
 	ctx := context.Background()
 	mc, err := mqttClient(ctx, p.MQTT, "pulsar-mqtt")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := publishN(ctx, mc, newLedger(), "pulsar-mqtt", 0, n); err != nil {
+	if _, err := publishN(ctx, mc, newLedger(), "pulsar-mqtt", before, n); err != nil {
 		t.Fatal(err)
 	}
 	mc.Disconnect(&paho.Disconnect{ReasonCode: 0})
@@ -66,7 +67,7 @@ func pulsarRows(t *testing.T, p *proc, dir string, n, m int) []*wal.Record {
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	waitRows(t, dir, "factory.telemetry", n+m)
+	waitRows(t, dir, "factory.telemetry", before+n+m)
 	rows := tableByPartition(t, dir, "factory.telemetry")
 	if len(rows) != 1 {
 		t.Fatalf("want one partition, table has %d", len(rows))
@@ -178,12 +179,32 @@ func pulsarCheckOnce(t *testing.T, who string, got [][]int64, n int) {
 	}
 }
 
+// pulsarConsumers subscribes k consumers with o as it is (its initial
+// position included).
+func pulsarConsumers(t *testing.T, cl pulsar.Client, o pulsar.ConsumerOptions, k int) []pulsar.Consumer {
+	t.Helper()
+	var cs []pulsar.Consumer
+	for range k {
+		c := mustSubscribe(t, cl, o)
+		t.Cleanup(c.Close)
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// pulsarSubscribe subscribes from the earliest message.
 func pulsarSubscribe(t *testing.T, cl pulsar.Client, o pulsar.ConsumerOptions) pulsar.Consumer {
+	t.Helper()
+	o.SubscriptionInitialPosition = pulsar.SubscriptionPositionEarliest
+	return mustSubscribe(t, cl, o)
+}
+
+// mustSubscribe subscribes to pulsarTopic unless o names a topic.
+func mustSubscribe(t *testing.T, cl pulsar.Client, o pulsar.ConsumerOptions) pulsar.Consumer {
 	t.Helper()
 	if o.Topic == "" {
 		o.Topic = pulsarTopic
 	}
-	o.SubscriptionInitialPosition = pulsar.SubscriptionPositionEarliest
 	c, err := cl.Subscribe(o)
 	if err != nil {
 		t.Fatalf("subscribe %s (%v): %v", o.SubscriptionName, o.Type, err)
@@ -200,7 +221,7 @@ func TestPulsarConsume(t *testing.T) {
 	p := startDev(t, dir)
 	const nMQTT, nKafka = 200, 400
 	const total = nMQTT + nKafka
-	rows := pulsarRows(t, p, dir, nMQTT, nKafka)
+	rows := pulsarRows(t, p, dir, 0, nMQTT, nKafka)
 	cl := pulsarClient(t, p.Pulsar)
 
 	t.Run("metadata", func(t *testing.T) {
@@ -233,34 +254,17 @@ func TestPulsarConsume(t *testing.T) {
 		}
 	})
 
-	// Shared and Key_Shared, 3 consumers each: every message once across
-	// them, each consumer busy; Key_Shared keeps every key on one consumer.
-	for _, st := range []pulsar.SubscriptionType{pulsar.Shared, pulsar.KeyShared} {
-		who := map[pulsar.SubscriptionType]string{pulsar.Shared: "shared", pulsar.KeyShared: "key_shared"}[st]
-		t.Run(who, func(t *testing.T) {
-			var cs []pulsar.Consumer
-			for range 3 {
-				c := pulsarSubscribe(t, cl, pulsar.ConsumerOptions{SubscriptionName: who, Type: st, ReceiverQueueSize: 20})
-				defer c.Close()
-				cs = append(cs, c)
+	t.Run("shared", func(t *testing.T) {
+		cs := pulsarConsumers(t, cl, pulsar.ConsumerOptions{SubscriptionName: "sh", Type: pulsar.Shared, ReceiverQueueSize: 20,
+			SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest}, 3)
+		got := pulsarConsumeAll(t, "shared", rows, cs, total)
+		pulsarCheckOnce(t, "shared", got, total)
+		for i, g := range got {
+			if len(g) == 0 {
+				t.Errorf("shared: consumer %d got nothing", i)
 			}
-			got := pulsarConsumeAll(t, who, rows, cs, total)
-			pulsarCheckOnce(t, who, got, total)
-			owner := map[string]int{}
-			for i, g := range got {
-				if len(g) == 0 {
-					t.Errorf("%s: consumer %d got nothing", who, i)
-				}
-				for _, off := range g {
-					k := string(rows[off].Key)
-					if o, ok := owner[k]; ok && o != i && st == pulsar.KeyShared {
-						t.Fatalf("key_shared: key %q on consumers %d and %d", k, o, i)
-					}
-					owner[k] = i
-				}
-			}
-		})
-	}
+		}
+	})
 
 	t.Run("failover", func(t *testing.T) {
 		active := make(chan int, 8)
@@ -407,6 +411,42 @@ func TestPulsarConsume(t *testing.T) {
 			c.Ack(m)
 		}
 	})
+
+	// Key_Shared last: its three consumers all join before the rows they
+	// read are written (initial position latest), so no consumer joins
+	// while keys are in flight and each key stays on one consumer.
+	t.Run("key_shared", func(t *testing.T) {
+		cs := pulsarConsumers(t, cl, pulsar.ConsumerOptions{SubscriptionName: "ks", Type: pulsar.KeyShared, ReceiverQueueSize: 20,
+			SubscriptionInitialPosition: pulsar.SubscriptionPositionLatest}, 3)
+		const more = 300
+		rows := pulsarRows(t, p, dir, total, 60, more-60)
+		got := pulsarConsumeAll(t, "key_shared", rows, cs, more)
+		seen := make([][]int64, len(got))
+		owner := map[string]int{}
+		for i, g := range got {
+			for _, off := range g {
+				if off < total {
+					t.Fatalf("key_shared: offset %d from before the subscription", off)
+				}
+				seen[i] = append(seen[i], off-total)
+				k := string(rows[off].Key)
+				if o, ok := owner[k]; ok && o != i {
+					t.Fatalf("key_shared: key %q on consumers %d and %d", k, o, i)
+				}
+				owner[k] = i
+			}
+		}
+		pulsarCheckOnce(t, "key_shared", seen, more)
+		busy := 0
+		for _, g := range got {
+			if len(g) > 0 {
+				busy++
+			}
+		}
+		if busy < 2 {
+			t.Fatalf("key_shared: 17 keys went to %d of 3 consumers", busy)
+		}
+	})
 }
 
 type failoverListener struct {
@@ -432,7 +472,7 @@ func TestPulsarRestartResumes(t *testing.T) {
 	addr := freeLoopbackPort(t)
 	p := startDev(t, dir, "--pulsar-addr", addr)
 	const total = 300
-	rows := pulsarRows(t, p, dir, 100, 200)
+	rows := pulsarRows(t, p, dir, 0, 100, 200)
 	cl := pulsarClient(t, addr)
 	c := pulsarSubscribe(t, cl, pulsar.ConsumerOptions{SubscriptionName: "durable", Type: pulsar.Shared, AckWithResponse: true, ReceiverQueueSize: 10})
 	defer c.Close()
