@@ -78,7 +78,7 @@ PROTOC_GEN_GO := v1.36.12
 proto:
 	@command -v protoc >/dev/null 2>&1 || { echo "need protoc (apt-get install protobuf-compiler)"; exit 1; }
 	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO)
-	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc -I pulsar/pb --go_out=pulsar/pb --go_opt=paths=source_relative pulsar/pb/PulsarApi.proto
+	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc -I . --go_out=. --go_opt=paths=source_relative pulsar/pb/PulsarApi.proto
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
