@@ -811,7 +811,17 @@ func (m *Manager) Close(ctx context.Context) error {
 	for _, s := range m.subs {
 		subs = append(subs, s)
 	}
+	var dropping []chan struct{}
+	for _, ch := range m.dropping {
+		dropping = append(dropping, ch)
+	}
 	m.mu.Unlock()
+	for _, ch := range dropping { // last-consumer saves under way
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+	}
 	m.cancel()
 	m.wg.Wait() // dispatch loops, flusher and nothing else
 	var errs []error
