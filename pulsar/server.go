@@ -23,7 +23,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"log/slog"
 	"net"
 	"sort"
@@ -100,11 +99,10 @@ func (c *Config) setDefaults() {
 
 // Server serves Pulsar consumers from the stream tables.
 type Server struct {
-	cfg   Config
-	r     *tables.Reader
-	store CursorStore
-	m     *Manager
-	log   *slog.Logger
+	cfg Config
+	r   *tables.Reader
+	m   *Manager
+	log *slog.Logger
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -143,7 +141,7 @@ func NewServer(cfg Config, r *tables.Reader) (*Server, error) {
 	}
 	log := cfg.Logger.With("component", "pulsar")
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, r: r, store: store, m: NewManager(store, log), log: log,
+	return &Server{cfg: cfg, r: r, m: NewManager(store, log), log: log,
 		ctx: ctx, cancel: cancel, conns: map[*conn]struct{}{}}, nil
 }
 
@@ -208,11 +206,8 @@ func (s *Server) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		err = ctx.Err()
 	}
-	err = errors.Join(err, s.m.Close(ctx))
-	if c, ok := s.store.(io.Closer); ok {
-		err = errors.Join(err, c.Close())
-	}
-	return err
+	// The Manager flushes the durable cursors and closes the store.
+	return errors.Join(err, s.m.Close(ctx))
 }
 
 func (s *Server) accept(ln net.Listener) {
