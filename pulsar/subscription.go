@@ -742,6 +742,16 @@ func (s *Subscription) save(ctx context.Context) error {
 func (m *Manager) Unsubscribe(ctx context.Context, topic, sub string) error {
 	key := subKey{topic, sub}
 	m.mu.Lock()
+	for m.dropping[key] != nil && !m.closed { // a last-consumer save must not outlive the delete
+		ch := m.dropping[key]
+		m.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		m.mu.Lock()
+	}
 	if m.closed {
 		m.mu.Unlock()
 		return ErrClosed
