@@ -17,6 +17,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/tributary-io/tributary/tables"
@@ -32,7 +33,11 @@ type CursorStore interface {
 }
 
 // sqlCursors is the CursorStore on the catalog database. Close closes it.
-type sqlCursors struct{ db *tables.StateDB }
+type sqlCursors struct {
+	db    *tables.StateDB
+	once  sync.Once
+	close error
+}
 
 // OpenCursorStore opens (creating if missing) the cursor table in
 // "sqlite:///path" (or a .db path) or "postgres://..." databases. The
@@ -59,7 +64,11 @@ func OpenCursorStore(uri string) (CursorStore, error) {
 	return &sqlCursors{db: db}, nil
 }
 
-func (s *sqlCursors) Close() error { return s.db.Close() }
+// Close closes the database; later calls return the first call's result.
+func (s *sqlCursors) Close() error {
+	s.once.Do(func() { s.close = s.db.Close() })
+	return s.close
+}
 
 func (s *sqlCursors) Load(ctx context.Context, topic, sub string) (Cursor, bool, error) {
 	var c Cursor

@@ -207,6 +207,12 @@ type consumerState struct {
 	seq     uint64
 	permits int64
 	pending map[int64]int32 // unacknowledged offsets delivered to it → slot
+	// flowed: the consumer has sent FLOW. Its ActiveChanged notifications
+	// wait in deferred until then: a client registers a consumer only once
+	// SUBSCRIBE succeeded, and sends FLOW after that, so a notification
+	// made earlier could reach it before it knows the consumer.
+	flowed   bool
+	deferred []note
 	// joinPoint (Key_Shared "recently joined consumers"): while >= 0 the
 	// consumer receives only offsets below it; cleared once every offset
 	// below it is acknowledged.
@@ -226,8 +232,8 @@ type note struct {
 }
 
 // Subscribe adds consumer c to the subscription o names, creating it if
-// needed (from its stored cursor when it is durable). A consumer may get
-// ActiveChanged before Subscribe returns.
+// needed (from its stored cursor when it is durable). c gets no callback
+// before its first Flow.
 func (m *Manager) Subscribe(ctx context.Context, src Source, o SubscribeOptions, c Consumer) (*Subscription, error) {
 	key := subKey{o.Topic, o.Subscription}
 	durable := o.Durable && m.store != nil
@@ -420,9 +426,15 @@ func (s *Subscription) pickActive(joined *consumerState) {
 // notify queues ActiveChanged for Failover consumers (the broker sends
 // ACTIVE_CONSUMER_CHANGE only to those).
 func (s *Subscription) notify(cs *consumerState, active bool) {
-	if s.typ == Failover {
-		s.outbox = append(s.outbox, note{c: cs.c, active: active})
+	if s.typ != Failover {
+		return
 	}
+	n := note{c: cs.c, active: active}
+	if !cs.flowed {
+		cs.deferred = append(cs.deferred, n)
+		return
+	}
+	s.outbox = append(s.outbox, n)
 }
 
 // rewind moves every pending offset of every consumer to the replay set.
@@ -480,7 +492,17 @@ func (s *Subscription) poke() {
 func (s *Subscription) Flow(c Consumer, permits uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if cs := s.byConsumer[c]; cs != nil && permits > 0 {
+	cs := s.byConsumer[c]
+	if cs == nil {
+		return
+	}
+	if !cs.flowed {
+		cs.flowed = true
+		s.outbox = append(s.outbox, cs.deferred...)
+		cs.deferred = nil
+		s.poke()
+	}
+	if permits > 0 {
 		cs.permits += int64(permits)
 		s.poke()
 	}
@@ -720,6 +742,16 @@ func (s *Subscription) save(ctx context.Context) error {
 func (m *Manager) Unsubscribe(ctx context.Context, topic, sub string) error {
 	key := subKey{topic, sub}
 	m.mu.Lock()
+	for m.dropping[key] != nil && !m.closed { // a last-consumer save must not outlive the delete
+		ch := m.dropping[key]
+		m.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		m.mu.Lock()
+	}
 	if m.closed {
 		m.mu.Unlock()
 		return ErrClosed
@@ -811,7 +843,17 @@ func (m *Manager) Close(ctx context.Context) error {
 	for _, s := range m.subs {
 		subs = append(subs, s)
 	}
+	var dropping []chan struct{}
+	for _, ch := range m.dropping {
+		dropping = append(dropping, ch)
+	}
 	m.mu.Unlock()
+	for _, ch := range dropping { // last-consumer saves under way
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+	}
 	m.cancel()
 	m.wg.Wait() // dispatch loops, flusher and nothing else
 	var errs []error

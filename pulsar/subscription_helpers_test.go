@@ -109,12 +109,22 @@ func (c *fakeConsumer) states() []bool {
 	return slices.Clone(c.active)
 }
 
-// take returns and forgets what was delivered so far.
+// take returns and forgets the offsets delivered so far.
 func (c *fakeConsumer) take() []int64 {
-	out := c.offsets()
+	ds := c.takeDeliveries()
+	out := make([]int64, len(ds))
+	for i, d := range ds {
+		out[i] = d.Offset
+	}
+	return out
+}
+
+// takeDeliveries returns and forgets what was delivered so far.
+func (c *fakeConsumer) takeDeliveries() []Delivery {
 	c.mu.Lock()
-	c.got = c.got[len(out):]
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	out := c.got
+	c.got = nil
 	return out
 }
 

@@ -144,6 +144,13 @@ func TestFailoverActiveChoice(t *testing.T) {
 			}
 			settle(t, s)
 			for _, c := range tc.joins {
+				if st := c.states(); len(st) != 0 {
+					t.Fatalf("%s notified %v before its first FLOW", c.name, st)
+				}
+				s.Flow(c, 1)
+			}
+			settle(t, s)
+			for _, c := range tc.joins {
 				st := c.states()
 				if len(st) == 0 {
 					t.Fatalf("%s got no ActiveChanged", c.name)
