@@ -387,3 +387,31 @@ func TestServerKeepAlive(t *testing.T) {
 		}
 	}
 }
+
+// TestLookupOwners: with peers, LOOKUP names one owner per topic
+// partition, the same from every server, spread over the peers.
+func TestLookupOwners(t *testing.T) {
+	peers := []string{"10.0.0.1:6650", "10.0.0.2:6650", "10.0.0.3:6650"}
+	servers := make([]*Server, len(peers))
+	for i, p := range peers {
+		servers[i] = &Server{cfg: Config{Peers: peers}, self: p}
+	}
+	owners := map[string]int{}
+	for n := range 60 {
+		topic := fmt.Sprintf("%s-partition-%d", testTopic, n)
+		o := servers[0].owner(topic)
+		for _, s := range servers[1:] {
+			if got := s.owner(topic); got != o {
+				t.Fatalf("%s: owner %s from one server, %s from another", topic, o, got)
+			}
+		}
+		owners[o]++
+	}
+	if len(owners) != len(peers) {
+		t.Fatalf("60 partitions over %d of %d peers: %v", len(owners), len(peers), owners)
+	}
+	alone := &Server{self: "127.0.0.1:6650"}
+	if o := alone.owner(testTopic); o != "127.0.0.1:6650" {
+		t.Fatalf("a server alone names %s", o)
+	}
+}
