@@ -47,11 +47,8 @@ func (k *consumer) Deliver(ds []Delivery) {
 	}
 	bem := k.c.brokerEntry.Load()
 	k.c.enqueue(func(b []byte) ([]byte, error) {
-		var err error
 		for _, d := range ds {
-			if b, err = appendMessage(b, k.id, k.partition(), d, bem); err != nil {
-				return b, err
-			}
+			b = appendMessage(b, k.id, k.partition(), d, bem)
 		}
 		return b, nil
 	})
