@@ -377,35 +377,33 @@ func (s *Subscription) add(c Consumer, o SubscribeOptions) (bool, error) {
 	return true, nil
 }
 
-// pickActive chooses the Exclusive/Failover active consumer (Pulsar's
-// rule): consumers of the best (lowest) priority level only; for a
-// partition of a partitioned topic the one at partition index modulo their
-// count in (priority, name) order, otherwise the earliest subscribed. On a
-// change everything unacknowledged is rewound for the new active consumer.
-// joined, when not nil, is told its state even if nothing changed.
+// pickActive chooses the Exclusive/Failover active consumer by the
+// broker's rule: on a non-partitioned topic the earliest subscribed
+// consumer; on a partition of a partitioned topic, among the consumers of
+// the best (lowest) priority level sorted by name, the one at partition
+// index modulo their count. On a change everything unacknowledged is
+// rewound for the new active consumer. joined, when not nil, is told its
+// state even if nothing changed.
 func (s *Subscription) pickActive(joined *consumerState) {
 	var next *consumerState
-	if len(s.consumers) > 0 {
+	switch {
+	case len(s.consumers) == 0:
+	case s.partition < 0:
+		next = s.consumers[0] // join order
+	default:
 		order := append([]*consumerState(nil), s.consumers...)
 		sort.SliceStable(order, func(i, j int) bool {
 			a, b := order[i], order[j]
 			if pa, pb := a.c.Priority(), b.c.Priority(); pa != pb {
 				return pa < pb
 			}
-			if s.partition >= 0 {
-				return a.c.Name() < b.c.Name()
-			}
-			return a.seq < b.seq
+			return a.c.Name() < b.c.Name()
 		})
 		best := 1
 		for best < len(order) && order[best].c.Priority() == order[0].c.Priority() {
 			best++
 		}
-		i := 0
-		if s.partition >= 0 {
-			i = int(s.partition) % best
-		}
-		next = order[i]
+		next = order[int(s.partition)%best]
 	}
 	prev := s.active
 	s.active = next
