@@ -64,7 +64,8 @@ bench: deps build
 FUZZTIME ?= 30s
 FUZZ_TARGETS := wal:FuzzDecodeRecord wal:FuzzDecodeChunk mqtt:FuzzPacketHandling mqtt:FuzzRouter \
 	kafka:FuzzRequestDecode kafka:FuzzRecordBatch kafka:FuzzCloudRequest tables/rest:FuzzCommitRequest \
-	cluster:FuzzDecodeMeta cluster:FuzzInspect pulsar:FuzzFrame
+	cluster:FuzzDecodeMeta cluster:FuzzInspect \
+	peer:FuzzReadFrame pulsar:FuzzFrame
 FUZZ_TARGETS += pulsar:FuzzAckedRanges
 fuzz:
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
@@ -78,7 +79,7 @@ PROTOC_GEN_GO := v1.36.12
 proto:
 	@command -v protoc >/dev/null 2>&1 || { echo "need protoc (apt-get install protobuf-compiler)"; exit 1; }
 	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO)
-	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc -I pulsar/pb --go_out=pulsar/pb --go_opt=paths=source_relative pulsar/pb/PulsarApi.proto
+	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc -I . --go_out=. --go_opt=paths=source_relative pulsar/pb/PulsarApi.proto
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

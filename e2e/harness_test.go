@@ -69,6 +69,8 @@ type proc struct {
 var (
 	readyRE  = regexp.MustCompile(`msg=ready .*mqtt=(\S+) http=(\S+) kafka=(\S*) catalog=(\S*) cloud_kafka=(\S*)`)
 	pulsarRE = regexp.MustCompile(` pulsar=(\S*)`)
+	// cloudReadyRE is the ready line of `tributary cloud`.
+	cloudReadyRE = regexp.MustCompile(`msg=ready catalog=(\S+) kafka=(\S*) pulsar=(\S*)`)
 )
 
 // startDev starts `tributary dev` on free loopback ports with no simulator
@@ -108,10 +110,16 @@ func startProc(t *testing.T, dataDir string, args ...string) *proc {
 			p.logMu.Lock()
 			p.logLines = append(p.logLines, line)
 			p.logMu.Unlock()
+			if m := cloudReadyRE.FindStringSubmatch(line); m != nil {
+				select {
+				case ready <- [6]string{"", "", "", m[1], m[2], strings.Trim(m[3], `"`)}:
+				default:
+				}
+			}
 			if m := readyRE.FindStringSubmatch(line); m != nil {
 				var pulsarAddr string
 				if pm := pulsarRE.FindStringSubmatch(line); pm != nil {
-					pulsarAddr = pm[1]
+					pulsarAddr = strings.Trim(pm[1], `"`) // slog quotes an empty value
 				}
 				select {
 				case ready <- [6]string{m[1], m[2], m[3], m[4], m[5], pulsarAddr}:

@@ -522,3 +522,20 @@ func allAcked(acked map[int64]bool, n int) bool {
 	}
 	return true
 }
+
+// TestPulsarCloudServer: `tributary cloud` on the data directory of a dev
+// node serves the node's committed rows to Pulsar consumers.
+func TestPulsarCloudServer(t *testing.T) {
+	dir := t.TempDir()
+	p := startDev(t, dir, "--pulsar-addr", "")
+	if p.Pulsar != "" {
+		t.Fatalf("--pulsar-addr \"\" still listens on %s", p.Pulsar)
+	}
+	rows := pulsarRows(t, p, dir, 0, 50, 50)
+	cloud := startProc(t, dir, "cloud", "--data", dir, "--catalog-addr", "127.0.0.1:0", "--kafka-addr", "127.0.0.1:0",
+		"--pulsar-addr", "127.0.0.1:0", "--maintenance=false")
+	cl := pulsarClient(t, cloud.Pulsar)
+	cs := pulsarConsumers(t, cl, pulsar.ConsumerOptions{SubscriptionName: "cloud", Type: pulsar.Shared,
+		SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest}, 2)
+	pulsarCheckOnce(t, "cloud", pulsarConsumeAll(t, "cloud", rows, cs, len(rows)), len(rows))
+}

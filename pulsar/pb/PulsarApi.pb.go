@@ -30,7 +30,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12
 // 	protoc        v3.21.12
-// source: PulsarApi.proto
+// source: pulsar/pb/PulsarApi.proto
 
 package pb
 
@@ -88,11 +88,11 @@ func (x CompressionType) String() string {
 }
 
 func (CompressionType) Descriptor() protoreflect.EnumDescriptor {
-	return file_PulsarApi_proto_enumTypes[0].Descriptor()
+	return file_pulsar_pb_PulsarApi_proto_enumTypes[0].Descriptor()
 }
 
 func (CompressionType) Type() protoreflect.EnumType {
-	return &file_PulsarApi_proto_enumTypes[0]
+	return &file_pulsar_pb_PulsarApi_proto_enumTypes[0]
 }
 
 func (x CompressionType) Number() protoreflect.EnumNumber {
@@ -111,7 +111,7 @@ func (x *CompressionType) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use CompressionType.Descriptor instead.
 func (CompressionType) EnumDescriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{0}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{0}
 }
 
 type ServerError int32
@@ -216,11 +216,11 @@ func (x ServerError) String() string {
 }
 
 func (ServerError) Descriptor() protoreflect.EnumDescriptor {
-	return file_PulsarApi_proto_enumTypes[1].Descriptor()
+	return file_pulsar_pb_PulsarApi_proto_enumTypes[1].Descriptor()
 }
 
 func (ServerError) Type() protoreflect.EnumType {
-	return &file_PulsarApi_proto_enumTypes[1]
+	return &file_pulsar_pb_PulsarApi_proto_enumTypes[1]
 }
 
 func (x ServerError) Number() protoreflect.EnumNumber {
@@ -239,7 +239,7 @@ func (x *ServerError) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use ServerError.Descriptor instead.
 func (ServerError) EnumDescriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{1}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{1}
 }
 
 type AuthMethod int32
@@ -275,11 +275,11 @@ func (x AuthMethod) String() string {
 }
 
 func (AuthMethod) Descriptor() protoreflect.EnumDescriptor {
-	return file_PulsarApi_proto_enumTypes[2].Descriptor()
+	return file_pulsar_pb_PulsarApi_proto_enumTypes[2].Descriptor()
 }
 
 func (AuthMethod) Type() protoreflect.EnumType {
-	return &file_PulsarApi_proto_enumTypes[2]
+	return &file_pulsar_pb_PulsarApi_proto_enumTypes[2]
 }
 
 func (x AuthMethod) Number() protoreflect.EnumNumber {
@@ -298,7 +298,7 @@ func (x *AuthMethod) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use AuthMethod.Descriptor instead.
 func (AuthMethod) EnumDescriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{2}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{2}
 }
 
 // Protocol versions: each adds features; the connection speaks the lower
@@ -390,11 +390,11 @@ func (x ProtocolVersion) String() string {
 }
 
 func (ProtocolVersion) Descriptor() protoreflect.EnumDescriptor {
-	return file_PulsarApi_proto_enumTypes[3].Descriptor()
+	return file_pulsar_pb_PulsarApi_proto_enumTypes[3].Descriptor()
 }
 
 func (ProtocolVersion) Type() protoreflect.EnumType {
-	return &file_PulsarApi_proto_enumTypes[3]
+	return &file_pulsar_pb_PulsarApi_proto_enumTypes[3]
 }
 
 func (x ProtocolVersion) Number() protoreflect.EnumNumber {
@@ -413,7 +413,7 @@ func (x *ProtocolVersion) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use ProtocolVersion.Descriptor instead.
 func (ProtocolVersion) EnumDescriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{3}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{3}
 }
 
 type KeySharedMode int32
@@ -446,11 +446,11 @@ func (x KeySharedMode) String() string {
 }
 
 func (KeySharedMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_PulsarApi_proto_enumTypes[4].Descriptor()
+	return file_pulsar_pb_PulsarApi_proto_enumTypes[4].Descriptor()
 }
 
 func (KeySharedMode) Type() protoreflect.EnumType {
-	return &file_PulsarApi_proto_enumTypes[4]
+	return &file_pulsar_pb_PulsarApi_proto_enumTypes[4]
 }
 
 func (x KeySharedMode) Number() protoreflect.EnumNumber {
@@ -469,7 +469,7 @@ func (x *KeySharedMode) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use KeySharedMode.Descriptor instead.
 func (KeySharedMode) EnumDescriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{4}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{4}
 }
 
 type CommandPartitionedTopicMetadataResponse_LookupType int32
@@ -502,11 +502,11 @@ func (x CommandPartitionedTopicMetadataResponse_LookupType) String() string {
 }
 
 func (CommandPartitionedTopicMetadataResponse_LookupType) Descriptor() protoreflect.EnumDescriptor {
-	return file_PulsarApi_proto_enumTypes[5].Descriptor()
+	return file_pulsar_pb_PulsarApi_proto_enumTypes[5].Descriptor()
 }
 
 func (CommandPartitionedTopicMetadataResponse_LookupType) Type() protoreflect.EnumType {
-	return &file_PulsarApi_proto_enumTypes[5]
+	return &file_pulsar_pb_PulsarApi_proto_enumTypes[5]
 }
 
 func (x CommandPartitionedTopicMetadataResponse_LookupType) Number() protoreflect.EnumNumber {
@@ -525,7 +525,7 @@ func (x *CommandPartitionedTopicMetadataResponse_LookupType) UnmarshalJSON(b []b
 
 // Deprecated: Use CommandPartitionedTopicMetadataResponse_LookupType.Descriptor instead.
 func (CommandPartitionedTopicMetadataResponse_LookupType) EnumDescriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{15, 0}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{15, 0}
 }
 
 type CommandLookupTopicResponse_LookupType int32
@@ -561,11 +561,11 @@ func (x CommandLookupTopicResponse_LookupType) String() string {
 }
 
 func (CommandLookupTopicResponse_LookupType) Descriptor() protoreflect.EnumDescriptor {
-	return file_PulsarApi_proto_enumTypes[6].Descriptor()
+	return file_pulsar_pb_PulsarApi_proto_enumTypes[6].Descriptor()
 }
 
 func (CommandLookupTopicResponse_LookupType) Type() protoreflect.EnumType {
-	return &file_PulsarApi_proto_enumTypes[6]
+	return &file_pulsar_pb_PulsarApi_proto_enumTypes[6]
 }
 
 func (x CommandLookupTopicResponse_LookupType) Number() protoreflect.EnumNumber {
@@ -584,7 +584,7 @@ func (x *CommandLookupTopicResponse_LookupType) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use CommandLookupTopicResponse_LookupType.Descriptor instead.
 func (CommandLookupTopicResponse_LookupType) EnumDescriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{17, 0}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{17, 0}
 }
 
 type CommandGetTopicsOfNamespace_Mode int32
@@ -620,11 +620,11 @@ func (x CommandGetTopicsOfNamespace_Mode) String() string {
 }
 
 func (CommandGetTopicsOfNamespace_Mode) Descriptor() protoreflect.EnumDescriptor {
-	return file_PulsarApi_proto_enumTypes[7].Descriptor()
+	return file_pulsar_pb_PulsarApi_proto_enumTypes[7].Descriptor()
 }
 
 func (CommandGetTopicsOfNamespace_Mode) Type() protoreflect.EnumType {
-	return &file_PulsarApi_proto_enumTypes[7]
+	return &file_pulsar_pb_PulsarApi_proto_enumTypes[7]
 }
 
 func (x CommandGetTopicsOfNamespace_Mode) Number() protoreflect.EnumNumber {
@@ -643,7 +643,7 @@ func (x *CommandGetTopicsOfNamespace_Mode) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use CommandGetTopicsOfNamespace_Mode.Descriptor instead.
 func (CommandGetTopicsOfNamespace_Mode) EnumDescriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{18, 0}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{18, 0}
 }
 
 type CommandSubscribe_SubType int32
@@ -682,11 +682,11 @@ func (x CommandSubscribe_SubType) String() string {
 }
 
 func (CommandSubscribe_SubType) Descriptor() protoreflect.EnumDescriptor {
-	return file_PulsarApi_proto_enumTypes[8].Descriptor()
+	return file_pulsar_pb_PulsarApi_proto_enumTypes[8].Descriptor()
 }
 
 func (CommandSubscribe_SubType) Type() protoreflect.EnumType {
-	return &file_PulsarApi_proto_enumTypes[8]
+	return &file_pulsar_pb_PulsarApi_proto_enumTypes[8]
 }
 
 func (x CommandSubscribe_SubType) Number() protoreflect.EnumNumber {
@@ -705,7 +705,7 @@ func (x *CommandSubscribe_SubType) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use CommandSubscribe_SubType.Descriptor instead.
 func (CommandSubscribe_SubType) EnumDescriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{23, 0}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{23, 0}
 }
 
 type CommandSubscribe_InitialPosition int32
@@ -738,11 +738,11 @@ func (x CommandSubscribe_InitialPosition) String() string {
 }
 
 func (CommandSubscribe_InitialPosition) Descriptor() protoreflect.EnumDescriptor {
-	return file_PulsarApi_proto_enumTypes[9].Descriptor()
+	return file_pulsar_pb_PulsarApi_proto_enumTypes[9].Descriptor()
 }
 
 func (CommandSubscribe_InitialPosition) Type() protoreflect.EnumType {
-	return &file_PulsarApi_proto_enumTypes[9]
+	return &file_pulsar_pb_PulsarApi_proto_enumTypes[9]
 }
 
 func (x CommandSubscribe_InitialPosition) Number() protoreflect.EnumNumber {
@@ -761,7 +761,7 @@ func (x *CommandSubscribe_InitialPosition) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use CommandSubscribe_InitialPosition.Descriptor instead.
 func (CommandSubscribe_InitialPosition) EnumDescriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{23, 1}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{23, 1}
 }
 
 type CommandAck_AckType int32
@@ -794,11 +794,11 @@ func (x CommandAck_AckType) String() string {
 }
 
 func (CommandAck_AckType) Descriptor() protoreflect.EnumDescriptor {
-	return file_PulsarApi_proto_enumTypes[10].Descriptor()
+	return file_pulsar_pb_PulsarApi_proto_enumTypes[10].Descriptor()
 }
 
 func (CommandAck_AckType) Type() protoreflect.EnumType {
-	return &file_PulsarApi_proto_enumTypes[10]
+	return &file_pulsar_pb_PulsarApi_proto_enumTypes[10]
 }
 
 func (x CommandAck_AckType) Number() protoreflect.EnumNumber {
@@ -817,7 +817,7 @@ func (x *CommandAck_AckType) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use CommandAck_AckType.Descriptor instead.
 func (CommandAck_AckType) EnumDescriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{26, 0}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{26, 0}
 }
 
 type CommandAck_ValidationError int32
@@ -859,11 +859,11 @@ func (x CommandAck_ValidationError) String() string {
 }
 
 func (CommandAck_ValidationError) Descriptor() protoreflect.EnumDescriptor {
-	return file_PulsarApi_proto_enumTypes[11].Descriptor()
+	return file_pulsar_pb_PulsarApi_proto_enumTypes[11].Descriptor()
 }
 
 func (CommandAck_ValidationError) Type() protoreflect.EnumType {
-	return &file_PulsarApi_proto_enumTypes[11]
+	return &file_pulsar_pb_PulsarApi_proto_enumTypes[11]
 }
 
 func (x CommandAck_ValidationError) Number() protoreflect.EnumNumber {
@@ -882,7 +882,7 @@ func (x *CommandAck_ValidationError) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use CommandAck_ValidationError.Descriptor instead.
 func (CommandAck_ValidationError) EnumDescriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{26, 1}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{26, 1}
 }
 
 type BaseCommand_Type int32
@@ -1083,11 +1083,11 @@ func (x BaseCommand_Type) String() string {
 }
 
 func (BaseCommand_Type) Descriptor() protoreflect.EnumDescriptor {
-	return file_PulsarApi_proto_enumTypes[12].Descriptor()
+	return file_pulsar_pb_PulsarApi_proto_enumTypes[12].Descriptor()
 }
 
 func (BaseCommand_Type) Type() protoreflect.EnumType {
-	return &file_PulsarApi_proto_enumTypes[12]
+	return &file_pulsar_pb_PulsarApi_proto_enumTypes[12]
 }
 
 func (x BaseCommand_Type) Number() protoreflect.EnumNumber {
@@ -1106,7 +1106,7 @@ func (x *BaseCommand_Type) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use BaseCommand_Type.Descriptor instead.
 func (BaseCommand_Type) EnumDescriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{36, 0}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{36, 0}
 }
 
 // A message's position: ledger and entry of the partition's log, the
@@ -1132,7 +1132,7 @@ const (
 
 func (x *MessageIdData) Reset() {
 	*x = MessageIdData{}
-	mi := &file_PulsarApi_proto_msgTypes[0]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1144,7 @@ func (x *MessageIdData) String() string {
 func (*MessageIdData) ProtoMessage() {}
 
 func (x *MessageIdData) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[0]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1157,7 @@ func (x *MessageIdData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageIdData.ProtoReflect.Descriptor instead.
 func (*MessageIdData) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{0}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *MessageIdData) GetLedgerId() uint64 {
@@ -1219,7 +1219,7 @@ type KeyValue struct {
 
 func (x *KeyValue) Reset() {
 	*x = KeyValue{}
-	mi := &file_PulsarApi_proto_msgTypes[1]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1231,7 +1231,7 @@ func (x *KeyValue) String() string {
 func (*KeyValue) ProtoMessage() {}
 
 func (x *KeyValue) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[1]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1244,7 +1244,7 @@ func (x *KeyValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyValue.ProtoReflect.Descriptor instead.
 func (*KeyValue) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{1}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *KeyValue) GetKey() string {
@@ -1271,7 +1271,7 @@ type KeyLongValue struct {
 
 func (x *KeyLongValue) Reset() {
 	*x = KeyLongValue{}
-	mi := &file_PulsarApi_proto_msgTypes[2]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1283,7 +1283,7 @@ func (x *KeyLongValue) String() string {
 func (*KeyLongValue) ProtoMessage() {}
 
 func (x *KeyLongValue) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[2]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1296,7 +1296,7 @@ func (x *KeyLongValue) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyLongValue.ProtoReflect.Descriptor instead.
 func (*KeyLongValue) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{2}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *KeyLongValue) GetKey() string {
@@ -1324,7 +1324,7 @@ type IntRange struct {
 
 func (x *IntRange) Reset() {
 	*x = IntRange{}
-	mi := &file_PulsarApi_proto_msgTypes[3]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1336,7 @@ func (x *IntRange) String() string {
 func (*IntRange) ProtoMessage() {}
 
 func (x *IntRange) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[3]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1349,7 @@ func (x *IntRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IntRange.ProtoReflect.Descriptor instead.
 func (*IntRange) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{3}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *IntRange) GetStart() int32 {
@@ -1411,7 +1411,7 @@ const (
 
 func (x *MessageMetadata) Reset() {
 	*x = MessageMetadata{}
-	mi := &file_PulsarApi_proto_msgTypes[4]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1423,7 +1423,7 @@ func (x *MessageMetadata) String() string {
 func (*MessageMetadata) ProtoMessage() {}
 
 func (x *MessageMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[4]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1436,7 +1436,7 @@ func (x *MessageMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MessageMetadata.ProtoReflect.Descriptor instead.
 func (*MessageMetadata) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{4}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *MessageMetadata) GetProducerName() string {
@@ -1628,7 +1628,7 @@ const (
 
 func (x *SingleMessageMetadata) Reset() {
 	*x = SingleMessageMetadata{}
-	mi := &file_PulsarApi_proto_msgTypes[5]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1640,7 +1640,7 @@ func (x *SingleMessageMetadata) String() string {
 func (*SingleMessageMetadata) ProtoMessage() {}
 
 func (x *SingleMessageMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[5]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1653,7 +1653,7 @@ func (x *SingleMessageMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SingleMessageMetadata.ProtoReflect.Descriptor instead.
 func (*SingleMessageMetadata) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{5}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SingleMessageMetadata) GetProperties() []*KeyValue {
@@ -1737,7 +1737,7 @@ type BrokerEntryMetadata struct {
 
 func (x *BrokerEntryMetadata) Reset() {
 	*x = BrokerEntryMetadata{}
-	mi := &file_PulsarApi_proto_msgTypes[6]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1749,7 +1749,7 @@ func (x *BrokerEntryMetadata) String() string {
 func (*BrokerEntryMetadata) ProtoMessage() {}
 
 func (x *BrokerEntryMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[6]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1762,7 +1762,7 @@ func (x *BrokerEntryMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BrokerEntryMetadata.ProtoReflect.Descriptor instead.
 func (*BrokerEntryMetadata) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{6}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *BrokerEntryMetadata) GetBrokerTimestamp() uint64 {
@@ -1802,7 +1802,7 @@ const (
 
 func (x *CommandConnect) Reset() {
 	*x = CommandConnect{}
-	mi := &file_PulsarApi_proto_msgTypes[7]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1814,7 +1814,7 @@ func (x *CommandConnect) String() string {
 func (*CommandConnect) ProtoMessage() {}
 
 func (x *CommandConnect) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[7]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1827,7 +1827,7 @@ func (x *CommandConnect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandConnect.ProtoReflect.Descriptor instead.
 func (*CommandConnect) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{7}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CommandConnect) GetClientVersion() string {
@@ -1920,7 +1920,7 @@ const (
 
 func (x *FeatureFlags) Reset() {
 	*x = FeatureFlags{}
-	mi := &file_PulsarApi_proto_msgTypes[8]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1932,7 +1932,7 @@ func (x *FeatureFlags) String() string {
 func (*FeatureFlags) ProtoMessage() {}
 
 func (x *FeatureFlags) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[8]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1945,7 +1945,7 @@ func (x *FeatureFlags) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FeatureFlags.ProtoReflect.Descriptor instead.
 func (*FeatureFlags) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{8}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FeatureFlags) GetSupportsAuthRefresh() bool {
@@ -1993,7 +1993,7 @@ const (
 
 func (x *CommandConnected) Reset() {
 	*x = CommandConnected{}
-	mi := &file_PulsarApi_proto_msgTypes[9]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2005,7 +2005,7 @@ func (x *CommandConnected) String() string {
 func (*CommandConnected) ProtoMessage() {}
 
 func (x *CommandConnected) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[9]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2018,7 +2018,7 @@ func (x *CommandConnected) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandConnected.ProtoReflect.Descriptor instead.
 func (*CommandConnected) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{9}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CommandConnected) GetServerVersion() string {
@@ -2057,7 +2057,7 @@ type CommandPing struct {
 
 func (x *CommandPing) Reset() {
 	*x = CommandPing{}
-	mi := &file_PulsarApi_proto_msgTypes[10]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2069,7 +2069,7 @@ func (x *CommandPing) String() string {
 func (*CommandPing) ProtoMessage() {}
 
 func (x *CommandPing) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[10]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2082,7 +2082,7 @@ func (x *CommandPing) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandPing.ProtoReflect.Descriptor instead.
 func (*CommandPing) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{10}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{10}
 }
 
 type CommandPong struct {
@@ -2093,7 +2093,7 @@ type CommandPong struct {
 
 func (x *CommandPong) Reset() {
 	*x = CommandPong{}
-	mi := &file_PulsarApi_proto_msgTypes[11]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2105,7 @@ func (x *CommandPong) String() string {
 func (*CommandPong) ProtoMessage() {}
 
 func (x *CommandPong) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[11]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2118,7 @@ func (x *CommandPong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandPong.ProtoReflect.Descriptor instead.
 func (*CommandPong) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{11}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{11}
 }
 
 type CommandSuccess struct {
@@ -2130,7 +2130,7 @@ type CommandSuccess struct {
 
 func (x *CommandSuccess) Reset() {
 	*x = CommandSuccess{}
-	mi := &file_PulsarApi_proto_msgTypes[12]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2142,7 +2142,7 @@ func (x *CommandSuccess) String() string {
 func (*CommandSuccess) ProtoMessage() {}
 
 func (x *CommandSuccess) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[12]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2155,7 +2155,7 @@ func (x *CommandSuccess) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandSuccess.ProtoReflect.Descriptor instead.
 func (*CommandSuccess) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{12}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CommandSuccess) GetRequestId() uint64 {
@@ -2176,7 +2176,7 @@ type CommandError struct {
 
 func (x *CommandError) Reset() {
 	*x = CommandError{}
-	mi := &file_PulsarApi_proto_msgTypes[13]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2188,7 +2188,7 @@ func (x *CommandError) String() string {
 func (*CommandError) ProtoMessage() {}
 
 func (x *CommandError) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[13]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2201,7 +2201,7 @@ func (x *CommandError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandError.ProtoReflect.Descriptor instead.
 func (*CommandError) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{13}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CommandError) GetRequestId() uint64 {
@@ -2238,7 +2238,7 @@ type CommandPartitionedTopicMetadata struct {
 
 func (x *CommandPartitionedTopicMetadata) Reset() {
 	*x = CommandPartitionedTopicMetadata{}
-	mi := &file_PulsarApi_proto_msgTypes[14]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2250,7 +2250,7 @@ func (x *CommandPartitionedTopicMetadata) String() string {
 func (*CommandPartitionedTopicMetadata) ProtoMessage() {}
 
 func (x *CommandPartitionedTopicMetadata) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[14]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2263,7 +2263,7 @@ func (x *CommandPartitionedTopicMetadata) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandPartitionedTopicMetadata.ProtoReflect.Descriptor instead.
 func (*CommandPartitionedTopicMetadata) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{14}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CommandPartitionedTopicMetadata) GetTopic() string {
@@ -2314,7 +2314,7 @@ type CommandPartitionedTopicMetadataResponse struct {
 
 func (x *CommandPartitionedTopicMetadataResponse) Reset() {
 	*x = CommandPartitionedTopicMetadataResponse{}
-	mi := &file_PulsarApi_proto_msgTypes[15]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2326,7 +2326,7 @@ func (x *CommandPartitionedTopicMetadataResponse) String() string {
 func (*CommandPartitionedTopicMetadataResponse) ProtoMessage() {}
 
 func (x *CommandPartitionedTopicMetadataResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[15]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2339,7 +2339,7 @@ func (x *CommandPartitionedTopicMetadataResponse) ProtoReflect() protoreflect.Me
 
 // Deprecated: Use CommandPartitionedTopicMetadataResponse.ProtoReflect.Descriptor instead.
 func (*CommandPartitionedTopicMetadataResponse) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{15}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CommandPartitionedTopicMetadataResponse) GetPartitions() uint32 {
@@ -2398,7 +2398,7 @@ const (
 
 func (x *CommandLookupTopic) Reset() {
 	*x = CommandLookupTopic{}
-	mi := &file_PulsarApi_proto_msgTypes[16]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2410,7 +2410,7 @@ func (x *CommandLookupTopic) String() string {
 func (*CommandLookupTopic) ProtoMessage() {}
 
 func (x *CommandLookupTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[16]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2423,7 +2423,7 @@ func (x *CommandLookupTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandLookupTopic.ProtoReflect.Descriptor instead.
 func (*CommandLookupTopic) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{16}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CommandLookupTopic) GetTopic() string {
@@ -2504,7 +2504,7 @@ const (
 
 func (x *CommandLookupTopicResponse) Reset() {
 	*x = CommandLookupTopicResponse{}
-	mi := &file_PulsarApi_proto_msgTypes[17]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2516,7 +2516,7 @@ func (x *CommandLookupTopicResponse) String() string {
 func (*CommandLookupTopicResponse) ProtoMessage() {}
 
 func (x *CommandLookupTopicResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[17]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2529,7 +2529,7 @@ func (x *CommandLookupTopicResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandLookupTopicResponse.ProtoReflect.Descriptor instead.
 func (*CommandLookupTopicResponse) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{17}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CommandLookupTopicResponse) GetBrokerServiceUrl() string {
@@ -2606,7 +2606,7 @@ const (
 
 func (x *CommandGetTopicsOfNamespace) Reset() {
 	*x = CommandGetTopicsOfNamespace{}
-	mi := &file_PulsarApi_proto_msgTypes[18]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2618,7 +2618,7 @@ func (x *CommandGetTopicsOfNamespace) String() string {
 func (*CommandGetTopicsOfNamespace) ProtoMessage() {}
 
 func (x *CommandGetTopicsOfNamespace) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[18]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2631,7 +2631,7 @@ func (x *CommandGetTopicsOfNamespace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandGetTopicsOfNamespace.ProtoReflect.Descriptor instead.
 func (*CommandGetTopicsOfNamespace) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{18}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CommandGetTopicsOfNamespace) GetRequestId() uint64 {
@@ -2688,7 +2688,7 @@ const (
 
 func (x *CommandGetTopicsOfNamespaceResponse) Reset() {
 	*x = CommandGetTopicsOfNamespaceResponse{}
-	mi := &file_PulsarApi_proto_msgTypes[19]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2700,7 +2700,7 @@ func (x *CommandGetTopicsOfNamespaceResponse) String() string {
 func (*CommandGetTopicsOfNamespaceResponse) ProtoMessage() {}
 
 func (x *CommandGetTopicsOfNamespaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[19]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2713,7 +2713,7 @@ func (x *CommandGetTopicsOfNamespaceResponse) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use CommandGetTopicsOfNamespaceResponse.ProtoReflect.Descriptor instead.
 func (*CommandGetTopicsOfNamespaceResponse) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{19}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CommandGetTopicsOfNamespaceResponse) GetRequestId() uint64 {
@@ -2763,7 +2763,7 @@ type CommandProducer struct {
 
 func (x *CommandProducer) Reset() {
 	*x = CommandProducer{}
-	mi := &file_PulsarApi_proto_msgTypes[20]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2775,7 +2775,7 @@ func (x *CommandProducer) String() string {
 func (*CommandProducer) ProtoMessage() {}
 
 func (x *CommandProducer) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[20]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2788,7 +2788,7 @@ func (x *CommandProducer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandProducer.ProtoReflect.Descriptor instead.
 func (*CommandProducer) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{20}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CommandProducer) GetTopic() string {
@@ -2829,7 +2829,7 @@ type CommandCloseProducer struct {
 
 func (x *CommandCloseProducer) Reset() {
 	*x = CommandCloseProducer{}
-	mi := &file_PulsarApi_proto_msgTypes[21]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2841,7 +2841,7 @@ func (x *CommandCloseProducer) String() string {
 func (*CommandCloseProducer) ProtoMessage() {}
 
 func (x *CommandCloseProducer) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[21]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2854,7 +2854,7 @@ func (x *CommandCloseProducer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandCloseProducer.ProtoReflect.Descriptor instead.
 func (*CommandCloseProducer) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{21}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CommandCloseProducer) GetProducerId() uint64 {
@@ -2887,7 +2887,7 @@ const (
 
 func (x *KeySharedMeta) Reset() {
 	*x = KeySharedMeta{}
-	mi := &file_PulsarApi_proto_msgTypes[22]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2899,7 +2899,7 @@ func (x *KeySharedMeta) String() string {
 func (*KeySharedMeta) ProtoMessage() {}
 
 func (x *KeySharedMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[22]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2912,7 +2912,7 @@ func (x *KeySharedMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeySharedMeta.ProtoReflect.Descriptor instead.
 func (*KeySharedMeta) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{22}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *KeySharedMeta) GetKeySharedMode() KeySharedMode {
@@ -2970,7 +2970,7 @@ const (
 
 func (x *CommandSubscribe) Reset() {
 	*x = CommandSubscribe{}
-	mi := &file_PulsarApi_proto_msgTypes[23]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2982,7 +2982,7 @@ func (x *CommandSubscribe) String() string {
 func (*CommandSubscribe) ProtoMessage() {}
 
 func (x *CommandSubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[23]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2995,7 +2995,7 @@ func (x *CommandSubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandSubscribe.ProtoReflect.Descriptor instead.
 func (*CommandSubscribe) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{23}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CommandSubscribe) GetTopic() string {
@@ -3134,7 +3134,7 @@ type CommandFlow struct {
 
 func (x *CommandFlow) Reset() {
 	*x = CommandFlow{}
-	mi := &file_PulsarApi_proto_msgTypes[24]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3146,7 +3146,7 @@ func (x *CommandFlow) String() string {
 func (*CommandFlow) ProtoMessage() {}
 
 func (x *CommandFlow) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[24]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3159,7 +3159,7 @@ func (x *CommandFlow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandFlow.ProtoReflect.Descriptor instead.
 func (*CommandFlow) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{24}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CommandFlow) GetConsumerId() uint64 {
@@ -3194,7 +3194,7 @@ const (
 
 func (x *CommandMessage) Reset() {
 	*x = CommandMessage{}
-	mi := &file_PulsarApi_proto_msgTypes[25]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3206,7 +3206,7 @@ func (x *CommandMessage) String() string {
 func (*CommandMessage) ProtoMessage() {}
 
 func (x *CommandMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[25]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3219,7 +3219,7 @@ func (x *CommandMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandMessage.ProtoReflect.Descriptor instead.
 func (*CommandMessage) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{25}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CommandMessage) GetConsumerId() uint64 {
@@ -3279,7 +3279,7 @@ const (
 
 func (x *CommandAck) Reset() {
 	*x = CommandAck{}
-	mi := &file_PulsarApi_proto_msgTypes[26]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3291,7 +3291,7 @@ func (x *CommandAck) String() string {
 func (*CommandAck) ProtoMessage() {}
 
 func (x *CommandAck) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[26]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3304,7 +3304,7 @@ func (x *CommandAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandAck.ProtoReflect.Descriptor instead.
 func (*CommandAck) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{26}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CommandAck) GetConsumerId() uint64 {
@@ -3383,7 +3383,7 @@ const (
 
 func (x *CommandAckResponse) Reset() {
 	*x = CommandAckResponse{}
-	mi := &file_PulsarApi_proto_msgTypes[27]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3395,7 +3395,7 @@ func (x *CommandAckResponse) String() string {
 func (*CommandAckResponse) ProtoMessage() {}
 
 func (x *CommandAckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[27]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3408,7 +3408,7 @@ func (x *CommandAckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandAckResponse.ProtoReflect.Descriptor instead.
 func (*CommandAckResponse) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{27}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CommandAckResponse) GetConsumerId() uint64 {
@@ -3468,7 +3468,7 @@ const (
 
 func (x *CommandActiveConsumerChange) Reset() {
 	*x = CommandActiveConsumerChange{}
-	mi := &file_PulsarApi_proto_msgTypes[28]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3480,7 +3480,7 @@ func (x *CommandActiveConsumerChange) String() string {
 func (*CommandActiveConsumerChange) ProtoMessage() {}
 
 func (x *CommandActiveConsumerChange) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[28]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3493,7 +3493,7 @@ func (x *CommandActiveConsumerChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandActiveConsumerChange.ProtoReflect.Descriptor instead.
 func (*CommandActiveConsumerChange) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{28}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CommandActiveConsumerChange) GetConsumerId() uint64 {
@@ -3526,7 +3526,7 @@ const (
 
 func (x *CommandUnsubscribe) Reset() {
 	*x = CommandUnsubscribe{}
-	mi := &file_PulsarApi_proto_msgTypes[29]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3538,7 +3538,7 @@ func (x *CommandUnsubscribe) String() string {
 func (*CommandUnsubscribe) ProtoMessage() {}
 
 func (x *CommandUnsubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[29]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3551,7 +3551,7 @@ func (x *CommandUnsubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandUnsubscribe.ProtoReflect.Descriptor instead.
 func (*CommandUnsubscribe) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{29}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CommandUnsubscribe) GetConsumerId() uint64 {
@@ -3587,7 +3587,7 @@ type CommandSeek struct {
 
 func (x *CommandSeek) Reset() {
 	*x = CommandSeek{}
-	mi := &file_PulsarApi_proto_msgTypes[30]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3599,7 +3599,7 @@ func (x *CommandSeek) String() string {
 func (*CommandSeek) ProtoMessage() {}
 
 func (x *CommandSeek) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[30]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3612,7 +3612,7 @@ func (x *CommandSeek) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandSeek.ProtoReflect.Descriptor instead.
 func (*CommandSeek) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{30}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CommandSeek) GetConsumerId() uint64 {
@@ -3652,7 +3652,7 @@ type CommandReachedEndOfTopic struct {
 
 func (x *CommandReachedEndOfTopic) Reset() {
 	*x = CommandReachedEndOfTopic{}
-	mi := &file_PulsarApi_proto_msgTypes[31]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3664,7 +3664,7 @@ func (x *CommandReachedEndOfTopic) String() string {
 func (*CommandReachedEndOfTopic) ProtoMessage() {}
 
 func (x *CommandReachedEndOfTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[31]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3677,7 +3677,7 @@ func (x *CommandReachedEndOfTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandReachedEndOfTopic.ProtoReflect.Descriptor instead.
 func (*CommandReachedEndOfTopic) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{31}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CommandReachedEndOfTopic) GetConsumerId() uint64 {
@@ -3699,7 +3699,7 @@ type CommandCloseConsumer struct {
 
 func (x *CommandCloseConsumer) Reset() {
 	*x = CommandCloseConsumer{}
-	mi := &file_PulsarApi_proto_msgTypes[32]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3711,7 +3711,7 @@ func (x *CommandCloseConsumer) String() string {
 func (*CommandCloseConsumer) ProtoMessage() {}
 
 func (x *CommandCloseConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[32]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3724,7 +3724,7 @@ func (x *CommandCloseConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandCloseConsumer.ProtoReflect.Descriptor instead.
 func (*CommandCloseConsumer) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{32}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CommandCloseConsumer) GetConsumerId() uint64 {
@@ -3766,7 +3766,7 @@ type CommandRedeliverUnacknowledgedMessages struct {
 
 func (x *CommandRedeliverUnacknowledgedMessages) Reset() {
 	*x = CommandRedeliverUnacknowledgedMessages{}
-	mi := &file_PulsarApi_proto_msgTypes[33]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3778,7 +3778,7 @@ func (x *CommandRedeliverUnacknowledgedMessages) String() string {
 func (*CommandRedeliverUnacknowledgedMessages) ProtoMessage() {}
 
 func (x *CommandRedeliverUnacknowledgedMessages) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[33]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3791,7 +3791,7 @@ func (x *CommandRedeliverUnacknowledgedMessages) ProtoReflect() protoreflect.Mes
 
 // Deprecated: Use CommandRedeliverUnacknowledgedMessages.ProtoReflect.Descriptor instead.
 func (*CommandRedeliverUnacknowledgedMessages) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{33}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CommandRedeliverUnacknowledgedMessages) GetConsumerId() uint64 {
@@ -3825,7 +3825,7 @@ type CommandGetLastMessageId struct {
 
 func (x *CommandGetLastMessageId) Reset() {
 	*x = CommandGetLastMessageId{}
-	mi := &file_PulsarApi_proto_msgTypes[34]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3837,7 +3837,7 @@ func (x *CommandGetLastMessageId) String() string {
 func (*CommandGetLastMessageId) ProtoMessage() {}
 
 func (x *CommandGetLastMessageId) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[34]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3850,7 +3850,7 @@ func (x *CommandGetLastMessageId) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandGetLastMessageId.ProtoReflect.Descriptor instead.
 func (*CommandGetLastMessageId) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{34}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CommandGetLastMessageId) GetConsumerId() uint64 {
@@ -3878,7 +3878,7 @@ type CommandGetLastMessageIdResponse struct {
 
 func (x *CommandGetLastMessageIdResponse) Reset() {
 	*x = CommandGetLastMessageIdResponse{}
-	mi := &file_PulsarApi_proto_msgTypes[35]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3890,7 +3890,7 @@ func (x *CommandGetLastMessageIdResponse) String() string {
 func (*CommandGetLastMessageIdResponse) ProtoMessage() {}
 
 func (x *CommandGetLastMessageIdResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[35]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3903,7 +3903,7 @@ func (x *CommandGetLastMessageIdResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandGetLastMessageIdResponse.ProtoReflect.Descriptor instead.
 func (*CommandGetLastMessageIdResponse) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{35}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CommandGetLastMessageIdResponse) GetLastMessageId() *MessageIdData {
@@ -3966,7 +3966,7 @@ type BaseCommand struct {
 
 func (x *BaseCommand) Reset() {
 	*x = BaseCommand{}
-	mi := &file_PulsarApi_proto_msgTypes[36]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3978,7 +3978,7 @@ func (x *BaseCommand) String() string {
 func (*BaseCommand) ProtoMessage() {}
 
 func (x *BaseCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_PulsarApi_proto_msgTypes[36]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3991,7 +3991,7 @@ func (x *BaseCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BaseCommand.ProtoReflect.Descriptor instead.
 func (*BaseCommand) Descriptor() ([]byte, []int) {
-	return file_PulsarApi_proto_rawDescGZIP(), []int{36}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *BaseCommand) GetType() BaseCommand_Type {
@@ -4190,11 +4190,11 @@ func (x *BaseCommand) GetAckResponse() *CommandAckResponse {
 	return nil
 }
 
-var File_PulsarApi_proto protoreflect.FileDescriptor
+var File_pulsar_pb_PulsarApi_proto protoreflect.FileDescriptor
 
-const file_PulsarApi_proto_rawDesc = "" +
+const file_pulsar_pb_PulsarApi_proto_rawDesc = "" +
 	"\n" +
-	"\x0fPulsarApi.proto\x12\x10tributary.pulsar\"\x9a\x02\n" +
+	"\x19pulsar/pb/PulsarApi.proto\x12\x10tributary.pulsar\"\x9a\x02\n" +
 	"\rMessageIdData\x12\x1a\n" +
 	"\bledgerId\x18\x01 \x02(\x04R\bledgerId\x12\x18\n" +
 	"\aentryId\x18\x02 \x02(\x04R\aentryId\x12 \n" +
@@ -4674,20 +4674,20 @@ const file_PulsarApi_proto_rawDesc = "" +
 	"\x06STICKY\x10\x01B-Z+github.com/tributary-io/tributary/pulsar/pb"
 
 var (
-	file_PulsarApi_proto_rawDescOnce sync.Once
-	file_PulsarApi_proto_rawDescData []byte
+	file_pulsar_pb_PulsarApi_proto_rawDescOnce sync.Once
+	file_pulsar_pb_PulsarApi_proto_rawDescData []byte
 )
 
-func file_PulsarApi_proto_rawDescGZIP() []byte {
-	file_PulsarApi_proto_rawDescOnce.Do(func() {
-		file_PulsarApi_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_PulsarApi_proto_rawDesc), len(file_PulsarApi_proto_rawDesc)))
+func file_pulsar_pb_PulsarApi_proto_rawDescGZIP() []byte {
+	file_pulsar_pb_PulsarApi_proto_rawDescOnce.Do(func() {
+		file_pulsar_pb_PulsarApi_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_pulsar_pb_PulsarApi_proto_rawDesc), len(file_pulsar_pb_PulsarApi_proto_rawDesc)))
 	})
-	return file_PulsarApi_proto_rawDescData
+	return file_pulsar_pb_PulsarApi_proto_rawDescData
 }
 
-var file_PulsarApi_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
-var file_PulsarApi_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
-var file_PulsarApi_proto_goTypes = []any{
+var file_pulsar_pb_PulsarApi_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
+var file_pulsar_pb_PulsarApi_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_pulsar_pb_PulsarApi_proto_goTypes = []any{
 	(CompressionType)(0), // 0: tributary.pulsar.CompressionType
 	(ServerError)(0),     // 1: tributary.pulsar.ServerError
 	(AuthMethod)(0),      // 2: tributary.pulsar.AuthMethod
@@ -4739,7 +4739,7 @@ var file_PulsarApi_proto_goTypes = []any{
 	(*CommandGetLastMessageIdResponse)(nil),                 // 48: tributary.pulsar.CommandGetLastMessageIdResponse
 	(*BaseCommand)(nil),                                     // 49: tributary.pulsar.BaseCommand
 }
-var file_PulsarApi_proto_depIdxs = []int32{
+var file_pulsar_pb_PulsarApi_proto_depIdxs = []int32{
 	13, // 0: tributary.pulsar.MessageIdData.first_chunk_message_id:type_name -> tributary.pulsar.MessageIdData
 	14, // 1: tributary.pulsar.MessageMetadata.properties:type_name -> tributary.pulsar.KeyValue
 	0,  // 2: tributary.pulsar.MessageMetadata.compression:type_name -> tributary.pulsar.CompressionType
@@ -4807,27 +4807,27 @@ var file_PulsarApi_proto_depIdxs = []int32{
 	0,  // [0:60] is the sub-list for field type_name
 }
 
-func init() { file_PulsarApi_proto_init() }
-func file_PulsarApi_proto_init() {
-	if File_PulsarApi_proto != nil {
+func init() { file_pulsar_pb_PulsarApi_proto_init() }
+func file_pulsar_pb_PulsarApi_proto_init() {
+	if File_pulsar_pb_PulsarApi_proto != nil {
 		return
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_PulsarApi_proto_rawDesc), len(file_PulsarApi_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulsar_pb_PulsarApi_proto_rawDesc), len(file_pulsar_pb_PulsarApi_proto_rawDesc)),
 			NumEnums:      13,
 			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
-		GoTypes:           file_PulsarApi_proto_goTypes,
-		DependencyIndexes: file_PulsarApi_proto_depIdxs,
-		EnumInfos:         file_PulsarApi_proto_enumTypes,
-		MessageInfos:      file_PulsarApi_proto_msgTypes,
+		GoTypes:           file_pulsar_pb_PulsarApi_proto_goTypes,
+		DependencyIndexes: file_pulsar_pb_PulsarApi_proto_depIdxs,
+		EnumInfos:         file_pulsar_pb_PulsarApi_proto_enumTypes,
+		MessageInfos:      file_pulsar_pb_PulsarApi_proto_msgTypes,
 	}.Build()
-	File_PulsarApi_proto = out.File
-	file_PulsarApi_proto_goTypes = nil
-	file_PulsarApi_proto_depIdxs = nil
+	File_pulsar_pb_PulsarApi_proto = out.File
+	file_pulsar_pb_PulsarApi_proto_goTypes = nil
+	file_pulsar_pb_PulsarApi_proto_depIdxs = nil
 }
