@@ -194,7 +194,8 @@ type Subscription struct {
 	lastEnd      time.Time                // when End was last asked
 	owner        map[int64]*consumerState // pending offset → consumer
 	replay       map[int64]int32          // offsets to (re)deliver → key slot
-	held         map[int64]Entry          // entries of replay offsets already read
+	held         map[int64]Entry          // entries of replay offsets already read (up to maxHeldBytes)
+	heldBytes    int
 	redeliveries map[int64]uint32
 	epoch        uint64 // bumped by Seek: reads begun before it are dropped
 	outbox       []note // callbacks for the dispatch goroutine
@@ -573,8 +574,39 @@ func (s *Subscription) forget(cs *consumerState, off int64) {
 
 func (s *Subscription) dropReplay(off int64) {
 	delete(s.replay, off)
-	delete(s.held, off)
+	s.unhold(off)
 	delete(s.redeliveries, off)
+}
+
+// maxHeldBytes bounds the payload bytes of entries cached for the replay
+// set; beyond it only their offsets are kept and they are read again.
+const maxHeldBytes = 32 << 20
+
+// hold caches e for the replay set if the budget allows.
+func (s *Subscription) hold(e Entry) {
+	if _, ok := s.held[e.Offset]; ok {
+		return
+	}
+	n := entrySize(e)
+	if s.heldBytes+n > maxHeldBytes {
+		return
+	}
+	s.held[e.Offset] = e
+	s.heldBytes += n
+}
+
+func (s *Subscription) unhold(off int64) {
+	if e, ok := s.held[off]; ok {
+		s.heldBytes -= entrySize(e)
+		delete(s.held, off)
+	}
+}
+
+func entrySize(e Entry) int {
+	if e.Record == nil {
+		return 0
+	}
+	return len(e.Record.Value) + len(e.Record.Key) + 64
 }
 
 // Redeliver gives c's unacked offsets back for redelivery; nil/empty = all
@@ -618,6 +650,7 @@ func (s *Subscription) Seek(ctx context.Context, offset int64) error {
 	clear(s.owner)
 	clear(s.replay)
 	clear(s.held)
+	s.heldBytes = 0
 	clear(s.redeliveries)
 	clear(s.slotHolder)
 	for _, cs := range s.consumers {

@@ -37,6 +37,16 @@ func checkInvariants(t *testing.T, s *Subscription) {
 			t.Errorf("offset %d in replay and acked", off)
 		}
 	}
+	size := 0
+	for off, e := range s.held {
+		if _, ok := s.replay[off]; !ok {
+			t.Errorf("offset %d cached but not in replay", off)
+		}
+		size += entrySize(e)
+	}
+	if size != s.heldBytes || size > maxHeldBytes {
+		t.Errorf("held bytes %d, counted %d", s.heldBytes, size)
+	}
 	if s.typ == KeyShared {
 		held := map[int32]map[*consumerState]int{}
 		for off, cs := range s.owner {
