@@ -109,7 +109,10 @@ var (
 //   - Key_Shared: a slot (a key) is pending on at most one consumer at a
 //     time (slotHolder), and a held-back entry blocks every later entry of
 //     its slot, so a key's messages are never on two consumers at once and
-//     never overtake each other across a consumer change.
+//     never overtake each other across a consumer change. A consumer that
+//     joins while messages are outstanding gets nothing at or above its
+//     join point (the read position then) until everything below it is
+//     acknowledged (the broker's "recently joined consumers" rule).
 //   - Exclusive/Failover: only the active consumer receives messages; when
 //     the active consumer changes, everything unacknowledged is rewound
 //     (moved to the replay set) for the new one, as the broker's cursor
@@ -117,7 +120,8 @@ var (
 //   - All Consumer callbacks (Deliver, ActiveChanged) are made by the
 //     subscription's dispatch goroutine, never under a lock, so a callback
 //     may call back into the subscription and each consumer sees its
-//     notifications in order.
+//     notifications in order; none reaches a consumer before its first
+//     Flow (which a client sends only once SUBSCRIBE succeeded).
 //
 // Outline: Subscribe/Flow/Ack/Redeliver/Seek/Remove change the state under
 // mu and wake the dispatch goroutine (dispatch.go), which reads the Source
