@@ -125,7 +125,6 @@ func (s *Subscription) pass(ctx context.Context) (progress bool, wait time.Durat
 					delete(s.redeliveries, off)
 					continue
 				}
-				s.held[off] = e
 			}
 			entries = append(entries, e)
 		}
@@ -252,11 +251,11 @@ func (s *Subscription) assign(entries []Entry, blocked map[int32]bool) int {
 		cs.pending[e.Offset] = slot
 		s.owner[e.Offset] = cs
 		delete(s.replay, e.Offset)
-		delete(s.held, e.Offset)
+		s.unhold(e.Offset)
 	}
 	hold := func(e Entry, slot int32) {
 		s.replay[e.Offset] = slot
-		s.held[e.Offset] = e
+		s.hold(e)
 	}
 	sent := 0
 	switch s.typ {

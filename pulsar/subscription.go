@@ -109,7 +109,10 @@ var (
 //   - Key_Shared: a slot (a key) is pending on at most one consumer at a
 //     time (slotHolder), and a held-back entry blocks every later entry of
 //     its slot, so a key's messages are never on two consumers at once and
-//     never overtake each other across a consumer change.
+//     never overtake each other across a consumer change. A consumer that
+//     joins while messages are outstanding gets nothing at or above its
+//     join point (the read position then) until everything below it is
+//     acknowledged (the broker's "recently joined consumers" rule).
 //   - Exclusive/Failover: only the active consumer receives messages; when
 //     the active consumer changes, everything unacknowledged is rewound
 //     (moved to the replay set) for the new one, as the broker's cursor
@@ -117,7 +120,8 @@ var (
 //   - All Consumer callbacks (Deliver, ActiveChanged) are made by the
 //     subscription's dispatch goroutine, never under a lock, so a callback
 //     may call back into the subscription and each consumer sees its
-//     notifications in order.
+//     notifications in order; none reaches a consumer before its first
+//     Flow (which a client sends only once SUBSCRIBE succeeded).
 //
 // Outline: Subscribe/Flow/Ack/Redeliver/Seek/Remove change the state under
 // mu and wake the dispatch goroutine (dispatch.go), which reads the Source
@@ -194,7 +198,8 @@ type Subscription struct {
 	lastEnd      time.Time                // when End was last asked
 	owner        map[int64]*consumerState // pending offset → consumer
 	replay       map[int64]int32          // offsets to (re)deliver → key slot
-	held         map[int64]Entry          // entries of replay offsets already read
+	held         map[int64]Entry          // entries of replay offsets already read (up to maxHeldBytes)
+	heldBytes    int
 	redeliveries map[int64]uint32
 	epoch        uint64 // bumped by Seek: reads begun before it are dropped
 	outbox       []note // callbacks for the dispatch goroutine
@@ -377,35 +382,33 @@ func (s *Subscription) add(c Consumer, o SubscribeOptions) (bool, error) {
 	return true, nil
 }
 
-// pickActive chooses the Exclusive/Failover active consumer (Pulsar's
-// rule): consumers of the best (lowest) priority level only; for a
-// partition of a partitioned topic the one at partition index modulo their
-// count in (priority, name) order, otherwise the earliest subscribed. On a
-// change everything unacknowledged is rewound for the new active consumer.
-// joined, when not nil, is told its state even if nothing changed.
+// pickActive chooses the Exclusive/Failover active consumer by the
+// broker's rule: on a non-partitioned topic the earliest subscribed
+// consumer; on a partition of a partitioned topic, among the consumers of
+// the best (lowest) priority level sorted by name, the one at partition
+// index modulo their count. On a change everything unacknowledged is
+// rewound for the new active consumer. joined, when not nil, is told its
+// state even if nothing changed.
 func (s *Subscription) pickActive(joined *consumerState) {
 	var next *consumerState
-	if len(s.consumers) > 0 {
+	switch {
+	case len(s.consumers) == 0:
+	case s.partition < 0:
+		next = s.consumers[0] // join order
+	default:
 		order := append([]*consumerState(nil), s.consumers...)
 		sort.SliceStable(order, func(i, j int) bool {
 			a, b := order[i], order[j]
 			if pa, pb := a.c.Priority(), b.c.Priority(); pa != pb {
 				return pa < pb
 			}
-			if s.partition >= 0 {
-				return a.c.Name() < b.c.Name()
-			}
-			return a.seq < b.seq
+			return a.c.Name() < b.c.Name()
 		})
 		best := 1
 		for best < len(order) && order[best].c.Priority() == order[0].c.Priority() {
 			best++
 		}
-		i := 0
-		if s.partition >= 0 {
-			i = int(s.partition) % best
-		}
-		next = order[i]
+		next = order[int(s.partition)%best]
 	}
 	prev := s.active
 	s.active = next
@@ -575,8 +578,39 @@ func (s *Subscription) forget(cs *consumerState, off int64) {
 
 func (s *Subscription) dropReplay(off int64) {
 	delete(s.replay, off)
-	delete(s.held, off)
+	s.unhold(off)
 	delete(s.redeliveries, off)
+}
+
+// maxHeldBytes bounds the payload bytes of entries cached for the replay
+// set; beyond it only their offsets are kept and they are read again.
+const maxHeldBytes = 32 << 20
+
+// hold caches e for the replay set if the budget allows.
+func (s *Subscription) hold(e Entry) {
+	if _, ok := s.held[e.Offset]; ok {
+		return
+	}
+	n := entrySize(e)
+	if s.heldBytes+n > maxHeldBytes {
+		return
+	}
+	s.held[e.Offset] = e
+	s.heldBytes += n
+}
+
+func (s *Subscription) unhold(off int64) {
+	if e, ok := s.held[off]; ok {
+		s.heldBytes -= entrySize(e)
+		delete(s.held, off)
+	}
+}
+
+func entrySize(e Entry) int {
+	if e.Record == nil {
+		return 0
+	}
+	return len(e.Record.Value) + len(e.Record.Key) + 64
 }
 
 // Redeliver gives c's unacked offsets back for redelivery; nil/empty = all
@@ -620,6 +654,7 @@ func (s *Subscription) Seek(ctx context.Context, offset int64) error {
 	clear(s.owner)
 	clear(s.replay)
 	clear(s.held)
+	s.heldBytes = 0
 	clear(s.redeliveries)
 	clear(s.slotHolder)
 	for _, cs := range s.consumers {

@@ -37,6 +37,16 @@ func checkInvariants(t *testing.T, s *Subscription) {
 			t.Errorf("offset %d in replay and acked", off)
 		}
 	}
+	size := 0
+	for off, e := range s.held {
+		if _, ok := s.replay[off]; !ok {
+			t.Errorf("offset %d cached but not in replay", off)
+		}
+		size += entrySize(e)
+	}
+	if size != s.heldBytes || size > maxHeldBytes {
+		t.Errorf("held bytes %d, counted %d", s.heldBytes, size)
+	}
 	if s.typ == KeyShared {
 		held := map[int32]map[*consumerState]int{}
 		for off, cs := range s.owner {
@@ -128,7 +138,7 @@ func TestFailoverActiveChoice(t *testing.T) {
 		active string
 	}{
 		{"non-partitioned: first subscribed", "persistent://t/n/s", []*fakeConsumer{{name: "z"}, {name: "a"}, {name: "m"}}, "z"},
-		{"non-partitioned: priority first", "persistent://t/n/s", []*fakeConsumer{{name: "z", prio: 1}, {name: "a", prio: 1}, {name: "m"}}, "m"},
+		{"non-partitioned: priority ignored", "persistent://t/n/s", []*fakeConsumer{{name: "z", prio: 1}, {name: "a", prio: 1}, {name: "m"}}, "z"},
 		{"partition 0: name order", "persistent://t/n/s-partition-0", []*fakeConsumer{{name: "z"}, {name: "a"}, {name: "m"}}, "a"},
 		{"partition 1: name order", "persistent://t/n/s-partition-1", []*fakeConsumer{{name: "z"}, {name: "a"}, {name: "m"}}, "m"},
 		{"partition 5: modulo", "persistent://t/n/s-partition-5", []*fakeConsumer{{name: "z"}, {name: "a"}, {name: "m"}}, "z"},
@@ -342,5 +352,47 @@ func TestReaderAndLatest(t *testing.T) {
 	m.mu.Unlock()
 	if still {
 		t.Fatal("reader subscription outlived its consumer")
+	}
+}
+
+// TestSharedPriority: Shared consumers of the best priority level get
+// messages first, others only when those have no permits.
+func TestSharedPriority(t *testing.T) {
+	m := newTestManager(t, nil)
+	src := &fakeSource{}
+	for i := 0; i < 30; i++ {
+		src.add("")
+	}
+	hi, lo := &fakeConsumer{name: "hi", prio: 0}, &fakeConsumer{name: "lo", prio: 1}
+	s := subscribe(t, m, src, SubscribeOptions{Type: Shared, Initial: Earliest}, lo)
+	subscribe(t, m, src, SubscribeOptions{Type: Shared, Initial: Earliest}, hi)
+	s.mu.Lock() // both flows land in one pass
+	s.byConsumer[hi].permits, s.byConsumer[lo].permits = 10, 100
+	s.byConsumer[hi].flowed, s.byConsumer[lo].flowed = true, true
+	s.poke()
+	s.mu.Unlock()
+	eventually(t, "30 deliveries", func() bool { return len(hi.offsets())+len(lo.offsets()) == 30 })
+	if got := hi.offsets(); !slices.Equal(got, seq(0, 10)) {
+		t.Fatalf("priority 0 consumer got %v, want the first 10", got)
+	}
+	if got := lo.offsets(); !slices.Equal(got, seq(10, 30)) {
+		t.Fatalf("priority 1 consumer got %v, want the rest", got)
+	}
+}
+
+func TestCursorBound(t *testing.T) {
+	a := newAckState(Cursor{MarkDelete: -1})
+	for off := int64(1); off < 2*(maxAckedRanges+10); off += 2 {
+		a.ack(off)
+	}
+	c := a.cursor()
+	if len(a.ranges) != maxAckedRanges+10 || len(c.Acked) != maxAckedRanges || c.Acked[maxAckedRanges-1] != [2]int64{2*maxAckedRanges - 1, 2 * maxAckedRanges} {
+		t.Fatalf("%d ranges in memory, %d persisted, last %v", len(a.ranges), len(c.Acked), c.Acked[len(c.Acked)-1])
+	}
+	// Reloaded, the dropped ranges are simply not acknowledged: delivered
+	// again, never lost.
+	b := newAckState(c)
+	if b.acked(2*maxAckedRanges+1) || !b.acked(2*maxAckedRanges-1) || b.acked(0) {
+		t.Fatal("reloaded bounded cursor")
 	}
 }
