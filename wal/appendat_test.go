@@ -299,3 +299,26 @@ func FuzzDecodeMeta(f *testing.F) {
 		}
 	})
 }
+
+// TestDropPartitionBelow: the drop happens only while every record of the
+// partition is older than the given epoch.
+func TestDropPartitionBelow(t *testing.T) {
+	w := openTest(t, Options{NoSync: true})
+	ctx := context.Background()
+	if _, err := w.AppendAt(ctx, ats("e", 0, 0, 3, 1)...); err != nil {
+		t.Fatal(err)
+	}
+	if n, kept, err := w.DropPartitionBelow("e", 0, 1); err != nil || !kept || n != 0 {
+		t.Fatalf("epoch 1 below 1: dropped %d kept %v %v", n, kept, err)
+	}
+	if ps, ok := w.Partition("e", 0); !ok || ps.Next != 3 {
+		t.Fatalf("kept partition: %+v %v", ps, ok)
+	}
+	if n, kept, err := w.DropPartitionBelow("e", 0, 2); err != nil || kept || n != 3 {
+		t.Fatalf("epoch 1 below 2: dropped %d kept %v %v", n, kept, err)
+	}
+	if n, kept, err := w.DropPartitionBelow("e", 0, 2); err != nil || kept || n != 0 {
+		t.Fatalf("unknown: dropped %d kept %v %v", n, kept, err)
+	}
+	checkBytes(t, w, "end")
+}
