@@ -50,6 +50,10 @@ type ingest struct {
 	sf       singleflight.Group
 	async    *semaphore.Weighted // bytes queued by AppendAsync
 	count    streamCounters      // durable messages and bytes by protocol and stream
+	// onAdopt, when set (before traffic), is called after a partition was
+	// adopted, with its records in the WAL (the Kafka server loads the
+	// idempotent producers' state from them).
+	onAdopt func(stream string, p int32)
 }
 
 // owned is what this node writes of one stream.
@@ -327,6 +331,9 @@ func (in *ingest) adopt(stream string, p int32, epoch, next int64) error {
 			break
 		}
 		// Fenced out of its own partition in between: resolve again.
+	}
+	if in.onAdopt != nil {
+		in.onAdopt(stream, p)
 	}
 	in.log.Info("partition adopted", "stream", stream, "partition", p, "epoch", epoch, "next", next)
 	return nil
