@@ -42,6 +42,10 @@ type ingest struct {
 	wal  *wal.WAL
 	cat  *tables.Catalog
 	log  *slog.Logger
+	// onAdopt, when set (before traffic), is called after a partition was
+	// adopted, with its records in the WAL (the Kafka server loads the
+	// idempotent producers' state from them).
+	onAdopt func(stream string, p int32)
 
 	mu       sync.RWMutex
 	streams  map[string]*owned // resolved streams
@@ -50,10 +54,6 @@ type ingest struct {
 	sf       singleflight.Group
 	async    *semaphore.Weighted // bytes queued by AppendAsync
 	count    streamCounters      // durable messages and bytes by protocol and stream
-	// onAdopt, when set (before traffic), is called after a partition was
-	// adopted, with its records in the WAL (the Kafka server loads the
-	// idempotent producers' state from them).
-	onAdopt func(stream string, p int32)
 }
 
 // owned is what this node writes of one stream.
