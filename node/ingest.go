@@ -256,10 +256,15 @@ func (in *ingest) writable(ctx context.Context, stream string, p int32) (int64, 
 // partition this node does not own is refused (errNotOwned, errAdopting)
 // and nothing is appended.
 func (in *ingest) appendOwned(ctx context.Context, recs ...*wal.Record) error {
-	for _, r := range recs {
-		e, err := in.writable(ctx, r.Stream, r.Partition)
-		if err != nil {
-			return err
+	var last partKey
+	var e int64
+	for i, r := range recs {
+		if k := (partKey{r.Stream, r.Partition}); i == 0 || k != last {
+			var err error
+			if e, err = in.writable(ctx, r.Stream, r.Partition); err != nil {
+				return err
+			}
+			last = k
 		}
 		r.Epoch, r.Node = e, in.node
 	}

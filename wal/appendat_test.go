@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -223,7 +224,7 @@ func TestDropInGroup(t *testing.T) {
 	results := make(chan string, 4)
 	w.queue = append(w.queue,
 		&op{kind: opAppend, recs: []*Record{rec("g", 0, "vvvv")}, done: func(err error) { results <- fmt.Sprint("append ", err) }},
-		&op{kind: opDrop, pk: pkey{"g", 0}, done: func(err error) { results <- fmt.Sprint("drop ", err) }},
+		&op{kind: opDrop, pk: pkey{"g", 0}, n: math.MaxInt64, done: func(err error) { results <- fmt.Sprint("drop ", err) }},
 		&op{kind: opAppendAt, recs: []*Record{at("g", 0, 40, 2)}, done: func(err error) { results <- fmt.Sprint("at ", err) }},
 		&op{kind: opRelease, pk: pkey{"g", 0}, n: 40, done: func(err error) { results <- fmt.Sprint("release ", err) }},
 	)
