@@ -148,6 +148,12 @@ type Server struct {
 	panics        atomic.Uint64
 	lastPanic     atomic.Value // string: stack of the last recovered panic
 
+	// interest is this node's subscriptions (followed from the start, so
+	// the cluster namespace can start later); cluster is the namespace,
+	// nil until StartCluster.
+	interest *localInterest
+	cluster  atomic.Pointer[clusterNode]
+
 	budget  budgetState
 	dropLog rateLimiter // QoS 0 drops
 	errLog  rateLimiter // refusals for reasons other than the budget
@@ -210,6 +216,17 @@ func New(cfg Config, sink Sink) (*Server, error) {
 	if err := s.broker.AddHook(&publishHook{s: s}, nil); err != nil {
 		cancel()
 		return nil, fmt.Errorf("add publish hook: %w", err)
+	}
+	// After the publish hook: mochi runs OnPublish hooks in order and stops
+	// at a refusal, so the cluster hook sees accepted publishes only.
+	s.interest = newLocalInterest(func() {
+		if c := s.cluster.Load(); c != nil {
+			c.interestChanged()
+		}
+	})
+	if err := s.broker.AddHook(&clusterHook{s: s}, nil); err != nil {
+		cancel()
+		return nil, fmt.Errorf("add cluster hook: %w", err)
 	}
 	return s, nil
 }
@@ -296,6 +313,7 @@ func (s *Server) Close(ctx context.Context) error {
 	started := s.started
 	s.mu.Unlock()
 
+	s.stopCluster()
 	s.cancel()
 	if !started {
 		return nil
