@@ -112,6 +112,8 @@ type clusterNode struct {
 
 	links atomic.Pointer[map[string]*clusterLink] // live peers, replaced by refresh
 
+	refreshMu sync.Mutex // one refreshPeers at a time
+
 	mu   sync.Mutex
 	seqs map[string]uint64    // peer -> next forward sequence number (this run)
 	recv map[string]recvState // origin -> forwards delivered from it
@@ -161,8 +163,9 @@ func (s *Server) StartCluster(cfg ClusterConfig) error {
 	return nil
 }
 
-// stopCluster stops the namespace's loops (queued forwards are dropped).
-func (s *Server) stopCluster() {
+// StopCluster stops the namespace's loops (queued forwards are dropped);
+// Close calls it too. Call it before closing the peer links.
+func (s *Server) StopCluster() {
 	c := s.cluster.Load()
 	if c == nil {
 		return
@@ -212,6 +215,8 @@ func (c *clusterNode) peersLoop() {
 }
 
 func (c *clusterNode) refreshPeers() {
+	c.refreshMu.Lock()
+	defer c.refreshMu.Unlock()
 	cur := *c.links.Load()
 	want := map[string]string{}
 	for _, p := range c.cfg.Peers() {
@@ -273,7 +278,7 @@ func (c *clusterNode) interestChanged() {
 // the peers and returns the packet marked with the local shared groups.
 func (c *clusterNode) route(pk packets.Packet) packets.Packet {
 	links := *c.links.Load()
-	if len(links) == 0 {
+	if len(links) == 0 || c.ctx.Err() != nil {
 		return pk
 	}
 	plain, shared := c.remote.match(pk.TopicName)
@@ -344,6 +349,12 @@ func (c *clusterNode) handleInterest(from string, payload []byte, reply func([]b
 	if err != nil {
 		reply(nil, fmt.Errorf("interest from %s: %w", from, err))
 		return
+	}
+	if (*c.links.Load())[from] == nil {
+		// A peer we have no link to yet: membership (polled) may already
+		// list it. Link it now, so that once it sees its interest
+		// acknowledged, publishes here are forwarded to it.
+		c.refreshPeers()
 	}
 	prev := c.remote.epoch(from)
 	if c.remote.apply(from, m) {

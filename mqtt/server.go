@@ -37,6 +37,12 @@
 // Messages from the inline client (Server.Publish on the node) are not
 // logged: they are the node's own and would otherwise be logged twice.
 //
+// In a cluster, StartCluster makes the server one node of a cluster-wide
+// namespace: subscription interest is exchanged with the peers, accepted
+// publishes are forwarded to the nodes with matching subscribers, retained
+// messages and shared subscriptions span the cluster (cluster.go states
+// the invariants).
+//
 // Limits: will messages are delivered by mochi without passing OnPublish
 // and are not logged; a 3.1.1 client disconnected for a refusal does not get
 // its will sent (mochi treats a server-side stop as a clean end). Each
@@ -313,7 +319,7 @@ func (s *Server) Close(ctx context.Context) error {
 	started := s.started
 	s.mu.Unlock()
 
-	s.stopCluster()
+	s.StopCluster()
 	s.cancel()
 	if !started {
 		return nil
