@@ -224,6 +224,9 @@ func (c *clusterNode) refreshPeers() {
 			want[p.ID] = p.Addr
 		}
 	}
+	// Interest from nodes that are not live peers (never linked, or told
+	// us before membership said they were gone) is never routed to; drop it.
+	c.remote.keepOnly(func(id string) bool { _, ok := want[id]; return ok })
 	same := len(want) == len(cur)
 	for id, addr := range want {
 		if l := cur[id]; l == nil || l.addr != addr {

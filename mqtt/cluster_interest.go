@@ -4,6 +4,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -24,8 +25,8 @@ type localInterest struct {
 	counts  map[string]*filterCount
 	version uint64
 	floor   uint64
-	shared  int    // filters with n > 0 that are shared subscriptions
-	changed func() // called (without mu) after a change
+	shared  atomic.Int64 // filters with n > 0 that are shared subscriptions
+	changed func()       // called (without mu) after a change
 }
 
 type filterCount struct {
@@ -91,19 +92,15 @@ func (l *localInterest) bump(f string, d int) {
 	c.changed = l.version
 	if mochi.IsSharedFilter(f) && (was == 0) != (c.n == 0) {
 		if c.n == 0 {
-			l.shared--
+			l.shared.Add(-1)
 		} else {
-			l.shared++
+			l.shared.Add(1)
 		}
 	}
 }
 
 // hasShared reports whether any local session has a shared subscription.
-func (l *localInterest) hasShared() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.shared > 0
-}
+func (l *localInterest) hasShared() bool { return l.shared.Load() > 0 }
 
 // prune drops the oldest tombstones beyond maxTombstones.
 func (l *localInterest) prune() {
@@ -259,6 +256,21 @@ func (r *remoteInterest) drop(node string) {
 		r.set(node, n, f, 0)
 	}
 	delete(r.nodes, node)
+}
+
+// keepOnly drops every node for which live is false.
+func (r *remoteInterest) keepOnly(live func(node string) bool) {
+	r.mu.Lock()
+	var gone []string
+	for id := range r.nodes {
+		if !live(id) {
+			gone = append(gone, id)
+		}
+	}
+	r.mu.Unlock()
+	for _, id := range gone {
+		r.drop(id)
+	}
 }
 
 // epoch is the run of node we hold interest from (0: none).
