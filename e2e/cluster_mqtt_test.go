@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -151,10 +152,13 @@ func TestClusterMQTTNamespace(t *testing.T) {
 	a, b, c := nodes[0], nodes[1], nodes[2]
 
 	// 1. Cross-node QoS 1 in per-publisher order; only B gets forwards.
+	subscribed := time.Now()
 	subB := subscriber(t, b.MQTT, "sub-b", "factory/#")
 	waitFor(t, 10*time.Second, "A and C to learn B's subscription", func() bool {
 		return labelledMetric(t, a, remote) == 1 && labelledMetric(t, c, remote) == 1
 	})
+	t.Logf("interest known on A and C %s after B's SUBSCRIBE was sent (upper bound: includes /metrics polling)",
+		time.Since(subscribed).Round(time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const n = 200
@@ -225,6 +229,30 @@ func TestClusterMQTTNamespace(t *testing.T) {
 	if v := labelledMetric(t, b, fwdIn); v != 2*n {
 		t.Errorf("B forwarded in %v, want %d", v, 2*n)
 	}
+
+	// Cross-node delivery latency, one message at a time: PUBLISH on A to
+	// receipt on B (QoS 1: includes A's WAL fsync).
+	pl, err := mqttClient(ctx, a.MQTT, "latency")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lat []time.Duration
+	for i := range 20 {
+		t0 := time.Now()
+		if _, err := pl.Publish(ctx, &paho.Publish{Topic: "factory/latency", QoS: 1, Payload: []byte(strconv.Itoa(i))}); err != nil {
+			t.Fatal(err)
+		}
+		for len(subB.byTopicPrefix("factory/latency")) != i+1 { // polled finely: waitFor's 20ms step would swamp it
+			if time.Since(t0) > 10*time.Second {
+				t.Fatalf("latency probe %d not delivered on B", i)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	pl.Disconnect(&paho.Disconnect{})
+	slices.Sort(lat)
+	t.Logf("publish on A to delivery on B: median %s, max %s (20 sequential QoS 1)", lat[len(lat)/2].Round(10*time.Microsecond), lat[len(lat)-1].Round(10*time.Microsecond))
 
 	// 2. Retained on A, seen as retained by mosquitto_sub on C.
 	pa, err := mqttClient(ctx, a.MQTT, "retainer")
