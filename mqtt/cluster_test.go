@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -331,5 +333,56 @@ func TestClusterResendAfterBrokenLinkDeliversOnce(t *testing.T) {
 	}
 	if fmt.Sprint(order) != "[0 1 2 3]" {
 		t.Fatalf("delivered %v, want [0 1 2 3] once each", order)
+	}
+}
+
+// TestClusterInterestFollowsSessions checks the mochi hook behaviour the
+// interest table relies on: a persistent session's subscriptions stay
+// interest while it is disconnected and across a takeover by a
+// non-clean reconnect; a clean reconnect or a clean session's disconnect
+// removes them.
+func TestClusterInterestFollowsSessions(t *testing.T) {
+	ts := startServer(t, func(c *Config) { c.WSAddr = "" })
+	interest := func() map[string]uint32 { _, es := ts.interest.full(); return entries(es) }
+	dial := func(clean bool) *paho.Client {
+		conn, err := net.Dial("tcp", ts.tcp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := paho.NewClient(paho.ClientConfig{ClientID: "dev", Conn: conn})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		expiry := uint32(3600)
+		if _, err := c.Connect(ctx, &paho.Connect{ClientID: "dev", CleanStart: clean, KeepAlive: 30,
+			Properties: &paho.ConnectProperties{SessionExpiryInterval: &expiry}}); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c := dial(true)
+	subscribe(t, c, "a/#", 1)
+	subscribe(t, c, "$share/g/b", 1)
+	want := map[string]uint32{"a/#": 1, "$share/g/b": 1}
+	if got := interest(); !maps.Equal(got, want) {
+		t.Fatalf("after subscribe: %v", got)
+	}
+	c.Disconnect(&paho.Disconnect{})
+	eventually(t, 5*time.Second, func() bool { return ts.Stats().Clients == 0 }, "client still connected")
+	if got := interest(); !maps.Equal(got, want) {
+		t.Fatalf("persistent session disconnected: interest %v, want %v", got, want)
+	}
+	c = dial(false) // takes the session over: no hook, same subscriptions
+	if got := interest(); !maps.Equal(got, want) {
+		t.Fatalf("after resuming the session: %v", got)
+	}
+	c.Disconnect(&paho.Disconnect{})
+	eventually(t, 5*time.Second, func() bool { return ts.Stats().Clients == 0 }, "client still connected")
+	c = dial(true) // clean start discards the session
+	if got := interest(); len(got) != 0 {
+		t.Fatalf("after a clean start: %v", got)
+	}
+	subscribe(t, c, "x", 0)
+	if got := interest(); !maps.Equal(got, map[string]uint32{"x": 1}) {
+		t.Fatalf("new subscription: %v", got)
 	}
 }
