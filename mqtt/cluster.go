@@ -37,7 +37,8 @@ package mqtt
 // on an anti-entropy tick), send drains the peer's forward queue in
 // batches over peer Call, re-sending a batch until it is acknowledged.
 // remoteInterest indexes what peers told us in a mochi topic tree, so
-// matching is mochi's own.
+// matching is mochi's own. Will messages bypass OnPublish: OnWillSent
+// forwards them after mochi delivered them here (routeWill).
 
 import (
 	"context"
@@ -287,14 +288,46 @@ func (c *clusterNode) route(pk packets.Packet) packets.Packet {
 	plain, shared := c.remote.match(pk.TopicName)
 	var localShared map[string]int
 	if len(shared) > 0 || c.s.interest.hasShared() {
-		subs := c.s.broker.Topics.Subscribers(pk.TopicName)
-		if len(subs.Shared) > 0 {
-			localShared = make(map[string]int, len(subs.Shared))
-			for g, cls := range subs.Shared {
-				localShared[g] = len(cls)
-			}
-		}
+		localShared = c.localGroups(pk.TopicName)
 	}
+	rt := c.dispatch(pk, links, plain, shared, localShared)
+	if len(shared) > 0 || len(localShared) > 0 {
+		pk.Filters = markRoute(rt.local)
+	}
+	return pk
+}
+
+// routeWill forwards a will message mochi has just delivered locally
+// (wills bypass OnPublish): to the peers' ordinary subscribers, and to
+// each shared group with no member here (those with one got it here).
+func (c *clusterNode) routeWill(pk packets.Packet) {
+	links := *c.links.Load()
+	if len(links) == 0 || c.ctx.Err() != nil {
+		return
+	}
+	plain, shared := c.remote.match(pk.TopicName)
+	for g := range c.localGroups(pk.TopicName) {
+		delete(shared, g)
+	}
+	c.dispatch(pk, links, plain, shared, nil)
+}
+
+// localGroups is this node's subscriber count per shared group matching topic.
+func (c *clusterNode) localGroups(topic string) map[string]int {
+	subs := c.s.broker.Topics.Subscribers(topic)
+	if len(subs.Shared) == 0 {
+		return nil
+	}
+	m := make(map[string]int, len(subs.Shared))
+	for g, cls := range subs.Shared {
+		m[g] = len(cls)
+	}
+	return m
+}
+
+// dispatch routes pk and queues it for the peers the route names.
+func (c *clusterNode) dispatch(pk packets.Packet, links map[string]*clusterLink, plain map[string]bool,
+	shared map[string]map[string]int, localShared map[string]int) route {
 	live := make([]string, 0, len(links))
 	for id := range links {
 		live = append(live, id)
@@ -312,10 +345,7 @@ func (c *clusterNode) route(pk packets.Packet) packets.Packet {
 			}
 		}
 	}
-	if len(shared) > 0 || len(localShared) > 0 {
-		pk.Filters = markRoute(rt.local)
-	}
-	return pk
+	return rt
 }
 
 func forwardProps(p packets.Properties) packets.Properties {

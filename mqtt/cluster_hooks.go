@@ -26,7 +26,8 @@ func (h *clusterHook) ID() string { return "tributary-cluster" }
 
 func (h *clusterHook) Provides(b byte) bool {
 	switch b {
-	case mochi.OnSubscribed, mochi.OnUnsubscribed, mochi.OnClientExpired, mochi.OnPublish, mochi.OnSelectSubscribers:
+	case mochi.OnSubscribed, mochi.OnUnsubscribed, mochi.OnClientExpired, mochi.OnPublish, mochi.OnSelectSubscribers,
+		mochi.OnWillSent:
 		return true
 	}
 	return false
@@ -83,4 +84,13 @@ func (h *clusterHook) OnSelectSubscribers(subs *mochi.Subscribers, pk packets.Pa
 		}
 	}
 	return subs
+}
+
+// OnWillSent forwards a will message after mochi delivered (and, if
+// flagged, retained) it locally; mochi calls it for immediate and delayed
+// wills (server.go sendLWT, sendDelayedLWT).
+func (h *clusterHook) OnWillSent(cl *mochi.Client, pk packets.Packet) {
+	if c := h.s.cluster.Load(); c != nil && !cl.Net.Inline {
+		c.routeWill(pk)
+	}
 }

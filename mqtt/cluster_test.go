@@ -386,3 +386,30 @@ func TestClusterInterestFollowsSessions(t *testing.T) {
 		t.Fatalf("new subscription: %v", got)
 	}
 }
+
+func TestClusterWillReachesOtherNodes(t *testing.T) {
+	tc := startCluster(t, 2)
+	var got received
+	subscribe(t, dialPaho(t, tc.nodes[1].tcp, "watcher", &got), "status/#", 1)
+	tc.waitRemote(t, 0, 1)
+	conn, err := net.Dial("tcp", tc.nodes[0].tcp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := paho.NewClient(paho.ClientConfig{ClientID: "dev-7", Conn: conn, OnClientError: func(error) {}})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := c.Connect(ctx, &paho.Connect{ClientID: "dev-7", CleanStart: true, KeepAlive: 30,
+		WillMessage: &paho.WillMessage{Topic: "status/dev-7", QoS: 1, Retain: true, Payload: []byte("offline")}}); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close() // an abrupt end: mochi sends the will
+	eventually(t, 5*time.Second, func() bool { return len(got.all()) == 1 }, "will not delivered on n2")
+	if p := got.all()[0]; p.Topic != "status/dev-7" || string(p.Payload) != "offline" {
+		t.Fatalf("got %+v", p)
+	}
+	eventually(t, 5*time.Second, func() bool {
+		pk, ok := tc.nodes[1].broker.Topics.Retained.Get("status/dev-7")
+		return ok && string(pk.Payload) == "offline"
+	}, "retained will not on n2")
+}
