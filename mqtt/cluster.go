@@ -129,6 +129,8 @@ type clusterNode struct {
 
 type recvState struct{ epoch, next uint64 }
 
+var errShuttingDown = errors.New("mqtt cluster: shutting down")
+
 // StartCluster joins the server to the cluster namespace. Call it once,
 // after Start, before peer traffic arrives.
 func (s *Server) StartCluster(cfg ClusterConfig) error {
@@ -175,6 +177,7 @@ func (s *Server) StopCluster() {
 	c.wg.Wait()
 	for _, l := range *c.links.Load() {
 		l.stop()
+		c.dropped.Add(uint64(l.discard()))
 	}
 }
 
@@ -383,6 +386,10 @@ func (c *clusterNode) handleInterest(from string, payload []byte, reply func([]b
 		reply(nil, fmt.Errorf("interest from %s: %w", from, err))
 		return
 	}
+	if c.ctx.Err() != nil {
+		reply(nil, errShuttingDown)
+		return
+	}
 	if (*c.links.Load())[from] == nil {
 		// A peer we have no link to yet: membership (polled) may already
 		// list it. Link it now, so that once it sees its interest
@@ -414,7 +421,7 @@ func (c *clusterNode) handleForward(from string, payload []byte, reply func([]by
 		return
 	}
 	if c.ctx.Err() != nil {
-		reply(nil, errors.New("mqtt cluster: shutting down"))
+		reply(nil, errShuttingDown)
 		return
 	}
 	c.mu.Lock()
