@@ -80,9 +80,11 @@ type ClusterConfig struct {
 	// AntiEntropy is how often each peer's copy of our interest is checked
 	// (a version compare; the full set only when it differs); default 5s.
 	AntiEntropy time.Duration
-	// QueueLimit bounds the publishes queued for one peer (beyond it they
-	// are dropped for that peer and counted); default 100,000.
+	// QueueLimit and QueueBytes bound the publishes queued for one peer
+	// (beyond either they are dropped for that peer and counted); default
+	// 100,000 publishes and 64 MiB.
 	QueueLimit int
+	QueueBytes int
 }
 
 // Limits of the retained catch-up a node sends a peer that is new or
@@ -145,6 +147,9 @@ func (s *Server) StartCluster(cfg ClusterConfig) error {
 	}
 	if cfg.QueueLimit <= 0 {
 		cfg.QueueLimit = 100_000
+	}
+	if cfg.QueueBytes <= 0 {
+		cfg.QueueBytes = 64 << 20
 	}
 	c := &clusterNode{s: s, cfg: cfg, epoch: rand.Uint64() | 1, remote: newRemoteInterest(),
 		bal: newBalancer(s.cfg.NodeID), seqs: map[string]uint64{}, recv: map[string]recvState{}}
@@ -344,7 +349,7 @@ func (c *clusterNode) dispatch(pk packets.Packet, links map[string]*clusterLink,
 			c.dropped.Add(1)
 			if n, ok := c.logLimit.allow(); ok {
 				c.s.log.Warn("mqtt cluster: forward queue full, publish not forwarded", "peer", node,
-					"limit", c.cfg.QueueLimit, "dropped_since_last_log", n)
+					"limit", c.cfg.QueueLimit, "limit_bytes", c.cfg.QueueBytes, "dropped_since_last_log", n)
 			}
 		}
 	}

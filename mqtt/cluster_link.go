@@ -13,7 +13,7 @@ import (
 // Invariants: queued publishes leave in queue order; a batch stays at the
 // head of the queue (same payload, same sequence numbers) until the peer
 // acknowledged it, so a broken link re-sends rather than skips; the queue
-// holds at most QueueLimit publishes, and what does not fit is dropped for
+// holds at most QueueLimit publishes and QueueBytes, and what does not fit is dropped for
 // this peer and counted by the caller.
 type clusterLink struct {
 	c        *clusterNode
@@ -22,6 +22,7 @@ type clusterLink struct {
 
 	mu      sync.Mutex
 	queue   []fwdMsg
+	qbytes  int           // sum of size() over queue
 	wake    chan struct{} // send loop
 	push    chan struct{} // push loop
 	full    bool          // the peer needs our full interest
@@ -62,7 +63,7 @@ func (l *clusterLink) discard() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := len(l.queue)
-	l.queue = nil
+	l.queue, l.qbytes = nil, 0
 	return n
 }
 
@@ -86,11 +87,13 @@ func (l *clusterLink) forceFull() {
 // enqueue queues a publish for the peer; false when the queue is full.
 func (l *clusterLink) enqueue(m fwdMsg) bool {
 	l.mu.Lock()
-	if len(l.queue) >= l.c.cfg.QueueLimit || l.ctx.Err() != nil {
+	size := m.size()
+	if len(l.queue) >= l.c.cfg.QueueLimit || (len(l.queue) > 0 && l.qbytes+size > l.c.cfg.QueueBytes) || l.ctx.Err() != nil {
 		l.mu.Unlock()
 		return false
 	}
 	l.queue = append(l.queue, m)
+	l.qbytes += size
 	l.mu.Unlock()
 	signal(l.wake)
 	return true
@@ -114,6 +117,9 @@ func (l *clusterLink) pop(n int) {
 	defer l.mu.Unlock()
 	if n > len(l.queue) {
 		n = len(l.queue) // discarded meanwhile
+	}
+	for i := range n {
+		l.qbytes -= l.queue[i].size()
 	}
 	clear(l.queue[:n])
 	l.queue = l.queue[n:]

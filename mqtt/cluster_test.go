@@ -92,7 +92,7 @@ type testCluster struct {
 	dead  map[string]bool
 }
 
-func startCluster(t *testing.T, n int) *testCluster {
+func startCluster(t *testing.T, n int, mutate ...func(*ClusterConfig)) *testCluster {
 	t.Helper()
 	tc := &testCluster{mesh: newMesh(), dead: map[string]bool{}}
 	for i := range n {
@@ -101,7 +101,7 @@ func startCluster(t *testing.T, n int) *testCluster {
 	}
 	for _, ts := range tc.nodes {
 		self := ts.cfg.NodeID
-		err := ts.StartCluster(ClusterConfig{
+		cfg := ClusterConfig{
 			Handle: func(typ uint8, h func(string, []byte, func([]byte, error))) {
 				tc.mesh.mu.Lock()
 				defer tc.mesh.mu.Unlock()
@@ -124,12 +124,24 @@ func startCluster(t *testing.T, n int) *testCluster {
 			},
 			PeersInterval: 10 * time.Millisecond,
 			AntiEntropy:   200 * time.Millisecond,
-		})
-		if err != nil {
+		}
+		for _, m := range mutate {
+			m(&cfg)
+		}
+		if err := ts.StartCluster(cfg); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return tc
+}
+
+// payloads lists what r received, in order, as "[p0 p1 ...]".
+func payloads(r *received) string {
+	var out []string
+	for _, p := range r.all() {
+		out = append(out, string(p.Payload))
+	}
+	return fmt.Sprint(out)
 }
 
 // waitRemote waits until node i counts want remote subscriptions.
@@ -327,11 +339,7 @@ func TestClusterResendAfterBrokenLinkDeliversOnce(t *testing.T) {
 		all := got.all()
 		return len(all) > 0 && string(all[len(all)-1].Payload) == "3"
 	}, "delivery after heal: %d", len(got.all()))
-	var order []string
-	for _, p := range got.all() {
-		order = append(order, string(p.Payload))
-	}
-	if fmt.Sprint(order) != "[0 1 2 3]" {
+	if order := payloads(&got); order != "[0 1 2 3]" {
 		t.Fatalf("delivered %v, want [0 1 2 3] once each", order)
 	}
 }
@@ -412,4 +420,51 @@ func TestClusterWillReachesOtherNodes(t *testing.T) {
 		pk, ok := tc.nodes[1].broker.Topics.Retained.Get("status/dev-7")
 		return ok && string(pk.Payload) == "offline"
 	}, "retained will not on n2")
+}
+
+func TestClusterQueueBoundDropsAndCounts(t *testing.T) {
+	tc := startCluster(t, 2, func(c *ClusterConfig) { c.QueueLimit = 3 })
+	n1, n2 := tc.nodes[0], tc.nodes[1]
+	var got received
+	subscribe(t, dialPaho(t, n2.tcp, "sub", &got), "t", 1)
+	tc.waitRemote(t, 0, 1)
+	pub := dialPaho(t, n1.tcp, "pub", nil)
+	tc.mesh.setCut("n1", "n2", true, false)
+	for i := range 6 {
+		mustPublish(t, pub, "t", 1, fmt.Sprint(i)) // acked: durable here whatever the peer
+	}
+	// The queue (the batch being retried included) holds 3; 3 are dropped.
+	eventually(t, 5*time.Second, func() bool { return n1.ClusterStats().ForwardDropped == 3 },
+		"dropped %d, want 3", n1.ClusterStats().ForwardDropped)
+	tc.mesh.setCut("n1", "n2", false, false)
+	eventually(t, 5*time.Second, func() bool { return n1.ClusterStats().ForwardedOut == 3 },
+		"forwarded %d, want 3", n1.ClusterStats().ForwardedOut)
+	mustPublish(t, pub, "t", 1, "6") // after the queue: a late duplicate would come before it
+	eventually(t, 5*time.Second, func() bool { return len(got.all()) == 4 }, "delivered %d", len(got.all()))
+	if order := payloads(&got); order != "[0 1 2 6]" {
+		t.Fatalf("delivered %v, want [0 1 2 6]", order)
+	}
+}
+
+func TestClusterLinkQueueBytes(t *testing.T) {
+	c := &clusterNode{cfg: ClusterConfig{QueueLimit: 100, QueueBytes: 1000,
+		Link: func(id, addr string) PeerLink { return nil }}, ctx: context.Background()}
+	l := newClusterLink(c, "n2", "x")
+	big := fwdMsg{Topic: "t", Payload: make([]byte, 600)}
+	if !l.enqueue(big) {
+		t.Fatal("first publish refused: one always fits an empty queue")
+	}
+	if l.enqueue(big) {
+		t.Fatal("second 600-byte publish queued beyond 1000 bytes")
+	}
+	if !l.enqueue(fwdMsg{Topic: "t", Payload: make([]byte, 100)}) {
+		t.Fatal("small publish refused")
+	}
+	l.pop(1)
+	if l.qbytes != (&fwdMsg{Topic: "t", Payload: make([]byte, 100)}).size() {
+		t.Fatalf("qbytes %d after pop", l.qbytes)
+	}
+	if !l.enqueue(big) {
+		t.Fatal("publish refused after the queue drained")
+	}
 }
