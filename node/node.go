@@ -280,6 +280,7 @@ func (n *Node) Close(ctx context.Context) error {
 	var errs []error
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ShutdownTimeout)
 	defer cancel()
+	n.mqtt.StopCluster() // before the peer links close under it
 	leaveCtx, leaveCancel := context.WithTimeout(ctx, 5*time.Second)
 	if err := n.closeCluster(leaveCtx); err != nil {
 		n.log.Warn("cluster leave", "err", err)
