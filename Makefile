@@ -62,10 +62,10 @@ bench: deps build
 # fuzz explores every decoder for FUZZTIME each (the seed corpora under
 # testdata/fuzz run in every `go test`).
 FUZZTIME ?= 30s
-FUZZ_TARGETS := wal:FuzzDecodeRecord wal:FuzzDecodeChunk mqtt:FuzzPacketHandling mqtt:FuzzRouter \
+FUZZ_TARGETS := wal:FuzzDecodeRecord wal:FuzzDecodeChunk wal:FuzzDecodeMeta mqtt:FuzzPacketHandling mqtt:FuzzRouter \
 	kafka:FuzzRequestDecode kafka:FuzzRecordBatch kafka:FuzzCloudRequest tables/rest:FuzzCommitRequest \
 	cluster:FuzzDecodeMeta cluster:FuzzInspect \
-	peer:FuzzReadFrame pulsar:FuzzFrame
+	peer:FuzzReadFrame mqtt:FuzzDecodeForward mqtt:FuzzDecodeInterest pulsar:FuzzFrame
 FUZZ_TARGETS += pulsar:FuzzAckedRanges
 fuzz:
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \

@@ -10,6 +10,9 @@
 //     accepts every stream it has seen before.
 //   - A partition's first offset continues the table's committed high-water
 //     mark, so a node whose WAL was lost never reuses an offset.
+//   - Every record carries the ownership epoch of its partition (see
+//     ingest); when the uplink finds the partition fenced (another node owns
+//     it now), ingest forgets it and the stream gets a new partition.
 //   - Close stops the listeners first, then makes a final commit (bounded by
 //     ShutdownTimeout), then closes the WAL: nothing accepted is dropped, and
 //     what could not be committed stays in the WAL for the next start.
@@ -122,7 +125,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, err
 	}
 	n.up = uplink.New(uplink.Config{Interval: cfg.Uplink.CommitInterval, MaxBatchBytes: int64(cfg.Uplink.MaxBatchBytes),
-		Node: cfg.NodeID, Logger: log, BeforeRelease: n.kb.beforeRelease}, n.wal, n.cat, n.bucket)
+		Node: cfg.NodeID, Logger: log, BeforeRelease: n.kb.beforeRelease, OnFenced: n.ingest.fenced}, n.wal, n.cat, n.bucket)
 	if cfg.Kafka.Addr != "" {
 		n.kafka, err = kafka.NewServer(kafka.Config{Addr: cfg.Kafka.Addr, AdvertisedAddr: cfg.Kafka.AdvertisedAddr,
 			ClusterID: cfg.Catalog.Name, AutoCreate: *cfg.Kafka.AutoCreate, MaxBatchBytes: int32(cfg.Kafka.MaxBatchBytes),
@@ -134,6 +137,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 			return nil, err
 		}
 	}
+	n.ingest.onAdopt = n.kb.adopted
 	if *cfg.Maintenance.Enabled {
 		n.maint = tables.NewMaintainer(n.cat, tables.MaintainerConfig{Interval: cfg.Maintenance.Interval,
 			Policy: cfg.MaintenancePolicy(), Logger: log})
@@ -301,6 +305,7 @@ func (n *Node) Close(ctx context.Context) error {
 	var errs []error
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ShutdownTimeout)
 	defer cancel()
+	n.mqtt.StopCluster() // before the peer links close under it
 	leaveCtx, leaveCancel := context.WithTimeout(ctx, 5*time.Second)
 	if err := n.closeCluster(leaveCtx); err != nil {
 		n.log.Warn("cluster leave", "err", err)

@@ -276,13 +276,18 @@ func (tc *Reader) table(ctx context.Context, stream string) (*table.Table, error
 	return t, nil
 }
 
-// partitions lists a stream table's partitions: those allocated to a node
-// and those with a committed mark.
+// partitionsOf lists a stream table's partitions: those allocated to a
+// node, those with an owner and those with a committed mark.
 func partitionsOf(t *table.Table) []int32 {
 	seen := map[int32]bool{}
 	for k, v := range t.Properties() {
 		if strings.HasPrefix(k, PropNodePartition) {
 			if p, err := strconv.ParseInt(v, 10, 32); err == nil {
+				seen[int32(p)] = true
+			}
+		}
+		if rest, ok := strings.CutPrefix(k, PropOwner); ok {
+			if p, err := strconv.ParseInt(rest, 10, 32); err == nil {
 				seen[int32(p)] = true
 			}
 		}
