@@ -31,4 +31,41 @@
 // by the Manager; source.go adapts tables.Reader to the Source a
 // subscription reads. The protocol's protobuf types are in package pb
 // (generated from pb/PulsarApi.proto, a subset of Apache Pulsar's).
+//
+// # Subscriptions
+//
+// A Manager owns every subscription of the server (subscription.go). Each
+// Subscription runs one dispatch goroutine (dispatch.go) that reads its
+// Source from the read position as its consumers' permits allow (at most
+// 500 entries a read), tails new commits by asking End at most every 50 ms
+// while some consumer has permits, and makes every Consumer callback
+// itself, outside its lock and never before the consumer's first FLOW. An
+// offset is at any time acknowledged, pending on exactly one consumer, or
+// in the replay set, which goes out before anything newer. Exclusive admits
+// one consumer. Failover has one active consumer (on a non-partitioned
+// topic the first subscribed; on partition N the one at N mod k among the
+// k best-priority consumers sorted by name), announces it with
+// ACTIVE_CONSUMER_CHANGE and rewinds everything unacknowledged to a new
+// active consumer. Shared gives turns of up to 20 messages round-robin
+// among the best-priority consumers with permits. Key_Shared (keyshared.go)
+// hashes the message key with Murmur3_32 (murmur3.go: seed 0, sign bit
+// cleared; no key hashes as the empty key) into 65536 slots split among
+// the consumers in auto-split ranges; it never gives a slot to a consumer
+// while another holds an unacknowledged message of it, holds back later
+// messages of a held-back slot so that each key stays in order, and gives
+// a newly joined consumer nothing at or after its join point until
+// everything before it is acknowledged (the broker's recently-joined
+// rule). Messages of a leaving consumer and negatively acknowledged ones
+// are redelivered with their redelivery count increased (on Exclusive and
+// Failover a redelivery request rewinds everything unacknowledged, as the
+// broker does); cumulative acks are refused on Shared and Key_Shared.
+// Cursors (cursor.go) are a mark-delete offset plus the individually
+// acknowledged ranges above it. Durable ones live in table
+// tributary_pulsar_cursors of the catalog database (cursor_store.go, via
+// tables.OpenStateDB) and are saved at most every 100 ms, when the last
+// consumer leaves, on Seek and on Close, with at most 10,000 ranges (what
+// lies beyond is delivered again after a restart, never lost). A
+// subscription whose last consumer leaves is dropped from memory (a
+// durable one after saving; a reader's cursor ends with it), so any
+// server reopens it from the store.
 package pulsar
