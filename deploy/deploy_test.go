@@ -180,7 +180,9 @@ func defaultPorts(t *testing.T) map[int]string {
 	for _, f := range []string{"mqtt-addr", "mqtt-ws-addr", "kafka-addr", "http-addr", "catalog-addr"} {
 		ports[portOf(t, "tributary dev -"+f+" default", flagSet(t, "dev")[f].def)] = "dev -" + f
 	}
-	ports[portOf(t, "tributary cloud -catalog-addr default", flagSet(t, "cloud")["catalog-addr"].def)] = "cloud -catalog-addr"
+	for _, f := range []string{"catalog-addr", "kafka-addr", "pulsar-addr"} {
+		ports[portOf(t, "tributary cloud -"+f+" default", flagSet(t, "cloud")[f].def)] = "cloud -" + f
+	}
 	return ports
 }
 
