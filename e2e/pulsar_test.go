@@ -362,6 +362,31 @@ func TestPulsarConsume(t *testing.T) {
 		}
 	})
 
+	// A seek on one consumer of a Shared subscription rewinds the whole
+	// subscription: the server closes every consumer (as Pulsar does), so
+	// none keeps messages from before the seek, and every offset from the
+	// seek point on is delivered again to one of them.
+	t.Run("shared_seek", func(t *testing.T) {
+		cs := pulsarConsumers(t, cl, pulsar.ConsumerOptions{SubscriptionName: "shared-seek", Type: pulsar.Shared,
+			SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest}, 2)
+		pulsarConsumeAll(t, "shared-seek before", rows, cs, 300)
+		if err := cs[0].Seek(pulsar.NewMessageID(1, 100, -1, 0)); err != nil {
+			t.Fatal(err)
+		}
+		got := pulsarConsumeAll(t, "shared-seek after", rows, cs, total-100)
+		seen := map[int64]int{}
+		for _, offs := range got {
+			for _, o := range offs {
+				seen[o]++
+			}
+		}
+		for o := int64(100); o < total; o++ {
+			if seen[o] == 0 {
+				t.Fatalf("offset %d not delivered after the seek to 100 (got %d distinct)", o, len(seen))
+			}
+		}
+	})
+
 	t.Run("reader", func(t *testing.T) {
 		r, err := cl.CreateReader(pulsar.ReaderOptions{Topic: pulsarTopic + "-partition-0", StartMessageID: pulsar.EarliestMessageID()})
 		if err != nil {

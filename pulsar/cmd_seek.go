@@ -5,16 +5,16 @@ package pulsar
 // mean the start and the end of the partition) or to a publish time (ms:
 // the first message published at or after it).
 //
-// As Pulsar does, the consumer is then closed from the server side
-// (CLOSE_CONSUMER, queued before SUCCESS): clients clear their receive
-// queue on SUCCESS and reconnect the consumer, which subscribes again and
-// is dispatched from the new position with fresh permits.
+// As Pulsar does, every consumer of the subscription is then closed from
+// the server side (CLOSE_CONSUMER; the seeking one's queued before SUCCESS):
+// clients clear their receive queue and reconnect the consumer, which
+// subscribes again and is dispatched from the new position with fresh
+// permits. Closing only the seeking consumer would leave the others of a
+// Shared subscription holding messages from before the seek.
 
 import (
 	"context"
 	"time"
-
-	"google.golang.org/protobuf/proto"
 
 	"github.com/tributary-io/tributary/pulsar/pb"
 )
@@ -52,10 +52,12 @@ func (c *conn) handleSeek(ctx context.Context, cmd *pb.CommandSeek) {
 		c.sendError(req, errorCode(err), "seek: "+err.Error())
 		return
 	}
-	if c.dropConsumer(k.id) != nil {
-		k.detach()
-		c.send(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_CONSUMER.Enum(), CloseConsumer: &pb.CommandCloseConsumer{
-			ConsumerId: proto.Uint64(k.id), RequestId: proto.Uint64(0)}})
+	sub := k.sub
+	k.closeFromServer()
+	for _, o := range sub.Consumers() {
+		if kk, ok := o.(*consumer); ok && kk != k {
+			kk.closeFromServer()
+		}
 	}
 	c.sendSuccess(req)
 }

@@ -76,6 +76,17 @@ func (k *consumer) detach() {
 	}
 }
 
+// closeFromServer detaches k and tells its client with CLOSE_CONSUMER
+// (the client reconnects it), unless it is already gone.
+func (k *consumer) closeFromServer() {
+	if k.c.dropConsumer(k.id) == nil {
+		return
+	}
+	k.detach()
+	k.c.send(&pb.BaseCommand{Type: pb.BaseCommand_CLOSE_CONSUMER.Enum(), CloseConsumer: &pb.CommandCloseConsumer{
+		ConsumerId: proto.Uint64(k.id), RequestId: proto.Uint64(0)}})
+}
+
 // messageID is the message id of offset off in partition p.
 func messageID(off int64, p int32) *pb.MessageIdData {
 	return &pb.MessageIdData{LedgerId: proto.Uint64(ledgerID), EntryId: proto.Uint64(uint64(off)), Partition: proto.Int32(p)}

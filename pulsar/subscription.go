@@ -207,6 +207,17 @@ type Subscription struct {
 }
 
 // consumerState is one consumer attached to a subscription.
+// Consumers lists the subscription's consumers in join order.
+func (s *Subscription) Consumers() []Consumer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Consumer, len(s.consumers))
+	for i, cs := range s.consumers {
+		out[i] = cs.c
+	}
+	return out
+}
+
 type consumerState struct {
 	c       Consumer
 	seq     uint64
