@@ -217,7 +217,7 @@ func TestBlockPeer(t *testing.T) {
 }
 
 func TestMetaEncoding(t *testing.T) {
-	m := Meta{MQTT: "10.0.0.1:1883", Kafka: "10.0.0.1:9092", HTTP: "10.0.0.1:8080", WALBytes: 1 << 40, WALBudget: 1 << 41,
+	m := Meta{MQTT: "10.0.0.1:1883", Kafka: "10.0.0.1:9092", HTTP: "10.0.0.1:8080", Peer: "10.0.0.1:7947", WALBytes: 1 << 40, WALBudget: 1 << 41,
 		UplinkOK: true, Partitions: map[string]int32{"a.b": 1, "c.d": 2}}
 	enc := m.encode(512)
 	got, err := decodeMeta(enc)
@@ -227,6 +227,12 @@ func TestMetaEncoding(t *testing.T) {
 	m.PartitionCount = 2
 	if fmt.Sprint(got) != fmt.Sprint(m) {
 		t.Fatalf("round trip: %+v != %+v", got, m)
+	}
+	// Version 1 (before the peer address) still decodes: a rolling upgrade.
+	v1 := []byte{1, flagUplinkOK, 1, 'm', 1, 'k', 1, 'h', 5, 6, 1, 3, 'a', '.', 'b', 7}
+	old, err := decodeMeta(v1)
+	if err != nil || old.MQTT != "m" || old.HTTP != "h" || old.Peer != "" || old.Partitions["a.b"] != 7 || old.WALBudget != 6 {
+		t.Fatalf("v1 meta: %+v, %v", old, err)
 	}
 	t.Logf("meta with 2 partitions: %d bytes", len(enc))
 	// Too many partitions: truncated to the limit, the count kept.

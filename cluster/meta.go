@@ -12,6 +12,9 @@ type Meta struct {
 	MQTT  string `json:"mqtt,omitempty"`
 	Kafka string `json:"kafka,omitempty"`
 	HTTP  string `json:"http,omitempty"`
+	// Peer is the data-plane address (package peer): forwarded MQTT
+	// publishes, WAL replication, takeover.
+	Peer string `json:"peer,omitempty"`
 	// Partitions this member writes, stream -> partition.
 	Partitions map[string]int32 `json:"partitions,omitempty"`
 	// PartitionCount is the number of partitions the member writes; it
@@ -27,7 +30,7 @@ type Meta struct {
 }
 
 const (
-	metaVersion   = 1
+	metaVersion   = 2 // 1 had no Peer address
 	flagUplinkOK  = 1
 	flagTruncated = 2
 )
@@ -41,7 +44,7 @@ func (m Meta) encode(limit int) []byte {
 	if m.UplinkOK {
 		b[1] |= flagUplinkOK
 	}
-	for _, s := range []string{m.MQTT, m.Kafka, m.HTTP} {
+	for _, s := range []string{m.MQTT, m.Kafka, m.HTTP, m.Peer} {
 		b = appendString(b, s)
 	}
 	b = binary.AppendUvarint(b, uint64(max(m.WALBytes, 0)))
@@ -77,7 +80,7 @@ func decodeMeta(b []byte) (Meta, error) {
 	if len(b) == 0 {
 		return m, nil
 	}
-	if len(b) < 2 || b[0] != metaVersion {
+	if len(b) < 2 || (b[0] != metaVersion && b[0] != 1) {
 		return m, errBadMeta
 	}
 	m.UplinkOK = b[1]&flagUplinkOK != 0
@@ -100,11 +103,14 @@ func decodeMeta(b []byte) (Meta, error) {
 		r = r[n:]
 		return s, true
 	}
-	var ok [3]bool
+	ok := [4]bool{3: true}
 	m.MQTT, ok[0] = str()
 	m.Kafka, ok[1] = str()
 	m.HTTP, ok[2] = str()
-	if !ok[0] || !ok[1] || !ok[2] {
+	if b[0] >= 2 {
+		m.Peer, ok[3] = str()
+	}
+	if !ok[0] || !ok[1] || !ok[2] || !ok[3] {
 		return Meta{}, errBadMeta
 	}
 	wb, ok1 := uv()

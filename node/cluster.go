@@ -11,6 +11,7 @@ import (
 
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/peer"
 )
 
 // startCluster joins the gossip cluster (when cluster.gossip_addr is set),
@@ -20,9 +21,17 @@ func (n *Node) startCluster() error {
 	if g.GossipAddr == "" {
 		return nil
 	}
+	p, err := peer.Listen(peer.Config{NodeID: n.cfg.NodeID, Addr: g.PeerAddr, Logger: n.log})
+	if err != nil {
+		return err
+	}
+	n.peer = p
+	n.log.Info("listening", "listener", "peer", "addr", p.Addr())
 	c, err := cluster.Open(cluster.Config{NodeID: n.cfg.NodeID, BindAddr: g.GossipAddr, AdvertiseAddr: g.AdvertiseAddr,
 		Join: g.Join, Profile: g.GossipProfile, Meta: n.clusterMeta, Logger: n.log})
 	if err != nil {
+		p.Close(context.Background())
+		n.peer = nil
 		return err
 	}
 	n.cluster.Store(c)
@@ -34,13 +43,27 @@ func (n *Node) startCluster() error {
 // writes and the health of its WAL and uplink.
 func (n *Node) clusterMeta() cluster.Meta {
 	ws := n.wal.Stats()
-	m := cluster.Meta{MQTT: n.MQTTAddr(), Kafka: n.KafkaAddr(), HTTP: n.HTTPAddr(), Partitions: n.ingest.Streams(),
+	m := cluster.Meta{MQTT: n.MQTTAddr(), Kafka: n.KafkaAddr(), HTTP: n.HTTPAddr(), Peer: n.PeerAddr(), Partitions: n.ingest.Streams(),
 		WALBytes: ws.Bytes, WALBudget: ws.MaxBytes, UplinkOK: len(n.up.Stats().Failing) == 0}
 	if n.kafka != nil && n.cfg.Kafka.AdvertisedAddr != "" {
 		m.Kafka = n.cfg.Kafka.AdvertisedAddr
 	}
 	return m
 }
+
+// PeerAddr is the advertised data-plane address ("" without a cluster).
+func (n *Node) PeerAddr() string {
+	if n.peer == nil {
+		return ""
+	}
+	if a := n.cfg.Cluster.PeerAdvertiseAddr; a != "" {
+		return a
+	}
+	return n.peer.Addr()
+}
+
+// Peer is the data plane to the other nodes (nil without a cluster).
+func (n *Node) Peer() *peer.Peer { return n.peer }
 
 // GossipAddr is the advertised gossip address ("" without a cluster).
 func (n *Node) GossipAddr() string {

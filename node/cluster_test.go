@@ -74,7 +74,7 @@ func TestClusterTwoNodes(t *testing.T) {
 			}
 		}
 		if st.Gossip && len(st.Members) == 2 && peer != nil && peer.State == cluster.Alive &&
-			peer.Kafka == b.KafkaAddr() && peer.HTTP == b.HTTPAddr() && peer.MQTT == b.MQTTAddr() && len(peer.Partitions) == 1 {
+			peer.Kafka == b.KafkaAddr() && peer.HTTP == b.HTTPAddr() && peer.MQTT == b.MQTTAddr() && peer.Peer == b.PeerAddr() && peer.Peer != "" && len(peer.Partitions) == 1 {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -118,6 +118,14 @@ type Config struct {
 		// GossipProfile: lan (memberlist's LAN timing, the default) or
 		// local (faster failure detection; one host, tests).
 		GossipProfile string `yaml:"gossip_profile"`
+		// PeerAddr is the data-plane listener (TCP, package peer) for
+		// forwarded MQTT publishes, WAL replication and takeover, host:port.
+		// Default: the gossip host with port 0 (a free port, gossiped to
+		// the other members).
+		PeerAddr string `yaml:"peer_addr"`
+		// PeerAdvertiseAddr is the peer host:port other nodes dial.
+		// Default: the bound address.
+		PeerAdvertiseAddr string `yaml:"peer_advertise_addr"`
 	} `yaml:"cluster"`
 
 	// HTTPAddr serves /healthz, /readyz, /status and /metrics. Default
@@ -195,6 +203,11 @@ func (c *Config) applyDefaults() {
 	if c.Cluster.GossipProfile == "" {
 		c.Cluster.GossipProfile = "lan"
 	}
+	if c.Cluster.PeerAddr == "" && c.Cluster.GossipAddr != "" {
+		if host, _, err := net.SplitHostPort(c.Cluster.GossipAddr); err == nil {
+			c.Cluster.PeerAddr = net.JoinHostPort(host, "0")
+		}
+	}
 }
 
 // defaultCatalog fills the embedded-catalog defaults below dataDir: name
@@ -269,6 +282,14 @@ func (c *Config) Validate() error {
 		if g.AdvertiseAddr != "" {
 			if _, _, err := net.SplitHostPort(g.AdvertiseAddr); err != nil {
 				bad("cluster.advertise_addr", "%q: want host:port (%v)", g.AdvertiseAddr, err)
+			}
+		}
+		if _, _, err := net.SplitHostPort(g.PeerAddr); err != nil {
+			bad("cluster.peer_addr", "%q: want host:port, e.g. 0.0.0.0:7947 (%v)", g.PeerAddr, err)
+		}
+		if g.PeerAdvertiseAddr != "" {
+			if _, port, err := net.SplitHostPort(g.PeerAdvertiseAddr); err != nil || port == "0" {
+				bad("cluster.peer_advertise_addr", "%q: want host:port with a fixed port (%v)", g.PeerAdvertiseAddr, err)
 			}
 		}
 		for i, j := range g.Join {

@@ -39,6 +39,7 @@ import (
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/mqtt"
+	"github.com/tributary-io/tributary/peer"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/tables/rest"
 	"github.com/tributary-io/tributary/uplink"
@@ -65,6 +66,9 @@ type Node struct {
 	// cluster is the gossip membership (nil without cluster.gossip_addr);
 	// set in Start while the Kafka server may already serve Metadata.
 	cluster atomic.Pointer[cluster.Cluster]
+	// peer is the data plane between nodes (nil without
+	// cluster.gossip_addr); set in Start before the cluster is joined.
+	peer *peer.Peer
 
 	started time.Time
 	cancel  context.CancelFunc
@@ -277,6 +281,11 @@ func (n *Node) Close(ctx context.Context) error {
 		n.log.Warn("cluster leave", "err", err)
 	}
 	leaveCancel()
+	if n.peer != nil {
+		if err := n.peer.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("close peer: %w", err))
+		}
+	}
 	if err := n.mqtt.Close(ctx); err != nil {
 		errs = append(errs, fmt.Errorf("close mqtt: %w", err))
 	}

@@ -30,6 +30,7 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	maintainEvery := fs.Duration("maintenance-interval", time.Minute, "interval between table maintenance passes")
 	nodeID := fs.String("node-id", "dev-1", "node id")
 	gossipAddr := fs.String("gossip-addr", "", "gossip (memberlist) listener host:port for a cluster of nodes (\"\" = single node)")
+	peerAddr := fs.String("peer-addr", "", "data-plane listener host:port for forwarding and replication between nodes (default: the gossip host, port 0)")
 	gossipProfile := fs.String("gossip-profile", "lan", "gossip timing: lan, or local (faster failure detection on one host)")
 	var join stringList
 	fs.Var(&join, "join", "a peer's gossip host:port to join (repeatable)")
@@ -64,6 +65,7 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	cfg.Maintenance.Interval = *maintainEvery
 	cfg.Cluster.GossipAddr = *gossipAddr
 	cfg.Cluster.GossipProfile = *gossipProfile
+	cfg.Cluster.PeerAddr = *peerAddr
 	cfg.Cluster.Join = join
 	cfg = node.WithDefaults(cfg)
 	if err := cfg.Validate(); err != nil {
