@@ -16,8 +16,10 @@ type opKind uint8
 
 const (
 	opAppend opKind = iota
+	opAppendAt
 	opRelease
 	opEnsure
+	opDrop
 )
 
 // op states: an Append whose context ends may cancel its op only while it is
@@ -31,11 +33,14 @@ const (
 // op is one queued write.
 type op struct {
 	kind  opKind
-	recs  []*Record // opAppend
-	pk    pkey      // opRelease, opEnsure
+	recs  []*Record // opAppend, opAppendAt
+	pk    pkey      // opRelease, opEnsure, opDrop
 	n     int64     // upTo, minNext
 	done  func(error)
 	state atomic.Int32
+	// count is set by the committer before done is called: records skipped
+	// by an opAppendAt, records dropped by an opDrop.
+	count int64
 }
 
 // work is a partition's state while a group is being applied.
@@ -58,11 +63,12 @@ type span struct{ start, end int }
 
 // group is the state of one transaction being built.
 type group struct {
-	tx    *bolt.Tx
-	parts map[pkey]*work
-	bytes int64 // total unreleased bytes, tentatively
-	recs  int64
-	added int64 // records appended
+	tx      *bolt.Tx
+	parts   map[pkey]*work
+	dropped map[pkey]bool // partitions dropped in this group (a later op may create them anew)
+	bytes   int64         // total unreleased bytes, tentatively
+	recs    int64
+	added   int64 // records appended
 }
 
 // committer is the single writer: it drains the queue into one transaction
@@ -153,6 +159,9 @@ func (w *WAL) commit(ops []*op) {
 	committed := g != nil
 	w.mu.Lock()
 	if committed {
+		for pk := range g.dropped {
+			delete(w.parts, pk)
+		}
 		for pk, wk := range g.parts {
 			if wk.dirty {
 				st := wk.st
@@ -201,12 +210,14 @@ func (w *WAL) apply(ops []*op, results []error) (*group, int64, error) {
 	for i, o := range ops {
 		var opErr error
 		switch o.kind {
-		case opAppend:
+		case opAppend, opAppendAt:
 			opErr, err = w.applyAppend(g, o)
 		case opRelease:
 			err = w.applyRelease(g, o)
 		case opEnsure:
 			err = w.applyEnsure(g, o)
+		case opDrop:
+			err = w.applyDrop(g, o)
 		}
 		if err != nil {
 			tx.Rollback()
@@ -217,7 +228,7 @@ func (w *WAL) apply(ops []*op, results []error) (*group, int64, error) {
 		}
 		results[i] = opErr
 	}
-	dirty := false
+	dirty := len(g.dropped) > 0
 	meta := tx.Bucket(metaBucket)
 	for _, wk := range g.parts {
 		if !wk.dirty {
@@ -232,11 +243,7 @@ func (w *WAL) apply(ops []*op, results []error) (*group, int64, error) {
 			tx.Rollback()
 			return nil, 0, err
 		}
-		var v [24]byte
-		be.PutUint64(v[0:], uint64(wk.st.next))
-		be.PutUint64(v[8:], uint64(wk.st.released))
-		be.PutUint64(v[16:], uint64(wk.st.bytes))
-		if err := meta.Put(wk.key, v[:]); err != nil {
+		if err := meta.Put(wk.key, encodeMeta(&wk.st)); err != nil {
 			tx.Rollback()
 			return nil, 0, fmt.Errorf("put meta: %w", err)
 		}
@@ -259,7 +266,7 @@ func (w *WAL) part(g *group, pk pkey) *work {
 	}
 	wk := &work{pk: pk, key: encodePKey(pk)}
 	w.mu.Lock()
-	if st, ok := w.parts[pk]; ok {
+	if st, ok := w.parts[pk]; ok && !g.dropped[pk] {
 		wk.st = *st
 		wk.existed = true
 	}
@@ -292,11 +299,27 @@ type undo struct {
 // and adds them to their partitions' pending records, which flush writes as
 // chunks. It returns a per-op error (the op is refused, nothing of it kept)
 // or a transaction error.
+//
+// An opAppend assigns each record its partition's next offset. An
+// opAppendAt keeps the records' offsets: a record below its partition's
+// next offset is skipped (counted in o.count), one at it is appended, one
+// above it refuses the whole op with a *GapError. A partition the op
+// creates starts at the offset of its first record in the op.
 func (w *WAL) applyAppend(g *group, o *op) (opErr, txErr error) {
 	now := time.Now().UnixMicro()
 	var undos []undo
 	start := len(w.arena)
-	var size int64
+	var size, added int64
+	refuse := func(err error) (error, error) {
+		for _, u := range undos {
+			u.wk.st = u.st
+			u.wk.pend = u.wk.pend[:u.pend]
+			u.wk.pendBytes = u.size
+		}
+		w.arena = w.arena[:start]
+		o.count = 0
+		return err, nil
+	}
 	for _, r := range o.recs {
 		wk := w.part(g, pkey{r.Stream, r.Partition})
 		seen := false
@@ -308,6 +331,18 @@ func (w *WAL) applyAppend(g *group, o *op) (opErr, txErr error) {
 		}
 		if !seen {
 			undos = append(undos, undo{wk, wk.st, len(wk.pend), wk.pendBytes})
+			if o.kind == opAppendAt && !wk.existed && !wk.dirty {
+				wk.st.next, wk.st.released = r.Offset, r.Offset // created at its first record
+			}
+		}
+		if o.kind == opAppendAt {
+			switch {
+			case r.Offset < wk.st.next:
+				o.count++
+				continue
+			case r.Offset > wk.st.next:
+				return refuse(&GapError{Stream: r.Stream, Partition: r.Partition, Offset: r.Offset, Next: wk.st.next})
+			}
 		}
 		if r.Timestamp == 0 {
 			r.Timestamp = now
@@ -317,6 +352,7 @@ func (w *WAL) applyAppend(g *group, o *op) (opErr, txErr error) {
 			wk.st.oldest = r.Timestamp
 		}
 		wk.st.next++
+		wk.st.epoch = max(wk.st.epoch, r.Epoch)
 		before := len(w.arena)
 		w.arena = EncodeRecord(w.arena, r)
 		n := len(w.arena) - before
@@ -324,18 +360,16 @@ func (w *WAL) applyAppend(g *group, o *op) (opErr, txErr error) {
 		wk.pendBytes += n
 		wk.st.bytes += int64(n)
 		size += int64(n)
+		added++
 	}
 	if w.opts.MaxBytes > 0 && g.bytes+size > w.opts.MaxBytes {
-		for _, u := range undos {
-			u.wk.st = u.st
-			u.wk.pend = u.wk.pend[:u.pend]
-			u.wk.pendBytes = u.size
-		}
-		w.arena = w.arena[:start]
-		return fmt.Errorf("append %d records of %d bytes with %d of %d bytes used: %w",
-			len(o.recs), size, g.bytes, w.opts.MaxBytes, ErrBudgetExceeded), nil
+		return refuse(fmt.Errorf("append %d records of %d bytes with %d of %d bytes used: %w",
+			added, size, g.bytes, w.opts.MaxBytes, ErrBudgetExceeded))
 	}
 	for _, u := range undos {
+		if u.wk.st == u.st {
+			continue // every record of the partition skipped
+		}
 		u.wk.dirty = true
 		if len(u.wk.pend) >= maxChunkRecords || u.wk.pendBytes >= maxChunkBytes {
 			if err := w.flush(g, u.wk); err != nil {
@@ -344,8 +378,8 @@ func (w *WAL) applyAppend(g *group, o *op) (opErr, txErr error) {
 		}
 	}
 	g.bytes += size
-	g.recs += int64(len(o.recs))
-	g.added += int64(len(o.recs))
+	g.recs += added
+	g.added += added
 	return nil, nil
 }
 
@@ -508,6 +542,30 @@ func (w *WAL) applyEnsure(g *group, o *op) error {
 	return nil
 }
 
+// applyDrop forgets a partition: its records, released or not, its data
+// bucket and its meta entry, in the group's transaction.
+func (w *WAL) applyDrop(g *group, o *op) error {
+	wk := w.part(g, o.pk)
+	delete(g.parts, o.pk)
+	if !wk.existed && !wk.dirty {
+		return nil // unknown partition
+	}
+	if err := g.tx.DeleteBucket(dataName(wk.key)); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
+		return fmt.Errorf("drop %s/%d: %w", o.pk.stream, o.pk.partition, err)
+	}
+	if err := g.tx.Bucket(metaBucket).Delete(wk.key); err != nil {
+		return fmt.Errorf("drop %s/%d: %w", o.pk.stream, o.pk.partition, err)
+	}
+	o.count = wk.st.next - wk.st.released
+	g.bytes -= wk.st.bytes
+	g.recs -= o.count
+	if g.dropped == nil {
+		g.dropped = map[pkey]bool{}
+	}
+	g.dropped[o.pk] = true
+	return nil
+}
+
 // recordTimestamp decodes the timestamp of an encoded record.
 func recordTimestamp(v []byte) (int64, error) {
 	r, err := DecodeRecord(v)
@@ -515,6 +573,35 @@ func recordTimestamp(v []byte) (int64, error) {
 		return 0, err
 	}
 	return r.Timestamp, nil
+}
+
+// metaLen is the size of a meta entry: next, released, unreleased bytes
+// and the highest epoch of any record ever appended. Entries written before
+// epochs existed are 24 bytes long and read as epoch 0.
+const (
+	metaLen   = 32
+	metaLenV0 = 24
+)
+
+func encodeMeta(st *partState) []byte {
+	v := make([]byte, metaLen)
+	be.PutUint64(v[0:], uint64(st.next))
+	be.PutUint64(v[8:], uint64(st.released))
+	be.PutUint64(v[16:], uint64(st.bytes))
+	be.PutUint64(v[24:], uint64(st.epoch))
+	return v
+}
+
+// decodeMeta decodes a meta entry (oldest is not stored).
+func decodeMeta(v []byte) (partState, bool) {
+	if len(v) != metaLen && len(v) != metaLenV0 {
+		return partState{}, false
+	}
+	st := partState{next: int64(be.Uint64(v[0:])), released: int64(be.Uint64(v[8:])), bytes: int64(be.Uint64(v[16:]))}
+	if len(v) == metaLen {
+		st.epoch = int64(be.Uint64(v[24:]))
+	}
+	return st, true
 }
 
 func offsetKey(off int64) []byte {

@@ -17,8 +17,9 @@ import (
 const crashEnv = "TRIBUTARY_WAL_CRASH_PATH"
 
 // TestHelperProcess is not a test: run by TestCrashRecovery with crashEnv
-// set, it appends from several goroutines forever and prints every
-// acknowledged record as "ack <stream> <partition> <offset> <value>".
+// set, it appends from several goroutines forever (and one AppendAt writer
+// of preassigned offsets with resends) and prints every acknowledged record
+// as "ack <stream> <partition> <offset> <value>".
 func TestHelperProcess(t *testing.T) {
 	path := os.Getenv(crashEnv)
 	if path == "" {
@@ -41,6 +42,29 @@ func TestHelperProcess(t *testing.T) {
 		out.Unlock()
 	}
 	var wg sync.WaitGroup
+	// A replica-style writer: AppendAt of preassigned offsets, each call
+	// resending up to two records already stored (skipped).
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		ps, _ := w.Partition("c.at", 0)
+		next := ps.Next
+		for i := 0; ; i++ {
+			from := max(0, next-int64(i%3))
+			var recs []*Record
+			for off := from; off < next+1+int64(i%4); off++ {
+				recs = append(recs, &Record{Stream: "c.at", Offset: off, Epoch: int64(round[0]),
+					Value: []byte(fmt.Sprintf("r%s-at-%d", round, off)), Source: "mqtt"})
+			}
+			skipped, err := w.AppendAt(context.Background(), recs...)
+			if err != nil || int64(skipped) != next-from {
+				fmt.Fprintln(os.Stderr, "append at:", skipped, err)
+				os.Exit(3)
+			}
+			print(recs[skipped:])
+			next = recs[len(recs)-1].Offset + 1
+		}
+	}()
 	for g := 0; g < 8; g++ {
 		wg.Add(1)
 		go func() {

@@ -1,6 +1,9 @@
 package wal
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Header is one Kafka record header or MQTT 5 user property.
 type Header struct {
@@ -13,6 +16,7 @@ type Header struct {
 //
 // The caller of Append fills every field but Offset (and Timestamp, when it
 // leaves it zero); Append assigns Offset densely per (Stream, Partition).
+// AppendAt stores records whose Offset is already assigned.
 type Record struct {
 	Stream    string // "namespace.stream"
 	Partition int32  // global partition number of the stream's table
@@ -42,4 +46,22 @@ var (
 	ErrBudgetExceeded = errors.New("wal: disk budget exceeded")
 	// ErrClosed is returned by operations on a closed WAL.
 	ErrClosed = errors.New("wal: closed")
+	// ErrGap is wrapped by *GapError.
+	ErrGap = errors.New("wal: offset gap")
 )
+
+// GapError refuses an AppendAt whose record for (Stream, Partition) is at
+// Offset while the partition's next offset is Next (< Offset): the sender
+// must resend from Next.
+type GapError struct {
+	Stream    string
+	Partition int32
+	Offset    int64 // the first record that does not follow
+	Next      int64 // the partition's next offset: resend from here
+}
+
+func (e *GapError) Error() string {
+	return fmt.Sprintf("wal: append at %s/%d: record at offset %d but next offset is %d", e.Stream, e.Partition, e.Offset, e.Next)
+}
+
+func (e *GapError) Unwrap() error { return ErrGap }

@@ -12,15 +12,20 @@
 //  2. Dense offsets. Per (Stream, Partition) offsets are assigned 0, 1, 2, …
 //     in commit order and, within one call, in slice order; an offset is
 //     never skipped and never reused, across Close/Open and crashes. The
-//     only jump is EnsurePartition, which moves an empty-or-behind partition
-//     forward to the table's high-water mark.
+//     only jumps are EnsurePartition, which moves an empty-or-behind
+//     partition forward to the table's high-water mark, and the creation of
+//     a partition by AppendAt at its first record's offset. AppendAt, which
+//     stores offsets assigned elsewhere, keeps density too: it stores a
+//     record only at the partition's next offset, skips those below it and
+//     refuses a gap (GapError).
 //  3. Contiguous content. For every partition, exactly the records with
 //     offsets in [Released, Next) are readable. Release moves Released
-//     forward; nothing else removes records. (Records below Released may
+//     forward; DropPartition forgets the whole partition (a node fenced out
+//     of it); nothing else removes records. (Records below Released may
 //     remain in a partly released chunk; they are never returned.)
-//  4. Atomic metadata. Each partition's Next, Released and byte count are
-//     stored in the same bbolt transaction as the records they describe, so
-//     after kill -9 the metadata always matches the data.
+//  4. Atomic metadata. Each partition's Next, Released, byte count and
+//     highest epoch are stored in the same bbolt transaction as the records
+//     they describe, so after kill -9 the metadata always matches the data.
 //  5. Bounded disk. The logical (encoded) size of all unreleased records never
 //     exceeds Options.MaxBytes; an append that would exceed it is refused
 //     whole with ErrBudgetExceeded, which is back-pressure, never a drop.
@@ -28,7 +33,8 @@
 // # Outline
 //
 // All writes go through one committer goroutine. Append, AppendAsync,
-// Release and EnsurePartition enqueue an op and wake the committer. The
+// AppendAt, AppendAtAsync, Release, EnsurePartition and DropPartition
+// enqueue an op and wake the committer. The
 // committer takes everything queued, applies it in queue order inside one
 // bbolt read-write transaction and commits it with one fsync (group commit);
 // while that commit is in flight, newly arriving ops queue up and all go into
@@ -58,8 +64,9 @@
 // its own). A chunk is versioned and ends with a CRC32C over all of it, so a
 // torn or corrupt chunk is reported as ErrCorrupt, never misread: see
 // chunkV1 for the byte layout. The "meta" bucket maps the partition key
-// (uvarint stream length, stream, big-endian partition) to 24 bytes: next,
-// released, unreleased bytes; its key "\x00format" holds the on-disk format
+// (uvarint stream length, stream, big-endian partition) to 32 bytes: next,
+// released, unreleased bytes, highest epoch (24-byte entries of older
+// versions read as epoch 0); its key "\x00format" holds the on-disk format
 // version (2; format 1, one key per record, is refused with an error).
 //
 // Read seeks to the chunk holding its start offset (the greatest key not
@@ -115,6 +122,10 @@ type PartitionState struct {
 	Next            int64 // next offset to assign
 	Bytes           int64 // logical bytes unreleased
 	OldestTimestamp int64 // unix micros of oldest unreleased record, 0 if none
+	// Epoch is the highest Record.Epoch ever appended to the partition; it
+	// survives Release (not DropPartition), so a node restarting without
+	// its catalog still knows the ownership epoch it last wrote at.
+	Epoch int64
 }
 
 // Stats are counters and gauges of a WAL.
@@ -143,6 +154,7 @@ type pkey struct {
 
 type partState struct {
 	next, released, bytes, oldest int64
+	epoch                         int64 // highest Record.Epoch ever appended
 }
 
 // WAL is a durable write-ahead log. Its methods are safe for concurrent use.
@@ -228,14 +240,11 @@ func (w *WAL) recover() error {
 				return nil
 			}
 			pk, ok := decodePKey(k)
-			if !ok || len(v) != 24 {
+			ms, ok2 := decodeMeta(v)
+			if !ok || !ok2 {
 				return fmt.Errorf("%w: meta entry %x", ErrCorrupt, k)
 			}
-			st := &partState{
-				next:     int64(be.Uint64(v[0:])),
-				released: int64(be.Uint64(v[8:])),
-				bytes:    int64(be.Uint64(v[16:])),
-			}
+			st := &ms
 			if st.released > st.next || st.released < 0 || st.bytes < 0 {
 				return fmt.Errorf("%w: partition %s/%d: released %d, next %d, bytes %d",
 					ErrCorrupt, pk.stream, pk.partition, st.released, st.next, st.bytes)
@@ -351,10 +360,7 @@ func (w *WAL) Partitions() []PartitionState {
 	w.mu.Lock()
 	out := make([]PartitionState, 0, len(w.parts))
 	for pk, st := range w.parts {
-		out = append(out, PartitionState{
-			Stream: pk.stream, Partition: pk.partition,
-			Released: st.released, Next: st.next, Bytes: st.bytes, OldestTimestamp: st.oldest,
-		})
+		out = append(out, st.state(pk))
 	}
 	w.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool {
@@ -364,6 +370,23 @@ func (w *WAL) Partitions() []PartitionState {
 		return out[i].Partition < out[j].Partition
 	})
 	return out
+}
+
+// Partition returns the committed state of one (stream, partition); ok is
+// false for an unknown (or dropped) partition.
+func (w *WAL) Partition(stream string, partition int32) (st PartitionState, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ps, ok := w.parts[pkey{stream, partition}]
+	if !ok {
+		return PartitionState{}, false
+	}
+	return ps.state(pkey{stream, partition}), true
+}
+
+func (st *partState) state(pk pkey) PartitionState {
+	return PartitionState{Stream: pk.stream, Partition: pk.partition, Released: st.released, Next: st.next,
+		Bytes: st.bytes, OldestTimestamp: st.oldest, Epoch: st.epoch}
 }
 
 // Read returns the records of (stream, partition) with offsets >= from, in
@@ -398,10 +421,11 @@ func readTx(tx *bolt.Tx, pk pkey, from int64, maxRecords int, maxBytes int64) ([
 	if mv == nil {
 		return nil, nil
 	}
-	if len(mv) != 24 {
+	ms, ok := decodeMeta(mv)
+	if !ok {
 		return nil, fmt.Errorf("%w: meta entry %x", ErrCorrupt, key)
 	}
-	next, released := int64(be.Uint64(mv[0:])), int64(be.Uint64(mv[8:]))
+	next, released := ms.next, ms.released
 	from = max(from, released)
 	if from >= next {
 		return nil, nil
@@ -469,11 +493,17 @@ func readTx(tx *bolt.Tx, pk pkey, from int64, maxRecords int, maxBytes int64) ([
 //
 // The WAL owns recs until Append returns.
 func (w *WAL) Append(ctx context.Context, recs ...*Record) error {
+	return w.wait(ctx, &op{kind: opAppend, recs: recs})
+}
+
+// wait enqueues o and waits for its outcome, or for ctx to end while o is
+// still pending (then o is canceled and never applied).
+func (w *WAL) wait(ctx context.Context, o *op) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	ch := make(chan error, 1)
-	o := &op{kind: opAppend, recs: recs, done: func(err error) { ch <- err }}
+	o.done = func(err error) { ch <- err }
 	if err := w.enqueue(o); err != nil {
 		return err
 	}
@@ -496,6 +526,79 @@ func (w *WAL) AppendAsync(recs []*Record, done func(error)) {
 	if err := w.enqueue(&op{kind: opAppend, recs: recs, done: done}); err != nil {
 		done(err)
 	}
+}
+
+// AppendAt makes records durable whose Stream, Partition, Offset and Epoch
+// are already assigned (by the partition's owner: a replica storing the
+// owner's records, or a node copying them after a takeover). Timestamp and
+// every other field are stored as given (a zero Timestamp is set to now).
+//
+// Per (Stream, Partition), in slice order, a record's Offset is compared
+// with the partition's next offset (as left by everything committed or
+// queued before it, including earlier records of the same call):
+//
+//   - below it: the record is already stored (a resend); it is skipped and
+//     counted in skipped. Its content is not compared.
+//   - equal: it is appended, and next moves on by one.
+//   - above it: there is a gap. The whole call is refused with a *GapError
+//     (errors.Is ErrGap) carrying the partition's next offset, from which
+//     the sender resends. Nothing of the call is written.
+//
+// A partition that does not exist (never created, or dropped) is created
+// at the Offset of its first record in the call, so a replica can start
+// anywhere (e.g. at the table's high-water mark). Use EnsurePartition to
+// move an existing empty partition forward instead of sending a gap.
+//
+// Otherwise AppendAt behaves as Append: group commit with other calls,
+// durable when it returns nil, budget checked (ErrBudgetExceeded), ctx
+// cancels only before the committer has taken the call. The WAL owns recs
+// until AppendAt returns. It returns skipped = 0 with any error.
+func (w *WAL) AppendAt(ctx context.Context, recs ...*Record) (skipped int, err error) {
+	o := &op{kind: opAppendAt, recs: recs}
+	if err := w.wait(ctx, o); err != nil {
+		return 0, err
+	}
+	return int(o.count), nil
+}
+
+// AppendAtAsync is AppendAt with a callback instead of a wait, so a caller
+// can keep receiving while earlier ranges are being made durable. Calls are
+// applied in the order they are made, so consecutive ranges of a partition
+// may be queued back to back. done is called exactly once, from the
+// committer goroutine (or the caller's, when refused at once), and must not
+// block long.
+func (w *WAL) AppendAtAsync(recs []*Record, done func(skipped int, err error)) {
+	o := &op{kind: opAppendAt, recs: recs}
+	o.done = func(err error) {
+		if err != nil {
+			done(0, err)
+			return
+		}
+		done(int(o.count), nil)
+	}
+	if err := w.enqueue(o); err != nil {
+		done(0, err)
+	}
+}
+
+// DropPartition forgets (stream, partition) entirely: its unreleased
+// records are deleted without being uploaded, its Next, Released and Epoch
+// are forgotten, and its budget is freed. It is for a partition this node
+// was fenced out of (another node owns it now, so these records either
+// reached the table through that node or were never acknowledged as part of
+// it). A later Append would start the partition again at offset 0, a later
+// AppendAt at its first record's offset. It returns how many unreleased
+// records were dropped; an unknown partition is a no-op. Durable when it
+// returns.
+func (w *WAL) DropPartition(stream string, partition int32) (dropped int64, err error) {
+	if err := checkStream(stream); err != nil {
+		return 0, fmt.Errorf("drop partition: %w", err)
+	}
+	o := &op{kind: opDrop, pk: pkey{stream, partition}}
+	if err := w.do(o); err != nil {
+		return 0, err
+	}
+	return o.count, nil
 }
 
 // EnsurePartition makes sure the next offset of (stream, partition) is at
@@ -536,13 +639,16 @@ func (w *WAL) isClosed() bool {
 }
 
 func (w *WAL) enqueue(o *op) error {
-	if o.kind == opAppend {
+	if o.kind == opAppend || o.kind == opAppendAt {
 		for _, r := range o.recs {
 			if r == nil {
 				return fmt.Errorf("append: %w: nil record", ErrInvalid)
 			}
 			if err := checkStream(r.Stream); err != nil {
 				return fmt.Errorf("append: %w", err)
+			}
+			if o.kind == opAppendAt && r.Offset < 0 {
+				return fmt.Errorf("append at: %w: negative offset %d", ErrInvalid, r.Offset)
 			}
 		}
 		if len(o.recs) == 0 {

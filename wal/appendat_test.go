@@ -1,0 +1,280 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// at is a record with a preassigned offset and epoch.
+func at(stream string, part int32, off, epoch int64) *Record {
+	r := rec(stream, part, "vvvv")
+	r.Offset, r.Epoch = off, epoch
+	return r
+}
+
+func ats(stream string, part int32, from, to, epoch int64) []*Record {
+	var out []*Record
+	for o := from; o < to; o++ {
+		out = append(out, at(stream, part, o, epoch))
+	}
+	return out
+}
+
+// TestAppendAtScript walks AppendAt through creation at an offset, resends,
+// gaps, mixed partitions, Append after AppendAt and a reopen.
+func TestAppendAtScript(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "wal.db")
+	w := openTest(t, Options{Path: path, NoSync: true})
+	ctx := context.Background()
+	appendAt := func(where string, wantSkipped int, wantErr error, recs ...*Record) {
+		t.Helper()
+		skipped, err := w.AppendAt(ctx, recs...)
+		if !errors.Is(err, wantErr) || skipped != wantSkipped {
+			t.Fatalf("%s: skipped %d, err %v; want %d, %v", where, skipped, err, wantSkipped, wantErr)
+		}
+	}
+	state := func(where, stream string, part int32, released, next, epoch int64) {
+		t.Helper()
+		ps, ok := w.Partition(stream, part)
+		if !ok || ps.Released != released || ps.Next != next || ps.Epoch != epoch || ps.Bytes != (next-released)*recSize {
+			t.Fatalf("%s: %s/%d is %+v (known %v), want [%d, %d) epoch %d", where, stream, part, ps, ok, released, next, epoch)
+		}
+		if got := readOffsets(t, w, stream, part, 0, 0, 0); fmt.Sprint(got) != fmt.Sprint(offsets(released, next)) {
+			t.Fatalf("%s: read %v, want [%d, %d)", where, got, released, next)
+		}
+	}
+
+	// A new partition starts at its first record's offset.
+	appendAt("create at 10", 0, nil, ats("r", 3, 10, 13, 2)...)
+	state("create at 10", "r", 3, 10, 13, 2)
+	// A resend overlapping the end: the known records are skipped.
+	appendAt("overlap", 3, nil, ats("r", 3, 10, 15, 2)...)
+	state("overlap", "r", 3, 10, 15, 2)
+	// Entirely old: all skipped, nothing written.
+	appendAt("all old", 2, nil, ats("r", 3, 11, 13, 2)...)
+	state("all old", "r", 3, 10, 15, 2)
+	// A gap refuses the whole call, including other partitions' records.
+	gap := append(ats("r", 4, 0, 2, 1), ats("r", 3, 16, 18, 2)...)
+	_, err := w.AppendAt(ctx, gap...)
+	var ge *GapError
+	if !errors.As(err, &ge) || ge.Next != 15 || ge.Offset != 16 || ge.Stream != "r" || ge.Partition != 3 {
+		t.Fatalf("gap: %v, want GapError next 15 at 16", err)
+	}
+	if _, ok := w.Partition("r", 4); ok {
+		t.Fatal("gap: the refused call created partition 4")
+	}
+	state("after gap", "r", 3, 10, 15, 2)
+	// A gap inside one call (15 follows, 17 does not).
+	appendAt("inner gap", 0, ErrGap, at("r", 3, 15, 2), at("r", 3, 17, 2))
+	state("after inner gap", "r", 3, 10, 15, 2)
+	// Mixed partitions and an epoch bump in one call.
+	appendAt("mixed", 1, nil, at("r", 3, 14, 2), at("r", 3, 15, 3), at("r", 4, 7, 1), at("r", 4, 8, 1))
+	state("mixed 3", "r", 3, 10, 16, 3)
+	state("mixed 4", "r", 4, 7, 9, 1)
+	// Append continues at next; its records keep their own epoch.
+	r := rec("r", 3, "vvvv")
+	if err := w.Append(ctx, r); err != nil || r.Offset != 16 {
+		t.Fatalf("append after AppendAt: offset %d, %v", r.Offset, err)
+	}
+	// Release and reopen keep next and the epoch.
+	if err := w.Release("r", 3, 17); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w = openTest(t, Options{Path: path, NoSync: true})
+	state("reopened", "r", 3, 17, 17, 3)
+	state("reopened 4", "r", 4, 7, 9, 1)
+	appendAt("after reopen", 0, nil, at("r", 3, 17, 3))
+	appendAt("gap after release", 0, ErrGap, at("r", 3, 19, 3))
+	// Invalid input.
+	if _, err := w.AppendAt(ctx, at("r", 3, -1, 0)); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("negative offset: %v", err)
+	}
+	if _, err := w.AppendAt(ctx, nil); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("nil record: %v", err)
+	}
+}
+
+// TestAppendAtBudget: a refused AppendAt leaves nothing, skipped records
+// take no budget.
+func TestAppendAtBudget(t *testing.T) {
+	w := openTest(t, Options{NoSync: true, MaxBytes: 4 * recSize})
+	ctx := context.Background()
+	if _, err := w.AppendAt(ctx, ats("r", 0, 5, 8, 0)...); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.AppendAt(ctx, ats("r", 0, 5, 10, 0)...); !errors.Is(err, ErrBudgetExceeded) {
+		t.Fatalf("over budget: %v", err)
+	}
+	checkBytes(t, w, "refused")
+	if skipped, err := w.AppendAt(ctx, ats("r", 0, 5, 9, 0)...); err != nil || skipped != 3 {
+		t.Fatalf("fits after skipping: %d, %v", skipped, err)
+	}
+	if ps, _ := w.Partition("r", 0); ps.Next != 9 || ps.Bytes != 4*recSize {
+		t.Fatalf("state %+v", ps)
+	}
+}
+
+// TestAppendAtAsyncPipelined queues consecutive ranges back to back
+// without waiting, as a replica receiving a pipelined stream does; they
+// all land, in order, in few group commits.
+func TestAppendAtAsyncPipelined(t *testing.T) {
+	w := openTest(t, Options{})
+	const ranges, per = 200, 5
+	errs := make(chan error, ranges)
+	for i := int64(0); i < ranges; i++ {
+		w.AppendAtAsync(ats("r", 1, 100+i*per, 100+(i+1)*per, 4), func(skipped int, err error) {
+			if err == nil && skipped != 0 {
+				err = fmt.Errorf("skipped %d", skipped)
+			}
+			errs <- err
+		})
+	}
+	for i := 0; i < ranges; i++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	ps, _ := w.Partition("r", 1)
+	if ps.Released != 100 || ps.Next != 100+ranges*per || ps.Epoch != 4 {
+		t.Fatalf("state %+v", ps)
+	}
+	if st := w.Stats(); st.Commits >= ranges {
+		t.Fatalf("%d commits for %d pipelined ranges: no group commit", st.Commits, ranges)
+	}
+	w.AppendAtAsync([]*Record{at("r", 1, 2000, 4)}, func(_ int, err error) { errs <- err })
+	if err := <-errs; !errors.Is(err, ErrGap) {
+		t.Fatalf("async gap: %v", err)
+	}
+}
+
+// TestDropPartition: dropping frees the budget, survives a reopen, leaves
+// other partitions alone, and a later append starts the partition afresh.
+func TestDropPartition(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "wal.db")
+	w := openTest(t, Options{Path: path, NoSync: true})
+	ctx := context.Background()
+	appendN(t, w, "d", 0, 10, 1000)
+	appendN(t, w, "d", 1, 3, 1000)
+	if _, err := w.AppendAt(ctx, ats("d", 0, 10, 12, 5)...); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Release("d", 0, 4); err != nil {
+		t.Fatal(err)
+	}
+	n, err := w.DropPartition("d", 0)
+	if err != nil || n != 8 {
+		t.Fatalf("drop: %d, %v; want 8 unreleased records dropped", n, err)
+	}
+	if n, err := w.DropPartition("d", 0); err != nil || n != 0 {
+		t.Fatalf("drop again: %d, %v", n, err)
+	}
+	if n, err := w.DropPartition("d", 9); err != nil || n != 0 {
+		t.Fatalf("drop unknown: %d, %v", n, err)
+	}
+	check := func(where string) {
+		t.Helper()
+		if _, ok := w.Partition("d", 0); ok {
+			t.Fatalf("%s: dropped partition still listed", where)
+		}
+		if got := readOffsets(t, w, "d", 0, 0, 0, 0); len(got) != 0 {
+			t.Fatalf("%s: dropped partition reads %v", where, got)
+		}
+		checkPartition(t, w, where, "d", 1, 0, 3)
+		if st := w.Stats(); st.Records != 3 || st.Bytes != 3*recSize || st.Partitions != 1 {
+			t.Fatalf("%s: stats %+v", where, st)
+		}
+	}
+	check("dropped")
+	w.Close()
+	w = openTest(t, Options{Path: path, NoSync: true})
+	check("reopened")
+	// AppendAt recreates it where its records start; Append after a drop
+	// starts at 0.
+	if _, err := w.AppendAt(ctx, ats("d", 0, 20, 22, 6)...); err != nil {
+		t.Fatal(err)
+	}
+	if ps, _ := w.Partition("d", 0); ps.Released != 20 || ps.Next != 22 || ps.Epoch != 6 {
+		t.Fatalf("recreated: %+v", ps)
+	}
+	if _, err := w.DropPartition("d", 0); err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, w, "d", 0, 2, 1000)
+	checkPartition(t, w, "append after drop", "d", 0, 0, 2)
+	checkBytes(t, w, "end")
+}
+
+// TestDropInGroup: a drop queued between appends of the same partition in
+// one group commit applies in queue order.
+func TestDropInGroup(t *testing.T) {
+	w := openTest(t, Options{NoSync: true})
+	appendN(t, w, "g", 0, 5, 1000)
+	// Hold the committer: queue everything before it wakes up.
+	w.mu.Lock()
+	results := make(chan string, 4)
+	w.queue = append(w.queue,
+		&op{kind: opAppend, recs: []*Record{rec("g", 0, "vvvv")}, done: func(err error) { results <- fmt.Sprint("append ", err) }},
+		&op{kind: opDrop, pk: pkey{"g", 0}, done: func(err error) { results <- fmt.Sprint("drop ", err) }},
+		&op{kind: opAppendAt, recs: []*Record{at("g", 0, 40, 2)}, done: func(err error) { results <- fmt.Sprint("at ", err) }},
+		&op{kind: opRelease, pk: pkey{"g", 0}, n: 40, done: func(err error) { results <- fmt.Sprint("release ", err) }},
+	)
+	w.mu.Unlock()
+	w.signal()
+	for i := 0; i < 4; i++ {
+		if r := <-results; !strings.HasSuffix(r, " <nil>") {
+			t.Fatal(r)
+		}
+	}
+	if st := w.Stats(); st.Commits != 2 {
+		t.Fatalf("%d commits, want the four ops in one", st.Commits)
+	}
+	ps, ok := w.Partition("g", 0)
+	if !ok || ps.Released != 40 || ps.Next != 41 || ps.Epoch != 2 {
+		t.Fatalf("state %+v", ps)
+	}
+	if got := readOffsets(t, w, "g", 0, 0, 0, 0); fmt.Sprint(got) != "[40]" {
+		t.Fatalf("read %v", got)
+	}
+	checkBytes(t, w, "end")
+}
+
+// TestMetaWithoutEpoch: a WAL written before epochs were stored (24-byte
+// meta entries) opens with epoch 0 and is rewritten in the new form.
+func TestMetaWithoutEpoch(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "wal.db")
+	w := openTest(t, Options{Path: path, NoSync: true})
+	appendN(t, w, "o", 2, 3, 1000)
+	w.Close()
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		m := tx.Bucket(metaBucket)
+		k := encodePKey(pkey{"o", 2})
+		return m.Put(k, append([]byte(nil), m.Get(k)[:metaLenV0]...))
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w = openTest(t, Options{Path: path, NoSync: true})
+	checkPartition(t, w, "old meta", "o", 2, 0, 3)
+	r := rec("o", 2, "vvvv")
+	r.Epoch, r.Timestamp = 7, 1003
+	if err := w.Append(context.Background(), r); err != nil || r.Offset != 3 {
+		t.Fatalf("append: %d, %v", r.Offset, err)
+	}
+	if ps, _ := w.Partition("o", 2); ps.Epoch != 7 {
+		t.Fatalf("epoch %d after append at epoch 7", ps.Epoch)
+	}
+}
