@@ -72,6 +72,7 @@ import (
 	"time"
 
 	"github.com/tributary-io/tributary/cluster"
+	"github.com/tributary-io/tributary/peer"
 	"github.com/tributary-io/tributary/wal"
 )
 
@@ -106,19 +107,38 @@ type Member struct {
 }
 
 // Transport is the part of package peer the replicas use: handlers for
-// this package's message types and ordered, pipelined requests to a
-// node at an address.
+// this package's message types, ordered and pipelined requests to a node
+// at an address, and a liveness ping. PeerTransport adapts a *peer.Peer.
 type Transport interface {
 	Handle(typ uint8, h func(from string, payload []byte, reply func(resp []byte, err error)))
 	Go(id, addr string, typ uint8, payload []byte, done func(resp []byte, err error))
-	Call(ctx context.Context, id, addr string, typ uint8, payload []byte) ([]byte, error)
+	Ping(ctx context.Context, id, addr string) error
 }
 
-// Log is the node's main WAL.
+// PeerTransport is the Transport of a peer.Peer.
+func PeerTransport(p *peer.Peer) Transport { return peerTransport{p} }
+
+type peerTransport struct{ p *peer.Peer }
+
+func (t peerTransport) Handle(typ uint8, h func(string, []byte, func([]byte, error))) {
+	t.p.Handle(typ, h)
+}
+
+func (t peerTransport) Go(id, addr string, typ uint8, payload []byte, done func([]byte, error)) {
+	t.p.Link(id, addr).Go(typ, payload, done)
+}
+
+func (t peerTransport) Ping(ctx context.Context, id, addr string) error {
+	_, err := t.p.Link(id, addr).Call(ctx, peer.TypePing, nil)
+	return err
+}
+
+// Log is the node's main WAL (*wal.WAL).
 type Log interface {
-	Partitions() []wal.PartitionState
+	Partition(stream string, partition int32) (wal.PartitionState, bool)
 	Read(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]*wal.Record, error)
 	EnsurePartition(stream string, partition int32, minNext int64) error
+	AppendAt(ctx context.Context, recs ...*wal.Record) (skipped int, err error)
 }
 
 // Catalog is the ownership side of the catalog.
@@ -151,11 +171,9 @@ type Config struct {
 	Transport Transport
 	// Members lists the cluster as gossip sees it (this node included).
 	Members func() []Member
-	// Log is the node's main WAL; AppendAt writes to it (takeover).
+	// Log is the node's main WAL; takeovers copy into it.
 	Log     Log
 	Catalog Catalog
-	// AppendAt stores records with their offsets (wal.WAL.AppendAt).
-	AppendAt func(ctx context.Context, w Log, recs ...*wal.Record) error
 	// Adopt tells the node it owns (stream, p) at epoch from now on.
 	Adopt func(stream string, p int32, epoch int64) error
 	// OnFenced tells the node a peer owns (stream, p) at epoch.
@@ -199,8 +217,8 @@ type Stats struct {
 // starts the takeover loop.
 func Open(cfg Config) (*Replicas, error) {
 	if cfg.NodeID == "" || cfg.Dir == "" || cfg.Transport == nil || cfg.Members == nil || cfg.Log == nil ||
-		cfg.Catalog == nil || cfg.AppendAt == nil {
-		return nil, errors.New("replica: NodeID, Dir, Transport, Members, Log, Catalog and AppendAt are required")
+		cfg.Catalog == nil {
+		return nil, errors.New("replica: NodeID, Dir, Transport, Members, Log and Catalog are required")
 	}
 	if cfg.Factor < 1 {
 		cfg.Factor = 1
@@ -237,7 +255,6 @@ func Open(cfg Config) (*Replicas, error) {
 	}
 	cfg.Transport.Handle(MsgAppend, r.handleAppend)
 	cfg.Transport.Handle(MsgRelease, r.handleRelease)
-	cfg.Transport.Handle(MsgPing, func(from string, _ []byte, reply func([]byte, error)) { reply(nil, nil) })
 	r.wg.Add(1)
 	go r.takeoverLoop()
 	return r, nil
@@ -416,8 +433,4 @@ func (r *Replicas) handleRelease(from string, payload []byte, reply func([]byte,
 		return
 	}
 	s.enqueue(&task{rel: &m, reply: reply})
-}
-
-func (r *Replicas) appendAt(ctx context.Context, w *wal.WAL, recs ...*wal.Record) error {
-	return r.cfg.AppendAt(ctx, w, recs...)
 }

@@ -311,12 +311,8 @@ func (o *outPart) run(t *target) {
 
 // released is the main WAL's released offset of the partition.
 func (o *outPart) released() int64 {
-	for _, p := range o.r.cfg.Log.Partitions() {
-		if p.Stream == o.pk.stream && p.Partition == o.pk.partition {
-			return p.Released
-		}
-	}
-	return 0
+	p, _ := o.r.cfg.Log.Partition(o.pk.stream, o.pk.partition)
+	return p.Released
 }
 
 // pump sends what the target lacks, up to the in-flight limit.

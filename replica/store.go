@@ -1,12 +1,12 @@
 package replica
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 
 	"github.com/tributary-io/tributary/wal"
 )
@@ -24,8 +24,10 @@ type pkey struct {
 // reply's Next means "everything the owner sent below Next is durable
 // here" (or was below the owner's released base, hence in the table).
 // One worker goroutine applies the origin's messages in arrival order:
-// it takes everything queued, appends the accepted records of all of it
-// with one AppendAt (one group commit, one fsync) and only then replies.
+// it takes everything queued and hands the accepted records of all of it
+// to the WAL with one AppendAtAsync (calls are applied in order and share
+// group commits), replying to each message only when its records are
+// durable; meanwhile it goes on with the next messages.
 type store struct {
 	r      *Replicas
 	origin string
@@ -37,10 +39,12 @@ type store struct {
 	w     *wal.WAL // worker (and takeover, under use) only, after open
 	open  sync.Once
 	oerr  error
-	next  map[pkey]int64 // worker only: durable next per partition
-	done  chan struct{}
-	stop  chan struct{}
-	alive bool // worker running
+	next  map[pkey]int64 // worker only: next per partition, counting appends queued in the WAL
+	// resync is set when a queued append failed: the worker reloads next.
+	resync atomic.Bool
+	done   chan struct{}
+	stop   chan struct{}
+	alive  bool // worker running
 }
 
 type task struct {
@@ -134,29 +138,34 @@ func (s *store) apply(batch []*task) {
 		}
 		return
 	}
+	if s.resync.Swap(false) {
+		for _, p := range w.Partitions() { // back to the durable state after a failed append
+			s.next[pkey{p.Stream, p.Partition}] = p.Next
+		}
+	}
 	var pending []*task
 	var recs []*wal.Record
 	flush := func() {
 		if len(pending) == 0 {
 			return
 		}
-		err := s.r.appendAt(context.Background(), w, recs...)
-		for _, t := range pending {
+		tasks, n := pending, len(recs)
+		w.AppendAtAsync(recs, func(_ int, err error) {
 			if err != nil {
-				t.reply(nil, err)
-				continue
+				s.resync.Store(true)
+				s.r.log.Warn("replica: append failed", "origin", s.origin, "records", n, "err", err)
+			} else {
+				s.r.stored.Add(int64(n))
 			}
-			t.reply(appendReply{Status: statusOK, Next: t.next}.encode(), nil)
-		}
-		if err != nil {
-			s.r.log.Warn("replica: append failed", "origin", s.origin, "records", len(recs), "err", err)
-			for _, p := range w.Partitions() { // back to the durable state
-				s.next[pkey{p.Stream, p.Partition}] = p.Next
+			for _, t := range tasks {
+				if err != nil {
+					t.reply(nil, err)
+				} else {
+					t.reply(appendReply{Status: statusOK, Next: t.next}.encode(), nil)
+				}
 			}
-		} else {
-			s.r.stored.Add(int64(len(recs)))
-		}
-		pending, recs = pending[:0], nil
+		})
+		pending, recs = nil, nil
 	}
 	for _, t := range batch {
 		if t.rel != nil {

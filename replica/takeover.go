@@ -100,8 +100,7 @@ func (r *Replicas) reachable(ctx context.Context, m Member) bool {
 	}
 	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
 	defer cancel()
-	_, err := r.cfg.Transport.Call(ctx, m.ID, m.Peer, MsgPing, nil)
-	return err == nil
+	return r.cfg.Transport.Ping(ctx, m.ID, m.Peer) == nil
 }
 
 // takeOverAll tries every partition of origin's store; it reports whether
@@ -202,7 +201,7 @@ func (r *Replicas) copyFrom(ctx context.Context, w *wal.WAL, stream string, p in
 		for _, rec := range recs {
 			rec.Epoch = epoch
 		}
-		if err := r.cfg.AppendAt(ctx, r.cfg.Log, recs...); err != nil {
+		if _, err := r.cfg.Log.AppendAt(ctx, recs...); err != nil {
 			return copied, fmt.Errorf("copy to main wal: %w", err)
 		}
 		copied += len(recs)
@@ -212,12 +211,8 @@ func (r *Replicas) copyFrom(ctx context.Context, w *wal.WAL, stream string, p in
 
 // mainNext is the main WAL's next offset of a partition (0 if unknown).
 func (r *Replicas) mainNext(pk pkey) int64 {
-	for _, p := range r.cfg.Log.Partitions() {
-		if p.Stream == pk.stream && p.Partition == pk.partition {
-			return p.Next
-		}
-	}
-	return 0
+	p, _ := r.cfg.Log.Partition(pk.stream, pk.partition)
+	return p.Next
 }
 
 // releaseLost releases the replica copies of partitions another node took

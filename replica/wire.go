@@ -17,9 +17,9 @@ const (
 	// MsgRelease: owner → replica, the owner's uplink released a
 	// partition up to an offset (releaseMsg); the reply is empty.
 	MsgRelease uint8 = 65
-	// MsgPing: any → any, a data-link liveness probe (empty both ways).
-	MsgPing uint8 = 66
 )
+
+// Liveness of a member's data link is peer's own ping (peer.TypePing).
 
 // ErrMalformed is wrapped by every decoding error.
 var ErrMalformed = errors.New("replica: malformed message")
