@@ -136,6 +136,7 @@ func (n *Node) handler() http.Handler {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	n.registerMetrics(reg)
 	n.registerClusterMetrics(reg)
+	n.registerReplicaMetrics(reg)
 	reg.MustRegister(newMaintCollector(n))
 	reg.MustRegister(&n.ingest.count)
 	if n.cloudK != nil {
@@ -167,6 +168,7 @@ func (n *Node) handler() http.Handler {
 		writeJSON(w, n.Status())
 	})
 	mux.HandleFunc("GET /cluster", n.serveCluster)
+	n.registerTestHooks(mux)
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Write(statusPage)

@@ -26,6 +26,7 @@ type ingest struct {
 	sf    singleflight.Group
 	async *semaphore.Weighted // bytes queued by AppendAsync
 	count streamCounters      // durable messages and bytes by protocol and stream
+	repl  replication         // WAL replication to peers (cluster only)
 }
 
 func newIngest(node string, w *wal.WAL, cat *tables.Catalog, log *slog.Logger) *ingest {
@@ -53,11 +54,14 @@ func (in *ingest) Append(ctx context.Context, recs ...*wal.Record) error {
 			r.Node = in.node
 		}
 	}
+	if err := in.repl.check(); err != nil {
+		return err
+	}
 	if err := in.wal.Append(ctx, recs...); err != nil {
 		return err
 	}
 	in.count.add(recs)
-	return nil
+	return in.repl.wait(ctx, recs)
 }
 
 // partition returns this node's partition of stream, allocating it through
@@ -119,6 +123,7 @@ func (in *ingest) AppendAsync(ctx context.Context, r *wal.Record, done func(erro
 		in.async.Release(n)
 		if err == nil {
 			in.count.add([]*wal.Record{r})
+			in.repl.notify([]*wal.Record{r})
 		}
 		done(err)
 	})

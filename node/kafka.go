@@ -206,11 +206,14 @@ func (kb *kafkaBackend) Append(ctx context.Context, recs ...*wal.Record) error {
 		}
 		r.Node = kb.n.cfg.NodeID
 	}
+	if err := kb.n.ingest.repl.check(); err != nil {
+		return err
+	}
 	if err := kb.n.wal.Append(ctx, recs...); err != nil {
 		return err
 	}
 	kb.n.ingest.count.add(recs)
-	return nil
+	return kb.n.ingest.repl.wait(ctx, recs)
 }
 
 // AllocateProducerID hands out ids from persisted blocks: the limit is

@@ -281,6 +281,9 @@ func (n *Node) Close(ctx context.Context) error {
 		n.log.Warn("cluster leave", "err", err)
 	}
 	leaveCancel()
+	if err := n.closeReplicas(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("close replicas: %w", err))
+	}
 	if n.peer != nil {
 		if err := n.peer.Close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("close peer: %w", err))

@@ -229,6 +229,11 @@ func (tc *testCluster) setState(id string, st cluster.State) {
 	m.State = st
 	tc.members[id] = m
 	tc.mu.Unlock()
+	for _, n := range tc.nodes { // forget the cached ring
+		n.r.ringMu.Lock()
+		n.r.ringAt = time.Time{}
+		n.r.ringMu.Unlock()
+	}
 }
 
 // ingest appends n records to the node's partition p of stream "s.t"

@@ -194,6 +194,10 @@ type Replicas struct {
 	taken  map[pkey]int64    // partitions this node took over, at epoch
 	watch  map[string]*watchState
 
+	ringMu  sync.Mutex
+	ringAt  time.Time
+	ringVal []Member
+
 	degraded                      atomic.Bool
 	replicated, stored, takeovers atomic.Int64
 	fenced                        atomic.Int64
@@ -317,10 +321,18 @@ func (r *Replicas) Stats() Stats {
 }
 
 // ring returns the replicas this node should write to: the next
-// Factor-1 live members after it in id order.
+// Factor-1 live members after it in id order (membership re-read at most
+// every ringTTL, so that every publish does not copy the member list).
 func (r *Replicas) ring() []Member {
-	return ringAfter(r.cfg.NodeID, r.cfg.Members(), r.cfg.Factor-1)
+	r.ringMu.Lock()
+	defer r.ringMu.Unlock()
+	if now := time.Now(); now.Sub(r.ringAt) >= ringTTL {
+		r.ringVal, r.ringAt = ringAfter(r.cfg.NodeID, r.cfg.Members(), r.cfg.Factor-1), now
+	}
+	return r.ringVal
 }
+
+const ringTTL = 100 * time.Millisecond
 
 func ringAfter(self string, members []Member, k int) []Member {
 	if k <= 0 {
