@@ -29,7 +29,8 @@ const (
 	// PropHighWater + "<partition>" is the next offset of that partition not
 	// yet in the table: every offset below it is committed exactly once.
 	PropHighWater = "tributary.hwm."
-	// PropNodePartition + "<node id>" is the partition a node writes.
+	// PropNodePartition + "<node id>" is the partition a node writes for its
+	// own clients (it may own more partitions by TakeOver: see PropOwner).
 	PropNodePartition = "tributary.partition.node."
 	// PropNextPartition is the next unallocated partition number.
 	PropNextPartition = "tributary.partitions.next"
@@ -278,9 +279,13 @@ func HighWaters(t *table.Table) map[int32]int64 {
 }
 
 // AllocatePartition returns the partition of stream that node writes,
-// allocating the next free number through the catalog on first use. The
-// allocation is a compare-and-swap commit of table properties, so two nodes
-// never get the same partition.
+// allocating the next free number through the catalog on first use, with
+// node as its owner at epoch 0. The allocation is a compare-and-swap commit
+// of table properties, so two nodes never get the same partition.
+//
+// If the partition node writes has been taken over by another node
+// (TakeOver), node gets a new partition and its mapping is moved to it: a
+// node fenced out of its partition never writes it again.
 func (c *Catalog) AllocatePartition(ctx context.Context, stream, node string) (int32, error) {
 	for attempt := 0; ; attempt++ {
 		t, err := c.EnsureTable(ctx, stream)
@@ -288,34 +293,33 @@ func (c *Catalog) AllocatePartition(ctx context.Context, stream, node string) (i
 			return 0, err
 		}
 		props := t.Properties()
+		var old int64 = -1
 		if v, ok := props[PropNodePartition+node]; ok {
 			p, err := strconv.ParseInt(v, 10, 32)
 			if err != nil {
 				return 0, fmt.Errorf("allocate partition of %s: bad property %s=%q", stream, PropNodePartition+node, v)
 			}
-			return int32(p), nil
+			if o, ok := Owner(t, int32(p)); !ok || o.Node == node {
+				return int32(p), nil
+			}
+			old = p
 		}
 		next, _ := strconv.ParseInt(props[PropNextPartition], 10, 32)
-		tx := t.NewTransaction()
-		if err := tx.SetProperties(iceberg.Properties{
-			PropNodePartition + node: strconv.FormatInt(next, 10),
-			PropNextPartition:        strconv.FormatInt(next+1, 10),
-		}); err != nil {
-			return 0, fmt.Errorf("allocate partition of %s: %w", stream, err)
+		set := ownerProps(int32(next), node, 0)
+		set[PropNodePartition+node] = strconv.FormatInt(next, 10)
+		set[PropNextPartition] = strconv.FormatInt(next+1, 10)
+		summary := iceberg.Properties{"tributary.operation": "allocate-partition", "tributary.node": node}
+		if old >= 0 {
+			summary["tributary.replaces"] = strconv.FormatInt(old, 10)
 		}
-		// A property-only commit asserts nothing about the properties it
-		// read, so two allocators could both take "next". An empty append
-		// moves the main branch and asserts its old head: the catalog's
-		// compare-and-swap then lets exactly one of them win.
-		if err := tx.AddFiles(ctx, nil, iceberg.Properties{"tributary.operation": "allocate-partition", "tributary.node": node}, true); err != nil {
-			return 0, fmt.Errorf("allocate partition of %s: %w", stream, err)
+		err = c.commitProps(ctx, t, set, summary)
+		if err == nil {
+			continue // reload: the next round returns the partition (or the winner's)
 		}
-		if _, err := tx.Commit(ctx); err != nil {
-			if attempt < 20 && isConflict(err) {
-				continue
-			}
-			return 0, fmt.Errorf("allocate partition of %s: %w", stream, err)
+		if attempt < 20 && isConflict(err) {
+			continue
 		}
+		return 0, fmt.Errorf("allocate partition of %s: %w", stream, err)
 	}
 }
 

@@ -22,9 +22,12 @@ type FileMeta struct {
 
 // PartitionAppend is one partition's part of a commit: files covering the
 // offsets [From, To) exactly, in order. To becomes the new high-water mark.
+// Epoch is the ownership epoch all its records were accepted at (see
+// Owners): an append whose epoch is below the table's is fenced.
 type PartitionAppend struct {
 	Partition int32
 	From, To  int64
+	Epoch     int64
 	Files     []FileMeta
 }
 
@@ -60,10 +63,12 @@ const MaxCommitAttempts = 50
 // high-water marks in ONE Iceberg transaction (DESIGN.md "Exactly once"):
 //
 //	loop: reload the table; for each partition, if its mark already covers
-//	the append, it is done; if the mark is not the append's start, the
-//	batch is stale (StaleError); otherwise commit data + marks together,
-//	requiring that the branch head has not moved. On a conflict, or a
-//	failure that leaves the outcome unknown, reload and decide again.
+//	the append, it is done; if the table's ownership epoch of the partition
+//	is above the append's, the append is fenced (FencedError, nothing is
+//	committed); if the mark is not the append's start, the batch is stale
+//	(StaleError); otherwise commit data + marks together, requiring that
+//	the branch head has not moved. On a conflict, or a failure that leaves
+//	the outcome unknown, reload and decide again.
 //
 // Every data commit moves the main branch, and every commit asserts the
 // head it was planned on, so two committers of one partition can never both
@@ -78,9 +83,15 @@ func (c *Catalog) CommitAppend(ctx context.Context, stream string, appends []Par
 			return res, err
 		}
 		hw := HighWaters(t)
+		owners := Owners(t)
 		var todo []PartitionAppend
 		for _, a := range appends {
 			h := hw[a.Partition]
+			if h < a.To {
+				if err := fenced(stream, owners, a, h); err != nil {
+					return res, err
+				}
+			}
 			switch {
 			case h >= a.To:
 				res.Already = append(res.Already, a.Partition)

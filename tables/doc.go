@@ -1,5 +1,6 @@
 // Package tables is streams as Iceberg tables: the envelope schema, catalog
-// access, partition allocation, the exactly-once append (CommitAppend with
+// access, partition allocation and ownership (owners, epochs, TakeOver and
+// fencing: see ownership.go), the exactly-once append (CommitAppend with
 // the high-water marks), offset-range readers and table maintenance.
 //
 // A stream that commits every second gains 86,400 snapshots, data files and
