@@ -12,10 +12,18 @@ import (
 // created.
 var ErrUnknownStream = errors.New("kafka: unknown stream")
 
+// ErrNotLeader is returned (wrapped) by Backend.Append for a partition this
+// node does not own; the client gets NOT_LEADER_OR_FOLLOWER and refreshes
+// its metadata.
+var ErrNotLeader = errors.New("kafka: not the partition's leader")
+
 // PartitionInfo is one partition of a stream and the node that owns it.
 type PartitionInfo struct {
 	Partition int32
 	Leader    string // node id of the owner; "" = no owner known
+	// Epoch is the owner's ownership epoch (tables.Ownership), reported as
+	// the Kafka leader epoch so that clients notice a new leader.
+	Epoch int64
 }
 
 // TopicInfo is a stream seen as a Kafka topic. The topic name is the stream
@@ -70,7 +78,8 @@ type Backend interface {
 	EnsureStream(ctx context.Context, stream string) (TopicInfo, error)
 	// Append makes the records durable before it returns and assigns their
 	// Offset (dense per partition, in slice order). On error nothing was
-	// appended; wal.ErrBudgetExceeded means back-pressure. Append fills
+	// appended; wal.ErrBudgetExceeded means back-pressure; ErrNotLeader
+	// means this node does not own the partition (any more). Append fills
 	// Record.Epoch (partition ownership epoch) itself.
 	//
 	// The records carry ProducerID/ProducerEpoch/Sequence, so the

@@ -11,8 +11,12 @@ package kafka
 //     (v4+ AllowAutoTopicCreation; always for v0–v3), in which case the
 //     stream is created and this node's partition allocated.
 //   - Each partition's leader is the broker id (BrokerID) of the node that
-//     owns it; replicas and ISR are that node alone. A partition whose owner
-//     is not among the known brokers is LEADER_NOT_AVAILABLE (5).
+//     owns it now (the table's tributary.owner.<p>: a node that took a
+//     partition over leads it), and its leader epoch is the ownership epoch,
+//     which grows with every take-over, so clients treat the new leader as
+//     newer; replicas and ISR are that node alone. A partition whose owner
+//     is not among the known brokers (a dead node nobody took over yet) is
+//     LEADER_NOT_AVAILABLE (5), which clients retry.
 //   - Brokers are the backend's nodes; this node's entry gets the
 //     advertised address. The controller is this node.
 //   - v10+ topic ids are derived from the topic name (topicID), so they are
@@ -23,6 +27,7 @@ import (
 	"context"
 	"crypto/sha1"
 	"errors"
+	"math"
 	"sort"
 
 	"github.com/tributary-io/tributary/tables"
@@ -152,7 +157,7 @@ func (s *Server) metadataTopic(t TopicInfo, known map[string]bool) kmsg.Metadata
 	for _, p := range parts {
 		mp := kmsg.NewMetadataResponseTopicPartition()
 		mp.Partition = p.Partition
-		mp.LeaderEpoch = 0
+		mp.LeaderEpoch = int32(min(p.Epoch, math.MaxInt32))
 		if p.Leader == "" || !known[p.Leader] {
 			mp.ErrorCode = errLeaderNotAvailable
 			mp.Leader = -1

@@ -21,7 +21,10 @@ package kafka
 //   - Errors, per partition: INVALID_TOPIC_EXCEPTION (17) for names that are
 //     not streams; UNKNOWN_TOPIC_OR_PARTITION (3) for unknown streams (unless
 //     auto-creation is on) or partitions; NOT_LEADER_OR_FOLLOWER (6) for a
-//     partition owned by another node; MESSAGE_TOO_LARGE (10) for a batch
+//     partition owned by another node (the table's tributary.owner.<p>, or
+//     the backend's ErrNotLeader when ownership moved after the lookup), so
+//     the client refreshes Metadata and follows the partition to its new
+//     leader; a partition this node took over is its own and accepted; MESSAGE_TOO_LARGE (10) for a batch
 //     over MaxBatchBytes or decompressing beyond MaxDecompressedBytes;
 //     CORRUPT_MESSAGE (2) for a bad CRC or undecodable batch; INVALID_RECORD
 //     (87) for a valid but unacceptable batch (wrong magic, several batches,
@@ -219,6 +222,9 @@ func (s *Server) producePartition(ctx context.Context, clientID, topic string, p
 
 func (s *Server) appendBatch(ctx context.Context, recs []*wal.Record) partResult {
 	if err := s.b.Append(ctx, recs...); err != nil {
+		if errors.Is(err, ErrNotLeader) {
+			return partResult{code: errNotLeaderOrFollower, msg: err.Error()}
+		}
 		if errors.Is(err, wal.ErrBudgetExceeded) {
 			s.stats.backpressured.Add(1)
 			return partResult{code: errKafkaStorageError, msg: "edge WAL disk budget exhausted, retry later", throttle: true}

@@ -9,10 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/apache/iceberg-go/table"
 
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/tables"
@@ -109,31 +109,29 @@ func (kb *kafkaBackend) NodeID() string { return kb.n.cfg.NodeID }
 // partitions.
 func (kb *kafkaBackend) Brokers() []kafka.Broker { return kb.n.clusterBrokers() }
 
-// topicInfo describes a stream from its table: every allocated partition
-// and the node that writes it.
-func (kb *kafkaBackend) topicInfo(stream string, props map[string]string) kafka.TopicInfo {
+// topicInfo describes a stream from its table: every allocated partition,
+// the node that owns it now and its ownership epoch.
+func (kb *kafkaBackend) topicInfo(stream string, t *table.Table) kafka.TopicInfo {
 	ti := kafka.TopicInfo{Stream: stream}
-	for k, v := range props {
-		node, ok := strings.CutPrefix(k, tables.PropNodePartition)
-		if !ok {
-			continue
-		}
-		p, err := strconv.ParseInt(v, 10, 32)
-		if err == nil {
-			ti.Partitions = append(ti.Partitions, kafka.PartitionInfo{Partition: int32(p), Leader: node})
-		}
+	for p, o := range tables.Owners(t) {
+		ti.Partitions = append(ti.Partitions, kafka.PartitionInfo{Partition: p, Leader: o.Node, Epoch: o.Epoch})
 	}
 	sort.Slice(ti.Partitions, func(i, j int) bool { return ti.Partitions[i].Partition < ti.Partitions[j].Partition })
 	return ti
 }
 
-// known is what this node knows without the catalog: its own partitions.
+// known is what this node knows without the catalog: the partitions it writes.
 func (kb *kafkaBackend) known(stream string) (kafka.TopicInfo, bool) {
-	p, ok := kb.n.ingest.Streams()[stream]
+	ps, ok := kb.n.ingest.Owned()[stream]
 	if !ok {
 		return kafka.TopicInfo{}, false
 	}
-	return kafka.TopicInfo{Stream: stream, Partitions: []kafka.PartitionInfo{{Partition: p, Leader: kb.n.cfg.NodeID}}}, true
+	ti := kafka.TopicInfo{Stream: stream}
+	for p, e := range ps {
+		ti.Partitions = append(ti.Partitions, kafka.PartitionInfo{Partition: p, Leader: kb.n.cfg.NodeID, Epoch: e})
+	}
+	sort.Slice(ti.Partitions, func(i, j int) bool { return ti.Partitions[i].Partition < ti.Partitions[j].Partition })
+	return ti, true
 }
 
 func (kb *kafkaBackend) Topics(ctx context.Context) ([]kafka.TopicInfo, error) {
@@ -158,7 +156,7 @@ func (kb *kafkaBackend) Topics(ctx context.Context) ([]kafka.TopicInfo, error) {
 		if err != nil {
 			continue
 		}
-		out = append(out, kb.topicInfo(s, t.Properties()))
+		out = append(out, kb.topicInfo(s, t))
 	}
 	kb.topicsAt, kb.topicsMemo = time.Now(), out
 	return out, nil
@@ -169,7 +167,7 @@ func (kb *kafkaBackend) Topic(ctx context.Context, stream string) (kafka.TopicIn
 		// This node's own partition is authoritative for producing here;
 		// peers' partitions come from the catalog when it answers.
 		if t, err := kb.n.cat.LoadTable(ctx, stream); err == nil {
-			return kb.topicInfo(stream, t.Properties()), nil
+			return kb.topicInfo(stream, t), nil
 		}
 		return ti, nil
 	}
@@ -180,7 +178,7 @@ func (kb *kafkaBackend) Topic(ctx context.Context, stream string) (kafka.TopicIn
 	if err != nil {
 		return kafka.TopicInfo{}, err
 	}
-	return kb.topicInfo(stream, t.Properties()), nil
+	return kb.topicInfo(stream, t), nil
 }
 
 func (kb *kafkaBackend) EnsureStream(ctx context.Context, stream string) (kafka.TopicInfo, error) {
@@ -193,27 +191,15 @@ func (kb *kafkaBackend) EnsureStream(ctx context.Context, stream string) (kafka.
 	return kb.Topic(ctx, stream)
 }
 
-// Append appends records the Kafka server addressed to one of this node's
-// partitions; it refuses any other partition.
+// Append appends records the Kafka server addressed to a partition this
+// node owns (its own, or one it took over); any other partition is refused
+// with kafka.ErrNotLeader.
 func (kb *kafkaBackend) Append(ctx context.Context, recs ...*wal.Record) error {
-	for _, r := range recs {
-		p, err := kb.n.ingest.partition(ctx, r.Stream)
-		if err != nil {
-			return err
-		}
-		if r.Partition != p {
-			return fmt.Errorf("partition %d of %s is not written by node %s (it writes %d)", r.Partition, r.Stream, kb.n.cfg.NodeID, p)
-		}
-		r.Node = kb.n.cfg.NodeID
+	err := kb.n.ingest.appendOwned(ctx, recs...)
+	if errors.Is(err, errNotOwned) {
+		return fmt.Errorf("%w: %w", kafka.ErrNotLeader, err)
 	}
-	if err := kb.n.ingest.repl.check(); err != nil {
-		return err
-	}
-	if err := kb.n.wal.Append(ctx, recs...); err != nil {
-		return err
-	}
-	kb.n.ingest.count.add(recs)
-	return kb.n.ingest.repl.wait(ctx, recs)
+	return err
 }
 
 // AllocateProducerID hands out ids from persisted blocks: the limit is

@@ -120,7 +120,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, err
 	}
 	n.up = uplink.New(uplink.Config{Interval: cfg.Uplink.CommitInterval, MaxBatchBytes: int64(cfg.Uplink.MaxBatchBytes),
-		Node: cfg.NodeID, Logger: log, BeforeRelease: n.kb.beforeRelease}, n.wal, n.cat, n.bucket)
+		Node: cfg.NodeID, Logger: log, BeforeRelease: n.kb.beforeRelease, OnFenced: n.ingest.fenced}, n.wal, n.cat, n.bucket)
 	if cfg.Kafka.Addr != "" {
 		n.kafka, err = kafka.NewServer(kafka.Config{Addr: cfg.Kafka.Addr, AdvertisedAddr: cfg.Kafka.AdvertisedAddr,
 			ClusterID: cfg.Catalog.Name, AutoCreate: *cfg.Kafka.AutoCreate, MaxBatchBytes: int32(cfg.Kafka.MaxBatchBytes),

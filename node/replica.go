@@ -19,7 +19,9 @@ import (
 // replication is ingest's handle on the node's replicas: nil (no waiting)
 // until the cluster starts, and without a cluster or with
 // cluster.replication_factor 1.
-type replication struct{ r atomic.Pointer[replica.Replicas] }
+type replication struct {
+	r atomic.Pointer[replica.Replicas]
+}
 
 // check refuses, before anything is appended, what the refuse policy
 // would refuse anyway (too few live members).
@@ -58,7 +60,8 @@ func (n *Node) startReplicas() error {
 		MaxBytes: int64(n.cfg.WAL.MaxBytes), Factor: g.ReplicationFactor, Policy: replica.Policy(g.ReplicationPolicy),
 		Timeout: g.ReplicationTimeout, Grace: g.TakeoverGrace, Transport: replica.PeerTransport(n.peer),
 		Members: n.replicaMembers, Log: n.wal, Catalog: replicaCatalog{n.cat},
-		Adopt: n.ingest.adopt, OnFenced: n.ingest.fenced, Logger: n.log})
+		Claim: n.ingest.claim, Adopt: n.ingest.adopt, Logger: n.log,
+		OnFenced: func(stream string, p int32, _ int64) { n.ingest.fenced(stream, p) }})
 	if err != nil {
 		return err
 	}
@@ -170,15 +173,4 @@ func (n *Node) registerTestHooks(mux *http.ServeMux) {
 		n.log.Warn("test hook: gossip isolation", "isolated", on)
 		w.Write([]byte("ok\n"))
 	})
-}
-
-// adopt makes ingest write (stream, p) at epoch: this node took it over.
-func (in *ingest) adopt(stream string, p int32, epoch int64) error {
-	in.log.Info("ingest: now owning a taken-over partition", "stream", stream, "partition", p, "epoch", epoch)
-	return nil
-}
-
-// fenced stops ingest writing (stream, p): a replica owns it at epoch.
-func (in *ingest) fenced(stream string, p int32, epoch int64) {
-	in.log.Warn("ingest: partition fenced by a replica", "stream", stream, "partition", p, "epoch", epoch)
 }

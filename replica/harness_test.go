@@ -196,7 +196,7 @@ func (tc *testCluster) start(id string, factor int, policy Policy, dir string) *
 	n.r, err = Open(Config{NodeID: id, Dir: filepath.Join(dir, "replicas"), Factor: factor, Policy: policy,
 		Timeout: 500 * time.Millisecond, Grace: 300 * time.Millisecond, Transport: n.peer, Members: tc.memberList,
 		Log: main, Catalog: tc.cat, Logger: logger, NoSync: true,
-		Adopt:    func(s string, p int32, e int64) error { n.adopted <- pkey{s, p}; return nil },
+		Adopt:    func(s string, p int32, e, next int64) error { n.adopted <- pkey{s, p}; return nil },
 		OnFenced: func(s string, p int32, e int64) { n.fenced <- pkey{s, p} }})
 	if err != nil {
 		t.Fatal(err)

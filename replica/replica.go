@@ -174,8 +174,13 @@ type Config struct {
 	// Log is the node's main WAL; takeovers copy into it.
 	Log     Log
 	Catalog Catalog
-	// Adopt tells the node it owns (stream, p) at epoch from now on.
-	Adopt func(stream string, p int32, epoch int64) error
+	// Claim, when set, is called before a takeover of (stream, p) is
+	// attempted: the node must not write p until release is called (so
+	// that new records cannot take offsets the copied ones need).
+	Claim func(stream string, p int32) (release func())
+	// Adopt tells the node it owns (stream, p) at epoch from now on, its
+	// WAL holding the partition up to at least next.
+	Adopt func(stream string, p int32, epoch, next int64) error
 	// OnFenced tells the node a peer owns (stream, p) at epoch.
 	OnFenced func(stream string, p int32, epoch int64)
 	Logger   *slog.Logger

@@ -135,6 +135,10 @@ func (r *Replicas) takeOverAll(ctx context.Context, s *store, ws *watchState) bo
 // catalog lets it (see the package comment, invariant 6).
 func (r *Replicas) takeOver(ctx context.Context, origin string, w *wal.WAL, p wal.PartitionState, ws *watchState) error {
 	pk := pkey{p.Stream, p.Partition}
+	if r.cfg.Claim != nil {
+		release := r.cfg.Claim(p.Stream, p.Partition)
+		defer release()
+	}
 	epoch, won, err := r.cfg.Catalog.TakeOver(ctx, p.Stream, p.Partition, origin, r.cfg.NodeID)
 	if err != nil {
 		return fmt.Errorf("take over: %w", err)
@@ -166,7 +170,7 @@ func (r *Replicas) takeOver(ctx context.Context, origin string, w *wal.WAL, p wa
 	}
 	r.MarkOwned(p.Stream, p.Partition, epoch)
 	if r.cfg.Adopt != nil {
-		if err := r.cfg.Adopt(p.Stream, p.Partition, epoch); err != nil {
+		if err := r.cfg.Adopt(p.Stream, p.Partition, epoch, max(mark, r.mainNext(pk))); err != nil {
 			return fmt.Errorf("adopt: %w", err)
 		}
 	}

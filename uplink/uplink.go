@@ -14,6 +14,16 @@
 //  3. Contiguous files. Every data file holds consecutive offsets of one
 //     partition and one day, so min/max statistics prune Kafka and Pulsar
 //     reads to a file.
+//  4. Fenced partitions stop. Every append carries the ownership epoch its
+//     records were accepted at (one epoch per append: a batch is cut where
+//     the epoch changes). When the table says another node owns the
+//     partition at a higher epoch (tables.FencedError), nothing is
+//     committed; the uplink releases what the table's mark covers, drops
+//     the partition's remaining records from the WAL (they belong to the
+//     new owner's history now: uploaded by it, or never acknowledged as
+//     part of it), logs it at error level with the count, counts it
+//     (Stats.Fenced) and tells the node (Config.OnFenced) so that ingest
+//     stops writing the partition.
 //
 // # Outline
 //
@@ -36,6 +46,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -67,6 +78,7 @@ type Log interface {
 	Read(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]*wal.Record, error)
 	Release(stream string, partition int32, upTo int64) error
 	EnsurePartition(stream string, partition int32, minNext int64) error
+	DropPartition(stream string, partition int32) (int64, error)
 	Notify() <-chan struct{}
 }
 
@@ -88,6 +100,11 @@ type Config struct {
 	// released (and it is called again on the next pass). The node uses it
 	// to keep idempotent Kafka producers' state past the WAL.
 	BeforeRelease func(stream string, partition int32, recs []*wal.Record) error
+	// OnFenced, when set, is called when a commit to a partition was
+	// fenced (another node owns it now): after the records the table's mark
+	// covers were released and before the others are dropped, so that
+	// ingest stops writing the partition first. It must not block long.
+	OnFenced func(stream string, partition int32)
 }
 
 func (c *Config) defaults() {
@@ -116,8 +133,11 @@ type Stats struct {
 	FilesUploaded    int64
 	BytesUploaded    int64
 	RecordsCommitted int64
-	LastCommit       time.Time
-	LastError        string
+	// Fenced counts partitions given up because another node owns them;
+	// FencedRecords the WAL records dropped with them.
+	Fenced, FencedRecords int64
+	LastCommit            time.Time
+	LastError             string
 	// Failing lists the streams currently in backoff.
 	Failing []string
 }
@@ -135,6 +155,7 @@ type Uplink struct {
 
 	commits, commitFailures, uploadFailures atomic.Int64
 	files, bytesUp, records                 atomic.Int64
+	fenced, fencedRecords                   atomic.Int64
 
 	flushReq chan chan error
 }
@@ -279,29 +300,86 @@ func (u *Uplink) Stats() Stats {
 	sort.Strings(s.Failing)
 	s.Commits, s.CommitFailures, s.UploadFailures = u.commits.Load(), u.commitFailures.Load(), u.uploadFailures.Load()
 	s.FilesUploaded, s.BytesUploaded, s.RecordsCommitted = u.files.Load(), u.bytesUp.Load(), u.records.Load()
+	s.Fenced, s.FencedRecords = u.fenced.Load(), u.fencedRecords.Load()
 	return s
 }
 
 // syncStream makes one pass over one stream: see the package comment. A
-// stale batch (the mark moved underneath) is rebuilt from the new mark.
+// stale batch (the mark moved underneath) is rebuilt from the new mark; a
+// fenced partition is given up and the others committed without it.
 func (u *Uplink) syncStream(ctx context.Context, stream string, parts []wal.PartitionState) error {
-	for attempt := 0; attempt < 3; attempt++ {
-		err := u.syncOnce(ctx, stream, parts)
+	stale, cuts := 0, 0
+	for stale < 3 {
+		cut, err := u.syncOnce(ctx, stream, parts)
 		var se *tables.StaleError
-		if errors.As(err, &se) {
+		var fe *tables.FencedError
+		switch {
+		case err == nil && cut && cuts < maxEpochCuts:
+			cuts++ // a batch was cut at an epoch change: commit the rest now
+			parts = u.log.Partitions()
+			parts = slices.DeleteFunc(parts, func(p wal.PartitionState) bool { return p.Stream != stream || p.Next == p.Released })
+		case errors.As(err, &se):
 			u.cfg.Logger.Info("uplink: batch stale, rebuilding from the table's mark", "stream", stream, "partition", se.Partition, "mark", se.HighWater)
-			continue
+			stale++
+		case errors.As(err, &fe):
+			if err := u.fence(stream, fe); err != nil {
+				return err
+			}
+			parts = slices.DeleteFunc(parts, func(p wal.PartitionState) bool { return p.Partition == fe.Partition })
+		default:
+			return err
 		}
-		return err
 	}
 	return fmt.Errorf("sync %s: batch stale three times in a row", stream)
 }
 
-func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.PartitionState) error {
+// maxEpochCuts bounds the extra commits of one pass for batches cut at an
+// epoch change (there is rarely more than one).
+const maxEpochCuts = 4
+
+// fence gives up a partition another node owns now: see invariant 4.
+func (u *Uplink) fence(stream string, fe *tables.FencedError) error {
+	var released, next int64
+	if st, ok := u.partition(stream, fe.Partition); ok {
+		released, next = st.Released, st.Next
+	}
+	if fe.HighWater > released && next > released {
+		if err := u.release(stream, fe.Partition, released, min(fe.HighWater, next), nil); err != nil {
+			return err
+		}
+	}
+	if u.cfg.OnFenced != nil {
+		u.cfg.OnFenced(stream, fe.Partition)
+	}
+	dropped, err := u.log.DropPartition(stream, fe.Partition)
+	if err != nil {
+		return fmt.Errorf("sync %s: drop fenced partition %d: %w", stream, fe.Partition, err)
+	}
+	u.fenced.Add(1)
+	u.fencedRecords.Add(dropped)
+	u.cfg.Logger.Error("uplink: partition FENCED: another node owns it now; its records above the table's mark are dropped from the WAL, not uploaded",
+		"stream", stream, "partition", fe.Partition, "owner", fe.Owner, "owner_epoch", fe.Epoch, "our_epoch", fe.Have,
+		"mark", fe.HighWater, "wal_next", next, "dropped_records", dropped)
+	return nil
+}
+
+// partition returns the WAL's state of one partition.
+func (u *Uplink) partition(stream string, p int32) (wal.PartitionState, bool) {
+	for _, st := range u.log.Partitions() {
+		if st.Stream == stream && st.Partition == p {
+			return st, true
+		}
+	}
+	return wal.PartitionState{}, false
+}
+
+// syncOnce commits one batch per partition; cut reports a batch that
+// ended at an epoch change before the WAL's end.
+func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.PartitionState) (cut bool, err error) {
 	marks, err := u.cat.HighWaters(ctx, stream)
 	if err != nil {
 		u.commitFailures.Add(1)
-		return fmt.Errorf("sync %s: %w", stream, err)
+		return false, fmt.Errorf("sync %s: %w", stream, err)
 	}
 	var appends []tables.PartitionAppend
 	batch := map[int32][]*wal.Record{}
@@ -314,11 +392,11 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 				u.cfg.Logger.Warn("uplink: table is ahead of the WAL; moving the WAL forward",
 					"stream", stream, "partition", p.Partition, "mark", mark, "wal_next", p.Next)
 				if err := u.log.EnsurePartition(stream, p.Partition, mark); err != nil {
-					return fmt.Errorf("sync %s: %w", stream, err)
+					return false, fmt.Errorf("sync %s: %w", stream, err)
 				}
 			}
 			if err := u.release(stream, p.Partition, p.Released, min(mark, p.Next), nil); err != nil {
-				return err
+				return false, err
 			}
 		}
 		if mark < p.Released {
@@ -334,32 +412,39 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 		}
 		recs, err := u.log.Read(stream, p.Partition, mark, 0, u.cfg.MaxBatchBytes)
 		if err != nil {
-			return fmt.Errorf("sync %s: read wal: %w", stream, err)
+			return false, fmt.Errorf("sync %s: read wal: %w", stream, err)
 		}
 		if len(recs) == 0 || recs[0].Offset != mark {
-			return fmt.Errorf("sync %s: wal partition %d does not start at the table's mark %d", stream, p.Partition, mark)
+			return false, fmt.Errorf("sync %s: wal partition %d does not start at the table's mark %d", stream, p.Partition, mark)
+		}
+		// One epoch per append: cut where the ownership epoch changes.
+		for i := 1; i < len(recs); i++ {
+			if recs[i].Epoch != recs[0].Epoch {
+				recs, cut = recs[:i], true
+				break
+			}
 		}
 		files, err := u.upload(ctx, stream, recs)
 		if err != nil {
-			return err
+			return false, err
 		}
 		appends = append(appends, tables.PartitionAppend{
-			Partition: p.Partition, From: mark, To: recs[len(recs)-1].Offset + 1, Files: files,
+			Partition: p.Partition, From: mark, To: recs[len(recs)-1].Offset + 1, Epoch: recs[0].Epoch, Files: files,
 		})
 		batch[p.Partition] = recs
 	}
 	if len(appends) == 0 {
-		return nil
+		return false, nil
 	}
 	res, err := u.cat.CommitAppend(ctx, stream, appends, map[string]string{"tributary.node": u.cfg.Node})
 	if err != nil {
 		u.commitFailures.Add(1)
-		return fmt.Errorf("sync %s: %w", stream, err)
+		return false, fmt.Errorf("sync %s: %w", stream, err)
 	}
 	u.commits.Add(1)
 	for _, a := range appends {
 		if err := u.release(stream, a.Partition, a.From, a.To, batch[a.Partition]); err != nil {
-			return err
+			return false, err
 		}
 		for _, p := range res.Committed {
 			if p == a.Partition {
@@ -370,7 +455,7 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 	u.mu.Lock()
 	u.stats.LastCommit = time.Now()
 	u.mu.Unlock()
-	return nil
+	return cut, nil
 }
 
 // release releases [from, to) of a partition after the BeforeRelease hook

@@ -1,0 +1,206 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/wal"
+)
+
+type ingestEnv struct {
+	dir string
+	wal *wal.WAL
+	cat *tables.Catalog
+	in  *ingest
+}
+
+func openCatalog(t *testing.T, dir string) *tables.Catalog {
+	t.Helper()
+	cat, err := tables.Open(context.Background(), tables.Config{URI: "sqlite://" + filepath.Join(dir, "catalog.db"),
+		Warehouse: "file://" + filepath.Join(dir, "warehouse")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cat.Close() })
+	return cat
+}
+
+// newIngestEnv opens node id's WAL in dir and a catalog shared by every
+// node of the test (in shared).
+func newIngestEnv(t *testing.T, id, dir string, cat *tables.Catalog) *ingestEnv {
+	t.Helper()
+	w, err := wal.Open(wal.Options{Path: filepath.Join(dir, id, "wal.db"), NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return &ingestEnv{dir: dir, wal: w, cat: cat, in: newIngest(id, w, cat, slog.New(slog.NewTextHandler(io.Discard, nil)))}
+}
+
+func (e *ingestEnv) publish(t *testing.T, stream string) *wal.Record {
+	t.Helper()
+	r := &wal.Record{Stream: stream, Topic: "t", Value: []byte("v"), Source: "mqtt"}
+	if err := e.in.Append(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func (e *ingestEnv) produce(stream string, p int32) (*wal.Record, error) {
+	r := &wal.Record{Stream: stream, Partition: p, Topic: stream, Value: []byte("k"), Source: "kafka"}
+	return r, e.in.appendOwned(context.Background(), r)
+}
+
+// TestIngestFencedGetsNewPartition: records carry the partition's epoch;
+// once fenced out of its partition, the node's next record goes to a new
+// partition of its own.
+func TestIngestFencedGetsNewPartition(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	cat := openCatalog(t, dir)
+	a := newIngestEnv(t, "a", dir, cat)
+	r := a.publish(t, "s.x")
+	p := r.Partition
+	if r.Epoch != 0 || r.Offset != 0 || r.Node != "a" {
+		t.Fatalf("first record %+v", r)
+	}
+	if _, err := cat.TakeOver(ctx, "s.x", p, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	// Until the fence is noticed the node keeps its belief (the uplink's
+	// commit would be fenced); then it moves.
+	if r := a.publish(t, "s.x"); r.Partition != p {
+		t.Fatalf("before the fence: partition %d", r.Partition)
+	}
+	a.in.fenced("s.x", p)
+	r = a.publish(t, "s.x")
+	if r.Partition == p || r.Epoch != 0 || r.Offset != 0 {
+		t.Fatalf("after the fence: %+v, old partition %d", r, p)
+	}
+	if _, err := a.produce("s.x", p); !errors.Is(err, errNotOwned) {
+		t.Fatalf("produce to the lost partition: %v", err)
+	}
+	if got := a.in.Streams()["s.x"]; got != r.Partition {
+		t.Fatalf("Streams says %d", got)
+	}
+}
+
+// TestIngestAdopt: a partition taken over elsewhere (TakeOver through the
+// catalog) is adopted lazily at the table's mark with its epoch; one being
+// taken over here (claim) is refused until adopt.
+func TestIngestAdopt(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	cat := openCatalog(t, dir)
+	a := newIngestEnv(t, "a", dir, cat)
+	b := newIngestEnv(t, "b", dir, cat)
+	pa := a.publish(t, "s.x").Partition
+	pb := b.publish(t, "s.x").Partition
+	if _, err := a.produce("s.x", pb); !errors.Is(err, errNotOwned) {
+		t.Fatalf("produce to b's partition on a: %v", err)
+	}
+	// The table's mark of b's partition is 7 (b committed 7 records).
+	setMark(t, cat, "s.x", pb, 7)
+	if _, err := cat.TakeOver(ctx, "s.x", pb, "b", "a"); err != nil {
+		t.Fatal(err)
+	}
+	r, err := a.produce("s.x", pb)
+	if err != nil || r.Offset != 7 || r.Epoch != 1 || r.Node != "a" {
+		t.Fatalf("lazy adoption: %+v, %v", r, err)
+	}
+	if got := a.in.Owned()["s.x"]; len(got) != 2 || got[pa] != 0 || got[pb] != 1 {
+		t.Fatalf("owned %v", got)
+	}
+	// MQTT keeps going to a's own partition.
+	if r := a.publish(t, "s.x"); r.Partition != pa {
+		t.Fatalf("publish went to %d", r.Partition)
+	}
+
+	// A take-over in progress here: refused until adopted.
+	c := newIngestEnv(t, "c", dir, cat)
+	pc := c.publish(t, "s.x").Partition
+	release := a.in.claim("s.x", pc)
+	if _, err := cat.TakeOver(ctx, "s.x", pc, "c", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.produce("s.x", pc); !errors.Is(err, errAdopting) {
+		t.Fatalf("produce during the take-over: %v", err)
+	}
+	// The copied records (offsets 0-2, epoch 1), then adopt, then release.
+	copied := []*wal.Record{{Stream: "s.x", Partition: pc, Offset: 0, Epoch: 1}, {Stream: "s.x", Partition: pc, Offset: 1, Epoch: 1}, {Stream: "s.x", Partition: pc, Offset: 2, Epoch: 1}}
+	if _, err := a.wal.AppendAt(ctx, copied...); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.in.adopt("s.x", pc, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if r, err := a.produce("s.x", pc); err != nil || r.Offset != 3 || r.Epoch != 1 {
+		t.Fatalf("after adopt: %+v, %v", r, err)
+	}
+}
+
+// setMark commits a high-water mark property as a committer would.
+func setMark(t *testing.T, cat *tables.Catalog, stream string, p int32, mark int64) {
+	t.Helper()
+	tb, err := cat.LoadTable(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := tb.NewTransaction()
+	if err := tx.SetProperties(map[string]string{tables.PropHighWater + strconv.Itoa(int(p)): strconv.FormatInt(mark, 10)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestIngestRestartWithoutCatalog: after a restart with the catalog
+// unreachable, a stream is written to the node's own partition (not one it
+// had taken over) at the epoch it last wrote; with the catalog, the table
+// decides.
+func TestIngestRestartWithoutCatalog(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	cat := openCatalog(t, dir)
+	b := newIngestEnv(t, "b", dir, cat)
+	pb := b.publish(t, "s.x").Partition
+	a := newIngestEnv(t, "a", dir, cat)
+	pa := a.publish(t, "s.x").Partition
+	if _, err := cat.TakeOver(ctx, "s.x", pb, "b", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.produce("s.x", pb); err != nil {
+		t.Fatal(err)
+	}
+	a.wal.Close()
+
+	// Restart of a with an unreachable catalog.
+	down := openCatalog(t, t.TempDir())
+	down.Close()
+	a = newIngestEnv(t, "a", dir, down)
+	r := a.publish(t, "s.x")
+	if r.Partition != pa || r.Epoch != 0 || r.Offset != 1 {
+		t.Fatalf("without catalog: %+v, own partition %d", r, pa)
+	}
+	if got := a.in.Owned()["s.x"]; got[pb] != 1 {
+		t.Fatalf("owned without catalog %v", got)
+	}
+	a.wal.Close()
+
+	// With the catalog: both partitions, epochs from the table.
+	a = newIngestEnv(t, "a", dir, cat)
+	if r := a.publish(t, "s.x"); r.Partition != pa {
+		t.Fatalf("with catalog: %+v", r)
+	}
+	if r, err := a.produce("s.x", pb); err != nil || r.Epoch != 1 || r.Offset != 1 {
+		t.Fatalf("taken-over partition after restart: %+v, %v", r, err)
+	}
+}

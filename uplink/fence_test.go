@@ -1,0 +1,247 @@
+package uplink
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/wal"
+)
+
+// appendVals appends values to (stream, partition) at epoch and returns them.
+func appendVals(t *testing.T, w *wal.WAL, stream string, p int32, epoch int64, prefix string, n int) [][]byte {
+	t.Helper()
+	var out [][]byte
+	for i := range n {
+		v := []byte(fmt.Sprintf("%s-%d", prefix, i))
+		if err := w.Append(context.Background(), &wal.Record{Stream: stream, Partition: p, Epoch: epoch, Value: v, Topic: "t", Source: "mqtt"}); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+type fencedCalls struct {
+	mu    sync.Mutex
+	calls []string
+}
+
+func (f *fencedCalls) add(stream string, p int32) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, fmt.Sprintf("%s/%d", stream, p))
+}
+
+func (f *fencedCalls) get() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls)
+}
+
+// TestFencedPartition: after another node took partition p over, the
+// uplink commits nothing more to p, drops p's records above the mark from
+// the WAL, counts and reports it, and still commits the stream's other
+// partitions in the same pass.
+func TestFencedPartition(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx := context.Background()
+	const stream = "f.s"
+	p, _ := e.cat.AllocatePartition(ctx, stream, "n1")
+	q, _ := e.cat.AllocatePartition(ctx, stream, "n3")
+	var fenced fencedCalls
+	u := New(Config{Node: "n1", Logger: quietLogger(), OnFenced: fenced.add}, e.wal, e.cat, e.bucket)
+	want := map[int32][][]byte{p: appendVals(t, e.wal, stream, p, 0, "first", 5)}
+	if err := u.SyncAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	appendVals(t, e.wal, stream, p, 0, "lost", 7)
+	want[q] = appendVals(t, e.wal, stream, q, 0, "other", 4)
+	if e, err := e.cat.TakeOver(ctx, stream, p, "n1", "n2"); err != nil || e != 1 {
+		t.Fatalf("take over: %d, %v", e, err)
+	}
+	if err := u.SyncAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := fenced.get(); !slices.Equal(got, []string{fmt.Sprintf("%s/%d", stream, p)}) {
+		t.Fatalf("OnFenced calls %v", got)
+	}
+	if _, ok := e.wal.Partition(stream, p); ok {
+		t.Fatal("fenced partition still in the WAL")
+	}
+	if st := u.Stats(); st.Fenced != 1 || st.FencedRecords != 7 {
+		t.Fatalf("stats %+v", st)
+	}
+	checkTable(t, e.cat, stream, want)
+	if n := unreleased(e.wal); n != 0 {
+		t.Fatalf("%d records left", n)
+	}
+}
+
+// TestFencedReleasesCovered: a fenced node whose records up to some offset
+// are in the table (committed by it before the take-over, reply lost)
+// releases those and drops only the rest.
+func TestFencedReleasesCovered(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx := context.Background()
+	const stream = "f.s"
+	p, _ := e.cat.AllocatePartition(ctx, stream, "n1")
+	var released []int64
+	u := New(Config{Node: "n1", Logger: quietLogger(), BeforeRelease: func(_ string, _ int32, recs []*wal.Record) error {
+		for _, r := range recs {
+			released = append(released, r.Offset)
+		}
+		return nil
+	}}, e.wal, e.cat, e.bucket)
+	vals := appendVals(t, e.wal, stream, p, 0, "v", 10)
+	recs, _ := e.wal.Read(stream, p, 0, 6, 0)
+	files, err := u.upload(ctx, stream, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cat.CommitAppend(ctx, stream, []tables.PartitionAppend{{Partition: p, From: 0, To: 6, Files: files}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cat.TakeOver(ctx, stream, p, "n1", "n2"); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.SyncAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(released) != "[0 1 2 3 4 5]" {
+		t.Fatalf("released %v, want the covered offsets 0-5", released)
+	}
+	if st := u.Stats(); st.Fenced != 1 || st.FencedRecords != 4 {
+		t.Fatalf("stats %+v", st)
+	}
+	checkTable(t, e.cat, stream, map[int32][][]byte{p: vals[:6]})
+}
+
+// TestEpochCut: records of two epochs in one WAL partition go into
+// separate appends, each with its own epoch, in one pass.
+func TestEpochCut(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx := context.Background()
+	const stream = "f.s"
+	p, _ := e.cat.AllocatePartition(ctx, stream, "n1")
+	rc := &recordingCommitter{Committer: e.cat}
+	u := New(Config{Node: "n1", Logger: quietLogger()}, e.wal, rc, e.bucket)
+	want := appendVals(t, e.wal, stream, p, 0, "old", 3)
+	want = append(want, appendVals(t, e.wal, stream, p, 2, "new", 4)...)
+	want = append(want, appendVals(t, e.wal, stream, p, 3, "newer", 1)...)
+	if err := u.SyncAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(rc.appends()); got != "[[0,3)@0 [3,7)@2 [7,8)@3]" {
+		t.Fatalf("appends %s", got)
+	}
+	checkTable(t, e.cat, stream, map[int32][][]byte{p: want})
+}
+
+type recordingCommitter struct {
+	Committer
+	mu  sync.Mutex
+	got []string
+}
+
+func (c *recordingCommitter) CommitAppend(ctx context.Context, stream string, a []tables.PartitionAppend, s map[string]string) (tables.CommitResult, error) {
+	c.mu.Lock()
+	for _, pa := range a {
+		c.got = append(c.got, fmt.Sprintf("[%d,%d)@%d", pa.From, pa.To, pa.Epoch))
+	}
+	c.mu.Unlock()
+	return c.Committer.CommitAppend(ctx, stream, a, s)
+}
+
+func (c *recordingCommitter) appends() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.got)
+}
+
+// TestFenceUnderFaults: a node appends continuously while its store and
+// catalog fail (before and after applying commits); another node takes
+// the partition over mid-way. Whatever the timing: the table holds every
+// offset below its mark exactly once, each the value appended at that
+// offset; the old owner stops on OnFenced and none of its later records
+// reaches the table; its WAL ends with nothing of the partition left.
+func TestFenceUnderFaults(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const stream = "f.s"
+	p, _ := e.cat.AllocatePartition(ctx, stream, "n1")
+	fb := &faultyBucket{Bucket: e.bucket, failRate: 0.2, stall: 20 * time.Millisecond, rnd: rand.New(rand.NewPCG(5, 6))}
+	fc := &faultyCommitter{Committer: e.cat, failBefore: 0.2, failAfter: 0.2, rnd: rand.New(rand.NewPCG(7, 8))}
+	fb.on.Store(true)
+	fc.on.Store(true)
+	var stopped atomic.Bool
+	u := New(Config{Interval: 20 * time.Millisecond, MaxBatchBytes: 4 << 10, MinBackoff: 5 * time.Millisecond,
+		MaxBackoff: 50 * time.Millisecond, Node: "n1", Logger: quietLogger(),
+		OnFenced: func(string, int32) { stopped.Store(true) }}, e.wal, fc, fb)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		u.Run(ctx)
+	}()
+
+	var mu sync.Mutex
+	vals := map[int64][]byte{}
+	appended := make(chan struct{})
+	go func() {
+		defer close(appended)
+		for i := 0; !stopped.Load(); i++ {
+			v := []byte(fmt.Sprintf("v-%d", i))
+			r := &wal.Record{Stream: stream, Partition: p, Value: v, Topic: "t", Source: "mqtt"}
+			if err := e.wal.Append(ctx, r); err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			vals[r.Offset] = v
+			mu.Unlock()
+			time.Sleep(time.Millisecond) // a steady trickle, not a flood
+		}
+	}()
+	waitFor(t, 30*time.Second, "some commits under faults", func() bool {
+		return u.Stats().RecordsCommitted > 200 && fc.after.Load() > 0
+	})
+	if _, err := e.cat.TakeOver(ctx, stream, p, "n1", "n2"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the fence", func() bool { return u.Stats().Fenced > 0 })
+	<-appended
+	fb.on.Store(false)
+	fc.on.Store(false)
+	waitFor(t, 30*time.Second, "nothing of the fenced partition left in the WAL", func() bool {
+		st, ok := e.wal.Partition(stream, p)
+		return !ok || st.Next == st.Released
+	})
+	cancel()
+	<-done
+
+	tb, err := e.cat.LoadTable(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark := tables.HighWater(tb, p)
+	want := map[int32][][]byte{p: nil}
+	mu.Lock()
+	for off := int64(0); off < mark; off++ {
+		want[p] = append(want[p], vals[off])
+	}
+	mu.Unlock()
+	checkTable(t, e.cat, stream, want)
+	st := u.Stats()
+	t.Logf("mark %d of %d appended; fenced %d partition(s), %d records dropped; faults: %d uploads, %d+%d commits",
+		mark, len(vals), st.Fenced, st.FencedRecords, fb.failed.Load(), fc.before.Load(), fc.after.Load())
+	if mark == 0 || st.Fenced == 0 {
+		t.Fatalf("mark %d, stats %+v", mark, st)
+	}
+}
