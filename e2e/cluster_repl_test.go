@@ -431,6 +431,11 @@ func TestClusterReplicationGossipLoss(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	// n3 holds n2's replicas (the ring's next after n2) and checked n2's
+	// data link.
+	if !strings.Contains(n3.logs(), "still answers on its data link") {
+		t.Fatalf("n3 did not check n2's data link:\n%s", lastLines(n3.logs(), 40))
+	}
 	isolate("0")
 	c.waitAlive("n1", "n2", "n3")
 	before := ld.l.acked()

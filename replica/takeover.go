@@ -20,6 +20,7 @@ const (
 type watchState struct {
 	downSince   time.Time     // data link failing since (while gossip says dead)
 	handled     bool          // every partition of this death was resolved
+	answering   bool          // dead to gossip but answering pings (logged once)
 	resolved    map[pkey]bool // partitions taken over or lost in this death
 	lost        map[pkey]bool // partitions another node owns: release as the mark passes
 	lastRelease time.Time
@@ -71,16 +72,17 @@ func (r *Replicas) checkTakeovers(ctx context.Context) {
 			if ws.handled || !ws.downSince.IsZero() {
 				r.log.Info("member no longer dead; takeover watch reset", "member", origin, "state", string(m.State))
 			}
-			ws.downSince, ws.handled = time.Time{}, false
+			ws.downSince, ws.handled, ws.answering = time.Time{}, false, false
 			clear(ws.resolved)
 		case ws.handled:
 		case r.reachable(ctx, m):
-			if !ws.downSince.IsZero() {
-				r.log.Info("member declared dead by gossip answers on its data link: not taking over", "member", origin)
+			if !ws.answering {
+				r.log.Warn("member declared dead by gossip still answers on its data link: not taking over", "member", origin)
+				ws.answering = true
 			}
 			ws.downSince = time.Time{}
 		case ws.downSince.IsZero():
-			ws.downSince = now
+			ws.downSince, ws.answering = now, false
 			r.log.Warn("member dead and its data link down; taking over its partitions after the grace period unless it answers",
 				"member", origin, "grace", r.cfg.Grace)
 		case now.Sub(ws.downSince) >= r.cfg.Grace:
@@ -155,6 +157,14 @@ func (r *Replicas) takeOver(ctx context.Context, origin string, w *wal.WAL, p wa
 			return nil
 		}
 		epoch = e // won in an earlier attempt that did not finish
+	}
+	if epoch < 1 {
+		// Owned by this node at epoch 0: its own allocation, not a
+		// takeover. The origin's records of this partition number cannot be
+		// this partition's (nodes with separate catalogs?): leave both alone.
+		r.log.Error("takeover: the dead member's partition is this node's own allocation; not copying its replica (do the nodes share one catalog?)",
+			"member", origin, "stream", p.Stream, "partition", p.Partition)
+		return nil
 	}
 	marks, err := r.cfg.Catalog.HighWaters(ctx, p.Stream)
 	if err != nil {
