@@ -64,7 +64,7 @@ bench: deps build
 FUZZTIME ?= 30s
 FUZZ_TARGETS := wal:FuzzDecodeRecord wal:FuzzDecodeChunk mqtt:FuzzPacketHandling mqtt:FuzzRouter \
 	kafka:FuzzRequestDecode kafka:FuzzRecordBatch kafka:FuzzCloudRequest tables/rest:FuzzCommitRequest \
-	cluster:FuzzDecodeMeta cluster:FuzzInspect \
+	cluster:FuzzDecodeMeta cluster:FuzzInspect replica:FuzzDecodeAppend replica:FuzzDecodeReply \
 	peer:FuzzReadFrame
 fuzz:
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
