@@ -165,17 +165,17 @@ func clusterPeers(t *testing.T, p *proc) map[string]peerMember {
 	return out
 }
 
-// load runs QoS 1 publishers, perClient per node, each publishing in
+// pubLoad runs QoS 1 publishers, perNode per node, each publishing in
 // order until stop; a publisher whose node fails reconnects to the next
 // running node and goes on with the next id.
-type load struct {
+type pubLoad struct {
 	l    *ledger
 	stop chan struct{}
 	wg   sync.WaitGroup
 }
 
-func (c *replCluster) startLoad(perNode int) *load {
-	ld := &load{l: newLedger(), stop: make(chan struct{})}
+func (c *replCluster) startLoad(perNode int) *pubLoad {
+	ld := &pubLoad{l: newLedger(), stop: make(chan struct{})}
 	ids := []string{"n1", "n2", "n3"}
 	for i, home := range ids {
 		for k := 0; k < perNode; k++ {
@@ -186,7 +186,7 @@ func (c *replCluster) startLoad(perNode int) *load {
 	return ld
 }
 
-func (c *replCluster) publishLoop(ld *load, client string, home int) {
+func (c *replCluster) publishLoop(ld *pubLoad, client string, home int) {
 	ctx := context.Background()
 	ids := []string{"n1", "n2", "n3"}
 	seq := 0
@@ -224,7 +224,7 @@ func (c *replCluster) publishLoop(ld *load, client string, home int) {
 }
 
 // finish stops the publishers and returns the ledger.
-func (ld *load) finish() *ledger {
+func (ld *pubLoad) finish() *ledger {
 	close(ld.stop)
 	ld.wg.Wait()
 	return ld.l
