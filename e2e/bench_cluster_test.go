@@ -25,7 +25,7 @@ func TestBenchClusterReplication(t *testing.T) {
 	one := load(t, single.MQTT, 1, 100, 0, d, nil)
 	single.stop()
 
-	c := newReplCluster(t)
+	c := newReplClusterCommit(t, time.Second)
 	var mu sync.Mutex
 	var sums []firmwaresim.Summary
 	var wg sync.WaitGroup

@@ -27,16 +27,20 @@ type replCluster struct {
 	t      *testing.T
 	base   string
 	shared string
+	commit time.Duration
 
 	mu    sync.Mutex
 	nodes map[string]*proc
 	down  map[string]bool // killed: load clients avoid it
 }
 
-func newReplCluster(t *testing.T) *replCluster {
+func newReplCluster(t *testing.T) *replCluster { return newReplClusterCommit(t, 200*time.Millisecond) }
+
+// newReplClusterCommit is newReplCluster with the uplink's commit interval.
+func newReplClusterCommit(t *testing.T, commit time.Duration) *replCluster {
 	t.Setenv("TRIBUTARY_TEST_HOOKS", "1")
 	base := t.TempDir()
-	c := &replCluster{t: t, base: base, shared: filepath.Join(base, "shared"), nodes: map[string]*proc{}, down: map[string]bool{}}
+	c := &replCluster{t: t, base: base, shared: filepath.Join(base, "shared"), commit: commit, nodes: map[string]*proc{}, down: map[string]bool{}}
 	c.start("n1")
 	c.start("n2", gossipAddr(t, c.node("n1")))
 	c.start("n3", gossipAddr(t, c.node("n1")))
@@ -68,7 +72,7 @@ mqtt:
   routes:
     - {filter: "factory/#", stream: factory.telemetry}
 uplink:
-  commit_interval: 200ms
+  commit_interval: %s
 maintenance:
   enabled: false
 http_addr: 127.0.0.1:0
@@ -79,7 +83,7 @@ cluster:
   replication_timeout: 2s
   takeover_grace: 1s
   join:
-%s`, id, dir, c.shared, c.shared, js)
+%s`, id, dir, c.shared, c.shared, c.commit, js)
 	path := filepath.Join(c.base, id+".yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

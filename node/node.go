@@ -40,6 +40,7 @@ import (
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/mqtt"
 	"github.com/tributary-io/tributary/peer"
+	"github.com/tributary-io/tributary/replica"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/tables/rest"
 	"github.com/tributary-io/tributary/uplink"
@@ -112,6 +113,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, err
 	}
 	n.ingest = newIngest(cfg.NodeID, n.wal, n.cat, log)
+	n.ingest.repl.refuseUntilStarted.Store(cfg.Cluster.GossipAddr != "" && cfg.Cluster.ReplicationFactor > 1 &&
+		cfg.Cluster.ReplicationPolicy == string(replica.Refuse))
 	n.kb, err = newKafkaBackend(n)
 	if err != nil {
 		n.bucket.Close()

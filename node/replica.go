@@ -21,15 +21,33 @@ import (
 // cluster.replication_factor 1.
 type replication struct {
 	r atomic.Pointer[replica.Replicas]
+	// refuseUntilStarted: the refuse policy is configured, so nothing is
+	// accepted before the replicas are running (New to startReplicas).
+	refuseUntilStarted atomic.Bool
 }
 
 // check refuses, before anything is appended, what the refuse policy
-// would refuse anyway (too few live members).
+// would refuse anyway (too few live members, or replication not started).
 func (x *replication) check() error {
 	if r := x.r.Load(); r != nil {
 		return r.Check()
 	}
+	if x.refuseUntilStarted.Load() {
+		return replica.ErrNotReplicated
+	}
 	return nil
+}
+
+// ownedEpoch is the epoch at which ingest writes (stream, p), if it does.
+func (in *ingest) ownedEpoch(stream string, p int32) (int64, bool) {
+	in.mu.RLock()
+	defer in.mu.RUnlock()
+	o := in.streams[stream]
+	if o == nil {
+		return 0, false
+	}
+	e, ok := o.epochs[p]
+	return e, ok
 }
 
 // wait returns once recs, durable in the WAL, are durable on the replicas
@@ -60,7 +78,7 @@ func (n *Node) startReplicas() error {
 		MaxBytes: int64(n.cfg.WAL.MaxBytes), Factor: g.ReplicationFactor, Policy: replica.Policy(g.ReplicationPolicy),
 		Timeout: g.ReplicationTimeout, Grace: g.TakeoverGrace, Transport: replica.PeerTransport(n.peer),
 		Members: n.replicaMembers, Log: n.wal, Catalog: replicaCatalog{n.cat},
-		Claim: n.ingest.claim, Adopt: n.ingest.adopt, Logger: n.log,
+		Claim: n.ingest.claim, Adopt: n.ingest.adopt, Owned: n.ingest.ownedEpoch, Logger: n.log,
 		OnFenced: func(stream string, p int32, _ int64) { n.ingest.fenced(stream, p) }})
 	if err != nil {
 		return err

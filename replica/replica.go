@@ -181,6 +181,11 @@ type Config struct {
 	// Adopt tells the node it owns (stream, p) at epoch from now on, its
 	// WAL holding the partition up to at least next.
 	Adopt func(stream string, p int32, epoch, next int64) error
+	// Owned, when set, says at which epoch the node owns (stream, p), if
+	// it does (ingest's view, which survives restarts through the table):
+	// appends of an older owner are fenced against it as against
+	// partitions this node took over itself.
+	Owned func(stream string, p int32) (epoch int64, ok bool)
 	// OnFenced tells the node a peer owns (stream, p) at epoch.
 	OnFenced func(stream string, p int32, epoch int64)
 	Logger   *slog.Logger
@@ -391,6 +396,18 @@ func (r *Replicas) takenEpoch(pk pkey) (int64, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.taken[pk]
+	return e, ok
+}
+
+// ownedEpoch is the highest epoch at which this node owns (stream, p):
+// taken over here, or owned as far as the node's ingest knows.
+func (r *Replicas) ownedEpoch(pk pkey) (int64, bool) {
+	e, ok := r.takenEpoch(pk)
+	if r.cfg.Owned != nil {
+		if e2, ok2 := r.cfg.Owned(pk.stream, pk.partition); ok2 && (!ok || e2 > e) {
+			e, ok = e2, true
+		}
+	}
 	return e, ok
 }
 

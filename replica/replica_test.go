@@ -188,6 +188,23 @@ func TestFencedByReplica(t *testing.T) {
 	}
 }
 
+// TestFencedByOwnership: the node's own view of what it owns (Config.Owned,
+// which survives restarts through the table) fences an older owner too.
+func TestFencedByOwnership(t *testing.T) {
+	tc := newTestCluster(t, 2, Degrade, "a", "b")
+	a, b := tc.nodes["a"], tc.nodes["b"]
+	b.r.cfg.Owned = func(stream string, p int32) (int64, bool) { return 2, stream == "s.t" && p >= 7 }
+	if err := a.ingest(t, 0, 3, 0); err != nil {
+		t.Fatalf("partition b does not own: %v", err)
+	}
+	if err := a.ingest(t, 7, 3, 2); err != nil {
+		t.Fatalf("same epoch as b's: %v", err)
+	}
+	if err := a.ingest(t, 8, 3, 1); !errors.Is(err, ErrFenced) {
+		t.Fatalf("older epoch: %v", err)
+	}
+}
+
 // TestTakeover: gossip death alone moves nothing; death plus a failed data
 // link makes exactly one of two holders take over, copying what is above
 // the table's mark at the new epoch; the loser releases as the mark

@@ -176,7 +176,7 @@ func (s *store) apply(batch []*task) {
 		}
 		m := t.app
 		pk := pkey{m.Stream, m.Partition}
-		if e, ok := s.r.takenEpoch(pk); ok && e > m.Epoch {
+		if e, ok := s.r.ownedEpoch(pk); ok && e > m.Epoch {
 			t.reply(appendReply{Status: statusFenced, Next: s.next[pk], Epoch: e}.encode(), nil)
 			continue
 		}

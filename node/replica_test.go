@@ -1,0 +1,65 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/tributary-io/tributary/replica"
+	"github.com/tributary-io/tributary/wal"
+)
+
+// TestReplicationRefusePolicy: with replication_policy refuse, a node
+// refuses (as for a full WAL) before its replicas run and while it is
+// alone, and accepts once a second node is there to hold a copy.
+func TestReplicationRefusePolicy(t *testing.T) {
+	var cfg Config
+	cfg.NodeID = "r1"
+	cfg.DataDir = t.TempDir()
+	cfg.MQTT.Addr = "127.0.0.1:0"
+	cfg.HTTPAddr = "127.0.0.1:0"
+	off := false
+	cfg.Maintenance.Enabled = &off
+	cfg.Cluster.GossipAddr = "127.0.0.1:0"
+	cfg.Cluster.GossipProfile = "local"
+	cfg.Cluster.ReplicationPolicy = "refuse"
+	ctx := context.Background()
+	n, err := New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close(ctx)
+	rec := func() *wal.Record {
+		return &wal.Record{Stream: "factory.telemetry", Topic: "factory/x", Value: []byte("v"), Source: "mqtt"}
+	}
+	if err := n.ingest.Append(ctx, rec()); !errors.Is(err, replica.ErrNotReplicated) || !errors.Is(err, wal.ErrBudgetExceeded) {
+		t.Fatalf("append before start: %v", err)
+	}
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.ingest.Append(ctx, rec()); !errors.Is(err, replica.ErrNotReplicated) {
+		t.Fatalf("append while alone: %v", err)
+	}
+	if got := n.WAL().Stats().AppendedRecords; got != 0 {
+		t.Fatalf("%d records appended while refusing", got)
+	}
+	startTestNode(t, "r2", n.GossipAddr())
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := n.ingest.Append(ctx, rec())
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still refusing with a second node: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := n.replicaStats(); st.Degraded || st.ReplicatedRecords < 1 {
+		t.Fatalf("replica stats %+v", st)
+	}
+}
