@@ -16,15 +16,7 @@ import (
 // refuses (as for a full WAL) before its replicas run and while it is
 // alone, and accepts once a second node is there to hold a copy.
 func TestReplicationRefusePolicy(t *testing.T) {
-	var cfg Config
-	cfg.NodeID = "r1"
-	cfg.DataDir = t.TempDir()
-	cfg.MQTT.Addr = "127.0.0.1:0"
-	cfg.HTTPAddr = "127.0.0.1:0"
-	off := false
-	cfg.Maintenance.Enabled = &off
-	cfg.Cluster.GossipAddr = "127.0.0.1:0"
-	cfg.Cluster.GossipProfile = "local"
+	cfg := testNodeConfig(t, "r1")
 	cfg.Cluster.ReplicationPolicy = "refuse"
 	ctx := context.Background()
 	n, err := New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
