@@ -62,7 +62,7 @@ bench: deps build
 # fuzz explores every decoder for FUZZTIME each (the seed corpora under
 # testdata/fuzz run in every `go test`).
 FUZZTIME ?= 30s
-FUZZ_TARGETS := wal:FuzzDecodeRecord wal:FuzzDecodeChunk mqtt:FuzzPacketHandling mqtt:FuzzRouter \
+FUZZ_TARGETS := wal:FuzzDecodeRecord wal:FuzzDecodeChunk wal:FuzzDecodeMeta mqtt:FuzzPacketHandling mqtt:FuzzRouter \
 	kafka:FuzzRequestDecode kafka:FuzzRecordBatch kafka:FuzzCloudRequest tables/rest:FuzzCommitRequest \
 	cluster:FuzzDecodeMeta cluster:FuzzInspect replica:FuzzDecodeAppend replica:FuzzDecodeReply \
 	peer:FuzzReadFrame

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"path/filepath"
@@ -11,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -60,20 +58,8 @@ func members(t *testing.T, p *proc) map[string]clusterMember {
 // returns the brokers as host:port sorted.
 func metadataBrokers(t *testing.T, p *proc) []string {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(p.Kafka))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	req := kmsg.NewPtrMetadataRequest()
-	raw, err := cl.SeedBrokers()[0].Request(ctx, req)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []string
-	for _, b := range raw.(*kmsg.MetadataResponse).Brokers {
+	for _, b := range metadataOf(t, p, kmsg.NewPtrMetadataRequest()).Brokers {
 		out = append(out, b.Host+":"+strconv.Itoa(int(b.Port)))
 	}
 	slices.Sort(out)

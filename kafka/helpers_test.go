@@ -38,6 +38,7 @@ type fakeBackend struct {
 	nextPID  int64
 	appends  int
 	budget   atomic.Bool // true: Append fails with wal.ErrBudgetExceeded
+	lost     atomic.Bool // true: Append fails with ErrNotLeader (ownership moved)
 	appendFn func()      // called inside Append (delays, fault injection)
 }
 
@@ -102,6 +103,9 @@ func (f *fakeBackend) Append(ctx context.Context, recs ...*wal.Record) error {
 	}
 	if f.budget.Load() {
 		return wal.ErrBudgetExceeded
+	}
+	if f.lost.Load() {
+		return fmt.Errorf("%w: partition taken over", ErrNotLeader)
 	}
 	if err := ctx.Err(); err != nil {
 		return err

@@ -208,7 +208,7 @@ func (n *Node) registerMetrics(reg *prometheus.Registry) {
 	counter("tributary_uplink_records_committed_total", "Records committed to tables.", func() float64 { return float64(n.up.Stats().RecordsCommitted) })
 	counter("tributary_uplink_files_uploaded_total", "Data files written to the object store.", func() float64 { return float64(n.up.Stats().FilesUploaded) })
 	gauge("tributary_uplink_last_commit_age_seconds", "Seconds since the last successful table commit (since start when none yet): table freshness.", func() float64 { return n.lastCommitAge(n.up.Stats().LastCommit).Seconds() })
-	counter("tributary_partition_fenced_total", "Partitions this node was fenced out of (another node took them over): their WAL records above the table's mark were dropped.", func() float64 { return float64(n.up.Stats().Fenced) })
+	counter("tributary_partition_fenced_total", "Partitions this node was fenced out of (another node took them over): their records in this WAL were dropped, not uploaded.", func() float64 { return float64(n.up.Stats().Fenced) })
 	gauge("tributary_uplink_failing_streams", "Streams whose commits are failing and in backoff.", func() float64 { return float64(len(n.up.Stats().Failing)) })
 	gauge("tributary_mqtt_clients", "Connected MQTT clients.", func() float64 { return float64(n.mqtt.Stats().Clients) })
 	for q := range 3 {

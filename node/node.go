@@ -10,6 +10,9 @@
 //     accepts every stream it has seen before.
 //   - A partition's first offset continues the table's committed high-water
 //     mark, so a node whose WAL was lost never reuses an offset.
+//   - Every record carries the ownership epoch of its partition (see
+//     ingest); when the uplink finds the partition fenced (another node owns
+//     it now), ingest forgets it and the stream gets a new partition.
 //   - Close stops the listeners first, then makes a final commit (bounded by
 //     ShutdownTimeout), then closes the WAL: nothing accepted is dropped, and
 //     what could not be committed stays in the WAL for the next start.

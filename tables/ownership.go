@@ -154,6 +154,16 @@ func (c *Catalog) Owners(ctx context.Context, stream string) (map[int32]Ownershi
 	return Owners(t), nil
 }
 
+// Marks reloads a stream's table, creating it on first use, and returns
+// its partitions' committed marks and ownership from one load.
+func (c *Catalog) Marks(ctx context.Context, stream string) (map[int32]int64, map[int32]Ownership, error) {
+	t, err := c.EnsureTable(ctx, stream)
+	if err != nil {
+		return nil, nil, err
+	}
+	return HighWaters(t), Owners(t), nil
+}
+
 // ownerProps are the properties that make node the owner of p at epoch.
 func ownerProps(p int32, node string, epoch int64) iceberg.Properties {
 	ps := strconv.Itoa(int(p))

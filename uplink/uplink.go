@@ -17,13 +17,15 @@
 //  4. Fenced partitions stop. Every append carries the ownership epoch its
 //     records were accepted at (one epoch per append: a batch is cut where
 //     the epoch changes). When the table says another node owns the
-//     partition at a higher epoch (tables.FencedError), nothing is
-//     committed; the uplink releases what the table's mark covers, drops
-//     the partition's remaining records from the WAL (they belong to the
-//     new owner's history now: uploaded by it, or never acknowledged as
-//     part of it), logs it at error level with the count, counts it
-//     (Stats.Fenced) and tells the node (Config.OnFenced) so that ingest
-//     stops writing the partition.
+//     partition at a higher epoch than any record of it in the WAL (checked
+//     on every reload, before the mark is looked at: the mark may cover
+//     the new owner's records at these very offsets), or when the commit
+//     itself is fenced (tables.FencedError), nothing is committed or
+//     released: the uplink tells the node (Config.OnFenced) so that ingest
+//     stops writing the partition, drops the partition from the WAL (its
+//     records belong to the new owner's history now: copied and uploaded
+//     by it, or never part of it), logs it at error level with the count
+//     and counts it (Stats.Fenced).
 //
 // # Outline
 //
@@ -61,7 +63,9 @@ import (
 // Committer commits uploaded files to a stream's table; tables.Catalog is
 // the direct implementation.
 type Committer interface {
-	HighWaters(ctx context.Context, stream string) (map[int32]int64, error)
+	// Marks reloads the table and returns its partitions' committed
+	// high-water marks and ownership (owner node, epoch).
+	Marks(ctx context.Context, stream string) (map[int32]int64, map[int32]tables.Ownership, error)
 	CommitAppend(ctx context.Context, stream string, appends []tables.PartitionAppend, summary map[string]string) (tables.CommitResult, error)
 	TableLocation(stream string) string
 	KeyOf(fileURL string) (string, error)
@@ -100,10 +104,9 @@ type Config struct {
 	// released (and it is called again on the next pass). The node uses it
 	// to keep idempotent Kafka producers' state past the WAL.
 	BeforeRelease func(stream string, partition int32, recs []*wal.Record) error
-	// OnFenced, when set, is called when a commit to a partition was
-	// fenced (another node owns it now): after the records the table's mark
-	// covers were released and before the others are dropped, so that
-	// ingest stops writing the partition first. It must not block long.
+	// OnFenced, when set, is called when a partition was fenced (another
+	// node owns it now), before its records are dropped from the WAL, so
+	// that ingest stops writing it first. It must not block long.
 	OnFenced func(stream string, partition int32)
 }
 
@@ -339,15 +342,7 @@ const maxEpochCuts = 4
 
 // fence gives up a partition another node owns now: see invariant 4.
 func (u *Uplink) fence(stream string, fe *tables.FencedError) error {
-	var released, next int64
-	if st, ok := u.partition(stream, fe.Partition); ok {
-		released, next = st.Released, st.Next
-	}
-	if fe.HighWater > released && next > released {
-		if err := u.release(stream, fe.Partition, released, min(fe.HighWater, next), nil); err != nil {
-			return err
-		}
-	}
+	st, _ := u.partition(stream, fe.Partition)
 	if u.cfg.OnFenced != nil {
 		u.cfg.OnFenced(stream, fe.Partition)
 	}
@@ -357,9 +352,9 @@ func (u *Uplink) fence(stream string, fe *tables.FencedError) error {
 	}
 	u.fenced.Add(1)
 	u.fencedRecords.Add(dropped)
-	u.cfg.Logger.Error("uplink: partition FENCED: another node owns it now; its records above the table's mark are dropped from the WAL, not uploaded",
+	u.cfg.Logger.Error("uplink: partition FENCED: another node owns it now; its records in this WAL are dropped, not uploaded",
 		"stream", stream, "partition", fe.Partition, "owner", fe.Owner, "owner_epoch", fe.Epoch, "our_epoch", fe.Have,
-		"mark", fe.HighWater, "wal_next", next, "dropped_records", dropped)
+		"table_mark", fe.HighWater, "wal_released", st.Released, "wal_next", st.Next, "dropped_records", dropped)
 	return nil
 }
 
@@ -376,7 +371,7 @@ func (u *Uplink) partition(stream string, p int32) (wal.PartitionState, bool) {
 // syncOnce commits one batch per partition; cut reports a batch that
 // ended at an epoch change before the WAL's end.
 func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.PartitionState) (cut bool, err error) {
-	marks, err := u.cat.HighWaters(ctx, stream)
+	marks, owners, err := u.cat.Marks(ctx, stream)
 	if err != nil {
 		u.commitFailures.Add(1)
 		return false, fmt.Errorf("sync %s: %w", stream, err)
@@ -385,6 +380,12 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 	batch := map[int32][]*wal.Record{}
 	for _, p := range parts {
 		mark := marks[p.Partition]
+		if o, ok := owners[p.Partition]; ok && o.Epoch > p.Epoch {
+			// Every record here is older than the table's owner: fenced,
+			// whatever the mark (which may cover the new owner's records
+			// at these very offsets).
+			return false, &tables.FencedError{Stream: stream, Partition: p.Partition, Owner: o.Node, Epoch: o.Epoch, Have: p.Epoch, HighWater: mark}
+		}
 		if mark > p.Released {
 			// Committed before (perhaps by a run that crashed before
 			// releasing): release now.

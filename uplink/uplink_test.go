@@ -86,11 +86,11 @@ func (c *faultyCommitter) CommitAppend(ctx context.Context, stream string, a []t
 	return c.Committer.CommitAppend(ctx, stream, a, s)
 }
 
-func (c *faultyCommitter) HighWaters(ctx context.Context, stream string) (map[int32]int64, error) {
+func (c *faultyCommitter) Marks(ctx context.Context, stream string) (map[int32]int64, map[int32]tables.Ownership, error) {
 	if c.on.Load() && c.roll() < c.failBefore/2 {
-		return nil, errInjected
+		return nil, nil, errInjected
 	}
-	return c.Committer.HighWaters(ctx, stream)
+	return c.Committer.Marks(ctx, stream)
 }
 
 type env struct {

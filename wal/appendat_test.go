@@ -278,3 +278,24 @@ func TestMetaWithoutEpoch(t *testing.T) {
 		t.Fatalf("epoch %d after append at epoch 7", ps.Epoch)
 	}
 }
+
+// FuzzDecodeMeta: a partition's meta entry decodes only at its two sizes,
+// never panics, and a decoded entry re-encodes to the same 32 bytes.
+func FuzzDecodeMeta(f *testing.F) {
+	f.Add(encodeMeta(&partState{next: 10, released: 3, bytes: 700, epoch: 2}))
+	f.Add(encodeMeta(&partState{})[:metaLenV0])
+	f.Add([]byte{1, 2, 3})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		st, ok := decodeMeta(b)
+		if ok != (len(b) == metaLen || len(b) == metaLenV0) {
+			t.Fatalf("%d bytes decoded: %v", len(b), ok)
+		}
+		if !ok {
+			return
+		}
+		want := append(append([]byte(nil), b...), make([]byte, metaLen-len(b))...)
+		if got := encodeMeta(&st); string(got) != string(want) {
+			t.Fatalf("re-encoded %x, want %x", got, want)
+		}
+	})
+}

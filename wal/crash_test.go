@@ -18,8 +18,9 @@ const crashEnv = "TRIBUTARY_WAL_CRASH_PATH"
 
 // TestHelperProcess is not a test: run by TestCrashRecovery with crashEnv
 // set, it appends from several goroutines forever (and one AppendAt writer
-// of preassigned offsets with resends) and prints every acknowledged record
-// as "ack <stream> <partition> <offset> <value>".
+// of preassigned offsets with resends, and one writer that drops its
+// partition now and then) and prints every acknowledged record as
+// "ack <stream> <partition> <offset> <value>".
 func TestHelperProcess(t *testing.T) {
 	path := os.Getenv(crashEnv)
 	if path == "" {
@@ -65,6 +66,33 @@ func TestHelperProcess(t *testing.T) {
 			next = recs[len(recs)-1].Offset + 1
 		}
 	}()
+	// A fenced-partition writer: appends to c.drop and every 40 records
+	// drops the partition, announcing the drop before and after.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			if i%40 == 39 {
+				out.Lock()
+				os.Stdout.WriteString("dropping c.drop\n")
+				out.Unlock()
+				if _, err := w.DropPartition("c.drop", 0); err != nil {
+					fmt.Fprintln(os.Stderr, "drop:", err)
+					os.Exit(3)
+				}
+				out.Lock()
+				os.Stdout.WriteString("dropped c.drop\n")
+				out.Unlock()
+				continue
+			}
+			r := &Record{Stream: "c.drop", Value: []byte(fmt.Sprintf("r%s-drop-%d", round, i)), Source: "mqtt"}
+			if err := w.Append(context.Background(), r); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(3)
+			}
+			print([]*Record{r})
+		}
+	}()
 	for g := 0; g < 8; g++ {
 		wg.Add(1)
 		go func() {
@@ -97,8 +125,9 @@ type ackKey struct {
 
 // TestCrashRecovery kills an appending process with SIGKILL at a random
 // moment, several times, and checks after each crash that every
-// acknowledged record is present with its offset and value, that offsets
-// are dense, and that appending continues at the next offset.
+// acknowledged record is present with its offset and value (those of a
+// dropped partition: exactly since the last drop), that offsets are dense,
+// and that appending continues at the next offset.
 func TestCrashRecovery(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns processes")
@@ -120,8 +149,24 @@ func TestCrashRecovery(t *testing.T) {
 			t.Fatal(err)
 		}
 		sc := bufio.NewScanner(stdout)
-		n, killed := 0, false
+		n, killed, dropping := 0, false, false
+		forgetDropped := func() {
+			for k := range acked {
+				if k.stream == "c.drop" {
+					delete(acked, k)
+				}
+			}
+		}
 		for sc.Scan() {
+			switch sc.Text() {
+			case "dropping c.drop":
+				dropping = true
+				continue
+			case "dropped c.drop":
+				dropping = false
+				forgetDropped()
+				continue
+			}
 			var k ackKey
 			var value string
 			if _, err := fmt.Sscanf(sc.Text(), "ack %s %d %d %s", &k.stream, &k.part, &k.off, &value); err != nil {
@@ -141,8 +186,23 @@ func TestCrashRecovery(t *testing.T) {
 			t.Fatalf("round %d: helper exited early: %v", round, err)
 		}
 		t.Logf("round %d: killed after %d acks (%d read), %d acked in total", round, killAfter, n, len(acked))
+		if dropping && !hasPartition(t, path, "c.drop", 0) {
+			forgetDropped() // killed after the drop committed, before it was announced
+		}
 		checkRecovered(t, path, acked, round)
 	}
+}
+
+// hasPartition reports whether the WAL at path knows (stream, partition).
+func hasPartition(t *testing.T, path, stream string, part int32) bool {
+	t.Helper()
+	w, err := Open(Options{Path: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	_, ok := w.Partition(stream, part)
+	return ok
 }
 
 func checkRecovered(t *testing.T, path string, acked map[ackKey]string, round int) {

@@ -1,0 +1,57 @@
+package kafka
+
+import (
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// TestOwnershipMovesLeader: Metadata reports each partition's owner as
+// leader with the ownership epoch as leader epoch; produce follows the
+// owner, and a partition lost between the lookup and the append (the
+// backend's ErrNotLeader) is NOT_LEADER_OR_FOLLOWER with nothing appended.
+func TestOwnershipMovesLeader(t *testing.T) {
+	be := newFakeBackend("edge-1")
+	be.brokers = append(be.brokers, Broker{NodeID: "edge-2", Host: "10.0.0.2", Port: 9092})
+	be.addStream("o.s", "edge-2", "edge-1")
+	s := startServer(t, Config{}, be)
+	rc := dialRaw(t, s.Addr())
+	batch := buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1}, recs(2, "v")...)
+	leader := func() (int32, int32) {
+		t.Helper()
+		req := kmsg.NewPtrMetadataRequest()
+		req.Version = 9
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr("o.s")
+		req.Topics = append(req.Topics, rt)
+		mp := rc.roundTrip(req).(*kmsg.MetadataResponse).Topics[0].Partitions[0]
+		return mp.Leader, mp.LeaderEpoch
+	}
+	if l, e := leader(); l != BrokerID("edge-2") || e != 0 {
+		t.Fatalf("before: leader %d epoch %d", l, e)
+	}
+	if p := rc.produceOne("o.s", 0, batch); p.ErrorCode != errNotLeaderOrFollower {
+		t.Fatalf("produce to edge-2's partition: code %d", p.ErrorCode)
+	}
+
+	// edge-1 takes partition 0 over at epoch 1.
+	be.mu.Lock()
+	be.streams["o.s"][0] = PartitionInfo{Partition: 0, Leader: "edge-1", Epoch: 1}
+	be.mu.Unlock()
+	if l, e := leader(); l != BrokerID("edge-1") || e != 1 {
+		t.Fatalf("after the take-over: leader %d epoch %d", l, e)
+	}
+	if p := rc.produceOne("o.s", 0, batch); p.ErrorCode != 0 || p.BaseOffset != 0 {
+		t.Fatalf("produce after the take-over: code %d offset %d", p.ErrorCode, p.BaseOffset)
+	}
+
+	// Lost again between the lookup and the append.
+	be.lost.Store(true)
+	p := rc.produceOne("o.s", 0, batch)
+	if p.ErrorCode != errNotLeaderOrFollower || p.ErrorMessage == nil {
+		t.Fatalf("produce after losing it: code %d", p.ErrorCode)
+	}
+	if n := len(be.records("o.s", 0)); n != 2 {
+		t.Fatalf("%d records appended, want the 2 of the accepted batch", n)
+	}
+}
