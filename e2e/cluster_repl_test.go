@@ -395,6 +395,11 @@ func TestClusterReplicationKill(t *testing.T) {
 	if len(offsets) != len(rows) {
 		t.Fatalf("%d rows but %d distinct (partition, offset)", len(rows), len(offsets))
 	}
+	// The returning path ran: n3's uplink found its old partition owned by
+	// n1 and dropped what its WAL still held of it instead of uploading.
+	waitFor(t, 20*time.Second, "n3 to be fenced out of its old partition", func() bool {
+		return metric(t, n3, "tributary_partition_fenced_total") >= 1
+	})
 	t.Logf("(b) %d rows after n3's restart", len(rows))
 }
 

@@ -54,4 +54,18 @@ func TestReplicationRefusePolicy(t *testing.T) {
 	if st := n.replicaStats(); st.Degraded || st.ReplicatedRecords < 1 {
 		t.Fatalf("replica stats %+v", st)
 	}
+	// The Kafka produce path replicates too.
+	before := n.replicaStats().ReplicatedRecords
+	p, err := n.ingest.partition(ctx, "factory.telemetry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k1, k2 := rec(), rec()
+	k1.Source, k1.Partition, k2.Source, k2.Partition = "kafka", p, "kafka", p
+	if err := n.kb.Append(ctx, k1, k2); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.replicaStats().ReplicatedRecords; got < before+2 {
+		t.Fatalf("replicated %d records before the produce, %d after", before, got)
+	}
 }

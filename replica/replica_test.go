@@ -185,6 +185,12 @@ func TestFencedByReplica(t *testing.T) {
 	}
 	if err := a.ingest(t, 0, 1, 0); !errors.Is(err, ErrFenced) {
 		t.Fatalf("later append: %v", err)
+	} // a takes the partition back at a higher epoch: replicated again.
+	if err := a.ingest(t, 0, 2, 2); err != nil {
+		t.Fatalf("append at a higher epoch: %v", err)
+	}
+	if _, next := b.stored(t, "a", 0); next != 9 {
+		t.Fatalf("b holds a's partition up to %d, want 9", next)
 	}
 }
 

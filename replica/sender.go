@@ -29,7 +29,11 @@ type outPart struct {
 	targets map[string]*target
 	waiters []*waiter
 	fenced  bool
-	closed  bool
+	// fencedAt is the epoch a replica owned the partition at when it
+	// fenced it; a later submit at a higher epoch (this node owns it
+	// again) lifts the fence.
+	fencedAt int64
+	closed   bool
 }
 
 // target is the replication state of one partition on one replica.
@@ -163,6 +167,14 @@ func (r *Replicas) expire(ws []*waiter) {
 func (o *outPart) submit(end, epoch int64, ring []Member, wait bool) (*waiter, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.fenced && epoch > o.fencedAt {
+		o.r.log.Info("partition owned again at a higher epoch: replicating it again", "stream", o.pk.stream, "partition", o.pk.partition,
+			"epoch", epoch, "fenced_at", o.fencedAt)
+		o.fenced = false
+		for _, t := range o.targets {
+			o.rewind(t)
+		}
+	}
 	if o.fenced {
 		return nil, ErrFenced
 	}
@@ -232,6 +244,11 @@ func (o *outPart) fail(t *target, why string) {
 			"acked", t.acked, "next", o.next, "reason", why)
 	}
 	t.failedAt = time.Now()
+	o.rewind(t)
+}
+
+// rewind makes a target resend from what it acknowledged (o.mu held).
+func (o *outPart) rewind(t *target) {
 	t.gen++
 	if t.sent > t.acked {
 		t.sent = t.acked
@@ -397,7 +414,7 @@ func (o *outPart) onReply(t *target, gen int, n int64, resp []byte, err error) {
 		}
 	case rep.Status == statusFenced:
 		if !o.fenced {
-			o.fenced = true
+			o.fenced, o.fencedAt = true, rep.Epoch
 			fencedAt = rep.Epoch
 		}
 	case rep.Status == statusGap:
