@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -191,6 +192,23 @@ func TestFencedByReplica(t *testing.T) {
 	}
 	if _, next := b.stored(t, "a", 0); next != 9 {
 		t.Fatalf("b holds a's partition up to %d, want 9", next)
+	}
+}
+
+// TestDroppedPartition: a partition the WAL dropped (the uplink was fenced
+// out of it) is no longer replicated.
+func TestDroppedPartition(t *testing.T) {
+	tc := newTestCluster(t, 2, Degrade, "a", "b")
+	a := tc.nodes["a"]
+	if err := a.ingest(t, 0, 3, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.main.DropPartition("s.t", 0); err != nil {
+		t.Fatal(err)
+	}
+	err := a.r.Replicate(context.Background(), []*wal.Record{{Stream: "s.t", Partition: 0, Offset: 3}})
+	if !errors.Is(err, ErrFenced) {
+		t.Fatalf("replicating a dropped partition: %v", err)
 	}
 }
 

@@ -327,14 +327,25 @@ func (o *outPart) run(t *target) {
 }
 
 // released is the main WAL's released offset of the partition.
-func (o *outPart) released() int64 {
-	p, _ := o.r.cfg.Log.Partition(o.pk.stream, o.pk.partition)
-	return p.Released
+func (o *outPart) released() (int64, bool) {
+	p, ok := o.r.cfg.Log.Partition(o.pk.stream, o.pk.partition)
+	return p.Released, ok
 }
 
 // pump sends what the target lacks, up to the in-flight limit.
 func (o *outPart) pump(t *target) {
-	base := o.released()
+	base, ok := o.released()
+	if !ok {
+		// The WAL dropped the partition: the uplink was fenced out of it.
+		o.mu.Lock()
+		if !o.fenced {
+			o.fenced, o.fencedAt = true, o.epoch
+			o.r.log.Warn("partition dropped from the WAL (fenced): no longer replicating it", "stream", o.pk.stream, "partition", o.pk.partition)
+			o.settle()
+		}
+		o.mu.Unlock()
+		return
+	}
 	for {
 		o.mu.Lock()
 		if o.fenced || t.removed || !t.failedAt.IsZero() && time.Since(t.failedAt) < retryBackoff {
