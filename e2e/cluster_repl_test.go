@@ -21,7 +21,7 @@ import (
 // replCluster is three `tributary edge` processes on loopback sharing one
 // SQLite catalog and file warehouse (as nodes of one site share a
 // catalog), each with its own WAL and replica stores, gossiping with the
-// fast "local" profile, replication factor 2, a 1s takeover grace and the
+// fast "local" profile, replication factor 2, a 2s takeover grace and the
 // test hooks on (TRIBUTARY_TEST_HOOKS=1, see README "Testing").
 type replCluster struct {
 	t      *testing.T
@@ -81,7 +81,7 @@ cluster:
   gossip_profile: local
   replication_factor: 2
   replication_timeout: 2s
-  takeover_grace: 1s
+  takeover_grace: 2s
   join:
 %s`, id, dir, c.shared, c.shared, c.commit, js)
 	path := filepath.Join(c.base, id+".yaml")
@@ -429,9 +429,9 @@ func TestClusterReplicationGossipLoss(t *testing.T) {
 	waitFor(t, 30*time.Second, "n1 and n3 to declare n2 dead", func() bool {
 		return clusterPeers(t, n1)["n2"].State == "dead" && clusterPeers(t, n3)["n2"].State == "dead"
 	})
-	// Hold the partition for four takeover graces under load: a takeover
+	// Hold the partition for three takeover graces under load: a takeover
 	// would be a failure, so poll for one until the hold ends.
-	hold := time.Now().Add(4 * time.Second)
+	hold := time.Now().Add(6 * time.Second)
 	for time.Now().Before(hold) {
 		for _, p := range []*proc{n1, n2, n3} {
 			if v := metric(t, p, "tributary_partition_takeovers_total"); v != 0 {
