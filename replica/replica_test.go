@@ -164,6 +164,26 @@ func TestDegradeAndRefuse(t *testing.T) {
 	}
 }
 
+// TestReplicaBudget: a replica whose disk budget is full refuses, and the
+// owner counts it as missing (degrade) instead of failing the append.
+func TestReplicaBudget(t *testing.T) {
+	tc := newTestCluster(t, 2, Degrade, "a", "b")
+	a, b := tc.nodes["a"], tc.nodes["b"]
+	b.r.cfg.MaxBytes = 2 << 10 // before b's store of a is opened
+	if err := a.ingest(t, 0, 10, 0); err != nil || a.r.Stats().Degraded {
+		t.Fatalf("first append: %v, %+v", err, a.r.Stats())
+	}
+	if err := a.ingest(t, 0, 200, 0); err != nil {
+		t.Fatalf("append beyond the replica's budget under degrade: %v", err)
+	}
+	if !a.r.Stats().Degraded {
+		t.Fatal("not degraded with the replica's budget exhausted")
+	}
+	if _, next := b.stored(t, "a", 0); next != 10 {
+		t.Fatalf("replica holds up to %d, want 10", next)
+	}
+}
+
 // TestFencedByReplica: a replica that owns the partition at a higher
 // epoch refuses the old owner's appends.
 func TestFencedByReplica(t *testing.T) {
