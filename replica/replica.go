@@ -26,9 +26,12 @@
 //     only through the catalog's compare-and-swap (Catalog.TakeOver), so
 //     among several replica holders exactly one wins each partition.
 //  5. Fencing on the data path. A node that owns a partition at a higher
-//     epoch (it took it over) answers an old owner's appends for it with
-//     "fenced"; the old owner's Replicate fails with ErrFenced and
-//     Config.OnFenced tells the node to stop writing the partition.
+//     epoch (it took it over, or its ingest owns it per the table: see
+//     Config.Owned) answers an old owner's appends for it with "fenced";
+//     the old owner's Replicate fails with ErrFenced and Config.OnFenced
+//     tells the node to stop writing the partition. The fence lifts if the
+//     node owns the partition again at a higher epoch, and a partition the
+//     WAL dropped (fenced by the uplink) is no longer replicated.
 //  6. Exactly once in the table. The taker copies only the records above
 //     the table's committed mark into its main WAL (with the new epoch),
 //     and the normal uplink uploads them; the old owner's uploads are fenced
