@@ -94,13 +94,22 @@ func (p *fakePeer) Go(id, addr string, typ uint8, payload []byte, done func([]by
 }
 
 func (p *fakePeer) Ping(ctx context.Context, id, addr string) error {
-	ch := make(chan error, 1)
-	p.Go(id, addr, 0, nil, func(_ []byte, err error) { ch <- err })
+	_, err := p.Call(ctx, id, addr, 0, nil)
+	return err
+}
+
+func (p *fakePeer) Call(ctx context.Context, id, addr string, typ uint8, payload []byte) ([]byte, error) {
+	type res struct {
+		b   []byte
+		err error
+	}
+	ch := make(chan res, 1)
+	p.Go(id, addr, typ, payload, func(b []byte, err error) { ch <- res{b, err} })
 	select {
-	case err := <-ch:
-		return err
+	case r := <-ch:
+		return r.b, r.err
 	case <-ctx.Done():
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 }
 

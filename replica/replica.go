@@ -55,8 +55,11 @@
 // commit, replying asynchronously so the link keeps pipelining.
 //
 // Takeover (takeover.go): a loop watches the members whose replicas this
-// node holds; once one is dead and unreachable for Grace, it tries
-// Catalog.TakeOver for every partition of that store. The winner copies
+// node holds; once one is dead and unreachable for Grace, it asks the other
+// live members how far they hold each partition of that store (MsgQuery)
+// and, unless one holds strictly more (a former replica that left the
+// owner's ring holds a stale copy; the current one holds every
+// acknowledged record), tries Catalog.TakeOver for it. The winner copies
 // the records above the table's mark into its main WAL at the new epoch,
 // calls Config.Adopt, and releases its copy; a loser releases its copy as
 // the table's mark passes it. Each takeover is logged and counted.
@@ -115,6 +118,7 @@ type Member struct {
 type Transport interface {
 	Handle(typ uint8, h func(from string, payload []byte, reply func(resp []byte, err error)))
 	Go(id, addr string, typ uint8, payload []byte, done func(resp []byte, err error))
+	Call(ctx context.Context, id, addr string, typ uint8, payload []byte) ([]byte, error)
 	Ping(ctx context.Context, id, addr string) error
 }
 
@@ -129,6 +133,10 @@ func (t peerTransport) Handle(typ uint8, h func(string, []byte, func([]byte, err
 
 func (t peerTransport) Go(id, addr string, typ uint8, payload []byte, done func([]byte, error)) {
 	t.p.Link(id, addr).Go(typ, payload, done)
+}
+
+func (t peerTransport) Call(ctx context.Context, id, addr string, typ uint8, payload []byte) ([]byte, error) {
+	return t.p.Link(id, addr).Call(ctx, typ, payload)
 }
 
 func (t peerTransport) Ping(ctx context.Context, id, addr string) error {
@@ -272,6 +280,7 @@ func Open(cfg Config) (*Replicas, error) {
 	}
 	cfg.Transport.Handle(MsgAppend, r.handleAppend)
 	cfg.Transport.Handle(MsgRelease, r.handleRelease)
+	cfg.Transport.Handle(MsgQuery, r.handleQuery)
 	r.wg.Add(1)
 	go r.takeoverLoop()
 	return r, nil
@@ -456,6 +465,30 @@ func (r *Replicas) handleAppend(from string, payload []byte, reply func([]byte, 
 		return
 	}
 	s.enqueue(&task{app: m, reply: reply})
+}
+
+// handleQuery answers how far this node holds a replica (never creating
+// a store for it).
+func (r *Replicas) handleQuery(from string, payload []byte, reply func([]byte, error)) {
+	q, err := decodeQuery(payload)
+	if err != nil {
+		reply(nil, err)
+		return
+	}
+	r.mu.Lock()
+	s := r.stores[q.Origin]
+	r.mu.Unlock()
+	var next int64
+	if s != nil && s.exists() {
+		w, err := s.wal()
+		if err != nil {
+			reply(nil, err)
+			return
+		}
+		ps, _ := w.Partition(q.Stream, q.Partition)
+		next = ps.Next
+	}
+	reply(appendReply{Status: statusOK, Next: next}.encode(), nil)
 }
 
 func (r *Replicas) handleRelease(from string, payload []byte, reply func([]byte, error)) {

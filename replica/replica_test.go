@@ -311,3 +311,42 @@ func TestTakeover(t *testing.T) {
 		t.Fatalf("returning owner's append: %v", err)
 	}
 }
+
+// TestTakeoverByFullestHolder: b held a's partition, then left a's ring for
+// a while (c caught up and got more); when a dies, b, whose copy is stale,
+// leaves the takeover to c, which holds every acknowledged record.
+func TestTakeoverByFullestHolder(t *testing.T) {
+	tc := newTestCluster(t, 2, Degrade, "a", "b", "c")
+	a, b, c := tc.nodes["a"], tc.nodes["b"], tc.nodes["c"]
+	tc.cat.owner[pkey{"s.t", 0}] = "a"
+	if err := a.ingest(t, 0, 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	tc.setState("b", cluster.Dead) // a's ring moves on to c
+	if err := a.ingest(t, 0, 10, 0); err != nil {
+		t.Fatal(err)
+	}
+	tc.setState("b", cluster.Alive) // b back, but a appends nothing more
+	if _, next := b.stored(t, "a", 0); next != 10 {
+		t.Fatalf("b holds up to %d, want 10", next)
+	}
+	if _, next := c.stored(t, "a", 0); next != 20 {
+		t.Fatalf("c holds up to %d, want 20", next)
+	}
+	a.close()
+	tc.net.setCut("addr-a", true)
+	tc.setState("a", cluster.Dead)
+	select {
+	case <-c.adopted:
+	case <-b.adopted:
+		t.Fatal("b, holding less, took over")
+	case <-time.After(10 * time.Second):
+		t.Fatal("nobody took over")
+	}
+	recs, err := c.main.Read("s.t", 0, 0, 0, 0)
+	if err != nil || len(recs) != 20 {
+		t.Fatalf("c copied %d records (%v), want 20", len(recs), err)
+	}
+	tc.cat.setMark("s.t", 0, 20)
+	waitUntil(t, "b to release its stale copy", func() bool { rel, _ := b.stored(t, "a", 0); return rel == 10 })
+}

@@ -23,6 +23,7 @@ type watchState struct {
 	answering   bool          // dead to gossip but answering pings (logged once)
 	resolved    map[pkey]bool // partitions taken over or lost in this death
 	lost        map[pkey]bool // partitions another node owns: release as the mark passes
+	deferred    map[pkey]bool // partitions left to a holder with more (logged)
 	lastRelease time.Time
 }
 
@@ -63,7 +64,7 @@ func (r *Replicas) checkTakeovers(ctx context.Context) {
 	for origin, s := range stores {
 		ws := r.watch[origin]
 		if ws == nil {
-			ws = &watchState{resolved: map[pkey]bool{}, lost: map[pkey]bool{}}
+			ws = &watchState{resolved: map[pkey]bool{}, lost: map[pkey]bool{}, deferred: map[pkey]bool{}}
 			r.watch[origin] = ws
 		}
 		m, known := members[origin]
@@ -74,6 +75,7 @@ func (r *Replicas) checkTakeovers(ctx context.Context) {
 			}
 			ws.downSince, ws.handled, ws.answering = time.Time{}, false, false
 			clear(ws.resolved)
+			clear(ws.deferred)
 		case ws.handled:
 		case r.reachable(ctx, m):
 			if !ws.answering {
@@ -123,6 +125,24 @@ func (r *Replicas) takeOverAll(ctx context.Context, s *store, ws *watchState) bo
 			ws.resolved[pk] = true // taken over in an earlier death, nothing new since
 			continue
 		}
+		if ws.deferred[pk] {
+			// Left to another holder: has it taken the partition?
+			if owner, _, err := r.cfg.Catalog.Owner(ctx, p.Stream, p.Partition); err == nil && owner != s.origin {
+				r.log.Info("partition of a dead member taken over by another node; releasing the replica as the table passes it",
+					"member", s.origin, "stream", p.Stream, "partition", p.Partition, "owner", owner)
+				ws.lost[pk], ws.resolved[pk] = true, true
+				continue
+			}
+		}
+		if who, next := r.betterHolder(ctx, s.origin, p); who != "" {
+			if !ws.deferred[pk] {
+				r.log.Info("takeover: another node holds more of the dead member's partition; leaving it to that node",
+					"member", s.origin, "stream", p.Stream, "partition", p.Partition, "holder", who, "their_next", next, "our_next", p.Next)
+				ws.deferred[pk] = true
+			}
+			all = false
+			continue
+		}
 		if err := r.takeOver(ctx, s.origin, w, p, ws); err != nil {
 			r.log.Warn("takeover failed; retrying", "member", s.origin, "stream", p.Stream, "partition", p.Partition, "err", err)
 			all = false
@@ -131,6 +151,30 @@ func (r *Replicas) takeOverAll(ctx context.Context, s *store, ws *watchState) bo
 		ws.resolved[pk] = true
 	}
 	return all
+}
+
+// betterHolder asks every other live member how far it holds origin's
+// partition and names one that holds strictly more than this node (so
+// that the taker is a holder with the most acknowledged records; equal
+// holders race through the catalog). Members that do not answer are
+// passed over: they cannot take over either.
+func (r *Replicas) betterHolder(ctx context.Context, origin string, p wal.PartitionState) (string, int64) {
+	q := queryMsg{Origin: origin, Stream: p.Stream, Partition: p.Partition}.encode()
+	for _, m := range r.cfg.Members() {
+		if m.ID == r.cfg.NodeID || m.ID == origin || m.Peer == "" || (m.State != cluster.Alive && m.State != cluster.Suspect) {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, pingTimeout)
+		resp, err := r.cfg.Transport.Call(cctx, m.ID, m.Peer, MsgQuery, q)
+		cancel()
+		if err != nil {
+			continue
+		}
+		if rep, err := decodeAppendReply(resp); err == nil && rep.Next > p.Next {
+			return m.ID, rep.Next
+		}
+	}
+	return "", 0
 }
 
 // takeOver moves one partition of a dead origin to this node if the

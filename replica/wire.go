@@ -17,6 +17,10 @@ const (
 	// MsgRelease: owner → replica, the owner's uplink released a
 	// partition up to an offset (releaseMsg); the reply is empty.
 	MsgRelease uint8 = 65
+	// MsgQuery: a replica holder → the others, before a takeover: how far
+	// do you hold origin's partition? (queryMsg; the reply is an
+	// appendReply with Next, 0 if none).
+	MsgQuery uint8 = 66
 )
 
 // Liveness of a member's data link is peer's own ping (peer.TypePing).
@@ -72,6 +76,35 @@ type releaseMsg struct {
 	Stream    string
 	Partition int32
 	UpTo      int64
+}
+
+// queryMsg asks how far a node holds Origin's replica of (Stream,
+// Partition).
+//
+//	version byte (1), Origin string, Stream string, Partition varint
+type queryMsg struct {
+	Origin    string
+	Stream    string
+	Partition int32
+}
+
+func (m queryMsg) encode() []byte {
+	b := appendString([]byte{wireV1}, m.Origin)
+	b = appendString(b, m.Stream)
+	return binary.AppendVarint(b, int64(m.Partition))
+}
+
+func decodeQuery(b []byte) (queryMsg, error) {
+	d := reader{b: b}
+	d.version()
+	var m queryMsg
+	m.Origin = d.string("origin")
+	m.Stream = d.string("stream")
+	m.Partition = int32(d.ranged("partition", 0, math.MaxInt32))
+	if d.err == nil && (d.off != len(b) || m.Stream == "" || m.Origin == "") {
+		d.fail("end")
+	}
+	return m, d.err
 }
 
 func appendString(b []byte, s string) []byte {

@@ -32,6 +32,10 @@ func TestAppendRoundTrip(t *testing.T) {
 	if got, err := decodeAppendReply(rep.encode()); err != nil || got != rep {
 		t.Fatalf("reply round trip: %+v, %v", got, err)
 	}
+	q := queryMsg{Origin: "n1", Stream: "a.b", Partition: 3}
+	if got, err := decodeQuery(q.encode()); err != nil || got != q {
+		t.Fatalf("query round trip: %+v, %v", got, err)
+	}
 	rel := releaseMsg{Stream: "a.b", Partition: 9, UpTo: 1 << 40}
 	if got, err := decodeRelease(rel.encode()); err != nil || got != rel {
 		t.Fatalf("release round trip: %+v, %v", got, err)
@@ -87,14 +91,23 @@ func FuzzDecodeAppend(f *testing.F) {
 	})
 }
 
-// FuzzDecodeReply covers the small messages: append replies and releases.
+// FuzzDecodeReply covers the small messages: append replies, releases and
+// queries.
 func FuzzDecodeReply(f *testing.F) {
 	f.Add(appendReply{Status: statusGap, Next: 5}.encode())
 	f.Add(releaseMsg{Stream: "a.b", Partition: 1, UpTo: 9}.encode())
+	f.Add(queryMsg{Origin: "n2", Stream: "a.b", Partition: 1}.encode())
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if r, err := decodeAppendReply(data); err == nil {
 			if r2, err := decodeAppendReply(r.encode()); err != nil || r2 != r {
 				t.Fatalf("reply round trip %+v -> %+v, %v", r, r2, err)
+			}
+		} else if !errors.Is(err, ErrMalformed) {
+			t.Fatal(err)
+		}
+		if q, err := decodeQuery(data); err == nil {
+			if q2, err := decodeQuery(q.encode()); err != nil || q2 != q {
+				t.Fatalf("query round trip %+v -> %+v, %v", q, q2, err)
 			}
 		} else if !errors.Is(err, ErrMalformed) {
 			t.Fatal(err)
