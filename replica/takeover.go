@@ -25,6 +25,7 @@ type watchState struct {
 	lost        map[pkey]bool // partitions another node owns: release as the mark passes
 	deferred    map[pkey]bool // partitions left to a holder with more (logged)
 	lastRelease time.Time
+	lastStale   time.Time
 }
 
 // takeoverLoop checks, every takeoverTick, the origins this node holds
@@ -50,8 +51,9 @@ func (r *Replicas) takeoverLoop() {
 }
 
 func (r *Replicas) checkTakeovers(ctx context.Context) {
+	list := r.cfg.Members()
 	members := map[string]Member{}
-	for _, m := range r.cfg.Members() {
+	for _, m := range list {
 		members[m.ID] = m
 	}
 	r.mu.Lock()
@@ -76,6 +78,10 @@ func (r *Replicas) checkTakeovers(ctx context.Context) {
 			ws.downSince, ws.handled, ws.answering = time.Time{}, false, false
 			clear(ws.resolved)
 			clear(ws.deferred)
+			if known && now.Sub(ws.lastStale) >= releaseInterval {
+				ws.lastStale = now
+				r.markStale(s, ws, ringAfter(origin, list, r.cfg.Factor-1))
+			}
 		case ws.handled:
 		case r.reachable(ctx, m):
 			if !ws.answering {
@@ -93,6 +99,30 @@ func (r *Replicas) checkTakeovers(ctx context.Context) {
 		if len(ws.lost) > 0 && now.Sub(ws.lastRelease) >= releaseInterval {
 			ws.lastRelease = now
 			r.releaseLost(ctx, s, ws)
+		}
+	}
+}
+
+// markStale schedules the release (as the table's mark passes) of a live
+// origin's replicas when this node is no longer in the origin's ring: the
+// origin's releases go to its current replicas only, and a copy nobody
+// updates would otherwise stay on disk for good.
+func (r *Replicas) markStale(s *store, ws *watchState, ring []Member) {
+	for _, m := range ring {
+		if m.ID == r.cfg.NodeID {
+			return
+		}
+	}
+	if !s.exists() {
+		return
+	}
+	w, err := s.wal()
+	if err != nil {
+		return
+	}
+	for _, p := range w.Partitions() {
+		if p.Released < p.Next {
+			ws.lost[pkey{p.Stream, p.Partition}] = true
 		}
 	}
 }
@@ -306,7 +336,7 @@ func (r *Replicas) releaseLost(ctx context.Context, s *store, ws *watchState) {
 		}
 		if upTo >= p.Next {
 			delete(ws.lost, pk)
-			r.log.Info("replica copy of a partition taken over elsewhere released", "member", s.origin, "stream", pk.stream, "partition", pk.partition)
+			r.log.Info("replica copy released: the table holds all of it", "member", s.origin, "stream", pk.stream, "partition", pk.partition)
 		}
 	}
 }
