@@ -55,3 +55,28 @@ func TestOwnershipMovesLeader(t *testing.T) {
 		t.Fatalf("%d records appended, want the 2 of the accepted batch", n)
 	}
 }
+
+// TestLoadProducerRuns: runs loaded after a take-over deduplicate a retry
+// of a batch the previous owner appended, and the producer continues its
+// sequence.
+func TestLoadProducerRuns(t *testing.T) {
+	be := newFakeBackend("edge-1")
+	be.addStream("o.s", "edge-1")
+	s := startServer(t, Config{}, be)
+	// The previous owner appended sequences 0-2 of producer 77 at offsets 10-12.
+	s.LoadProducerRuns([]ProducerRun{{Stream: "o.s", Partition: 0, ProducerID: 77, ProducerEpoch: 0, FirstSeq: 0, LastSeq: 2, FirstOffset: 10}})
+	rc := dialRaw(t, s.Addr())
+	retry := buildBatch(batchOpts{pid: 77, epoch: 0, seq: 0}, recs(3, "r")...)
+	if p := rc.produceOne("o.s", 0, retry); p.ErrorCode != 0 || p.BaseOffset != 10 {
+		t.Fatalf("retried batch: code %d offset %d, want the original offset 10", p.ErrorCode, p.BaseOffset)
+	}
+	if n := len(be.records("o.s", 0)); n != 0 {
+		t.Fatalf("retry appended %d records", n)
+	}
+	if p := rc.produceOne("o.s", 0, buildBatch(batchOpts{pid: 77, epoch: 0, seq: 5}, recs(1, "gap")...)); p.ErrorCode != errOutOfOrderSequence {
+		t.Fatalf("sequence gap: code %d", p.ErrorCode)
+	}
+	if p := rc.produceOne("o.s", 0, buildBatch(batchOpts{pid: 77, epoch: 0, seq: 3}, recs(2, "n")...)); p.ErrorCode != 0 {
+		t.Fatalf("next batch: code %d", p.ErrorCode)
+	}
+}

@@ -220,6 +220,13 @@ func (s *Server) producePartition(ctx context.Context, clientID, topic string, p
 	return res
 }
 
+// LoadProducerRuns folds runs (oldest first per key) into the
+// idempotent-producer state. A node that took a partition over loads the
+// runs of the records it copied from the previous owner, so that a producer
+// which follows the partition here and retries a batch the previous owner
+// had appended gets the original offset rather than a second copy.
+func (s *Server) LoadProducerRuns(runs []ProducerRun) { s.prod.load(runs) }
+
 func (s *Server) appendBatch(ctx context.Context, recs []*wal.Record) partResult {
 	if err := s.b.Append(ctx, recs...); err != nil {
 		if errors.Is(err, ErrNotLeader) {

@@ -42,6 +42,10 @@ type ingest struct {
 	wal  *wal.WAL
 	cat  *tables.Catalog
 	log  *slog.Logger
+	// onAdopt, when set (before traffic), is called after a partition was
+	// adopted, with its records in the WAL (the Kafka server loads the
+	// idempotent producers' state from them).
+	onAdopt func(stream string, p int32)
 
 	mu       sync.RWMutex
 	streams  map[string]*owned // resolved streams
@@ -256,10 +260,15 @@ func (in *ingest) writable(ctx context.Context, stream string, p int32) (int64, 
 // partition this node does not own is refused (errNotOwned, errAdopting)
 // and nothing is appended.
 func (in *ingest) appendOwned(ctx context.Context, recs ...*wal.Record) error {
-	for _, r := range recs {
-		e, err := in.writable(ctx, r.Stream, r.Partition)
-		if err != nil {
-			return err
+	var last partKey
+	var e int64
+	for i, r := range recs {
+		if k := (partKey{r.Stream, r.Partition}); i == 0 || k != last {
+			var err error
+			if e, err = in.writable(ctx, r.Stream, r.Partition); err != nil {
+				return err
+			}
+			last = k
 		}
 		r.Epoch, r.Node = e, in.node
 	}
@@ -280,11 +289,21 @@ func (in *ingest) appendOwned(ctx context.Context, recs ...*wal.Record) error {
 // need. Call it before tables.Catalog.TakeOver; after copying the records
 // (wal.AppendAt), call adopt, then release. Also release when the
 // take-over fails.
+//
+// Records of p still in this node's WAL from an earlier ownership of its
+// own are dropped here (a node takes over only from another owner, so they
+// are older than the current epoch: committed already, or fenced), so that
+// the copy starts on a clean partition and AppendAt never mistakes them
+// for the previous owner's records at the same offsets.
 func (in *ingest) claim(stream string, p int32) (release func()) {
 	k := partKey{stream, p}
 	in.mu.Lock()
 	in.claimed[k] = true
+	_, mine := in.streams[stream].epochOf(p)
 	in.mu.Unlock()
+	if !mine {
+		in.dropStale(stream, p, -1)
+	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {
@@ -304,6 +323,7 @@ func (in *ingest) claim(stream string, p int32) (release func()) {
 // the WAL's. This node's MQTT clients keep writing its own partition. A
 // later adopt with a higher epoch (taken again) replaces the epoch.
 func (in *ingest) adopt(stream string, p int32, epoch, next int64) error {
+	in.dropStale(stream, p, epoch)
 	if err := in.wal.EnsurePartition(stream, p, next); err != nil {
 		return fmt.Errorf("adopt %s/%d: %w", stream, p, err)
 	}
@@ -324,8 +344,38 @@ func (in *ingest) adopt(stream string, p int32, epoch, next int64) error {
 		}
 		// Fenced out of its own partition in between: resolve again.
 	}
+	if in.onAdopt != nil {
+		in.onAdopt(stream, p)
+	}
 	in.log.Info("partition adopted", "stream", stream, "partition", p, "epoch", epoch, "next", next)
 	return nil
+}
+
+// dropStale drops partition p of stream from the WAL if it holds records
+// written at an epoch below epoch (any records, for epoch -1): they are
+// from an earlier ownership of this node's and may not precede records of
+// the new one. Failures are logged: the uplink's fence catches them later.
+func (in *ingest) dropStale(stream string, p int32, epoch int64) {
+	st, ok := in.wal.Partition(stream, p)
+	if !ok || st.Next == st.Released || epoch >= 0 && st.Epoch >= epoch {
+		return
+	}
+	n, err := in.wal.DropPartition(stream, p)
+	if err != nil {
+		in.log.Error("drop stale records of a partition being taken over", "stream", stream, "partition", p, "err", err)
+		return
+	}
+	in.log.Warn("dropped this node's stale records of a partition it takes over (from an earlier ownership)",
+		"stream", stream, "partition", p, "records", n, "their_epoch", st.Epoch, "new_epoch", epoch)
+}
+
+// epochOf is o's epoch of p (o may be nil).
+func (o *owned) epochOf(p int32) (int64, bool) {
+	if o == nil {
+		return 0, false
+	}
+	e, ok := o.epochs[p]
+	return e, ok
 }
 
 // fenced forgets partition p of stream (uplink OnFenced: another node owns

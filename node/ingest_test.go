@@ -204,3 +204,40 @@ func TestIngestRestartWithoutCatalog(t *testing.T) {
 		t.Fatalf("taken-over partition after restart: %+v, %v", r, err)
 	}
 }
+
+// TestIngestClaimDropsStale: a node fenced out of its partition (by the
+// data path, before its uplink dropped the records) takes it back later:
+// claim drops its stale records so that the copied ones are stored, not
+// skipped as if already present.
+func TestIngestClaimDropsStale(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	cat := openCatalog(t, dir)
+	a := newIngestEnv(t, "a", dir, cat)
+	p := a.publish(t, "s.x").Partition
+	a.publish(t, "s.x")
+	a.publish(t, "s.x")
+	if _, err := cat.TakeOver(ctx, "s.x", p, "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	a.in.fenced("s.x", p)
+	release := a.in.claim("s.x", p)
+	defer release()
+	if _, ok := a.wal.Partition("s.x", p); ok {
+		t.Fatal("claim kept the stale records")
+	}
+	if e, err := cat.TakeOver(ctx, "s.x", p, "b", "a"); err != nil || e != 2 {
+		t.Fatalf("take back: %d, %v", e, err)
+	}
+	copied := []*wal.Record{{Stream: "s.x", Partition: p, Offset: 0, Epoch: 2, Value: []byte("b0")}, {Stream: "s.x", Partition: p, Offset: 1, Epoch: 2, Value: []byte("b1")}}
+	if skipped, err := a.wal.AppendAt(ctx, copied...); err != nil || skipped != 0 {
+		t.Fatalf("copy: skipped %d, %v", skipped, err)
+	}
+	if err := a.in.adopt("s.x", p, 2, 0); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if r, err := a.produce("s.x", p); err != nil || r.Offset != 2 || r.Epoch != 2 {
+		t.Fatalf("after taking it back: %+v, %v", r, err)
+	}
+}

@@ -245,6 +245,26 @@ func (kb *kafkaBackend) ProducerRuns(ctx context.Context) ([]kafka.ProducerRun, 
 	return append(out, kafka.RunsFromRecords(recs, keepRuns)...), nil
 }
 
+// adopted loads the idempotent producers' runs of a partition this node
+// took over from the records it holds of it (those copied from the
+// previous owner), so retries that follow the partition here are
+// deduplicated.
+func (kb *kafkaBackend) adopted(stream string, p int32) {
+	if kb.n.kafka == nil {
+		return
+	}
+	st, ok := kb.n.wal.Partition(stream, p)
+	if !ok || st.Next == st.Released {
+		return
+	}
+	recs, err := kb.n.wal.Read(stream, p, st.Released, 0, 0)
+	if err != nil {
+		kb.n.log.Warn("kafka: producer state of an adopted partition", "stream", stream, "partition", p, "err", err)
+		return
+	}
+	kb.n.kafka.LoadProducerRuns(kafka.RunsFromRecords(recs, keepRuns))
+}
+
 // beforeRelease folds the runs of records about to leave the WAL into the
 // snapshot and persists it.
 func (kb *kafkaBackend) beforeRelease(stream string, partition int32, recs []*wal.Record) error {

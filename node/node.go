@@ -138,6 +138,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 			return nil, err
 		}
 	}
+	n.ingest.onAdopt = n.kb.adopted
 	if *cfg.Maintenance.Enabled {
 		n.maint = tables.NewMaintainer(n.cat, tables.MaintainerConfig{Interval: cfg.Maintenance.Interval,
 			Policy: cfg.MaintenancePolicy(), Logger: log})

@@ -290,3 +290,60 @@ func TestFencedBehindMark(t *testing.T) {
 	}
 	checkTable(t, e.cat, stream, map[int32][][]byte{p: theirs})
 }
+
+// takeBackCommitter runs takeBack once, between the uplink's read of a
+// batch and its commit.
+type takeBackCommitter struct {
+	Committer
+	once     sync.Once
+	takeBack func()
+}
+
+func (c *takeBackCommitter) CommitAppend(ctx context.Context, stream string, a []tables.PartitionAppend, s map[string]string) (tables.CommitResult, error) {
+	c.once.Do(c.takeBack)
+	return c.Committer.CommitAppend(ctx, stream, a, s)
+}
+
+// TestFencedBatchOfRetakenPartition: while the uplink uploads a batch of
+// partition p at epoch 0, p is taken over by n2 and back by this node
+// (epoch 2), which drops its stale records and copies n2's (AppendAt, epoch
+// 2). The stale batch is fenced, but the partition is kept: the copied
+// records are committed on the next pass.
+func TestFencedBatchOfRetakenPartition(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx := context.Background()
+	const stream = "f.s"
+	p, _ := e.cat.AllocatePartition(ctx, stream, "n1")
+	appendVals(t, e.wal, stream, p, 0, "stale", 5)
+	copied := [][]byte{[]byte("n2-0"), []byte("n2-1")}
+	tc := &takeBackCommitter{Committer: e.cat, takeBack: func() {
+		if _, err := e.cat.TakeOver(ctx, stream, p, "n1", "n2"); err != nil {
+			t.Error(err)
+		}
+		if _, err := e.wal.DropPartition(stream, p); err != nil {
+			t.Error(err)
+		}
+		if _, err := e.cat.TakeOver(ctx, stream, p, "n2", "n1"); err != nil {
+			t.Error(err)
+		}
+		var recs []*wal.Record
+		for i, v := range copied {
+			recs = append(recs, &wal.Record{Stream: stream, Partition: p, Offset: int64(i), Epoch: 2, Value: v, Topic: "t", Source: "mqtt"})
+		}
+		if _, err := e.wal.AppendAt(ctx, recs...); err != nil {
+			t.Error(err)
+		}
+	}}
+	var fenced fencedCalls
+	u := New(Config{Node: "n1", Logger: quietLogger(), OnFenced: fenced.add}, e.wal, tc, e.bucket)
+	if err := u.SyncAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := u.Stats(); st.Fenced != 0 || len(fenced.get()) != 0 {
+		t.Fatalf("stats %+v, OnFenced %v", st, fenced.get())
+	}
+	if err := u.SyncAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkTable(t, e.cat, stream, map[int32][][]byte{p: copied})
+}

@@ -25,7 +25,10 @@
 //     stops writing the partition, drops the partition from the WAL (its
 //     records belong to the new owner's history now: copied and uploaded
 //     by it, or never part of it), logs it at error level with the count
-//     and counts it (Stats.Fenced).
+//     and counts it (Stats.Fenced). The drop is conditional on the WAL
+//     partition holding no record of the table's epoch
+//     (wal.DropPartitionBelow): if this node took the partition back while
+//     the stale batch was in flight, only that batch was stale.
 //
 // # Outline
 //
@@ -82,7 +85,7 @@ type Log interface {
 	Read(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]*wal.Record, error)
 	Release(stream string, partition int32, upTo int64) error
 	EnsurePartition(stream string, partition int32, minNext int64) error
-	DropPartition(stream string, partition int32) (int64, error)
+	DropPartitionBelow(stream string, partition int32, epoch int64) (dropped int64, kept bool, err error)
 	Notify() <-chan struct{}
 }
 
@@ -340,15 +343,27 @@ func (u *Uplink) syncStream(ctx context.Context, stream string, parts []wal.Part
 // epoch change (there is rarely more than one).
 const maxEpochCuts = 4
 
-// fence gives up a partition another node owns now: see invariant 4.
+// fence gives up a partition another node owns now: see invariant 4. A
+// partition that holds records of the table's epoch is this node's again
+// (dropped and taken over since the fenced batch was read): it is kept, and
+// only that batch was stale.
 func (u *Uplink) fence(stream string, fe *tables.FencedError) error {
 	st, _ := u.partition(stream, fe.Partition)
-	if u.cfg.OnFenced != nil {
-		u.cfg.OnFenced(stream, fe.Partition)
+	ours := st.Epoch >= fe.Epoch
+	var dropped int64
+	if !ours {
+		if u.cfg.OnFenced != nil {
+			u.cfg.OnFenced(stream, fe.Partition)
+		}
+		var err error
+		if dropped, ours, err = u.log.DropPartitionBelow(stream, fe.Partition, fe.Epoch); err != nil {
+			return fmt.Errorf("sync %s: drop fenced partition %d: %w", stream, fe.Partition, err)
+		}
 	}
-	dropped, err := u.log.DropPartition(stream, fe.Partition)
-	if err != nil {
-		return fmt.Errorf("sync %s: drop fenced partition %d: %w", stream, fe.Partition, err)
+	if ours {
+		u.cfg.Logger.Warn("uplink: fenced batch was from an earlier ownership; the partition holds records of the current epoch and is kept",
+			"stream", stream, "partition", fe.Partition, "epoch", fe.Epoch, "batch_epoch", fe.Have)
+		return nil
 	}
 	u.fenced.Add(1)
 	u.fencedRecords.Add(dropped)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -223,7 +224,7 @@ func TestDropInGroup(t *testing.T) {
 	results := make(chan string, 4)
 	w.queue = append(w.queue,
 		&op{kind: opAppend, recs: []*Record{rec("g", 0, "vvvv")}, done: func(err error) { results <- fmt.Sprint("append ", err) }},
-		&op{kind: opDrop, pk: pkey{"g", 0}, done: func(err error) { results <- fmt.Sprint("drop ", err) }},
+		&op{kind: opDrop, pk: pkey{"g", 0}, n: math.MaxInt64, done: func(err error) { results <- fmt.Sprint("drop ", err) }},
 		&op{kind: opAppendAt, recs: []*Record{at("g", 0, 40, 2)}, done: func(err error) { results <- fmt.Sprint("at ", err) }},
 		&op{kind: opRelease, pk: pkey{"g", 0}, n: 40, done: func(err error) { results <- fmt.Sprint("release ", err) }},
 	)
@@ -298,4 +299,27 @@ func FuzzDecodeMeta(f *testing.F) {
 			t.Fatalf("re-encoded %x, want %x", got, want)
 		}
 	})
+}
+
+// TestDropPartitionBelow: the drop happens only while every record of the
+// partition is older than the given epoch.
+func TestDropPartitionBelow(t *testing.T) {
+	w := openTest(t, Options{NoSync: true})
+	ctx := context.Background()
+	if _, err := w.AppendAt(ctx, ats("e", 0, 0, 3, 1)...); err != nil {
+		t.Fatal(err)
+	}
+	if n, kept, err := w.DropPartitionBelow("e", 0, 1); err != nil || !kept || n != 0 {
+		t.Fatalf("epoch 1 below 1: dropped %d kept %v %v", n, kept, err)
+	}
+	if ps, ok := w.Partition("e", 0); !ok || ps.Next != 3 {
+		t.Fatalf("kept partition: %+v %v", ps, ok)
+	}
+	if n, kept, err := w.DropPartitionBelow("e", 0, 2); err != nil || kept || n != 3 {
+		t.Fatalf("epoch 1 below 2: dropped %d kept %v %v", n, kept, err)
+	}
+	if n, kept, err := w.DropPartitionBelow("e", 0, 2); err != nil || kept || n != 0 {
+		t.Fatalf("unknown: dropped %d kept %v %v", n, kept, err)
+	}
+	checkBytes(t, w, "end")
 }

@@ -35,11 +35,11 @@ type op struct {
 	kind  opKind
 	recs  []*Record // opAppend, opAppendAt
 	pk    pkey      // opRelease, opEnsure, opDrop
-	n     int64     // upTo, minNext
+	n     int64     // upTo, minNext, epoch bound of a drop
 	done  func(error)
 	state atomic.Int32
 	// count is set by the committer before done is called: records skipped
-	// by an opAppendAt, records dropped by an opDrop.
+	// by an opAppendAt, records dropped by an opDrop (-1: kept).
 	count int64
 }
 
@@ -549,6 +549,11 @@ func (w *WAL) applyDrop(g *group, o *op) error {
 	delete(g.parts, o.pk)
 	if !wk.existed && !wk.dirty {
 		return nil // unknown partition
+	}
+	if wk.st.epoch >= o.n {
+		g.parts[o.pk] = wk // kept (DropPartitionBelow)
+		o.count = -1
+		return nil
 	}
 	if err := g.tx.DeleteBucket(dataName(wk.key)); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
 		return fmt.Errorf("drop %s/%d: %w", o.pk.stream, o.pk.partition, err)

@@ -33,7 +33,7 @@
 // # Outline
 //
 // All writes go through one committer goroutine. Append, AppendAsync,
-// AppendAt, AppendAtAsync, Release, EnsurePartition and DropPartition
+// AppendAt, AppendAtAsync, Release, EnsurePartition and DropPartition(Below)
 // enqueue an op and wake the committer. The
 // committer takes everything queued, applies it in queue order inside one
 // bbolt read-write transaction and commits it with one fsync (group commit);
@@ -86,6 +86,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -591,14 +592,27 @@ func (w *WAL) AppendAtAsync(recs []*Record, done func(skipped int, err error)) {
 // records were dropped; an unknown partition is a no-op. Durable when it
 // returns.
 func (w *WAL) DropPartition(stream string, partition int32) (dropped int64, err error) {
+	dropped, _, err = w.DropPartitionBelow(stream, partition, math.MaxInt64)
+	return dropped, err
+}
+
+// DropPartitionBelow is DropPartition done only if the partition's Epoch
+// (the highest epoch of any record ever appended to it) is below epoch,
+// decided in the committer in order with every other write: a partition
+// that meanwhile received records of epoch or newer (this node took it
+// over again) is kept, and kept reports it.
+func (w *WAL) DropPartitionBelow(stream string, partition int32, epoch int64) (dropped int64, kept bool, err error) {
 	if err := checkStream(stream); err != nil {
-		return 0, fmt.Errorf("drop partition: %w", err)
+		return 0, false, fmt.Errorf("drop partition: %w", err)
 	}
-	o := &op{kind: opDrop, pk: pkey{stream, partition}}
+	o := &op{kind: opDrop, pk: pkey{stream, partition}, n: epoch}
 	if err := w.do(o); err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	return o.count, nil
+	if o.count < 0 {
+		return 0, true, nil
+	}
+	return o.count, false, nil
 }
 
 // EnsurePartition makes sure the next offset of (stream, partition) is at

@@ -178,15 +178,24 @@ func tablesDescribe(ctx context.Context, cat *tables.Catalog, stream string, w i
 		}
 		fmt.Fprintf(w, "  %2d  %-20s %-40s %s\n", f.ID, f.Name, f.Type, req)
 	}
-	fmt.Fprintf(w, "\npartition spec: %s\n\nhigh-water marks (next offset not in the table):\n", t.Spec())
-	marks := tables.HighWaters(t)
+	fmt.Fprintf(w, "\npartition spec: %s\n\npartitions: high-water mark (next offset not in the table), owner and ownership epoch:\n", t.Spec())
+	marks, owners := tables.HighWaters(t), tables.Owners(t)
 	parts := make([]int32, 0, len(marks))
 	for p := range marks {
 		parts = append(parts, p)
 	}
+	for p := range owners {
+		if _, ok := marks[p]; !ok {
+			parts = append(parts, p)
+		}
+	}
 	sort.Slice(parts, func(i, j int) bool { return parts[i] < parts[j] })
 	for _, p := range parts {
-		fmt.Fprintf(w, "  partition %d: %d\n", p, marks[p])
+		fmt.Fprintf(w, "  partition %d: %d", p, marks[p])
+		if o, ok := owners[p]; ok {
+			fmt.Fprintf(w, "  owner %s epoch %d", o.Node, o.Epoch)
+		}
+		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w, "\nproperties:")
 	props := t.Properties()
