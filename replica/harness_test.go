@@ -115,7 +115,8 @@ func (p *fakePeer) Call(ctx context.Context, id, addr string, typ uint8, payload
 
 // fakeCatalog is the ownership part of the catalog in memory.
 type fakeCatalog struct {
-	mu     sync.Mutex
+	mu        sync.Mutex
+	failMarks int // HighWaters fails this many more times
 	owner  map[pkey]string
 	epoch  map[pkey]int64
 	marks  map[pkey]int64
@@ -148,6 +149,10 @@ func (c *fakeCatalog) Owner(ctx context.Context, stream string, p int32) (string
 func (c *fakeCatalog) HighWaters(ctx context.Context, stream string) (map[int32]int64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.failMarks > 0 {
+		c.failMarks--
+		return nil, errors.New("catalog unreachable (test)")
+	}
 	out := map[int32]int64{}
 	for pk, m := range c.marks {
 		if pk.stream == stream {

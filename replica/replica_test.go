@@ -355,3 +355,45 @@ func TestTakeoverByFullestHolder(t *testing.T) {
 	tc.cat.setMark("s.t", 0, 20)
 	waitUntil(t, "b to release its stale copy", func() bool { rel, _ := b.stored(t, "a", 0); return rel == 10 })
 }
+
+// TestTakeoverClaimHeldAcrossRetries: a takeover whose first attempt fails
+// after winning the catalog keeps ingest's claim on the partition until it
+// has copied and adopted it on a later attempt.
+func TestTakeoverClaimHeldAcrossRetries(t *testing.T) {
+	tc := newTestCluster(t, 2, Degrade, "a", "b")
+	a, b := tc.nodes["a"], tc.nodes["b"]
+	var mu sync.Mutex
+	claims, releases, heldAtAdopt := 0, 0, false
+	b.r.cfg.Claim = func(string, int32) func() {
+		mu.Lock()
+		claims++
+		mu.Unlock()
+		return func() { mu.Lock(); releases++; mu.Unlock() }
+	}
+	b.r.cfg.Adopt = func(s string, p int32, e, next int64) error {
+		mu.Lock()
+		heldAtAdopt = claims == 1 && releases == 0
+		mu.Unlock()
+		b.adopted <- pkey{s, p}
+		return nil
+	}
+	tc.cat.owner[pkey{"s.t", 0}] = "a"
+	tc.cat.failMarks = 2
+	if err := a.ingest(t, 0, 5, 0); err != nil {
+		t.Fatal(err)
+	}
+	a.close()
+	tc.net.setCut("addr-a", true)
+	tc.setState("a", cluster.Dead)
+	select {
+	case <-b.adopted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no takeover")
+	}
+	waitUntil(t, "the claim to be released", func() bool { mu.Lock(); defer mu.Unlock(); return releases == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if !heldAtAdopt || claims != 1 {
+		t.Fatalf("claims %d, releases %d, claim held at adopt: %v", claims, releases, heldAtAdopt)
+	}
+}

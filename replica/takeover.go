@@ -18,12 +18,13 @@ const (
 // watchState follows one origin whose replicas this node holds (takeover
 // loop only).
 type watchState struct {
-	downSince   time.Time     // data link failing since (while gossip says dead)
-	handled     bool          // every partition of this death was resolved
-	answering   bool          // dead to gossip but answering pings (logged once)
-	resolved    map[pkey]bool // partitions taken over or lost in this death
-	lost        map[pkey]bool // partitions another node owns: release as the mark passes
-	deferred    map[pkey]bool // partitions left to a holder with more (logged)
+	downSince   time.Time       // data link failing since (while gossip says dead)
+	handled     bool            // every partition of this death was resolved
+	answering   bool            // dead to gossip but answering pings (logged once)
+	resolved    map[pkey]bool   // partitions taken over or lost in this death
+	lost        map[pkey]bool   // partitions another node owns: release as the mark passes
+	deferred    map[pkey]bool   // partitions left to a holder with more (logged)
+	claims      map[pkey]func() // ingest claims held while taking partitions over
 	lastRelease time.Time
 	lastStale   time.Time
 }
@@ -66,7 +67,7 @@ func (r *Replicas) checkTakeovers(ctx context.Context) {
 	for origin, s := range stores {
 		ws := r.watch[origin]
 		if ws == nil {
-			ws = &watchState{resolved: map[pkey]bool{}, lost: map[pkey]bool{}, deferred: map[pkey]bool{}}
+			ws = &watchState{resolved: map[pkey]bool{}, lost: map[pkey]bool{}, deferred: map[pkey]bool{}, claims: map[pkey]func(){}}
 			r.watch[origin] = ws
 		}
 		m, known := members[origin]
@@ -78,6 +79,9 @@ func (r *Replicas) checkTakeovers(ctx context.Context) {
 			ws.downSince, ws.handled, ws.answering = time.Time{}, false, false
 			clear(ws.resolved)
 			clear(ws.deferred)
+			for pk := range ws.claims {
+				ws.unclaim(pk)
+			}
 			if known && now.Sub(ws.lastStale) >= releaseInterval {
 				ws.lastStale = now
 				r.markStale(s, ws, ringAfter(origin, list, r.cfg.Factor-1))
@@ -124,6 +128,13 @@ func (r *Replicas) markStale(s *store, ws *watchState, ring []Member) {
 		if p.Released < p.Next {
 			ws.lost[pkey{p.Stream, p.Partition}] = true
 		}
+	}
+}
+
+func (ws *watchState) unclaim(pk pkey) {
+	if release := ws.claims[pk]; release != nil {
+		release()
+		delete(ws.claims, pk)
 	}
 }
 
@@ -211,10 +222,18 @@ func (r *Replicas) betterHolder(ctx context.Context, origin string, p wal.Partit
 // catalog lets it (see the package comment, invariant 6).
 func (r *Replicas) takeOver(ctx context.Context, origin string, w *wal.WAL, p wal.PartitionState, ws *watchState) error {
 	pk := pkey{p.Stream, p.Partition}
-	if r.cfg.Claim != nil {
-		release := r.cfg.Claim(p.Stream, p.Partition)
-		defer release()
+	// The claim is held until the partition is resolved, across failed
+	// attempts: between them ingest must not adopt p from the table and
+	// hand out offsets the copied records need.
+	if release := ws.claims[pk]; release == nil && r.cfg.Claim != nil {
+		ws.claims[pk] = r.cfg.Claim(p.Stream, p.Partition)
 	}
+	done := false
+	defer func() {
+		if done {
+			ws.unclaim(pk)
+		}
+	}()
 	epoch, won, err := r.cfg.Catalog.TakeOver(ctx, p.Stream, p.Partition, origin, r.cfg.NodeID)
 	if err != nil {
 		return fmt.Errorf("take over: %w", err)
@@ -227,7 +246,7 @@ func (r *Replicas) takeOver(ctx context.Context, origin string, w *wal.WAL, p wa
 		if owner != r.cfg.NodeID {
 			r.log.Info("partition of a dead member is owned by another node; releasing the replica as the table passes it",
 				"member", origin, "stream", p.Stream, "partition", p.Partition, "owner", owner, "epoch", e)
-			ws.lost[pk] = true
+			ws.lost[pk], done = true, true
 			return nil
 		}
 		epoch = e // won in an earlier attempt that did not finish
@@ -238,6 +257,7 @@ func (r *Replicas) takeOver(ctx context.Context, origin string, w *wal.WAL, p wa
 		// this partition's (nodes with separate catalogs?): leave both alone.
 		r.log.Error("takeover: the dead member's partition is this node's own allocation; not copying its replica (do the nodes share one catalog?)",
 			"member", origin, "stream", p.Stream, "partition", p.Partition)
+		done = true
 		return nil
 	}
 	marks, err := r.cfg.Catalog.HighWaters(ctx, p.Stream)
@@ -261,6 +281,7 @@ func (r *Replicas) takeOver(ctx context.Context, origin string, w *wal.WAL, p wa
 	if err := w.Release(p.Stream, p.Partition, p.Next); err != nil {
 		r.log.Warn("takeover: release replica copy", "stream", p.Stream, "partition", p.Partition, "err", err)
 	}
+	done = true
 	r.takeovers.Add(1)
 	r.log.Warn("partition taken over from a dead member", "member", origin, "stream", p.Stream, "partition", p.Partition,
 		"epoch", epoch, "table_mark", mark, "copied_records", copied, "replica_next", p.Next)
