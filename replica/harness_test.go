@@ -117,10 +117,10 @@ func (p *fakePeer) Call(ctx context.Context, id, addr string, typ uint8, payload
 type fakeCatalog struct {
 	mu        sync.Mutex
 	failMarks int // HighWaters fails this many more times
-	owner  map[pkey]string
-	epoch  map[pkey]int64
-	marks  map[pkey]int64
-	takers []string
+	owner     map[pkey]string
+	epoch     map[pkey]int64
+	marks     map[pkey]int64
+	takers    []string
 }
 
 func newFakeCatalog() *fakeCatalog {
