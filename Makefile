@@ -11,7 +11,7 @@ APT_PKGS  := mosquitto mosquitto-clients kcat postgresql chromium
 DATA      ?= ./data
 VERSITYGW := v1.8.0
 
-.PHONY: all build run test deps vet unit e2e bench fuzz clean fmt
+.PHONY: all build run test deps vet unit e2e bench fuzz clean fmt proto
 
 all: build
 
@@ -65,11 +65,21 @@ FUZZTIME ?= 30s
 FUZZ_TARGETS := wal:FuzzDecodeRecord wal:FuzzDecodeChunk wal:FuzzDecodeMeta mqtt:FuzzPacketHandling mqtt:FuzzRouter \
 	kafka:FuzzRequestDecode kafka:FuzzRecordBatch kafka:FuzzCloudRequest tables/rest:FuzzCommitRequest \
 	cluster:FuzzDecodeMeta cluster:FuzzInspect replica:FuzzDecodeAppend replica:FuzzDecodeReply \
-	peer:FuzzReadFrame
+	peer:FuzzReadFrame mqtt:FuzzDecodeForward mqtt:FuzzDecodeInterest pulsar:FuzzFrame
+FUZZ_TARGETS += pulsar:FuzzAckedRanges
 fuzz:
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 	  echo "fuzz $$fn ($$pkg) for $(FUZZTIME)"; \
 	  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./$$pkg/ || exit 1; done
+
+# proto regenerates the committed Pulsar protocol code (pulsar/pb) from
+# pulsar/pb/PulsarApi.proto. Not part of build or test: the generated Go is
+# committed. Needs protoc (Debian: protobuf-compiler) and protoc-gen-go.
+PROTOC_GEN_GO := v1.36.12
+proto:
+	@command -v protoc >/dev/null 2>&1 || { echo "need protoc (apt-get install protobuf-compiler)"; exit 1; }
+	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO)
+	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc -I . --go_out=. --go_opt=paths=source_relative pulsar/pb/PulsarApi.proto
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

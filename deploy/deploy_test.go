@@ -244,7 +244,7 @@ func edgeProbeOK(t *testing.T, path string) bool {
 // cloudProbeOK reports whether `tributary cloud` answers 200 on path.
 func cloudProbeOK(t *testing.T, path string) bool {
 	t.Helper()
-	cmd := exec.Command(binPath, "cloud", "--catalog-addr", "127.0.0.1:0", "--data", t.TempDir())
+	cmd := exec.Command(binPath, "cloud", "--catalog-addr", "127.0.0.1:0", "--kafka-addr", "127.0.0.1:0", "--pulsar-addr", "127.0.0.1:0", "--data", t.TempDir())
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

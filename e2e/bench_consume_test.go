@@ -91,6 +91,38 @@ func consumeAll(t *testing.T, addr, topic string, n int) (ttfb, total time.Durat
 	return ttfb, time.Since(start), bytes
 }
 
+// writeBenchTable commits n benchRecords to partition 0 of bench.fetch,
+// benchRecordsPerFile per data file, calling each with every record.
+func writeBenchTable(t *testing.T, cat *tables.Catalog, dir string, n int, rng *rand.Rand, each func(*wal.Record)) {
+	t.Helper()
+	ctx := context.Background()
+	for from := 0; from < n; from += benchRecordsPerFile {
+		recs := make([]*wal.Record, min(benchRecordsPerFile, n-from))
+		for i := range recs {
+			recs[i] = benchRecord(int64(from+i), rng)
+			if each != nil {
+				each(recs[i])
+			}
+		}
+		var buf bytes.Buffer
+		st, err := tables.WriteParquet(&buf, recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		url := fmt.Sprintf("%s/data/p0-%d.parquet", cat.TableLocation("bench.fetch"), from)
+		key, _ := cat.KeyOf(url)
+		path := filepath.Join(dir, "warehouse", key)
+		os.MkdirAll(filepath.Dir(path), 0o755)
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cat.CommitAppend(ctx, "bench.fetch", []tables.PartitionAppend{{Partition: 0, From: int64(from), To: int64(from + len(recs)),
+			Files: []tables.FileMeta{{URL: url, Size: int64(buf.Len()), Stats: st}}}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func TestBenchFetchThroughput(t *testing.T) {
 	mb := benchFetchMB()
 	n := mb << 10 // 1 KiB records
@@ -117,33 +149,13 @@ func TestBenchFetchThroughput(t *testing.T) {
 		t.Fatal(err)
 	}
 	prep := time.Now()
-	for from := 0; from < n; from += benchRecordsPerFile {
-		recs := make([]*wal.Record, min(benchRecordsPerFile, n-from))
-		for i := range recs {
-			recs[i] = benchRecord(int64(from+i), rng)
-			prod.Produce(ctx, &kgo.Record{Key: recs[i].Key, Value: recs[i].Value, Partition: 0}, func(_ *kgo.Record, err error) {
-				if err != nil {
-					t.Errorf("kfake produce: %v", err)
-				}
-			})
-		}
-		var buf bytes.Buffer
-		st, err := tables.WriteParquet(&buf, recs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		url := fmt.Sprintf("%s/data/p0-%d.parquet", cat.TableLocation("bench.fetch"), from)
-		key, _ := cat.KeyOf(url)
-		path := filepath.Join(dir, "warehouse", key)
-		os.MkdirAll(filepath.Dir(path), 0o755)
-		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := cat.CommitAppend(ctx, "bench.fetch", []tables.PartitionAppend{{Partition: 0, From: int64(from), To: int64(from + len(recs)),
-			Files: []tables.FileMeta{{URL: url, Size: int64(buf.Len()), Stats: st}}}}, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeBenchTable(t, cat, dir, n, rng, func(r *wal.Record) {
+		prod.Produce(ctx, &kgo.Record{Key: r.Key, Value: r.Value, Partition: 0}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				t.Errorf("kfake produce: %v", err)
+			}
+		})
+	})
 	if err := prod.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}

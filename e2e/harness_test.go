@@ -59,19 +59,26 @@ type proc struct {
 	Catalog string // Iceberg REST catalog host:port
 	// CloudKafka is the in-process cloud Kafka consume server host:port.
 	CloudKafka string
-	exited     chan struct{}
-	logMu      sync.Mutex
-	logLines   []string
+	// Pulsar is the in-process cloud Pulsar consume server host:port.
+	Pulsar   string
+	exited   chan struct{}
+	logMu    sync.Mutex
+	logLines []string
 }
 
-var readyRE = regexp.MustCompile(`msg=ready .*mqtt=(\S+) http=(\S+) kafka=(\S*) catalog=(\S*) cloud_kafka=(\S*)`)
+var (
+	readyRE  = regexp.MustCompile(`msg=ready .*mqtt=(\S+) http=(\S+) kafka=(\S*) catalog=(\S*) cloud_kafka=(\S*)`)
+	pulsarRE = regexp.MustCompile(` pulsar=(\S*)`)
+	// cloudReadyRE is the ready line of `tributary cloud`.
+	cloudReadyRE = regexp.MustCompile(`msg=ready catalog=(\S+) kafka=(\S*) pulsar=(\S*)`)
+)
 
 // startDev starts `tributary dev` on free loopback ports with no simulator
 // and waits until it says it is ready.
 func startDev(t *testing.T, dataDir string, extra ...string) *proc {
 	t.Helper()
 	args := append([]string{"dev", "--data", dataDir, "--mqtt-addr", "127.0.0.1:0", "--mqtt-ws-addr", "",
-		"--http-addr", "127.0.0.1:0", "--kafka-addr", "127.0.0.1:0", "--catalog-addr", "127.0.0.1:0", "--cloud-kafka-addr", "127.0.0.1:0", "--sim-devices", "0", "--commit-interval", "200ms"}, extra...)
+		"--http-addr", "127.0.0.1:0", "--kafka-addr", "127.0.0.1:0", "--catalog-addr", "127.0.0.1:0", "--cloud-kafka-addr", "127.0.0.1:0", "--pulsar-addr", "127.0.0.1:0", "--sim-devices", "0", "--commit-interval", "200ms"}, extra...)
 	return startProc(t, dataDir, args...)
 }
 
@@ -94,7 +101,7 @@ func startProc(t *testing.T, dataDir string, args ...string) *proc {
 		t.Fatal(err)
 	}
 	p := &proc{t: t, cmd: cmd, dataDir: dataDir, exited: make(chan struct{})}
-	ready := make(chan [5]string, 1)
+	ready := make(chan [6]string, 1)
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -103,9 +110,19 @@ func startProc(t *testing.T, dataDir string, args ...string) *proc {
 			p.logMu.Lock()
 			p.logLines = append(p.logLines, line)
 			p.logMu.Unlock()
-			if m := readyRE.FindStringSubmatch(line); m != nil {
+			if m := cloudReadyRE.FindStringSubmatch(line); m != nil {
 				select {
-				case ready <- [5]string{m[1], m[2], m[3], m[4], m[5]}:
+				case ready <- [6]string{"", "", "", m[1], m[2], strings.Trim(m[3], `"`)}:
+				default:
+				}
+			}
+			if m := readyRE.FindStringSubmatch(line); m != nil {
+				var pulsarAddr string
+				if pm := pulsarRE.FindStringSubmatch(line); pm != nil {
+					pulsarAddr = strings.Trim(pm[1], `"`) // slog quotes an empty value
+				}
+				select {
+				case ready <- [6]string{m[1], m[2], m[3], m[4], m[5], pulsarAddr}:
 				default:
 				}
 			}
@@ -118,7 +135,7 @@ func startProc(t *testing.T, dataDir string, args ...string) *proc {
 	t.Cleanup(func() { p.kill() })
 	select {
 	case a := <-ready:
-		p.MQTT, p.HTTP, p.Kafka, p.Catalog, p.CloudKafka = a[0], a[1], a[2], a[3], a[4]
+		p.MQTT, p.HTTP, p.Kafka, p.Catalog, p.CloudKafka, p.Pulsar = a[0], a[1], a[2], a[3], a[4], a[5]
 	case <-p.exited:
 		t.Fatalf("tributary dev exited before ready:\n%s", p.logs())
 	case <-time.After(60 * time.Second):

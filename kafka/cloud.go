@@ -36,12 +36,16 @@ type CloudConfig struct {
 	RowCacheBytes int64
 	// MetadataMaxAge is how stale cached table metadata may be. Default 100ms.
 	MetadataMaxAge time.Duration
+	// Reader, if set, is the table reader (and its caches) to serve from,
+	// shared with the other protocol servers of the process; RowCacheBytes
+	// and MetadataMaxAge are then the reader's. Nil = a reader of its own.
+	Reader *tables.Reader
 }
 
 // Defaults of the consume side.
 const (
-	DefaultRowCacheBytes  = 256 << 20
-	DefaultMetadataMaxAge = 100 * time.Millisecond
+	DefaultRowCacheBytes  = tables.DefaultRowCacheBytes
+	DefaultMetadataMaxAge = tables.DefaultMetadataMaxAge
 	DefaultCloudAddr      = "127.0.0.1:19092"
 )
 
@@ -96,7 +100,7 @@ type CloudServer struct {
 	*Server
 	ccfg    CloudConfig
 	cat     *tables.Catalog
-	tc      *tableCache
+	tc      *tables.Reader
 	groups  *groups
 	offsets *offsetStore
 	self    string // advertised host:port
@@ -140,7 +144,11 @@ func NewCloudServer(cfg CloudConfig, cat *tables.Catalog) (*CloudServer, error) 
 		cat:     cat,
 		offsets: os,
 	}
-	cs.tc = newTableCache(cat, cfg.MetadataMaxAge, cfg.RowCacheBytes)
+	cs.tc = cfg.Reader
+	if cs.tc == nil {
+		cs.tc = tables.NewReader(cat, tables.ReaderConfig{MetadataMaxAge: cfg.MetadataMaxAge, RowCacheBytes: cfg.RowCacheBytes})
+	}
+	cs.ccfg.MetadataMaxAge = cs.tc.MetadataMaxAge()
 	cs.groups = newGroups(cs.log)
 	cs.handler = cs.handle
 	cs.onStart = func(ctx context.Context) ([]any, error) {

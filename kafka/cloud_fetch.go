@@ -17,7 +17,7 @@ package kafka
 //     or beyond the mark, the partition is empty (no error) and the
 //     request long-polls.
 //   - Records come from the data file whose offset range covers the fetch
-//     offset and the row group holding it (cloud_tables.go), are encoded as
+//     offset and the row group holding it (tables.Reader), are encoded as
 //     one uncompressed record batch v2 per partition with base offset = the
 //     fetch offset, the original key, value and headers, and the producer
 //     timestamp if set, else the acceptance time in ms.
@@ -31,90 +31,46 @@ package kafka
 import (
 	"context"
 	"errors"
-	"sort"
 	"time"
 
-	"github.com/apache/iceberg-go/table"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/wal"
 )
 
-// partView is one partition of a stream table at one snapshot.
-type partView struct {
-	t        *table.Table
-	hwm      int64
-	earliest int64
-	files    []dataFile
-}
-
 // view loads one partition's state, or returns a Kafka error code.
-func (cs *CloudServer) view(ctx context.Context, topic string, p int32) (partView, int16) {
+func (cs *CloudServer) view(ctx context.Context, topic string, p int32) (*tables.Partition, int16) {
 	stream, ok := streamOf(topic)
 	if !ok {
-		return partView{}, errUnknownTopicOrPartition
+		return nil, errUnknownTopicOrPartition
 	}
-	t, err := cs.tc.table(ctx, stream)
-	if errors.Is(err, tables.ErrNoSuchStream) {
-		return partView{}, errUnknownTopicOrPartition
-	}
-	if err != nil {
-		cs.log.Warn("kafka: load table", "stream", stream, "err", err)
-		return partView{}, errUnknownServerError
-	}
-	parts := partitionsOf(t)
-	i := sort.Search(len(parts), func(i int) bool { return parts[i] >= p })
-	if i == len(parts) || parts[i] != p {
-		return partView{}, errUnknownTopicOrPartition
-	}
-	files, err := cs.tc.files(ctx, stream, t, p)
-	if err != nil {
-		cs.log.Warn("kafka: plan files", "stream", stream, "partition", p, "err", err)
-		return partView{}, errUnknownServerError
-	}
-	v := partView{t: t, hwm: tables.HighWater(t, p), files: files}
-	v.earliest = v.hwm
-	if len(files) > 0 {
-		v.earliest = min(files[0].first, v.hwm)
+	v, err := cs.tc.Partition(ctx, stream, p)
+	switch {
+	case errors.Is(err, tables.ErrNoSuchStream), errors.Is(err, tables.ErrNoSuchPartition):
+		return nil, errUnknownTopicOrPartition
+	case err != nil:
+		cs.log.Warn("kafka: load partition", "stream", stream, "partition", p, "err", err)
+		return nil, errUnknownServerError
 	}
 	return v, 0
 }
 
 // read returns the records from off up to limit bytes (at least one if
 // atLeastOne and any is available), never at or past the mark.
-func (cs *CloudServer) read(ctx context.Context, v partView, off int64, limit int, atLeastOne bool) ([]*wal.Record, error) {
+func (cs *CloudServer) read(ctx context.Context, v *tables.Partition, off int64, limit int, atLeastOne bool) ([]*wal.Record, error) {
 	var out []*wal.Record
 	size := 0
-	for off < v.hwm {
-		i := sort.Search(len(v.files), func(i int) bool { return v.files[i].last >= off })
-		if i == len(v.files) || v.files[i].first > off {
-			break // a gap (deleted data) or the index lags the mark
+	err := v.Read(ctx, off, func(r *wal.Record) bool {
+		n := recordSize(r)
+		if size+n > limit && !(atLeastOne && len(out) == 0) {
+			return false
 		}
-		g, err := cs.tc.rowsAt(ctx, v.t, v.files[i], off)
-		if err != nil {
-			return out, err
-		}
-		// Sequential readers find the next row group decoded.
-		if end := g.first + int64(len(g.recs)); end < v.hwm && off >= g.first+int64(len(g.recs))/2 {
-			if end <= v.files[i].last {
-				cs.tc.prefetch(v.t, v.files[i], end)
-			} else if i+1 < len(v.files) {
-				cs.tc.prefetch(v.t, v.files[i+1], end)
-			}
-		}
-		for j := int(off - g.first); j < len(g.recs) && off < v.hwm; j++ {
-			r := g.recs[j]
-			n := recordSize(r)
-			if size+n > limit && !(atLeastOne && len(out) == 0) {
-				return out, nil
-			}
-			out = append(out, r)
-			size += n
-			off++
-		}
-	}
-	return out, nil
+		out = append(out, r)
+		size += n
+		return true
+	})
+	return out, err
 }
 
 func (cs *CloudServer) handleFetch(ctx context.Context, r *kmsg.FetchRequest) kmsg.Response {
@@ -162,11 +118,11 @@ func (cs *CloudServer) fetchOnce(ctx context.Context, r *kmsg.FetchRequest) (res
 				st.Partitions = append(st.Partitions, sp)
 				continue
 			}
-			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = v.hwm, v.hwm, v.earliest
+			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = v.End, v.End, v.Earliest
 			switch {
-			case rp.FetchOffset < v.earliest:
+			case rp.FetchOffset < v.Earliest:
 				sp.ErrorCode = errOffsetOutOfRange
-			case rp.FetchOffset < v.hwm && total < maxBytes:
+			case rp.FetchOffset < v.End && total < maxBytes:
 				limit := min(int(rp.PartitionMaxBytes), maxBytes-total)
 				if rp.PartitionMaxBytes <= 0 {
 					limit = maxBytes - total

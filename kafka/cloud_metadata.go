@@ -40,7 +40,7 @@ func (cs *CloudServer) handleMetadata(ctx context.Context, r *kmsg.MetadataReque
 	all := (r.Version == 0 && len(r.Topics) == 0) || (r.Version >= 1 && r.Topics == nil)
 	var byID map[[16]byte]string
 	if all || hasTopicIDs(r) {
-		l, err := cs.tc.listStreams(ctx)
+		l, err := cs.tc.ListStreams(ctx)
 		if err != nil {
 			cs.log.Warn("kafka metadata: list streams", "err", err)
 		}
@@ -79,7 +79,7 @@ func (cs *CloudServer) handleMetadata(ctx context.Context, r *kmsg.MetadataReque
 			resp.Topics = append(resp.Topics, mt)
 			continue
 		}
-		t, err := cs.tc.table(ctx, stream)
+		parts, err := cs.tc.Partitions(ctx, stream)
 		if err != nil {
 			mt.ErrorCode = errUnknownTopicOrPartition
 			if !errors.Is(err, tables.ErrNoSuchStream) {
@@ -90,7 +90,7 @@ func (cs *CloudServer) handleMetadata(ctx context.Context, r *kmsg.MetadataReque
 			continue
 		}
 		mt.TopicID = topicID(name)
-		for _, p := range partitionsOf(t) {
+		for _, p := range parts {
 			mp := kmsg.NewMetadataResponseTopicPartition()
 			mp.Partition = p
 			leader := BrokerID(rendezvous(fmt.Sprintf("part\x00%s\x00%d", name, p), peers))

@@ -22,7 +22,7 @@
 //     stateless, and any server resumes every group from there.
 //     Group membership is soft state in the coordinator's memory.
 //
-// The consume side caches (cloud_tables.go): table metadata per stream,
+// The consume side reads through tables.Reader and its caches: table metadata per stream,
 // reloaded at most every 100 ms (MetadataMaxAge) or on a long-poll tick;
 // per partition the index of its data files (from manifest bounds); a
 // 256 MiB (RowCacheBytes) LRU of decoded row groups (sized by payload
@@ -78,5 +78,5 @@
 // sync_group.go, heartbeat.go, leave_group.go over the state machine of
 // groups.go), OffsetCommit and OffsetFetch (offset_commit.go,
 // offset_fetch.go over offsets_store.go). Reading tables and the caches
-// are in cloud_tables.go.
+// are tables.Reader's, shared with the other protocol servers.
 package kafka

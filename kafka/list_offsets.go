@@ -20,6 +20,8 @@ import (
 	"context"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tributary-io/tributary/tables"
 )
 
 func (cs *CloudServer) handleListOffsets(ctx context.Context, r *kmsg.ListOffsetsRequest) kmsg.Response {
@@ -39,9 +41,9 @@ func (cs *CloudServer) handleListOffsets(ctx context.Context, r *kmsg.ListOffset
 			}
 			switch rp.Timestamp {
 			case -1:
-				sp.Offset = v.hwm
+				sp.Offset = v.End
 			case -2:
-				sp.Offset = v.earliest
+				sp.Offset = v.Earliest
 			default:
 				if rp.Timestamp < 0 {
 					sp.ErrorCode = errInvalidRequest
@@ -63,30 +65,11 @@ func (cs *CloudServer) handleListOffsets(ctx context.Context, r *kmsg.ListOffset
 }
 
 // offsetForTime finds the first offset below the mark whose acceptance
-// timestamp is >= ms: files whose maximum timestamp is older are skipped
-// by their manifest bounds, then the rows of the first candidate file are
-// read row group by row group.
-func (cs *CloudServer) offsetForTime(ctx context.Context, v partView, ms int64) (int64, int64, error) {
-	micros := ms * 1000
-	for _, f := range v.files {
-		if f.maxTS < micros || f.first >= v.hwm {
-			continue
-		}
-		for off := f.first; off <= f.last && off < v.hwm; {
-			g, err := cs.tc.rowsAt(ctx, v.t, f, off)
-			if err != nil {
-				return -1, -1, err
-			}
-			for _, r := range g.recs[off-g.first:] {
-				if r.Offset >= v.hwm {
-					break
-				}
-				if r.Timestamp >= micros {
-					return r.Offset, recordTimestampMs(r), nil
-				}
-			}
-			off = g.first + int64(len(g.recs))
-		}
+// timestamp is >= ms, with its served timestamp; -1, -1 if none.
+func (cs *CloudServer) offsetForTime(ctx context.Context, v *tables.Partition, ms int64) (int64, int64, error) {
+	r, err := v.OffsetForTime(ctx, ms*1000)
+	if err != nil || r == nil {
+		return -1, -1, err
 	}
-	return -1, -1, nil
+	return r.Offset, recordTimestampMs(r), nil
 }

@@ -8,46 +8,26 @@ package kafka
 //	tributary_group_offsets(group_id, topic, partition, committed_offset,
 //	                        metadata, commit_time)   -- key (group_id, topic, partition)
 //
-// It is created if missing, in SQLite (modernc.org/sqlite, the same file as
-// the catalog, WAL journal and a busy timeout so that it shares the file with
-// catalog commits) or PostgreSQL (pgx, the catalog's database). An
+// It is created if missing, in SQLite (the same file as the catalog) or
+// PostgreSQL (the catalog's database), opened by tables.OpenStateDB. An
 // OffsetCommit is one transaction: all of its partitions are stored, or none.
 
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib"
-	_ "modernc.org/sqlite"
+	"github.com/tributary-io/tributary/tables"
 )
 
 type offsetStore struct {
-	db *sql.DB
-	pg bool // PostgreSQL: $n placeholders
+	db *tables.StateDB
 }
 
 // q adapts a query written with ? placeholders to the database.
-func (s *offsetStore) q(query string) string {
-	if !s.pg {
-		return query
-	}
-	var b strings.Builder
-	n := 0
-	for _, r := range query {
-		if r == '?' {
-			n++
-			fmt.Fprintf(&b, "$%d", n)
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
+func (s *offsetStore) q(query string) string { return s.db.Q(query) }
 
 type committedOffset struct {
 	topic     string
@@ -57,31 +37,16 @@ type committedOffset struct {
 }
 
 func openOffsetStore(uri string) (*offsetStore, error) {
-	if strings.HasPrefix(uri, "postgres://") || strings.HasPrefix(uri, "postgresql://") {
-		db, err := sql.Open("pgx", uri)
-		if err != nil {
-			return nil, fmt.Errorf("open offsets database: %w", err)
-		}
-		if err := createOffsetsTable(db, "BIGINT"); err != nil {
-			db.Close()
-			return nil, fmt.Errorf("create tributary_group_offsets: %w", err)
-		}
-		return &offsetStore{db: db, pg: true}, nil
+	db, err := tables.OpenStateDB(uri)
+	if errors.Is(err, tables.ErrStateDBURI) {
+		return nil, fmt.Errorf("%w: offsets database: %v", ErrInvalidConfig, err)
 	}
-	path := strings.TrimPrefix(uri, "sqlite://")
-	if !strings.HasPrefix(uri, "sqlite://") && !strings.HasSuffix(uri, ".db") {
-		return nil, fmt.Errorf("%w: offsets database %q: want sqlite:///path or a .db path", ErrInvalidConfig, uri)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err != nil {
 		return nil, fmt.Errorf("open offsets database: %w", err)
 	}
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(30000)&_pragma=synchronous(FULL)&_txlock=immediate")
-	if err != nil {
-		return nil, fmt.Errorf("open offsets database %s: %w", path, err)
-	}
-	if err := createOffsetsTable(db, "INTEGER"); err != nil {
+	if err := createOffsetsTable(db.DB, db.BigInt()); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("create tributary_group_offsets in %s: %w", path, err)
+		return nil, fmt.Errorf("create tributary_group_offsets: %w", err)
 	}
 	return &offsetStore{db: db}, nil
 }

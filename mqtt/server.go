@@ -37,6 +37,12 @@
 // Messages from the inline client (Server.Publish on the node) are not
 // logged: they are the node's own and would otherwise be logged twice.
 //
+// In a cluster, StartCluster makes the server one node of a cluster-wide
+// namespace: subscription interest is exchanged with the peers, accepted
+// publishes are forwarded to the nodes with matching subscribers, retained
+// messages and shared subscriptions span the cluster (cluster.go states
+// the invariants).
+//
 // Limits: will messages are delivered by mochi without passing OnPublish
 // and are not logged; a 3.1.1 client disconnected for a refusal does not get
 // its will sent (mochi treats a server-side stop as a clean end). Each
@@ -148,6 +154,12 @@ type Server struct {
 	panics        atomic.Uint64
 	lastPanic     atomic.Value // string: stack of the last recovered panic
 
+	// interest is this node's subscriptions (followed from the start, so
+	// the cluster namespace can start later); cluster is the namespace,
+	// nil until StartCluster.
+	interest *localInterest
+	cluster  atomic.Pointer[clusterNode]
+
 	budget  budgetState
 	dropLog rateLimiter // QoS 0 drops
 	errLog  rateLimiter // refusals for reasons other than the budget
@@ -210,6 +222,17 @@ func New(cfg Config, sink Sink) (*Server, error) {
 	if err := s.broker.AddHook(&publishHook{s: s}, nil); err != nil {
 		cancel()
 		return nil, fmt.Errorf("add publish hook: %w", err)
+	}
+	// After the publish hook: mochi runs OnPublish hooks in order and stops
+	// at a refusal, so the cluster hook sees accepted publishes only.
+	s.interest = newLocalInterest(func() {
+		if c := s.cluster.Load(); c != nil {
+			c.interestChanged()
+		}
+	})
+	if err := s.broker.AddHook(&clusterHook{s: s}, nil); err != nil {
+		cancel()
+		return nil, fmt.Errorf("add cluster hook: %w", err)
 	}
 	return s, nil
 }
@@ -296,6 +319,7 @@ func (s *Server) Close(ctx context.Context) error {
 	started := s.started
 	s.mu.Unlock()
 
+	s.StopCluster()
 	s.cancel()
 	if !started {
 		return nil

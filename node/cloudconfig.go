@@ -12,7 +12,8 @@ import (
 )
 
 // CloudConfig configures `tributary cloud`: the Iceberg REST catalog, the
-// Kafka consume server reading the tables, and table maintenance. Every
+// Kafka and Pulsar consume servers reading the tables, and table
+// maintenance. Every
 // field has a default (see the comments); a YAML file may set any of them,
 // with ${ENV} expansion. Command-line flags override the file.
 type CloudConfig struct {
@@ -51,6 +52,19 @@ type CloudConfig struct {
 		Peers []string `yaml:"peers"`
 	} `yaml:"kafka"`
 
+	Pulsar struct {
+		// Addr of the Pulsar consume listener. Default 127.0.0.1:6650;
+		// "" turns it off.
+		Addr *string `yaml:"addr"`
+		// AdvertisedAddr is the host:port LOOKUP answers with. Default:
+		// the bound address.
+		AdvertisedAddr string `yaml:"advertised_addr"`
+		// Peers are the advertised Pulsar host:port of every cloud server
+		// (this one included): LOOKUP sends each topic partition to one of
+		// them, which dispatches its subscriptions. Default: alone.
+		Peers []string `yaml:"peers"`
+	} `yaml:"pulsar"`
+
 	// Maintenance of the tables; the cloud server is where it belongs.
 	Maintenance MaintenanceConfig `yaml:"maintenance"`
 
@@ -73,6 +87,10 @@ func (c *CloudConfig) ApplyDefaults() {
 	if c.Kafka.Addr == nil {
 		a := "127.0.0.1:19092"
 		c.Kafka.Addr = &a
+	}
+	if c.Pulsar.Addr == nil {
+		a := "127.0.0.1:6650"
+		c.Pulsar.Addr = &a
 	}
 	c.Maintenance.defaults()
 	if c.ShutdownTimeout == 0 {
@@ -106,6 +124,21 @@ func (c *CloudConfig) Validate() error {
 	for i, p := range c.Kafka.Peers {
 		if _, _, err := net.SplitHostPort(p); err != nil {
 			bad(fmt.Sprintf("kafka.peers[%d]", i), "%q: want host:port", p)
+		}
+	}
+	if a := *c.Pulsar.Addr; a != "" {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			bad("pulsar.addr", "%q: want host:port, or \"\" to turn the Pulsar listener off", a)
+		}
+	}
+	if a := c.Pulsar.AdvertisedAddr; a != "" {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			bad("pulsar.advertised_addr", "%q: want host:port", a)
+		}
+	}
+	for i, p := range c.Pulsar.Peers {
+		if _, _, err := net.SplitHostPort(p); err != nil {
+			bad(fmt.Sprintf("pulsar.peers[%d]", i), "%q: want host:port", p)
 		}
 	}
 	c.Storage.validate(c.Catalog.Warehouse, bad)

@@ -27,6 +27,11 @@ func (n *Node) startCluster() error {
 	}
 	n.peer = p
 	n.log.Info("listening", "listener", "peer", "addr", p.Addr())
+	if err := n.startMQTTCluster(); err != nil {
+		p.Close(context.Background())
+		n.peer = nil
+		return err
+	}
 	if err := n.startReplicas(); err != nil {
 		p.Close(context.Background())
 		n.peer = nil

@@ -160,6 +160,10 @@ type Config struct {
 	// consumers read the stream tables at this address. The catalog must
 	// be SQLite (group offsets are stored in it).
 	CloudKafkaAddr string `yaml:"cloud_kafka_addr"`
+	// CloudPulsarAddr, when set, runs the cloud Pulsar consume server
+	// in-process against the node's catalog (as "tributary dev" does);
+	// durable cursors are stored in the catalog database.
+	CloudPulsarAddr string `yaml:"cloud_pulsar_addr"`
 
 	// ShutdownTimeout bounds the final commit on shutdown. Default 30s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`

@@ -136,6 +136,7 @@ func (n *Node) handler() http.Handler {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	n.registerMetrics(reg)
 	n.registerClusterMetrics(reg)
+	n.registerMQTTClusterMetrics(reg)
 	n.registerReplicaMetrics(reg)
 	reg.MustRegister(newMaintCollector(n))
 	reg.MustRegister(&n.ingest.count)

@@ -43,6 +43,7 @@ import (
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/mqtt"
 	"github.com/tributary-io/tributary/peer"
+	"github.com/tributary-io/tributary/pulsar"
 	"github.com/tributary-io/tributary/replica"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/tables/rest"
@@ -67,6 +68,7 @@ type Node struct {
 	httpLn net.Listener
 	rest   *rest.Server
 	cloudK *kafka.CloudServer
+	cloudP *pulsar.Server
 	// cluster is the gossip membership (nil without cluster.gossip_addr);
 	// set in Start while the Kafka server may already serve Metadata.
 	cluster atomic.Pointer[cluster.Cluster]
@@ -193,10 +195,13 @@ func (n *Node) Start(ctx context.Context) error {
 		n.rest = rs
 		n.log.Info("listening", "listener", "iceberg-rest-catalog", "addr", rs.Addr(), "uri", rs.URL())
 	}
+	// The cloud consume servers share one table reader and its caches.
+	reader := tables.NewReader(n.cat, tables.ReaderConfig{})
 	if n.cfg.CloudKafkaAddr != "" {
 		ck, err := kafka.NewCloudServer(kafka.CloudConfig{
 			Config:    kafka.Config{Addr: n.cfg.CloudKafkaAddr, ClusterID: n.cfg.Catalog.Name, Logger: n.log},
 			OffsetsDB: n.cfg.Catalog.URI,
+			Reader:    reader,
 		}, n.cat)
 		if err != nil {
 			return fmt.Errorf("cloud kafka: %w", err)
@@ -205,6 +210,17 @@ func (n *Node) Start(ctx context.Context) error {
 			return fmt.Errorf("start cloud kafka: %w", err)
 		}
 		n.cloudK = ck
+	}
+	if n.cfg.CloudPulsarAddr != "" {
+		ps, err := pulsar.NewServer(pulsar.Config{Addr: n.cfg.CloudPulsarAddr, Catalog: n.cfg.Catalog.Name,
+			CursorsDB: n.cfg.Catalog.URI, Logger: n.log}, reader)
+		if err != nil {
+			return fmt.Errorf("cloud pulsar: %w", err)
+		}
+		if err := ps.Listen(); err != nil {
+			return fmt.Errorf("start cloud pulsar: %w", err)
+		}
+		n.cloudP = ps
 	}
 	if n.cfg.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", n.cfg.HTTPAddr)
@@ -257,6 +273,15 @@ func (n *Node) CloudKafkaAddr() string {
 	return n.cloudK.Addr()
 }
 
+// CloudPulsarAddr is the bound address of the in-process cloud Pulsar
+// consume server ("" when off).
+func (n *Node) CloudPulsarAddr() string {
+	if n.cloudP == nil {
+		return ""
+	}
+	return n.cloudP.Addr()
+}
+
 // HTTPAddr is the bound address of the HTTP listener.
 func (n *Node) HTTPAddr() string {
 	if n.httpLn == nil {
@@ -283,6 +308,7 @@ func (n *Node) Close(ctx context.Context) error {
 	var errs []error
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ShutdownTimeout)
 	defer cancel()
+	n.mqtt.StopCluster() // before the peer links close under it
 	leaveCtx, leaveCancel := context.WithTimeout(ctx, 5*time.Second)
 	if err := n.closeCluster(leaveCtx); err != nil {
 		n.log.Warn("cluster leave", "err", err)
@@ -307,6 +333,11 @@ func (n *Node) Close(ctx context.Context) error {
 	if n.cloudK != nil {
 		if err := n.cloudK.Close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("close cloud kafka: %w", err))
+		}
+	}
+	if n.cloudP != nil {
+		if err := n.cloudP.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("close cloud pulsar: %w", err))
 		}
 	}
 	if n.cancel != nil {

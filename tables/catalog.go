@@ -84,8 +84,7 @@ func Open(ctx context.Context, cfg Config) (*Catalog, error) {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return nil, fmt.Errorf("open catalog: %w", err)
 		}
-		dsn := "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(30000)&_pragma=synchronous(FULL)&_txlock=immediate"
-		db, err := sql.Open("sqlite", dsn)
+		db, err := sql.Open("sqlite", SQLiteDSN(path))
 		if err != nil {
 			return nil, fmt.Errorf("open catalog %s: %w", path, err)
 		}

@@ -1,7 +1,9 @@
 // Package tables is streams as Iceberg tables: the envelope schema, catalog
 // access, partition allocation and ownership (owners, epochs, TakeOver and
 // fencing: see ownership.go), the exactly-once append (CommitAppend with
-// the high-water marks), offset-range readers and table maintenance.
+// the high-water marks), offset-range readers (Reader, reader.go: the
+// consume side of the Kafka and Pulsar servers, with its metadata,
+// file-index and row-group caches) and table maintenance.
 //
 // A stream that commits every second gains 86,400 snapshots, data files and
 // manifests a day. Maintenance keeps a table's metadata and file count

@@ -7,6 +7,8 @@ var (
 	ErrInvalidStream = errors.New("invalid stream name")
 	// ErrNoSuchStream is returned when a stream's table does not exist.
 	ErrNoSuchStream = errors.New("no such stream")
+	// ErrNoSuchPartition is returned when a stream has no such partition.
+	ErrNoSuchPartition = errors.New("no such partition")
 	// ErrConflict is returned by a commit whose view of the table was stale;
 	// the caller reloads and decides again.
 	ErrConflict = errors.New("commit conflict")

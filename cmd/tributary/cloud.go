@@ -20,14 +20,15 @@ import (
 
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/node"
+	"github.com/tributary-io/tributary/pulsar"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/tables/rest"
 )
 
 // cmdCloud runs the cloud server: the Iceberg REST catalog over the
 // catalog database and the Kafka consume server reading the tables
-// (committed group offsets in the same SQLite database). The Pulsar
-// consume side is not part of it yet.
+// (committed group offsets in the same database) and the Pulsar consume
+// server (durable cursors in the same database), sharing one table reader.
 func cmdCloud(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("cloud", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -36,6 +37,9 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 	kafkaAddr := fs.String("kafka-addr", "127.0.0.1:19092", "Kafka consume listener (\"\" = off)")
 	kafkaAdv := fs.String("kafka-advertised-addr", "", "host:port announced to Kafka clients (default: the listener's)")
 	kafkaPeers := fs.String("kafka-peers", "", "comma-separated advertised host:port of every cloud server, for group coordinator placement (default: this one alone)")
+	pulsarAddr := fs.String("pulsar-addr", pulsar.DefaultAddr, "Pulsar consume listener (\"\" = off)")
+	pulsarAdv := fs.String("pulsar-advertised-addr", "", "host:port LOOKUP answers with (default: the listener's)")
+	pulsarPeers := fs.String("pulsar-peers", "", "comma-separated advertised Pulsar host:port of every cloud server; LOOKUP spreads topic partitions over them (default: this one alone)")
 	data := fs.String("data", "./data", "data directory: SQLite catalog (catalog.db) and warehouse (warehouse/)")
 	catURI := fs.String("catalog", "", "backing catalog URI: sqlite:///path or postgres://... (default sqlite://DIR/catalog.db)")
 	warehouse := fs.String("warehouse", "", "warehouse URL (default file://DIR/warehouse)")
@@ -89,12 +93,16 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 		cfg.Kafka.AdvertisedAddr = *kafkaAdv
 	}
 	if use("kafka-peers") {
-		cfg.Kafka.Peers = nil
-		for _, p := range strings.Split(*kafkaPeers, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				cfg.Kafka.Peers = append(cfg.Kafka.Peers, p)
-			}
-		}
+		cfg.Kafka.Peers = splitList(*kafkaPeers)
+	}
+	if use("pulsar-addr") {
+		cfg.Pulsar.Addr = pulsarAddr
+	}
+	if use("pulsar-advertised-addr") {
+		cfg.Pulsar.AdvertisedAddr = *pulsarAdv
+	}
+	if use("pulsar-peers") {
+		cfg.Pulsar.Peers = splitList(*pulsarPeers)
 	}
 	if use("catalog") && *catURI != "" {
 		cfg.Catalog.URI = *catURI
@@ -134,12 +142,15 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 		log.Error("listen", "addr", cfg.Catalog.Addr, "err", err)
 		return 1
 	}
+	// The consume servers share one table reader and its caches.
+	reader := tables.NewReader(cat, tables.ReaderConfig{})
 	var ks *kafka.CloudServer
 	if *cfg.Kafka.Addr != "" {
 		ks, err = kafka.NewCloudServer(kafka.CloudConfig{
 			Config:    kafka.Config{Addr: *cfg.Kafka.Addr, AdvertisedAddr: cfg.Kafka.AdvertisedAddr, ClusterID: cfg.Catalog.Name, Logger: log},
 			Peers:     cfg.Kafka.Peers,
 			OffsetsDB: cfg.Catalog.URI,
+			Reader:    reader,
 		}, cat)
 		if err == nil {
 			err = ks.Start()
@@ -156,6 +167,24 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 			sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 			defer cancel()
 			ks.Close(sctx)
+		}()
+	}
+	var ps *pulsar.Server
+	if *cfg.Pulsar.Addr != "" {
+		ps, err = pulsar.NewServer(pulsar.Config{Addr: *cfg.Pulsar.Addr, AdvertisedAddr: cfg.Pulsar.AdvertisedAddr,
+			Peers: cfg.Pulsar.Peers, Catalog: cfg.Catalog.Name, CursorsDB: cfg.Catalog.URI, Logger: log}, reader)
+		if err == nil {
+			err = ps.Listen()
+		}
+		if err != nil {
+			log.Error("pulsar", "addr", *cfg.Pulsar.Addr, "err", err)
+			srv.Shutdown(context.Background())
+			return 1
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+			defer cancel()
+			ps.Close(sctx)
 		}()
 	}
 	if *cfg.Maintenance.Enabled {
@@ -176,7 +205,11 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 	if ks != nil {
 		kafkaBound = ks.Addr()
 	}
-	log.Info("ready", "catalog", srv.Addr(), "kafka", kafkaBound, "backing", redactURI(cfg.Catalog.URI), "warehouse", cfg.Catalog.Warehouse,
+	pulsarBound := ""
+	if ps != nil {
+		pulsarBound = ps.Addr()
+	}
+	log.Info("ready", "catalog", srv.Addr(), "kafka", kafkaBound, "pulsar", pulsarBound, "backing", redactURI(cfg.Catalog.URI), "warehouse", cfg.Catalog.Warehouse,
 		"auth", cfg.Catalog.Token != "", "maintenance", *cfg.Maintenance.Enabled)
 	code := 0
 	select {
@@ -227,4 +260,15 @@ func redactURI(uri string) string {
 		u.User = url.UserPassword(u.User.Username(), "xxxxx")
 	}
 	return u.String()
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }

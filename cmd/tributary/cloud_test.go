@@ -19,7 +19,7 @@ func TestCloudServesCatalog(t *testing.T) {
 	pr, pw := io.Pipe()
 	done := make(chan int, 1)
 	go func() {
-		done <- run([]string{"cloud", "--catalog-addr", "127.0.0.1:0", "--kafka-addr", "127.0.0.1:0", "--data", dir}, io.Discard, pw)
+		done <- run([]string{"cloud", "--catalog-addr", "127.0.0.1:0", "--kafka-addr", "127.0.0.1:0", "--pulsar-addr", "127.0.0.1:0", "--data", dir}, io.Discard, pw)
 		pw.Close()
 	}()
 	ready := regexp.MustCompile(`msg=ready catalog=(\S+)`)

@@ -10,6 +10,7 @@ import (
 
 	firmwaresim "github.com/tributary-io/tributary/firmware-sim"
 	"github.com/tributary-io/tributary/node"
+	"github.com/tributary-io/tributary/pulsar"
 )
 
 func cmdDev(args []string, stdout, stderr io.Writer) int {
@@ -22,6 +23,7 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	kafkaAddr := fs.String("kafka-addr", "127.0.0.1:9092", "Kafka produce listener (\"\" = off)")
 	catalogAddr := fs.String("catalog-addr", "127.0.0.1:8181", "Iceberg REST catalog for query engines (\"\" = off)")
 	cloudKafkaAddr := fs.String("cloud-kafka-addr", "127.0.0.1:19092", "cloud Kafka consume server reading the tables (\"\" = off)")
+	pulsarAddr := fs.String("pulsar-addr", pulsar.DefaultAddr, "cloud Pulsar consume server reading the tables (\"\" = off)")
 	devices := fs.Int("sim-devices", 8, "simulated devices publishing telemetry (0 = no simulator)")
 	simRate := fs.Float64("sim-rate", 2, "messages per second per simulated device")
 	commit := fs.Duration("commit-interval", time.Second, "commit interval of each stream")
@@ -57,7 +59,7 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "tributary dev:", err)
 		return 2
 	}
-	cfg := node.Config{NodeID: *nodeID, DataDir: abs, HTTPAddr: *httpAddr, CatalogAddr: *catalogAddr, CloudKafkaAddr: *cloudKafkaAddr}
+	cfg := node.Config{NodeID: *nodeID, DataDir: abs, HTTPAddr: *httpAddr, CatalogAddr: *catalogAddr, CloudKafkaAddr: *cloudKafkaAddr, CloudPulsarAddr: *pulsarAddr}
 	cfg.MQTT.Addr = *mqttAddr
 	cfg.MQTT.WSAddr = *wsAddr
 	cfg.Kafka.Addr = *kafkaAddr
@@ -90,6 +92,7 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
   status     http://%s/   metrics http://%s/metrics
   catalog    http://%s (Iceberg REST; warehouse file://%s/warehouse)
   consume    %s (Kafka consumers read the tables, e.g. kcat -b %s -C -t factory.telemetry)
+             pulsar://%s (Pulsar consumers, topic persistent://%s/factory/telemetry)
   simulator  %d devices at %.1f msg/s each, topics factory/lineN/deviceM/telemetry -> stream factory.telemetry
 
 Publish:      mosquitto_pub -h 127.0.0.1 -p %s -t factory/line1/temp -m '{"c":21.5}' -q 1
@@ -97,7 +100,7 @@ Publish:      mosquitto_pub -h 127.0.0.1 -p %s -t factory/line1/temp -m '{"c":21
 Look at rows: bin/tributary tables scan factory.telemetry --data %s --limit 5
 Other topics go to stream %s. Ctrl-C stops with a final commit.
 
-`, abs, cfg.Catalog.Name, *mqttAddr, *wsAddr, *kafkaAddr, *httpAddr, *httpAddr, *catalogAddr, abs, *cloudKafkaAddr, *cloudKafkaAddr, *devices, *simRate,
+`, abs, cfg.Catalog.Name, *mqttAddr, *wsAddr, *kafkaAddr, *httpAddr, *httpAddr, *catalogAddr, abs, *cloudKafkaAddr, *cloudKafkaAddr, *pulsarAddr, cfg.Catalog.Name, *devices, *simRate,
 		portOf(*mqttAddr), *kafkaAddr, *data, cfg.MQTT.DefaultStream)
 	return runNode(cfg, sim, log, stdout, stderr)
 }

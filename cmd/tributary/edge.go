@@ -117,7 +117,7 @@ func runNode(cfg node.Config, sim *firmwaresim.Config, log *slog.Logger, stdout,
 	} else {
 		close(simDone)
 	}
-	log.Info("ready", "node", cfg.NodeID, "mqtt", n.MQTTAddr(), "http", n.HTTPAddr(), "kafka", n.KafkaAddr(), "catalog", n.CatalogAddr(), "cloud_kafka", n.CloudKafkaAddr(), "gossip", n.GossipAddr(), "peer", n.PeerAddr())
+	log.Info("ready", "node", cfg.NodeID, "mqtt", n.MQTTAddr(), "http", n.HTTPAddr(), "kafka", n.KafkaAddr(), "catalog", n.CatalogAddr(), "cloud_kafka", n.CloudKafkaAddr(), "gossip", n.GossipAddr(), "peer", n.PeerAddr(), "pulsar", n.CloudPulsarAddr())
 	<-ctx.Done()
 	stop()
 	log.Info("shutting down: stop listeners, final commit")

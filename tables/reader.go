@@ -1,7 +1,8 @@
-package kafka
+package tables
 
-// Reading streams back from their tables for Fetch and ListOffsets, with
-// the two caches of the consume side:
+// Reader reads streams back from their tables by offset range — the
+// consume side of every protocol server (Kafka Fetch and ListOffsets,
+// Pulsar FLOW and SEEK) — with the caches that make tailing cheap:
 //
 //   - Table metadata, per stream: the last loaded *table.Table, reloaded
 //     from the catalog when older than MetadataMaxAge (100 ms), so many
@@ -14,7 +15,13 @@ package kafka
 //   - Decoded row groups, an LRU bounded by RowCacheBytes (256 MiB) of the
 //     records' payload sizes plus a fixed per-record overhead, and a small
 //     LRU of Parquet footers (4096 files). Data files are immutable, so
-//     neither needs invalidation.
+//     neither needs invalidation. A sequential reader past the middle of a
+//     row group has the next one decoded ahead, and concurrent readers of
+//     one row group share a single decode.
+//
+// Invariant: nothing at or beyond a partition's committed mark (its
+// high-water mark, committed with the data) is ever returned, and offset N
+// is always the row whose offset column is N.
 
 import (
 	"container/list"
@@ -35,33 +42,27 @@ import (
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
-	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/wal"
 )
 
-// dataFile is one data file of one partition: offsets [first, last].
-type dataFile struct {
-	path         string
-	first, last  int64
-	minTS, maxTS int64 // acceptance timestamps, unix micros
+// Defaults of a Reader.
+const (
+	DefaultRowCacheBytes  = 256 << 20
+	DefaultMetadataMaxAge = 100 * time.Millisecond
+)
+
+// ReaderConfig configures a Reader; zero values take the defaults.
+type ReaderConfig struct {
+	// MetadataMaxAge is how stale cached table metadata may be.
+	MetadataMaxAge time.Duration
+	// RowCacheBytes bounds the LRU of decoded row groups.
+	RowCacheBytes int64
 }
 
-// partIndex is the file index of one partition at one snapshot.
-type partIndex struct {
-	snapID int64
-	files  []dataFile // sorted by first, contiguous
-}
-
-type streamEntry struct {
-	mu     sync.Mutex
-	t      *table.Table
-	loaded time.Time
-	parts  map[int32]*partIndex
-}
-
-// tableCache caches table metadata, file indexes, footers and row groups.
-type tableCache struct {
-	cat    *tables.Catalog
+// Reader reads offset ranges of stream partitions from their tables; it
+// is safe for concurrent use.
+type Reader struct {
+	cat    *Catalog
 	maxAge time.Duration
 
 	mu      sync.Mutex
@@ -76,21 +77,24 @@ type tableCache struct {
 	loading map[rgKey]*rgLoad // row groups being decoded
 }
 
-// rgLoad is one in-flight decode of a row group, shared by every caller
-// that wants it.
-type rgLoad struct {
-	done chan struct{}
-	g    *rowGroup
-	err  error
+// NewReader returns a reader of cat's stream tables.
+func NewReader(cat *Catalog, cfg ReaderConfig) *Reader {
+	if cfg.MetadataMaxAge <= 0 {
+		cfg.MetadataMaxAge = DefaultMetadataMaxAge
+	}
+	if cfg.RowCacheBytes <= 0 {
+		cfg.RowCacheBytes = DefaultRowCacheBytes
+	}
+	return &Reader{cat: cat, maxAge: cfg.MetadataMaxAge, streams: map[string]*streamEntry{},
+		rows: newLRU(cfg.RowCacheBytes), footers: newLRU(4096), loading: map[rgKey]*rgLoad{}}
 }
 
-func newTableCache(cat *tables.Catalog, maxAge time.Duration, rowBytes int64) *tableCache {
-	return &tableCache{cat: cat, maxAge: maxAge, streams: map[string]*streamEntry{},
-		rows: newLRU(rowBytes), footers: newLRU(4096), loading: map[rgKey]*rgLoad{}}
-}
+// MetadataMaxAge is how stale the table metadata the reader answers from
+// may be: a tailing reader finds new data at most this late.
+func (tc *Reader) MetadataMaxAge() time.Duration { return tc.maxAge }
 
-// streams lists the stream tables, cached for a second.
-func (tc *tableCache) listStreams(ctx context.Context) ([]string, error) {
+// ListStreams lists the stream tables, sorted, cached for a second.
+func (tc *Reader) ListStreams(ctx context.Context) ([]string, error) {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
 	if tc.list != nil && time.Since(tc.listAt) < time.Second {
@@ -105,7 +109,146 @@ func (tc *tableCache) listStreams(ctx context.Context) ([]string, error) {
 	return l, nil
 }
 
-func (tc *tableCache) entry(stream string) *streamEntry {
+// Partitions lists a stream's partitions, sorted: those allocated to a
+// node and those with a committed mark. ErrNoSuchStream if there is no
+// such stream.
+func (tc *Reader) Partitions(ctx context.Context, stream string) ([]int32, error) {
+	t, err := tc.table(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	return partitionsOf(t), nil
+}
+
+// Partition is one partition of a stream table at one snapshot: what a
+// reader may serve from it. End is the committed mark (the next offset not
+// yet committed), Earliest the lowest offset in the table (End if none).
+type Partition struct {
+	Stream    string
+	Partition int32
+	End       int64
+	Earliest  int64
+
+	r     *Reader
+	t     *table.Table
+	files []fileSpan
+}
+
+// Partition returns the stream partition as the table is now (at most
+// MetadataMaxAge old). ErrNoSuchStream / ErrNoSuchPartition when either
+// does not exist.
+func (tc *Reader) Partition(ctx context.Context, stream string, p int32) (*Partition, error) {
+	t, err := tc.table(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	parts := partitionsOf(t)
+	i := sort.Search(len(parts), func(i int) bool { return parts[i] >= p })
+	if i == len(parts) || parts[i] != p {
+		return nil, fmt.Errorf("%w: %s partition %d", ErrNoSuchPartition, stream, p)
+	}
+	files, err := tc.files(ctx, stream, t, p)
+	if err != nil {
+		return nil, err
+	}
+	v := &Partition{Stream: stream, Partition: p, End: HighWater(t, p), r: tc, t: t, files: files}
+	v.Earliest = v.End
+	if len(files) > 0 {
+		v.Earliest = min(files[0].first, v.End)
+	}
+	return v, nil
+}
+
+// Read calls fn with each committed record from offset from on, in offset
+// order, until fn returns false, the mark is reached or the offsets are
+// not in the table (deleted data, or the file index lagging the mark).
+// Records are shared with the cache: callers must not modify them.
+func (v *Partition) Read(ctx context.Context, from int64, fn func(*wal.Record) bool) error {
+	off := from
+	for off < v.End {
+		i := sort.Search(len(v.files), func(i int) bool { return v.files[i].last >= off })
+		if i == len(v.files) || v.files[i].first > off {
+			return nil
+		}
+		g, err := v.r.rowsAt(ctx, v.t, v.files[i], off)
+		if err != nil {
+			return err
+		}
+		// Sequential readers find the next row group decoded.
+		if end := g.first + int64(len(g.recs)); end < v.End && off >= g.first+int64(len(g.recs))/2 {
+			if end <= v.files[i].last {
+				v.r.prefetch(v.t, v.files[i], end)
+			} else if i+1 < len(v.files) {
+				v.r.prefetch(v.t, v.files[i+1], end)
+			}
+		}
+		for j := int(off - g.first); j < len(g.recs) && off < v.End; j++ {
+			if !fn(g.recs[j]) {
+				return nil
+			}
+			off++
+		}
+	}
+	return nil
+}
+
+// OffsetForTime returns the first committed record whose acceptance
+// timestamp (unix µs) is >= micros, or nil if there is none: files whose
+// maximum timestamp is older are skipped by their manifest bounds, then
+// the rows of the first candidate file are read row group by row group.
+func (v *Partition) OffsetForTime(ctx context.Context, micros int64) (*wal.Record, error) {
+	for _, f := range v.files {
+		if f.maxTS < micros || f.first >= v.End {
+			continue
+		}
+		for off := f.first; off <= f.last && off < v.End; {
+			g, err := v.r.rowsAt(ctx, v.t, f, off)
+			if err != nil {
+				return nil, err
+			}
+			for _, r := range g.recs[off-g.first:] {
+				if r.Offset >= v.End {
+					break
+				}
+				if r.Timestamp >= micros {
+					return r, nil
+				}
+			}
+			off = g.first + int64(len(g.recs))
+		}
+	}
+	return nil, nil
+}
+
+// fileSpan is one data file of one partition: offsets [first, last].
+type fileSpan struct {
+	path         string
+	first, last  int64
+	minTS, maxTS int64 // acceptance timestamps, unix micros
+}
+
+// partIndex is the file index of one partition at one snapshot.
+type partIndex struct {
+	snapID int64
+	files  []fileSpan // sorted by first, contiguous
+}
+
+type streamEntry struct {
+	mu     sync.Mutex
+	t      *table.Table
+	loaded time.Time
+	parts  map[int32]*partIndex
+}
+
+// rgLoad is one in-flight decode of a row group, shared by every caller
+// that wants it.
+type rgLoad struct {
+	done chan struct{}
+	g    *rowGroup
+	err  error
+}
+
+func (tc *Reader) entry(stream string) *streamEntry {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
 	e := tc.streams[stream]
@@ -117,8 +260,8 @@ func (tc *tableCache) entry(stream string) *streamEntry {
 }
 
 // table returns the stream's table, reloaded if older than maxAge.
-// tables.ErrNoSuchStream means there is no such stream.
-func (tc *tableCache) table(ctx context.Context, stream string) (*table.Table, error) {
+// ErrNoSuchStream means there is no such stream.
+func (tc *Reader) table(ctx context.Context, stream string) (*table.Table, error) {
 	e := tc.entry(stream)
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -133,18 +276,23 @@ func (tc *tableCache) table(ctx context.Context, stream string) (*table.Table, e
 	return t, nil
 }
 
-// partitions lists a stream table's partitions: those allocated to a node
-// and those with a committed mark.
+// partitionsOf lists a stream table's partitions: those allocated to a
+// node, those with an owner and those with a committed mark.
 func partitionsOf(t *table.Table) []int32 {
 	seen := map[int32]bool{}
 	for k, v := range t.Properties() {
-		if strings.HasPrefix(k, tables.PropNodePartition) {
+		if strings.HasPrefix(k, PropNodePartition) {
 			if p, err := strconv.ParseInt(v, 10, 32); err == nil {
 				seen[int32(p)] = true
 			}
 		}
+		if rest, ok := strings.CutPrefix(k, PropOwner); ok {
+			if p, err := strconv.ParseInt(rest, 10, 32); err == nil {
+				seen[int32(p)] = true
+			}
+		}
 	}
-	for p := range tables.HighWaters(t) {
+	for p := range HighWaters(t) {
 		seen[p] = true
 	}
 	out := make([]int32, 0, len(seen))
@@ -156,7 +304,7 @@ func partitionsOf(t *table.Table) []int32 {
 }
 
 // files returns the partition's data files at t's snapshot.
-func (tc *tableCache) files(ctx context.Context, stream string, t *table.Table, p int32) ([]dataFile, error) {
+func (tc *Reader) files(ctx context.Context, stream string, t *table.Table, p int32) ([]fileSpan, error) {
 	snap := t.CurrentSnapshot()
 	if snap == nil {
 		return nil, nil
@@ -169,7 +317,7 @@ func (tc *tableCache) files(ctx context.Context, stream string, t *table.Table, 
 		return idx.files, nil
 	}
 	var from int64
-	var have []dataFile
+	var have []fileSpan
 	if idx != nil && len(idx.files) > 0 {
 		have = idx.files
 		from = have[len(have)-1].last + 1
@@ -178,7 +326,7 @@ func (tc *tableCache) files(ctx context.Context, stream string, t *table.Table, 
 	if err != nil {
 		return nil, err
 	}
-	files := append(append([]dataFile(nil), have...), add...)
+	files := append(append([]fileSpan(nil), have...), add...)
 	sort.Slice(files, func(i, j int) bool { return files[i].first < files[j].first })
 	if !contiguous(files) {
 		// Files were rewritten or deleted: plan the whole partition again.
@@ -190,7 +338,7 @@ func (tc *tableCache) files(ctx context.Context, stream string, t *table.Table, 
 	return files, nil
 }
 
-func contiguous(fs []dataFile) bool {
+func contiguous(fs []fileSpan) bool {
 	for i := 1; i < len(fs); i++ {
 		if fs[i].first != fs[i-1].last+1 {
 			return false
@@ -202,30 +350,30 @@ func contiguous(fs []dataFile) bool {
 // planFiles plans the partition's files holding offsets >= from with
 // iceberg-go's scan planning: the manifests' bounds on partition and
 // offset prune every other file.
-func planFiles(ctx context.Context, t *table.Table, p int32, from int64) ([]dataFile, error) {
-	var f iceberg.BooleanExpression = iceberg.EqualTo(iceberg.Reference(tables.ColPartition), p)
+func planFiles(ctx context.Context, t *table.Table, p int32, from int64) ([]fileSpan, error) {
+	var f iceberg.BooleanExpression = iceberg.EqualTo(iceberg.Reference(ColPartition), p)
 	if from > 0 {
-		f = iceberg.NewAnd(f, iceberg.GreaterThanEqual(iceberg.Reference(tables.ColOffset), from))
+		f = iceberg.NewAnd(f, iceberg.GreaterThanEqual(iceberg.Reference(ColOffset), from))
 	}
 	tasks, err := t.Scan(table.WithRowFilter(f)).PlanFiles(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("plan %s partition %d: %w", t.Identifier(), p, err)
 	}
-	out := make([]dataFile, 0, len(tasks))
+	out := make([]fileSpan, 0, len(tasks))
 	for _, task := range tasks {
 		df := task.File
 		lo, hi := df.LowerBoundValues(), df.UpperBoundValues()
-		first, ok1 := le64(lo[tables.FieldOffset])
-		last, ok2 := le64(hi[tables.FieldOffset])
+		first, ok1 := le64(lo[FieldOffset])
+		last, ok2 := le64(hi[FieldOffset])
 		if !ok1 || !ok2 {
 			return nil, fmt.Errorf("plan %s: file %s has no offset bounds", t.Identifier(), df.FilePath())
 		}
 		if last-first+1 != df.Count() {
 			return nil, fmt.Errorf("plan %s: file %s is not one contiguous offset range", t.Identifier(), df.FilePath())
 		}
-		minTS, _ := le64(lo[tables.FieldTimestamp])
-		maxTS, _ := le64(hi[tables.FieldTimestamp])
-		out = append(out, dataFile{path: df.FilePath(), first: first, last: last, minTS: minTS, maxTS: maxTS})
+		minTS, _ := le64(lo[FieldTimestamp])
+		maxTS, _ := le64(hi[FieldTimestamp])
+		out = append(out, fileSpan{path: df.FilePath(), first: first, last: last, minTS: minTS, maxTS: maxTS})
 	}
 	return out, nil
 }
@@ -252,7 +400,7 @@ type rgKey struct {
 const recordOverhead = 160 // bytes of a *wal.Record beyond its payloads
 
 // rowsAt returns the decoded row group of f holding offset off.
-func (tc *tableCache) rowsAt(ctx context.Context, t *table.Table, f dataFile, off int64) (*rowGroup, error) {
+func (tc *Reader) rowsAt(ctx context.Context, t *table.Table, f fileSpan, off int64) (*rowGroup, error) {
 	md, err := tc.footer(ctx, t, f.path)
 	if err != nil {
 		return nil, err
@@ -297,7 +445,7 @@ func (tc *tableCache) rowsAt(ctx context.Context, t *table.Table, f dataFile, of
 
 // prefetch decodes the row group holding off in the background, so that a
 // consumer reading sequentially finds it decoded.
-func (tc *tableCache) prefetch(t *table.Table, f dataFile, off int64) {
+func (tc *Reader) prefetch(t *table.Table, f fileSpan, off int64) {
 	md, ok := tc.footers.get(f.path)
 	if ok {
 		start, rg := f.first, -1
@@ -328,7 +476,7 @@ func (tc *tableCache) prefetch(t *table.Table, f dataFile, off int64) {
 	}()
 }
 
-func (tc *tableCache) decode(ctx context.Context, t *table.Table, f dataFile, md *metadata.FileMetaData, rg int, start int64) (*rowGroup, error) {
+func (tc *Reader) decode(ctx context.Context, t *table.Table, f fileSpan, md *metadata.FileMetaData, rg int, start int64) (*rowGroup, error) {
 	key := rgKey{f.path, rg}
 	recs, err := readRowGroup(ctx, t, f.path, md, rg)
 	if err != nil {
@@ -348,7 +496,7 @@ func (tc *tableCache) decode(ctx context.Context, t *table.Table, f dataFile, md
 	return g, nil
 }
 
-func (tc *tableCache) footer(ctx context.Context, t *table.Table, path string) (*metadata.FileMetaData, error) {
+func (tc *Reader) footer(ctx context.Context, t *table.Table, path string) (*metadata.FileMetaData, error) {
 	if v, ok := tc.footers.get(path); ok {
 		return v.(*metadata.FileMetaData), nil
 	}
@@ -385,7 +533,7 @@ func readRowGroup(ctx context.Context, t *table.Table, path string, md *metadata
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	defer pr.Close()
-	fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: tables.RowGroupRows}, memory.DefaultAllocator)
+	fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: RowGroupRows}, memory.DefaultAllocator)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
@@ -398,7 +546,7 @@ func readRowGroup(ctx context.Context, t *table.Table, path string, md *metadata
 	for rr.Next() {
 		// Shared: the batch is Go memory owned by this decode alone, and
 		// cached records are never modified.
-		recs, err := tables.RecordsFromArrowShared(rr.RecordBatch())
+		recs, err := RecordsFromArrowShared(rr.RecordBatch())
 		if err != nil {
 			return nil, fmt.Errorf("decode %s row group %d: %w", path, rg, err)
 		}
@@ -453,10 +601,4 @@ func (c *lru) add(k, v any, size int64) {
 		delete(c.items, it.key)
 		c.size -= it.size
 	}
-}
-
-func (c *lru) bytes() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.size
 }

@@ -1,0 +1,32 @@
+package pulsar
+
+// LOOKUP → LOOKUP_RESPONSE.
+//
+// Any cloud server can read any partition, but a subscription must be
+// dispatched by one server: the answer names the owner of the topic
+// partition (a rendezvous hash over Config.Peers, this server when alone)
+// as pulsar://host:port, response Connect, authoritative, so clients
+// connect straight to it. Unknown topics are TopicNotFound, bad names
+// InvalidTopicName.
+
+import (
+	"context"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tributary-io/tributary/pulsar/pb"
+)
+
+func (c *conn) handleLookup(ctx context.Context, cmd *pb.CommandLookupTopic) {
+	resp := &pb.CommandLookupTopicResponse{RequestId: proto.Uint64(cmd.GetRequestId())}
+	if _, err := c.partitionCount(ctx, cmd.GetTopic()); err != nil {
+		resp.Response = pb.CommandLookupTopicResponse_Failed.Enum()
+		resp.Error = errorCode(err).Enum()
+		resp.Message = proto.String(err.Error())
+	} else {
+		resp.Response = pb.CommandLookupTopicResponse_Connect.Enum()
+		resp.BrokerServiceUrl = proto.String("pulsar://" + c.s.owner(cmd.GetTopic()))
+		resp.Authoritative = proto.Bool(true)
+	}
+	c.send(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: resp})
+}

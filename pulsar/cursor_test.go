@@ -1,0 +1,211 @@
+package pulsar
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"testing"
+)
+
+func TestAckState(t *testing.T) {
+	type op struct {
+		off int64
+		cum bool
+	}
+	for _, tc := range []struct {
+		name  string
+		start Cursor
+		ops   []op
+		want  Cursor
+	}{
+		{"prefix", Cursor{MarkDelete: -1}, []op{{0, false}, {1, false}, {2, false}}, Cursor{MarkDelete: 2}},
+		{"hole", Cursor{MarkDelete: -1}, []op{{0, false}, {2, false}, {3, false}, {5, false}},
+			Cursor{MarkDelete: 0, Acked: [][2]int64{{2, 4}, {5, 6}}}},
+		{"hole filled", Cursor{MarkDelete: -1}, []op{{2, false}, {3, false}, {5, false}, {0, false}, {1, false}},
+			Cursor{MarkDelete: 3, Acked: [][2]int64{{5, 6}}}},
+		{"bridge two ranges", Cursor{MarkDelete: 9}, []op{{12, false}, {14, false}, {13, false}},
+			Cursor{MarkDelete: 9, Acked: [][2]int64{{12, 15}}}},
+		{"duplicate and old", Cursor{MarkDelete: 9}, []op{{5, false}, {12, false}, {12, false}, {-3, false}},
+			Cursor{MarkDelete: 9, Acked: [][2]int64{{12, 13}}}},
+		{"cumulative over ranges", Cursor{MarkDelete: -1}, []op{{3, false}, {7, false}, {8, false}, {20, false}, {7, true}},
+			Cursor{MarkDelete: 8, Acked: [][2]int64{{20, 21}}}},
+		{"cumulative backwards", Cursor{MarkDelete: 10}, []op{{4, true}}, Cursor{MarkDelete: 10}},
+		{"loaded cursor normalised", Cursor{MarkDelete: 4, Acked: [][2]int64{{2, 6}, {8, 9}, {9, 11}}}, nil,
+			Cursor{MarkDelete: 5, Acked: [][2]int64{{8, 11}}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := newAckState(tc.start)
+			for _, o := range tc.ops {
+				if o.cum {
+					a.ackUpTo(o.off)
+				} else {
+					a.ack(o.off)
+				}
+			}
+			got := a.cursor()
+			if got.MarkDelete != tc.want.MarkDelete || !slices.Equal(got.Acked, tc.want.Acked) {
+				t.Fatalf("cursor %+v, want %+v", got, tc.want)
+			}
+			for off := int64(-1); off < 25; off++ {
+				want := off <= got.MarkDelete
+				for _, r := range got.Acked {
+					want = want || (r[0] <= off && off < r[1])
+				}
+				if a.acked(off) != want {
+					t.Fatalf("acked(%d) = %v", off, !want)
+				}
+			}
+		})
+	}
+}
+
+func TestAckedRangesEncoding(t *testing.T) {
+	for _, c := range []Cursor{
+		{MarkDelete: -1},
+		{MarkDelete: -1, Acked: [][2]int64{{1, 2}, {5, 9}}},
+		{MarkDelete: 1 << 40, Acked: [][2]int64{{1<<40 + 2, 1<<40 + 3}, {1 << 50, 1<<50 + 1000}}},
+	} {
+		b := encodeAckedRanges(c.MarkDelete, c.Acked)
+		got, err := decodeAckedRanges(c.MarkDelete, b)
+		if err != nil || !slices.Equal(got, c.Acked) {
+			t.Fatalf("round trip of %+v: %v, %v", c, got, err)
+		}
+	}
+	for _, bad := range [][]byte{nil, {1}, {1, 0, 0}, {2, 1, 1, 0, 1}, {1, 1, 1, 0}, {1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 1}} {
+		if _, err := decodeAckedRanges(0, bad); !errors.Is(err, errBadAckedRanges) {
+			t.Errorf("decode %x: %v, want errBadAckedRanges", bad, err)
+		}
+	}
+}
+
+func FuzzAckedRanges(f *testing.F) {
+	f.Add(int64(-1), encodeAckedRanges(-1, [][2]int64{{1, 2}, {5, 9}}))
+	f.Add(int64(7), []byte{0})
+	f.Add(int64(0), []byte{1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f, 1})
+	f.Fuzz(func(t *testing.T, md int64, b []byte) {
+		rs, err := decodeAckedRanges(md, b)
+		if err != nil {
+			return
+		}
+		prev := md + 1
+		for i, r := range rs {
+			if r[0] < prev || r[1] <= r[0] || (i > 0 && r[0] == prev) {
+				t.Fatalf("decoded invalid ranges %v above %d", rs, md)
+			}
+			prev = r[1]
+		}
+		// (Over-long varints decode too, so compare ranges, not bytes.)
+		if again, err := decodeAckedRanges(md, encodeAckedRanges(md, rs)); err != nil || !slices.Equal(again, rs) {
+			t.Fatalf("re-encoding %v: %v, %v", rs, again, err)
+		}
+		a := newAckState(Cursor{MarkDelete: md, Acked: rs})
+		c := a.cursor()
+		if _, err := decodeAckedRanges(c.MarkDelete, encodeAckedRanges(c.MarkDelete, c.Acked)); err != nil {
+			t.Fatalf("normalised cursor %+v does not round-trip: %v", c, err)
+		}
+	})
+}
+
+func openTestStore(t *testing.T, path string) CursorStore {
+	t.Helper()
+	st, err := OpenCursorStore("sqlite://" + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func TestCursorStoreSQLite(t *testing.T) {
+	st := openTestStore(t, filepath.Join(t.TempDir(), "catalog.db"))
+	defer st.(interface{ Close() error }).Close()
+	ctx := context.Background()
+	if _, ok, err := st.Load(ctx, "t", "s"); ok || err != nil {
+		t.Fatalf("load of nothing: %v %v", ok, err)
+	}
+	c := Cursor{MarkDelete: 41, Acked: [][2]int64{{43, 45}, {50, 51}}}
+	if err := st.Save(ctx, "t", "s", c); err != nil {
+		t.Fatal(err)
+	}
+	c2 := Cursor{MarkDelete: 44, Acked: [][2]int64{{50, 51}}}
+	if err := st.Save(ctx, "t", "s", c2); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := st.Load(ctx, "t", "s")
+	if err != nil || !ok || !reflect.DeepEqual(got, c2) {
+		t.Fatalf("load: %+v %v %v, want %+v", got, ok, err, c2)
+	}
+	if err := st.Delete(ctx, "t", "s"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := st.Load(ctx, "t", "s"); ok {
+		t.Fatal("deleted cursor still there")
+	}
+}
+
+// TestDurableResume: a durable subscription reopened by another manager on
+// the same database (a restarted or other cloud server) redelivers exactly
+// the unacknowledged offsets.
+func TestDurableResume(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "catalog.db")
+	src := &fakeSource{}
+	for i := 0; i < 20; i++ {
+		src.add("k")
+	}
+	opts := SubscribeOptions{Type: Shared, Durable: true, Initial: Earliest}
+
+	m1 := NewManager(openTestStore(t, path), nil)
+	a := &fakeConsumer{name: "a"}
+	s := subscribe(t, m1, src, opts, a)
+	s.Flow(a, 12)
+	waitCount(t, a, 12)
+	acked := []int64{0, 1, 2, 3, 5, 8, 9, 11}
+	if err := s.Ack(context.Background(), a, acked, false); err != nil {
+		t.Fatal(err)
+	}
+	s.Remove(a) // last consumer: the cursor is saved before a new Subscribe can load it
+	if err := m1.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	m2 := newTestManager(t, openTestStore(t, path))
+	b := &fakeConsumer{name: "b"}
+	s = subscribe(t, m2, src, opts, b)
+	s.Flow(b, 100)
+	want := []int64{4, 6, 7, 10, 12, 13, 14, 15, 16, 17, 18, 19}
+	if got := waitCount(t, b, len(want)); !slices.Equal(got, want) {
+		t.Fatalf("resumed delivery %v, want %v", got, want)
+	}
+
+	// Unsubscribe deletes the cursor: a new subscription starts afresh.
+	if err := m2.Unsubscribe(context.Background(), "persistent://tributary/factory/telemetry", "sub"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m2.Unsubscribe(context.Background(), "persistent://tributary/factory/telemetry", "sub"); !errors.Is(err, ErrSubscriptionNotFound) {
+		t.Fatalf("second unsubscribe: %v, want ErrSubscriptionNotFound", err)
+	}
+	c := &fakeConsumer{name: "c"}
+	s = subscribe(t, m2, src, opts, c)
+	s.Flow(c, 100)
+	waitCount(t, c, 20)
+}
+
+// TestCursorFlushedWhileConsuming: the flusher saves a live subscription's
+// cursor without any consumer leaving.
+func TestCursorFlushedWhileConsuming(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "catalog.db")
+	st := openTestStore(t, path)
+	m := newTestManager(t, st)
+	src := &fakeSource{}
+	src.add("a", "b", "c")
+	a := &fakeConsumer{name: "a"}
+	s := subscribe(t, m, src, SubscribeOptions{Type: Failover, Durable: true, Initial: Earliest}, a)
+	s.Flow(a, 10)
+	waitCount(t, a, 3)
+	s.Ack(context.Background(), a, []int64{1}, true)
+	eventually(t, "cursor saved", func() bool {
+		c, ok, err := st.Load(context.Background(), "persistent://tributary/factory/telemetry", "sub")
+		return err == nil && ok && c.MarkDelete == 1
+	})
+}

@@ -1,0 +1,78 @@
+package pulsar
+
+// source: a topic partition's committed rows, read through tables.Reader.
+//
+// Offsets are the table's offset column; nothing at or beyond the
+// partition's committed mark is returned. A partition that has no data
+// yet (allocated to no node) is empty: End 0. Reads below the table's
+// earliest offset (data deleted by retention) start at the earliest.
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/wal"
+)
+
+type source struct {
+	r         *tables.Reader
+	stream    string
+	partition int32
+}
+
+func newSource(r *tables.Reader, stream string, p int32) *source {
+	return &source{r: r, stream: stream, partition: p}
+}
+
+// view is the partition now, or nil when it does not exist yet.
+func (s *source) view(ctx context.Context) (*tables.Partition, error) {
+	v, err := s.r.Partition(ctx, s.stream, s.partition)
+	if errors.Is(err, tables.ErrNoSuchPartition) {
+		return nil, nil
+	}
+	return v, err
+}
+
+// Read returns up to limit entries from offset from on.
+func (s *source) Read(ctx context.Context, from int64, limit int) ([]Entry, error) {
+	v, err := s.view(ctx)
+	if v == nil || err != nil || limit <= 0 {
+		return nil, err
+	}
+	out := make([]Entry, 0, min(limit, 1024))
+	err = v.Read(ctx, max(from, v.Earliest), func(r *wal.Record) bool {
+		out = append(out, Entry{Offset: r.Offset, Record: r})
+		return len(out) < limit
+	})
+	if err != nil && len(out) > 0 {
+		return out, nil // what was read is good; the error comes back next time
+	}
+	return out, err
+}
+
+// End is the next offset not yet committed.
+func (s *source) End(ctx context.Context) (int64, error) {
+	v, err := s.view(ctx)
+	if v == nil || err != nil {
+		return 0, err
+	}
+	return v.End, nil
+}
+
+// OffsetForTime is the first offset accepted at or after t, or End.
+func (s *source) OffsetForTime(ctx context.Context, t time.Time) (int64, error) {
+	v, err := s.view(ctx)
+	if v == nil || err != nil {
+		return 0, err
+	}
+	r, err := v.OffsetForTime(ctx, t.UnixMicro())
+	if err != nil {
+		return 0, err
+	}
+	if r == nil {
+		return v.End, nil
+	}
+	return r.Offset, nil
+}

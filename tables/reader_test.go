@@ -1,0 +1,70 @@
+package tables
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/tributary-io/tributary/wal"
+)
+
+// TestReader reads offset ranges across files, stops at the mark, finds
+// offsets by time and tells missing streams and partitions apart.
+func TestReader(t *testing.T) {
+	ctx := context.Background()
+	c, _ := openTestCatalog(t)
+	const stream = "read.s"
+	if _, err := c.EnsureTable(ctx, stream); err != nil {
+		t.Fatal(err)
+	}
+	ts := time.Date(2026, 11, 30, 1, 0, 0, 0, time.UTC).UnixMicro()
+	recs := testRecords(0, 0, 30, ts)
+	for i := 0; i < 30; i += 10 {
+		appendRecs(t, c, stream, recs[i:i+10])
+	}
+	r := NewReader(c, ReaderConfig{MetadataMaxAge: time.Millisecond})
+
+	parts, err := r.Partitions(ctx, stream)
+	if err != nil || len(parts) != 1 || parts[0] != 0 {
+		t.Fatalf("partitions %v, %v", parts, err)
+	}
+	v, err := r.Partition(ctx, stream, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.End != 30 || v.Earliest != 0 {
+		t.Fatalf("end %d earliest %d, want 30 0", v.End, v.Earliest)
+	}
+	var got []*wal.Record
+	if err := v.Read(ctx, 5, func(r *wal.Record) bool { got = append(got, r); return true }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 25 {
+		t.Fatalf("read %d records from 5, want 25", len(got))
+	}
+	for i, g := range got {
+		if err := sameRecord(g, recs[5+i]); err != nil {
+			t.Fatalf("offset %d: %v", 5+i, err)
+		}
+	}
+	n := 0
+	if err := v.Read(ctx, 8, func(*wal.Record) bool { n++; return n < 4 }); err != nil || n != 4 {
+		t.Fatalf("stopped read: %d records, %v", n, err)
+	}
+	if rec, err := v.OffsetForTime(ctx, ts+17); err != nil || rec == nil || rec.Offset != 17 {
+		t.Fatalf("offset for time: %v, %v", rec, err)
+	}
+	if rec, err := v.OffsetForTime(ctx, ts+1000); err != nil || rec != nil {
+		t.Fatalf("offset for a future time: %v, %v", rec, err)
+	}
+	if _, err := r.Partition(ctx, stream, 3); !errors.Is(err, ErrNoSuchPartition) {
+		t.Fatalf("missing partition: %v", err)
+	}
+	if _, err := r.Partition(ctx, "read.none", 0); !errors.Is(err, ErrNoSuchStream) {
+		t.Fatalf("missing stream: %v", err)
+	}
+	if l, err := r.ListStreams(ctx); err != nil || len(l) != 1 || l[0] != stream {
+		t.Fatalf("streams %v, %v", l, err)
+	}
+}
