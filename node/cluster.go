@@ -32,6 +32,11 @@ func (n *Node) startCluster() error {
 		n.peer = nil
 		return err
 	}
+	if err := n.startReplicas(); err != nil {
+		p.Close(context.Background())
+		n.peer = nil
+		return err
+	}
 	c, err := cluster.Open(cluster.Config{NodeID: n.cfg.NodeID, BindAddr: g.GossipAddr, AdvertiseAddr: g.AdvertiseAddr,
 		Join: g.Join, Profile: g.GossipProfile, Meta: n.clusterMeta, Logger: n.log})
 	if err != nil {

@@ -14,8 +14,8 @@ import (
 	"github.com/tributary-io/tributary/cluster"
 )
 
-func startTestNode(t *testing.T, id string, join ...string) (*Node, func()) {
-	t.Helper()
+// testNodeConfig is a cluster node on loopback ports with fast gossip.
+func testNodeConfig(t *testing.T, id string, join ...string) Config {
 	var cfg Config
 	cfg.NodeID = id
 	cfg.DataDir = t.TempDir()
@@ -27,6 +27,12 @@ func startTestNode(t *testing.T, id string, join ...string) (*Node, func()) {
 	cfg.Cluster.GossipAddr = "127.0.0.1:0"
 	cfg.Cluster.GossipProfile = "local"
 	cfg.Cluster.Join = join
+	return cfg
+}
+
+func startTestNode(t *testing.T, id string, join ...string) (*Node, func()) {
+	t.Helper()
+	cfg := testNodeConfig(t, id, join...)
 	ctx := context.Background()
 	n, err := New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {

@@ -126,6 +126,25 @@ type Config struct {
 		// PeerAdvertiseAddr is the peer host:port other nodes dial.
 		// Default: the bound address.
 		PeerAdvertiseAddr string `yaml:"peer_advertise_addr"`
+		// ReplicationFactor is how many nodes hold each record before it
+		// is acknowledged: the owner and the next factor-1 live members
+		// in id order. Default 2; 1 turns replication off. Effective
+		// factor: at most the number of live members.
+		ReplicationFactor int `yaml:"replication_factor"`
+		// ReplicationPolicy when replicas are missing: degrade (keep
+		// accepting with fewer copies; tributary_replication_degraded = 1,
+		// logged) or refuse (QoS 1/2 publishes and Kafka acks>=1 are
+		// refused as for a full WAL). Default degrade.
+		ReplicationPolicy string `yaml:"replication_policy"`
+		// ReplicationTimeout is how long an acknowledgement waits for a
+		// replica before it counts as missing. Default 5s.
+		ReplicationTimeout time.Duration `yaml:"replication_timeout"`
+		// TakeoverGrace is how long a member declared dead by gossip must
+		// also be unreachable on its peer link before its replica holders
+		// take its partitions over. Gossip loss alone never moves
+		// ownership: a node cut off from gossip but still answering on its
+		// data link keeps its partitions. Default 5s.
+		TakeoverGrace time.Duration `yaml:"takeover_grace"`
 	} `yaml:"cluster"`
 
 	// HTTPAddr serves /healthz, /readyz, /status and /metrics. Default
@@ -206,6 +225,18 @@ func (c *Config) applyDefaults() {
 	}
 	if c.Cluster.GossipProfile == "" {
 		c.Cluster.GossipProfile = "lan"
+	}
+	if c.Cluster.ReplicationFactor == 0 {
+		c.Cluster.ReplicationFactor = 2
+	}
+	if c.Cluster.ReplicationPolicy == "" {
+		c.Cluster.ReplicationPolicy = "degrade"
+	}
+	if c.Cluster.ReplicationTimeout == 0 {
+		c.Cluster.ReplicationTimeout = 5 * time.Second
+	}
+	if c.Cluster.TakeoverGrace == 0 {
+		c.Cluster.TakeoverGrace = 5 * time.Second
 	}
 	if c.Cluster.PeerAddr == "" && c.Cluster.GossipAddr != "" {
 		if host, _, err := net.SplitHostPort(c.Cluster.GossipAddr); err == nil {
@@ -304,7 +335,20 @@ func (c *Config) Validate() error {
 		if !slices.Contains(cluster.Profiles, g.GossipProfile) {
 			bad("cluster.gossip_profile", "%q: want one of %s", g.GossipProfile, strings.Join(cluster.Profiles, ", "))
 		}
-	} else if len(g.Join) > 0 || g.AdvertiseAddr != "" {
+	}
+	if g := c.Cluster; g.ReplicationFactor < 1 || g.ReplicationFactor > 16 {
+		bad("cluster.replication_factor", "%d: want 1 (off) to 16", g.ReplicationFactor)
+	}
+	if g := c.Cluster; g.ReplicationPolicy != "degrade" && g.ReplicationPolicy != "refuse" {
+		bad("cluster.replication_policy", "%q: want degrade or refuse", g.ReplicationPolicy)
+	}
+	if g := c.Cluster; g.ReplicationTimeout < 10*time.Millisecond {
+		bad("cluster.replication_timeout", "%s is below the minimum of 10ms", g.ReplicationTimeout)
+	}
+	if g := c.Cluster; g.TakeoverGrace < 100*time.Millisecond {
+		bad("cluster.takeover_grace", "%s is below the minimum of 100ms", g.TakeoverGrace)
+	}
+	if g := c.Cluster; g.GossipAddr == "" && (len(g.Join) > 0 || g.AdvertiseAddr != "") {
 		bad("cluster.gossip_addr", "empty, but cluster.join or cluster.advertise_addr is set: set gossip_addr (e.g. 0.0.0.0:7946) to gossip")
 	}
 	return errors.Join(errs...)

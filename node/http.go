@@ -137,6 +137,7 @@ func (n *Node) handler() http.Handler {
 	n.registerMetrics(reg)
 	n.registerClusterMetrics(reg)
 	n.registerMQTTClusterMetrics(reg)
+	n.registerReplicaMetrics(reg)
 	reg.MustRegister(newMaintCollector(n))
 	reg.MustRegister(&n.ingest.count)
 	if n.cloudK != nil {
@@ -168,6 +169,7 @@ func (n *Node) handler() http.Handler {
 		writeJSON(w, n.Status())
 	})
 	mux.HandleFunc("GET /cluster", n.serveCluster)
+	n.registerTestHooks(mux)
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Write(statusPage)

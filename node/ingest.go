@@ -54,6 +54,7 @@ type ingest struct {
 	sf       singleflight.Group
 	async    *semaphore.Weighted // bytes queued by AppendAsync
 	count    streamCounters      // durable messages and bytes by protocol and stream
+	repl     replication         // WAL replication to peers (cluster only)
 }
 
 // owned is what this node writes of one stream.
@@ -102,11 +103,14 @@ func (in *ingest) Append(ctx context.Context, recs ...*wal.Record) error {
 			return err
 		}
 	}
+	if err := in.repl.check(); err != nil {
+		return err
+	}
 	if err := in.wal.Append(ctx, recs...); err != nil {
 		return err
 	}
 	in.count.add(recs)
-	return nil
+	return in.repl.wait(ctx, recs)
 }
 
 // stamp sets a record's partition (this node's own), epoch and node.
@@ -268,11 +272,14 @@ func (in *ingest) appendOwned(ctx context.Context, recs ...*wal.Record) error {
 		}
 		r.Epoch, r.Node = e, in.node
 	}
+	if err := in.repl.check(); err != nil {
+		return err
+	}
 	if err := in.wal.Append(ctx, recs...); err != nil {
 		return err
 	}
 	in.count.add(recs)
-	return nil
+	return in.repl.wait(ctx, recs)
 }
 
 // claim reserves partition p of stream for a take-over by this node in
@@ -408,6 +415,7 @@ func (in *ingest) AppendAsync(ctx context.Context, r *wal.Record, done func(erro
 		in.async.Release(n)
 		if err == nil {
 			in.count.add([]*wal.Record{r})
+			in.repl.notify([]*wal.Record{r})
 		}
 		done(err)
 	})

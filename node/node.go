@@ -44,6 +44,7 @@ import (
 	"github.com/tributary-io/tributary/mqtt"
 	"github.com/tributary-io/tributary/peer"
 	"github.com/tributary-io/tributary/pulsar"
+	"github.com/tributary-io/tributary/replica"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/tables/rest"
 	"github.com/tributary-io/tributary/uplink"
@@ -117,6 +118,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, err
 	}
 	n.ingest = newIngest(cfg.NodeID, n.wal, n.cat, log)
+	n.ingest.repl.refuseUntilStarted.Store(cfg.Cluster.GossipAddr != "" && cfg.Cluster.ReplicationFactor > 1 &&
+		cfg.Cluster.ReplicationPolicy == string(replica.Refuse))
 	n.kb, err = newKafkaBackend(n)
 	if err != nil {
 		n.bucket.Close()
@@ -311,6 +314,9 @@ func (n *Node) Close(ctx context.Context) error {
 		n.log.Warn("cluster leave", "err", err)
 	}
 	leaveCancel()
+	if err := n.closeReplicas(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("close replicas: %w", err))
+	}
 	if n.peer != nil {
 		if err := n.peer.Close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("close peer: %w", err))

@@ -34,6 +34,9 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	gossipAddr := fs.String("gossip-addr", "", "gossip (memberlist) listener host:port for a cluster of nodes (\"\" = single node)")
 	peerAddr := fs.String("peer-addr", "", "data-plane listener host:port for forwarding and replication between nodes (default: the gossip host, port 0)")
 	gossipProfile := fs.String("gossip-profile", "lan", "gossip timing: lan, or local (faster failure detection on one host)")
+	replFactor := fs.Int("replication-factor", 2, "nodes that hold each record before it is acknowledged, in a cluster (1 = off)")
+	replPolicy := fs.String("replication-policy", "degrade", "when replicas are missing: degrade (keep accepting) or refuse")
+	takeoverGrace := fs.Duration("takeover-grace", 5*time.Second, "how long a dead member's peer link must be down before its partitions are taken over")
 	var join stringList
 	fs.Var(&join, "join", "a peer's gossip host:port to join (repeatable)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
@@ -69,6 +72,9 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	cfg.Cluster.GossipProfile = *gossipProfile
 	cfg.Cluster.PeerAddr = *peerAddr
 	cfg.Cluster.Join = join
+	cfg.Cluster.ReplicationFactor = *replFactor
+	cfg.Cluster.ReplicationPolicy = *replPolicy
+	cfg.Cluster.TakeoverGrace = *takeoverGrace
 	cfg = node.WithDefaults(cfg)
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintln(stderr, "tributary dev:", err)

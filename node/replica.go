@@ -1,0 +1,194 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tributary-io/tributary/cluster"
+	"github.com/tributary-io/tributary/replica"
+	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/wal"
+)
+
+// replication is ingest's handle on the node's replicas: nil (no waiting)
+// until the cluster starts, and without a cluster or with
+// cluster.replication_factor 1.
+type replication struct {
+	r atomic.Pointer[replica.Replicas]
+	// refuseUntilStarted: the refuse policy is configured, so nothing is
+	// accepted before the replicas are running (New to startReplicas).
+	refuseUntilStarted atomic.Bool
+}
+
+// check refuses, before anything is appended, what the refuse policy
+// would refuse anyway (too few live members, or replication not started).
+func (x *replication) check() error {
+	if r := x.r.Load(); r != nil {
+		return r.Check()
+	}
+	if x.refuseUntilStarted.Load() {
+		return replica.ErrNotReplicated
+	}
+	return nil
+}
+
+// ownedEpoch is the epoch at which ingest writes (stream, p), if it does.
+func (in *ingest) ownedEpoch(stream string, p int32) (int64, bool) {
+	in.mu.RLock()
+	defer in.mu.RUnlock()
+	o := in.streams[stream]
+	if o == nil {
+		return 0, false
+	}
+	e, ok := o.epochs[p]
+	return e, ok
+}
+
+// wait returns once recs, durable in the WAL, are durable on the replicas
+// (see package replica for the policies).
+func (x *replication) wait(ctx context.Context, recs []*wal.Record) error {
+	if r := x.r.Load(); r != nil {
+		return r.Replicate(ctx, recs)
+	}
+	return nil
+}
+
+// notify replicates recs without waiting (QoS 0).
+func (x *replication) notify(recs []*wal.Record) {
+	if r := x.r.Load(); r != nil {
+		r.Notify(recs)
+	}
+}
+
+// startReplicas opens WAL replication over the peer links, after the peer
+// listener and before the cluster is joined (so that the handlers are in
+// place when peers learn the address).
+func (n *Node) startReplicas() error {
+	g := n.cfg.Cluster
+	if g.ReplicationFactor <= 1 || n.peer == nil {
+		return nil
+	}
+	r, err := replica.Open(replica.Config{NodeID: n.cfg.NodeID, Dir: filepath.Join(n.cfg.DataDir, "replicas"),
+		MaxBytes: int64(n.cfg.WAL.MaxBytes), Factor: g.ReplicationFactor, Policy: replica.Policy(g.ReplicationPolicy),
+		Timeout: g.ReplicationTimeout, Grace: g.TakeoverGrace, Transport: replica.PeerTransport(n.peer),
+		Members: n.replicaMembers, Log: n.wal, Catalog: replicaCatalog{n.cat},
+		Claim: n.ingest.claim, Adopt: n.ingest.adopt, Owned: n.ingest.ownedEpoch, Logger: n.log,
+		OnFenced: func(stream string, p int32, _ int64) { n.ingest.fenced(stream, p) }})
+	if err != nil {
+		return err
+	}
+	n.ingest.repl.r.Store(r)
+	n.log.Info("wal replication on", "factor", g.ReplicationFactor, "policy", g.ReplicationPolicy,
+		"takeover_grace", g.TakeoverGrace, "dir", filepath.Join(n.cfg.DataDir, "replicas"))
+	return nil
+}
+
+func (n *Node) closeReplicas(ctx context.Context) error {
+	r := n.ingest.repl.r.Swap(nil)
+	if r == nil {
+		return nil
+	}
+	return r.Close(ctx)
+}
+
+// replicaMembers is the gossip membership as the replicas see it.
+func (n *Node) replicaMembers() []replica.Member {
+	c := n.cluster.Load()
+	if c == nil {
+		return []replica.Member{{ID: n.cfg.NodeID, Peer: n.PeerAddr(), State: cluster.Alive}}
+	}
+	ms := c.Members()
+	out := make([]replica.Member, len(ms))
+	for i, m := range ms {
+		out[i] = replica.Member{ID: m.ID, Peer: m.Peer, State: m.State}
+	}
+	return out
+}
+
+// replicaCatalog is the ownership side of the catalog for the replicas.
+type replicaCatalog struct{ cat *tables.Catalog }
+
+func (c replicaCatalog) TakeOver(ctx context.Context, stream string, p int32, from, to string) (int64, bool, error) {
+	epoch, err := c.cat.TakeOver(ctx, stream, p, from, to)
+	if errors.Is(err, tables.ErrNotOwner) {
+		return 0, false, nil
+	}
+	return epoch, err == nil, err
+}
+
+func (c replicaCatalog) Owner(ctx context.Context, stream string, p int32) (string, int64, error) {
+	owners, err := c.cat.Owners(ctx, stream)
+	if err != nil {
+		return "", 0, err
+	}
+	return owners[p].Node, owners[p].Epoch, nil
+}
+
+func (c replicaCatalog) HighWaters(ctx context.Context, stream string) (map[int32]int64, error) {
+	return c.cat.HighWaters(ctx, stream)
+}
+
+func (n *Node) replicaStats() replica.Stats {
+	if r := n.ingest.repl.r.Load(); r != nil {
+		return r.Stats()
+	}
+	return replica.Stats{}
+}
+
+func (n *Node) registerReplicaMetrics(reg *prometheus.Registry) {
+	gauge := func(name, help string, f func(replica.Stats) float64) {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(n.replicaStats()) }))
+	}
+	counter := func(name, help string, f func(replica.Stats) int64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(f(n.replicaStats())) }))
+	}
+	gauge("tributary_replication_degraded", "1 while records are acknowledged with fewer replicas than cluster.replication_factor.",
+		func(s replica.Stats) float64 {
+			if s.Degraded {
+				return 1
+			}
+			return 0
+		})
+	gauge("tributary_replication_lag_records", "Records in this node's WAL not yet durable on every replica.",
+		func(s replica.Stats) float64 { return float64(s.LagRecords) })
+	counter("tributary_replicated_records_total", "Records of this node that its replicas confirmed durable.",
+		func(s replica.Stats) int64 { return s.ReplicatedRecords })
+	counter("tributary_replica_stored_records_total", "Records this node stored as a replica of other nodes.",
+		func(s replica.Stats) int64 { return s.StoredRecords })
+	counter("tributary_partition_takeovers_total", "Partitions of dead members this node took over.",
+		func(s replica.Stats) int64 { return s.Takeovers })
+	counter("tributary_replication_fenced_total", "Partitions a replica reported as taken over by another node.",
+		func(s replica.Stats) int64 { return s.Fenced })
+}
+
+// TestHooksEnv, set to 1 in a node's environment, adds POST
+// /debug/gossip?isolate=1 (or 0) on the HTTP address: drop (or restore)
+// all of the node's gossip traffic, so that end-to-end tests can make a
+// child process look dead to gossip while its data links keep working.
+// Never set it in production.
+const TestHooksEnv = "TRIBUTARY_TEST_HOOKS"
+
+func (n *Node) registerTestHooks(mux *http.ServeMux) {
+	if os.Getenv(TestHooksEnv) != "1" {
+		return
+	}
+	n.log.Warn("test hooks enabled: POST /debug/gossip?isolate=1|0 drops this node's gossip", "env", TestHooksEnv)
+	mux.HandleFunc("POST /debug/gossip", func(w http.ResponseWriter, r *http.Request) {
+		c := n.cluster.Load()
+		if c == nil {
+			http.Error(w, "no cluster", http.StatusConflict)
+			return
+		}
+		on := r.URL.Query().Get("isolate") == "1"
+		c.Transport().Isolate(on)
+		n.log.Warn("test hook: gossip isolation", "isolated", on)
+		w.Write([]byte("ok\n"))
+	})
+}

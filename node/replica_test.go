@@ -1,0 +1,71 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/tributary-io/tributary/replica"
+	"github.com/tributary-io/tributary/wal"
+)
+
+// TestReplicationRefusePolicy: with replication_policy refuse, a node
+// refuses (as for a full WAL) before its replicas run and while it is
+// alone, and accepts once a second node is there to hold a copy.
+func TestReplicationRefusePolicy(t *testing.T) {
+	cfg := testNodeConfig(t, "r1")
+	cfg.Cluster.ReplicationPolicy = "refuse"
+	ctx := context.Background()
+	n, err := New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close(ctx)
+	rec := func() *wal.Record {
+		return &wal.Record{Stream: "factory.telemetry", Topic: "factory/x", Value: []byte("v"), Source: "mqtt"}
+	}
+	if err := n.ingest.Append(ctx, rec()); !errors.Is(err, replica.ErrNotReplicated) || !errors.Is(err, wal.ErrBudgetExceeded) {
+		t.Fatalf("append before start: %v", err)
+	}
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.ingest.Append(ctx, rec()); !errors.Is(err, replica.ErrNotReplicated) {
+		t.Fatalf("append while alone: %v", err)
+	}
+	if got := n.WAL().Stats().AppendedRecords; got != 0 {
+		t.Fatalf("%d records appended while refusing", got)
+	}
+	startTestNode(t, "r2", n.GossipAddr())
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := n.ingest.Append(ctx, rec())
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still refusing with a second node: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := n.replicaStats(); st.Degraded || st.ReplicatedRecords < 1 {
+		t.Fatalf("replica stats %+v", st)
+	}
+	// The Kafka produce path replicates too.
+	before := n.replicaStats().ReplicatedRecords
+	p, err := n.ingest.partition(ctx, "factory.telemetry")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k1, k2 := rec(), rec()
+	k1.Source, k1.Partition, k2.Source, k2.Partition = "kafka", p, "kafka", p
+	if err := n.kb.Append(ctx, k1, k2); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.replicaStats().ReplicatedRecords; got < before+2 {
+		t.Fatalf("replicated %d records before the produce, %d after", before, got)
+	}
+}

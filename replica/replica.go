@@ -1,0 +1,506 @@
+// Package replica replicates the edge node's write-ahead log to its peers
+// and takes over a dead peer's partitions from the replicas it holds.
+//
+// # Invariants
+//
+//  1. Acknowledged means durable on the owner and on its replicas.
+//     Replicate returns nil only after every chosen replica has answered
+//     that it holds the records durably (fsynced), unless a replica is
+//     missing and the policy is "degrade" (then it returns nil with
+//     Stats.Degraded set, logged loudly); with "refuse" it returns an error
+//     wrapping ErrNotReplicated, which wraps wal.ErrBudgetExceeded, so the
+//     front doors refuse the publish as they refuse one for a full WAL.
+//  2. Offsets are the owner's. A replica stores records with the offsets
+//     the owner assigned (AppendAt), gap-free per partition; a replica
+//     that is behind answers with its next offset and the owner resends
+//     from there, re-reading its own WAL (records stay there until they are
+//     in the table; below the owner's released offset the replica skips
+//     ahead, since everything there is in the table).
+//  3. Replicas are chosen deterministically: the next Factor-1 live members
+//     after the owner in id order (a ring), so every node can tell who holds
+//     whose data.
+//  4. Gossip alone never moves ownership. A member's partitions are taken
+//     over only when gossip declares it dead AND its data link (peer ping)
+//     has failed for Config.Grace. A node cut off from gossip but still
+//     reachable answers pings, so nobody takes it over. Ownership moves
+//     only through the catalog's compare-and-swap (Catalog.TakeOver), so
+//     among several replica holders exactly one wins each partition.
+//  5. Fencing on the data path. A node that owns a partition at a higher
+//     epoch (it took it over, or its ingest owns it per the table: see
+//     Config.Owned) answers an old owner's appends for it with "fenced";
+//     the old owner's Replicate fails with ErrFenced and Config.OnFenced
+//     tells the node to stop writing the partition. The fence lifts if the
+//     node owns the partition again at a higher epoch, and a partition the
+//     WAL dropped (fenced by the uplink) is no longer replicated.
+//  6. Exactly once in the table. The taker copies only the records above
+//     the table's committed mark into its main WAL (with the new epoch),
+//     and the normal uplink uploads them; the old owner's uploads are fenced
+//     by the epoch in the catalog. Replica copies are released once the
+//     table's mark covers them (losers) or once copied (the winner).
+//
+// # Outline
+//
+// Owner side (sender.go): Replicate groups records by partition and waits
+// on a waiter per partition. Each (partition, replica) pair has a sender
+// goroutine that reads the owner's WAL from the replica's next offset and
+// pipelines MsgAppend messages (several in flight, answered in order on
+// the link) and, when the owner's WAL released a range, MsgRelease. Replies
+// advance the replica's acknowledged offset and release waiters; a gap
+// reply rewinds the sender; a link error or a timeout marks the replica
+// missing (degrade or refuse) and it is retried with backoff.
+//
+// Replica side (store.go): one store per origin node, a wal.WAL under
+// Config.Dir/<origin>/ opened on first use, with the node's disk budget.
+// Its worker applies the origin's messages in arrival order with group
+// commit, replying asynchronously so the link keeps pipelining.
+//
+// Takeover (takeover.go): a loop watches the members whose replicas this
+// node holds; once one is dead and unreachable for Grace, it asks the other
+// live members how far they hold each partition of that store (MsgQuery)
+// and, unless one holds strictly more (a former replica that left the
+// owner's ring holds a stale copy; the current one holds every
+// acknowledged record), tries Catalog.TakeOver for it. The winner copies
+// the records above the table's mark into its main WAL at the new epoch,
+// calls Config.Adopt, and releases its copy; a loser releases its copy as
+// the table's mark passes it. Each takeover is logged and counted.
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tributary-io/tributary/cluster"
+	"github.com/tributary-io/tributary/peer"
+	"github.com/tributary-io/tributary/wal"
+)
+
+// Policy is what the owner does when replicas are missing.
+type Policy string
+
+// Policies.
+const (
+	// Degrade keeps accepting with the replication factor reduced.
+	Degrade Policy = "degrade"
+	// Refuse refuses (back-pressure) what cannot be replicated.
+	Refuse Policy = "refuse"
+)
+
+var (
+	// ErrNotReplicated is returned under the refuse policy when the records
+	// could not be made durable on enough replicas; it wraps
+	// wal.ErrBudgetExceeded so that clients are refused as for a full WAL.
+	ErrNotReplicated = fmt.Errorf("replica: too few replicas (replication_policy refuse): %w", wal.ErrBudgetExceeded)
+	// ErrFenced is returned when a replica owns the partition at a higher
+	// epoch: this node no longer owns it.
+	ErrFenced = errors.New("replica: partition fenced: another node took it over")
+	// ErrClosed is returned after Close.
+	ErrClosed = errors.New("replica: closed")
+)
+
+// Member is a cluster member as the replicas see it.
+type Member struct {
+	ID    string
+	Peer  string // peer (data link) address
+	State cluster.State
+}
+
+// Transport is the part of package peer the replicas use: handlers for
+// this package's message types, ordered and pipelined requests to a node
+// at an address, and a liveness ping. PeerTransport adapts a *peer.Peer.
+type Transport interface {
+	Handle(typ uint8, h func(from string, payload []byte, reply func(resp []byte, err error)))
+	Go(id, addr string, typ uint8, payload []byte, done func(resp []byte, err error))
+	Call(ctx context.Context, id, addr string, typ uint8, payload []byte) ([]byte, error)
+	Ping(ctx context.Context, id, addr string) error
+}
+
+// PeerTransport is the Transport of a peer.Peer.
+func PeerTransport(p *peer.Peer) Transport { return peerTransport{p} }
+
+type peerTransport struct{ p *peer.Peer }
+
+func (t peerTransport) Handle(typ uint8, h func(string, []byte, func([]byte, error))) {
+	t.p.Handle(typ, h)
+}
+
+func (t peerTransport) Go(id, addr string, typ uint8, payload []byte, done func([]byte, error)) {
+	t.p.Link(id, addr).Go(typ, payload, done)
+}
+
+func (t peerTransport) Call(ctx context.Context, id, addr string, typ uint8, payload []byte) ([]byte, error) {
+	return t.p.Link(id, addr).Call(ctx, typ, payload)
+}
+
+func (t peerTransport) Ping(ctx context.Context, id, addr string) error {
+	_, err := t.p.Link(id, addr).Call(ctx, peer.TypePing, nil)
+	return err
+}
+
+// Log is the node's main WAL (*wal.WAL).
+type Log interface {
+	Partition(stream string, partition int32) (wal.PartitionState, bool)
+	Read(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]*wal.Record, error)
+	EnsurePartition(stream string, partition int32, minNext int64) error
+	AppendAt(ctx context.Context, recs ...*wal.Record) (skipped int, err error)
+}
+
+// Catalog is the ownership side of the catalog.
+type Catalog interface {
+	// TakeOver makes to the owner of (stream, p) at a new epoch if from
+	// owns it now; won is false (and err nil) if another node owns it.
+	TakeOver(ctx context.Context, stream string, p int32, from, to string) (epoch int64, won bool, err error)
+	// Owner is the partition's current owner and epoch.
+	Owner(ctx context.Context, stream string, p int32) (node string, epoch int64, err error)
+	HighWaters(ctx context.Context, stream string) (map[int32]int64, error)
+}
+
+// Config configures the replicas of one node.
+type Config struct {
+	NodeID string
+	// Dir holds one replica WAL per origin node (DATA_DIR/replicas).
+	Dir string
+	// MaxBytes is each replica WAL's disk budget (the node's wal.max_bytes).
+	MaxBytes int64
+	// Factor is the replication factor (>= 1; 1 = off).
+	Factor int
+	Policy Policy
+	// Timeout is how long Replicate waits for a replica before it counts
+	// as missing. Default 5s.
+	Timeout time.Duration
+	// Grace is how long a dead member's data link must have failed before
+	// its partitions are taken over. Default 5s.
+	Grace time.Duration
+
+	Transport Transport
+	// Members lists the cluster as gossip sees it (this node included).
+	Members func() []Member
+	// Log is the node's main WAL; takeovers copy into it.
+	Log     Log
+	Catalog Catalog
+	// Claim, when set, is called before a takeover of (stream, p) is
+	// attempted: the node must not write p until release is called (so
+	// that new records cannot take offsets the copied ones need).
+	Claim func(stream string, p int32) (release func())
+	// Adopt tells the node it owns (stream, p) at epoch from now on, its
+	// WAL holding the partition up to at least next.
+	Adopt func(stream string, p int32, epoch, next int64) error
+	// Owned, when set, says at which epoch the node owns (stream, p), if
+	// it does (ingest's view, which survives restarts through the table):
+	// appends of an older owner are fenced against it as against
+	// partitions this node took over itself.
+	Owned func(stream string, p int32) (epoch int64, ok bool)
+	// OnFenced tells the node a peer owns (stream, p) at epoch.
+	OnFenced func(stream string, p int32, epoch int64)
+	Logger   *slog.Logger
+	NoSync   bool // tests only: replica WALs skip fsync
+}
+
+// Replicas is one node's replication: owner and replica sides, takeover.
+type Replicas struct {
+	cfg Config
+	log *slog.Logger
+
+	mu     sync.Mutex
+	closed bool
+	stores map[string]*store // by origin
+	out    map[pkey]*outPart // partitions this node replicates
+	taken  map[pkey]int64    // partitions this node took over, at epoch
+	watch  map[string]*watchState
+
+	ringMu  sync.Mutex
+	ringAt  time.Time
+	ringVal []Member
+
+	degraded                      atomic.Bool
+	replicated, stored, takeovers atomic.Int64
+	fenced                        atomic.Int64
+	lastWarn                      atomic.Int64 // unix nanos of the last degrade warning
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// Stats are the replication figures of a node.
+type Stats struct {
+	Degraded          bool  // the last Replicate had fewer replicas than wanted
+	LagRecords        int64 // records in the WAL not yet durable on every replica
+	ReplicatedRecords int64 // records replicas confirmed durable (owner side)
+	StoredRecords     int64 // records stored as a replica for others
+	Takeovers         int64 // partitions this node took over
+	Fenced            int64 // partitions a replica reported as taken over
+}
+
+// Open registers the message handlers, opens the stores left on disk and
+// starts the takeover loop.
+func Open(cfg Config) (*Replicas, error) {
+	if cfg.NodeID == "" || cfg.Dir == "" || cfg.Transport == nil || cfg.Members == nil || cfg.Log == nil ||
+		cfg.Catalog == nil {
+		return nil, errors.New("replica: NodeID, Dir, Transport, Members, Log and Catalog are required")
+	}
+	if cfg.Factor < 1 {
+		cfg.Factor = 1
+	}
+	if cfg.Policy == "" {
+		cfg.Policy = Degrade
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	if cfg.Grace <= 0 {
+		cfg.Grace = 5 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	r := &Replicas{cfg: cfg, log: cfg.Logger.With("component", "replica"), stores: map[string]*store{},
+		out: map[pkey]*outPart{}, taken: map[pkey]int64{}, watch: map[string]*watchState{}, stop: make(chan struct{})}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("replica: %w", err)
+	}
+	ents, err := os.ReadDir(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("replica: %w", err)
+	}
+	for _, e := range ents {
+		if e.IsDir() && validOrigin(e.Name()) && e.Name() != cfg.NodeID {
+			s := newStore(r, e.Name())
+			if s.exists() {
+				r.stores[e.Name()] = s
+				s.start()
+			}
+		}
+	}
+	cfg.Transport.Handle(MsgAppend, r.handleAppend)
+	cfg.Transport.Handle(MsgRelease, r.handleRelease)
+	cfg.Transport.Handle(MsgQuery, r.handleQuery)
+	r.wg.Add(1)
+	go r.takeoverLoop()
+	return r, nil
+}
+
+func validOrigin(id string) bool {
+	return id != "" && id != "." && id != ".." && filepath.Base(id) == id && len(id) <= 255
+}
+
+// Close stops the senders, the stores and the takeover loop. Waiting
+// Replicate calls fail with ErrClosed.
+func (r *Replicas) Close(ctx context.Context) error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	outs := make([]*outPart, 0, len(r.out))
+	for _, o := range r.out {
+		outs = append(outs, o)
+	}
+	stores := make([]*store, 0, len(r.stores))
+	for _, s := range r.stores {
+		stores = append(stores, s)
+	}
+	r.mu.Unlock()
+	close(r.stop)
+	for _, o := range outs {
+		o.close()
+	}
+	done := make(chan struct{})
+	go func() { r.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	var errs []error
+	for _, s := range stores {
+		errs = append(errs, s.close())
+	}
+	return errors.Join(errs...)
+}
+
+// Stats returns the current figures.
+func (r *Replicas) Stats() Stats {
+	st := Stats{Degraded: r.degraded.Load(), ReplicatedRecords: r.replicated.Load(), StoredRecords: r.stored.Load(),
+		Takeovers: r.takeovers.Load(), Fenced: r.fenced.Load()}
+	r.mu.Lock()
+	outs := make([]*outPart, 0, len(r.out))
+	for _, o := range r.out {
+		outs = append(outs, o)
+	}
+	r.mu.Unlock()
+	for _, o := range outs {
+		st.LagRecords += o.lag()
+	}
+	return st
+}
+
+// ring returns the replicas this node should write to: the next
+// Factor-1 live members after it in id order (membership re-read at most
+// every ringTTL, so that every publish does not copy the member list).
+func (r *Replicas) ring() []Member {
+	r.ringMu.Lock()
+	defer r.ringMu.Unlock()
+	if now := time.Now(); now.Sub(r.ringAt) >= ringTTL {
+		r.ringVal, r.ringAt = ringAfter(r.cfg.NodeID, r.cfg.Members(), r.cfg.Factor-1), now
+	}
+	return r.ringVal
+}
+
+const ringTTL = 100 * time.Millisecond
+
+func ringAfter(self string, members []Member, k int) []Member {
+	if k <= 0 {
+		return nil
+	}
+	var live []Member
+	for _, m := range members {
+		if m.ID != self && m.Peer != "" && (m.State == cluster.Alive || m.State == cluster.Suspect) {
+			live = append(live, m)
+		}
+	}
+	sort.Slice(live, func(i, j int) bool { return live[i].ID < live[j].ID })
+	start := sort.Search(len(live), func(i int) bool { return live[i].ID > self })
+	var out []Member
+	for i := 0; i < len(live) && len(out) < k; i++ {
+		out = append(out, live[(start+i)%len(live)])
+	}
+	return out
+}
+
+// Check refuses early, under the refuse policy, when fewer live members
+// than the replication factor needs are known: nothing is appended then.
+func (r *Replicas) Check() error {
+	if r.cfg.Policy != Refuse || r.cfg.Factor <= 1 {
+		return nil
+	}
+	if len(r.ring()) < r.cfg.Factor-1 {
+		r.setDegraded(true, "too few live members")
+		return ErrNotReplicated
+	}
+	return nil
+}
+
+func (r *Replicas) setDegraded(on bool, why string) {
+	was := r.degraded.Swap(on)
+	switch {
+	case on && !was:
+		r.log.Error("replication degraded: records are acknowledged with fewer replicas than the replication factor",
+			"factor", r.cfg.Factor, "policy", string(r.cfg.Policy), "reason", why)
+		r.lastWarn.Store(time.Now().UnixNano())
+	case on && time.Since(time.Unix(0, r.lastWarn.Load())) > 10*time.Second:
+		r.log.Warn("replication still degraded", "factor", r.cfg.Factor, "policy", string(r.cfg.Policy), "reason", why)
+		r.lastWarn.Store(time.Now().UnixNano())
+	case !on && was:
+		r.log.Info("replication restored", "factor", r.cfg.Factor)
+	}
+}
+
+// takenEpoch is the epoch at which this node took (stream, p) over.
+func (r *Replicas) takenEpoch(pk pkey) (int64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.taken[pk]
+	return e, ok
+}
+
+// ownedEpoch is the highest epoch at which this node owns (stream, p):
+// taken over here, or owned as far as the node's ingest knows.
+func (r *Replicas) ownedEpoch(pk pkey) (int64, bool) {
+	e, ok := r.takenEpoch(pk)
+	if r.cfg.Owned != nil {
+		if e2, ok2 := r.cfg.Owned(pk.stream, pk.partition); ok2 && (!ok || e2 > e) {
+			e, ok = e2, true
+		}
+	}
+	return e, ok
+}
+
+// MarkOwned records that this node owns (stream, p) at epoch (after a
+// takeover, or when ingest learns it from the table), so that appends of
+// an older owner are fenced.
+func (r *Replicas) MarkOwned(stream string, p int32, epoch int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if epoch > r.taken[pkey{stream, p}] {
+		r.taken[pkey{stream, p}] = epoch
+	}
+}
+
+// storeOf returns origin's store, creating it (not its WAL) on first use.
+func (r *Replicas) storeOf(origin string) (*store, error) {
+	if !validOrigin(origin) || origin == r.cfg.NodeID {
+		return nil, fmt.Errorf("replica: bad origin %q", origin)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, ErrClosed
+	}
+	s := r.stores[origin]
+	if s == nil {
+		s = newStore(r, origin)
+		r.stores[origin] = s
+		s.start()
+	}
+	return s, nil
+}
+
+func (r *Replicas) handleAppend(from string, payload []byte, reply func([]byte, error)) {
+	m, err := decodeAppend(payload)
+	if err != nil {
+		reply(nil, err)
+		return
+	}
+	s, err := r.storeOf(from)
+	if err != nil {
+		reply(nil, err)
+		return
+	}
+	s.enqueue(&task{app: m, reply: reply})
+}
+
+// handleQuery answers how far this node holds a replica (never creating
+// a store for it).
+func (r *Replicas) handleQuery(from string, payload []byte, reply func([]byte, error)) {
+	q, err := decodeQuery(payload)
+	if err != nil {
+		reply(nil, err)
+		return
+	}
+	r.mu.Lock()
+	s := r.stores[q.Origin]
+	r.mu.Unlock()
+	var next int64
+	if s != nil && s.exists() {
+		w, err := s.wal()
+		if err != nil {
+			reply(nil, err)
+			return
+		}
+		ps, _ := w.Partition(q.Stream, q.Partition)
+		next = ps.Next
+	}
+	reply(appendReply{Status: statusOK, Next: next}.encode(), nil)
+}
+
+func (r *Replicas) handleRelease(from string, payload []byte, reply func([]byte, error)) {
+	m, err := decodeRelease(payload)
+	if err != nil {
+		reply(nil, err)
+		return
+	}
+	s, err := r.storeOf(from)
+	if err != nil {
+		reply(nil, err)
+		return
+	}
+	s.enqueue(&task{rel: &m, reply: reply})
+}

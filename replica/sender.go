@@ -1,0 +1,458 @@
+package replica
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/tributary-io/tributary/wal"
+)
+
+// Sender tuning.
+const (
+	maxInflight    = 8       // MsgAppend requests in flight per (partition, replica)
+	maxSendBytes   = 1 << 20 // WAL bytes per MsgAppend
+	maxSendRecords = 4096    // records per MsgAppend
+	retryBackoff   = time.Second
+	senderTick     = 200 * time.Millisecond
+)
+
+// outPart is one partition this node replicates, with a target per
+// replica. Its mutex guards every field of it and of its targets.
+type outPart struct {
+	r  *Replicas
+	pk pkey
+
+	mu      sync.Mutex
+	next    int64 // the WAL's next offset as last reported by Replicate
+	epoch   int64
+	targets map[string]*target
+	waiters []*waiter
+	fenced  bool
+	// fencedAt is the epoch a replica owned the partition at when it
+	// fenced it; a later submit at a higher epoch (this node owns it
+	// again) lifts the fence.
+	fencedAt int64
+	closed   bool
+}
+
+// target is the replication state of one partition on one replica.
+type target struct {
+	id, addr string
+	sent     int64 // next offset to send; -1 = from the WAL's released offset
+	acked    int64 // the replica holds everything below, durably
+	inflight int
+	gen      int       // bumped on every rewind; stale replies do not rewind again
+	failedAt time.Time // zero while healthy
+	told     int64     // released offset last told to the replica
+	telling  bool      // a MsgRelease is in flight
+	wake     chan struct{}
+	stop     chan struct{}
+	removed  bool
+}
+
+func (t *target) failed() bool { return t.removed || !t.failedAt.IsZero() }
+
+// waiter is one Replicate call's wait for one partition.
+type waiter struct {
+	o        *outPart
+	upTo     int64
+	targets  []*target
+	done     chan struct{}
+	degraded bool
+	err      error
+}
+
+// outPartOf returns the partition's replication state, creating it.
+func (r *Replicas) outPartOf(pk pkey) (*outPart, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, ErrClosed
+	}
+	o := r.out[pk]
+	if o == nil {
+		o = &outPart{r: r, pk: pk, targets: map[string]*target{}}
+		r.out[pk] = o
+	}
+	return o, nil
+}
+
+// Replicate waits until recs (just made durable in the main WAL) are
+// durable on the replicas; see the package comment for the policies.
+func (r *Replicas) Replicate(ctx context.Context, recs []*wal.Record) error {
+	return r.replicate(ctx, recs, true)
+}
+
+// Notify starts replicating recs without waiting (QoS 0).
+func (r *Replicas) Notify(recs []*wal.Record) {
+	r.replicate(context.Background(), recs, false)
+}
+
+func (r *Replicas) replicate(ctx context.Context, recs []*wal.Record, wait bool) error {
+	if r.cfg.Factor <= 1 || len(recs) == 0 {
+		return nil
+	}
+	ends := map[pkey]int64{}
+	epochs := map[pkey]int64{}
+	for _, rec := range recs {
+		pk := pkey{rec.Stream, rec.Partition}
+		ends[pk] = max(ends[pk], rec.Offset+1)
+		epochs[pk] = max(epochs[pk], rec.Epoch)
+	}
+	ring := r.ring()
+	short := len(ring) < r.cfg.Factor-1
+	var ws []*waiter
+	for pk, end := range ends {
+		o, err := r.outPartOf(pk)
+		if err != nil {
+			return err
+		}
+		w, err := o.submit(end, epochs[pk], ring, wait)
+		if err != nil {
+			return err
+		}
+		if w != nil {
+			ws = append(ws, w)
+		}
+	}
+	if !wait {
+		return nil
+	}
+	timer := time.NewTimer(r.cfg.Timeout)
+	defer timer.Stop()
+	degraded := short
+	for _, w := range ws {
+		select {
+		case <-w.done:
+		case <-timer.C:
+			r.expire(ws)
+			<-w.done
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if w.err != nil {
+			return w.err
+		}
+		degraded = degraded || w.degraded
+	}
+	why := "replica unreachable or slow"
+	if short {
+		why = "too few live members"
+	}
+	r.setDegraded(degraded, why)
+	if degraded && r.cfg.Policy == Refuse {
+		return ErrNotReplicated
+	}
+	return nil
+}
+
+// expire marks the targets the waiters still wait for as failed.
+func (r *Replicas) expire(ws []*waiter) {
+	for _, w := range ws {
+		o := w.o
+		o.mu.Lock()
+		for _, t := range w.targets {
+			if t.acked < w.upTo && !t.failed() {
+				o.fail(t, "no reply within the replication timeout")
+			}
+		}
+		o.settle()
+		o.mu.Unlock()
+	}
+}
+
+// submit records that the WAL holds the partition up to end, brings the
+// targets in line with ring and, when wait, registers a waiter.
+func (o *outPart) submit(end, epoch int64, ring []Member, wait bool) (*waiter, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.fenced && epoch > o.fencedAt {
+		o.r.log.Info("partition owned again at a higher epoch: replicating it again", "stream", o.pk.stream, "partition", o.pk.partition,
+			"epoch", epoch, "fenced_at", o.fencedAt)
+		o.fenced = false
+		for _, t := range o.targets {
+			o.rewind(t)
+		}
+	}
+	if o.fenced {
+		return nil, ErrFenced
+	}
+	if o.closed {
+		return nil, ErrClosed
+	}
+	o.next = max(o.next, end)
+	o.epoch = max(o.epoch, epoch)
+	want := map[string]bool{}
+	for _, m := range ring {
+		want[m.ID] = true
+		t := o.targets[m.ID]
+		if t != nil && t.addr != m.Peer {
+			o.remove(t) // restarted on a new address: start over
+			t = nil
+		}
+		if t == nil {
+			t = &target{id: m.ID, addr: m.Peer, sent: -1, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+			o.targets[m.ID] = t
+			o.r.wg.Add(1)
+			go o.run(t)
+		}
+	}
+	for id, t := range o.targets {
+		if !want[id] {
+			o.remove(t)
+		}
+	}
+	var w *waiter
+	if wait {
+		w = &waiter{o: o, upTo: end, done: make(chan struct{})}
+		for _, t := range o.targets {
+			w.targets = append(w.targets, t)
+		}
+		o.waiters = append(o.waiters, w)
+		o.settle()
+	}
+	for _, t := range o.targets {
+		wakeUp(t.wake)
+	}
+	return w, nil
+}
+
+func wakeUp(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// remove stops a target (o.mu held).
+func (o *outPart) remove(t *target) {
+	if t.removed {
+		return
+	}
+	t.removed = true
+	close(t.stop)
+	delete(o.targets, t.id)
+	o.settle()
+}
+
+// fail marks a target missing and rewinds it to what it acknowledged
+// (o.mu held).
+func (o *outPart) fail(t *target, why string) {
+	if t.failedAt.IsZero() {
+		o.r.log.Warn("replica missing for a partition", "replica", t.id, "stream", o.pk.stream, "partition", o.pk.partition,
+			"acked", t.acked, "next", o.next, "reason", why)
+	}
+	t.failedAt = time.Now()
+	o.rewind(t)
+}
+
+// rewind makes a target resend from what it acknowledged (o.mu held).
+func (o *outPart) rewind(t *target) {
+	t.gen++
+	if t.sent > t.acked {
+		t.sent = t.acked
+	}
+}
+
+// settle completes the waiters every target has answered for (o.mu held).
+func (o *outPart) settle() {
+	keep := o.waiters[:0]
+	for _, w := range o.waiters {
+		done, degraded := true, false
+		for _, t := range w.targets {
+			switch {
+			case t.acked >= w.upTo:
+			case t.failed():
+				degraded = true
+			default:
+				done = false
+			}
+		}
+		if o.fenced {
+			done, w.err = true, ErrFenced
+		}
+		if o.closed && !done {
+			done, w.err = true, ErrClosed
+		}
+		if !done {
+			keep = append(keep, w)
+			continue
+		}
+		w.degraded = degraded
+		close(w.done)
+	}
+	clear(o.waiters[len(keep):])
+	o.waiters = keep
+}
+
+// lag is the records of the partition not yet on every replica.
+func (o *outPart) lag() int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var lag int64
+	for _, t := range o.targets {
+		lag = max(lag, o.next-max(t.acked, 0))
+	}
+	return lag
+}
+
+func (o *outPart) close() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.closed = true
+	for _, t := range o.targets {
+		o.remove(t)
+	}
+	o.settle()
+}
+
+// run is the sender of one target: it sends whenever woken, and on a tick
+// (to retry after failures and to pass on releases).
+func (o *outPart) run(t *target) {
+	defer o.r.wg.Done()
+	tick := time.NewTicker(senderTick)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-o.r.stop:
+			return
+		case <-t.wake:
+		case <-tick.C:
+		}
+		o.pump(t)
+	}
+}
+
+// released is the main WAL's released offset of the partition.
+func (o *outPart) released() (int64, bool) {
+	p, ok := o.r.cfg.Log.Partition(o.pk.stream, o.pk.partition)
+	return p.Released, ok
+}
+
+// pump sends what the target lacks, up to the in-flight limit.
+func (o *outPart) pump(t *target) {
+	base, ok := o.released()
+	if !ok {
+		// The WAL dropped the partition: the uplink was fenced out of it.
+		o.mu.Lock()
+		if !o.fenced {
+			o.fenced, o.fencedAt = true, o.epoch
+			o.r.log.Warn("partition dropped from the WAL (fenced): no longer replicating it", "stream", o.pk.stream, "partition", o.pk.partition)
+			o.settle()
+		}
+		o.mu.Unlock()
+		return
+	}
+	for {
+		o.mu.Lock()
+		if o.fenced || t.removed || !t.failedAt.IsZero() && time.Since(t.failedAt) < retryBackoff {
+			o.mu.Unlock()
+			return
+		}
+		t.sent = max(t.sent, base)
+		probe := t.inflight == 0 && !t.failedAt.IsZero() // retry a failed replica with what there is
+		if t.inflight >= maxInflight || t.sent >= o.next && !probe {
+			break // o.mu held
+		}
+		from, gen, epoch := t.sent, t.gen, o.epoch
+		o.mu.Unlock()
+		recs, err := o.r.cfg.Log.Read(o.pk.stream, o.pk.partition, from, maxSendRecords, maxSendBytes)
+		if err != nil {
+			o.r.log.Warn("replica: read wal", "stream", o.pk.stream, "partition", o.pk.partition, "from", from, "err", err)
+			return
+		}
+		end := from
+		if len(recs) > 0 {
+			end = recs[len(recs)-1].Offset + 1
+			if recs[0].Offset > from {
+				base = recs[0].Offset // released meanwhile: all below is in the table
+			}
+		}
+		o.mu.Lock()
+		if t.removed || o.fenced || gen != t.gen || t.sent != from {
+			o.mu.Unlock()
+			return
+		}
+		t.sent = end
+		t.inflight++
+		o.mu.Unlock()
+		msg := appendMsg{Stream: o.pk.stream, Partition: o.pk.partition, Epoch: epoch, Base: base, Records: recs}
+		n := int64(len(recs))
+		o.r.cfg.Transport.Go(t.id, t.addr, MsgAppend, msg.encode(), func(resp []byte, err error) {
+			o.onReply(t, gen, n, resp, err)
+		})
+		if len(recs) == 0 {
+			return // a probe: wait for its answer
+		}
+	}
+	// o.mu is held: pass on the owner's releases.
+	tell := base > t.told && !t.telling && t.failedAt.IsZero()
+	if tell {
+		t.telling = true
+	}
+	o.mu.Unlock()
+	if !tell {
+		return
+	}
+	o.r.cfg.Transport.Go(t.id, t.addr, MsgRelease, releaseMsg{Stream: o.pk.stream, Partition: o.pk.partition, UpTo: base}.encode(),
+		func(_ []byte, err error) {
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			t.telling = false
+			if err == nil {
+				t.told = max(t.told, base)
+			}
+		})
+}
+
+// onReply handles a MsgAppend reply.
+func (o *outPart) onReply(t *target, gen int, n int64, resp []byte, err error) {
+	var rep appendReply
+	if err == nil {
+		rep, err = decodeAppendReply(resp)
+	}
+	var fencedAt int64 = -1
+	o.mu.Lock()
+	t.inflight--
+	switch {
+	case t.removed:
+	case err != nil:
+		if gen == t.gen {
+			o.fail(t, err.Error())
+		}
+	case rep.Status == statusFenced:
+		if !o.fenced {
+			o.fenced, o.fencedAt = true, rep.Epoch
+			fencedAt = rep.Epoch
+		}
+	case rep.Status == statusGap:
+		t.acked = max(t.acked, rep.Next)
+		if gen == t.gen {
+			t.gen++
+			t.sent = rep.Next
+		}
+	default:
+		if rep.Next > t.acked {
+			o.r.replicated.Add(min(rep.Next-max(t.acked, 0), n))
+		}
+		t.acked = max(t.acked, rep.Next)
+		t.failedAt = time.Time{}
+		if gen == t.gen && t.sent < rep.Next {
+			t.sent = rep.Next
+		}
+	}
+	o.settle()
+	o.mu.Unlock()
+	wakeUp(t.wake)
+	if fencedAt >= 0 {
+		o.r.fenced.Add(1)
+		o.r.log.Error("partition fenced by a replica: another node took it over; no longer writing it",
+			"stream", o.pk.stream, "partition", o.pk.partition, "replica", t.id, "their_epoch", fencedAt, "our_epoch", o.epoch)
+		if o.r.cfg.OnFenced != nil {
+			o.r.cfg.OnFenced(o.pk.stream, o.pk.partition, fencedAt)
+		}
+	}
+}

@@ -1,0 +1,293 @@
+package replica
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/tributary-io/tributary/wal"
+)
+
+// Message types on peer links (64–95 belong to this package).
+const (
+	// MsgAppend: owner → replica, committed records of one partition
+	// (appendMsg); the reply is an appendReply.
+	MsgAppend uint8 = 64
+	// MsgRelease: owner → replica, the owner's uplink released a
+	// partition up to an offset (releaseMsg); the reply is empty.
+	MsgRelease uint8 = 65
+	// MsgQuery: a replica holder → the others, before a takeover: how far
+	// do you hold origin's partition? (queryMsg; the reply is an
+	// appendReply with Next, 0 if none).
+	MsgQuery uint8 = 66
+)
+
+// Liveness of a member's data link is peer's own ping (peer.TypePing).
+
+// ErrMalformed is wrapped by every decoding error.
+var ErrMalformed = errors.New("replica: malformed message")
+
+// wireV1 is the first byte of every message of this package.
+const wireV1 = 1
+
+// appendMsg carries consecutive committed records of one partition.
+//
+// Layout of version 1 (varint = zigzag signed, uvarint = unsigned, string =
+// uvarint length + bytes):
+//
+//	version byte (1)
+//	Stream string, Partition varint, Epoch varint, Base varint
+//	record count uvarint, then per record: uvarint length + wal.EncodeRecord bytes
+//
+// Records belong to (Stream, Partition) and have consecutive offsets. Base
+// is the owner's released offset: everything below it is in the table, so
+// a replica behind it skips ahead instead of waiting for records the owner
+// no longer has. A message without records only moves Base.
+type appendMsg struct {
+	Stream    string
+	Partition int32
+	Epoch     int64
+	Base      int64
+	Records   []*wal.Record
+}
+
+// Reply statuses.
+const (
+	statusOK     = 0 // Next is the replica's durable next offset
+	statusGap    = 1 // the records did not start at or below Next: resend from Next
+	statusFenced = 2 // the replica owns the partition at Epoch > the message's
+)
+
+// appendReply answers an appendMsg.
+//
+//	version byte (1), status byte, Next varint, Epoch varint
+type appendReply struct {
+	Status byte
+	Next   int64
+	Epoch  int64
+}
+
+// releaseMsg tells a replica that the owner released (stream, partition)
+// below UpTo: it is in the table.
+//
+//	version byte (1), Stream string, Partition varint, UpTo varint
+type releaseMsg struct {
+	Stream    string
+	Partition int32
+	UpTo      int64
+}
+
+// queryMsg asks how far a node holds Origin's replica of (Stream,
+// Partition).
+//
+//	version byte (1), Origin string, Stream string, Partition varint
+type queryMsg struct {
+	Origin    string
+	Stream    string
+	Partition int32
+}
+
+func (m queryMsg) encode() []byte {
+	b := appendString([]byte{wireV1}, m.Origin)
+	b = appendString(b, m.Stream)
+	return binary.AppendVarint(b, int64(m.Partition))
+}
+
+func decodeQuery(b []byte) (queryMsg, error) {
+	d := reader{b: b}
+	d.version()
+	var m queryMsg
+	m.Origin = d.string("origin")
+	m.Stream = d.string("stream")
+	m.Partition = int32(d.ranged("partition", 0, math.MaxInt32))
+	if d.err == nil && (d.off != len(b) || m.Stream == "" || m.Origin == "") {
+		d.fail("end")
+	}
+	return m, d.err
+}
+
+func appendString(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
+func (m *appendMsg) encode() []byte {
+	size := 32 + len(m.Stream)
+	for _, r := range m.Records {
+		size += 64 + len(r.Value) + len(r.Key) + len(r.Topic)
+	}
+	b := make([]byte, 0, size)
+	b = append(b, wireV1)
+	b = appendString(b, m.Stream)
+	b = binary.AppendVarint(b, int64(m.Partition))
+	b = binary.AppendVarint(b, m.Epoch)
+	b = binary.AppendVarint(b, m.Base)
+	b = binary.AppendUvarint(b, uint64(len(m.Records)))
+	var rec []byte
+	for _, r := range m.Records {
+		rec = wal.EncodeRecord(rec[:0], r)
+		b = binary.AppendUvarint(b, uint64(len(rec)))
+		b = append(b, rec...)
+	}
+	return b
+}
+
+// decodeAppend decodes and checks an appendMsg. It never panics, allocates
+// in proportion to len(b), and reports bad input with ErrMalformed.
+func decodeAppend(b []byte) (*appendMsg, error) {
+	d := reader{b: b}
+	d.version()
+	m := &appendMsg{}
+	m.Stream = d.string("stream")
+	m.Partition = int32(d.ranged("partition", 0, math.MaxInt32))
+	m.Epoch = d.ranged("epoch", 0, math.MaxInt64)
+	m.Base = d.ranged("base", 0, math.MaxInt64)
+	n := d.uvarint("record count")
+	if d.err == nil && n > uint64(len(b)-d.off)/2 { // each record takes at least two bytes
+		d.fail("record count")
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	if m.Stream == "" {
+		return nil, fmt.Errorf("%w: empty stream", ErrMalformed)
+	}
+	m.Records = make([]*wal.Record, 0, n)
+	for i := uint64(0); i < n; i++ {
+		l := d.uvarint("record length")
+		raw := d.take("record", l)
+		if d.err != nil {
+			return nil, d.err
+		}
+		r, err := wal.DecodeRecord(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%w: record %d: %v", ErrMalformed, i, err)
+		}
+		if r.Stream != m.Stream || r.Partition != m.Partition {
+			return nil, fmt.Errorf("%w: record %d is of %s/%d in a message of %s/%d", ErrMalformed, i, r.Stream, r.Partition, m.Stream, m.Partition)
+		}
+		if i > 0 && r.Offset != m.Records[i-1].Offset+1 || r.Offset < 0 || r.Offset == math.MaxInt64 {
+			return nil, fmt.Errorf("%w: record %d has offset %d, not consecutive", ErrMalformed, i, r.Offset)
+		}
+		m.Records = append(m.Records, r)
+	}
+	if d.off != len(b) {
+		return nil, fmt.Errorf("%w: %d trailing bytes", ErrMalformed, len(b)-d.off)
+	}
+	return m, nil
+}
+
+func (r appendReply) encode() []byte {
+	b := []byte{wireV1, r.Status}
+	b = binary.AppendVarint(b, r.Next)
+	return binary.AppendVarint(b, r.Epoch)
+}
+
+func decodeAppendReply(b []byte) (appendReply, error) {
+	d := reader{b: b}
+	d.version()
+	var r appendReply
+	if d.err == nil {
+		if d.off >= len(b) || b[d.off] > statusFenced {
+			d.fail("status")
+		} else {
+			r.Status = b[d.off]
+			d.off++
+		}
+	}
+	r.Next = d.ranged("next", 0, math.MaxInt64)
+	r.Epoch = d.ranged("epoch", 0, math.MaxInt64)
+	if d.err == nil && d.off != len(b) {
+		d.fail("end")
+	}
+	return r, d.err
+}
+
+func (m releaseMsg) encode() []byte {
+	b := appendString([]byte{wireV1}, m.Stream)
+	b = binary.AppendVarint(b, int64(m.Partition))
+	return binary.AppendVarint(b, m.UpTo)
+}
+
+func decodeRelease(b []byte) (releaseMsg, error) {
+	d := reader{b: b}
+	d.version()
+	var m releaseMsg
+	m.Stream = d.string("stream")
+	m.Partition = int32(d.ranged("partition", 0, math.MaxInt32))
+	m.UpTo = d.ranged("up to", 0, math.MaxInt64)
+	if d.err == nil && (d.off != len(b) || m.Stream == "") {
+		d.fail("end")
+	}
+	return m, d.err
+}
+
+// reader reads fields; after the first error every read returns zero and
+// err keeps the first error.
+type reader struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (d *reader) fail(field string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: bad %s at byte %d", ErrMalformed, field, d.off)
+	}
+}
+
+func (d *reader) version() {
+	if len(d.b) == 0 || d.b[0] != wireV1 {
+		d.fail("version")
+		return
+	}
+	d.off = 1
+}
+
+func (d *reader) uvarint(field string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b[d.off:])
+	if n <= 0 {
+		d.fail(field)
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *reader) ranged(field string, lo, hi int64) int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b[d.off:])
+	if n <= 0 || v < lo || v > hi {
+		d.fail(field)
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *reader) take(field string, n uint64) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)-d.off) {
+		d.fail(field)
+		return nil
+	}
+	s := d.b[d.off : d.off+int(n)]
+	d.off += int(n)
+	return s
+}
+
+func (d *reader) string(field string) string {
+	n := d.uvarint(field)
+	if d.err == nil && n > 1024 {
+		d.fail(field)
+		return ""
+	}
+	return string(d.take(field, n))
+}
