@@ -172,6 +172,9 @@ func (v *Partition) Read(ctx context.Context, from int64, fn func(*wal.Record) b
 		}
 		g, err := v.r.rowsAt(ctx, v.t, v.files[i], off)
 		if err != nil {
+			// A file the index names may have been replaced and deleted
+			// since: plan the partition again on the next read.
+			v.r.forget(v.Stream, v.Partition)
 			return err
 		}
 		// Sequential readers find the next row group decoded.
@@ -204,6 +207,7 @@ func (v *Partition) OffsetForTime(ctx context.Context, micros int64) (*wal.Recor
 		for off := f.first; off <= f.last && off < v.End; {
 			g, err := v.r.rowsAt(ctx, v.t, f, off)
 			if err != nil {
+				v.r.forget(v.Stream, v.Partition)
 				return nil, err
 			}
 			for _, r := range g.recs[off-g.first:] {
@@ -318,7 +322,7 @@ func (tc *Reader) files(ctx context.Context, stream string, t *table.Table, p in
 	}
 	var from int64
 	var have []fileSpan
-	if idx != nil && len(idx.files) > 0 {
+	if idx != nil && len(idx.files) > 0 && appendsOnly(t, idx.snapID, snap) {
 		have = idx.files
 		from = have[len(have)-1].last + 1
 	}
@@ -336,6 +340,35 @@ func (tc *Reader) files(ctx context.Context, stream string, t *table.Table, p in
 	}
 	e.parts[p] = &partIndex{snapID: snap.SnapshotID, files: files}
 	return files, nil
+}
+
+// appendsOnly reports whether every snapshot after old up to cur is an
+// append, so that the files indexed at old are all still live. A
+// compaction (replace) or delete in between, or a history that no longer
+// reaches old (expired snapshots), means the index must be planned again:
+// a rewrite can keep the offsets contiguous while removing the very files
+// the index names, and once they are deleted from storage every read of
+// them would fail.
+func appendsOnly(t *table.Table, old int64, cur *table.Snapshot) bool {
+	md := t.Metadata()
+	for s, steps := cur, 0; s != nil && steps < 100000; steps++ {
+		if s.SnapshotID == old {
+			return true
+		}
+		if s.Summary == nil || s.Summary.Operation != table.OpAppend || s.ParentSnapshotID == nil {
+			return false
+		}
+		s = md.SnapshotByID(*s.ParentSnapshotID)
+	}
+	return false
+}
+
+// forget drops a partition's file index, so the next read plans it again.
+func (tc *Reader) forget(stream string, p int32) {
+	e := tc.entry(stream)
+	e.mu.Lock()
+	delete(e.parts, p)
+	e.mu.Unlock()
 }
 
 func contiguous(fs []fileSpan) bool {
