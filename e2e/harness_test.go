@@ -132,7 +132,12 @@ func startProc(t *testing.T, dataDir string, args ...string) *proc {
 		cmd.Wait()
 		close(p.exited)
 	}()
-	t.Cleanup(func() { p.kill() })
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("last lines of %s:\n%s", strings.Join(args[:min(len(args), 2)], " "), p.tail(80))
+		}
+	})
 	select {
 	case a := <-ready:
 		p.MQTT, p.HTTP, p.Kafka, p.Catalog, p.CloudKafka, p.Pulsar = a[0], a[1], a[2], a[3], a[4], a[5]
@@ -142,6 +147,13 @@ func startProc(t *testing.T, dataDir string, args ...string) *proc {
 		t.Fatalf("tributary dev not ready after 60s:\n%s", p.logs())
 	}
 	return p
+}
+
+// tail is the last n lines the process logged.
+func (p *proc) tail(n int) string {
+	p.logMu.Lock()
+	defer p.logMu.Unlock()
+	return strings.Join(p.logLines[max(0, len(p.logLines)-n):], "\n")
 }
 
 func (p *proc) logs() string {
