@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -156,11 +157,8 @@ func (p *proc) tail(n int) string {
 	return strings.Join(p.logLines[max(0, len(p.logLines)-n):], "\n")
 }
 
-func (p *proc) logs() string {
-	p.logMu.Lock()
-	defer p.logMu.Unlock()
-	return strings.Join(p.logLines, "\n")
-}
+// logs is everything the process logged.
+func (p *proc) logs() string { return p.tail(math.MaxInt) }
 
 // kill sends SIGKILL (no final commit, no flush: a crash).
 func (p *proc) kill() {
