@@ -7,9 +7,9 @@
 //   - Membership is advisory. A member's state (alive, suspect, dead, left)
 //     is one node's current opinion, and two nodes may disagree for a while;
 //     nothing here decides who may write a partition. Ownership changes
-//     (takeover of a dead node's partitions) will be fenced by epochs in the
-//     catalog's table properties, checked in the uplink's compare-and-swap
-//     commit — never by gossip alone. That is the next slice.
+//     (takeover of a dead node's partitions, package replica) are fenced by
+//     epochs in the catalog's table properties (package owner), checked in
+//     the uplink's compare-and-swap commit — never by gossip alone.
 //   - Gossiped metadata fits memberlist's 512-byte meta limit: addresses and
 //     health always, then as many partitions as fit (Meta.Truncated says
 //     when some were left out; the member's own GET /cluster has them all).
