@@ -20,9 +20,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/tables"
-	"github.com/tributary-io/tributary/wal"
 )
 
 // Consume-side benchmarks (issue 4), in `make bench`:
@@ -46,13 +46,13 @@ func benchFetchMB() int {
 
 const benchRecordsPerFile = 65536
 
-func benchRecord(off int64, rng *rand.Rand) *wal.Record {
+func benchRecord(off int64, rng *rand.Rand) *tributary.Record {
 	v := make([]byte, 1024)
 	for i := range v {
 		v[i] = byte(rng.UintN(256))
 	}
 	copy(v, fmt.Sprintf("rec-%012d|", off))
-	return &wal.Record{Stream: "bench.fetch", Partition: 0, Offset: off, Timestamp: time.Now().UnixMicro(),
+	return &tributary.Record{Stream: "bench.fetch", Partition: 0, Offset: off, Timestamp: time.Now().UnixMicro(),
 		Topic: "bench.fetch", Key: []byte(fmt.Sprintf("k%d", off)), Value: v, Source: "kafka", ClientID: "bench", Node: "bench"}
 }
 
@@ -93,11 +93,11 @@ func consumeAll(t *testing.T, addr, topic string, n int) (ttfb, total time.Durat
 
 // writeBenchTable commits n benchRecords to partition 0 of bench.fetch,
 // benchRecordsPerFile per data file, calling each with every record.
-func writeBenchTable(t *testing.T, cat *tables.Catalog, dir string, n int, rng *rand.Rand, each func(*wal.Record)) {
+func writeBenchTable(t *testing.T, cat *tables.Catalog, dir string, n int, rng *rand.Rand, each func(*tributary.Record)) {
 	t.Helper()
 	ctx := context.Background()
 	for from := 0; from < n; from += benchRecordsPerFile {
-		recs := make([]*wal.Record, min(benchRecordsPerFile, n-from))
+		recs := make([]*tributary.Record, min(benchRecordsPerFile, n-from))
 		for i := range recs {
 			recs[i] = benchRecord(int64(from+i), rng)
 			if each != nil {
@@ -149,7 +149,7 @@ func TestBenchFetchThroughput(t *testing.T) {
 		t.Fatal(err)
 	}
 	prep := time.Now()
-	writeBenchTable(t, cat, dir, n, rng, func(r *wal.Record) {
+	writeBenchTable(t, cat, dir, n, rng, func(r *tributary.Record) {
 		prod.Produce(ctx, &kgo.Record{Key: r.Key, Value: r.Value, Partition: 0}, func(_ *kgo.Record, err error) {
 			if err != nil {
 				t.Errorf("kfake produce: %v", err)

@@ -9,7 +9,7 @@ import (
 	"github.com/apache/iceberg-go/catalog/rest"
 	"github.com/apache/iceberg-go/table"
 
-	"github.com/tributary-io/tributary/wal"
+	"github.com/tributary-io/tributary"
 )
 
 // TestRESTCatalogServesTables: the Iceberg REST catalog of `tributary dev`
@@ -38,7 +38,7 @@ func TestRESTCatalogServesTables(t *testing.T) {
 
 // readTableREST reads a stream's table through an Iceberg REST catalog
 // with iceberg-go's REST client.
-func readTableREST(t *testing.T, addr, stream string) []*wal.Record {
+func readTableREST(t *testing.T, addr, stream string) []*tributary.Record {
 	t.Helper()
 	ctx := context.Background()
 	cat, err := rest.NewCatalog(ctx, "tributary", "http://"+addr)

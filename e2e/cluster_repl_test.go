@@ -15,7 +15,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
-	"github.com/tributary-io/tributary/wal"
+	"github.com/tributary-io/tributary"
 )
 
 // replCluster is three `tributary edge` processes on loopback sharing one
@@ -248,7 +248,7 @@ func (l *ledger) ackedIDs() map[string]bool {
 }
 
 // rowID is the ledger id in a row's payload ({"id":"...",...}).
-func rowID(r *wal.Record) string {
+func rowID(r *tributary.Record) string {
 	v := string(r.Value)
 	i := strings.Index(v, `"id":"`)
 	if i < 0 {
@@ -264,10 +264,10 @@ func rowID(r *wal.Record) string {
 // checkExactlyOnce waits until every acked id is in the table, then checks
 // that no id (acked or not) is there twice and offsets are dense. It
 // returns the rows.
-func (c *replCluster) checkExactlyOnce(acked map[string]bool) []*wal.Record {
+func (c *replCluster) checkExactlyOnce(acked map[string]bool) []*tributary.Record {
 	t := c.t
 	t.Helper()
-	var rows []*wal.Record
+	var rows []*tributary.Record
 	var missing []string
 	deadline := time.Now().Add(60 * time.Second)
 	for {

@@ -23,8 +23,8 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/tables"
-	"github.com/tributary-io/tributary/wal"
 )
 
 // delivered is one record as a consumer got it.
@@ -34,24 +34,24 @@ type delivered struct {
 	key       []byte
 	keyNull   bool
 	value     []byte
-	headers   []wal.Header
+	headers   []tributary.Header
 	noHeaders bool // the client does not report headers (kcat format)
 }
 
 func fromKgo(r *kgo.Record) delivered {
 	d := delivered{partition: r.Partition, offset: r.Offset, key: r.Key, keyNull: r.Key == nil, value: r.Value}
 	for _, h := range r.Headers {
-		d.headers = append(d.headers, wal.Header{Key: h.Key, Value: h.Value})
+		d.headers = append(d.headers, tributary.Header{Key: h.Key, Value: h.Value})
 	}
 	return d
 }
 
 // tableByPartition reads the stream through iceberg-go and indexes it.
-func tableByPartition(t *testing.T, dir, stream string) map[int32][]*wal.Record {
+func tableByPartition(t *testing.T, dir, stream string) map[int32][]*tributary.Record {
 	t.Helper()
 	rows := readTable(t, dir, stream)
 	checkDense(t, rows)
-	out := map[int32][]*wal.Record{}
+	out := map[int32][]*tributary.Record{}
 	for _, r := range rows {
 		out[r.Partition] = append(out[r.Partition], r)
 	}
@@ -63,7 +63,7 @@ func tableByPartition(t *testing.T, dir, stream string) map[int32][]*wal.Record 
 
 // checkExactlyOnce asserts got holds every row of want exactly once, in
 // offset order per partition, byte-exact, at the row's offset.
-func checkExactlyOnce(t *testing.T, who string, want map[int32][]*wal.Record, got []delivered) {
+func checkExactlyOnce(t *testing.T, who string, want map[int32][]*tributary.Record, got []delivered) {
 	t.Helper()
 	next := map[int32]int64{}
 	for _, d := range got {
@@ -311,7 +311,7 @@ func (h *saramaHandler) ConsumeClaim(s sarama.ConsumerGroupSession, c sarama.Con
 			d.value = []byte{}
 		}
 		for _, hd := range m.Headers {
-			d.headers = append(d.headers, wal.Header{Key: string(hd.Key), Value: hd.Value})
+			d.headers = append(d.headers, tributary.Header{Key: string(hd.Key), Value: hd.Value})
 		}
 		s.MarkMessage(m, "")
 		h.mu.Lock()
@@ -489,10 +489,10 @@ func TestConsumeResumesAfterRestart(t *testing.T) {
 // one data file committed with its mark — as an edge node's uplink does.
 func commitRows(t *testing.T, cat *tables.Catalog, dir, stream string, p int32, from int64, n int) {
 	t.Helper()
-	recs := make([]*wal.Record, n)
+	recs := make([]*tributary.Record, n)
 	for i := range recs {
 		off := from + int64(i)
-		recs[i] = &wal.Record{Stream: stream, Partition: p, Offset: off, Timestamp: time.Now().UnixMicro(),
+		recs[i] = &tributary.Record{Stream: stream, Partition: p, Offset: off, Timestamp: time.Now().UnixMicro(),
 			Topic: stream, Key: []byte(fmt.Sprintf("p%d-%d", p, off)), Value: []byte(fmt.Sprintf("value %d of %d", off, p)),
 			Source: "kafka", ClientID: "e2e", Node: fmt.Sprintf("node-%d", p)}
 	}

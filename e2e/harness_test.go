@@ -20,11 +20,12 @@ import (
 	"time"
 
 	"database/sql"
+
 	sqlcat "github.com/apache/iceberg-go/catalog/sql"
 	"github.com/apache/iceberg-go/table"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/tables"
-	"github.com/tributary-io/tributary/wal"
 
 	_ "modernc.org/sqlite"
 )
@@ -196,14 +197,14 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 
 // readTable reads a stream's table with iceberg-go directly from the dev
 // data directory's SQLite catalog.
-func readTable(t *testing.T, dataDir, stream string) []*wal.Record {
+func readTable(t *testing.T, dataDir, stream string) []*tributary.Record {
 	t.Helper()
 	return readTableProps(t, dataDir, stream, nil)
 }
 
 // readTableProps is readTable with catalog properties (e.g. s3.* FileIO
 // settings for a warehouse on S3).
-func readTableProps(t *testing.T, dataDir, stream string, props map[string]string) []*wal.Record {
+func readTableProps(t *testing.T, dataDir, stream string, props map[string]string) []*tributary.Record {
 	t.Helper()
 	ctx := context.Background()
 	db, err := sql.Open("sqlite", "file:"+filepath.Join(dataDir, "catalog.db")+"?_pragma=busy_timeout(30000)")
@@ -224,13 +225,13 @@ func readTableProps(t *testing.T, dataDir, stream string, props map[string]strin
 }
 
 // scanAll reads every row of a table with iceberg-go's scan.
-func scanAll(t *testing.T, tbl *table.Table) []*wal.Record {
+func scanAll(t *testing.T, tbl *table.Table) []*tributary.Record {
 	t.Helper()
 	_, it, err := tbl.Scan().ToArrowRecords(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []*wal.Record
+	var out []*tributary.Record
 	for b, err := range it {
 		if err != nil {
 			t.Fatal(err)
@@ -246,7 +247,7 @@ func scanAll(t *testing.T, tbl *table.Table) []*wal.Record {
 }
 
 // checkDense asserts that every partition's offsets are exactly 0..n-1.
-func checkDense(t *testing.T, rows []*wal.Record) map[int32]int {
+func checkDense(t *testing.T, rows []*tributary.Record) map[int32]int {
 	t.Helper()
 	seen := map[int32]map[int64]bool{}
 	for _, r := range rows {

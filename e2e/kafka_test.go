@@ -15,24 +15,24 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/tributary-io/tributary/wal"
+	"github.com/tributary-io/tributary"
 )
 
 // kafkaSent is what the test produced, by key (every Kafka record has a
 // unique key).
 type kafkaSent struct {
 	mu   sync.Mutex
-	recs map[string]*wal.Record // key -> expected value/headers
+	recs map[string]*tributary.Record // key -> expected value/headers
 	ack  map[string]bool
 }
 
 func newKafkaSent() *kafkaSent {
-	return &kafkaSent{recs: map[string]*wal.Record{}, ack: map[string]bool{}}
+	return &kafkaSent{recs: map[string]*tributary.Record{}, ack: map[string]bool{}}
 }
 
-func (k *kafkaSent) add(key string, value []byte, headers []wal.Header) {
+func (k *kafkaSent) add(key string, value []byte, headers []tributary.Header) {
 	k.mu.Lock()
-	k.recs[key] = &wal.Record{Key: []byte(key), Value: value, Headers: headers}
+	k.recs[key] = &tributary.Record{Key: []byte(key), Value: value, Headers: headers}
 	k.mu.Unlock()
 }
 
@@ -51,7 +51,7 @@ func kafkaValue(prefix string, i int) []byte {
 
 // checkKafkaRows asserts every Kafka row is one the test sent, byte-exact,
 // at most once; every acked one exactly once.
-func checkKafkaRows(t *testing.T, k *kafkaSent, rows []*wal.Record, exactHeaders bool) int {
+func checkKafkaRows(t *testing.T, k *kafkaSent, rows []*tributary.Record, exactHeaders bool) int {
 	t.Helper()
 	seen := map[string]int{}
 	n := 0
@@ -135,7 +135,7 @@ func TestKafkaProduce(t *testing.T) {
 		var pw sync.WaitGroup
 		for i := range n {
 			key := fmt.Sprintf("kgo-%06d", i)
-			hs := []wal.Header{{Key: "src", Value: []byte("kgo")}, {Key: "i", Value: []byte(fmt.Sprint(i))}}
+			hs := []tributary.Header{{Key: "src", Value: []byte("kgo")}, {Key: "i", Value: []byte(fmt.Sprint(i))}}
 			v := kafkaValue("kgo", i)
 			k.add(key, v, hs)
 			pw.Add(1)
@@ -161,7 +161,7 @@ func TestKafkaProduce(t *testing.T) {
 			if i%10 == 0 {
 				v = ""
 			}
-			k.add(key, []byte(v), []wal.Header{{Key: "codec", Value: []byte(codec)}})
+			k.add(key, []byte(v), []tributary.Header{{Key: "codec", Value: []byte(codec)}})
 			in.WriteString(key + ":" + v + "\n")
 		}
 		cmd := exec.Command(kcatPath(t), "-b", p.Kafka, "-P", "-t", topic, "-z", codec, "-K:", "-H", "codec="+codec,
@@ -195,7 +195,7 @@ func TestKafkaProduce(t *testing.T) {
 			for i := start; i < start+500; i++ {
 				key := fmt.Sprintf("sarama-%06d", i)
 				v := kafkaValue("sarama", i)
-				k.add(key, v, []wal.Header{{Key: "lib", Value: []byte("sarama")}})
+				k.add(key, v, []tributary.Header{{Key: "lib", Value: []byte("sarama")}})
 				msgs = append(msgs, &sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(key), Value: sarama.ByteEncoder(v),
 					Headers: []sarama.RecordHeader{{Key: []byte("lib"), Value: []byte("sarama")}}})
 			}
@@ -219,7 +219,7 @@ func TestKafkaProduce(t *testing.T) {
 	if got := checkKafkaRows(t, k, rows, true); got != 4*n {
 		t.Fatalf("%d Kafka rows, want %d", got, 4*n)
 	}
-	var mqttRows []*wal.Record
+	var mqttRows []*tributary.Record
 	for _, r := range rows {
 		if r.Source == "mqtt" {
 			mqttRows = append(mqttRows, r)

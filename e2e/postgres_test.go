@@ -18,7 +18,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/tributary-io/tributary/wal"
+	"github.com/tributary-io/tributary"
 )
 
 // startPostgres runs a throwaway PostgreSQL server from Debian's packages
@@ -100,7 +100,7 @@ uplink:
 	return path
 }
 
-func readTablePostgres(t *testing.T, dsn, stream string) []*wal.Record {
+func readTablePostgres(t *testing.T, dsn, stream string) []*tributary.Record {
 	t.Helper()
 	db, err := sql.Open("pgx", dsn)
 	if err != nil {
@@ -127,7 +127,7 @@ func TestPostgresCatalog(t *testing.T) {
 		dir := t.TempDir()
 		cfg := pgEdgeConfig(t, dir, dsn)
 		roundTrip(t, func() *proc { return startEdge(t, dir, cfg) },
-			func() []*wal.Record { return readTablePostgres(t, dsn, "factory.telemetry") })
+			func() []*tributary.Record { return readTablePostgres(t, dsn, "factory.telemetry") })
 	})
 	t.Run("rest", func(t *testing.T) {
 		// The node serves its Postgres-backed catalog over the Iceberg REST
@@ -230,7 +230,7 @@ func TestPostgresCatalog(t *testing.T) {
 		dsn2 := createDatabase(t, dsn, "crash") // a fresh catalog
 		cfg := pgEdgeConfig(t, dir, dsn2)
 		crashRounds(t, 3, func() *proc { return startEdge(t, dir, cfg) },
-			func() []*wal.Record { return readTablePostgres(t, dsn2, "factory.telemetry") })
+			func() []*tributary.Record { return readTablePostgres(t, dsn2, "factory.telemetry") })
 	})
 }
 

@@ -21,7 +21,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/tributary-io/tributary/wal"
+	"github.com/tributary-io/tributary"
 )
 
 // pulsarTopic is the Pulsar topic of stream factory.telemetry.
@@ -43,7 +43,7 @@ func pulsarClient(t *testing.T, addr string) pulsar.Client {
 // (two headers each), and waits until they are in the table after the
 // `before` rows already there. It returns the table's rows of partition 0
 // (dev writes one partition) by offset.
-func pulsarRows(t *testing.T, p *proc, dir string, before, n, m int) []*wal.Record {
+func pulsarRows(t *testing.T, p *proc, dir string, before, n, m int) []*tributary.Record {
 	t.Helper()
 	ctx := context.Background()
 	mc, err := mqttClient(ctx, p.MQTT, "pulsar-mqtt")
@@ -78,7 +78,7 @@ func pulsarRows(t *testing.T, p *proc, dir string, before, n, m int) []*wal.Reco
 // checkPulsarMessage checks a message against its row: id (ledger 1,
 // entry = offset, partition 0), broker-entry index = offset, payload,
 // key, properties = headers, producer name = node, publish time.
-func checkPulsarMessage(t *testing.T, who string, rows []*wal.Record, m pulsar.Message) int64 {
+func checkPulsarMessage(t *testing.T, who string, rows []*tributary.Record, m pulsar.Message) int64 {
 	t.Helper()
 	id := m.ID()
 	off := id.EntryID()
@@ -110,7 +110,7 @@ func checkPulsarMessage(t *testing.T, who string, rows []*wal.Record, m pulsar.M
 
 // pulsarConsumeAll receives from every consumer until want messages arrived in
 // total, acking each; it returns each consumer's offsets in arrival order.
-func pulsarConsumeAll(t *testing.T, who string, rows []*wal.Record, cs []pulsar.Consumer, want int) [][]int64 {
+func pulsarConsumeAll(t *testing.T, who string, rows []*tributary.Record, cs []pulsar.Consumer, want int) [][]int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -353,7 +353,7 @@ func TestPulsarConsume(t *testing.T) {
 			t.Fatalf("seek to 10: next is %d", off)
 		}
 		at := time.UnixMilli(rows[450].Timestamp / 1000)
-		want := int64(slices.IndexFunc(rows, func(r *wal.Record) bool { return r.Timestamp >= at.UnixMicro() }))
+		want := int64(slices.IndexFunc(rows, func(r *tributary.Record) bool { return r.Timestamp >= at.UnixMicro() }))
 		if err := c.SeekByTime(at); err != nil {
 			t.Fatal(err)
 		}

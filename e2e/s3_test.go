@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tributary-io/tributary/wal"
+	"github.com/tributary-io/tributary"
 )
 
 const (
@@ -95,7 +95,7 @@ func TestS3RoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	cfg := s3EdgeConfig(t, dir, endpoint)
 	roundTrip(t, func() *proc { return startEdge(t, dir, cfg) },
-		func() []*wal.Record { return readTableProps(t, dir, "factory.telemetry", s3Props(endpoint)) })
+		func() []*tributary.Record { return readTableProps(t, dir, "factory.telemetry", s3Props(endpoint)) })
 }
 
 func TestS3Crash(t *testing.T) {
@@ -103,5 +103,5 @@ func TestS3Crash(t *testing.T) {
 	dir := t.TempDir()
 	cfg := s3EdgeConfig(t, dir, endpoint)
 	crashRounds(t, 3, func() *proc { return startEdge(t, dir, cfg) },
-		func() []*wal.Record { return readTableProps(t, dir, "factory.telemetry", s3Props(endpoint)) })
+		func() []*tributary.Record { return readTableProps(t, dir, "factory.telemetry", s3Props(endpoint)) })
 }

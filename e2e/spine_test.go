@@ -13,7 +13,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
-	"github.com/tributary-io/tributary/wal"
+	"github.com/tributary-io/tributary"
 )
 
 // idOf extracts the test's message id from a payload written by publishN
@@ -33,7 +33,7 @@ func idOf(v []byte) string {
 
 // checkRows asserts that each acked message is in rows exactly once,
 // byte-exact with its topic and user properties; unacked ones at most once.
-func checkRows(t *testing.T, l *ledger, rows []*wal.Record) {
+func checkRows(t *testing.T, l *ledger, rows []*tributary.Record) {
 	t.Helper()
 	count := map[string]int{}
 	for _, r := range rows {
@@ -77,12 +77,12 @@ func checkRows(t *testing.T, l *ledger, rows []*wal.Record) {
 // payload, topic and user property byte-exact.
 func TestRoundTrip(t *testing.T) {
 	dir := t.TempDir()
-	roundTrip(t, func() *proc { return startDev(t, dir) }, func() []*wal.Record { return readTable(t, dir, "factory.telemetry") })
+	roundTrip(t, func() *proc { return startDev(t, dir) }, func() []*tributary.Record { return readTable(t, dir, "factory.telemetry") })
 }
 
 // roundTrip is TestRoundTrip's body for any node setup: start starts the
 // node, read reads the stream's table back with iceberg-go.
-func roundTrip(t *testing.T, start func() *proc, read func() []*wal.Record) {
+func roundTrip(t *testing.T, start func() *proc, read func() []*tributary.Record) {
 	p := start()
 	ctx := context.Background()
 	l := newLedger()
@@ -152,11 +152,11 @@ func mosquittoPub(t *testing.T) string {
 // acknowledged message is in the table exactly once; offsets stay dense.
 func TestCrashKill9(t *testing.T) {
 	dir := t.TempDir()
-	crashRounds(t, 5, func() *proc { return startDev(t, dir) }, func() []*wal.Record { return readTable(t, dir, "factory.telemetry") })
+	crashRounds(t, 5, func() *proc { return startDev(t, dir) }, func() []*tributary.Record { return readTable(t, dir, "factory.telemetry") })
 }
 
 // crashRounds is TestCrashKill9's body for any node setup.
-func crashRounds(t *testing.T, rounds int, start func() *proc, read func() []*wal.Record) {
+func crashRounds(t *testing.T, rounds int, start func() *proc, read func() []*tributary.Record) {
 	l := newLedger()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	const clients = 8

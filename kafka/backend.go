@@ -3,8 +3,9 @@ package kafka
 import (
 	"context"
 	"errors"
+	"fmt"
 
-	"github.com/tributary-io/tributary/wal"
+	"github.com/tributary-io/tributary"
 )
 
 // ErrUnknownStream is returned by Backend.Topic for a stream that does not
@@ -15,7 +16,8 @@ var ErrUnknownStream = errors.New("kafka: unknown stream")
 // ErrNotLeader is returned (wrapped) by Backend.Append for a partition this
 // node does not own; the client gets NOT_LEADER_OR_FOLLOWER and refreshes
 // its metadata.
-var ErrNotLeader = errors.New("kafka: not the partition's leader")
+// It wraps tributary.ErrFenced.
+var ErrNotLeader = fmt.Errorf("kafka: not the partition's leader: %w", tributary.ErrFenced)
 
 // PartitionInfo is one partition of a stream and the node that owns it.
 type PartitionInfo struct {
@@ -78,13 +80,14 @@ type Backend interface {
 	EnsureStream(ctx context.Context, stream string) (TopicInfo, error)
 	// Append makes the records durable before it returns and assigns their
 	// Offset (dense per partition, in slice order). On error nothing was
-	// appended; wal.ErrBudgetExceeded means back-pressure; ErrNotLeader
-	// means this node does not own the partition (any more). Append fills
+	// appended; tributary.ErrBudget and tributary.ErrNotReplicated mean
+	// back-pressure; ErrNotLeader (tributary.ErrFenced) means this node
+	// does not own the partition (any more). Append fills
 	// Record.Epoch (partition ownership epoch) itself.
 	//
 	// The records carry ProducerID/ProducerEpoch/Sequence, so the
 	// idempotence state is written in the same transaction as the data.
-	Append(ctx context.Context, recs ...*wal.Record) error
+	Append(ctx context.Context, recs ...*tributary.Record) error
 	// AllocateProducerID returns a producer id never returned before by
 	// any node of the cluster, across restarts.
 	AllocateProducerID(ctx context.Context) (int64, error)
@@ -105,7 +108,7 @@ type Backend interface {
 // carry no producer id (ProducerID < 0) are skipped. A node implements
 // Backend.ProducerRuns with it over its unreleased WAL records merged with
 // its snapshot.
-func RunsFromRecords(recs []*wal.Record, keep int) []ProducerRun {
+func RunsFromRecords(recs []*tributary.Record, keep int) []ProducerRun {
 	type key struct {
 		stream    string
 		partition int32

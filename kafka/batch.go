@@ -14,7 +14,8 @@ import (
 	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
-	"github.com/tributary-io/tributary/wal"
+
+	"github.com/tributary-io/tributary"
 )
 
 // Record batch (message format v2) decoding.
@@ -58,7 +59,7 @@ type batch struct {
 type batchRecord struct {
 	timestampDelta int64
 	key, value     []byte // nil = null
-	headers        []wal.Header
+	headers        []tributary.Header
 }
 
 func (b *batch) idempotent() bool { return b.producerID >= 0 }
@@ -196,13 +197,13 @@ func parseRecord(b []byte, rec *batchRecord, wantDelta int32) (int, error) {
 		return 0, fmt.Errorf("%w: header count %d", ErrCorruptBatch, nh)
 	}
 	if nh > 0 {
-		rec.headers = make([]wal.Header, nh)
+		rec.headers = make([]tributary.Header, nh)
 		for i := range rec.headers {
 			k := r.bytes()
 			if k == nil && !r.bad {
 				return 0, fmt.Errorf("%w: null header key", ErrCorruptBatch)
 			}
-			rec.headers[i] = wal.Header{Key: string(k), Value: r.bytes()}
+			rec.headers[i] = tributary.Header{Key: string(k), Value: r.bytes()}
 		}
 	}
 	if r.bad {

@@ -14,8 +14,9 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/tributary-io/tributary/wal"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tributary-io/tributary"
 )
 
 // genRecord returns the i-th test record: every 10th has a null key, every
@@ -30,14 +31,14 @@ func genRecord(i int) testRec {
 		r.value = []byte{}
 	}
 	if i%5 != 0 {
-		r.headers = []wal.Header{{Key: "h1", Value: []byte(fmt.Sprint(i))}, {Key: "empty", Value: []byte{}}, {Key: "h1", Value: []byte{0, 1, 2}}}
+		r.headers = []tributary.Header{{Key: "h1", Value: []byte(fmt.Sprint(i))}, {Key: "empty", Value: []byte{}}, {Key: "h1", Value: []byte{0, 1, 2}}}
 	}
 	return r
 }
 
 // checkRecords asserts the partition holds exactly want, in order, at
 // offsets 0..len-1, byte-exact.
-func checkRecords(t *testing.T, got []*wal.Record, want []testRec, clientID string) {
+func checkRecords(t *testing.T, got []*tributary.Record, want []testRec, clientID string) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("backend has %d records, want %d", len(got), len(want))
@@ -159,7 +160,7 @@ func TestKcatProducer(t *testing.T) {
 			s := startServer(t, Config{}, be)
 			var in bytes.Buffer
 			var want []testRec
-			hdrs := []wal.Header{{Key: "site", Value: []byte("plant-7")}, {Key: "line", Value: []byte("a=b")}}
+			hdrs := []tributary.Header{{Key: "site", Value: []byte("plant-7")}, {Key: "line", Value: []byte("a=b")}}
 			for i := range 200 {
 				k, v := fmt.Sprintf("k%d", i), fmt.Sprintf("v%d \t %s", i, strings.Repeat("é", i%9))
 				fmt.Fprintf(&in, "%s|%s\n", k, v)

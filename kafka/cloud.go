@@ -10,8 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tributary-io/tributary/tables"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/tables"
 )
 
 // CloudConfig configures a CloudServer, the consume side. Zero values take
@@ -260,7 +262,7 @@ func peerBroker(addr string) (int32, string, int32) {
 
 // streamOf validates a topic name as a stream name.
 func streamOf(topic string) (string, bool) {
-	if _, _, err := tables.ParseStream(topic); err != nil {
+	if _, _, err := tributary.ParseStream(topic); err != nil {
 		return "", false
 	}
 	return topic, !strings.ContainsAny(topic, "/ ")

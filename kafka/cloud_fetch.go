@@ -35,8 +35,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/tables"
-	"github.com/tributary-io/tributary/wal"
 )
 
 // view loads one partition's state, or returns a Kafka error code.
@@ -58,10 +58,10 @@ func (cs *CloudServer) view(ctx context.Context, topic string, p int32) (*tables
 
 // read returns the records from off up to limit bytes (at least one if
 // atLeastOne and any is available), never at or past the mark.
-func (cs *CloudServer) read(ctx context.Context, v *tables.Partition, off int64, limit int, atLeastOne bool) ([]*wal.Record, error) {
-	var out []*wal.Record
+func (cs *CloudServer) read(ctx context.Context, v *tables.Partition, off int64, limit int, atLeastOne bool) ([]*tributary.Record, error) {
+	var out []*tributary.Record
 	size := 0
-	err := v.Read(ctx, off, func(r *wal.Record) bool {
+	err := v.Read(ctx, off, func(r *tributary.Record) bool {
 		n := recordSize(r)
 		if size+n > limit && !(atLeastOne && len(out) == 0) {
 			return false

@@ -16,8 +16,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/tables"
-	"github.com/tributary-io/tributary/wal"
 )
 
 const cloudStream = "factory.telemetry"
@@ -29,7 +29,7 @@ type cloudEnv struct {
 	dir  string
 	mu   sync.Mutex
 	next map[int32]int64
-	rows map[int32][]*wal.Record
+	rows map[int32][]*tributary.Record
 	ts   int64
 	// quiet discards the server's log (fuzz targets may not log through
 	// testing.F).
@@ -47,7 +47,7 @@ func newCloudEnv(t testing.TB, nodes ...string) *cloudEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cat.Close() })
-	e := &cloudEnv{t: t, cat: cat, dir: dir, next: map[int32]int64{}, rows: map[int32][]*wal.Record{},
+	e := &cloudEnv{t: t, cat: cat, dir: dir, next: map[int32]int64{}, rows: map[int32][]*tributary.Record{},
 		ts: time.Now().Add(-time.Hour).UnixMicro()}
 	for _, n := range nodes {
 		if _, err := cat.AllocatePartition(context.Background(), cloudStream, n); err != nil {
@@ -63,16 +63,16 @@ func (e *cloudEnv) commit(p int32, n int, valueSize int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	from := e.next[p]
-	recs := make([]*wal.Record, n)
+	recs := make([]*tributary.Record, n)
 	for i := range recs {
 		off := from + int64(i)
 		e.ts += 1000 // 1 ms apart
-		r := &wal.Record{Stream: cloudStream, Partition: p, Offset: off, Timestamp: e.ts,
+		r := &tributary.Record{Stream: cloudStream, Partition: p, Offset: off, Timestamp: e.ts,
 			Topic: "factory/x", Value: bytes.Repeat([]byte{byte(off)}, valueSize), Source: "kafka", ClientID: "c", Node: "n"}
 		copy(r.Value, fmt.Sprintf("p%d-o%d", p, off))
 		if off%3 == 0 {
 			r.Key = []byte(fmt.Sprintf("k%d", off))
-			r.Headers = []wal.Header{{Key: "h", Value: []byte("v")}, {Key: "h", Value: nil}}
+			r.Headers = []tributary.Header{{Key: "h", Value: []byte("v")}, {Key: "h", Value: nil}}
 			r.ProducerTimestamp = 1700000000000 + off
 		}
 		recs[i] = r
@@ -124,7 +124,7 @@ func (e *cloudEnv) start(t testing.TB) *CloudServer {
 }
 
 // checkServed compares a fetched record with the row it came from.
-func checkServed(t *testing.T, want *wal.Record, got *kgo.Record) {
+func checkServed(t *testing.T, want *tributary.Record, got *kgo.Record) {
 	t.Helper()
 	ts := want.Timestamp / 1000
 	if want.ProducerTimestamp != 0 {

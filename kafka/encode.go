@@ -5,7 +5,7 @@ import (
 	"hash/crc32"
 	"slices"
 
-	"github.com/tributary-io/tributary/wal"
+	"github.com/tributary-io/tributary"
 )
 
 // castagnoliTable is the CRC-32C table of record batches.
@@ -13,7 +13,7 @@ var castagnoliTable = crc32.MakeTable(crc32.Castagnoli)
 
 // recordTimestampMs is the Kafka timestamp served for a row: the producer's
 // own timestamp when it set one, else the time the edge accepted it.
-func recordTimestampMs(r *wal.Record) int64 {
+func recordTimestampMs(r *tributary.Record) int64 {
 	if r.ProducerTimestamp != 0 {
 		return r.ProducerTimestamp
 	}
@@ -21,7 +21,7 @@ func recordTimestampMs(r *wal.Record) int64 {
 }
 
 // recordSize estimates the encoded size of a record in a batch.
-func recordSize(r *wal.Record) int {
+func recordSize(r *tributary.Record) int {
 	n := 24 + len(r.Key) + len(r.Value)
 	for _, h := range r.Headers {
 		n += 10 + len(h.Key) + len(h.Value)
@@ -32,7 +32,7 @@ func recordSize(r *wal.Record) int {
 // appendBatch appends one uncompressed record batch (magic 2) of recs,
 // which must be consecutive offsets, with base offset recs[0].Offset,
 // CREATE_TIME timestamps and no producer id.
-func appendBatch(dst []byte, recs []*wal.Record) []byte {
+func appendBatch(dst []byte, recs []*tributary.Record) []byte {
 	need := 61
 	for _, r := range recs {
 		need += recordSize(r)

@@ -83,6 +83,18 @@ func TestProduceErrors(t *testing.T) {
 			t.Fatalf("stats %+v", s.Stats())
 		}
 	})
+	t.Run("too few replicas", func(t *testing.T) {
+		// Not a full disk: NOT_ENOUGH_REPLICAS, not KAFKA_STORAGE_ERROR.
+		be.unrepl.Store(true)
+		defer be.unrepl.Store(false)
+		resp := rc.roundTrip(produceReq(9, "factory.ok", 0, good)).(*kmsg.ProduceResponse)
+		if p := resp.Topics[0].Partitions[0]; p.ErrorCode != errNotEnoughReplicas {
+			t.Fatalf("code %d, want %d", p.ErrorCode, errNotEnoughReplicas)
+		}
+		if n := len(be.records("factory.ok", 0)); n != 3 {
+			t.Fatalf("backend has %d records, want 3", n)
+		}
+	})
 	t.Run("transactional produce", func(t *testing.T) {
 		req := produceReq(9, "factory.ok", 0, good)
 		req.TransactionID = kmsg.StringPtr("txn")

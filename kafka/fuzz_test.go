@@ -13,8 +13,9 @@ import (
 	"testing"
 
 	"github.com/klauspost/compress/s2"
-	"github.com/tributary-io/tributary/wal"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tributary-io/tributary"
 )
 
 var writeSeeds = flag.Bool("write-seeds", false, "rewrite testdata/fuzz seed corpora")
@@ -26,7 +27,7 @@ const fuzzMaxDecompressed = 1 << 20
 func seedBatches() map[string][]byte {
 	rs := []testRec{
 		{key: nil, value: []byte("v0")},
-		{key: []byte("k1"), value: []byte{}, headers: []wal.Header{{Key: "h", Value: []byte("x")}, {Key: "", Value: nil}}},
+		{key: []byte("k1"), value: []byte{}, headers: []tributary.Header{{Key: "h", Value: []byte("x")}, {Key: "", Value: nil}}},
 		{key: []byte{}, value: []byte("v2"), tsDelta: 1000},
 	}
 	out := map[string][]byte{}

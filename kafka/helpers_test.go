@@ -20,8 +20,10 @@ import (
 	"github.com/klauspost/compress/s2"
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
-	"github.com/tributary-io/tributary/wal"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/wal"
 )
 
 // fakeBackend is an in-memory Backend. It keeps every appended record, so
@@ -34,10 +36,11 @@ type fakeBackend struct {
 
 	mu       sync.Mutex
 	streams  map[string][]PartitionInfo
-	parts    map[string][]*wal.Record // stream/partition -> records, index = offset
+	parts    map[string][]*tributary.Record // stream/partition -> records, index = offset
 	nextPID  int64
 	appends  int
 	budget   atomic.Bool // true: Append fails with wal.ErrBudgetExceeded
+	unrepl   atomic.Bool // true: Append fails as too few replicas (refuse policy)
 	lost     atomic.Bool // true: Append fails with ErrNotLeader (ownership moved)
 	appendFn func()      // called inside Append (delays, fault injection)
 }
@@ -47,7 +50,7 @@ func newFakeBackend(node string) *fakeBackend {
 		node:    node,
 		brokers: []Broker{{NodeID: node}},
 		streams: make(map[string][]PartitionInfo),
-		parts:   make(map[string][]*wal.Record),
+		parts:   make(map[string][]*tributary.Record),
 		nextPID: 1000,
 	}
 }
@@ -97,12 +100,15 @@ func (f *fakeBackend) addStream(stream string, owners ...string) {
 	f.streams[stream] = ps
 }
 
-func (f *fakeBackend) Append(ctx context.Context, recs ...*wal.Record) error {
+func (f *fakeBackend) Append(ctx context.Context, recs ...*tributary.Record) error {
 	if f.appendFn != nil {
 		f.appendFn()
 	}
 	if f.budget.Load() {
 		return wal.ErrBudgetExceeded
+	}
+	if f.unrepl.Load() {
+		return fmt.Errorf("replica: replication_policy refuse: %w", tributary.ErrNotReplicated)
 	}
 	if f.lost.Load() {
 		return fmt.Errorf("%w: partition taken over", ErrNotLeader)
@@ -120,7 +126,7 @@ func (f *fakeBackend) Append(ctx context.Context, recs ...*wal.Record) error {
 		c.Value = clone(r.Value)
 		c.Headers = nil
 		for _, h := range r.Headers {
-			c.Headers = append(c.Headers, wal.Header{Key: h.Key, Value: clone(h.Value)})
+			c.Headers = append(c.Headers, tributary.Header{Key: h.Key, Value: clone(h.Value)})
 		}
 		c.Offset = int64(len(f.parts[k]))
 		r.Offset = c.Offset
@@ -151,17 +157,17 @@ func (f *fakeBackend) ProducerRuns(ctx context.Context) ([]ProducerRun, error) {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	var all []*wal.Record
+	var all []*tributary.Record
 	for _, k := range keys {
 		all = append(all, f.parts[k]...)
 	}
 	return RunsFromRecords(all, dedupWindow), nil
 }
 
-func (f *fakeBackend) records(stream string, p int32) []*wal.Record {
+func (f *fakeBackend) records(stream string, p int32) []*tributary.Record {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]*wal.Record(nil), f.parts[pkeyOf(stream, p)]...)
+	return append([]*tributary.Record(nil), f.parts[pkeyOf(stream, p)]...)
 }
 
 // startServer starts a server on 127.0.0.1:0 and closes it with the test.
@@ -289,7 +295,7 @@ func isConnReset(err error) bool {
 // testRec is a record to put into a test batch.
 type testRec struct {
 	key, value []byte
-	headers    []wal.Header
+	headers    []tributary.Header
 	tsDelta    int64
 }
 

@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tributary-io/tributary/wal"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tributary-io/tributary"
 )
 
 func initProducerID(t *testing.T, rc *rawConn) (int64, int16) {
@@ -197,10 +198,10 @@ func TestProducerEntryCheck(t *testing.T) {
 }
 
 func TestRunsFromRecords(t *testing.T) {
-	mk := func(off int64, pid int64, epoch int16, seq int32) *wal.Record {
-		return &wal.Record{Stream: "a.b", Offset: off, ProducerID: pid, ProducerEpoch: epoch, Sequence: seq, Source: "kafka"}
+	mk := func(off int64, pid int64, epoch int16, seq int32) *tributary.Record {
+		return &tributary.Record{Stream: "a.b", Offset: off, ProducerID: pid, ProducerEpoch: epoch, Sequence: seq, Source: "kafka"}
 	}
-	in := []*wal.Record{
+	in := []*tributary.Record{
 		mk(0, 5, 0, 0), mk(1, 5, 0, 1), mk(2, -1, -1, -1), mk(3, 5, 0, 2), mk(4, 5, 0, 3),
 		mk(5, 6, 0, 0), mk(6, 5, 1, 0),
 		{Stream: "a.b", Offset: 7, Source: "mqtt"},

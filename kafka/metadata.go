@@ -30,8 +30,9 @@ import (
 	"math"
 	"sort"
 
-	"github.com/tributary-io/tributary/tables"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tributary-io/tributary"
 )
 
 // topicIDNamespace is a fixed random namespace for topicID.
@@ -111,7 +112,7 @@ func (s *Server) handleMetadata(ctx context.Context, r *kmsg.MetadataRequest) km
 		}
 		mt := kmsg.NewMetadataResponseTopic()
 		mt.Topic = kmsg.StringPtr(name)
-		if _, _, err := tables.ParseStream(name); err != nil {
+		if _, _, err := tributary.ParseStream(name); err != nil {
 			mt.ErrorCode = errInvalidTopic
 			resp.Topics = append(resp.Topics, mt)
 			continue
@@ -140,7 +141,7 @@ func (s *Server) lookupTopic(ctx context.Context, name string, create bool) (Top
 		return ti, 0
 	case errors.Is(err, ErrUnknownStream):
 		return ti, errUnknownTopicOrPartition
-	case errors.Is(err, tables.ErrInvalidStream):
+	case errors.Is(err, tributary.ErrInvalidStream):
 		return ti, errInvalidTopic
 	default:
 		s.log.Warn("kafka: look up stream", "stream", name, "err", err)

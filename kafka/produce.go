@@ -13,7 +13,7 @@ package kafka
 //     Kafka does), so the client refreshes its metadata.
 //   - Partitions of one request are appended concurrently, so they share
 //     WAL group commits.
-//   - Each record becomes one wal.Record (Source "kafka", Topic and Stream the
+//   - Each record becomes one tributary.Record (Source "kafka", Topic and Stream the
 //     topic name, ClientID the request header's client id, key/value nil
 //     vs empty kept, headers in order and byte-exact, ProducerTimestamp the
 //     batch's first timestamp plus the record's delta, producer id, epoch and
@@ -31,15 +31,17 @@ package kafka
 //     control or transactional batches; transactional produce is refused
 //     the same way); OUT_OF_ORDER_SEQUENCE_NUMBER (45) and
 //     INVALID_PRODUCER_EPOCH (47) from idempotence (see producers.go).
-//   - Back-pressure: when the WAL refuses an append with
-//     wal.ErrBudgetExceeded the partition gets KAFKA_STORAGE_ERROR (56) and
+//   - Back-pressure: when the WAL refuses an append for its disk budget
+//     (tributary.ReasonBudget) the partition gets KAFKA_STORAGE_ERROR (56) and
 //     the response's throttle time is set to BackpressureThrottle. 56 is
 //     retriable in kgo (which refreshes metadata first), librdkafka, sarama
 //     and the Java client (TestBackpressureRetriedByClients), and an
 //     idempotent producer keeps its sequence since nothing was written. THROTTLING_QUOTA_EXCEEDED
 //     is only defined for admin requests, and NOT_ENOUGH_REPLICAS would
-//     misname the cause. Other append failures get 56 too: nothing was
-//     written, so a retry is safe.
+//     misname the cause. When too few replicas could store the batch
+//     (tributary.ReasonReplication, cluster.replication_policy refuse) it
+//     gets NOT_ENOUGH_REPLICAS (19), retriable in every client. Other
+//     append failures get 56 too: nothing was written, so a retry is safe.
 
 import (
 	"context"
@@ -47,9 +49,9 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/tributary-io/tributary/tables"
-	"github.com/tributary-io/tributary/wal"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tributary-io/tributary"
 )
 
 // partResult is the outcome of producing one partition.
@@ -149,7 +151,7 @@ type topicLookup struct {
 }
 
 func (s *Server) produceTopic(ctx context.Context, topic string) topicLookup {
-	if _, _, err := tables.ParseStream(topic); err != nil {
+	if _, _, err := tributary.ParseStream(topic); err != nil {
 		return topicLookup{code: errInvalidTopic, msg: err.Error()}
 	}
 	ti, code := s.lookupTopic(ctx, topic, s.cfg.AutoCreate)
@@ -227,14 +229,17 @@ func (s *Server) producePartition(ctx context.Context, clientID, topic string, p
 // had appended gets the original offset rather than a second copy.
 func (s *Server) LoadProducerRuns(runs []ProducerRun) { s.prod.load(runs) }
 
-func (s *Server) appendBatch(ctx context.Context, recs []*wal.Record) partResult {
+func (s *Server) appendBatch(ctx context.Context, recs []*tributary.Record) partResult {
 	if err := s.b.Append(ctx, recs...); err != nil {
-		if errors.Is(err, ErrNotLeader) {
+		switch tributary.ReasonOf(err) {
+		case tributary.ReasonFenced:
 			return partResult{code: errNotLeaderOrFollower, msg: err.Error()}
-		}
-		if errors.Is(err, wal.ErrBudgetExceeded) {
+		case tributary.ReasonBudget:
 			s.stats.backpressured.Add(1)
 			return partResult{code: errKafkaStorageError, msg: "edge WAL disk budget exhausted, retry later", throttle: true}
+		case tributary.ReasonReplication:
+			s.stats.backpressured.Add(1)
+			return partResult{code: errNotEnoughReplicas, msg: "too few edge replicas to store the batch, retry later", throttle: true}
 		}
 		s.log.Warn("kafka append", "stream", recs[0].Stream, "partition", recs[0].Partition, "err", err)
 		return partResult{code: errKafkaStorageError, msg: "append failed: " + err.Error()}
@@ -244,12 +249,12 @@ func (s *Server) appendBatch(ctx context.Context, recs []*wal.Record) partResult
 	return partResult{baseOffset: recs[0].Offset}
 }
 
-func (s *Server) walRecords(clientID, topic string, partition int32, b *batch) []*wal.Record {
-	recs := make([]*wal.Record, len(b.records))
+func (s *Server) walRecords(clientID, topic string, partition int32, b *batch) []*tributary.Record {
+	recs := make([]*tributary.Record, len(b.records))
 	node := s.b.NodeID()
 	for i := range b.records {
 		br := &b.records[i]
-		rec := &wal.Record{
+		rec := &tributary.Record{
 			Stream:            topic,
 			Partition:         partition,
 			Topic:             topic,

@@ -34,6 +34,7 @@ const (
 	errOutOfOrderSequence        int16 = 45
 	errInvalidProducerEpoch      int16 = 47
 	errKafkaStorageError         int16 = 56
+	errNotEnoughReplicas         int16 = 19
 	errInvalidRecord             int16 = 87
 	defaultAuthorizedOps         int32 = -2147483648
 	requestHeaderMinBytes              = 2 + 2 + 4 + 2

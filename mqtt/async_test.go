@@ -9,6 +9,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/wal"
 )
 
@@ -18,7 +19,7 @@ type asyncSink struct {
 	asyncCalls int
 }
 
-func (a *asyncSink) AppendAsync(ctx context.Context, rec *wal.Record, done func(error)) error {
+func (a *asyncSink) AppendAsync(ctx context.Context, rec *tributary.Record, done func(error)) error {
 	a.mu.Lock()
 	a.asyncCalls++
 	a.mu.Unlock()

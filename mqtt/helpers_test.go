@@ -14,21 +14,21 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
-	"github.com/tributary-io/tributary/wal"
+	"github.com/tributary-io/tributary"
 )
 
 // memSink is a Sink in memory: it records appends, can be switched to fail,
 // and can hold every Append until released.
 type memSink struct {
 	mu      sync.Mutex
-	recs    []*wal.Record
+	recs    []*tributary.Record
 	fail    error
 	gate    chan struct{} // non-nil: Append waits until it is closed
 	waiting int           // Appends currently held at the gate
 	calls   int
 }
 
-func (m *memSink) Append(ctx context.Context, recs ...*wal.Record) error {
+func (m *memSink) Append(ctx context.Context, recs ...*tributary.Record) error {
 	m.mu.Lock()
 	m.calls++
 	gate := m.gate
@@ -90,10 +90,10 @@ func (m *memSink) held() int {
 	return m.waiting
 }
 
-func (m *memSink) records() []*wal.Record {
+func (m *memSink) records() []*tributary.Record {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return append([]*wal.Record(nil), m.recs...)
+	return append([]*tributary.Record(nil), m.recs...)
 }
 
 func (m *memSink) len() int {
@@ -102,8 +102,8 @@ func (m *memSink) len() int {
 	return len(m.recs)
 }
 
-func (m *memSink) byTopic(topic string) []*wal.Record {
-	var out []*wal.Record
+func (m *memSink) byTopic(topic string) []*tributary.Record {
+	var out []*tributary.Record
 	for _, r := range m.records() {
 		if r.Topic == topic {
 			out = append(out, r)

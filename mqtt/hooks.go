@@ -2,7 +2,6 @@ package mqtt
 
 import (
 	"crypto/subtle"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -12,7 +11,7 @@ import (
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
 
-	"github.com/tributary-io/tributary/wal"
+	"github.com/tributary-io/tributary"
 )
 
 // authHook authenticates CONNECT packets: any client when users is empty,
@@ -81,7 +80,7 @@ func (h *publishHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pa
 		return pk, nil // the node's own messages: not logged, see package comment
 	}
 	s := h.s
-	rec := &wal.Record{
+	rec := &tributary.Record{
 		Stream:   s.router.StreamFor(pk.TopicName),
 		Topic:    pk.TopicName,
 		Value:    pk.Payload,
@@ -90,9 +89,9 @@ func (h *publishHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pa
 		Node:     s.cfg.NodeID,
 	}
 	if n := len(pk.Properties.User); n > 0 {
-		rec.Headers = make([]wal.Header, n)
+		rec.Headers = make([]tributary.Header, n)
 		for i, u := range pk.Properties.User {
-			rec.Headers[i] = wal.Header{Key: u.Key, Value: []byte(u.Val)}
+			rec.Headers[i] = tributary.Header{Key: u.Key, Value: []byte(u.Val)}
 		}
 	}
 	if pk.FixedHeader.Qos == 0 {
@@ -129,21 +128,33 @@ func (h *publishHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pa
 // packets.ErrRejectPacket, which makes mochi skip its ack, retain and
 // delivery (server.go processPublish in v2.7.9).
 func (s *Server) refuse(cl *mochi.Client, pk packets.Packet, stream string, cause error) error {
-	budget := errors.Is(cause, wal.ErrBudgetExceeded)
-	if budget {
-		s.budget.exceeded(s, cause)
-	}
+	reason := tributary.ReasonOf(cause)
 	qos := pk.FixedHeader.Qos
 	if qos == 0 {
 		s.dropQoS0(cl, stream, cause)
 		return packets.ErrRejectPacket
 	}
+	if reason == tributary.ReasonBudget {
+		s.budget.exceeded(s, cause)
+	}
 	s.refused.Add(1)
-	if budget {
-		s.refusedBudget.Add(1)
-	} else if n, ok := s.errLog.allow(); ok {
-		s.log.Error("publish refused: append failed",
-			"error", cause, "stream", stream, "client", cl.ID, "qos", qos, "refused_since_last_log", n)
+	switch reason {
+	case tributary.ReasonBudget:
+		s.refusedBudget.Add(1) // logged once per episode by budget
+	case tributary.ReasonReplication:
+		s.refusedRepl.Add(1)
+		if n, ok := s.replLog.allow(); ok {
+			s.log.Warn("publish refused: too few replicas to store it (cluster.replication_policy refuse)",
+				"error", cause, "stream", stream, "client", cl.ID, "qos", qos, "refused_since_last_log", n)
+		}
+	default:
+		if reason == tributary.ReasonFenced {
+			s.refusedFenced.Add(1)
+		}
+		if n, ok := s.errLog.allow(); ok {
+			s.log.Error("publish refused: append failed",
+				"error", cause, "reason", reason.String(), "stream", stream, "client", cl.ID, "qos", qos, "refused_since_last_log", n)
+		}
 	}
 
 	if cl.Properties.ProtocolVersion < 5 {
@@ -152,10 +163,7 @@ func (s *Server) refuse(cl *mochi.Client, pk packets.Packet, stream string, caus
 		cl.Stop(fmt.Errorf("publish refused: %w", cause))
 		return packets.ErrRejectPacket
 	}
-	code := packets.ErrUnspecifiedError
-	if budget {
-		code = packets.ErrQuotaExceeded
-	}
+	code := refusalCode(reason)
 	// Written here rather than by returning code to mochi: for a code mochi
 	// v2.7.9 always writes a PUBACK, also for QoS 2, where PUBREC is due.
 	// A PUBREC with a failure code ends the QoS 2 exchange, so it is not
@@ -178,7 +186,7 @@ func (s *Server) refuse(cl *mochi.Client, pk packets.Packet, stream string, caus
 // dropQoS0 counts and logs (rate-limited) a QoS 0 publish that could not
 // be made durable.
 func (s *Server) dropQoS0(cl *mochi.Client, stream string, cause error) {
-	if errors.Is(cause, wal.ErrBudgetExceeded) {
+	if tributary.ReasonOf(cause) == tributary.ReasonBudget {
 		s.budget.exceeded(s, cause)
 	}
 	s.droppedQoS0.Add(1)
@@ -186,6 +194,25 @@ func (s *Server) dropQoS0(cl *mochi.Client, stream string, cause error) {
 		s.log.Warn("qos 0 publish dropped: append failed",
 			"error", cause, "stream", stream, "client", cl.ID, "dropped_since_last_log", n)
 	}
+}
+
+// refusalCode is the MQTT 5 reason code for a publish refused for reason:
+// 0x97 (quota exceeded) only for the WAL's disk budget; 0x83
+// (implementation specific error) for too few replicas and for a
+// partition this node does not own (both retriable, with the cause as
+// the reason string); 0x87 (not authorized) for a denial; 0x80 otherwise.
+func refusalCode(reason tributary.Reason) packets.Code {
+	switch reason {
+	case tributary.ReasonBudget:
+		return packets.ErrQuotaExceeded
+	case tributary.ReasonReplication:
+		return packets.Code{Code: packets.ErrImplementationSpecificError.Code, Reason: "too few replicas to store the message; retry later"}
+	case tributary.ReasonFenced:
+		return packets.Code{Code: packets.ErrImplementationSpecificError.Code, Reason: "partition moving to another node; retry later"}
+	case tributary.ReasonUnauthorized:
+		return packets.ErrNotAuthorized
+	}
+	return packets.ErrUnspecifiedError
 }
 
 // budgetState logs one line when budget refusals start and one when they end.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/wal"
 )
 
@@ -40,9 +41,9 @@ func TestPublishLandsInSink(t *testing.T) {
 		}
 		eventually(t, 5*time.Second, func() bool { return len(ts.sink.byTopic(tc.topic)) == 1 }, "record for %q", tc.topic)
 		r := ts.sink.byTopic(tc.topic)[0]
-		want := &wal.Record{
+		want := &tributary.Record{
 			Stream: tc.stream, Partition: r.Partition, Offset: r.Offset, Topic: tc.topic, Value: payload,
-			Headers:  []wal.Header{{Key: "k", Value: []byte("v1")}, {Key: "a", Value: []byte{}}, {Key: "k", Value: []byte("v2")}},
+			Headers:  []tributary.Header{{Key: "k", Value: []byte("v1")}, {Key: "a", Value: []byte{}}, {Key: "k", Value: []byte("v2")}},
 			Source:   "mqtt",
 			ClientID: "dev-1",
 			Node:     "node-1",

@@ -3,6 +3,7 @@ package mqtt
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/wal"
 )
 
@@ -26,6 +28,10 @@ func TestRefusalMQTT5(t *testing.T) {
 		{"budget", wal.ErrBudgetExceeded, 0x97},
 		{"budget wrapped", errors.Join(errors.New("append"), wal.ErrBudgetExceeded), 0x97},
 		{"other error", errors.New("disk on fire"), 0x80},
+		// Too few replicas is not a full disk: 0x83 with its own reason,
+		// and the budget counters and log lines do not move.
+		{"replication", fmt.Errorf("replica: replication_policy refuse: %w", tributary.ErrNotReplicated), 0x83},
+		{"fenced", fmt.Errorf("a.b/3: %w", tributary.ErrFenced), 0x83},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ts.sink.setFail(tc.cause)
@@ -48,7 +54,7 @@ func TestRefusalMQTT5(t *testing.T) {
 		})
 	}
 	st := ts.Stats()
-	if st.Refused != 6 || st.DroppedQoS0 != 3 || st.RefusedBudget != 4 || st.Accepted != [3]uint64{} {
+	if st.Refused != 10 || st.DroppedQoS0 != 5 || st.RefusedBudget != 4 || st.RefusedReplication != 2 || st.RefusedFenced != 2 || st.Accepted != [3]uint64{} {
 		t.Fatalf("stats %+v", st)
 	}
 	if n := ts.sink.len(); n != 0 {
@@ -69,6 +75,9 @@ func TestRefusalMQTT5(t *testing.T) {
 	}
 	if n := strings.Count(logs, "wal budget available again"); n != 1 {
 		t.Errorf("budget end logged %d times:\n%s", n, logs)
+	}
+	if !strings.Contains(logs, "too few replicas to store it") {
+		t.Errorf("replication refusal not logged as such:\n%s", logs)
 	}
 	if !strings.Contains(logs, "qos 0 publish dropped") || !strings.Contains(logs, "disk on fire") {
 		t.Errorf("drop or error not logged:\n%s", logs)

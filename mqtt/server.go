@@ -62,7 +62,7 @@ import (
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
 
-	"github.com/tributary-io/tributary/wal"
+	"github.com/tributary-io/tributary"
 )
 
 // Sink makes records durable. Append returns only after every record is
@@ -71,7 +71,7 @@ import (
 // Topic, Value, Headers, Source="mqtt", ClientID, Node and Timestamp=0.
 // Records must be treated as read-only: Value is shared with delivery.
 type Sink interface {
-	Append(ctx context.Context, recs ...*wal.Record) error
+	Append(ctx context.Context, recs ...*tributary.Record) error
 }
 
 // AsyncSink is a Sink that can also queue a record without waiting for it
@@ -81,7 +81,7 @@ type Sink interface {
 // otherwise calls done exactly once when the record is durable or failed.
 type AsyncSink interface {
 	Sink
-	AppendAsync(ctx context.Context, rec *wal.Record, done func(error)) error
+	AppendAsync(ctx context.Context, rec *tributary.Record, done func(error)) error
 }
 
 // Listener ids as reported by Server.Addrs.
@@ -122,11 +122,15 @@ type Stats struct {
 	Accepted      [3]uint64 // publishes made durable, by QoS
 	Refused       uint64    // QoS 1/2 publishes refused (Append failed)
 	RefusedBudget uint64    // of Refused, because the WAL budget was exceeded
-	DroppedQoS0   uint64    // QoS 0 publishes dropped because Append failed
-	RefusedTopic  uint64    // publishes refused for a topic mochi would ignore
-	BytesIn       int64     // bytes received from the network (all packets)
-	PayloadBytes  uint64    // payload bytes made durable
-	Panics        uint64    // connections closed because input made mochi panic
+	// RefusedReplication: of Refused, because too few replicas could store
+	// them (cluster.replication_policy refuse).
+	RefusedReplication uint64
+	RefusedFenced      uint64 // of Refused, because the partition is not (or not yet) this node's
+	DroppedQoS0        uint64 // QoS 0 publishes dropped because Append failed
+	RefusedTopic       uint64 // publishes refused for a topic mochi would ignore
+	BytesIn            int64  // bytes received from the network (all packets)
+	PayloadBytes       uint64 // payload bytes made durable
+	Panics             uint64 // connections closed because input made mochi panic
 }
 
 // Server is the MQTT broker of one node.
@@ -148,6 +152,8 @@ type Server struct {
 	accepted      [3]atomic.Uint64
 	refused       atomic.Uint64
 	refusedBudget atomic.Uint64
+	refusedRepl   atomic.Uint64
+	refusedFenced atomic.Uint64
 	droppedQoS0   atomic.Uint64
 	refusedTopic  atomic.Uint64
 	payloadBytes  atomic.Uint64
@@ -162,7 +168,8 @@ type Server struct {
 
 	budget  budgetState
 	dropLog rateLimiter // QoS 0 drops
-	errLog  rateLimiter // refusals for reasons other than the budget
+	errLog  rateLimiter // refusals for reasons other than the budget and replication
+	replLog rateLimiter // refusals for too few replicas
 }
 
 // New validates cfg and builds a server; Start opens the listeners.
@@ -343,14 +350,16 @@ func (s *Server) Close(ctx context.Context) error {
 // Stats returns a snapshot of the counters.
 func (s *Server) Stats() Stats {
 	st := Stats{
-		Clients:       atomic.LoadInt64(&s.broker.Info.ClientsConnected),
-		Refused:       s.refused.Load(),
-		RefusedBudget: s.refusedBudget.Load(),
-		DroppedQoS0:   s.droppedQoS0.Load(),
-		RefusedTopic:  s.refusedTopic.Load(),
-		BytesIn:       atomic.LoadInt64(&s.broker.Info.BytesReceived),
-		PayloadBytes:  s.payloadBytes.Load(),
-		Panics:        s.panics.Load(),
+		Clients:            atomic.LoadInt64(&s.broker.Info.ClientsConnected),
+		Refused:            s.refused.Load(),
+		RefusedBudget:      s.refusedBudget.Load(),
+		RefusedReplication: s.refusedRepl.Load(),
+		RefusedFenced:      s.refusedFenced.Load(),
+		DroppedQoS0:        s.droppedQoS0.Load(),
+		RefusedTopic:       s.refusedTopic.Load(),
+		BytesIn:            atomic.LoadInt64(&s.broker.Info.BytesReceived),
+		PayloadBytes:       s.payloadBytes.Load(),
+		Panics:             s.panics.Load(),
 	}
 	for i := range st.Accepted {
 		st.Accepted[i] = s.accepted[i].Load()

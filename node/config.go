@@ -14,6 +14,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/uplink"
@@ -289,11 +290,11 @@ func (c *Config) Validate() error {
 	if g := c.Catalog.PartitionGranularity; g != "day" && g != "hour" {
 		bad("catalog.partition_granularity", "%q: want day or hour", g)
 	}
-	if _, _, err := tables.ParseStream(c.MQTT.DefaultStream); err != nil {
+	if _, _, err := tributary.ParseStream(c.MQTT.DefaultStream); err != nil {
 		bad("mqtt.default_stream", "%v", err)
 	}
 	for i, r := range c.MQTT.Routes {
-		if _, _, err := tables.ParseStream(r.Stream); err != nil {
+		if _, _, err := tributary.ParseStream(r.Stream); err != nil {
 			bad(fmt.Sprintf("mqtt.routes[%d].stream", i), "%v", err)
 		}
 		if r.Filter == "" {

@@ -219,6 +219,7 @@ func (n *Node) registerMetrics(reg *prometheus.Registry) {
 	}
 	counter("tributary_mqtt_publishes_refused_total", "QoS 1/2 publishes refused (not acknowledged).", func() float64 { return float64(n.mqtt.Stats().Refused) })
 	counter("tributary_mqtt_publishes_refused_budget_total", "QoS 1/2 publishes refused because the WAL budget was exhausted.", func() float64 { return float64(n.mqtt.Stats().RefusedBudget) })
+	counter("tributary_mqtt_publishes_refused_replication_total", "QoS 1/2 publishes refused because too few replicas could store them (replication_policy refuse).", func() float64 { return float64(n.mqtt.Stats().RefusedReplication) })
 	counter("tributary_mqtt_qos0_dropped_total", "QoS 0 publishes dropped because they could not be made durable.", func() float64 { return float64(n.mqtt.Stats().DroppedQoS0) })
 	kstat := func(f func(s kafka.Stats) int64) func() float64 {
 		return func() float64 {

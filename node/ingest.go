@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/semaphore"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/wal"
 )
@@ -97,7 +98,7 @@ func newIngest(node string, w *wal.WAL, cat *tables.Catalog, log *slog.Logger) *
 }
 
 // Append resolves partitions and makes the records durable.
-func (in *ingest) Append(ctx context.Context, recs ...*wal.Record) error {
+func (in *ingest) Append(ctx context.Context, recs ...*tributary.Record) error {
 	for _, r := range recs {
 		if err := in.stamp(ctx, r); err != nil {
 			return err
@@ -114,7 +115,7 @@ func (in *ingest) Append(ctx context.Context, recs ...*wal.Record) error {
 }
 
 // stamp sets a record's partition (this node's own), epoch and node.
-func (in *ingest) stamp(ctx context.Context, r *wal.Record) error {
+func (in *ingest) stamp(ctx context.Context, r *tributary.Record) error {
 	o, err := in.resolve(ctx, r.Stream)
 	if err != nil {
 		return err
@@ -151,7 +152,7 @@ func (in *ingest) resolve(ctx context.Context, stream string) (*owned, error) {
 		return o, nil
 	}
 	v, err, _ := in.sf.Do(stream, func() (any, error) {
-		if _, _, err := tables.ParseStream(stream); err != nil {
+		if _, _, err := tributary.ParseStream(stream); err != nil {
 			return nil, err
 		}
 		o, err := in.fromCatalog(ctx, stream)
@@ -259,7 +260,7 @@ func (in *ingest) writable(ctx context.Context, stream string, p int32) (int64, 
 // produce), stamping each with this node's epoch of its partition; a
 // partition this node does not own is refused (errNotOwned, errAdopting)
 // and nothing is appended.
-func (in *ingest) appendOwned(ctx context.Context, recs ...*wal.Record) error {
+func (in *ingest) appendOwned(ctx context.Context, recs ...*tributary.Record) error {
 	var last partKey
 	var e int64
 	for i, r := range recs {
@@ -403,7 +404,7 @@ const maxAsyncBytes = 32 << 20
 
 // AppendAsync resolves the partition and queues the record for the next
 // group commit without waiting for it (QoS 0).
-func (in *ingest) AppendAsync(ctx context.Context, r *wal.Record, done func(error)) error {
+func (in *ingest) AppendAsync(ctx context.Context, r *tributary.Record, done func(error)) error {
 	if err := in.stamp(ctx, r); err != nil {
 		return err
 	}
@@ -411,11 +412,11 @@ func (in *ingest) AppendAsync(ctx context.Context, r *wal.Record, done func(erro
 	if err := in.async.Acquire(ctx, n); err != nil {
 		return err
 	}
-	in.wal.AppendAsync([]*wal.Record{r}, func(err error) {
+	in.wal.AppendAsync([]*tributary.Record{r}, func(err error) {
 		in.async.Release(n)
 		if err == nil {
-			in.count.add([]*wal.Record{r})
-			in.repl.notify([]*wal.Record{r})
+			in.count.add([]*tributary.Record{r})
+			in.repl.notify([]*tributary.Record{r})
 		}
 		done(err)
 	})

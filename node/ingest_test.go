@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/wal"
 )
@@ -43,17 +44,17 @@ func newIngestEnv(t *testing.T, id, dir string, cat *tables.Catalog) *ingestEnv 
 	return &ingestEnv{dir: dir, wal: w, cat: cat, in: newIngest(id, w, cat, slog.New(slog.NewTextHandler(io.Discard, nil)))}
 }
 
-func (e *ingestEnv) publish(t *testing.T, stream string) *wal.Record {
+func (e *ingestEnv) publish(t *testing.T, stream string) *tributary.Record {
 	t.Helper()
-	r := &wal.Record{Stream: stream, Topic: "t", Value: []byte("v"), Source: "mqtt"}
+	r := &tributary.Record{Stream: stream, Topic: "t", Value: []byte("v"), Source: "mqtt"}
 	if err := e.in.Append(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
 	return r
 }
 
-func (e *ingestEnv) produce(stream string, p int32) (*wal.Record, error) {
-	r := &wal.Record{Stream: stream, Partition: p, Topic: stream, Value: []byte("k"), Source: "kafka"}
+func (e *ingestEnv) produce(stream string, p int32) (*tributary.Record, error) {
+	r := &tributary.Record{Stream: stream, Partition: p, Topic: stream, Value: []byte("k"), Source: "kafka"}
 	return r, e.in.appendOwned(context.Background(), r)
 }
 
@@ -133,7 +134,7 @@ func TestIngestAdopt(t *testing.T) {
 		t.Fatalf("produce during the take-over: %v", err)
 	}
 	// The copied records (offsets 0-2, epoch 1), then adopt, then release.
-	copied := []*wal.Record{{Stream: "s.x", Partition: pc, Offset: 0, Epoch: 1}, {Stream: "s.x", Partition: pc, Offset: 1, Epoch: 1}, {Stream: "s.x", Partition: pc, Offset: 2, Epoch: 1}}
+	copied := []*tributary.Record{{Stream: "s.x", Partition: pc, Offset: 0, Epoch: 1}, {Stream: "s.x", Partition: pc, Offset: 1, Epoch: 1}, {Stream: "s.x", Partition: pc, Offset: 2, Epoch: 1}}
 	if _, err := a.wal.AppendAt(ctx, copied...); err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +230,7 @@ func TestIngestClaimDropsStale(t *testing.T) {
 	if e, err := cat.TakeOver(ctx, "s.x", p, "b", "a"); err != nil || e != 2 {
 		t.Fatalf("take back: %d, %v", e, err)
 	}
-	copied := []*wal.Record{{Stream: "s.x", Partition: p, Offset: 0, Epoch: 2, Value: []byte("b0")}, {Stream: "s.x", Partition: p, Offset: 1, Epoch: 2, Value: []byte("b1")}}
+	copied := []*tributary.Record{{Stream: "s.x", Partition: p, Offset: 0, Epoch: 2, Value: []byte("b0")}, {Stream: "s.x", Partition: p, Offset: 1, Epoch: 2, Value: []byte("b1")}}
 	if skipped, err := a.wal.AppendAt(ctx, copied...); err != nil || skipped != 0 {
 		t.Fatalf("copy: skipped %d, %v", skipped, err)
 	}

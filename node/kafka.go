@@ -14,9 +14,9 @@ import (
 
 	"github.com/apache/iceberg-go/table"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/tables"
-	"github.com/tributary-io/tributary/wal"
 )
 
 // kafkaBackend is the node's side of the Kafka produce server: streams as
@@ -194,7 +194,7 @@ func (kb *kafkaBackend) EnsureStream(ctx context.Context, stream string) (kafka.
 // Append appends records the Kafka server addressed to a partition this
 // node owns (its own, or one it took over); any other partition is refused
 // with kafka.ErrNotLeader.
-func (kb *kafkaBackend) Append(ctx context.Context, recs ...*wal.Record) error {
+func (kb *kafkaBackend) Append(ctx context.Context, recs ...*tributary.Record) error {
 	err := kb.n.ingest.appendOwned(ctx, recs...)
 	if errors.Is(err, errNotOwned) {
 		return fmt.Errorf("%w: %w", kafka.ErrNotLeader, err)
@@ -225,7 +225,7 @@ func (kb *kafkaBackend) AllocateProducerID(ctx context.Context) (int64, error) {
 // ProducerRuns merges the released-runs snapshot with the runs of the
 // unreleased Kafka records in the WAL.
 func (kb *kafkaBackend) ProducerRuns(ctx context.Context) ([]kafka.ProducerRun, error) {
-	var recs []*wal.Record
+	var recs []*tributary.Record
 	for _, p := range kb.n.wal.Partitions() {
 		if p.Next == p.Released {
 			continue
@@ -267,7 +267,7 @@ func (kb *kafkaBackend) adopted(stream string, p int32) {
 
 // beforeRelease folds the runs of records about to leave the WAL into the
 // snapshot and persists it.
-func (kb *kafkaBackend) beforeRelease(stream string, partition int32, recs []*wal.Record) error {
+func (kb *kafkaBackend) beforeRelease(stream string, partition int32, recs []*tributary.Record) error {
 	runs := kafka.RunsFromRecords(recs, keepRuns)
 	if len(runs) == 0 {
 		return nil

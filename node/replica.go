@@ -10,10 +10,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/replica"
 	"github.com/tributary-io/tributary/tables"
-	"github.com/tributary-io/tributary/wal"
 )
 
 // replication is ingest's handle on the node's replicas: nil (no waiting)
@@ -52,7 +52,7 @@ func (in *ingest) ownedEpoch(stream string, p int32) (int64, bool) {
 
 // wait returns once recs, durable in the WAL, are durable on the replicas
 // (see package replica for the policies).
-func (x *replication) wait(ctx context.Context, recs []*wal.Record) error {
+func (x *replication) wait(ctx context.Context, recs []*tributary.Record) error {
 	if r := x.r.Load(); r != nil {
 		return r.Replicate(ctx, recs)
 	}
@@ -60,7 +60,7 @@ func (x *replication) wait(ctx context.Context, recs []*wal.Record) error {
 }
 
 // notify replicates recs without waiting (QoS 0).
-func (x *replication) notify(recs []*wal.Record) {
+func (x *replication) notify(recs []*tributary.Record) {
 	if r := x.r.Load(); r != nil {
 		r.Notify(recs)
 	}

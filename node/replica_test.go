@@ -8,12 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/replica"
 	"github.com/tributary-io/tributary/wal"
 )
 
 // TestReplicationRefusePolicy: with replication_policy refuse, a node
-// refuses (as for a full WAL) before its replicas run and while it is
+// refuses (for replication, never as a full WAL) before its replicas run and while it is
 // alone, and accepts once a second node is there to hold a copy.
 func TestReplicationRefusePolicy(t *testing.T) {
 	cfg := testNodeConfig(t, "r1")
@@ -24,10 +25,10 @@ func TestReplicationRefusePolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close(ctx)
-	rec := func() *wal.Record {
-		return &wal.Record{Stream: "factory.telemetry", Topic: "factory/x", Value: []byte("v"), Source: "mqtt"}
+	rec := func() *tributary.Record {
+		return &tributary.Record{Stream: "factory.telemetry", Topic: "factory/x", Value: []byte("v"), Source: "mqtt"}
 	}
-	if err := n.ingest.Append(ctx, rec()); !errors.Is(err, replica.ErrNotReplicated) || !errors.Is(err, wal.ErrBudgetExceeded) {
+	if err := n.ingest.Append(ctx, rec()); !errors.Is(err, replica.ErrNotReplicated) || errors.Is(err, wal.ErrBudgetExceeded) || tributary.ReasonOf(err) != tributary.ReasonReplication {
 		t.Fatalf("append before start: %v", err)
 	}
 	if err := n.Start(ctx); err != nil {
@@ -36,8 +37,8 @@ func TestReplicationRefusePolicy(t *testing.T) {
 	if err := n.ingest.Append(ctx, rec()); !errors.Is(err, replica.ErrNotReplicated) {
 		t.Fatalf("append while alone: %v", err)
 	}
-	if got := n.WAL().Stats().AppendedRecords; got != 0 {
-		t.Fatalf("%d records appended while refusing", got)
+	if st := n.WAL().Stats(); st.AppendedRecords != 0 || st.BudgetRejections != 0 {
+		t.Fatalf("while refusing for replication: %d records appended, %d budget rejections", st.AppendedRecords, st.BudgetRejections)
 	}
 	startTestNode(t, "r2", n.GossipAddr())
 	deadline := time.Now().Add(20 * time.Second)

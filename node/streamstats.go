@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tributary-io/tributary/wal"
+	"github.com/tributary-io/tributary"
 )
 
 // streamCounters counts messages and payload bytes made durable, by
@@ -18,7 +18,7 @@ type streamCounters struct {
 
 type streamCount struct{ msgs, bytes atomic.Int64 }
 
-func (c *streamCounters) add(recs []*wal.Record) {
+func (c *streamCounters) add(recs []*tributary.Record) {
 	for _, r := range recs {
 		k := [2]string{r.Source, r.Stream}
 		c.mu.RLock()

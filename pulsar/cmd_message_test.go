@@ -6,8 +6,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/pulsar/pb"
-	"github.com/tributary-io/tributary/wal"
 )
 
 // messageFrame is the MESSAGE frame of d built with protobuf's encoder:
@@ -46,13 +46,13 @@ func messageFrame(t *testing.T, id uint64, partition int32, d Delivery, brokerEn
 }
 
 func TestAppendMessageMatchesProtobuf(t *testing.T) {
-	recs := []*wal.Record{
+	recs := []*tributary.Record{
 		{Offset: 0, Timestamp: 1700000000123456, Node: "edge-1", Value: []byte(`{"c":21.5}`)},
 		{Offset: 1 << 40, Timestamp: 0, Value: nil},
 		{Offset: 7, Timestamp: 5, Node: "n", Key: []byte{}, Value: []byte{}, ProducerTimestamp: 1700000000999,
-			Headers: []wal.Header{{Key: "a", Value: []byte("1")}, {Key: "a", Value: nil}, {Key: "", Value: []byte{0, 0xff}}}},
+			Headers: []tributary.Header{{Key: "a", Value: []byte("1")}, {Key: "a", Value: nil}, {Key: "", Value: []byte{0, 0xff}}}},
 		{Offset: 300, Timestamp: 1, Node: "edge-2", Key: []byte{0x00, 0xfe, 'k'}, Value: bytes.Repeat([]byte{0xab}, 70000),
-			Headers: []wal.Header{{Key: string(bytes.Repeat([]byte("h"), 200)), Value: bytes.Repeat([]byte("v"), 300)}}},
+			Headers: []tributary.Header{{Key: string(bytes.Repeat([]byte("h"), 200)), Value: bytes.Repeat([]byte("v"), 300)}}},
 	}
 	for i, r := range recs {
 		for _, redelivery := range []uint32{0, 1, 300} {
@@ -75,8 +75,8 @@ func TestAppendMessageMatchesProtobuf(t *testing.T) {
 
 // BenchmarkAppendMessage: one 1 KiB row with a key and two headers.
 func BenchmarkAppendMessage(b *testing.B) {
-	r := &wal.Record{Offset: 123456, Timestamp: 1700000000123456, Node: "edge-1", Key: []byte("device-17"),
-		Value: bytes.Repeat([]byte{1}, 1024), Headers: []wal.Header{{Key: "i", Value: []byte("17")}, {Key: "empty", Value: []byte{}}}}
+	r := &tributary.Record{Offset: 123456, Timestamp: 1700000000123456, Node: "edge-1", Key: []byte("device-17"),
+		Value: bytes.Repeat([]byte{1}, 1024), Headers: []tributary.Header{{Key: "i", Value: []byte("17")}, {Key: "empty", Value: []byte{}}}}
 	d := Delivery{Entry: Entry{Offset: r.Offset, Record: r}}
 	var buf []byte
 	b.SetBytes(int64(len(r.Value)))

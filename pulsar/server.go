@@ -32,6 +32,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/tables"
 )
 
@@ -308,7 +309,7 @@ func (s *Server) parseTopic(name string) (topicName, error) {
 		}
 	}
 	t.stream = parts[1] + "." + st
-	if _, _, err := tables.ParseStream(t.stream); err != nil {
+	if _, _, err := tributary.ParseStream(t.stream); err != nil {
 		return topicName{}, fmt.Errorf("%w: %q: %v", ErrTopicName, name, err)
 	}
 	return t, nil

@@ -19,16 +19,16 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/pulsar/pb"
 	"github.com/tributary-io/tributary/tables"
-	"github.com/tributary-io/tributary/wal"
 )
 
 const testTopic = "persistent://tributary/factory/telemetry"
 
 // testServer starts a server over a catalog holding n rows in partition 0
 // of factory.telemetry.
-func testServer(t *testing.T, n int, cfg Config) (*Server, []*wal.Record) {
+func testServer(t *testing.T, n int, cfg Config) (*Server, []*tributary.Record) {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -42,11 +42,11 @@ func testServer(t *testing.T, n int, cfg Config) (*Server, []*wal.Record) {
 	if _, err := cat.EnsureTable(ctx, stream); err != nil {
 		t.Fatal(err)
 	}
-	recs := make([]*wal.Record, n)
+	recs := make([]*tributary.Record, n)
 	for i := range recs {
-		recs[i] = &wal.Record{Stream: stream, Offset: int64(i), Timestamp: time.Now().UnixMicro(), Topic: "factory/x",
+		recs[i] = &tributary.Record{Stream: stream, Offset: int64(i), Timestamp: time.Now().UnixMicro(), Topic: "factory/x",
 			Value: []byte(fmt.Sprintf("value %d", i)), Source: "kafka", ClientID: "c", Node: "edge-1",
-			Headers: []wal.Header{{Key: "h", Value: []byte{byte(i)}}}}
+			Headers: []tributary.Header{{Key: "h", Value: []byte{byte(i)}}}}
 		if i%2 == 0 {
 			recs[i].Key = []byte(fmt.Sprintf("k%d", i%4))
 		}

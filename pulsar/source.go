@@ -12,8 +12,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/tables"
-	"github.com/tributary-io/tributary/wal"
 )
 
 type source struct {
@@ -42,7 +42,7 @@ func (s *source) Read(ctx context.Context, from int64, limit int) ([]Entry, erro
 		return nil, err
 	}
 	out := make([]Entry, 0, min(limit, 1024))
-	err = v.Read(ctx, max(from, v.Earliest), func(r *wal.Record) bool {
+	err = v.Read(ctx, max(from, v.Earliest), func(r *tributary.Record) bool {
 		out = append(out, Entry{Offset: r.Offset, Record: r})
 		return len(out) < limit
 	})

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tributary-io/tributary/wal"
+	"github.com/tributary-io/tributary"
 )
 
 // SubType is a subscription type; the numbers equal the protocol's
@@ -40,13 +40,13 @@ const (
 // Entry is one message of one topic partition: its row.
 type Entry struct {
 	Offset int64
-	Record *wal.Record
+	Record *tributary.Record
 }
 
 // Source is one topic partition's committed rows. Read returns up to max
 // entries from offset `from` on (none = nothing committed yet there); End is
 // the next offset not yet committed; OffsetForTime is the first offset whose
-// timestamp (publish time = wal.Record.Timestamp, µs) is >= t, or End.
+// timestamp (publish time = tributary.Record.Timestamp, µs) is >= t, or End.
 type Source interface {
 	Read(ctx context.Context, from int64, max int) ([]Entry, error)
 	End(ctx context.Context) (int64, error)

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tributary-io/tributary/wal"
+	"github.com/tributary-io/tributary"
 )
 
 // fakeSource is one partition's rows in memory.
@@ -27,7 +27,7 @@ func (f *fakeSource) add(keys ...string) {
 		if k != "" {
 			key = []byte(k)
 		}
-		f.entries = append(f.entries, Entry{Offset: off, Record: &wal.Record{
+		f.entries = append(f.entries, Entry{Offset: off, Record: &tributary.Record{
 			Offset: off, Key: key, Value: []byte{byte(off)}, Timestamp: 1_000_000 * (off + 1)}})
 	}
 }

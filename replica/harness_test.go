@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/wal"
 )
@@ -254,9 +255,9 @@ func (tc *testCluster) setState(id string, st cluster.State) {
 // and replicates them, as the node's ingest does.
 func (n *testNode) ingest(t *testing.T, p int32, count int, epoch int64) error {
 	t.Helper()
-	recs := make([]*wal.Record, count)
+	recs := make([]*tributary.Record, count)
 	for i := range recs {
-		recs[i] = &wal.Record{Stream: "s.t", Partition: p, Epoch: epoch, Topic: "t", Value: []byte(fmt.Sprintf("%s-%d", n.id, i)), Source: "mqtt", Node: n.id}
+		recs[i] = &tributary.Record{Stream: "s.t", Partition: p, Epoch: epoch, Topic: "t", Value: []byte(fmt.Sprintf("%s-%d", n.id, i)), Source: "mqtt", Node: n.id}
 	}
 	if err := n.main.Append(context.Background(), recs...); err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/peer"
 	"github.com/tributary-io/tributary/wal"
@@ -58,9 +59,9 @@ func TestOverPeer(t *testing.T) {
 	pb, rb, wb := open("b", bdir)
 
 	appendSome := func(n int) error {
-		recs := make([]*wal.Record, n)
+		recs := make([]*tributary.Record, n)
 		for i := range recs {
-			recs[i] = &wal.Record{Stream: "s.t", Partition: 1, Topic: "t", Value: []byte(fmt.Sprint(i)), Source: "mqtt"}
+			recs[i] = &tributary.Record{Stream: "s.t", Partition: 1, Topic: "t", Value: []byte(fmt.Sprint(i)), Source: "mqtt"}
 		}
 		if err := wa.Append(context.Background(), recs...); err != nil {
 			return err

@@ -8,8 +8,9 @@
 //     that it holds the records durably (fsynced), unless a replica is
 //     missing and the policy is "degrade" (then it returns nil with
 //     Stats.Degraded set, logged loudly); with "refuse" it returns an error
-//     wrapping ErrNotReplicated, which wraps wal.ErrBudgetExceeded, so the
-//     front doors refuse the publish as they refuse one for a full WAL.
+//     wrapping ErrNotReplicated, which wraps tributary.ErrNotReplicated, so
+//     the front doors refuse the publish with their own code for it (MQTT 5
+//     0x83, Kafka NOT_ENOUGH_REPLICAS) — never as a full WAL.
 //  2. Offsets are the owner's. A replica stores records with the offsets
 //     the owner assigned (AppendAt), gap-free per partition; a replica
 //     that is behind answers with its next offset and the owner resends
@@ -77,6 +78,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/peer"
 	"github.com/tributary-io/tributary/wal"
@@ -96,8 +98,9 @@ const (
 var (
 	// ErrNotReplicated is returned under the refuse policy when the records
 	// could not be made durable on enough replicas; it wraps
-	// wal.ErrBudgetExceeded so that clients are refused as for a full WAL.
-	ErrNotReplicated = fmt.Errorf("replica: too few replicas (replication_policy refuse): %w", wal.ErrBudgetExceeded)
+	// tributary.ErrNotReplicated (back-pressure of its own reason, not the
+	// WAL's disk budget).
+	ErrNotReplicated = fmt.Errorf("replica: replication_policy refuse: %w", tributary.ErrNotReplicated)
 	// ErrFenced is returned when a replica owns the partition at a higher
 	// epoch: this node no longer owns it.
 	ErrFenced = errors.New("replica: partition fenced: another node took it over")
@@ -147,9 +150,9 @@ func (t peerTransport) Ping(ctx context.Context, id, addr string) error {
 // Log is the node's main WAL (*wal.WAL).
 type Log interface {
 	Partition(stream string, partition int32) (wal.PartitionState, bool)
-	Read(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]*wal.Record, error)
+	Read(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]*tributary.Record, error)
 	EnsurePartition(stream string, partition int32, minNext int64) error
-	AppendAt(ctx context.Context, recs ...*wal.Record) (skipped int, err error)
+	AppendAt(ctx context.Context, recs ...*tributary.Record) (skipped int, err error)
 }
 
 // Catalog is the ownership side of the catalog.

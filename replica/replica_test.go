@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/wal"
 )
@@ -150,7 +151,7 @@ func TestDegradeAndRefuse(t *testing.T) {
 	tr := newTestCluster(t, 2, Refuse, "x", "y")
 	x := tr.nodes["x"]
 	tr.net.setCut("addr-y", true)
-	if err := x.ingest(t, 0, 1, 0); !errors.Is(err, ErrNotReplicated) || !errors.Is(err, wal.ErrBudgetExceeded) {
+	if err := x.ingest(t, 0, 1, 0); !errors.Is(err, ErrNotReplicated) || errors.Is(err, wal.ErrBudgetExceeded) || tributary.ReasonOf(err) != tributary.ReasonReplication {
 		t.Fatalf("refuse policy with the replica cut off: %v", err)
 	}
 	tr.setState("y", cluster.Dead)
@@ -226,7 +227,7 @@ func TestDroppedPartition(t *testing.T) {
 	if _, err := a.main.DropPartition("s.t", 0); err != nil {
 		t.Fatal(err)
 	}
-	err := a.r.Replicate(context.Background(), []*wal.Record{{Stream: "s.t", Partition: 0, Offset: 3}})
+	err := a.r.Replicate(context.Background(), []*tributary.Record{{Stream: "s.t", Partition: 0, Offset: 3}})
 	if !errors.Is(err, ErrFenced) {
 		t.Fatalf("replicating a dropped partition: %v", err)
 	}

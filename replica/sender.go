@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tributary-io/tributary/wal"
+	"github.com/tributary-io/tributary"
 )
 
 // Sender tuning.
@@ -80,16 +80,16 @@ func (r *Replicas) outPartOf(pk pkey) (*outPart, error) {
 
 // Replicate waits until recs (just made durable in the main WAL) are
 // durable on the replicas; see the package comment for the policies.
-func (r *Replicas) Replicate(ctx context.Context, recs []*wal.Record) error {
+func (r *Replicas) Replicate(ctx context.Context, recs []*tributary.Record) error {
 	return r.replicate(ctx, recs, true)
 }
 
 // Notify starts replicating recs without waiting (QoS 0).
-func (r *Replicas) Notify(recs []*wal.Record) {
+func (r *Replicas) Notify(recs []*tributary.Record) {
 	r.replicate(context.Background(), recs, false)
 }
 
-func (r *Replicas) replicate(ctx context.Context, recs []*wal.Record, wait bool) error {
+func (r *Replicas) replicate(ctx context.Context, recs []*tributary.Record, wait bool) error {
 	if r.cfg.Factor <= 1 || len(recs) == 0 {
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/wal"
 )
 
@@ -144,7 +145,7 @@ func (s *store) apply(batch []*task) {
 		}
 	}
 	var pending []*task
-	var recs []*wal.Record
+	var recs []*tributary.Record
 	flush := func() {
 		if len(pending) == 0 {
 			return

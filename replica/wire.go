@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/wal"
 )
 
@@ -49,7 +50,7 @@ type appendMsg struct {
 	Partition int32
 	Epoch     int64
 	Base      int64
-	Records   []*wal.Record
+	Records   []*tributary.Record
 }
 
 // Reply statuses.
@@ -152,7 +153,7 @@ func decodeAppend(b []byte) (*appendMsg, error) {
 	if m.Stream == "" {
 		return nil, fmt.Errorf("%w: empty stream", ErrMalformed)
 	}
-	m.Records = make([]*wal.Record, 0, n)
+	m.Records = make([]*tributary.Record, 0, n)
 	for i := uint64(0); i < n; i++ {
 		l := d.uvarint("record length")
 		raw := d.take("record", l)

@@ -5,21 +5,21 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/tributary-io/tributary/wal"
+	"github.com/tributary-io/tributary"
 )
 
 func sampleAppend() *appendMsg {
 	m := &appendMsg{Stream: "factory.telemetry", Partition: 3, Epoch: 2, Base: 10}
 	for i := int64(0); i < 3; i++ {
-		m.Records = append(m.Records, &wal.Record{Stream: m.Stream, Partition: 3, Offset: 10 + i, Epoch: 2, Timestamp: 1700000000000000 + i,
+		m.Records = append(m.Records, &tributary.Record{Stream: m.Stream, Partition: 3, Offset: 10 + i, Epoch: 2, Timestamp: 1700000000000000 + i,
 			Topic: "factory/line1", Value: []byte{byte(i), 'x'}, Source: "mqtt", ClientID: "dev-1", Node: "n1",
-			Headers: []wal.Header{{Key: "k", Value: []byte("v")}}})
+			Headers: []tributary.Header{{Key: "k", Value: []byte("v")}}})
 	}
 	return m
 }
 
 func TestAppendRoundTrip(t *testing.T) {
-	for _, m := range []*appendMsg{sampleAppend(), {Stream: "a.b", Partition: 0, Epoch: 0, Base: 7, Records: []*wal.Record{}}} {
+	for _, m := range []*appendMsg{sampleAppend(), {Stream: "a.b", Partition: 0, Epoch: 0, Base: 7, Records: []*tributary.Record{}}} {
 		got, err := decodeAppend(m.encode())
 		if err != nil {
 			t.Fatal(err)

@@ -21,6 +21,8 @@ import (
 	"github.com/apache/iceberg-go/table"
 	_ "github.com/jackc/pgx/v5/stdlib" // Postgres catalogs
 	_ "modernc.org/sqlite"             // pure-Go SQLite driver for the embedded catalog
+
+	"github.com/tributary-io/tributary"
 )
 
 // Table properties through which Tributary keeps its own state in the
@@ -165,7 +167,7 @@ func (c *Catalog) Iceberg() catalog.Catalog { return c.cat }
 func (c *Catalog) Warehouse() string { return c.cfg.Warehouse }
 
 func ident(stream string) (table.Identifier, error) {
-	ns, n, err := ParseStream(stream)
+	ns, n, err := tributary.ParseStream(stream)
 	if err != nil {
 		return nil, err
 	}
@@ -174,7 +176,7 @@ func ident(stream string) (table.Identifier, error) {
 
 // TableLocation is where a stream's table lives below the warehouse.
 func (c *Catalog) TableLocation(stream string) string {
-	ns, n, _ := ParseStream(stream)
+	ns, n, _ := tributary.ParseStream(stream)
 	return strings.TrimRight(c.cfg.Warehouse, "/") + "/" + ns + "/" + n
 }
 

@@ -13,7 +13,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 	"github.com/google/uuid"
 
-	"github.com/tributary-io/tributary/wal"
+	"github.com/tributary-io/tributary"
 )
 
 // liveFile is a data file of the current snapshot with the facts
@@ -231,7 +231,7 @@ func (m *pass) writeCompacted(ctx context.Context, t *table.Table, g []liveFile)
 	if err != nil {
 		return FileMeta{}, fmt.Errorf("read p%d [%d,%d]: %w", part, first, last, err)
 	}
-	recs := make([]*wal.Record, 0, want)
+	recs := make([]*tributary.Record, 0, want)
 	for b, err := range batches {
 		if err != nil {
 			return FileMeta{}, fmt.Errorf("read p%d [%d,%d]: %w", part, first, last, err)

@@ -1,10 +1,14 @@
 package tables
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/tributary-io/tributary"
+)
 
 var (
 	// ErrInvalidStream is returned for a stream name that is not namespace.stream.
-	ErrInvalidStream = errors.New("invalid stream name")
+	ErrInvalidStream = tributary.ErrInvalidStream
 	// ErrNoSuchStream is returned when a stream's table does not exist.
 	ErrNoSuchStream = errors.New("no such stream")
 	// ErrNoSuchPartition is returned when a stream has no such partition.

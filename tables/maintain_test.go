@@ -15,11 +15,11 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/tributary-io/tributary/wal"
+	"github.com/tributary-io/tributary"
 )
 
 // putFile writes recs as a data file named like the uplink's.
-func putFile(tb testing.TB, c *Catalog, stream string, recs []*wal.Record) FileMeta {
+func putFile(tb testing.TB, c *Catalog, stream string, recs []*tributary.Record) FileMeta {
 	tb.Helper()
 	var buf bytes.Buffer
 	st, err := WriteParquet(&buf, recs)
@@ -48,7 +48,7 @@ func localPath(tb testing.TB, c *Catalog, url string) string {
 
 // appendRecs commits recs (consecutive offsets from the partition's mark)
 // as one file.
-func appendRecs(tb testing.TB, c *Catalog, stream string, recs []*wal.Record) {
+func appendRecs(tb testing.TB, c *Catalog, stream string, recs []*tributary.Record) {
 	tb.Helper()
 	f := putFile(tb, c, stream, recs)
 	a := PartitionAppend{Partition: recs[0].Partition, From: recs[0].Offset, To: recs[len(recs)-1].Offset + 1, Files: []FileMeta{f}}
@@ -63,7 +63,7 @@ func appendRecs(tb testing.TB, c *Catalog, stream string, recs []*wal.Record) {
 
 // checkTable reads the whole table back and compares it with want, which
 // is sorted by (partition, offset) and dense per partition.
-func checkTable(tb testing.TB, c *Catalog, stream string, want []*wal.Record) {
+func checkTable(tb testing.TB, c *Catalog, stream string, want []*tributary.Record) {
 	tb.Helper()
 	got, err := c.ScanSorted(context.Background(), stream, ScanOptions{Partition: -1})
 	if err != nil {
@@ -271,7 +271,7 @@ func TestCompactionRacesAppends(t *testing.T) {
 				t.Fatalf("nothing compacted: %+v", res)
 			}
 			n := landed.Load()
-			want := append(append([]*wal.Record{}, p0[:n]...), p1[:n-pre]...)
+			want := append(append([]*tributary.Record{}, p0[:n]...), p1[:n-pre]...)
 			checkTable(t, c, stream, want)
 			// A second pass compacts what landed meanwhile; still exact.
 			if _, err := c.Maintain(ctx, stream, MaintainOptions{Policy: opts.Policy}); err != nil {
@@ -426,7 +426,7 @@ func TestMaintenanceLease(t *testing.T) {
 	if h, _ := LeaseHolder(tbl); h != "B2" {
 		t.Fatalf("lease holder %q after the stale maintainer's pass, want B2", h)
 	}
-	checkTable(t, b, stream, append(append([]*wal.Record{}, recs...), more...))
+	checkTable(t, b, stream, append(append([]*tributary.Record{}, recs...), more...))
 }
 
 // TestMaintainerLoop: the background loop visits every stream, records

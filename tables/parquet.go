@@ -13,7 +13,7 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/apache/iceberg-go/table"
 
-	"github.com/tributary-io/tributary/wal"
+	"github.com/tributary-io/tributary"
 )
 
 // FileStats describes the rows of one data file. Every data file Tributary
@@ -62,7 +62,7 @@ func parquetProps() *parquet.WriterProperties {
 
 // WriteParquet encodes recs, which must be consecutive offsets of one
 // partition of one stream, as a zstd Parquet file carrying Iceberg field ids.
-func WriteParquet(w io.Writer, recs []*wal.Record) (FileStats, error) {
+func WriteParquet(w io.Writer, recs []*tributary.Record) (FileStats, error) {
 	if len(recs) == 0 {
 		return FileStats{}, fmt.Errorf("write parquet: no records")
 	}
@@ -106,7 +106,7 @@ func WriteParquet(w io.Writer, recs []*wal.Record) (FileStats, error) {
 
 // buildRecord turns records into one Arrow record batch of the envelope
 // schema. nulls counts null keys, headers and producer timestamps.
-func buildRecord(mem memory.Allocator, recs []*wal.Record) (arrow.RecordBatch, [3]int64) {
+func buildRecord(mem memory.Allocator, recs []*tributary.Record) (arrow.RecordBatch, [3]int64) {
 	var nulls [3]int64
 	b := array.NewRecordBuilder(mem, arrowSchema)
 	defer b.Release()

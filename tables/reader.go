@@ -42,7 +42,7 @@ import (
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
-	"github.com/tributary-io/tributary/wal"
+	"github.com/tributary-io/tributary"
 )
 
 // Defaults of a Reader.
@@ -163,7 +163,7 @@ func (tc *Reader) Partition(ctx context.Context, stream string, p int32) (*Parti
 // order, until fn returns false, the mark is reached or the offsets are
 // not in the table (deleted data, or the file index lagging the mark).
 // Records are shared with the cache: callers must not modify them.
-func (v *Partition) Read(ctx context.Context, from int64, fn func(*wal.Record) bool) error {
+func (v *Partition) Read(ctx context.Context, from int64, fn func(*tributary.Record) bool) error {
 	off := from
 	for off < v.End {
 		i := sort.Search(len(v.files), func(i int) bool { return v.files[i].last >= off })
@@ -199,7 +199,7 @@ func (v *Partition) Read(ctx context.Context, from int64, fn func(*wal.Record) b
 // timestamp (unix µs) is >= micros, or nil if there is none: files whose
 // maximum timestamp is older are skipped by their manifest bounds, then
 // the rows of the first candidate file are read row group by row group.
-func (v *Partition) OffsetForTime(ctx context.Context, micros int64) (*wal.Record, error) {
+func (v *Partition) OffsetForTime(ctx context.Context, micros int64) (*tributary.Record, error) {
 	for _, f := range v.files {
 		if f.maxTS < micros || f.first >= v.End {
 			continue
@@ -421,7 +421,7 @@ func le64(b []byte) (int64, bool) {
 // rowGroup is the decoded rows of one row group: offsets first, first+1, …
 type rowGroup struct {
 	first int64
-	recs  []*wal.Record
+	recs  []*tributary.Record
 	size  int64
 }
 
@@ -430,7 +430,7 @@ type rgKey struct {
 	rg   int
 }
 
-const recordOverhead = 160 // bytes of a *wal.Record beyond its payloads
+const recordOverhead = 160 // bytes of a *tributary.Record beyond its payloads
 
 // rowsAt returns the decoded row group of f holding offset off.
 func (tc *Reader) rowsAt(ctx context.Context, t *table.Table, f fileSpan, off int64) (*rowGroup, error) {
@@ -551,7 +551,7 @@ func (tc *Reader) footer(ctx context.Context, t *table.Table, path string) (*met
 	return md, nil
 }
 
-func readRowGroup(ctx context.Context, t *table.Table, path string, md *metadata.FileMetaData, rg int) ([]*wal.Record, error) {
+func readRowGroup(ctx context.Context, t *table.Table, path string, md *metadata.FileMetaData, rg int) ([]*tributary.Record, error) {
 	fio, err := t.FS(ctx)
 	if err != nil {
 		return nil, err
@@ -575,7 +575,7 @@ func readRowGroup(ctx context.Context, t *table.Table, path string, md *metadata
 		return nil, fmt.Errorf("read %s row group %d: %w", path, rg, err)
 	}
 	defer rr.Release()
-	var out []*wal.Record
+	var out []*tributary.Record
 	for rr.Next() {
 		// Shared: the batch is Go memory owned by this decode alone, and
 		// cached records are never modified.

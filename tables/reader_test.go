@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tributary-io/tributary/wal"
+	"github.com/tributary-io/tributary"
 )
 
 // TestReader reads offset ranges across files, stops at the mark, finds
@@ -37,8 +37,8 @@ func TestReader(t *testing.T) {
 	if v.End != 30 || v.Earliest != 0 {
 		t.Fatalf("end %d earliest %d, want 30 0", v.End, v.Earliest)
 	}
-	var got []*wal.Record
-	if err := v.Read(ctx, 5, func(r *wal.Record) bool { got = append(got, r); return true }); err != nil {
+	var got []*tributary.Record
+	if err := v.Read(ctx, 5, func(r *tributary.Record) bool { got = append(got, r); return true }); err != nil {
 		t.Fatal(err)
 	}
 	if len(got) != 25 {
@@ -50,7 +50,7 @@ func TestReader(t *testing.T) {
 		}
 	}
 	n := 0
-	if err := v.Read(ctx, 8, func(*wal.Record) bool { n++; return n < 4 }); err != nil || n != 4 {
+	if err := v.Read(ctx, 8, func(*tributary.Record) bool { n++; return n < 4 }); err != nil || n != 4 {
 		t.Fatalf("stopped read: %d records, %v", n, err)
 	}
 	if rec, err := v.OffsetForTime(ctx, ts+17); err != nil || rec == nil || rec.Offset != 17 {
@@ -93,8 +93,8 @@ func TestReaderAfterCompaction(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got []*wal.Record
-		if err := v.Read(ctx, 0, func(r *wal.Record) bool { got = append(got, r); return true }); err != nil {
+		var got []*tributary.Record
+		if err := v.Read(ctx, 0, func(r *tributary.Record) bool { got = append(got, r); return true }); err != nil {
 			t.Fatal(err)
 		}
 		if len(got) != want {

@@ -11,7 +11,7 @@ import (
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
-	"github.com/tributary-io/tributary/wal"
+	"github.com/tributary-io/tributary"
 )
 
 // ScanOptions narrow a scan.
@@ -23,8 +23,8 @@ type ScanOptions struct {
 
 // Scan reads a stream's rows back from its table as records, file by file
 // (not in global order: use ScanSorted for that).
-func (c *Catalog) Scan(ctx context.Context, stream string, opts ScanOptions) iter.Seq2[*wal.Record, error] {
-	return func(yield func(*wal.Record, error) bool) {
+func (c *Catalog) Scan(ctx context.Context, stream string, opts ScanOptions) iter.Seq2[*tributary.Record, error] {
+	return func(yield func(*tributary.Record, error) bool) {
 		t, err := c.LoadTable(ctx, stream)
 		if err != nil {
 			yield(nil, err)
@@ -35,8 +35,8 @@ func (c *Catalog) Scan(ctx context.Context, stream string, opts ScanOptions) ite
 }
 
 // ScanTable is Scan on an already loaded table.
-func ScanTable(ctx context.Context, t *table.Table, opts ScanOptions) iter.Seq2[*wal.Record, error] {
-	return func(yield func(*wal.Record, error) bool) {
+func ScanTable(ctx context.Context, t *table.Table, opts ScanOptions) iter.Seq2[*tributary.Record, error] {
+	return func(yield func(*tributary.Record, error) bool) {
 		var so []table.ScanOption
 		if opts.Partition >= 0 {
 			var f iceberg.BooleanExpression = iceberg.EqualTo(iceberg.Reference(ColPartition), opts.Partition)
@@ -74,8 +74,8 @@ func ScanTable(ctx context.Context, t *table.Table, opts ScanOptions) iter.Seq2[
 }
 
 // ScanSorted collects a scan and orders it by (partition, offset).
-func (c *Catalog) ScanSorted(ctx context.Context, stream string, opts ScanOptions) ([]*wal.Record, error) {
-	var out []*wal.Record
+func (c *Catalog) ScanSorted(ctx context.Context, stream string, opts ScanOptions) ([]*tributary.Record, error) {
+	var out []*tributary.Record
 	for r, err := range c.Scan(ctx, stream, opts) {
 		if err != nil {
 			return nil, err
@@ -93,21 +93,23 @@ func (c *Catalog) ScanSorted(ctx context.Context, stream string, opts ScanOption
 
 // RecordsFromArrow decodes an envelope record batch into records, copying
 // all bytes. Columns are found by name, so projections work.
-func RecordsFromArrow(b arrow.RecordBatch) ([]*wal.Record, error) { return recordsFromArrow(b, true) }
+func RecordsFromArrow(b arrow.RecordBatch) ([]*tributary.Record, error) {
+	return recordsFromArrow(b, true)
+}
 
 // RecordsFromArrowShared is RecordsFromArrow except that keys and values
 // alias the batch's buffers instead of being copied: only for batches in
 // Go-allocated memory (memory.DefaultAllocator) that nobody reuses, and the
 // records must be treated as read-only. It saves a copy of every payload
 // on the Kafka fetch path.
-func RecordsFromArrowShared(b arrow.RecordBatch) ([]*wal.Record, error) {
+func RecordsFromArrowShared(b arrow.RecordBatch) ([]*tributary.Record, error) {
 	return recordsFromArrow(b, false)
 }
 
-func recordsFromArrow(b arrow.RecordBatch, copyBytes bool) ([]*wal.Record, error) {
+func recordsFromArrow(b arrow.RecordBatch, copyBytes bool) ([]*tributary.Record, error) {
 	n := int(b.NumRows())
-	out := make([]*wal.Record, n)
-	backing := make([]wal.Record, n)
+	out := make([]*tributary.Record, n)
+	backing := make([]tributary.Record, n)
 	for i := range out {
 		out[i] = &backing[i]
 	}
@@ -189,9 +191,9 @@ func recordsFromArrow(b arrow.RecordBatch, copyBytes bool) ([]*wal.Record, error
 					continue
 				}
 				s, e := l.ValueOffsets(i)
-				hs := make([]wal.Header, 0, e-s)
+				hs := make([]tributary.Header, 0, e-s)
 				for j := int(s); j < int(e); j++ {
-					h := wal.Header{Key: ks.Value(j)}
+					h := tributary.Header{Key: ks.Value(j)}
 					if vs.IsValid(j) {
 						h.Value = append([]byte{}, vs.Value(j)...)
 					}

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tributary-io/tributary/wal"
+	"github.com/tributary-io/tributary"
 )
 
 func openTestCatalog(t testing.TB) (*Catalog, string) {
@@ -28,18 +28,18 @@ func openTestCatalog(t testing.TB) (*Catalog, string) {
 	return c, dir
 }
 
-func testRecords(part int32, from, n int, ts int64) []*wal.Record {
-	out := make([]*wal.Record, n)
+func testRecords(part int32, from, n int, ts int64) []*tributary.Record {
+	out := make([]*tributary.Record, n)
 	for i := range out {
 		off := int64(from + i)
-		r := &wal.Record{
+		r := &tributary.Record{
 			Stream: "factory.telemetry", Partition: part, Offset: off, Timestamp: ts + off,
 			Topic: fmt.Sprintf("factory/line1/d%d", i%7), Value: []byte(fmt.Sprintf(`{"seq":%d}`, off)),
 			Source: "mqtt", ClientID: "c1", Node: "n1",
 		}
 		if i%3 == 0 {
 			r.Key = []byte{byte(i), 0, 1}
-			r.Headers = []wal.Header{{Key: "a", Value: []byte("1")}, {Key: "a", Value: nil}}
+			r.Headers = []tributary.Header{{Key: "a", Value: []byte("1")}, {Key: "a", Value: nil}}
 			r.ProducerTimestamp = 1700000000123
 		}
 		if i%5 == 0 {
@@ -51,7 +51,7 @@ func testRecords(part int32, from, n int, ts int64) []*wal.Record {
 }
 
 // writeFile encodes recs into the table's data folder like the uplink does.
-func writeFile(t *testing.T, c *Catalog, stream string, recs []*wal.Record) FileMeta {
+func writeFile(t *testing.T, c *Catalog, stream string, recs []*tributary.Record) FileMeta {
 	t.Helper()
 	var buf bytes.Buffer
 	st, err := WriteParquet(&buf, recs)
@@ -73,7 +73,7 @@ func writeFile(t *testing.T, c *Catalog, stream string, recs []*wal.Record) File
 	return FileMeta{URL: url, Size: int64(buf.Len()), Stats: st}
 }
 
-func sameRecord(a, b *wal.Record) error {
+func sameRecord(a, b *tributary.Record) error {
 	switch {
 	case a.Partition != b.Partition || a.Offset != b.Offset:
 		return fmt.Errorf("position %d@%d vs %d@%d", a.Offset, a.Partition, b.Offset, b.Partition)

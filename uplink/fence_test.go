@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/wal"
 )
@@ -20,7 +21,7 @@ func appendVals(t *testing.T, w *wal.WAL, stream string, p int32, epoch int64, p
 	var out [][]byte
 	for i := range n {
 		v := []byte(fmt.Sprintf("%s-%d", prefix, i))
-		if err := w.Append(context.Background(), &wal.Record{Stream: stream, Partition: p, Epoch: epoch, Value: v, Topic: "t", Source: "mqtt"}); err != nil {
+		if err := w.Append(context.Background(), &tributary.Record{Stream: stream, Partition: p, Epoch: epoch, Value: v, Topic: "t", Source: "mqtt"}); err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, v)
@@ -94,7 +95,7 @@ func TestFencedDropsCovered(t *testing.T) {
 	const stream = "f.s"
 	p, _ := e.cat.AllocatePartition(ctx, stream, "n1")
 	var released []int64
-	u := New(Config{Node: "n1", Logger: quietLogger(), BeforeRelease: func(_ string, _ int32, recs []*wal.Record) error {
+	u := New(Config{Node: "n1", Logger: quietLogger(), BeforeRelease: func(_ string, _ int32, recs []*tributary.Record) error {
 		for _, r := range recs {
 			released = append(released, r.Offset)
 		}
@@ -199,7 +200,7 @@ func TestFenceUnderFaults(t *testing.T) {
 		defer close(appended)
 		for i := 0; !stopped.Load(); i++ {
 			v := []byte(fmt.Sprintf("v-%d", i))
-			r := &wal.Record{Stream: stream, Partition: p, Value: v, Topic: "t", Source: "mqtt"}
+			r := &tributary.Record{Stream: stream, Partition: p, Value: v, Topic: "t", Source: "mqtt"}
 			if err := e.wal.Append(ctx, r); err != nil {
 				t.Error(err)
 				return
@@ -266,9 +267,9 @@ func TestFencedBehindMark(t *testing.T) {
 		theirs = append(theirs, []byte(fmt.Sprintf("theirs-%d", i)))
 	}
 	u2 := New(Config{Node: "n2", Logger: quietLogger()}, e.wal, e.cat, e.bucket)
-	var recs []*wal.Record
+	var recs []*tributary.Record
 	for i, v := range theirs {
-		recs = append(recs, &wal.Record{Stream: stream, Partition: p, Offset: int64(i), Epoch: 1, Timestamp: time.Now().UnixMicro(), Value: v, Topic: "t", Source: "mqtt"})
+		recs = append(recs, &tributary.Record{Stream: stream, Partition: p, Offset: int64(i), Epoch: 1, Timestamp: time.Now().UnixMicro(), Value: v, Topic: "t", Source: "mqtt"})
 	}
 	files, err := u2.upload(ctx, stream, recs)
 	if err != nil {
@@ -326,9 +327,9 @@ func TestFencedBatchOfRetakenPartition(t *testing.T) {
 		if _, err := e.cat.TakeOver(ctx, stream, p, "n2", "n1"); err != nil {
 			t.Error(err)
 		}
-		var recs []*wal.Record
+		var recs []*tributary.Record
 		for i, v := range copied {
-			recs = append(recs, &wal.Record{Stream: stream, Partition: p, Offset: int64(i), Epoch: 2, Value: v, Topic: "t", Source: "mqtt"})
+			recs = append(recs, &tributary.Record{Stream: stream, Partition: p, Offset: int64(i), Epoch: 2, Value: v, Topic: "t", Source: "mqtt"})
 		}
 		if _, err := e.wal.AppendAt(ctx, recs...); err != nil {
 			t.Error(err)

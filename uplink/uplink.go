@@ -59,6 +59,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/wal"
 )
@@ -82,7 +83,7 @@ type Bucket interface {
 // Log is the part of the WAL the uplink uses.
 type Log interface {
 	Partitions() []wal.PartitionState
-	Read(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]*wal.Record, error)
+	Read(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]*tributary.Record, error)
 	Release(stream string, partition int32, upTo int64) error
 	EnsurePartition(stream string, partition int32, minNext int64) error
 	DropPartitionBelow(stream string, partition int32, epoch int64) (dropped int64, kept bool, err error)
@@ -106,7 +107,7 @@ type Config struct {
 	// range before the WAL releases them; if it fails they are not
 	// released (and it is called again on the next pass). The node uses it
 	// to keep idempotent Kafka producers' state past the WAL.
-	BeforeRelease func(stream string, partition int32, recs []*wal.Record) error
+	BeforeRelease func(stream string, partition int32, recs []*tributary.Record) error
 	// OnFenced, when set, is called when a partition was fenced (another
 	// node owns it now), before its records are dropped from the WAL, so
 	// that ingest stops writing it first. It must not block long.
@@ -392,7 +393,7 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 		return false, fmt.Errorf("sync %s: %w", stream, err)
 	}
 	var appends []tables.PartitionAppend
-	batch := map[int32][]*wal.Record{}
+	batch := map[int32][]*tributary.Record{}
 	for _, p := range parts {
 		mark := marks[p.Partition]
 		if o, ok := owners[p.Partition]; ok && o.Epoch > p.Epoch {
@@ -476,7 +477,7 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 
 // release releases [from, to) of a partition after the BeforeRelease hook
 // has seen its records (recs, or read from the WAL when nil).
-func (u *Uplink) release(stream string, partition int32, from, to int64, recs []*wal.Record) error {
+func (u *Uplink) release(stream string, partition int32, from, to int64, recs []*tributary.Record) error {
 	if u.cfg.BeforeRelease != nil && to > from {
 		if recs == nil {
 			var err error
@@ -501,7 +502,7 @@ func (u *Uplink) release(stream string, partition int32, from, to int64, recs []
 
 // upload encodes recs as one Parquet file per day they span and writes
 // the files to the bucket.
-func (u *Uplink) upload(ctx context.Context, stream string, recs []*wal.Record) ([]tables.FileMeta, error) {
+func (u *Uplink) upload(ctx context.Context, stream string, recs []*tributary.Record) ([]tables.FileMeta, error) {
 	var files []tables.FileMeta
 	for start := 0; start < len(recs); {
 		day := tables.DayOf(recs[start].Timestamp)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/wal"
 )
@@ -149,7 +150,7 @@ func checkTable(t *testing.T, cat *tables.Catalog, stream string, want map[int32
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[int32][]*wal.Record{}
+	got := map[int32][]*tributary.Record{}
 	for _, r := range rows {
 		got[r.Partition] = append(got[r.Partition], r)
 	}
@@ -179,7 +180,7 @@ func TestUplinkDrainsInOrder(t *testing.T) {
 		p := int32(i % 2)
 		v := []byte(fmt.Sprintf("v-%d-%d", p, len(want[p])))
 		want[p] = append(want[p], v)
-		if err := e.wal.Append(ctx, &wal.Record{Stream: "a.b", Partition: p, Value: v, Topic: "t", Source: "mqtt"}); err != nil {
+		if err := e.wal.Append(ctx, &tributary.Record{Stream: "a.b", Partition: p, Value: v, Topic: "t", Source: "mqtt"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -216,7 +217,7 @@ func TestStoreFaults(t *testing.T) {
 			for i := range 600 {
 				p := int32(g / 2)
 				v := []byte(fmt.Sprintf("g%d-%d", g, i))
-				r := &wal.Record{Stream: stream, Partition: p, Value: v, Topic: "t", Source: "mqtt"}
+				r := &tributary.Record{Stream: stream, Partition: p, Value: v, Topic: "t", Source: "mqtt"}
 				if err := e.wal.Append(ctx, r); err != nil {
 					t.Error(err)
 					return
@@ -253,7 +254,7 @@ func TestRestartReleasesCommitted(t *testing.T) {
 	e := newEnv(t, 0)
 	ctx := context.Background()
 	for i := range 100 {
-		if err := e.wal.Append(ctx, &wal.Record{Stream: "a.b", Value: []byte(fmt.Sprint(i)), Topic: "t", Source: "mqtt"}); err != nil {
+		if err := e.wal.Append(ctx, &tributary.Record{Stream: "a.b", Value: []byte(fmt.Sprint(i)), Topic: "t", Source: "mqtt"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -274,7 +275,7 @@ func TestRestartReleasesCommitted(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 100; i < 150; i++ {
-		if err := e.wal.Append(ctx, &wal.Record{Stream: "a.b", Value: []byte(fmt.Sprint(i)), Topic: "t", Source: "mqtt"}); err != nil {
+		if err := e.wal.Append(ctx, &tributary.Record{Stream: "a.b", Value: []byte(fmt.Sprint(i)), Topic: "t", Source: "mqtt"}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -10,17 +10,19 @@ import (
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/tributary-io/tributary"
 )
 
 // at is a record with a preassigned offset and epoch.
-func at(stream string, part int32, off, epoch int64) *Record {
+func at(stream string, part int32, off, epoch int64) *tributary.Record {
 	r := rec(stream, part, "vvvv")
 	r.Offset, r.Epoch = off, epoch
 	return r
 }
 
-func ats(stream string, part int32, from, to, epoch int64) []*Record {
-	var out []*Record
+func ats(stream string, part int32, from, to, epoch int64) []*tributary.Record {
+	var out []*tributary.Record
 	for o := from; o < to; o++ {
 		out = append(out, at(stream, part, o, epoch))
 	}
@@ -33,7 +35,7 @@ func TestAppendAtScript(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "wal.db")
 	w := openTest(t, Options{Path: path, NoSync: true})
 	ctx := context.Background()
-	appendAt := func(where string, wantSkipped int, wantErr error, recs ...*Record) {
+	appendAt := func(where string, wantSkipped int, wantErr error, recs ...*tributary.Record) {
 		t.Helper()
 		skipped, err := w.AppendAt(ctx, recs...)
 		if !errors.Is(err, wantErr) || skipped != wantSkipped {
@@ -151,7 +153,7 @@ func TestAppendAtAsyncPipelined(t *testing.T) {
 	if st := w.Stats(); st.Commits >= ranges {
 		t.Fatalf("%d commits for %d pipelined ranges: no group commit", st.Commits, ranges)
 	}
-	w.AppendAtAsync([]*Record{at("r", 1, 2000, 4)}, func(_ int, err error) { errs <- err })
+	w.AppendAtAsync([]*tributary.Record{at("r", 1, 2000, 4)}, func(_ int, err error) { errs <- err })
 	if err := <-errs; !errors.Is(err, ErrGap) {
 		t.Fatalf("async gap: %v", err)
 	}
@@ -223,9 +225,9 @@ func TestDropInGroup(t *testing.T) {
 	w.mu.Lock()
 	results := make(chan string, 4)
 	w.queue = append(w.queue,
-		&op{kind: opAppend, recs: []*Record{rec("g", 0, "vvvv")}, done: func(err error) { results <- fmt.Sprint("append ", err) }},
+		&op{kind: opAppend, recs: []*tributary.Record{rec("g", 0, "vvvv")}, done: func(err error) { results <- fmt.Sprint("append ", err) }},
 		&op{kind: opDrop, pk: pkey{"g", 0}, n: math.MaxInt64, done: func(err error) { results <- fmt.Sprint("drop ", err) }},
-		&op{kind: opAppendAt, recs: []*Record{at("g", 0, 40, 2)}, done: func(err error) { results <- fmt.Sprint("at ", err) }},
+		&op{kind: opAppendAt, recs: []*tributary.Record{at("g", 0, 40, 2)}, done: func(err error) { results <- fmt.Sprint("at ", err) }},
 		&op{kind: opRelease, pk: pkey{"g", 0}, n: 40, done: func(err error) { results <- fmt.Sprint("release ", err) }},
 	)
 	w.mu.Unlock()

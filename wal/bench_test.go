@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/tributary-io/tributary"
 )
 
 func benchAppend(b *testing.B, batch int) {
@@ -25,10 +27,10 @@ func benchAppendSize(b *testing.B, batch, size int) {
 	b.SetBytes(int64(len(value) * batch))
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
-		recs := make([]*Record, batch)
+		recs := make([]*tributary.Record, batch)
 		for pb.Next() {
 			for i := range recs {
-				recs[i] = &Record{Stream: "bench.s", Partition: 0, Topic: "t", Value: value, Source: "mqtt"}
+				recs[i] = &tributary.Record{Stream: "bench.s", Partition: 0, Topic: "t", Value: value, Source: "mqtt"}
 				if size > 256 {
 					recs[i].Source, recs[i].ProducerID, recs[i].Sequence = "kafka", 7, int32(i)
 				}
@@ -85,11 +87,11 @@ func BenchmarkAppendRelease(b *testing.B) {
 	}
 	defer w.Close()
 	value := make([]byte, 256)
-	recs := make([]*Record, 64)
+	recs := make([]*tributary.Record, 64)
 	b.SetBytes(int64(len(value) * len(recs)))
 	for i := 0; i < b.N; i++ {
 		for j := range recs {
-			recs[j] = &Record{Stream: "bench.s", Topic: "t", Value: value, Source: "mqtt"}
+			recs[j] = &tributary.Record{Stream: "bench.s", Topic: "t", Value: value, Source: "mqtt"}
 		}
 		if err := w.Append(context.Background(), recs...); err != nil {
 			b.Fatal(err)

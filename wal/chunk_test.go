@@ -16,6 +16,8 @@ import (
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/tributary-io/tributary"
 )
 
 // chunkLayout returns the [first, end) ranges of the chunks stored for a
@@ -45,7 +47,7 @@ func chunkLayout(t *testing.T, w *WAL, stream string, part int32) [][2]int64 {
 
 func appendN(t *testing.T, w *WAL, stream string, part int32, n int, ts int64) {
 	t.Helper()
-	recs := make([]*Record, n)
+	recs := make([]*tributary.Record, n)
 	for i := range recs {
 		recs[i] = rec(stream, part, "vvvv")
 		recs[i].Timestamp = ts + int64(i)
@@ -203,9 +205,9 @@ func TestChunkCaps(t *testing.T) {
 		t.Fatalf("chunks by count: %s", got)
 	}
 	big := make([]byte, maxChunkBytes*2/3)
-	var recs []*Record
+	var recs []*tributary.Record
 	for i := 0; i < 3; i++ {
-		recs = append(recs, &Record{Stream: "b", Value: big}, &Record{Stream: "b", Value: []byte("small")})
+		recs = append(recs, &tributary.Record{Stream: "b", Value: big}, &tributary.Record{Stream: "b", Value: []byte("small")})
 	}
 	if err := w.Append(context.Background(), recs...); err != nil {
 		t.Fatal(err)
@@ -213,8 +215,8 @@ func TestChunkCaps(t *testing.T) {
 	if got := fmt.Sprint(chunkLayout(t, w, "b", 0)); got != "[[0 2] [2 4] [4 6]]" {
 		t.Fatalf("chunks by size: %s", got)
 	}
-	huge := &Record{Stream: "h", Value: make([]byte, maxChunkBytes+1)}
-	if err := w.Append(context.Background(), huge, &Record{Stream: "h"}); err != nil {
+	huge := &tributary.Record{Stream: "h", Value: make([]byte, maxChunkBytes+1)}
+	if err := w.Append(context.Background(), huge, &tributary.Record{Stream: "h"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := fmt.Sprint(chunkLayout(t, w, "h", 0)); got != "[[0 1] [1 2]]" {
@@ -234,7 +236,7 @@ func TestChunkOneGroup(t *testing.T) {
 	appendN(t, w, "s", 0, 2, 1000)
 	hold, entered := make(chan struct{}), make(chan struct{})
 	results := make(chan error, 8)
-	w.AppendAsync([]*Record{rec("other", 0, "vvvv")}, func(err error) {
+	w.AppendAsync([]*tributary.Record{rec("other", 0, "vvvv")}, func(err error) {
 		close(entered)
 		<-hold // hold the committer while the next ops queue up
 		results <- err
@@ -248,7 +250,7 @@ func TestChunkOneGroup(t *testing.T) {
 		})
 	}
 	add := func(from int64, n int) {
-		recs := make([]*Record, n)
+		recs := make([]*tributary.Record, n)
 		for i := range recs {
 			recs[i] = rec("s", 0, "vvvv")
 			recs[i].Timestamp = 1000 + from + int64(i)
@@ -286,9 +288,9 @@ func TestBudgetExact(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	ctx := context.Background()
 	ts := int64(1)
-	newRec := func(part int32) *Record {
+	newRec := func(part int32) *tributary.Record {
 		ts++
-		return &Record{Stream: "s", Partition: part, Timestamp: ts, Value: make([]byte, rng.IntN(600)), Topic: strings.Repeat("t", rng.IntN(3))}
+		return &tributary.Record{Stream: "s", Partition: part, Timestamp: ts, Value: make([]byte, rng.IntN(600)), Topic: strings.Repeat("t", rng.IntN(3))}
 	}
 	rejected := 0
 	for step := 0; step < 1500; step++ {
@@ -296,7 +298,7 @@ func TestBudgetExact(t *testing.T) {
 		ps := findPartition(w, "s", part)
 		switch x := rng.IntN(100); {
 		case x < 45:
-			recs := make([]*Record, 1+rng.IntN(20))
+			recs := make([]*tributary.Record, 1+rng.IntN(20))
 			for i := range recs {
 				recs[i] = newRec(part)
 			}
@@ -310,7 +312,7 @@ func TestBudgetExact(t *testing.T) {
 			n := 2 + rng.IntN(6)
 			errs := make(chan error, n)
 			for i := 0; i < n; i++ {
-				recs := []*Record{newRec(int32(rng.IntN(3))), newRec(part)}
+				recs := []*tributary.Record{newRec(int32(rng.IntN(3))), newRec(part)}
 				w.AppendAsync(recs, func(err error) { errs <- err })
 			}
 			for i := 0; i < n; i++ {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/tributary-io/tributary"
 )
 
 var be = binary.BigEndian
@@ -33,9 +35,9 @@ const (
 // op is one queued write.
 type op struct {
 	kind  opKind
-	recs  []*Record // opAppend, opAppendAt
-	pk    pkey      // opRelease, opEnsure, opDrop
-	n     int64     // upTo, minNext, epoch bound of a drop
+	recs  []*tributary.Record // opAppend, opAppendAt
+	pk    pkey                // opRelease, opEnsure, opDrop
+	n     int64               // upTo, minNext, epoch bound of a drop
 	done  func(error)
 	state atomic.Int32
 	// count is set by the committer before done is called: records skipped

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/tributary-io/tributary"
 )
 
 const crashEnv = "TRIBUTARY_WAL_CRASH_PATH"
@@ -33,7 +35,7 @@ func TestHelperProcess(t *testing.T) {
 	}
 	round := os.Getenv(crashEnv + "_ROUND")
 	var out sync.Mutex
-	print := func(recs []*Record) {
+	print := func(recs []*tributary.Record) {
 		var b strings.Builder
 		for _, r := range recs {
 			fmt.Fprintf(&b, "ack %s %d %d %s\n", r.Stream, r.Partition, r.Offset, r.Value)
@@ -52,9 +54,9 @@ func TestHelperProcess(t *testing.T) {
 		next := ps.Next
 		for i := 0; ; i++ {
 			from := max(0, next-int64(i%3))
-			var recs []*Record
+			var recs []*tributary.Record
 			for off := from; off < next+1+int64(i%4); off++ {
-				recs = append(recs, &Record{Stream: "c.at", Offset: off, Epoch: int64(round[0]),
+				recs = append(recs, &tributary.Record{Stream: "c.at", Offset: off, Epoch: int64(round[0]),
 					Value: []byte(fmt.Sprintf("r%s-at-%d", round, off)), Source: "mqtt"})
 			}
 			skipped, err := w.AppendAt(context.Background(), recs...)
@@ -85,12 +87,12 @@ func TestHelperProcess(t *testing.T) {
 				out.Unlock()
 				continue
 			}
-			r := &Record{Stream: "c.drop", Value: []byte(fmt.Sprintf("r%s-drop-%d", round, i)), Source: "mqtt"}
+			r := &tributary.Record{Stream: "c.drop", Value: []byte(fmt.Sprintf("r%s-drop-%d", round, i)), Source: "mqtt"}
 			if err := w.Append(context.Background(), r); err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				os.Exit(3)
 			}
-			print([]*Record{r})
+			print([]*tributary.Record{r})
 		}
 	}()
 	for g := 0; g < 8; g++ {
@@ -100,10 +102,10 @@ func TestHelperProcess(t *testing.T) {
 			for i := 0; ; i++ {
 				// Batches of 1–3 records spread over two streams and
 				// three partitions.
-				var recs []*Record
+				var recs []*tributary.Record
 				for j := 0; j <= (g+i)%3; j++ {
 					stream := []string{"a.x", "b.y"}[(g+j)%2]
-					recs = append(recs, &Record{Stream: stream, Partition: int32((i + j) % 3),
+					recs = append(recs, &tributary.Record{Stream: stream, Partition: int32((i + j) % 3),
 						Value: []byte(fmt.Sprintf("r%s-g%d-i%d-j%d", round, g, i, j)), Source: "kafka"})
 				}
 				if err := w.Append(context.Background(), recs...); err != nil {
@@ -240,7 +242,7 @@ func checkRecovered(t *testing.T, path string, acked map[ackKey]string, round in
 	}
 	// Appending continues right after the last stored offset.
 	for _, ps := range w.Partitions() {
-		r := &Record{Stream: ps.Stream, Partition: ps.Partition, Value: []byte(fmt.Sprintf("after-crash-%d", round))}
+		r := &tributary.Record{Stream: ps.Stream, Partition: ps.Partition, Value: []byte(fmt.Sprintf("after-crash-%d", round))}
 		if err := w.Append(context.Background(), r); err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/tributary-io/tributary"
 )
 
 // ErrCorrupt is returned (wrapped with the position and the field) when an
@@ -31,7 +33,7 @@ const formatV1 = 1
 // EncodeRecord appends the binary encoding of r to dst and returns the
 // extended slice. The encoding is versioned and self-describing; DecodeRecord
 // reverses it.
-func EncodeRecord(dst []byte, r *Record) []byte {
+func EncodeRecord(dst []byte, r *tributary.Record) []byte {
 	dst = append(dst, formatV1)
 	dst = appendString(dst, r.Stream)
 	dst = binary.AppendVarint(dst, int64(r.Partition))
@@ -75,7 +77,7 @@ func appendBytes(dst []byte, b []byte) []byte {
 //
 // The returned record does not alias b: b may be reused (or, inside a bbolt
 // transaction, become invalid) as soon as DecodeRecord returns.
-func DecodeRecord(b []byte) (*Record, error) {
+func DecodeRecord(b []byte) (*tributary.Record, error) {
 	if len(b) == 0 {
 		return nil, fmt.Errorf("%w: empty input", ErrCorrupt)
 	}
@@ -85,7 +87,7 @@ func DecodeRecord(b []byte) (*Record, error) {
 	// One copy; every byte slice of the record points into it (capped, so
 	// that appending to one field never overwrites the next).
 	d := decoder{b: append([]byte(nil), b...), off: 1}
-	r := &Record{}
+	r := &tributary.Record{}
 	r.Stream = d.string("stream")
 	r.Partition = d.int32("partition")
 	r.Offset = d.varint("offset")
@@ -100,7 +102,7 @@ func DecodeRecord(b []byte) (*Record, error) {
 		if n > uint64(len(d.b)-d.off)/2 {
 			d.fail("header count")
 		} else {
-			r.Headers = make([]Header, n)
+			r.Headers = make([]tributary.Header, n)
 			for i := range r.Headers {
 				r.Headers[i].Key = d.string("header key")
 				r.Headers[i].Value = d.bytes("header value")

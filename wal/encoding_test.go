@@ -10,17 +10,19 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/tributary-io/tributary"
 )
 
-func sampleRecords() []*Record {
-	return []*Record{
+func sampleRecords() []*tributary.Record {
+	return []*tributary.Record{
 		{},
 		{Stream: "plant.telemetry", Partition: 3, Offset: 42, Epoch: 7, Timestamp: 1_700_000_000_000_000,
 			Topic: "site/a/temp", Value: []byte(`{"t":21.5}`), Source: "mqtt", ClientID: "dev-1", Node: "edge-1"},
-		{Stream: "s", Key: []byte{}, Value: []byte{}, Headers: []Header{{Key: "", Value: nil}, {Key: "h", Value: []byte{}}}},
+		{Stream: "s", Key: []byte{}, Value: []byte{}, Headers: []tributary.Header{{Key: "", Value: nil}, {Key: "h", Value: []byte{}}}},
 		{Stream: "k.v", Partition: math.MaxInt32, Offset: math.MaxInt64, Epoch: math.MinInt64, Timestamp: -1,
 			Topic: "orders", Key: []byte("key"), Value: []byte{0, 1, 2, 0xff},
-			Headers: []Header{{Key: "trace", Value: []byte("abc")}, {Key: "trace", Value: []byte("dup")}},
+			Headers: []tributary.Header{{Key: "trace", Value: []byte("abc")}, {Key: "trace", Value: []byte("dup")}},
 			Source:  "kafka", ClientID: "producer-9", Node: "edge-2",
 			ProducerID: 1 << 40, ProducerEpoch: math.MinInt16, Sequence: math.MinInt32, ProducerTimestamp: 1_700_000_000_000},
 		{Stream: "x", Partition: math.MinInt32, ProducerEpoch: math.MaxInt16, Sequence: math.MaxInt32},
@@ -61,7 +63,7 @@ func TestDecodeRecordCorrupt(t *testing.T) {
 		{"stream length beyond input", []byte{formatV1, 0xff, 0xff, 0xff, 0xff, 0x0f, 'a'}},
 		{"overlong varint", []byte{formatV1, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01}},
 		{"huge header count", func() []byte {
-			b := EncodeRecord(nil, &Record{})
+			b := EncodeRecord(nil, &tributary.Record{})
 			// version, stream, partition, offset, epoch, timestamp, topic,
 			// key, value: one byte each for the zero record.
 			prefix := b[:9]
@@ -86,7 +88,7 @@ func TestDecodeRecordCorrupt(t *testing.T) {
 
 // FuzzDecodeRecord checks that arbitrary input never panics, and that any
 // record that decodes encodes back to a record that decodes identically
-// (every Record has an encoding, so this is the round trip of any Record).
+// (every tributary.Record has an encoding, so this is the round trip of any tributary.Record).
 func FuzzDecodeRecord(f *testing.F) {
 	for _, r := range sampleRecords() {
 		f.Add(EncodeRecord(nil, r))

@@ -94,6 +94,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/tributary-io/tributary"
 )
 
 // ErrInvalid is returned for arguments the WAL cannot store, such as an
@@ -123,7 +125,7 @@ type PartitionState struct {
 	Next            int64 // next offset to assign
 	Bytes           int64 // logical bytes unreleased
 	OldestTimestamp int64 // unix micros of oldest unreleased record, 0 if none
-	// Epoch is the highest Record.Epoch ever appended to the partition; it
+	// Epoch is the highest tributary.Record.Epoch ever appended to the partition; it
 	// survives Release (not DropPartition), so a node restarting without
 	// its catalog still knows the ownership epoch it last wrote at.
 	Epoch int64
@@ -155,7 +157,7 @@ type pkey struct {
 
 type partState struct {
 	next, released, bytes, oldest int64
-	epoch                         int64 // highest Record.Epoch ever appended
+	epoch                         int64 // highest tributary.Record.Epoch ever appended
 }
 
 // WAL is a durable write-ahead log. Its methods are safe for concurrent use.
@@ -395,11 +397,11 @@ func (st *partState) state(pk pkey) PartitionState {
 // encoded size would exceed maxBytes (<= 0: no limit), but at least one
 // record if there is any. Released records are gone, so a read from below
 // Released starts at Released. An unknown partition reads as empty.
-func (w *WAL) Read(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]*Record, error) {
+func (w *WAL) Read(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]*tributary.Record, error) {
 	if w.isClosed() {
 		return nil, ErrClosed
 	}
-	var out []*Record
+	var out []*tributary.Record
 	err := w.db.View(func(tx *bolt.Tx) error {
 		var err error
 		out, err = readTx(tx, pkey{stream, partition}, from, maxRecords, maxBytes)
@@ -416,7 +418,7 @@ func (w *WAL) Read(stream string, partition int32, from int64, maxRecords int, m
 
 // readTx is Read inside a read transaction: it seeks to the chunk holding
 // from (or Released, if higher) and decodes records across chunks.
-func readTx(tx *bolt.Tx, pk pkey, from int64, maxRecords int, maxBytes int64) ([]*Record, error) {
+func readTx(tx *bolt.Tx, pk pkey, from int64, maxRecords int, maxBytes int64) ([]*tributary.Record, error) {
 	key := encodePKey(pk)
 	mv := tx.Bucket(metaBucket).Get(key)
 	if mv == nil {
@@ -442,7 +444,7 @@ func readTx(tx *bolt.Tx, pk pkey, from int64, maxRecords int, maxBytes int64) ([
 	} else if int64(be.Uint64(k)) > from {
 		k, v = c.Prev()
 	}
-	var out []*Record
+	var out []*tributary.Record
 	var size int64
 	for pos := from; pos < next; k, v = c.Next() {
 		if maxRecords > 0 && len(out) >= maxRecords {
@@ -493,7 +495,7 @@ func readTx(tx *bolt.Tx, pk pkey, from int64, maxRecords int, maxBytes int64) ([
 // group's worth of time) and reports its outcome.
 //
 // The WAL owns recs until Append returns.
-func (w *WAL) Append(ctx context.Context, recs ...*Record) error {
+func (w *WAL) Append(ctx context.Context, recs ...*tributary.Record) error {
 	return w.wait(ctx, &op{kind: opAppend, recs: recs})
 }
 
@@ -523,7 +525,7 @@ func (w *WAL) wait(ctx context.Context, o *op) error {
 // exactly once, from the committer goroutine (or, when the call is refused at
 // once, from the caller's), and must not block long. The WAL owns recs until
 // done is called.
-func (w *WAL) AppendAsync(recs []*Record, done func(error)) {
+func (w *WAL) AppendAsync(recs []*tributary.Record, done func(error)) {
 	if err := w.enqueue(&op{kind: opAppend, recs: recs, done: done}); err != nil {
 		done(err)
 	}
@@ -554,7 +556,7 @@ func (w *WAL) AppendAsync(recs []*Record, done func(error)) {
 // durable when it returns nil, budget checked (ErrBudgetExceeded), ctx
 // cancels only before the committer has taken the call. The WAL owns recs
 // until AppendAt returns. It returns skipped = 0 with any error.
-func (w *WAL) AppendAt(ctx context.Context, recs ...*Record) (skipped int, err error) {
+func (w *WAL) AppendAt(ctx context.Context, recs ...*tributary.Record) (skipped int, err error) {
 	o := &op{kind: opAppendAt, recs: recs}
 	if err := w.wait(ctx, o); err != nil {
 		return 0, err
@@ -568,7 +570,7 @@ func (w *WAL) AppendAt(ctx context.Context, recs ...*Record) (skipped int, err e
 // may be queued back to back. done is called exactly once, from the
 // committer goroutine (or the caller's, when refused at once), and must not
 // block long.
-func (w *WAL) AppendAtAsync(recs []*Record, done func(skipped int, err error)) {
+func (w *WAL) AppendAtAsync(recs []*tributary.Record, done func(skipped int, err error)) {
 	o := &op{kind: opAppendAt, recs: recs}
 	o.done = func(err error) {
 		if err != nil {

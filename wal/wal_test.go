@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tributary-io/tributary"
 )
 
 func openTest(t *testing.T, opts Options) *WAL {
@@ -36,8 +38,8 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 // rec is a test record whose encoded size is the same at any offset < 64.
-func rec(stream string, part int32, value string) *Record {
-	return &Record{Stream: stream, Partition: part, Timestamp: 1000, Topic: "t", Value: []byte(value), Source: "mqtt"}
+func rec(stream string, part int32, value string) *tributary.Record {
+	return &tributary.Record{Stream: stream, Partition: part, Timestamp: 1000, Topic: "t", Value: []byte(value), Source: "mqtt"}
 }
 
 var recSize = int64(len(EncodeRecord(nil, rec("s", 0, "vvvv"))))
@@ -130,7 +132,7 @@ func TestScript(t *testing.T) {
 				var err error
 				switch s.do {
 				case "append":
-					var recs []*Record
+					var recs []*tributary.Record
 					for j := int64(0); j < s.n; j++ {
 						recs = append(recs, rec(s.stream, s.part, "vvvv"))
 					}
@@ -147,7 +149,7 @@ func TestScript(t *testing.T) {
 				case "ensure":
 					err = w.EnsurePartition(s.stream, s.part, s.n)
 				case "read":
-					var recs []*Record
+					var recs []*tributary.Record
 					recs, err = w.Read(s.stream, s.part, s.n, s.max, 0)
 					var got []int64
 					for _, r := range recs {
@@ -212,7 +214,7 @@ func TestAppendFieldsRoundTrip(t *testing.T) {
 	in := *want
 	in.Offset = 0
 	before := time.Now().UnixMicro()
-	zeroTS := &Record{Stream: "k.v", Partition: math32, Value: []byte("x")}
+	zeroTS := &tributary.Record{Stream: "k.v", Partition: math32, Value: []byte("x")}
 	if err := w.Append(context.Background(), &in, zeroTS); err != nil {
 		t.Fatal(err)
 	}
@@ -314,13 +316,13 @@ func TestBudgetInGroupLeavesOthersAlone(t *testing.T) {
 	}
 	results := make(chan error, 3)
 	release := make(chan struct{})
-	w.AppendAsync([]*Record{rec("s", 1, "vvvv")}, func(err error) {
+	w.AppendAsync([]*tributary.Record{rec("s", 1, "vvvv")}, func(err error) {
 		<-release // hold the committer while the next two queue up
 		results <- err
 	})
-	big := []*Record{rec("s", 0, "vvvv"), rec("s", 0, "vvvv"), rec("s", 0, "vvvv")}
+	big := []*tributary.Record{rec("s", 0, "vvvv"), rec("s", 0, "vvvv"), rec("s", 0, "vvvv")}
 	w.AppendAsync(big, func(err error) { results <- err })
-	w.AppendAsync([]*Record{rec("s", 2, "vvvv")}, func(err error) { results <- err })
+	w.AppendAsync([]*tributary.Record{rec("s", 2, "vvvv")}, func(err error) { results <- err })
 	close(release)
 	var got []error
 	for i := 0; i < 3; i++ {
@@ -397,7 +399,7 @@ func TestCloseWithAppendsInFlight(t *testing.T) {
 		t.Fatalf("release after close: %v", err)
 	}
 	done := make(chan error, 1)
-	w.AppendAsync([]*Record{rec("s", 0, "x")}, func(err error) { done <- err })
+	w.AppendAsync([]*tributary.Record{rec("s", 0, "x")}, func(err error) { done <- err })
 	if err := <-done; !errors.Is(err, ErrClosed) {
 		t.Fatalf("append async after close: %v", err)
 	}
@@ -426,7 +428,7 @@ func TestAppendCanceledContext(t *testing.T) {
 
 func TestAppendInvalid(t *testing.T) {
 	w := openTest(t, Options{NoSync: true})
-	for _, recs := range [][]*Record{{nil}, {{Stream: ""}}, {rec("s", 0, "v"), {Stream: string(make([]byte, 2000))}}} {
+	for _, recs := range [][]*tributary.Record{{nil}, {{Stream: ""}}, {rec("s", 0, "v"), {Stream: string(make([]byte, 2000))}}} {
 		if err := w.Append(context.Background(), recs...); !errors.Is(err, ErrInvalid) {
 			t.Fatalf("append %v: %v", recs, err)
 		}
@@ -470,7 +472,7 @@ func TestAppendAsyncOrder(t *testing.T) {
 	var mu sync.Mutex
 	var order []int64
 	var wg sync.WaitGroup
-	recs := make([]*Record, n)
+	recs := make([]*tributary.Record, n)
 	for i := range recs {
 		recs[i] = rec("s", 0, fmt.Sprint(i))
 		wg.Add(1)

@@ -16,8 +16,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/tables"
-	"github.com/tributary-io/tributary/wal"
 )
 
 const tablesUsage = `usage: tributary tables <list | describe STREAM | scan STREAM | maintain STREAM> [flags]
@@ -344,7 +344,7 @@ func isTerminal(w io.Writer) bool {
 // scanWithProgress reads a scan in (partition, offset) order; on a
 // terminal it draws a progress bar on progress against the snapshot's
 // row count (an upper bound when the scan is filtered).
-func scanWithProgress(ctx context.Context, cat *tables.Catalog, stream string, opts tables.ScanOptions, progress io.Writer) ([]*wal.Record, error) {
+func scanWithProgress(ctx context.Context, cat *tables.Catalog, stream string, opts tables.ScanOptions, progress io.Writer) ([]*tributary.Record, error) {
 	if !isTerminal(progress) {
 		return cat.ScanSorted(ctx, stream, opts)
 	}
@@ -356,7 +356,7 @@ func scanWithProgress(ctx context.Context, cat *tables.Catalog, stream string, o
 	if cs := t.CurrentSnapshot(); cs != nil && cs.Summary != nil {
 		total, _ = strconv.ParseInt(cs.Summary.Properties["total-records"], 10, 64)
 	}
-	var out []*wal.Record
+	var out []*tributary.Record
 	last := time.Time{}
 	draw := func(done bool) {
 		if !done && time.Since(last) < 100*time.Millisecond {

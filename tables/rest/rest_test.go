@@ -23,9 +23,9 @@ import (
 	restcat "github.com/apache/iceberg-go/catalog/rest"
 	"github.com/apache/iceberg-go/table"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/tables/rest"
-	"github.com/tributary-io/tributary/wal"
 )
 
 // env is a warehouse directory with a SQLite catalog and one or more REST
@@ -108,18 +108,18 @@ func (e *env) client(t *testing.T, i int, props map[string]string) *tables.Catal
 	return c
 }
 
-func testRecords(part int32, from, n int, ts int64) []*wal.Record {
-	out := make([]*wal.Record, n)
+func testRecords(part int32, from, n int, ts int64) []*tributary.Record {
+	out := make([]*tributary.Record, n)
 	for i := range out {
 		off := int64(from + i)
-		r := &wal.Record{
+		r := &tributary.Record{
 			Stream: "factory.telemetry", Partition: part, Offset: off, Timestamp: ts + off,
 			Topic: fmt.Sprintf("factory/line1/d%d", i%7), Value: []byte(fmt.Sprintf(`{"seq":%d}`, off)),
 			Source: "mqtt", ClientID: "c1", Node: "n1",
 		}
 		if i%3 == 0 {
 			r.Key = []byte{byte(i), 0, 1}
-			r.Headers = []wal.Header{{Key: "a", Value: []byte("1")}, {Key: "b", Value: nil}}
+			r.Headers = []tributary.Header{{Key: "a", Value: []byte("1")}, {Key: "b", Value: nil}}
 			r.ProducerTimestamp = 1700000000123
 		}
 		out[i] = r
@@ -129,7 +129,7 @@ func testRecords(part int32, from, n int, ts int64) []*wal.Record {
 
 // writeFile writes recs as Parquet below the stream's table location,
 // named with suffix, like the uplink does.
-func writeFile(t *testing.T, c *tables.Catalog, stream, suffix string, recs []*wal.Record) tables.FileMeta {
+func writeFile(t *testing.T, c *tables.Catalog, stream, suffix string, recs []*tributary.Record) tables.FileMeta {
 	t.Helper()
 	var buf bytes.Buffer
 	st, err := tables.WriteParquet(&buf, recs)
@@ -151,7 +151,7 @@ func writeFile(t *testing.T, c *tables.Catalog, stream, suffix string, recs []*w
 	return tables.FileMeta{URL: url, Size: int64(buf.Len()), Stats: st}
 }
 
-func sameRecord(a, b *wal.Record) error {
+func sameRecord(a, b *tributary.Record) error {
 	switch {
 	case a.Partition != b.Partition || a.Offset != b.Offset:
 		return fmt.Errorf("position %d@%d vs %d@%d", a.Offset, a.Partition, b.Offset, b.Partition)

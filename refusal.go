@@ -1,0 +1,66 @@
+package tributary
+
+import "errors"
+
+// Reason is why an edge node refused to accept records: back-pressure or a
+// denial, never a drop. Nothing of a refused append was written, so the
+// client may retry (except for ReasonUnauthorized).
+type Reason int
+
+const (
+	// ReasonNone: the error is not a refusal (or there is no error).
+	ReasonNone Reason = iota
+	// ReasonBudget: the WAL's disk budget is exhausted (ErrBudget).
+	ReasonBudget
+	// ReasonReplication: too few replicas could store the records under the
+	// refuse policy (ErrNotReplicated).
+	ReasonReplication
+	// ReasonFenced: the partition is owned by another node now, or is being
+	// taken over by this one (ErrFenced).
+	ReasonFenced
+	// ReasonUnauthorized: the principal may not write there (ErrUnauthorized).
+	ReasonUnauthorized
+)
+
+// The sentinel error of each Reason. Packages wrap them with their own
+// context (fmt.Errorf("...: %w", ErrBudget)); callers test with errors.Is
+// or ReasonOf.
+var (
+	ErrBudget        = errors.New("wal disk budget exceeded")
+	ErrNotReplicated = errors.New("too few replicas")
+	ErrFenced        = errors.New("partition not owned by this node")
+	ErrUnauthorized  = errors.New("not authorized")
+)
+
+// String names the reason as metrics label values and logs do.
+func (r Reason) String() string {
+	switch r {
+	case ReasonBudget:
+		return "budget"
+	case ReasonReplication:
+		return "replication"
+	case ReasonFenced:
+		return "fenced"
+	case ReasonUnauthorized:
+		return "unauthorized"
+	}
+	return "none"
+}
+
+// ReasonOf returns the reason err refuses for, or ReasonNone when err is nil
+// or no refusal (an I/O error, a closed log, a cancelled context...).
+func ReasonOf(err error) Reason {
+	switch {
+	case err == nil:
+		return ReasonNone
+	case errors.Is(err, ErrBudget):
+		return ReasonBudget
+	case errors.Is(err, ErrNotReplicated):
+		return ReasonReplication
+	case errors.Is(err, ErrFenced):
+		return ReasonFenced
+	case errors.Is(err, ErrUnauthorized):
+		return ReasonUnauthorized
+	}
+	return ReasonNone
+}
