@@ -66,15 +66,21 @@ type ClusterPeer struct {
 	ID, Addr string
 }
 
-// ClusterConfig joins a Server to the cluster-wide namespace.
-type ClusterConfig struct {
+// ClusterTransport is how a Server reaches the other nodes: the peer links
+// (package peer) and the live membership (package cluster), adapted by the
+// node.
+type ClusterTransport interface {
 	// Handle registers a handler for a peer message type (package peer's
 	// Peer.Handle); handlers of one link run in arrival order.
-	Handle func(typ uint8, h func(from string, payload []byte, reply func(resp []byte, err error)))
+	Handle(typ uint8, h func(from string, payload []byte, reply func(resp []byte, err error)))
 	// Link returns the link to a peer (package peer's Peer.Link).
-	Link func(id, addr string) PeerLink
+	Link(id, addr string) PeerLink
 	// Peers lists the live peers (alive or suspect, this node excluded).
-	Peers func() []ClusterPeer
+	Peers() []ClusterPeer
+}
+
+// ClusterConfig tunes a Server's part of the cluster-wide namespace.
+type ClusterConfig struct {
 	// PeersInterval is how often Peers is polled; default 250ms.
 	PeersInterval time.Duration
 	// AntiEntropy is how often each peer's copy of our interest is checked
@@ -107,6 +113,7 @@ const routeMarker = "\x00tributary-route"
 // clusterNode is the running namespace of one Server.
 type clusterNode struct {
 	s      *Server
+	tr     ClusterTransport
 	cfg    ClusterConfig
 	epoch  uint64
 	remote *remoteInterest
@@ -135,9 +142,9 @@ var errShuttingDown = errors.New("mqtt cluster: shutting down")
 
 // StartCluster joins the server to the cluster namespace. Call it once,
 // after Start, before peer traffic arrives.
-func (s *Server) StartCluster(cfg ClusterConfig) error {
-	if cfg.Handle == nil || cfg.Link == nil || cfg.Peers == nil {
-		return fmt.Errorf("cluster: Handle, Link and Peers are required: %w", ErrConfig)
+func (s *Server) StartCluster(tr ClusterTransport, cfg ClusterConfig) error {
+	if tr == nil {
+		return fmt.Errorf("cluster: a transport is required: %w", ErrConfig)
 	}
 	if cfg.PeersInterval <= 0 {
 		cfg.PeersInterval = 250 * time.Millisecond
@@ -151,7 +158,7 @@ func (s *Server) StartCluster(cfg ClusterConfig) error {
 	if cfg.QueueBytes <= 0 {
 		cfg.QueueBytes = 64 << 20
 	}
-	c := &clusterNode{s: s, cfg: cfg, epoch: rand.Uint64() | 1, remote: newRemoteInterest(),
+	c := &clusterNode{s: s, tr: tr, cfg: cfg, epoch: rand.Uint64() | 1, remote: newRemoteInterest(),
 		bal: newBalancer(s.cfg.NodeID), seqs: map[string]uint64{}, recv: map[string]recvState{}}
 	c.inline = s.broker.NewClient(nil, mochi.LocalListener, "tributary-cluster", true)
 	c.inline.Properties.ProtocolVersion = 5 // keep MQTT 5 properties and expiry
@@ -162,9 +169,9 @@ func (s *Server) StartCluster(cfg ClusterConfig) error {
 		c.cancel()
 		return errors.New("mqtt: cluster already started")
 	}
-	cfg.Handle(msgInterest, c.handleInterest)
-	cfg.Handle(msgForward, c.handleForward)
-	cfg.Handle(msgRetained, c.handleRetained)
+	tr.Handle(msgInterest, c.handleInterest)
+	tr.Handle(msgForward, c.handleForward)
+	tr.Handle(msgRetained, c.handleRetained)
 	c.wg.Add(1)
 	go c.peersLoop()
 	s.log.Info("mqtt cluster namespace started", "epoch", fmt.Sprintf("%016x", c.epoch))
@@ -228,7 +235,7 @@ func (c *clusterNode) refreshPeers() {
 	defer c.refreshMu.Unlock()
 	cur := *c.links.Load()
 	want := map[string]string{}
-	for _, p := range c.cfg.Peers() {
+	for _, p := range c.tr.Peers() {
 		if p.ID != "" && p.ID != c.s.cfg.NodeID && p.Addr != "" {
 			want[p.ID] = p.Addr
 		}

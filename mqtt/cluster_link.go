@@ -34,7 +34,7 @@ type clusterLink struct {
 }
 
 func newClusterLink(c *clusterNode, id, addr string) *clusterLink {
-	l := &clusterLink{c: c, id: id, addr: addr, link: c.cfg.Link(id, addr),
+	l := &clusterLink{c: c, id: id, addr: addr, link: c.tr.Link(id, addr),
 		wake: make(chan struct{}, 1), push: make(chan struct{}, 1), full: true}
 	l.ctx, l.cancel = context.WithCancel(c.ctx)
 	return l

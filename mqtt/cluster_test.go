@@ -85,6 +85,42 @@ func (m *mesh) setCut(from, to string, cut, after bool) {
 
 // cluster starts n servers named n1..nn, each seeing the others as peers
 // (live reports whether a node is listed), joined through the mesh.
+// meshTransport is one node's ClusterTransport over the in-memory mesh.
+type meshTransport struct {
+	tc   *testCluster
+	self string
+}
+
+func (m *meshTransport) Handle(typ uint8, h func(string, []byte, func([]byte, error))) {
+	mesh := m.tc.mesh
+	mesh.mu.Lock()
+	defer mesh.mu.Unlock()
+	if mesh.handlers[m.self] == nil {
+		mesh.handlers[m.self] = map[uint8]func(string, []byte, func([]byte, error)){}
+	}
+	mesh.handlers[m.self][typ] = h
+}
+
+func (m *meshTransport) Link(id, addr string) PeerLink {
+	if m.tc == nil {
+		return nil
+	}
+	return &meshLink{m: m.tc.mesh, from: m.self, to: id}
+}
+
+func (m *meshTransport) Peers() []ClusterPeer {
+	tc := m.tc
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	var out []ClusterPeer
+	for _, o := range tc.nodes {
+		if id := o.cfg.NodeID; id != m.self && !tc.dead[id] {
+			out = append(out, ClusterPeer{ID: id, Addr: "mesh:" + id})
+		}
+	}
+	return out
+}
+
 type testCluster struct {
 	mesh  *mesh
 	nodes []*testServer
@@ -102,33 +138,13 @@ func startCluster(t *testing.T, n int, mutate ...func(*ClusterConfig)) *testClus
 	for _, ts := range tc.nodes {
 		self := ts.cfg.NodeID
 		cfg := ClusterConfig{
-			Handle: func(typ uint8, h func(string, []byte, func([]byte, error))) {
-				tc.mesh.mu.Lock()
-				defer tc.mesh.mu.Unlock()
-				if tc.mesh.handlers[self] == nil {
-					tc.mesh.handlers[self] = map[uint8]func(string, []byte, func([]byte, error)){}
-				}
-				tc.mesh.handlers[self][typ] = h
-			},
-			Link: func(id, addr string) PeerLink { return &meshLink{m: tc.mesh, from: self, to: id} },
-			Peers: func() []ClusterPeer {
-				tc.mu.Lock()
-				defer tc.mu.Unlock()
-				var out []ClusterPeer
-				for _, o := range tc.nodes {
-					if id := o.cfg.NodeID; id != self && !tc.dead[id] {
-						out = append(out, ClusterPeer{ID: id, Addr: "mesh:" + id})
-					}
-				}
-				return out
-			},
 			PeersInterval: 10 * time.Millisecond,
 			AntiEntropy:   200 * time.Millisecond,
 		}
 		for _, m := range mutate {
 			m(&cfg)
 		}
-		if err := ts.StartCluster(cfg); err != nil {
+		if err := ts.StartCluster(&meshTransport{tc: tc, self: self}, cfg); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -447,8 +463,7 @@ func TestClusterQueueBoundDropsAndCounts(t *testing.T) {
 }
 
 func TestClusterLinkQueueBytes(t *testing.T) {
-	c := &clusterNode{cfg: ClusterConfig{QueueLimit: 100, QueueBytes: 1000,
-		Link: func(id, addr string) PeerLink { return nil }}, ctx: context.Background()}
+	c := &clusterNode{tr: &meshTransport{}, cfg: ClusterConfig{QueueLimit: 100, QueueBytes: 1000}, ctx: context.Background()}
 	l := newClusterLink(c, "n2", "x")
 	big := fwdMsg{Topic: "t", Payload: make([]byte, 600)}
 	if !l.enqueue(big) {

@@ -53,7 +53,7 @@ func (n *Node) startCluster() error {
 // writes and the health of its WAL and uplink.
 func (n *Node) clusterMeta() cluster.Meta {
 	ws := n.wal.Stats()
-	m := cluster.Meta{MQTT: n.MQTTAddr(), Kafka: n.KafkaAddr(), HTTP: n.HTTPAddr(), Peer: n.PeerAddr(), Partitions: n.ingest.Streams(),
+	m := cluster.Meta{MQTT: n.MQTTAddr(), Kafka: n.KafkaAddr(), HTTP: n.HTTPAddr(), Peer: n.PeerAddr(), Partitions: n.book.Streams(),
 		WALBytes: ws.Bytes, WALBudget: ws.MaxBytes, UplinkOK: len(n.up.Stats().Failing) == 0}
 	if n.kafka != nil && n.cfg.Kafka.AdvertisedAddr != "" {
 		m.Kafka = n.cfg.Kafka.AdvertisedAddr

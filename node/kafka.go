@@ -122,7 +122,7 @@ func (kb *kafkaBackend) topicInfo(stream string, t *table.Table) kafka.TopicInfo
 
 // known is what this node knows without the catalog: the partitions it writes.
 func (kb *kafkaBackend) known(stream string) (kafka.TopicInfo, bool) {
-	ps, ok := kb.n.ingest.Owned()[stream]
+	ps, ok := kb.n.book.Owned()[stream]
 	if !ok {
 		return kafka.TopicInfo{}, false
 	}
@@ -144,7 +144,7 @@ func (kb *kafkaBackend) Topics(ctx context.Context) ([]kafka.TopicInfo, error) {
 	if err != nil {
 		// Catalog unreachable: serve what this node writes.
 		var out []kafka.TopicInfo
-		for s := range kb.n.ingest.Streams() {
+		for s := range kb.n.book.Streams() {
 			ti, _ := kb.known(s)
 			out = append(out, ti)
 		}
@@ -193,13 +193,9 @@ func (kb *kafkaBackend) EnsureStream(ctx context.Context, stream string) (kafka.
 
 // Append appends records the Kafka server addressed to a partition this
 // node owns (its own, or one it took over); any other partition is refused
-// with kafka.ErrNotLeader.
+// with owner.ErrNotOwned (tributary.ErrFenced: NOT_LEADER_OR_FOLLOWER).
 func (kb *kafkaBackend) Append(ctx context.Context, recs ...*tributary.Record) error {
-	err := kb.n.ingest.appendOwned(ctx, recs...)
-	if errors.Is(err, errNotOwned) {
-		return fmt.Errorf("%w: %w", kafka.ErrNotLeader, err)
-	}
-	return err
+	return kb.n.ingest.appendOwned(ctx, recs...)
 }
 
 // AllocateProducerID hands out ids from persisted blocks: the limit is
@@ -249,7 +245,7 @@ func (kb *kafkaBackend) ProducerRuns(ctx context.Context) ([]kafka.ProducerRun, 
 // took over from the records it holds of it (those copied from the
 // previous owner), so retries that follow the partition here are
 // deduplicated.
-func (kb *kafkaBackend) adopted(stream string, p int32) {
+func (kb *kafkaBackend) Adopted(stream string, p int32) {
 	if kb.n.kafka == nil {
 		return
 	}
@@ -265,9 +261,9 @@ func (kb *kafkaBackend) adopted(stream string, p int32) {
 	kb.n.kafka.LoadProducerRuns(kafka.RunsFromRecords(recs, keepRuns))
 }
 
-// beforeRelease folds the runs of records about to leave the WAL into the
-// snapshot and persists it.
-func (kb *kafkaBackend) beforeRelease(stream string, partition int32, recs []*tributary.Record) error {
+// Releasing (uplink.ReleaseListener) folds the runs of records about to leave the
+// WAL into the snapshot and persists it.
+func (kb *kafkaBackend) Releasing(stream string, partition int32, recs []*tributary.Record) error {
 	runs := kafka.RunsFromRecords(recs, keepRuns)
 	if len(runs) == 0 {
 		return nil

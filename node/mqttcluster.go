@@ -12,17 +12,23 @@ import (
 // the peer listener is up and before gossip announces it, so the handlers
 // are registered before any peer can call.
 func (n *Node) startMQTTCluster() error {
-	p := n.peer
-	return n.mqtt.StartCluster(mqtt.ClusterConfig{
-		Handle: func(typ uint8, h func(string, []byte, func([]byte, error))) { p.Handle(typ, h) },
-		Link:   func(id, addr string) mqtt.PeerLink { return p.Link(id, addr) },
-		Peers:  n.mqttPeers,
-	})
+	return n.mqtt.StartCluster(mqttTransport{n}, mqtt.ClusterConfig{})
 }
 
-// mqttPeers lists the live (alive or suspect) members other than this
-// node that gossip a peer address.
-func (n *Node) mqttPeers() []mqtt.ClusterPeer {
+// mqttTransport is the MQTT namespace's view of the peer links and the
+// gossip membership.
+type mqttTransport struct{ n *Node }
+
+func (t mqttTransport) Handle(typ uint8, h func(string, []byte, func([]byte, error))) {
+	t.n.peer.Handle(typ, h)
+}
+
+func (t mqttTransport) Link(id, addr string) mqtt.PeerLink { return t.n.peer.Link(id, addr) }
+
+// Peers lists the live (alive or suspect) members other than this node
+// that gossip a peer address.
+func (t mqttTransport) Peers() []mqtt.ClusterPeer {
+	n := t.n
 	c := n.cluster.Load()
 	if c == nil {
 		return nil

@@ -1,30 +1,27 @@
-// Package node composes an edge node from its parts: the write-ahead log,
-// the MQTT and Kafka front doors, the uplink to the tables, and the HTTP
-// endpoint for health, status and metrics.
+// Package node composes an edge node from its parts: the write-ahead log
+// (wal), the ownership book (owner), the MQTT and Kafka front doors, the
+// uplink to the tables, replication and the cluster, and the HTTP endpoint
+// for health, status and metrics. It is wiring: the decisions live in the
+// parts.
 //
 // # Invariants
 //
-//   - A record reaches the WAL with its stream's partition already resolved:
-//     the partition this node owns, allocated through the catalog once and
-//     remembered by the WAL, so a restart with the catalog unreachable still
-//     accepts every stream it has seen before.
-//   - A partition's first offset continues the table's committed high-water
-//     mark, so a node whose WAL was lost never reuses an offset.
-//   - Every record carries the ownership epoch of its partition (see
-//     ingest); when the uplink finds the partition fenced (another node owns
-//     it now), ingest forgets it and the stream gets a new partition.
+//   - A record reaches the WAL with its partition and ownership epoch
+//     already resolved by the owner.Book (see package owner for how that
+//     belief is formed and corrected by the fence).
 //   - Close stops the listeners first, then makes a final commit (bounded by
 //     ShutdownTimeout), then closes the WAL: nothing accepted is dropped, and
 //     what could not be committed stays in the WAL for the next start.
 //
 // # Outline
 //
-// New opens the WAL and the catalog; Start opens the listeners, the
-// uplink loop and (unless turned off) the table maintainer, which runs a
-// maintenance pass over every stream each interval under a per-table lease,
-// and last (when cluster.gossip_addr is set) joins the gossip cluster; Close
-// undoes both in reverse, leaving the cluster first. The ingest type is the Sink of
-// the protocol front doors.
+// New opens the WAL, the catalog, the object store and the ownership book;
+// Start opens the listeners, the uplink loop and (unless turned off) the
+// table maintainer, which runs a maintenance pass over every stream each
+// interval under a per-table lease, and last (when cluster.gossip_addr is
+// set) joins the gossip cluster; Close undoes both in reverse, leaving the
+// cluster first. The ingest type is the Sink of the protocol front doors:
+// book, WAL, replicas.
 package node
 
 import (
@@ -42,6 +39,7 @@ import (
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/mqtt"
+	"github.com/tributary-io/tributary/owner"
 	"github.com/tributary-io/tributary/peer"
 	"github.com/tributary-io/tributary/pulsar"
 	"github.com/tributary-io/tributary/replica"
@@ -63,6 +61,7 @@ type Node struct {
 	mqtt   *mqtt.Server
 	kafka  *kafka.Server
 	kb     *kafkaBackend
+	book   *owner.Book // which partitions this node writes, at which epoch
 	ingest *ingest
 	http   *http.Server
 	httpLn net.Listener
@@ -117,7 +116,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		n.wal.Close()
 		return nil, err
 	}
-	n.ingest = newIngest(cfg.NodeID, n.wal, n.cat, log)
+	n.book = owner.New(cfg.NodeID, n.wal, n.cat, log)
+	n.ingest = newIngest(cfg.NodeID, n.wal, n.book)
 	n.ingest.repl.refuseUntilStarted.Store(cfg.Cluster.GossipAddr != "" && cfg.Cluster.ReplicationFactor > 1 &&
 		cfg.Cluster.ReplicationPolicy == string(replica.Refuse))
 	n.kb, err = newKafkaBackend(n)
@@ -128,7 +128,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, err
 	}
 	n.up = uplink.New(uplink.Config{Interval: cfg.Uplink.CommitInterval, MaxBatchBytes: int64(cfg.Uplink.MaxBatchBytes),
-		Node: cfg.NodeID, Logger: log, BeforeRelease: n.kb.beforeRelease, OnFenced: n.ingest.fenced}, n.wal, n.cat, n.bucket)
+		Node: cfg.NodeID, Logger: log}, n.wal, n.cat, n.bucket)
+	n.up.OnFence(n.book) // a fenced partition is no longer written here
+	n.up.OnRelease(n.kb) // idempotent producers' state outlives released records
 	if cfg.Kafka.Addr != "" {
 		n.kafka, err = kafka.NewServer(kafka.Config{Addr: cfg.Kafka.Addr, AdvertisedAddr: cfg.Kafka.AdvertisedAddr,
 			ClusterID: cfg.Catalog.Name, AutoCreate: *cfg.Kafka.AutoCreate, MaxBatchBytes: int32(cfg.Kafka.MaxBatchBytes),
@@ -140,7 +142,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 			return nil, err
 		}
 	}
-	n.ingest.onAdopt = n.kb.adopted
+	n.book.Watch(n.kb) // producer state from the records of an adopted partition
 	if *cfg.Maintenance.Enabled {
 		n.maint = tables.NewMaintainer(n.cat, tables.MaintainerConfig{Interval: cfg.Maintenance.Interval,
 			Policy: cfg.MaintenancePolicy(), Logger: log})

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,7 +12,6 @@ import (
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/replica"
-	"github.com/tributary-io/tributary/tables"
 )
 
 // replication is ingest's handle on the node's replicas: nil (no waiting)
@@ -36,18 +34,6 @@ func (x *replication) check() error {
 		return replica.ErrNotReplicated
 	}
 	return nil
-}
-
-// ownedEpoch is the epoch at which ingest writes (stream, p), if it does.
-func (in *ingest) ownedEpoch(stream string, p int32) (int64, bool) {
-	in.mu.RLock()
-	defer in.mu.RUnlock()
-	o := in.streams[stream]
-	if o == nil {
-		return 0, false
-	}
-	e, ok := o.epochs[p]
-	return e, ok
 }
 
 // wait returns once recs, durable in the WAL, are durable on the replicas
@@ -77,9 +63,7 @@ func (n *Node) startReplicas() error {
 	r, err := replica.Open(replica.Config{NodeID: n.cfg.NodeID, Dir: filepath.Join(n.cfg.DataDir, "replicas"),
 		MaxBytes: int64(n.cfg.WAL.MaxBytes), Factor: g.ReplicationFactor, Policy: replica.Policy(g.ReplicationPolicy),
 		Timeout: g.ReplicationTimeout, Grace: g.TakeoverGrace, Transport: replica.PeerTransport(n.peer),
-		Members: n.replicaMembers, Log: n.wal, Catalog: replicaCatalog{n.cat},
-		Claim: n.ingest.claim, Adopt: n.ingest.adopt, Owned: n.ingest.ownedEpoch, Logger: n.log,
-		OnFenced: func(stream string, p int32, _ int64) { n.ingest.fenced(stream, p) }})
+		Members: replicaMembers{n}, Log: n.wal, Owner: n.book, Logger: n.log})
 	if err != nil {
 		return err
 	}
@@ -98,7 +82,10 @@ func (n *Node) closeReplicas(ctx context.Context) error {
 }
 
 // replicaMembers is the gossip membership as the replicas see it.
-func (n *Node) replicaMembers() []replica.Member {
+type replicaMembers struct{ n *Node }
+
+func (rm replicaMembers) Members() []replica.Member {
+	n := rm.n
 	c := n.cluster.Load()
 	if c == nil {
 		return []replica.Member{{ID: n.cfg.NodeID, Peer: n.PeerAddr(), State: cluster.Alive}}
@@ -109,29 +96,6 @@ func (n *Node) replicaMembers() []replica.Member {
 		out[i] = replica.Member{ID: m.ID, Peer: m.Peer, State: m.State}
 	}
 	return out
-}
-
-// replicaCatalog is the ownership side of the catalog for the replicas.
-type replicaCatalog struct{ cat *tables.Catalog }
-
-func (c replicaCatalog) TakeOver(ctx context.Context, stream string, p int32, from, to string) (int64, bool, error) {
-	epoch, err := c.cat.TakeOver(ctx, stream, p, from, to)
-	if errors.Is(err, tables.ErrNotOwner) {
-		return 0, false, nil
-	}
-	return epoch, err == nil, err
-}
-
-func (c replicaCatalog) Owner(ctx context.Context, stream string, p int32) (string, int64, error) {
-	owners, err := c.cat.Owners(ctx, stream)
-	if err != nil {
-		return "", 0, err
-	}
-	return owners[p].Node, owners[p].Epoch, nil
-}
-
-func (c replicaCatalog) HighWaters(ctx context.Context, stream string) (map[int32]int64, error) {
-	return c.cat.HighWaters(ctx, stream)
 }
 
 func (n *Node) replicaStats() replica.Stats {

@@ -163,6 +163,81 @@ func (c *fakeCatalog) HighWaters(ctx context.Context, stream string) (map[int32]
 	return out, nil
 }
 
+// testOwner is the node's ownership book for the tests: the catalog's
+// decisions from fakeCatalog, the node's side from hooks a test may set.
+type testOwner struct {
+	cat  *fakeCatalog
+	node string
+
+	mu     sync.Mutex
+	claim  func(stream string, p int32) func()
+	adopt  func(stream string, p int32, epoch, next int64) error
+	epoch  func(stream string, p int32) (int64, bool)
+	fenced func(stream string, p int32)
+}
+
+func (o *testOwner) set(f func(o *testOwner)) {
+	o.mu.Lock()
+	f(o)
+	o.mu.Unlock()
+}
+
+func (o *testOwner) Claim(stream string, p int32) func() {
+	o.mu.Lock()
+	f := o.claim
+	o.mu.Unlock()
+	if f == nil {
+		return func() {}
+	}
+	return f(stream, p)
+}
+
+func (o *testOwner) TakeOver(ctx context.Context, stream string, p int32, from string) (int64, bool, error) {
+	return o.cat.TakeOver(ctx, stream, p, from, o.node)
+}
+
+func (o *testOwner) Owner(ctx context.Context, stream string, p int32) (string, int64, error) {
+	return o.cat.Owner(ctx, stream, p)
+}
+
+func (o *testOwner) HighWaters(ctx context.Context, stream string) (map[int32]int64, error) {
+	return o.cat.HighWaters(ctx, stream)
+}
+
+func (o *testOwner) Adopt(stream string, p int32, epoch, next int64) error {
+	o.mu.Lock()
+	f := o.adopt
+	o.mu.Unlock()
+	if f == nil {
+		return nil
+	}
+	return f(stream, p, epoch, next)
+}
+
+func (o *testOwner) Epoch(stream string, p int32) (int64, bool) {
+	o.mu.Lock()
+	f := o.epoch
+	o.mu.Unlock()
+	if f == nil {
+		return 0, false
+	}
+	return f(stream, p)
+}
+
+func (o *testOwner) Fenced(stream string, p int32) {
+	o.mu.Lock()
+	f := o.fenced
+	o.mu.Unlock()
+	if f != nil {
+		f(stream, p)
+	}
+}
+
+// memberFunc lists members for Config.Members.
+type memberFunc func() []Member
+
+func (f memberFunc) Members() []Member { return f() }
+
 func (c *fakeCatalog) setMark(stream string, p int32, mark int64) {
 	c.mu.Lock()
 	c.marks[pkey{stream, p}] = mark
@@ -175,6 +250,7 @@ type testNode struct {
 	peer    *fakePeer
 	main    *wal.WAL
 	r       *Replicas
+	owner   *testOwner
 	adopted chan pkey
 	fenced  chan pkey
 }
@@ -208,11 +284,12 @@ func (tc *testCluster) start(id string, factor int, policy Policy, dir string) *
 	}
 	n := &testNode{id: id, peer: tc.net.peer(id), main: main, adopted: make(chan pkey, 16), fenced: make(chan pkey, 16)}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("node", id)
+	n.owner = &testOwner{cat: tc.cat, node: id,
+		adopt:  func(s string, p int32, e, next int64) error { n.adopted <- pkey{s, p}; return nil },
+		fenced: func(s string, p int32) { n.fenced <- pkey{s, p} }}
 	n.r, err = Open(Config{NodeID: id, Dir: filepath.Join(dir, "replicas"), Factor: factor, Policy: policy,
-		Timeout: 500 * time.Millisecond, Grace: 300 * time.Millisecond, Transport: n.peer, Members: tc.memberList,
-		Log: main, Catalog: tc.cat, Logger: logger, NoSync: true,
-		Adopt:    func(s string, p int32, e, next int64) error { n.adopted <- pkey{s, p}; return nil },
-		OnFenced: func(s string, p int32, e int64) { n.fenced <- pkey{s, p} }})
+		Timeout: 500 * time.Millisecond, Grace: 300 * time.Millisecond, Transport: n.peer, Members: memberFunc(tc.memberList),
+		Log: main, Owner: n.owner, Logger: logger, NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}

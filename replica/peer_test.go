@@ -39,7 +39,7 @@ func TestOverPeer(t *testing.T) {
 			t.Fatal(err)
 		}
 		r, err := Open(Config{NodeID: id, Dir: filepath.Join(dir, "replicas"), Factor: 2, Timeout: time.Second,
-			Transport: PeerTransport(p), Members: list, Log: w, Catalog: newFakeCatalog(), NoSync: true})
+			Transport: PeerTransport(p), Members: memberFunc(list), Log: w, Owner: &testOwner{cat: newFakeCatalog(), node: id}, NoSync: true})
 		if err != nil {
 			t.Fatal(err)
 		}

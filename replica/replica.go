@@ -28,8 +28,8 @@
 //     among several replica holders exactly one wins each partition.
 //  5. Fencing on the data path. A node that owns a partition at a higher
 //     epoch (it took it over, or its ingest owns it per the table: see
-//     Config.Owned) answers an old owner's appends for it with "fenced";
-//     the old owner's Replicate fails with ErrFenced and Config.OnFenced
+//     Owner.Epoch) answers an old owner's appends for it with "fenced";
+//     the old owner's Replicate fails with ErrFenced and Owner.Fenced
 //     tells the node to stop writing the partition. The fence lifts if the
 //     node owns the partition again at a higher epoch, and a partition the
 //     WAL dropped (fenced by the uplink) is no longer replicated.
@@ -62,7 +62,7 @@
 // owner's ring holds a stale copy; the current one holds every
 // acknowledged record), tries Catalog.TakeOver for it. The winner copies
 // the records above the table's mark into its main WAL at the new epoch,
-// calls Config.Adopt, and releases its copy; a loser releases its copy as
+// calls Owner.Adopt, and releases its copy; a loser releases its copy as
 // the table's mark passes it. Each takeover is logged and counted.
 package replica
 
@@ -155,14 +155,34 @@ type Log interface {
 	AppendAt(ctx context.Context, recs ...*tributary.Record) (skipped int, err error)
 }
 
-// Catalog is the ownership side of the catalog.
-type Catalog interface {
-	// TakeOver makes to the owner of (stream, p) at a new epoch if from
-	// owns it now; won is false (and err nil) if another node owns it.
-	TakeOver(ctx context.Context, stream string, p int32, from, to string) (epoch int64, won bool, err error)
-	// Owner is the partition's current owner and epoch.
+// Owner is this node's book of partition ownership (owner.Book): the
+// take-over decisions go through it, and it hears what the replicas learn.
+type Owner interface {
+	// Claim is called before a takeover of (stream, p) is attempted: the
+	// node must not write p until release is called (so that new records
+	// cannot take offsets the copied ones need).
+	Claim(stream string, p int32) (release func())
+	// TakeOver makes this node the owner of (stream, p) at a new epoch if
+	// from owns it now; won is false (and err nil) if another node owns it.
+	TakeOver(ctx context.Context, stream string, p int32, from string) (epoch int64, won bool, err error)
+	// Owner is the partition's current owner and epoch, from the table.
 	Owner(ctx context.Context, stream string, p int32) (node string, epoch int64, err error)
 	HighWaters(ctx context.Context, stream string) (map[int32]int64, error)
+	// Adopt tells the node it owns (stream, p) at epoch from now on, its
+	// WAL holding the partition up to at least next.
+	Adopt(stream string, p int32, epoch, next int64) error
+	// Epoch says at which epoch the node owns (stream, p), if it does (its
+	// view, which survives restarts through the table): appends of an
+	// older owner are fenced against it as against partitions this node
+	// took over itself.
+	Epoch(stream string, p int32) (epoch int64, ok bool)
+	// Fenced tells the node a peer owns (stream, p) now.
+	Fenced(stream string, p int32)
+}
+
+// Membership lists the cluster as gossip sees it (this node included).
+type Membership interface {
+	Members() []Member
 }
 
 // Config configures the replicas of one node.
@@ -183,27 +203,14 @@ type Config struct {
 	Grace time.Duration
 
 	Transport Transport
-	// Members lists the cluster as gossip sees it (this node included).
-	Members func() []Member
+	// Members is the cluster as gossip sees it.
+	Members Membership
 	// Log is the node's main WAL; takeovers copy into it.
-	Log     Log
-	Catalog Catalog
-	// Claim, when set, is called before a takeover of (stream, p) is
-	// attempted: the node must not write p until release is called (so
-	// that new records cannot take offsets the copied ones need).
-	Claim func(stream string, p int32) (release func())
-	// Adopt tells the node it owns (stream, p) at epoch from now on, its
-	// WAL holding the partition up to at least next.
-	Adopt func(stream string, p int32, epoch, next int64) error
-	// Owned, when set, says at which epoch the node owns (stream, p), if
-	// it does (ingest's view, which survives restarts through the table):
-	// appends of an older owner are fenced against it as against
-	// partitions this node took over itself.
-	Owned func(stream string, p int32) (epoch int64, ok bool)
-	// OnFenced tells the node a peer owns (stream, p) at epoch.
-	OnFenced func(stream string, p int32, epoch int64)
-	Logger   *slog.Logger
-	NoSync   bool // tests only: replica WALs skip fsync
+	Log Log
+	// Owner is the node's ownership book.
+	Owner  Owner
+	Logger *slog.Logger
+	NoSync bool // tests only: replica WALs skip fsync
 }
 
 // Replicas is one node's replication: owner and replica sides, takeover.
@@ -245,7 +252,7 @@ type Stats struct {
 // starts the takeover loop.
 func Open(cfg Config) (*Replicas, error) {
 	if cfg.NodeID == "" || cfg.Dir == "" || cfg.Transport == nil || cfg.Members == nil || cfg.Log == nil ||
-		cfg.Catalog == nil {
+		cfg.Owner == nil {
 		return nil, errors.New("replica: NodeID, Dir, Transport, Members, Log and Catalog are required")
 	}
 	if cfg.Factor < 1 {
@@ -352,7 +359,7 @@ func (r *Replicas) ring() []Member {
 	r.ringMu.Lock()
 	defer r.ringMu.Unlock()
 	if now := time.Now(); now.Sub(r.ringAt) >= ringTTL {
-		r.ringVal, r.ringAt = ringAfter(r.cfg.NodeID, r.cfg.Members(), r.cfg.Factor-1), now
+		r.ringVal, r.ringAt = ringAfter(r.cfg.NodeID, r.cfg.Members.Members(), r.cfg.Factor-1), now
 	}
 	return r.ringVal
 }
@@ -418,10 +425,8 @@ func (r *Replicas) takenEpoch(pk pkey) (int64, bool) {
 // taken over here, or owned as far as the node's ingest knows.
 func (r *Replicas) ownedEpoch(pk pkey) (int64, bool) {
 	e, ok := r.takenEpoch(pk)
-	if r.cfg.Owned != nil {
-		if e2, ok2 := r.cfg.Owned(pk.stream, pk.partition); ok2 && (!ok || e2 > e) {
-			e, ok = e2, true
-		}
+	if e2, ok2 := r.cfg.Owner.Epoch(pk.stream, pk.partition); ok2 && (!ok || e2 > e) {
+		e, ok = e2, true
 	}
 	return e, ok
 }

@@ -233,12 +233,14 @@ func TestDroppedPartition(t *testing.T) {
 	}
 }
 
-// TestFencedByOwnership: the node's own view of what it owns (Config.Owned,
+// TestFencedByOwnership: the node's own view of what it owns (Owner.Epoch,
 // which survives restarts through the table) fences an older owner too.
 func TestFencedByOwnership(t *testing.T) {
 	tc := newTestCluster(t, 2, Degrade, "a", "b")
 	a, b := tc.nodes["a"], tc.nodes["b"]
-	b.r.cfg.Owned = func(stream string, p int32) (int64, bool) { return 2, stream == "s.t" && p >= 7 }
+	b.owner.set(func(o *testOwner) {
+		o.epoch = func(stream string, p int32) (int64, bool) { return 2, stream == "s.t" && p >= 7 }
+	})
 	if err := a.ingest(t, 0, 3, 0); err != nil {
 		t.Fatalf("partition b does not own: %v", err)
 	}
@@ -365,19 +367,21 @@ func TestTakeoverClaimHeldAcrossRetries(t *testing.T) {
 	a, b := tc.nodes["a"], tc.nodes["b"]
 	var mu sync.Mutex
 	claims, releases, heldAtAdopt := 0, 0, false
-	b.r.cfg.Claim = func(string, int32) func() {
-		mu.Lock()
-		claims++
-		mu.Unlock()
-		return func() { mu.Lock(); releases++; mu.Unlock() }
-	}
-	b.r.cfg.Adopt = func(s string, p int32, e, next int64) error {
-		mu.Lock()
-		heldAtAdopt = claims == 1 && releases == 0
-		mu.Unlock()
-		b.adopted <- pkey{s, p}
-		return nil
-	}
+	b.owner.set(func(o *testOwner) {
+		o.claim = func(string, int32) func() {
+			mu.Lock()
+			claims++
+			mu.Unlock()
+			return func() { mu.Lock(); releases++; mu.Unlock() }
+		}
+		o.adopt = func(s string, p int32, e, next int64) error {
+			mu.Lock()
+			heldAtAdopt = claims == 1 && releases == 0
+			mu.Unlock()
+			b.adopted <- pkey{s, p}
+			return nil
+		}
+	})
 	tc.cat.owner[pkey{"s.t", 0}] = "a"
 	tc.cat.failMarks = 2
 	if err := a.ingest(t, 0, 5, 0); err != nil {

@@ -451,8 +451,6 @@ func (o *outPart) onReply(t *target, gen int, n int64, resp []byte, err error) {
 		o.r.fenced.Add(1)
 		o.r.log.Error("partition fenced by a replica: another node took it over; no longer writing it",
 			"stream", o.pk.stream, "partition", o.pk.partition, "replica", t.id, "their_epoch", fencedAt, "our_epoch", o.epoch)
-		if o.r.cfg.OnFenced != nil {
-			o.r.cfg.OnFenced(o.pk.stream, o.pk.partition, fencedAt)
-		}
+		o.r.cfg.Owner.Fenced(o.pk.stream, o.pk.partition)
 	}
 }

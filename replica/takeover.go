@@ -52,7 +52,7 @@ func (r *Replicas) takeoverLoop() {
 }
 
 func (r *Replicas) checkTakeovers(ctx context.Context) {
-	list := r.cfg.Members()
+	list := r.cfg.Members.Members()
 	members := map[string]Member{}
 	for _, m := range list {
 		members[m.ID] = m
@@ -168,7 +168,7 @@ func (r *Replicas) takeOverAll(ctx context.Context, s *store, ws *watchState) bo
 		}
 		if ws.deferred[pk] {
 			// Left to another holder: has it taken the partition?
-			if owner, _, err := r.cfg.Catalog.Owner(ctx, p.Stream, p.Partition); err == nil && owner != s.origin {
+			if owner, _, err := r.cfg.Owner.Owner(ctx, p.Stream, p.Partition); err == nil && owner != s.origin {
 				r.log.Info("partition of a dead member taken over by another node; releasing the replica as the table passes it",
 					"member", s.origin, "stream", p.Stream, "partition", p.Partition, "owner", owner)
 				ws.lost[pk], ws.resolved[pk] = true, true
@@ -201,7 +201,7 @@ func (r *Replicas) takeOverAll(ctx context.Context, s *store, ws *watchState) bo
 // passed over: they cannot take over either.
 func (r *Replicas) betterHolder(ctx context.Context, origin string, p wal.PartitionState) (string, int64) {
 	q := queryMsg{Origin: origin, Stream: p.Stream, Partition: p.Partition}.encode()
-	for _, m := range r.cfg.Members() {
+	for _, m := range r.cfg.Members.Members() {
 		if m.ID == r.cfg.NodeID || m.ID == origin || m.Peer == "" || (m.State != cluster.Alive && m.State != cluster.Suspect) {
 			continue
 		}
@@ -225,8 +225,8 @@ func (r *Replicas) takeOver(ctx context.Context, origin string, w *wal.WAL, p wa
 	// The claim is held until the partition is resolved, across failed
 	// attempts: between them ingest must not adopt p from the table and
 	// hand out offsets the copied records need.
-	if release := ws.claims[pk]; release == nil && r.cfg.Claim != nil {
-		ws.claims[pk] = r.cfg.Claim(p.Stream, p.Partition)
+	if release := ws.claims[pk]; release == nil {
+		ws.claims[pk] = r.cfg.Owner.Claim(p.Stream, p.Partition)
 	}
 	done := false
 	defer func() {
@@ -234,12 +234,12 @@ func (r *Replicas) takeOver(ctx context.Context, origin string, w *wal.WAL, p wa
 			ws.unclaim(pk)
 		}
 	}()
-	epoch, won, err := r.cfg.Catalog.TakeOver(ctx, p.Stream, p.Partition, origin, r.cfg.NodeID)
+	epoch, won, err := r.cfg.Owner.TakeOver(ctx, p.Stream, p.Partition, origin)
 	if err != nil {
 		return fmt.Errorf("take over: %w", err)
 	}
 	if !won {
-		owner, e, err := r.cfg.Catalog.Owner(ctx, p.Stream, p.Partition)
+		owner, e, err := r.cfg.Owner.Owner(ctx, p.Stream, p.Partition)
 		if err != nil {
 			return fmt.Errorf("owner: %w", err)
 		}
@@ -260,7 +260,7 @@ func (r *Replicas) takeOver(ctx context.Context, origin string, w *wal.WAL, p wa
 		done = true
 		return nil
 	}
-	marks, err := r.cfg.Catalog.HighWaters(ctx, p.Stream)
+	marks, err := r.cfg.Owner.HighWaters(ctx, p.Stream)
 	if err != nil {
 		return fmt.Errorf("marks: %w", err)
 	}
@@ -273,10 +273,8 @@ func (r *Replicas) takeOver(ctx context.Context, origin string, w *wal.WAL, p wa
 		return err
 	}
 	r.MarkOwned(p.Stream, p.Partition, epoch)
-	if r.cfg.Adopt != nil {
-		if err := r.cfg.Adopt(p.Stream, p.Partition, epoch, max(mark, r.mainNext(pk))); err != nil {
-			return fmt.Errorf("adopt: %w", err)
-		}
+	if err := r.cfg.Owner.Adopt(p.Stream, p.Partition, epoch, max(mark, r.mainNext(pk))); err != nil {
+		return fmt.Errorf("adopt: %w", err)
 	}
 	if err := w.Release(p.Stream, p.Partition, p.Next); err != nil {
 		r.log.Warn("takeover: release replica copy", "stream", p.Stream, "partition", p.Partition, "err", err)
@@ -344,7 +342,7 @@ func (r *Replicas) releaseLost(ctx context.Context, s *store, ws *watchState) {
 		}
 		m, ok := marks[pk.stream]
 		if !ok {
-			if m, err = r.cfg.Catalog.HighWaters(ctx, pk.stream); err != nil {
+			if m, err = r.cfg.Owner.HighWaters(ctx, pk.stream); err != nil {
 				continue
 			}
 			marks[pk.stream] = m

@@ -72,10 +72,7 @@ type MaintainerConfig struct {
 	Interval time.Duration
 	// Policy for every stream (tables' properties override it).
 	Policy Policy
-	// Streams lists the streams to maintain. Default: every stream table of
-	// the catalog.
-	Streams func(ctx context.Context) ([]string, error)
-	Logger  *slog.Logger
+	Logger *slog.Logger
 }
 
 // DefaultMaintainInterval is the default interval between passes.
@@ -98,9 +95,6 @@ func NewMaintainer(cat *Catalog, cfg MaintainerConfig) *Maintainer {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Streams == nil {
-		cfg.Streams = cat.ListStreams
-	}
 	return &Maintainer{cat: cat, cfg: cfg, stats: map[string]*MaintenanceStats{}}
 }
 
@@ -119,10 +113,10 @@ func (m *Maintainer) Run(ctx context.Context) {
 	}
 }
 
-// RunOnce makes one pass over every stream and returns the errors of those
+// RunOnce makes one pass over every stream table of the catalog and returns the errors of those
 // that failed (a lease held elsewhere is not an error).
 func (m *Maintainer) RunOnce(ctx context.Context) error {
-	streams, err := m.cfg.Streams(ctx)
+	streams, err := m.cat.ListStreams(ctx)
 	if err != nil {
 		m.cfg.Logger.Warn("maintain: list streams", "err", err)
 		return err

@@ -34,6 +34,31 @@ type fencedCalls struct {
 	calls []string
 }
 
+// listenerFuncs is a FenceListener and ReleaseListener made of optional functions.
+type listenerFuncs struct {
+	fenced    func(stream string, p int32)
+	releasing func(stream string, p int32, recs []*tributary.Record) error
+}
+
+func (l listenerFuncs) Fenced(stream string, p int32) {
+	if l.fenced != nil {
+		l.fenced(stream, p)
+	}
+}
+
+func (l listenerFuncs) Releasing(stream string, p int32, recs []*tributary.Record) error {
+	if l.releasing != nil {
+		return l.releasing(stream, p, recs)
+	}
+	return nil
+}
+
+func watch(u *Uplink, l listenerFuncs) *Uplink {
+	u.OnFence(l)
+	u.OnRelease(l)
+	return u
+}
+
 func (f *fencedCalls) add(stream string, p int32) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -57,7 +82,7 @@ func TestFencedPartition(t *testing.T) {
 	p, _ := e.cat.AllocatePartition(ctx, stream, "n1")
 	q, _ := e.cat.AllocatePartition(ctx, stream, "n3")
 	var fenced fencedCalls
-	u := New(Config{Node: "n1", Logger: quietLogger(), OnFenced: fenced.add}, e.wal, e.cat, e.bucket)
+	u := watch(New(Config{Node: "n1", Logger: quietLogger()}, e.wal, e.cat, e.bucket), listenerFuncs{fenced: fenced.add})
 	want := map[int32][][]byte{p: appendVals(t, e.wal, stream, p, 0, "first", 5)}
 	if err := u.SyncAll(ctx); err != nil {
 		t.Fatal(err)
@@ -95,12 +120,12 @@ func TestFencedDropsCovered(t *testing.T) {
 	const stream = "f.s"
 	p, _ := e.cat.AllocatePartition(ctx, stream, "n1")
 	var released []int64
-	u := New(Config{Node: "n1", Logger: quietLogger(), BeforeRelease: func(_ string, _ int32, recs []*tributary.Record) error {
+	u := watch(New(Config{Node: "n1", Logger: quietLogger()}, e.wal, e.cat, e.bucket), listenerFuncs{releasing: func(_ string, _ int32, recs []*tributary.Record) error {
 		for _, r := range recs {
 			released = append(released, r.Offset)
 		}
 		return nil
-	}}, e.wal, e.cat, e.bucket)
+	}})
 	vals := appendVals(t, e.wal, stream, p, 0, "v", 10)
 	recs, _ := e.wal.Read(stream, p, 0, 6, 0)
 	files, err := u.upload(ctx, stream, recs)
@@ -184,9 +209,9 @@ func TestFenceUnderFaults(t *testing.T) {
 	fb.on.Store(true)
 	fc.on.Store(true)
 	var stopped atomic.Bool
-	u := New(Config{Interval: 20 * time.Millisecond, MaxBatchBytes: 4 << 10, MinBackoff: 5 * time.Millisecond,
-		MaxBackoff: 50 * time.Millisecond, Node: "n1", Logger: quietLogger(),
-		OnFenced: func(string, int32) { stopped.Store(true) }}, e.wal, fc, fb)
+	u := watch(New(Config{Interval: 20 * time.Millisecond, MaxBatchBytes: 4 << 10, MinBackoff: 5 * time.Millisecond,
+		MaxBackoff: 50 * time.Millisecond, Node: "n1", Logger: quietLogger()}, e.wal, fc, fb),
+		listenerFuncs{fenced: func(string, int32) { stopped.Store(true) }})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -279,7 +304,7 @@ func TestFencedBehindMark(t *testing.T) {
 		t.Fatal(err)
 	}
 	var fenced fencedCalls
-	u := New(Config{Node: "n1", Logger: quietLogger(), OnFenced: fenced.add}, e.wal, e.cat, e.bucket)
+	u := watch(New(Config{Node: "n1", Logger: quietLogger()}, e.wal, e.cat, e.bucket), listenerFuncs{fenced: fenced.add})
 	if err := u.SyncAll(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +361,7 @@ func TestFencedBatchOfRetakenPartition(t *testing.T) {
 		}
 	}}
 	var fenced fencedCalls
-	u := New(Config{Node: "n1", Logger: quietLogger(), OnFenced: fenced.add}, e.wal, tc, e.bucket)
+	u := watch(New(Config{Node: "n1", Logger: quietLogger()}, e.wal, tc, e.bucket), listenerFuncs{fenced: fenced.add})
 	if err := u.SyncAll(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@
 //     on every reload, before the mark is looked at: the mark may cover
 //     the new owner's records at these very offsets), or when the commit
 //     itself is fenced (tables.FencedError), nothing is committed or
-//     released: the uplink tells the node (Config.OnFenced) so that ingest
+//     released: the uplink tells its FenceListeners so that ingest
 //     stops writing the partition, drops the partition from the WAL (its
 //     records belong to the new owner's history now: copied and uploaded
 //     by it, or never part of it), logs it at error level with the count
@@ -103,15 +103,6 @@ type Config struct {
 	// Node is recorded in snapshot summaries.
 	Node   string
 	Logger *slog.Logger
-	// BeforeRelease, when set, is called with the records of a committed
-	// range before the WAL releases them; if it fails they are not
-	// released (and it is called again on the next pass). The node uses it
-	// to keep idempotent Kafka producers' state past the WAL.
-	BeforeRelease func(stream string, partition int32, recs []*tributary.Record) error
-	// OnFenced, when set, is called when a partition was fenced (another
-	// node owns it now), before its records are dropped from the WAL, so
-	// that ingest stops writing it first. It must not block long.
-	OnFenced func(stream string, partition int32)
 }
 
 func (c *Config) defaults() {
@@ -155,6 +146,9 @@ type Uplink struct {
 	log    Log
 	cat    Committer
 	bucket Bucket
+	// fenceLs and releaseLs are set before Run (OnFence, OnRelease).
+	fenceLs   []FenceListener
+	releaseLs []ReleaseListener
 
 	mu      sync.Mutex
 	backoff map[string]*retryState // per stream
@@ -172,12 +166,34 @@ type retryState struct {
 	until    time.Time
 }
 
+// FenceListener hears of partitions the uplink found fenced (another node
+// owns them now): the node's ownership book (owner.Book). Fenced is called
+// before the partition's records are dropped from the WAL, so that ingest
+// stops writing it first; it must not block long.
+type FenceListener interface {
+	Fenced(stream string, partition int32)
+}
+
+// ReleaseListener sees the records of each committed range before the WAL
+// releases them: whatever keeps state past the WAL's records (the Kafka
+// produce side's idempotent-producer snapshot). If Releasing fails the
+// records are not released, and it is called again on the next pass.
+type ReleaseListener interface {
+	Releasing(stream string, partition int32, recs []*tributary.Record) error
+}
+
 // New makes an uplink; call Run to start it.
 func New(cfg Config, log Log, cat Committer, bucket Bucket) *Uplink {
 	cfg.defaults()
 	return &Uplink{cfg: cfg, log: log, cat: cat, bucket: bucket,
 		backoff: map[string]*retryState{}, flushReq: make(chan chan error)}
 }
+
+// OnFence registers l; call it before Run.
+func (u *Uplink) OnFence(l FenceListener) { u.fenceLs = append(u.fenceLs, l) }
+
+// OnRelease registers l; call it before Run.
+func (u *Uplink) OnRelease(l ReleaseListener) { u.releaseLs = append(u.releaseLs, l) }
 
 // Run drains the WAL until ctx ends.
 func (u *Uplink) Run(ctx context.Context) {
@@ -353,8 +369,8 @@ func (u *Uplink) fence(stream string, fe *tables.FencedError) error {
 	ours := st.Epoch >= fe.Epoch
 	var dropped int64
 	if !ours {
-		if u.cfg.OnFenced != nil {
-			u.cfg.OnFenced(stream, fe.Partition)
+		for _, l := range u.fenceLs {
+			l.Fenced(stream, fe.Partition)
 		}
 		var err error
 		if dropped, ours, err = u.log.DropPartitionBelow(stream, fe.Partition, fe.Epoch); err != nil {
@@ -475,10 +491,10 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 	return cut, nil
 }
 
-// release releases [from, to) of a partition after the BeforeRelease hook
-// has seen its records (recs, or read from the WAL when nil).
+// release releases [from, to) of a partition after the listeners have seen
+// its records (recs, or read from the WAL when nil).
 func (u *Uplink) release(stream string, partition int32, from, to int64, recs []*tributary.Record) error {
-	if u.cfg.BeforeRelease != nil && to > from {
+	if len(u.releaseLs) > 0 && to > from {
 		if recs == nil {
 			var err error
 			recs, err = u.log.Read(stream, partition, from, int(to-from), 0)
@@ -490,8 +506,10 @@ func (u *Uplink) release(stream string, partition int32, from, to int64, recs []
 		for n < len(recs) && recs[n].Offset < to {
 			n++
 		}
-		if err := u.cfg.BeforeRelease(stream, partition, recs[:n]); err != nil {
-			return fmt.Errorf("sync %s: before release: %w", stream, err)
+		for _, l := range u.releaseLs {
+			if err := l.Releasing(stream, partition, recs[:n]); err != nil {
+				return fmt.Errorf("sync %s: before release: %w", stream, err)
+			}
 		}
 	}
 	if err := u.log.Release(stream, partition, to); err != nil {

@@ -1,4 +1,4 @@
-package node
+package owner
 
 import (
 	"context"
@@ -14,11 +14,13 @@ import (
 	"github.com/tributary-io/tributary/wal"
 )
 
+// ingestEnv is one node's WAL and book over a shared catalog; publish and
+// produce append as the node's ingest does (Own or Writable, then the WAL).
 type ingestEnv struct {
 	dir string
 	wal *wal.WAL
 	cat *tables.Catalog
-	in  *ingest
+	in  *Book
 }
 
 func openCatalog(t *testing.T, dir string) *tables.Catalog {
@@ -41,13 +43,18 @@ func newIngestEnv(t *testing.T, id, dir string, cat *tables.Catalog) *ingestEnv 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { w.Close() })
-	return &ingestEnv{dir: dir, wal: w, cat: cat, in: newIngest(id, w, cat, slog.New(slog.NewTextHandler(io.Discard, nil)))}
+	return &ingestEnv{dir: dir, wal: w, cat: cat, in: New(id, w, cat, slog.New(slog.NewTextHandler(io.Discard, nil)))}
 }
 
 func (e *ingestEnv) publish(t *testing.T, stream string) *tributary.Record {
 	t.Helper()
 	r := &tributary.Record{Stream: stream, Topic: "t", Value: []byte("v"), Source: "mqtt"}
-	if err := e.in.Append(context.Background(), r); err != nil {
+	p, epoch, err := e.in.Own(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Partition, r.Epoch, r.Node = p, epoch, e.in.Node()
+	if err := e.wal.Append(context.Background(), r); err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -55,13 +62,18 @@ func (e *ingestEnv) publish(t *testing.T, stream string) *tributary.Record {
 
 func (e *ingestEnv) produce(stream string, p int32) (*tributary.Record, error) {
 	r := &tributary.Record{Stream: stream, Partition: p, Topic: stream, Value: []byte("k"), Source: "kafka"}
-	return r, e.in.appendOwned(context.Background(), r)
+	epoch, err := e.in.Writable(context.Background(), stream, p)
+	if err != nil {
+		return r, err
+	}
+	r.Epoch, r.Node = epoch, e.in.Node()
+	return r, e.wal.Append(context.Background(), r)
 }
 
-// TestIngestFencedGetsNewPartition: records carry the partition's epoch;
+// TestBookFencedGetsNewPartition: records carry the partition's epoch;
 // once fenced out of its partition, the node's next record goes to a new
 // partition of its own.
-func TestIngestFencedGetsNewPartition(t *testing.T) {
+func TestBookFencedGetsNewPartition(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	cat := openCatalog(t, dir)
@@ -79,12 +91,12 @@ func TestIngestFencedGetsNewPartition(t *testing.T) {
 	if r := a.publish(t, "s.x"); r.Partition != p {
 		t.Fatalf("before the fence: partition %d", r.Partition)
 	}
-	a.in.fenced("s.x", p)
+	a.in.Fenced("s.x", p)
 	r = a.publish(t, "s.x")
 	if r.Partition == p || r.Epoch != 0 || r.Offset != 0 {
 		t.Fatalf("after the fence: %+v, old partition %d", r, p)
 	}
-	if _, err := a.produce("s.x", p); !errors.Is(err, errNotOwned) {
+	if _, err := a.produce("s.x", p); !errors.Is(err, ErrNotOwned) || tributary.ReasonOf(err) != tributary.ReasonFenced {
 		t.Fatalf("produce to the lost partition: %v", err)
 	}
 	if got := a.in.Streams()["s.x"]; got != r.Partition {
@@ -92,10 +104,10 @@ func TestIngestFencedGetsNewPartition(t *testing.T) {
 	}
 }
 
-// TestIngestAdopt: a partition taken over elsewhere (TakeOver through the
+// TestBookAdopt: a partition taken over elsewhere (TakeOver through the
 // catalog) is adopted lazily at the table's mark with its epoch; one being
 // taken over here (claim) is refused until adopt.
-func TestIngestAdopt(t *testing.T) {
+func TestBookAdopt(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	cat := openCatalog(t, dir)
@@ -103,7 +115,7 @@ func TestIngestAdopt(t *testing.T) {
 	b := newIngestEnv(t, "b", dir, cat)
 	pa := a.publish(t, "s.x").Partition
 	pb := b.publish(t, "s.x").Partition
-	if _, err := a.produce("s.x", pb); !errors.Is(err, errNotOwned) {
+	if _, err := a.produce("s.x", pb); !errors.Is(err, ErrNotOwned) {
 		t.Fatalf("produce to b's partition on a: %v", err)
 	}
 	// The table's mark of b's partition is 7 (b committed 7 records).
@@ -126,11 +138,11 @@ func TestIngestAdopt(t *testing.T) {
 	// A take-over in progress here: refused until adopted.
 	c := newIngestEnv(t, "c", dir, cat)
 	pc := c.publish(t, "s.x").Partition
-	release := a.in.claim("s.x", pc)
+	release := a.in.Claim("s.x", pc)
 	if _, err := cat.TakeOver(ctx, "s.x", pc, "c", "a"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.produce("s.x", pc); !errors.Is(err, errAdopting) {
+	if _, err := a.produce("s.x", pc); !errors.Is(err, ErrAdopting) {
 		t.Fatalf("produce during the take-over: %v", err)
 	}
 	// The copied records (offsets 0-2, epoch 1), then adopt, then release.
@@ -138,7 +150,7 @@ func TestIngestAdopt(t *testing.T) {
 	if _, err := a.wal.AppendAt(ctx, copied...); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.in.adopt("s.x", pc, 1, 0); err != nil {
+	if err := a.in.Adopt("s.x", pc, 1, 0); err != nil {
 		t.Fatal(err)
 	}
 	release()
@@ -163,11 +175,11 @@ func setMark(t *testing.T, cat *tables.Catalog, stream string, p int32, mark int
 	}
 }
 
-// TestIngestRestartWithoutCatalog: after a restart with the catalog
+// TestBookRestartWithoutCatalog: after a restart with the catalog
 // unreachable, a stream is written to the node's own partition (not one it
 // had taken over) at the epoch it last wrote; with the catalog, the table
 // decides.
-func TestIngestRestartWithoutCatalog(t *testing.T) {
+func TestBookRestartWithoutCatalog(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	cat := openCatalog(t, dir)
@@ -206,11 +218,11 @@ func TestIngestRestartWithoutCatalog(t *testing.T) {
 	}
 }
 
-// TestIngestClaimDropsStale: a node fenced out of its partition (by the
+// TestBookClaimDropsStale: a node fenced out of its partition (by the
 // data path, before its uplink dropped the records) takes it back later:
 // claim drops its stale records so that the copied ones are stored, not
 // skipped as if already present.
-func TestIngestClaimDropsStale(t *testing.T) {
+func TestBookClaimDropsStale(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	cat := openCatalog(t, dir)
@@ -221,8 +233,8 @@ func TestIngestClaimDropsStale(t *testing.T) {
 	if _, err := cat.TakeOver(ctx, "s.x", p, "a", "b"); err != nil {
 		t.Fatal(err)
 	}
-	a.in.fenced("s.x", p)
-	release := a.in.claim("s.x", p)
+	a.in.Fenced("s.x", p)
+	release := a.in.Claim("s.x", p)
 	defer release()
 	if _, ok := a.wal.Partition("s.x", p); ok {
 		t.Fatal("claim kept the stale records")
@@ -234,7 +246,7 @@ func TestIngestClaimDropsStale(t *testing.T) {
 	if skipped, err := a.wal.AppendAt(ctx, copied...); err != nil || skipped != 0 {
 		t.Fatalf("copy: skipped %d, %v", skipped, err)
 	}
-	if err := a.in.adopt("s.x", p, 2, 0); err != nil {
+	if err := a.in.Adopt("s.x", p, 2, 0); err != nil {
 		t.Fatal(err)
 	}
 	release()

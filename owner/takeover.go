@@ -1,0 +1,155 @@
+package owner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/tributary-io/tributary/tables"
+)
+
+// A take-over of partition p by this node, as package replica runs it:
+//
+//	release := book.Claim(stream, p)   // writes to p refused (ErrAdopting)
+//	epoch, won, err := book.TakeOver(ctx, stream, p, from)
+//	... copy the records above the table's mark into the WAL at epoch ...
+//	book.Adopt(stream, p, epoch, next) // p is written here from now on
+//	release()
+//
+// Release also when the take-over fails; the claim may be held across
+// retries.
+
+// Claim reserves partition p of stream for a take-over by this node in
+// progress: until release is called, writes to p are refused (ErrAdopting,
+// retriable) instead of adopting p lazily from the table, so that new
+// records cannot take offsets that the previous owner's copied records
+// need.
+//
+// Records of p still in this node's WAL from an earlier ownership of its
+// own are dropped here (a node takes over only from another owner, so they
+// are older than the current epoch: committed already, or fenced), so that
+// the copy starts on a clean partition and the copy never mistakes them
+// for the previous owner's records at the same offsets.
+func (b *Book) Claim(stream string, p int32) (release func()) {
+	k := partKey{stream, p}
+	b.mu.Lock()
+	b.claimed[k] = true
+	_, mine := b.streams[stream].epochOf(p)
+	b.mu.Unlock()
+	if !mine {
+		b.dropStale(stream, p, -1)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.mu.Lock()
+			delete(b.claimed, k)
+			b.mu.Unlock()
+		})
+	}
+}
+
+// TakeOver makes this node the owner of partition p of stream in the
+// catalog, if node from owns it now (a compare-and-swap there). won is
+// false, with no error, when another node than from owns it (somebody else
+// took it over first, or from came back).
+func (b *Book) TakeOver(ctx context.Context, stream string, p int32, from string) (epoch int64, won bool, err error) {
+	epoch, err = b.cat.TakeOver(ctx, stream, p, from, b.node)
+	if errors.Is(err, tables.ErrNotOwner) {
+		return 0, false, nil
+	}
+	return epoch, err == nil, err
+}
+
+// Owner reloads the table and returns the owner of partition p of stream
+// and its epoch ("" when nobody owns it).
+func (b *Book) Owner(ctx context.Context, stream string, p int32) (string, int64, error) {
+	_, owners, err := b.cat.Marks(ctx, stream)
+	if err != nil {
+		return "", 0, err
+	}
+	return owners[p].Node, owners[p].Epoch, nil
+}
+
+// HighWaters reloads the table and returns its partitions' committed marks.
+func (b *Book) HighWaters(ctx context.Context, stream string) (map[int32]int64, error) {
+	marks, _, err := b.cat.Marks(ctx, stream)
+	return marks, err
+}
+
+// Adopt makes this node the writer of partition p of stream, which it owns
+// at epoch (the epoch TakeOver returned). Call it after the taken-over
+// records are in this node's WAL, stamped with epoch: it moves the WAL
+// partition to at least next (the table's mark, which matters when there
+// was nothing to copy), and from then on Writable(stream, p) returns epoch,
+// so Kafka produce to p is accepted here at offsets continuing the WAL's.
+// This node's own clients keep writing its own partition. A later Adopt
+// with a higher epoch (taken again) replaces the epoch. Observers hear of
+// it last.
+func (b *Book) Adopt(stream string, p int32, epoch, next int64) error {
+	b.dropStale(stream, p, epoch)
+	if err := b.log.EnsurePartition(stream, p, next); err != nil {
+		return fmt.Errorf("adopt %s/%d: %w", stream, p, err)
+	}
+	for {
+		if _, err := b.resolve(context.Background(), stream); err != nil {
+			return fmt.Errorf("adopt %s/%d: %w", stream, p, err)
+		}
+		b.mu.Lock()
+		o := b.streams[stream]
+		if o != nil {
+			if cur, ok := o.epochs[p]; !ok || epoch > cur {
+				o.epochs[p] = epoch
+			}
+		}
+		obs := b.observers
+		b.mu.Unlock()
+		if o != nil {
+			for _, ob := range obs {
+				ob.Adopted(stream, p)
+			}
+			break
+		}
+		// Fenced out of its own partition in between: resolve again.
+	}
+	b.lg.Info("partition adopted", "stream", stream, "partition", p, "epoch", epoch, "next", next)
+	return nil
+}
+
+// dropStale drops partition p of stream from the WAL if it holds records
+// written at an epoch below epoch (any records, for epoch -1): they are
+// from an earlier ownership of this node's and may not precede records of
+// the new one. Failures are logged: the uplink's fence catches them later.
+func (b *Book) dropStale(stream string, p int32, epoch int64) {
+	st, ok := b.log.Partition(stream, p)
+	if !ok || st.Next == st.Released || epoch >= 0 && st.Epoch >= epoch {
+		return
+	}
+	n, err := b.log.DropPartition(stream, p)
+	if err != nil {
+		b.lg.Error("drop stale records of a partition being taken over", "stream", stream, "partition", p, "err", err)
+		return
+	}
+	b.lg.Warn("dropped this node's stale records of a partition it takes over (from an earlier ownership)",
+		"stream", stream, "partition", p, "records", n, "their_epoch", st.Epoch, "new_epoch", epoch)
+}
+
+// Fenced forgets partition p of stream: another node owns it now (the
+// uplink's commit or a replica said so). If it was this node's own
+// partition, the stream is resolved again on its next record, and the
+// catalog gives this node a new partition.
+func (b *Book) Fenced(stream string, p int32) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.fallback, stream)
+	o := b.streams[stream]
+	if o == nil {
+		return
+	}
+	delete(o.epochs, p)
+	if o.own == p {
+		delete(b.streams, stream)
+	}
+	b.lg.Warn("partition fenced: no longer written here", "stream", stream, "partition", p, "own", o.own == p)
+}
