@@ -19,4 +19,7 @@ var (
 	// ErrFenced is returned when this node no longer owns a partition it tries
 	// to commit to.
 	ErrFenced = errors.New("partition owned by another node")
+	// ErrForeignLocation refuses maintenance of a table whose location is
+	// not its own folder of the warehouse (it would delete files there).
+	ErrForeignLocation = errors.New("table outside its warehouse folder")
 )

@@ -70,6 +70,10 @@ const (
 	DefaultTargetFileSize  = 128 << 20
 	DefaultMaxManifests    = 10
 	DefaultOrphanGrace     = 24 * time.Hour
+	// MinOrphanGrace is the floor of any orphan grace (configured, given
+	// on the command line or set as a table property): an upload whose
+	// commit is still being retried must never look like an orphan.
+	MinOrphanGrace = time.Hour
 	DefaultLeaseTTL        = 10 * time.Minute
 	DefaultMaxCompactBytes = 1 << 30
 )
@@ -96,6 +100,12 @@ func (p Policy) withDefaults(props iceberg.Properties) Policy {
 	if p.OrphanGrace <= 0 {
 		p.OrphanGrace = DefaultOrphanGrace
 	}
+	clamp := func() {
+		if p.OrphanGrace < MinOrphanGrace {
+			p.OrphanGrace = MinOrphanGrace
+		}
+	}
+	clamp()
 	if p.LeaseTTL <= 0 {
 		p.LeaseTTL = DefaultLeaseTTL
 	}
@@ -120,6 +130,7 @@ func (p Policy) withDefaults(props iceberg.Properties) Policy {
 		}
 		if v, err := strconv.ParseInt(props[PropOrphanGraceMs], 10, 64); err == nil && v > 0 {
 			p.OrphanGrace = time.Duration(v) * time.Millisecond
+			clamp()
 		}
 	}
 	return p
@@ -188,6 +199,11 @@ func (c *Catalog) Maintain(ctx context.Context, stream string, opts MaintainOpti
 	t, err := c.LoadTable(ctx, stream)
 	if err != nil {
 		return res, err
+	}
+	// Maintenance deletes files (expired snapshots' and orphans): only ever
+	// of a table that lives in its own folder of the warehouse.
+	if loc, want := strings.TrimRight(t.Location(), "/"), c.TableLocation(stream); loc != want {
+		return res, fmt.Errorf("maintain %s: %w: table location %s is not its folder %s of the warehouse", stream, ErrForeignLocation, loc, want)
 	}
 	pol := opts.Policy.withDefaults(t.Properties())
 	m := &pass{c: c, stream: stream, pol: pol, opts: opts, res: &res, progress: progress}

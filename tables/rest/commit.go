@@ -99,6 +99,12 @@ func (h *handler) checkCommit(ctx context.Context, id table.Identifier, reqs []t
 			return nil, "", false, badRequest("null update")
 		}
 	}
+	if err := checkName("table name", id[len(id)-1]); err != nil {
+		return nil, "", false, err
+	}
+	if err := h.checkUpdates(ctx, id, updates); err != nil {
+		return nil, "", false, err
+	}
 	cur, err := h.cat.LoadTable(ctx, id)
 	switch {
 	case err == nil:

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -67,6 +68,9 @@ func newEnv(t *testing.T, servers int, opts rest.Options) *env {
 		t.Cleanup(func() { backing.Close() })
 		o := opts
 		o.Warehouse = e.warehouse
+		if o.NodeToken == "" {
+			o.NodeToken = testNodeToken
+		}
 		if o.Logger == nil {
 			o.Logger = quietLogger()
 		}
@@ -97,9 +101,21 @@ func newEnv(t *testing.T, servers int, opts rest.Options) *env {
 	return e
 }
 
-// client opens a tables.Catalog through server i.
+// testNodeToken is the edge nodes' token of every test server (unless the
+// test sets another): a tables.Catalog client writes marks and owners.
+const testNodeToken = "node-token"
+
+// client opens a tables.Catalog through server i, as an edge node (with
+// the node token unless props name a token).
 func (e *env) client(t *testing.T, i int, props map[string]string) *tables.Catalog {
 	t.Helper()
+	if _, ok := props["token"]; !ok {
+		props = maps.Clone(props)
+		if props == nil {
+			props = map[string]string{}
+		}
+		props["token"] = testNodeToken
+	}
 	c, err := tables.Open(context.Background(), tables.Config{URI: e.servers[i].URL(), Warehouse: e.warehouse, Properties: props})
 	if err != nil {
 		t.Fatal(err)
@@ -615,8 +631,14 @@ func TestBearerToken(t *testing.T) {
 	if _, err := tables.Open(ctx, tables.Config{URI: e.servers[0].URL(), Warehouse: e.warehouse}); err == nil {
 		t.Fatal("client without token connected")
 	}
+	// A client's token reads and writes tables, but not the nodes'
+	// properties; the node token does both.
 	c := e.client(t, 0, map[string]string{"token": "s3cret"})
-	if _, err := c.AllocatePartition(ctx, "a.b", "n1"); err != nil {
+	if _, err := c.AllocatePartition(ctx, "a.b", "n1"); err == nil || !strings.Contains(err.Error(), "edge nodes only") {
+		t.Fatalf("allocate with a client token: %v", err)
+	}
+	n := e.client(t, 0, nil)
+	if _, err := n.AllocatePartition(ctx, "a.b", "n1"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,7 +1,7 @@
 package rest
 
 import (
-	"crypto/subtle"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -27,8 +27,13 @@ type Options struct {
 	// tables. It should be the backing catalog's warehouse.
 	Warehouse string
 	// Token, when set, is required as "Authorization: Bearer <token>" on
-	// every request (iceberg-go clients: the "token" property).
+	// every request (iceberg-go clients: the "token" property), unless the
+	// request bears NodeToken.
 	Token string
+	// NodeToken is the bearer token of edge nodes committing through this
+	// catalog: only requests bearing it may set or remove table properties
+	// under ReservedPrefix (see guard.go). Empty: no request may.
+	NodeToken string
 	// Defaults and Overrides are added to GET /v1/config's answer.
 	Defaults, Overrides map[string]string
 	// Logger gets one line per failed request (server errors at error
@@ -120,7 +125,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, r, http.StatusInternalServerError, "InternalServerError", fmt.Sprint("internal error: ", v))
 		}
 	}()
-	if h.opts.Token != "" && !h.authorized(r) {
+	node := tokenIs(bearer(r), h.opts.NodeToken)
+	if h.opts.Token != "" && !node && !h.authorized(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="iceberg"`)
 		writeError(w, r, http.StatusUnauthorized, "NotAuthorizedException", "missing or invalid bearer token")
 		return
@@ -132,15 +138,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes)
+	if node {
+		r = r.WithContext(context.WithValue(r.Context(), nodeKey, true))
+	}
 	h.mux.ServeHTTP(w, r)
 }
 
 func (h *handler) authorized(r *http.Request) bool {
-	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return false
-	}
-	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(h.opts.Token)) == 1
+	return tokenIs(bearer(r), h.opts.Token)
 }
 
 // ---- errors and JSON ----
@@ -273,8 +278,8 @@ func checkNamespace(ns []string) error {
 		if l == "" {
 			return badRequest("namespace %q has an empty level", strings.Join(ns, "."))
 		}
-		if strings.Contains(l, NamespaceSeparator) {
-			return badRequest("namespace level %q contains the namespace separator", l)
+		if err := checkName("namespace level", l); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -457,6 +462,10 @@ func (h *handler) createNamespace(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	if _, ok := req.Properties["location"]; ok {
+		h.fail(w, r, forbidden("namespace property \"location\": table locations are fixed by the warehouse layout"))
+		return
+	}
 	if err := h.cat.CreateNamespace(r.Context(), req.Namespace, req.Properties); err != nil {
 		h.fail(w, r, err)
 		return
@@ -531,6 +540,10 @@ func (h *handler) updateNamespace(w http.ResponseWriter, r *http.Request) {
 	}
 	if err := decode(r, &req); err != nil {
 		h.fail(w, r, err)
+		return
+	}
+	if _, ok := req.Updates["location"]; ok {
+		h.fail(w, r, forbidden("namespace property \"location\": table locations are fixed by the warehouse layout"))
 		return
 	}
 	for _, k := range req.Removals {
@@ -659,7 +672,24 @@ func (h *handler) createTable(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, badRequest("create table: name and schema are required"))
 		return
 	}
+	if err := checkName("table name", req.Name); err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	id := append(slices.Clone(ns), req.Name)
+	if err := h.checkLocation(id, req.Location); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	keys := make([]string, 0, len(req.Properties))
+	for k := range req.Properties {
+		keys = append(keys, k)
+	}
+	if err := checkProperties(r.Context(), "table property", keys); err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	req.Location = h.tableLocation(id)
 	var spec *iceberg.PartitionSpec
 	if req.PartitionSpec != nil {
 		spec = &req.PartitionSpec.PartitionSpec
@@ -727,8 +757,7 @@ func newMetadata(sc *iceberg.Schema, spec *iceberg.PartitionSpec, order table.So
 func (h *handler) stageCreate(w http.ResponseWriter, r *http.Request, id table.Identifier, req createTableRequest, spec *iceberg.PartitionSpec, order table.SortOrder) {
 	ctx := r.Context()
 	ns := id[:len(id)-1]
-	nsProps, err := h.cat.LoadNamespaceProperties(ctx, ns)
-	if err != nil {
+	if _, err := h.cat.LoadNamespaceProperties(ctx, ns); err != nil {
 		h.fail(w, r, err)
 		return
 	}
@@ -739,18 +768,11 @@ func (h *handler) stageCreate(w http.ResponseWriter, r *http.Request, id table.I
 		h.fail(w, r, err)
 		return
 	}
-	loc := strings.TrimSuffix(req.Location, "/")
-	if loc == "" {
-		switch {
-		case nsProps["location"] != "":
-			loc = strings.TrimSuffix(nsProps["location"], "/") + "/" + req.Name
-		case h.opts.Warehouse != "":
-			loc = strings.TrimSuffix(h.opts.Warehouse, "/") + "/" + strings.Join(ns, ".") + ".db/" + req.Name
-		default:
-			h.fail(w, r, badRequest("stage-create: no location given and no warehouse configured"))
-			return
-		}
+	if h.opts.Warehouse == "" {
+		h.fail(w, r, badRequest("stage-create: no warehouse configured"))
+		return
 	}
+	loc := req.Location // createTable set the table's one location
 	meta, err := newMetadata(req.Schema, spec, order, loc, req.Properties)
 	if err != nil {
 		h.fail(w, r, err)

@@ -1,0 +1,142 @@
+package rest
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/apache/iceberg-go/table"
+)
+
+// What a client of the catalog may not do, whatever its token:
+//
+//   - Write a table property under ReservedPrefix ("tributary."): those are
+//     the edge nodes' high-water marks, partition owners and epochs, and the
+//     maintenance lease; a forged mark would make an uplink release records
+//     that never reached the table, a forged owner would fence the node.
+//     Only requests bearing Options.NodeToken may set or remove them (the
+//     nodes' own commits); everybody else gets 403. Without a NodeToken, no
+//     request may (edge nodes then commit to the backing catalog directly).
+//   - Choose where a table lives. Every table's location is
+//     <warehouse>/<namespace levels joined by ".">/<name> (for a stream,
+//     exactly tables.Catalog.TableLocation), so no table can be placed over
+//     the node's data directory, another table's folder or outside the
+//     warehouse; maintenance deletes only inside a table's own folder. A
+//     create or commit naming another location is refused with 403, and a
+//     namespace may not carry a "location" property.
+//   - Name a namespace level or table "." / ".." or with "/" or "." in it,
+//     which would make two identifiers share a folder.
+
+// ReservedPrefix starts the table properties only edge nodes may write.
+const ReservedPrefix = "tributary."
+
+func forbidden(format string, args ...any) error {
+	return &httpError{http.StatusForbidden, "ForbiddenException", fmt.Errorf(format, args...)}
+}
+
+type ctxKey int
+
+const nodeKey ctxKey = 0
+
+// isNode reports whether r bears the node token (set by ServeHTTP).
+func isNode(ctx context.Context) bool {
+	v, _ := ctx.Value(nodeKey).(bool)
+	return v
+}
+
+func bearer(r *http.Request) string {
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(tok)
+}
+
+func tokenIs(got, want string) bool {
+	return want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+// checkName refuses a namespace level or table name that could make two
+// identifiers share a folder in the warehouse.
+func checkName(kind, l string) error {
+	if l == "" || l == "." || l == ".." || strings.ContainsAny(l, "/\\.") || strings.Contains(l, NamespaceSeparator) {
+		return badRequest("%s %q: names may not be empty or contain '.', '/', '\\' or the namespace separator", kind, l)
+	}
+	return nil
+}
+
+// tableLocation is the one location a table may have.
+func (h *handler) tableLocation(id table.Identifier) string {
+	ns, name := id[:len(id)-1], id[len(id)-1]
+	return strings.TrimRight(h.opts.Warehouse, "/") + "/" + strings.Join(ns, ".") + "/" + name
+}
+
+// checkLocation refuses a client-chosen location other than the table's.
+func (h *handler) checkLocation(id table.Identifier, loc string) error {
+	if loc == "" || strings.TrimRight(loc, "/") == h.tableLocation(id) {
+		return nil
+	}
+	return forbidden("table %s must live at %s, not %s (locations are fixed by the warehouse layout)",
+		strings.Join(id, "."), h.tableLocation(id), loc)
+}
+
+// checkProperties refuses reserved keys unless the request is a node's.
+func checkProperties(ctx context.Context, what string, keys []string) error {
+	if isNode(ctx) {
+		return nil
+	}
+	for _, k := range keys {
+		if strings.HasPrefix(k, ReservedPrefix) {
+			return forbidden("%s %q: properties under %q are written by edge nodes only", what, k, ReservedPrefix)
+		}
+	}
+	return nil
+}
+
+// checkUpdates applies the rules above to a commit's updates.
+func (h *handler) checkUpdates(ctx context.Context, id table.Identifier, updates []table.Update) error {
+	for _, u := range updates {
+		switch u.Action() {
+		case table.UpdateSetProperties, table.UpdateRemoveProperties, table.UpdateSetLocation:
+		default:
+			continue
+		}
+		raw, err := json.Marshal(u)
+		if err != nil {
+			return badRequest("update %s: %v", u.Action(), err)
+		}
+		var f struct {
+			Updates  map[string]string `json:"updates"`
+			Removals []string          `json:"removals"`
+			Location string            `json:"location"`
+		}
+		if err := json.Unmarshal(raw, &f); err != nil {
+			return badRequest("update %s: %v", u.Action(), err)
+		}
+		switch u.Action() {
+		case table.UpdateSetProperties:
+			keys := make([]string, 0, len(f.Updates))
+			for k := range f.Updates {
+				keys = append(keys, k)
+			}
+			if err := checkProperties(ctx, "set property", keys); err != nil {
+				return err
+			}
+		case table.UpdateRemoveProperties:
+			if err := checkProperties(ctx, "remove property", f.Removals); err != nil {
+				return err
+			}
+		case table.UpdateSetLocation:
+			if f.Location == "" {
+				return badRequest("set-location without a location")
+			}
+			if err := h.checkLocation(id, f.Location); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,124 @@
+package rest_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
+	restcat "github.com/apache/iceberg-go/catalog/rest"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/tables/rest"
+)
+
+// TestClientsCannotTouchInvariants: a client of the REST catalog (with the
+// clients' token, through iceberg-go's own REST client) can neither write
+// the nodes' reserved properties nor place a table anywhere but its own
+// folder of the warehouse; every attempt is refused and changes nothing.
+func TestClientsCannotTouchInvariants(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, 1, rest.Options{Token: "client"})
+	node := e.client(t, 0, nil)
+	const stream = "f.s"
+	p, err := node.AllocatePartition(ctx, stream, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node.CommitAppend(ctx, stream, []tables.PartitionAppend{{Partition: p, From: 0, To: 3,
+		Files: []tables.FileMeta{writeFile(t, node, stream, "", testRecords(p, 0, 3, 1))}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	before, err := node.LoadTable(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cl, err := restcat.NewCatalog(ctx, "tributary", e.servers[0].URL(), restcat.WithOAuthToken("client"),
+		restcat.WithWarehouseLocation(e.warehouse))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := table.Identifier{"f", "s"}
+	forbidden := func(what string, err error) {
+		t.Helper()
+		if err == nil || !strings.Contains(err.Error(), "Forbidden") && !strings.Contains(err.Error(), "403") &&
+			!strings.Contains(err.Error(), "edge nodes only") && !strings.Contains(err.Error(), "fixed by the warehouse") {
+			t.Fatalf("%s: got %v, want 403", what, err)
+		}
+	}
+	commit := func(f func(tx *table.Transaction) error) error {
+		tb, err := cl.LoadTable(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx := tb.NewTransaction()
+		if err := f(tx); err != nil {
+			return err
+		}
+		_, err = tx.Commit(ctx)
+		return err
+	}
+	forbidden("raise the mark", commit(func(tx *table.Transaction) error {
+		return tx.SetProperties(iceberg.Properties{tables.PropHighWater + "0": "1000000"})
+	}))
+	forbidden("take the partition", commit(func(tx *table.Transaction) error {
+		return tx.SetProperties(iceberg.Properties{tables.PropOwner + "0": "evil", tables.PropEpoch + "0": "99"})
+	}))
+	forbidden("drop the owner", commit(func(tx *table.Transaction) error {
+		return tx.RemoveProperties([]string{tables.PropOwner + "0"})
+	}))
+	forbidden("shorten orphan grace", commit(func(tx *table.Transaction) error {
+		return tx.SetProperties(iceberg.Properties{tables.PropOrphanGraceMs: "1"})
+	}))
+	// iceberg-go has no set-location in its transaction API: the raw request.
+	checkError(t, "move the table", do(t, "POST", e.servers[0].URL()+"/v1/namespaces/f/tables/s",
+		`{"requirements":[],"updates":[{"action":"set-location","location":"`+e.dir+`"}]}`,
+		"Authorization", "Bearer client", "Content-Type", "application/json"), 403, "ForbiddenException")
+	// An ordinary property is the client's to set.
+	if err := commit(func(tx *table.Transaction) error {
+		return tx.SetProperties(iceberg.Properties{"comment": "line 1"})
+	}); err != nil {
+		t.Fatalf("ordinary property: %v", err)
+	}
+
+	sc := iceberg.NewSchema(0, iceberg.NestedField{ID: 1, Name: "x", Type: iceberg.PrimitiveTypes.Int64})
+	_, err = cl.CreateTable(ctx, table.Identifier{"f", "evil"}, sc, catalog.WithLocation(e.dir))
+	forbidden("create over the data directory", err)
+	_, err = cl.CreateTable(ctx, table.Identifier{"f", "evil"}, sc, catalog.WithLocation(filepath.Join(e.dir, "warehouse", "f", "s")))
+	forbidden("create over another table", err)
+	_, err = cl.CreateTable(ctx, table.Identifier{"f", "evil"}, sc, catalog.WithProperties(iceberg.Properties{tables.PropOrphanGraceMs: "1"}))
+	forbidden("create with a reserved property", err)
+	err = cl.CreateNamespace(ctx, table.Identifier{"g"}, iceberg.Properties{"location": e.dir})
+	forbidden("namespace with a location", err)
+	if err := cl.CreateNamespace(ctx, table.Identifier{".."}, nil); err == nil {
+		t.Fatal("namespace '..' created")
+	}
+	if _, err := cl.CreateTable(ctx, table.Identifier{"f", "a.b"}, sc); err == nil {
+		t.Fatal("table name with a dot created")
+	}
+	// Without a location a client's table lands in its own folder.
+	tb, err := cl.CreateTable(ctx, table.Identifier{"f", "mine"}, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := e.warehouse + "/f/mine"; tb.Location() != want {
+		t.Fatalf("location %s, want %s", tb.Location(), want)
+	}
+
+	after, err := node.LoadTable(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range before.Properties() {
+		if strings.HasPrefix(k, rest.ReservedPrefix) && after.Properties()[k] != v {
+			t.Fatalf("property %s changed from %q to %q", k, v, after.Properties()[k])
+		}
+	}
+	if after.Location() != before.Location() {
+		t.Fatalf("location moved to %s", after.Location())
+	}
+}
