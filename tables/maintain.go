@@ -73,7 +73,7 @@ const (
 	// MinOrphanGrace is the floor of any orphan grace (configured, given
 	// on the command line or set as a table property): an upload whose
 	// commit is still being retried must never look like an orphan.
-	MinOrphanGrace = time.Hour
+	MinOrphanGrace         = time.Hour
 	DefaultLeaseTTL        = 10 * time.Minute
 	DefaultMaxCompactBytes = 1 << 30
 )
