@@ -24,11 +24,13 @@ package tables
 // is always the row whose offset column is N.
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -634,4 +636,35 @@ func (c *lru) add(k, v any, size int64) {
 		delete(c.items, it.key)
 		c.size -= it.size
 	}
+}
+
+// Covers reports whether the table's current snapshot holds every offset
+// of [from, to) of partition p in its data files (by the files' offset
+// bounds). A high-water mark alone is a property anyone with write access
+// to the catalog could have set; the uplink asks this before it releases
+// WAL records that it did not commit itself.
+func (c *Catalog) Covers(ctx context.Context, stream string, p int32, from, to int64) (bool, error) {
+	if to <= from {
+		return true, nil
+	}
+	t, err := c.LoadTable(ctx, stream)
+	if err != nil {
+		return false, err
+	}
+	fs, err := planFiles(ctx, t, p, from)
+	if err != nil {
+		return false, err
+	}
+	slices.SortFunc(fs, func(a, b fileSpan) int { return cmp.Compare(a.first, b.first) })
+	next := from
+	for _, f := range fs {
+		if f.first > next {
+			break
+		}
+		next = max(next, f.last+1)
+		if next >= to {
+			return true, nil
+		}
+	}
+	return next >= to, nil
 }

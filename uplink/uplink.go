@@ -5,15 +5,18 @@
 //  1. Released only after committed. A WAL range is released only once the
 //     table's committed high-water mark covers it; a crash anywhere in the
 //     pipeline leaves the records in the WAL, and the next pass finds them.
+//
 //  2. Exactly once in the table. Each pass starts from the partition's
 //     committed high-water mark, read from the table itself, and commits
 //     files and the new mark in one transaction that fails if anybody else
 //     committed in between (tables.CommitAppend). A retry after a failure
 //     whose outcome is unknown therefore either finds the batch committed
 //     (and only releases it) or commits it once.
+//
 //  3. Contiguous files. Every data file holds consecutive offsets of one
 //     partition and one day, so min/max statistics prune Kafka and Pulsar
 //     reads to a file.
+//
 //  4. Fenced partitions stop. Every append carries the ownership epoch its
 //     records were accepted at (one epoch per append: a batch is cut where
 //     the epoch changes). When the table says another node owns the
@@ -29,6 +32,13 @@
 //     partition holding no record of the table's epoch
 //     (wal.DropPartitionBelow): if this node took the partition back while
 //     the stale batch was in flight, only that batch was stale.
+//
+//  5. A mark alone is not proof. Records this uplink did not commit
+//     itself (the table's mark is above the WAL's released offset: a run
+//     that crashed before releasing, or a mark somebody else wrote) are
+//     released only once the table's data files hold every one of their
+//     offsets (Committer.Covers); otherwise they stay in the WAL, the pass
+//     logs it at error level and counts it (Stats.UnprovenMarks).
 //
 // # Outline
 //
@@ -71,6 +81,10 @@ type Committer interface {
 	// high-water marks and ownership (owner node, epoch).
 	Marks(ctx context.Context, stream string) (map[int32]int64, map[int32]tables.Ownership, error)
 	CommitAppend(ctx context.Context, stream string, appends []tables.PartitionAppend, summary map[string]string) (tables.CommitResult, error)
+	// Covers reports whether the table's data files hold every offset of
+	// [from, to) of partition p: the proof asked for before releasing
+	// records this uplink did not commit itself.
+	Covers(ctx context.Context, stream string, p int32, from, to int64) (bool, error)
 	TableLocation(stream string) string
 	KeyOf(fileURL string) (string, error)
 }
@@ -134,8 +148,11 @@ type Stats struct {
 	// Fenced counts partitions given up because another node owns them;
 	// FencedRecords the WAL records dropped with them.
 	Fenced, FencedRecords int64
-	LastCommit            time.Time
-	LastError             string
+	// UnprovenMarks counts passes that found a partition's mark covering
+	// offsets the table's files do not hold (records kept, not released).
+	UnprovenMarks int64
+	LastCommit    time.Time
+	LastError     string
 	// Failing lists the streams currently in backoff.
 	Failing []string
 }
@@ -156,7 +173,7 @@ type Uplink struct {
 
 	commits, commitFailures, uploadFailures atomic.Int64
 	files, bytesUp, records                 atomic.Int64
-	fenced, fencedRecords                   atomic.Int64
+	fenced, fencedRecords, unproven         atomic.Int64
 
 	flushReq chan chan error
 }
@@ -323,7 +340,7 @@ func (u *Uplink) Stats() Stats {
 	sort.Strings(s.Failing)
 	s.Commits, s.CommitFailures, s.UploadFailures = u.commits.Load(), u.commitFailures.Load(), u.uploadFailures.Load()
 	s.FilesUploaded, s.BytesUploaded, s.RecordsCommitted = u.files.Load(), u.bytesUp.Load(), u.records.Load()
-	s.Fenced, s.FencedRecords = u.fenced.Load(), u.fencedRecords.Load()
+	s.Fenced, s.FencedRecords, s.UnprovenMarks = u.fenced.Load(), u.fencedRecords.Load(), u.unproven.Load()
 	return s
 }
 
@@ -420,7 +437,19 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 		}
 		if mark > p.Released {
 			// Committed before (perhaps by a run that crashed before
-			// releasing): release now.
+			// releasing): release now — once the table's files show it.
+			// A mark is a table property; without the rows it names, the
+			// records stay (see invariant 5).
+			to := min(mark, p.Next)
+			if ok, err := u.cat.Covers(ctx, stream, p.Partition, p.Released, to); err != nil {
+				u.commitFailures.Add(1)
+				return false, fmt.Errorf("sync %s: check the table holds offsets %d..%d of partition %d: %w", stream, p.Released, to, p.Partition, err)
+			} else if !ok {
+				u.unproven.Add(1)
+				u.cfg.Logger.Error("uplink: the table's mark covers offsets its data files do not hold; keeping them in the WAL (the mark was not written by a commit of this data: repair the table's tributary.hwm property)",
+					"stream", stream, "partition", p.Partition, "mark", mark, "released", p.Released, "wal_next", p.Next)
+				continue
+			}
 			if mark > p.Next {
 				u.cfg.Logger.Warn("uplink: table is ahead of the WAL; moving the WAL forward",
 					"stream", stream, "partition", p.Partition, "mark", mark, "wal_next", p.Next)
@@ -428,7 +457,7 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 					return false, fmt.Errorf("sync %s: %w", stream, err)
 				}
 			}
-			if err := u.release(stream, p.Partition, p.Released, min(mark, p.Next), nil); err != nil {
+			if err := u.release(stream, p.Partition, p.Released, to, nil); err != nil {
 				return false, err
 			}
 		}
