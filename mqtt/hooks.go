@@ -19,13 +19,28 @@ import (
 // and subscribe to any topic.
 type authHook struct {
 	mochi.HookBase
-	users map[string]string
+	users        map[string]string
+	maxKeepAlive uint16 // seconds; see Config.MaxKeepAlive
 }
 
 func (h *authHook) ID() string { return "tributary-auth" }
 
 func (h *authHook) Provides(b byte) bool {
-	return b == mochi.OnConnectAuthenticate || b == mochi.OnACLCheck
+	return b == mochi.OnConnectAuthenticate || b == mochi.OnACLCheck || b == mochi.OnConnect
+}
+
+// OnConnect caps the client's keep-alive: a client asking for none (0) or
+// for more than the cap gets the cap, enforced by the read deadline (one
+// and a half keep-alives without a packet close the connection), and an
+// MQTT 5 client is told in CONNACK's Server Keep Alive [MQTT-3.2.2-21].
+// Without a cap a half-open connection of a client that asked for no
+// keep-alive would be kept forever.
+func (h *authHook) OnConnect(cl *mochi.Client, pk packets.Packet) error {
+	if ka := cl.State.Keepalive; h.maxKeepAlive > 0 && (ka == 0 || ka > h.maxKeepAlive) {
+		cl.State.Keepalive = h.maxKeepAlive
+		cl.State.ServerKeepalive = true
+	}
+	return nil
 }
 
 func (h *authHook) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {

@@ -94,6 +94,8 @@ const (
 const (
 	DefaultMaxPacketSize  = 1 << 20
 	DefaultReceiveMaximum = 64
+	// DefaultMaxKeepAlive is the default cap on a client's keep-alive (s).
+	DefaultMaxKeepAlive = 600
 )
 
 var (
@@ -113,7 +115,11 @@ type Config struct {
 	Users          map[string]string // username -> password; empty = anonymous allowed
 	MaxPacketSize  uint32            // bytes; 0 = DefaultMaxPacketSize
 	ReceiveMaximum uint16            // QoS 1/2 in flight per client; 0 = DefaultReceiveMaximum
-	Logger         *slog.Logger      // nil = slog.Default()
+	// MaxKeepAlive caps a client's keep-alive in seconds (0 and larger
+	// values asked for become the cap, told to MQTT 5 clients as Server
+	// Keep Alive); 0 = DefaultMaxKeepAlive.
+	MaxKeepAlive uint16
+	Logger       *slog.Logger // nil = slog.Default()
 }
 
 // Stats are counters since New.
@@ -190,6 +196,9 @@ func New(cfg Config, sink Sink) (*Server, error) {
 	if cfg.ReceiveMaximum == 0 {
 		cfg.ReceiveMaximum = DefaultReceiveMaximum
 	}
+	if cfg.MaxKeepAlive == 0 {
+		cfg.MaxKeepAlive = DefaultMaxKeepAlive
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -222,7 +231,7 @@ func New(cfg Config, sink Sink) (*Server, error) {
 		InlineClient:           true,
 		SysTopicResendInterval: 10,
 	})
-	if err := s.broker.AddHook(&authHook{users: cfg.Users}, nil); err != nil {
+	if err := s.broker.AddHook(&authHook{users: cfg.Users, maxKeepAlive: cfg.MaxKeepAlive}, nil); err != nil {
 		cancel()
 		return nil, fmt.Errorf("add auth hook: %w", err)
 	}

@@ -77,6 +77,9 @@ type Config struct {
 		MaxPacketSize ByteSize `yaml:"max_packet_size"`
 		// ReceiveMaximum is the QoS 1/2 window per client. Default 64.
 		ReceiveMaximum uint16 `yaml:"receive_maximum"`
+		// MaxKeepAlive caps a client's keep-alive (a client asking for
+		// none or more gets this, and MQTT 5 clients are told). Default 10m.
+		MaxKeepAlive time.Duration `yaml:"max_keep_alive"`
 	} `yaml:"mqtt"`
 
 	Kafka struct {
@@ -204,6 +207,9 @@ func (c *Config) applyDefaults() {
 	if c.MQTT.MaxPacketSize == 0 {
 		c.MQTT.MaxPacketSize = 1 << 20
 	}
+	if c.MQTT.MaxKeepAlive == 0 {
+		c.MQTT.MaxKeepAlive = 10 * time.Minute
+	}
 	if c.MQTT.ReceiveMaximum == 0 {
 		c.MQTT.ReceiveMaximum = 64
 	}
@@ -275,6 +281,9 @@ func (c *Config) Validate() error {
 	}
 	if strings.ContainsAny(c.NodeID, " /\t\n") || c.NodeID == "" {
 		bad("node_id", "%q must be non-empty without spaces or slashes", c.NodeID)
+	}
+	if ka := c.MQTT.MaxKeepAlive; ka < time.Second || ka > 65535*time.Second {
+		bad("mqtt.max_keep_alive", "%s must be between 1s and 65535s", ka)
 	}
 	if c.WAL.MaxBytes < 1<<20 {
 		bad("wal.max_bytes", "%d is below the minimum of 1MiB", c.WAL.MaxBytes)

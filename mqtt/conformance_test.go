@@ -1,0 +1,126 @@
+package mqtt
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// TestReceiveMaximumExceeded: a client with more QoS 2 publishes
+// unacknowledged (no PUBREL) than the server's Receive Maximum gets
+// DISCONNECT 0x93 (receive maximum exceeded), and sees it: the rest of its
+// input is drained before the close, so no TCP reset destroys the packet.
+func TestReceiveMaximumExceeded(t *testing.T) {
+	for _, n := range []int{DefaultReceiveMaximum + 1, 4 * DefaultReceiveMaximum} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			ts := startServer(t, nil)
+			release := ts.sink.hold() // appends wait, as for an fsync
+			go func() { time.Sleep(50 * time.Millisecond); release() }()
+			conn := dialRaw(t, ts.tcp, 5, "greedy")
+			var burst bytes.Buffer
+			for i := range n {
+				burst.Write(rawPublish(5, 2, uint16(i+1), "rm/t", bytes.Repeat([]byte("x"), 512)))
+			}
+			// Written while reading, as a pipelining client does: the
+			// server closes with part of it unread.
+			go conn.Write(burst.Bytes())
+			_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			b, err := io.ReadAll(conn)
+			if err != nil {
+				// A reset (the server closed with input unread) can destroy
+				// the DISCONNECT before the client reads it.
+				t.Fatalf("connection not closed cleanly: %v (after %d bytes)", err, len(b))
+			}
+			// Skip the PUBRECs (0x50) before the DISCONNECT.
+			for len(b) >= 2 && b[0] == 0x50 {
+				b = b[2+int(b[1]):]
+			}
+			if r, ok := disconnectReason(b); !ok || r != 0x93 {
+				t.Fatalf("want DISCONNECT 0x93, got %x", b[:min(len(b), 16)])
+			}
+		})
+	}
+}
+
+// TestServerKeepAlive: a client asking for no keep-alive, or for more than
+// the server's cap, is given the cap in CONNACK's Server Keep Alive (MQTT
+// 5), and the cap is enforced: a silent connection is closed after one
+// and a half of it.
+func TestServerKeepAlive(t *testing.T) {
+	ts := startServer(t, func(c *Config) { c.MaxKeepAlive = 1 })
+	for _, ka := range []uint16{0, 60} {
+		if got, ok := connackServerKeepAlive(t, ts.tcp, ka); !ok || got != 1 {
+			t.Fatalf("keep-alive %d: CONNACK Server Keep Alive %d (present %v), want 1", ka, got, ok)
+		}
+	}
+	// A 3.1.1 client cannot be told, but the cap holds: silence closes it.
+	conn := dialRaw(t, ts.tcp, 4, "quiet")
+	start := time.Now()
+	readUntilClosed(t, conn, 5*time.Second)
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("silent 3.1.1 connection closed after %s, want about 1.5s", d)
+	}
+}
+
+// connackServerKeepAlive connects with MQTT 5 and keep-alive ka and returns
+// the CONNACK's Server Keep Alive property, if present.
+func connackServerKeepAlive(t *testing.T, addr string, ka uint16) (uint16, bool) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := append(mqttString("MQTT"), 5, 0x02, byte(ka>>8), byte(ka), 0x00)
+	body = append(body, mqttString(fmt.Sprintf("ka-%d", ka))...)
+	if _, err := conn.Write(packet(0x10, body)); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	r := bufio.NewReader(conn)
+	if b, err := r.ReadByte(); err != nil || b != 0x20 {
+		t.Fatalf("connack: %x %v", b, err)
+	}
+	n, err := binary.ReadUvarint(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest := make([]byte, n)
+	if _, err := io.ReadFull(r, rest); err != nil {
+		t.Fatal(err)
+	}
+	// flags, reason, property length (varint), properties
+	props := rest[2:]
+	plen, k := binary.Uvarint(props)
+	props = props[k : k+int(plen)]
+	for len(props) > 0 {
+		id := props[0]
+		props = props[1:]
+		switch id {
+		case 0x13: // Server Keep Alive
+			return binary.BigEndian.Uint16(props), true
+		case 0x11, 0x27: // four-byte integers
+			props = props[4:]
+		case 0x21, 0x22: // two-byte integers
+			props = props[2:]
+		case 0x24, 0x25, 0x28, 0x29, 0x2a: // bytes
+			props = props[1:]
+		case 0x12, 0x1a, 0x1c, 0x1f, 0x15: // strings
+			l := int(binary.BigEndian.Uint16(props))
+			props = props[2+l:]
+		case 0x26: // user property: two strings
+			l := int(binary.BigEndian.Uint16(props))
+			props = props[2+l:]
+			l = int(binary.BigEndian.Uint16(props))
+			props = props[2+l:]
+		default:
+			t.Fatalf("unexpected CONNACK property %#x", id)
+		}
+	}
+	return 0, false
+}
