@@ -15,4 +15,10 @@ var (
 	// ErrFenced is returned when this node no longer owns a partition it tries
 	// to commit to.
 	ErrFenced = errors.New("partition owned by another node")
+	// ErrUnsupportedSpec is returned for a table whose partition spec is not
+	// one transform (day or hour) of the timestamp column.
+	ErrUnsupportedSpec = errors.New("unsupported partition spec")
+	// ErrSpansBuckets is returned for a data file whose timestamps fall in
+	// more than one partition bucket of its table (see CutRuns).
+	ErrSpansBuckets = errors.New("data file spans partition buckets")
 )
