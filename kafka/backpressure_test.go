@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/tributary-io/tributary/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -48,7 +49,7 @@ func TestBackpressureRetriedByClients(t *testing.T) {
 				}
 			})
 		}
-		waitFor(t, 10*time.Second, "refusals", func() bool { return s.Stats().Backpressure >= 2 })
+		testkit.Eventually(t, 10*time.Second, "refusals", func() bool { return s.Stats().Backpressure >= 2 })
 		be.budget.Store(false)
 		wg.Wait()
 		if len(errs) > 0 {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tributary-io/tributary/internal/testkit"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -282,7 +283,7 @@ func TestMalformedFramesCloseOnlyTheirConnection(t *testing.T) {
 			}
 		}
 	}()
-	waitFor(t, 10*time.Second, "producer to start", func() bool { return len(be.records(topic, 0)) > 100 })
+	testkit.Eventually(t, 10*time.Second, "producer to start", func() bool { return len(be.records(topic, 0)) > 100 })
 
 	garbage := make([]byte, 256)
 	rand.Read(garbage)

@@ -282,14 +282,3 @@ func (n *testNode) stored(t *testing.T, origin string, p int32) (released, next 
 	}
 	return 0, 0
 }
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}

@@ -3,13 +3,13 @@ package uplink
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/tributary-io/tributary/internal/testkit"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/wal"
 )
@@ -178,8 +178,8 @@ func TestFenceUnderFaults(t *testing.T) {
 	defer cancel()
 	const stream = "f.s"
 	p, _ := e.cat.AllocatePartition(ctx, stream, "n1")
-	fb := &faultyBucket{Bucket: e.bucket, failRate: 0.2, stall: 20 * time.Millisecond, rnd: rand.New(rand.NewPCG(5, 6))}
-	fc := &faultyCommitter{Committer: e.cat, failBefore: 0.2, failAfter: 0.2, rnd: rand.New(rand.NewPCG(7, 8))}
+	fb := &faultyBucket{Bucket: e.bucket, failRate: 0.2, stall: 20 * time.Millisecond, rnd: testkit.Rand(t, 5, 6)}
+	fc := &faultyCommitter{Committer: e.cat, failBefore: 0.2, failAfter: 0.2, rnd: testkit.Rand(t, 7, 8)}
 	fb.on.Store(true)
 	fc.on.Store(true)
 	var stopped atomic.Bool
@@ -210,20 +210,22 @@ func TestFenceUnderFaults(t *testing.T) {
 			time.Sleep(time.Millisecond) // a steady trickle, not a flood
 		}
 	}()
-	waitFor(t, 30*time.Second, "some commits under faults", func() bool {
+	testkit.Eventually(t, 30*time.Second, "some commits under faults", func() bool {
 		return u.Stats().RecordsCommitted > 200 && fc.after.Load() > 0
 	})
+
 	if _, err := e.cat.TakeOver(ctx, stream, p, "n1", "n2"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the fence", func() bool { return u.Stats().Fenced > 0 })
+	testkit.Eventually(t, 30*time.Second, "the fence", func() bool { return u.Stats().Fenced > 0 })
 	<-appended
 	fb.on.Store(false)
 	fc.on.Store(false)
-	waitFor(t, 30*time.Second, "nothing of the fenced partition left in the WAL", func() bool {
+	testkit.Eventually(t, 30*time.Second, "nothing of the fenced partition left in the WAL", func() bool {
 		st, ok := e.wal.Partition(stream, p)
 		return !ok || st.Next == st.Released
 	})
+
 	cancel()
 	<-done
 

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tributary-io/tributary/internal/testkit"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/wal"
 )
@@ -122,17 +123,6 @@ func newEnv(t *testing.T, budget int64) *env {
 	return &env{wal: w, cat: cat, bucket: b}
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func unreleased(w *wal.WAL) int64 {
 	var n int64
 	for _, p := range w.Partitions() {
@@ -183,7 +173,7 @@ func TestUplinkDrainsInOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 30*time.Second, "WAL drained", func() bool { return unreleased(e.wal) == 0 })
+	testkit.Eventually(t, 30*time.Second, "WAL drained", func() bool { return unreleased(e.wal) == 0 })
 	checkTable(t, e.cat, "a.b", want)
 	if s := u.Stats(); s.Commits == 0 || s.RecordsCommitted != 3000 {
 		t.Fatalf("stats %+v", s)
@@ -197,8 +187,8 @@ func TestStoreFaults(t *testing.T) {
 	e := newEnv(t, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	fb := &faultyBucket{Bucket: e.bucket, failRate: 0.25, stall: 30 * time.Millisecond, rnd: rand.New(rand.NewPCG(1, 2))}
-	fc := &faultyCommitter{Committer: e.cat, failBefore: 0.2, failAfter: 0.2, rnd: rand.New(rand.NewPCG(3, 4))}
+	fb := &faultyBucket{Bucket: e.bucket, failRate: 0.25, stall: 30 * time.Millisecond, rnd: testkit.Rand(t, 1, 2)}
+	fc := &faultyCommitter{Committer: e.cat, failBefore: 0.2, failAfter: 0.2, rnd: testkit.Rand(t, 3, 4)}
 	fb.on.Store(true)
 	fc.on.Store(true)
 	u := New(Config{Interval: 20 * time.Millisecond, MaxBatchBytes: 16 << 10, MinBackoff: 5 * time.Millisecond,
@@ -234,12 +224,13 @@ func TestStoreFaults(t *testing.T) {
 	}
 	wg.Wait()
 	// Let faults hit a while, then heal.
-	waitFor(t, 30*time.Second, "faults injected", func() bool {
+	testkit.Eventually(t, 30*time.Second, "faults injected", func() bool {
 		return fb.failed.Load() > 0 && fc.before.Load() > 0 && fc.after.Load() > 0
 	})
+
 	fb.on.Store(false)
 	fc.on.Store(false)
-	waitFor(t, 60*time.Second, "WAL drained after faults stopped", func() bool { return unreleased(e.wal) == 0 })
+	testkit.Eventually(t, 60*time.Second, "WAL drained after faults stopped", func() bool { return unreleased(e.wal) == 0 })
 	for stream, w := range want {
 		checkTable(t, e.cat, stream, w)
 	}

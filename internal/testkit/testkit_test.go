@@ -19,7 +19,9 @@ func (r *recorder) Helper() {}
 func (r *recorder) Fatalf(format string, args ...any) {
 	r.fatal = append(r.fatal, fmt.Sprintf(format, args...))
 }
-func (r *recorder) Logf(format string, args ...any) { r.logs = append(r.logs, fmt.Sprintf(format, args...)) }
+func (r *recorder) Logf(format string, args ...any) {
+	r.logs = append(r.logs, fmt.Sprintf(format, args...))
+}
 
 func TestEventually(t *testing.T) {
 	var n atomic.Int32
