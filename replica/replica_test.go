@@ -379,7 +379,7 @@ func TestTakeoverClaimHeldAcrossRetries(t *testing.T) {
 		return nil
 	}
 	tc.cat.owner[pkey{"s.t", 0}] = "a"
-	tc.cat.failMarks = 2
+	tc.cat.failMarks.FailNext(2)
 	if err := a.ingest(t, 0, 5, 0); err != nil {
 		t.Fatal(err)
 	}
