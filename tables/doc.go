@@ -1,7 +1,9 @@
 // Package tables is streams as Iceberg tables: the envelope schema, catalog
 // access, partition allocation and ownership (owners, epochs, TakeOver and
-// fencing: see ownership.go), the exactly-once append (CommitAppend with
-// the high-water marks), offset-range readers (Reader, reader.go: the
+// fencing: see ownership.go), the data file layout every writer shares
+// (which records share a file and what it is called: CutRuns by the
+// table's Granularity, DataFileURL; layout.go), the exactly-once append
+// (CommitAppend with the high-water marks), offset-range readers (Reader, reader.go: the
 // consume side of the Kafka and Pulsar servers, with its metadata,
 // file-index and row-group caches) and table maintenance.
 //
