@@ -57,11 +57,28 @@ func liveDataFiles(ctx context.Context, t *table.Table) ([]liveFile, error) {
 					lf.first, lf.last = int64(binary.LittleEndian.Uint64(l)), int64(binary.LittleEndian.Uint64(h))
 				}
 			}
-			lf.key = fmt.Sprintf("%d/%v", df.SpecID(), df.Partition()[PartitionFieldDay])
+			lf.key = partitionKey(df)
 			out = append(out, lf)
 		}
 	}
 	return out, nil
+}
+
+// partitionKey is a data file's spec id and partition tuple (one day or
+// hour value under Tributary's specs, whatever its field id: a spec evolved
+// from day to hour gives the hour field a new id).
+func partitionKey(df iceberg.DataFile) string {
+	part := df.Partition()
+	ids := make([]int, 0, len(part))
+	for id := range part {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	key := fmt.Sprint(df.SpecID())
+	for _, id := range ids {
+		key += fmt.Sprintf("/%d=%v", id, part[id])
+	}
+	return key
 }
 
 // planCompaction groups files into runs worth rewriting: files smaller

@@ -2,6 +2,7 @@ package tables
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/iceberg-go"
 	"github.com/tributary-io/tributary/wal"
 )
 
@@ -155,6 +157,75 @@ func TestHourGranularity(t *testing.T) {
 	}
 	if len(live) != 2 || len(hours) != 2 {
 		t.Fatalf("%d files in %d hours after compaction, want 2 in 2: %v", len(live), len(hours), hours)
+	}
+	// The hour files are each in their own bucket: nothing left to merge.
+	if res, err = c.Maintain(ctx, stream, MaintainOptions{Policy: Policy{Holder: "t"}}); err != nil || res.CompactGroups != 0 {
+		t.Fatalf("second pass: %v, compaction %+v, want none", err, res)
+	}
+	checkTable(t, c, stream, recs)
+}
+
+// TestCompactionAfterFinerGranularity: a day-partitioned table whose spec
+// is evolved to hour compacts its old day files into one file per hour
+// (the current spec's buckets), never one file spanning hours.
+func TestCompactionAfterFinerGranularity(t *testing.T) {
+	ctx := context.Background()
+	c, _ := openTestCatalog(t)
+	const stream = "evolve.s"
+	start := micros("2026-11-30T22:40:00Z")
+	recs := testRecords(0, 0, 40, 0)
+	for i, r := range recs {
+		r.Timestamp = start + int64(i)*int64(time.Minute/time.Microsecond)
+	}
+	if _, err := c.EnsureTable(ctx, stream); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(recs); i += 8 { // day files; two of them span 23:00
+		appendRecs(t, c, stream, recs[i:i+8])
+	}
+	tbl, err := c.LoadTable(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := tbl.NewTransaction()
+	if err := tx.UpdateSpec(true).RemoveField("timestamp_day").AddField(ColTimestamp, iceberg.HourTransform{}, "timestamp_hour").Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.LoadTable(ctx, stream); err != nil {
+		t.Fatal(err)
+	}
+	if g, err := c.Granularity(ctx, stream); err != nil || g != GranularityHour {
+		t.Fatalf("granularity after evolution: %v %v", g, err)
+	}
+	res, err := c.Maintain(ctx, stream, MaintainOptions{Policy: Policy{Holder: "t"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.CompactGroups != 1 || res.CompactInputs != 5 {
+		t.Fatalf("compaction %+v, want the 5 day files in one group", res)
+	}
+	if tbl, err = c.LoadTable(ctx, stream); err != nil {
+		t.Fatal(err)
+	}
+	live, err := liveDataFiles(ctx, tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(live) != 2 {
+		t.Fatalf("%d files after compaction, want one per hour (2)", len(live))
+	}
+	for _, f := range live {
+		lo, hi := f.df.LowerBoundValues()[FieldTimestamp], f.df.UpperBoundValues()[FieldTimestamp]
+		if HourOf(int64(binary.LittleEndian.Uint64(lo))) != HourOf(int64(binary.LittleEndian.Uint64(hi))) {
+			t.Fatalf("%s spans hours", f.df.FilePath())
+		}
+	}
+	// The hour files are each in their own bucket: nothing left to merge.
+	if res, err = c.Maintain(ctx, stream, MaintainOptions{Policy: Policy{Holder: "t"}}); err != nil || res.CompactGroups != 0 {
+		t.Fatalf("second pass: %v, compaction %+v, want none", err, res)
 	}
 	checkTable(t, c, stream, recs)
 }
