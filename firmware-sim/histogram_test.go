@@ -2,11 +2,12 @@ package firmwaresim
 
 import (
 	"math"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tributary-io/tributary/internal/testkit"
 )
 
 func within(t *testing.T, name string, got, want time.Duration, rel float64) {
@@ -62,7 +63,7 @@ func TestHistogramUniform(t *testing.T) {
 }
 
 func TestHistogramExponentialMatchesExact(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
+	rng := testkit.Rand(t, 1, 2)
 	var h Histogram
 	vals := make([]time.Duration, 200000)
 	for i := range vals {

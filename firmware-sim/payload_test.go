@@ -3,13 +3,14 @@ package firmwaresim
 import (
 	"bytes"
 	"encoding/json"
-	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/tributary-io/tributary/internal/testkit"
 )
 
 func TestAppendFixedExactSize(t *testing.T) {
-	f := newFiller(rand.New(rand.NewPCG(1, 1)), 1024)
+	f := newFiller(testkit.Rand(t, 1, 1), 1024)
 	ts := time.Date(2025, 1, 2, 3, 4, 5, 123456789, time.UTC)
 	jsonFrom := 0
 	for size := 1; size <= 1024; size++ {
@@ -39,7 +40,7 @@ func TestAppendFixedExactSize(t *testing.T) {
 }
 
 func TestTelemetryDriftAndAnomalies(t *testing.T) {
-	s := newSensor(rand.New(rand.NewPCG(3, 4)), 0.01)
+	s := newSensor(testkit.Rand(t, 3, 4), 0.01)
 	ts := time.Now()
 	statuses := map[string]int{}
 	var first, last float64
@@ -70,7 +71,7 @@ func TestTelemetryDriftAndAnomalies(t *testing.T) {
 	if first == last {
 		t.Error("temperature does not drift")
 	}
-	quiet := newSensor(rand.New(rand.NewPCG(3, 4)), 0)
+	quiet := newSensor(testkit.Rand(t, 3, 4), 0)
 	for range 5000 {
 		if r := quiet.next(); r.status != "ok" {
 			t.Fatal("anomaly with probability 0")

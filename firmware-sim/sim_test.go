@@ -17,6 +17,8 @@ import (
 	"github.com/mochi-mqtt/server/v2/hooks/auth"
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/tributary-io/tributary/internal/testkit"
 )
 
 // received is one PUBLISH as seen by the test broker.
@@ -110,18 +112,6 @@ func startBroker(t *testing.T, addr string) *testBroker {
 	return b
 }
 
-// eventually polls cond until it holds or the timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 type telemetry struct {
 	Device    string   `json:"device"`
 	Line      string   `json:"line"`
@@ -176,7 +166,7 @@ func TestFleetQoS1Complete(t *testing.T) {
 		sum.Response.P50 < sum.Latency.P50 || sum.MsgsPerSec() <= 0 {
 		t.Errorf("implausible summary %+v", sum)
 	}
-	eventually(t, 5*time.Second, "subscriber to get 100 messages", func() bool { return b.sub.len() >= 100 })
+	testkit.Eventually(t, 5*time.Second, "subscriber to get 100 messages", func() bool { return b.sub.len() >= 100 })
 
 	last := map[string]uint64{}
 	for _, m := range b.sub.snapshot() {
@@ -276,7 +266,7 @@ func TestQoS0AndDuration(t *testing.T) {
 	if sum.QoS != 0 || sum.Acked < 10 || sum.Acked > limit || sum.Latency.Count != 0 {
 		t.Errorf("qos %d acked %d latency n %d", sum.QoS, sum.Acked, sum.Latency.Count)
 	}
-	eventually(t, 5*time.Second, "broker to see every QoS 0 message", func() bool { return int64(b.hook.len()) == sum.Acked })
+	testkit.Eventually(t, 5*time.Second, "broker to see every QoS 0 message", func() bool { return int64(b.hook.len()) == sum.Acked })
 }
 
 func TestCancelStopsOpenEndedRun(t *testing.T) {
@@ -295,7 +285,7 @@ func TestCancelStopsOpenEndedRun(t *testing.T) {
 	if sum.Acked < 200 || sum.Sent != sum.Acked+sum.Failed || sum.Failed != 0 {
 		t.Errorf("sent %d acked %d failed %d", sum.Sent, sum.Acked, sum.Failed)
 	}
-	eventually(t, 5*time.Second, "broker count to settle", func() bool { return int64(b.hook.len()) >= sum.Acked })
+	testkit.Eventually(t, 5*time.Second, "broker count to settle", func() bool { return int64(b.hook.len()) >= sum.Acked })
 }
 
 func TestReconnectContinues(t *testing.T) {
@@ -314,7 +304,7 @@ func TestReconnectContinues(t *testing.T) {
 		done <- result{s, err}
 	}()
 
-	eventually(t, 10*time.Second, "first broker to get 150 messages", func() bool { return b1.hook.len() >= 150 })
+	testkit.Eventually(t, 10*time.Second, "first broker to get 150 messages", func() bool { return b1.hook.len() >= 150 })
 	b1.close()
 	b2 := startBroker(t, b1.addr)
 

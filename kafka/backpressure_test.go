@@ -11,6 +11,8 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tributary-io/tributary/internal/testkit"
 )
 
 // TestBackpressureRetriedByClients checks the claim behind the choice of
@@ -48,7 +50,7 @@ func TestBackpressureRetriedByClients(t *testing.T) {
 				}
 			})
 		}
-		waitFor(t, 10*time.Second, "refusals", func() bool { return s.Stats().Backpressure >= 2 })
+		testkit.Eventually(t, 10*time.Second, "refusals", func() bool { return s.Stats().Backpressure >= 2 })
 		be.budget.Store(false)
 		wg.Wait()
 		if len(errs) > 0 {

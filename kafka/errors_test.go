@@ -13,6 +13,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tributary-io/tributary/internal/testkit"
 )
 
 func TestProduceErrors(t *testing.T) {
@@ -294,7 +296,7 @@ func TestMalformedFramesCloseOnlyTheirConnection(t *testing.T) {
 			}
 		}
 	}()
-	waitFor(t, 10*time.Second, "producer to start", func() bool { return len(be.records(topic, 0)) > 100 })
+	testkit.Eventually(t, 10*time.Second, "producer to start", func() bool { return len(be.records(topic, 0)) > 100 })
 
 	garbage := make([]byte, 256)
 	rand.Read(garbage)

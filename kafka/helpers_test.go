@@ -192,18 +192,6 @@ func startServer(t testing.TB, cfg Config, b Backend) *Server {
 	return s
 }
 
-// waitFor polls cond until it holds or the timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // rawConn is a minimal Kafka client for scripted requests.
 type rawConn struct {
 	t    testing.TB

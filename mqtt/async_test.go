@@ -10,6 +10,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/internal/testkit"
 	"github.com/tributary-io/tributary/wal"
 )
 
@@ -51,7 +52,7 @@ func TestQoS0AsyncAppend(t *testing.T) {
 	if _, err := c.Publish(ctx, &paho.Publish{Topic: "x", QoS: 1, Payload: []byte("q1")}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, func() bool { return s.Stats().Accepted[0] == 50 }, "50 qos 0 accepted")
+	testkit.Eventually(t, 5*time.Second, "50 qos 0 accepted", func() bool { return s.Stats().Accepted[0] == 50 })
 	sink.mu.Lock()
 	if sink.asyncCalls != 50 || len(sink.recs) != 51 {
 		t.Fatalf("async calls %d, records %d", sink.asyncCalls, len(sink.recs))
@@ -61,5 +62,5 @@ func TestQoS0AsyncAppend(t *testing.T) {
 	if _, err := c.Publish(ctx, &paho.Publish{Topic: "x", QoS: 0, Payload: []byte("lost")}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, func() bool { return s.Stats().DroppedQoS0 == 1 }, "qos 0 drop counted")
+	testkit.Eventually(t, 5*time.Second, "qos 0 drop counted", func() bool { return s.Stats().DroppedQoS0 == 1 })
 }

@@ -3,6 +3,7 @@ package mqtt
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"strconv"
 	"strings"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/tributary-io/tributary/internal/testkit"
 )
 
 // goodClient publishes QoS 1 messages until stopped and remembers which were
@@ -145,7 +148,7 @@ func TestBadInputClosesConnection(t *testing.T) {
 
 	// The good client kept going throughout, and a new client still works.
 	n := good.count()
-	eventually(t, 5*time.Second, func() bool { return good.count() > n+5 }, "good client progressing")
+	testkit.Eventually(t, 5*time.Second, "good client progressing", func() bool { return good.count() > n+5 })
 	good.finish(t, ts.sink)
 	late := dialPaho(t, ts.tcp, "late", nil)
 	mustPublish(t, late, "late/t", 1, "still serving")
@@ -215,19 +218,22 @@ func TestDecoderPanicClosesOnlyThatConnection(t *testing.T) {
 		if _, err := conn.Write(badSubscribe); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 5*time.Second, func() bool { return ts.Stats().Panics == uint64(i+1) }, "%s: panic recovered", via)
+		testkit.Eventually(t, 5*time.Second, fmt.Sprintf("%s: panic recovered", via), func() bool { return ts.Stats().Panics == uint64(i+1) })
 		if _, err := conn.Read(make([]byte, 1)); err == nil {
 			t.Fatalf("%s: connection still open", via)
 		}
-		eventually(t, 5*time.Second, func() bool {
+		testkit.Eventually(t, 5*time.Second, fmt.Sprintf(
+
+			"%s: session and subscription of the panicked client removed", via), func() bool {
 			_, ok := ts.broker.Clients.Get("panicker")
 			return !ok && len(ts.broker.Topics.Subscribers("panic/x").Subscriptions) == 0
-		}, "%s: session and subscription of the panicked client removed", via)
+		})
+
 	}
 	if !strings.Contains(ts.logs.String(), "broker panicked on client input") {
 		t.Error("panic not logged")
 	}
 	n := good.count()
-	eventually(t, 5*time.Second, func() bool { return good.count() > n+5 }, "good client progressing")
+	testkit.Eventually(t, 5*time.Second, "good client progressing", func() bool { return good.count() > n+5 })
 	good.finish(t, ts.sink)
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/tributary-io/tributary/internal/testkit"
 )
 
 func retainedClear(topic string) packets.Packet {
@@ -163,8 +165,9 @@ func payloads(r *received) string {
 // waitRemote waits until node i counts want remote subscriptions.
 func (tc *testCluster) waitRemote(t *testing.T, i, want int) {
 	t.Helper()
-	eventually(t, 5*time.Second, func() bool { return tc.nodes[i].ClusterStats().RemoteSubscriptions == want },
-		"node %d remote subscriptions %d, want %d", i, tc.nodes[i].ClusterStats().RemoteSubscriptions, want)
+	testkit.Eventually(t, 5*time.Second, fmt.Sprintf(
+		"node %d remote subscriptions %d, want %d", i, tc.nodes[i].ClusterStats().RemoteSubscriptions, want), func() bool { return tc.nodes[i].ClusterStats().RemoteSubscriptions == want })
+
 }
 
 func TestClusterForwardsToSubscribersOnly(t *testing.T) {
@@ -188,7 +191,7 @@ func TestClusterForwardsToSubscribersOnly(t *testing.T) {
 		mustPublish(t, pub3, "plant/c/temp", 1, fmt.Sprintf("c%d", i))
 		mustPublish(t, pub1, "other/topic", 1, "nobody listens") // no subscriber anywhere
 	}
-	eventually(t, 5*time.Second, func() bool { return len(got.all()) == 2*n }, "subscriber got %d of %d", len(got.all()), 2*n)
+	testkit.Eventually(t, 5*time.Second, fmt.Sprintf("subscriber got %d of %d", len(got.all()), 2*n), func() bool { return len(got.all()) == 2*n })
 	next := map[string]int{}
 	for _, p := range got.all() {
 		src := p.Payload[0:1]
@@ -264,9 +267,10 @@ func TestClusterSharedSubscriptionOncePerGroup(t *testing.T) {
 		}
 		return k
 	}
-	eventually(t, 5*time.Second, func() bool { return count(&a, "barrier") == 3 && count(&b, "barrier") == 3 },
-		"barriers: %d %d", count(&a, "barrier"), count(&b, "barrier"))
-	eventually(t, 5*time.Second, func() bool { return len(c.all()) == n }, "group other got %d of %d", len(c.all()), n)
+	testkit.Eventually(t, 5*time.Second, fmt.Sprintf(
+		"barriers: %d %d", count(&a, "barrier"), count(&b, "barrier")), func() bool { return count(&a, "barrier") == 3 && count(&b, "barrier") == 3 })
+
+	testkit.Eventually(t, 5*time.Second, fmt.Sprintf("group other got %d of %d", len(c.all()), n), func() bool { return len(c.all()) == n })
 	seen := map[string]int{}
 	for _, p := range append(a.all(), b.all()...) {
 		if p.Topic == "jobs/x" {
@@ -296,16 +300,19 @@ func TestClusterRetainedEverywhereAndCatchUp(t *testing.T) {
 	}
 	mustRetained := func(ts *testServer, topic, want string) {
 		t.Helper()
-		eventually(t, 5*time.Second, func() bool {
+		testkit.Eventually(t, 5*time.Second, fmt.Sprintf(
+
+			"%s: retained %s != %q", ts.cfg.NodeID, topic, want), func() bool {
 			pk, ok := ts.broker.Topics.Retained.Get(topic)
 			return (want == "" && !ok) || (ok && string(pk.Payload) == want)
-		}, "%s: retained %s != %q", ts.cfg.NodeID, topic, want)
+		})
+
 	}
 	mustRetained(n2, "cfg/line1", "v1")
 	// A new subscriber on n2 gets it as a retained message.
 	var got received
 	subscribe(t, dialPaho(t, n2.tcp, "late-sub", &got), "cfg/#", 1)
-	eventually(t, 5*time.Second, func() bool { return len(got.all()) == 1 }, "retained not delivered on n2")
+	testkit.Eventually(t, 5*time.Second, "retained not delivered on n2", func() bool { return len(got.all()) == 1 })
 	if p := got.all()[0]; string(p.Payload) != "v1" || !p.Retain {
 		t.Fatalf("got %+v", p)
 	}
@@ -324,7 +331,7 @@ func TestClusterRetainedEverywhereAndCatchUp(t *testing.T) {
 	tc.mu.Lock()
 	tc.dead["n2"] = true
 	tc.mu.Unlock()
-	eventually(t, 5*time.Second, func() bool { return n1.ClusterStats().Peers == 0 }, "n2 still linked")
+	testkit.Eventually(t, 5*time.Second, "n2 still linked", func() bool { return n1.ClusterStats().Peers == 0 })
 	// n2 "restarts": its retained store is gone; a new run rejoins.
 	n2.broker.Topics.RetainMessage(retainedClear("cfg/line3"))
 	tc.mu.Lock()
@@ -344,17 +351,20 @@ func TestClusterResendAfterBrokenLinkDeliversOnce(t *testing.T) {
 	// Replies lost: n2 delivers, n1 sees a failure and re-sends.
 	tc.mesh.setCut("n1", "n2", true, true)
 	mustPublish(t, pub, "t", 1, "0")
-	eventually(t, 5*time.Second, func() bool { return len(got.all()) == 1 }, "first delivery")
+	testkit.Eventually(t, 5*time.Second, "first delivery", func() bool { return len(got.all()) == 1 })
 	// Link fully down: queued.
 	tc.mesh.setCut("n1", "n2", true, false)
 	mustPublish(t, pub, "t", 1, "1")
 	mustPublish(t, pub, "t", 1, "2")
 	tc.mesh.setCut("n1", "n2", false, false)
 	mustPublish(t, pub, "t", 1, "3") // after a duplicate of 0-2, if there were one (FIFO)
-	eventually(t, 5*time.Second, func() bool {
+	testkit.Eventually(t, 5*time.Second, fmt.Sprintf(
+
+		"delivery after heal: %d", len(got.all())), func() bool {
 		all := got.all()
 		return len(all) > 0 && string(all[len(all)-1].Payload) == "3"
-	}, "delivery after heal: %d", len(got.all()))
+	})
+
 	if order := payloads(&got); order != "[0 1 2 3]" {
 		t.Fatalf("delivered %v, want [0 1 2 3] once each", order)
 	}
@@ -391,7 +401,7 @@ func TestClusterInterestFollowsSessions(t *testing.T) {
 		t.Fatalf("after subscribe: %v", got)
 	}
 	c.Disconnect(&paho.Disconnect{})
-	eventually(t, 5*time.Second, func() bool { return ts.Stats().Clients == 0 }, "client still connected")
+	testkit.Eventually(t, 5*time.Second, "client still connected", func() bool { return ts.Stats().Clients == 0 })
 	if got := interest(); !maps.Equal(got, want) {
 		t.Fatalf("persistent session disconnected: interest %v, want %v", got, want)
 	}
@@ -400,7 +410,7 @@ func TestClusterInterestFollowsSessions(t *testing.T) {
 		t.Fatalf("after resuming the session: %v", got)
 	}
 	c.Disconnect(&paho.Disconnect{})
-	eventually(t, 5*time.Second, func() bool { return ts.Stats().Clients == 0 }, "client still connected")
+	testkit.Eventually(t, 5*time.Second, "client still connected", func() bool { return ts.Stats().Clients == 0 })
 	c = dial(true) // clean start discards the session
 	if got := interest(); len(got) != 0 {
 		t.Fatalf("after a clean start: %v", got)
@@ -428,14 +438,17 @@ func TestClusterWillReachesOtherNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn.Close() // an abrupt end: mochi sends the will
-	eventually(t, 5*time.Second, func() bool { return len(got.all()) == 1 }, "will not delivered on n2")
+	testkit.Eventually(t, 5*time.Second, "will not delivered on n2", func() bool { return len(got.all()) == 1 })
 	if p := got.all()[0]; p.Topic != "status/dev-7" || string(p.Payload) != "offline" {
 		t.Fatalf("got %+v", p)
 	}
-	eventually(t, 5*time.Second, func() bool {
-		pk, ok := tc.nodes[1].broker.Topics.Retained.Get("status/dev-7")
-		return ok && string(pk.Payload) == "offline"
-	}, "retained will not on n2")
+	testkit.Eventually(t, 5*time.Second,
+
+		"retained will not on n2", func() bool {
+			pk, ok := tc.nodes[1].broker.Topics.Retained.Get("status/dev-7")
+			return ok && string(pk.Payload) == "offline"
+		})
+
 }
 
 func TestClusterQueueBoundDropsAndCounts(t *testing.T) {
@@ -450,13 +463,15 @@ func TestClusterQueueBoundDropsAndCounts(t *testing.T) {
 		mustPublish(t, pub, "t", 1, fmt.Sprint(i)) // acked: durable here whatever the peer
 	}
 	// The queue (the batch being retried included) holds 3; 3 are dropped.
-	eventually(t, 5*time.Second, func() bool { return n1.ClusterStats().ForwardDropped == 3 },
-		"dropped %d, want 3", n1.ClusterStats().ForwardDropped)
+	testkit.Eventually(t, 5*time.Second, fmt.Sprintf(
+		"dropped %d, want 3", n1.ClusterStats().ForwardDropped), func() bool { return n1.ClusterStats().ForwardDropped == 3 })
+
 	tc.mesh.setCut("n1", "n2", false, false)
-	eventually(t, 5*time.Second, func() bool { return n1.ClusterStats().ForwardedOut == 3 },
-		"forwarded %d, want 3", n1.ClusterStats().ForwardedOut)
+	testkit.Eventually(t, 5*time.Second, fmt.Sprintf(
+		"forwarded %d, want 3", n1.ClusterStats().ForwardedOut), func() bool { return n1.ClusterStats().ForwardedOut == 3 })
+
 	mustPublish(t, pub, "t", 1, "6") // after the queue: a late duplicate would come before it
-	eventually(t, 5*time.Second, func() bool { return len(got.all()) == 4 }, "delivered %d", len(got.all()))
+	testkit.Eventually(t, 5*time.Second, fmt.Sprintf("delivered %d", len(got.all())), func() bool { return len(got.all()) == 4 })
 	if order := payloads(&got); order != "[0 1 2 6]" {
 		t.Fatalf("delivered %v, want [0 1 2 6]", order)
 	}

@@ -112,18 +112,6 @@ func (m *memSink) byTopic(topic string) []*tributary.Record {
 	return out
 }
 
-// eventually polls cond until it holds or the timeout passes.
-func eventually(t testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v: "+format, append([]any{timeout}, args...)...)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // syncBuffer collects log output for assertions.
 type syncBuffer struct {
 	mu sync.Mutex

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/internal/testkit"
 	"github.com/tributary-io/tributary/wal"
 )
 
@@ -39,7 +41,7 @@ func TestPublishLandsInSink(t *testing.T) {
 		if tc.qos > 0 && resp.ReasonCode != 0 {
 			t.Fatalf("qos %d: reason %#x", tc.qos, resp.ReasonCode)
 		}
-		eventually(t, 5*time.Second, func() bool { return len(ts.sink.byTopic(tc.topic)) == 1 }, "record for %q", tc.topic)
+		testkit.Eventually(t, 5*time.Second, fmt.Sprintf("record for %q", tc.topic), func() bool { return len(ts.sink.byTopic(tc.topic)) == 1 })
 		r := ts.sink.byTopic(tc.topic)[0]
 		want := &tributary.Record{
 			Stream: tc.stream, Partition: r.Partition, Offset: r.Offset, Topic: tc.topic, Value: payload,
@@ -73,7 +75,7 @@ func TestAckOnlyAfterAppend(t *testing.T) {
 			}
 			done <- err
 		}()
-		eventually(t, 5*time.Second, func() bool { return ts.sink.held() == 1 }, "append held")
+		testkit.Eventually(t, 5*time.Second, "append held", func() bool { return ts.sink.held() == 1 })
 		select {
 		case err := <-done:
 			t.Fatalf("qos %d: publish returned (%v) before Append did", qos, err)
@@ -105,7 +107,7 @@ func TestSubscriberDeliveryAndRefusedNotDelivered(t *testing.T) {
 	pub := dialPaho(t, ts.tcp, "pub", nil)
 
 	mustPublish(t, pub, "d/1", 1, "first")
-	eventually(t, 5*time.Second, func() bool { return len(rcv.all()) == 1 }, "first delivered")
+	testkit.Eventually(t, 5*time.Second, "first delivered", func() bool { return len(rcv.all()) == 1 })
 
 	ts.sink.setFail(wal.ErrBudgetExceeded)
 	for qos := byte(0); qos <= 2; qos++ {
@@ -113,7 +115,7 @@ func TestSubscriberDeliveryAndRefusedNotDelivered(t *testing.T) {
 	}
 	ts.sink.setFail(nil)
 	mustPublish(t, pub, "d/2", 1, "second")
-	eventually(t, 5*time.Second, func() bool { return len(rcv.all()) >= 2 }, "second delivered")
+	testkit.Eventually(t, 5*time.Second, "second delivered", func() bool { return len(rcv.all()) >= 2 })
 	time.Sleep(50 * time.Millisecond) // a wrongly delivered message would have arrived before "second"
 	for _, m := range rcv.all() {
 		if m.Topic == "d/refused" {
@@ -128,7 +130,7 @@ func TestSubscriberDeliveryAndRefusedNotDelivered(t *testing.T) {
 	sub2 := dialPaho(t, ts.tcp, "sub2", &rcv2)
 	subscribe(t, sub2, "d/refused", 1)
 	mustPublish(t, pub, "d/refused", 1, "marker")
-	eventually(t, 5*time.Second, func() bool { return len(rcv2.all()) >= 1 }, "marker delivered")
+	testkit.Eventually(t, 5*time.Second, "marker delivered", func() bool { return len(rcv2.all()) >= 1 })
 	if got := rcv2.all(); len(got) != 1 || string(got[0].Payload) != "marker" {
 		t.Fatalf("new subscriber got %d messages, first %q", len(got), got[0].Payload)
 	}
@@ -148,14 +150,16 @@ func TestBrokerFeatures(t *testing.T) {
 	subscribe(t, late, "r/+", 1)
 	// mochi writes the PUBACK before it delivers live, so "late" may also
 	// get the live copy; the retained copy must arrive either way.
-	eventually(t, 5*time.Second, func() bool {
-		for _, m := range rr.all() {
-			if m.Retain && string(m.Payload) == "on" {
-				return true
+	testkit.Eventually(t, 5*time.Second,
+
+		"retained delivered", func() bool {
+			for _, m := range rr.all() {
+				if m.Retain && string(m.Payload) == "on" {
+					return true
+				}
 			}
-		}
-		return false
-	}, "retained delivered")
+			return false
+		})
 
 	// Shared subscription: each message goes to one member of the group.
 	var s1, s2 received
@@ -164,7 +168,7 @@ func TestBrokerFeatures(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		mustPublish(t, pub, "job/x", 1, "j")
 	}
-	eventually(t, 5*time.Second, func() bool { return len(s1.all())+len(s2.all()) == 10 }, "shared delivered once each")
+	testkit.Eventually(t, 5*time.Second, "shared delivered once each", func() bool { return len(s1.all())+len(s2.all()) == 10 })
 
 	// MQTT 5 properties pass through to subscribers.
 	var pr received
@@ -174,7 +178,7 @@ func TestBrokerFeatures(t *testing.T) {
 	if _, err := publish(t, pub, &paho.Publish{Topic: "p/t", QoS: 1, Payload: []byte("{}"), Properties: props}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, func() bool { return len(pr.all()) == 1 }, "props delivered")
+	testkit.Eventually(t, 5*time.Second, "props delivered", func() bool { return len(pr.all()) == 1 })
 	if p := pr.all()[0].Properties; p == nil || p.ContentType != "application/json" || p.ResponseTopic != "p/reply" || p.User.Get("trace") != "abc" {
 		t.Fatalf("properties: %+v", p)
 	}
@@ -184,7 +188,7 @@ func TestBrokerFeatures(t *testing.T) {
 	subscribe(t, dialPaho(t, ts.tcp, "will-watch", &wr), "wills/#", 1)
 	wc := dialRawWill(t, ts.tcp)
 	wc.Close()
-	eventually(t, 5*time.Second, func() bool { return len(wr.all()) == 1 }, "will delivered")
+	testkit.Eventually(t, 5*time.Second, "will delivered", func() bool { return len(wr.all()) == 1 })
 
 	// The inline client publishes to local subscribers and is not logged.
 	var ir received
@@ -192,7 +196,7 @@ func TestBrokerFeatures(t *testing.T) {
 	if err := ts.Publish("node/hello", []byte("hi"), false, 0); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, func() bool { return len(ir.all()) == 1 }, "inline delivered")
+	testkit.Eventually(t, 5*time.Second, "inline delivered", func() bool { return len(ir.all()) == 1 })
 	if n := len(ts.sink.byTopic("node/hello")); n != 0 {
 		t.Fatalf("inline publish logged %d times", n)
 	}
@@ -305,7 +309,7 @@ func TestConcurrentAppendsAndClose(t *testing.T) {
 			results <- errors.New("not acknowledged")
 		}()
 	}
-	eventually(t, 5*time.Second, func() bool { return ts.sink.held() == 3 }, "three appends in progress at once")
+	testkit.Eventually(t, 5*time.Second, "three appends in progress at once", func() bool { return ts.sink.held() == 3 })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -13,6 +13,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/internal/testkit"
 	"github.com/tributary-io/tributary/wal"
 )
 
@@ -50,7 +51,7 @@ func TestRefusalMQTT5(t *testing.T) {
 			if _, err := publish(t, c, &paho.Publish{Topic: "r/q0", QoS: 0, Payload: []byte("x")}); err != nil {
 				t.Fatalf("qos 0: %v", err)
 			}
-			eventually(t, 5*time.Second, func() bool { return ts.Stats().DroppedQoS0 == before+1 }, "qos 0 drop counted")
+			testkit.Eventually(t, 5*time.Second, "qos 0 drop counted", func() bool { return ts.Stats().DroppedQoS0 == before+1 })
 		})
 	}
 	st := ts.Stats()
@@ -65,7 +66,7 @@ func TestRefusalMQTT5(t *testing.T) {
 	for qos := byte(0); qos <= 2; qos++ {
 		mustPublish(t, c, "r/ok", qos, "ok")
 	}
-	eventually(t, 5*time.Second, func() bool { return len(ts.sink.byTopic("r/ok")) == 3 }, "records after recovery")
+	testkit.Eventually(t, 5*time.Second, "records after recovery", func() bool { return len(ts.sink.byTopic("r/ok")) == 3 })
 
 	logs := ts.logs.String()
 	// One episode: it ends with the first successful append, not with a

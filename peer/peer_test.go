@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tributary-io/tributary/internal/testkit"
 )
 
 func listen(t *testing.T, id string) *Peer {
@@ -125,13 +127,13 @@ func TestPendingFailWhenRemoteDiesAndRedial(t *testing.T) {
 	got := make(chan error, 1)
 	l.Go(42, []byte("x"), func(_ []byte, err error) { got <- err })
 	// Let the request reach b, then kill b: the pending request fails.
-	waitFor(t, func() bool { return b.Stats().RequestsIn == 1 })
+	testkit.Eventually(t, 10*time.Second, "b to count the request", func() bool { return b.Stats().RequestsIn == 1 })
 	close(block)
 	b.Close(context.Background())
 	if err := <-got; err != nil && !errors.Is(err, ErrLinkDown) {
 		t.Fatalf("pending request: %v", err)
 	}
-	waitFor(t, func() bool { up, _, _ := l.Health(); return !up })
+	testkit.Eventually(t, 10*time.Second, "the link to report down", func() bool { up, _, _ := l.Health(); return !up })
 	if _, err := l.Call(ctx(t), TypePing, nil); !errors.Is(err, ErrLinkDown) {
 		t.Fatalf("call to a dead node: %v, want ErrLinkDown", err)
 	}
@@ -141,7 +143,7 @@ func TestPendingFailWhenRemoteDiesAndRedial(t *testing.T) {
 	}
 	// b comes back on the same address: the next call redials.
 	var b2 *Peer
-	waitFor(t, func() bool { b2, err = Listen(Config{NodeID: "b", Addr: addr}); return err == nil })
+	testkit.Eventually(t, 10*time.Second, "b to listen again on its address", func() bool { b2, err = Listen(Config{NodeID: "b", Addr: addr}); return err == nil })
 	defer b2.Close(context.Background())
 	if _, err := l.Call(ctx(t), TypePing, nil); err != nil {
 		t.Fatal(err)
@@ -223,15 +225,4 @@ func FuzzReadFrame(f *testing.F) {
 			decodeHello(fr.payload)
 		}
 	})
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

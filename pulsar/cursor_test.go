@@ -7,6 +7,9 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/tributary-io/tributary/internal/testkit"
 )
 
 func TestAckState(t *testing.T) {
@@ -204,8 +207,9 @@ func TestCursorFlushedWhileConsuming(t *testing.T) {
 	s.Flow(a, 10)
 	waitCount(t, a, 3)
 	s.Ack(context.Background(), a, []int64{1}, true)
-	eventually(t, "cursor saved", func() bool {
+	testkit.Eventually(t, 5*time.Second, "cursor saved", func() bool {
 		c, ok, err := st.Load(context.Background(), "persistent://tributary/factory/telemetry", "sub")
 		return err == nil && ok && c.MarkDelete == 1
 	})
+
 }

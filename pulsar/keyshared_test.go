@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
+
+	"github.com/tributary-io/tributary/internal/testkit"
 )
 
 func TestMurmur3Vectors(t *testing.T) {
@@ -147,7 +150,7 @@ func TestKeySharedScript(t *testing.T) {
 	checkOrder(a)
 	// a acks everything it has: b is released.
 	s.Ack(context.Background(), a, a.take(), false)
-	eventually(t, "all 64 delivered", func() bool { return accounted(s, 64) })
+	testkit.Eventually(t, 5*time.Second, "all 64 delivered", func() bool { return accounted(s, 64) })
 	settle(t, s)
 	checkInvariants(t, s)
 	checkOrder(b)
@@ -164,24 +167,26 @@ func TestKeySharedScript(t *testing.T) {
 	subscribe(t, m, src, opts, c)
 	s.Flow(c, 100)
 	add(32)
-	eventually(t, "96 entries read", func() bool {
+	testkit.Eventually(t, 5*time.Second, "96 entries read", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return s.readPos == 96
 	})
+
 	settle(t, s)
 	checkInvariants(t, s)
 	aHeld := a.take()
 	s.Remove(a)
 	s.Ack(context.Background(), b, b.take(), false)
 	s.Ack(context.Background(), c, c.take(), false)
-	eventually(t, "everything acked", func() bool {
+	testkit.Eventually(t, 5*time.Second, "everything acked", func() bool {
 		s.Ack(context.Background(), b, b.take(), false)
 		s.Ack(context.Background(), c, c.take(), false)
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return s.cur.markDelete == 95
 	})
+
 	checkInvariants(t, s)
 	_ = aHeld
 }
@@ -224,7 +229,7 @@ func TestKeySharedNoKeyOnTwo(t *testing.T) {
 	s.Flow(a, 10)
 	want := []int64{1, 2, 3}
 	var got []int64
-	eventually(t, "rest of the key", func() bool {
+	testkit.Eventually(t, 5*time.Second, "rest of the key", func() bool {
 		if owner == Consumer(a) {
 			got = a.offsets()[2:]
 		} else {
@@ -232,6 +237,7 @@ func TestKeySharedNoKeyOnTwo(t *testing.T) {
 		}
 		return len(got) >= 3
 	})
+
 	if !slices.Equal(got, want) {
 		t.Fatalf("key owner got %v, want %v", got, want)
 	}

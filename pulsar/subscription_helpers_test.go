@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/internal/testkit"
 )
 
 // fakeSource is one partition's rows in memory.
@@ -128,22 +129,10 @@ func (c *fakeConsumer) takeDeliveries() []Delivery {
 	return out
 }
 
-// eventually polls cond until it holds or 5 s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // waitCount waits until c has been delivered n messages in all.
 func waitCount(t *testing.T, c *fakeConsumer, n int) []int64 {
 	t.Helper()
-	eventually(t, c.name+" deliveries", func() bool { return len(c.offsets()) >= n })
+	testkit.Eventually(t, 5*time.Second, c.name+" deliveries", func() bool { return len(c.offsets()) >= n })
 	got := c.offsets()
 	if len(got) != n {
 		t.Fatalf("%s got %d deliveries %v, want %d", c.name, len(got), got, n)
@@ -157,11 +146,12 @@ func waitCount(t *testing.T, c *fakeConsumer, n int) []int64 {
 // loop's state, not by sleeping.
 func settle(t *testing.T, s *Subscription) {
 	t.Helper()
-	eventually(t, "dispatch idle", func() bool {
+	testkit.Eventually(t, 5*time.Second, "dispatch idle", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return len(s.outbox) == 0 && len(s.wake) == 0 && s.idle
 	})
+
 }
 
 func seq(from, to int64) []int64 {

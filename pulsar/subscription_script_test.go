@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"testing"
+	"time"
+
+	"github.com/tributary-io/tributary/internal/testkit"
 )
 
 // TestRandomScripts runs seeded random scripts of joins, leaves, flows,
@@ -15,7 +17,11 @@ import (
 // first delivery.
 func TestRandomScripts(t *testing.T) {
 	for _, typ := range []SubType{Exclusive, Failover, Shared, KeyShared} {
-		for seed := uint64(1); seed <= 6; seed++ {
+		seeds := []uint64{1, 2, 3, 4, 5, 6}
+		if s, ok := testkit.EnvSeed(t); ok {
+			seeds = []uint64{s}
+		}
+		for _, seed := range seeds {
 			t.Run(fmt.Sprintf("%s/%d", typ, seed), func(t *testing.T) { runScript(t, typ, seed) })
 		}
 	}
@@ -27,7 +33,7 @@ type scriptConsumer struct {
 }
 
 func runScript(t *testing.T, typ SubType, seed uint64) {
-	rng := rand.New(rand.NewPCG(seed, uint64(typ)))
+	rng := testkit.Rand(t, seed, uint64(typ))
 	m := newTestManager(t, nil)
 	src := &fakeSource{}
 	opts := SubscribeOptions{Topic: "persistent://t/n/s-partition-1", Type: typ, Initial: Earliest, KeySharedAutoSplit: true}
@@ -125,7 +131,7 @@ func runScript(t *testing.T, typ SubType, seed uint64) {
 			s.mu.Unlock()
 		}
 	}()
-	eventually(t, "everything consumed", func() bool {
+	testkit.Eventually(t, 5*time.Second, "everything consumed", func() bool {
 		for _, c := range live {
 			s.Flow(c, 50)
 			collect(c)
@@ -136,5 +142,6 @@ func runScript(t *testing.T, typ SubType, seed uint64) {
 		defer s.mu.Unlock()
 		return s.cur.markDelete == int64(total)-1
 	})
+
 	checkInvariants(t, s)
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/tributary-io/tributary/internal/testkit"
 )
 
 // checkInvariants verifies the subscription state invariants.
@@ -227,13 +229,14 @@ func TestShared(t *testing.T) {
 		s.Flow(c, 20)
 	}
 	seen := map[int64]string{}
-	eventually(t, "60 deliveries", func() bool {
+	testkit.Eventually(t, 5*time.Second, "60 deliveries", func() bool {
 		n := 0
 		for _, c := range cs {
 			n += len(c.offsets())
 		}
 		return n == 60
 	})
+
 	settle(t, s)
 	for _, c := range cs {
 		got := c.offsets()
@@ -259,13 +262,14 @@ func TestShared(t *testing.T) {
 	s.Remove(cs[0])
 	s.Flow(cs[1], 40)
 	s.Flow(cs[2], 40)
-	eventually(t, "everything delivered", func() bool {
+	testkit.Eventually(t, 5*time.Second, "everything delivered", func() bool {
 		n := 0
 		for _, c := range cs[1:] {
 			n += len(c.offsets())
 		}
 		return n == 30+10
 	})
+
 	redelivered := 0
 	for _, c := range cs[1:] {
 		for _, d := range c.deliveries() {
@@ -288,7 +292,7 @@ func TestShared(t *testing.T) {
 	b.take()
 	c.take()
 	s.Redeliver(b, []int64{off})
-	eventually(t, "nacked message", func() bool { return len(b.offsets())+len(c.offsets()) > 0 })
+	testkit.Eventually(t, 5*time.Second, "nacked message", func() bool { return len(b.offsets())+len(c.offsets()) > 0 })
 	settle(t, s)
 	got := append(b.deliveries(), c.deliveries()...)
 	if len(got) != 1 || got[0].Offset != off || got[0].RedeliveryCount != count+1 {
@@ -371,7 +375,7 @@ func TestSharedPriority(t *testing.T) {
 	s.byConsumer[hi].flowed, s.byConsumer[lo].flowed = true, true
 	s.poke()
 	s.mu.Unlock()
-	eventually(t, "30 deliveries", func() bool { return len(hi.offsets())+len(lo.offsets()) == 30 })
+	testkit.Eventually(t, 5*time.Second, "30 deliveries", func() bool { return len(hi.offsets())+len(lo.offsets()) == 30 })
 	if got := hi.offsets(); !slices.Equal(got, seq(0, 10)) {
 		t.Fatalf("priority 0 consumer got %v, want the first 10", got)
 	}

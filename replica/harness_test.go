@@ -13,6 +13,7 @@ import (
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/cluster"
+	"github.com/tributary-io/tributary/internal/fault"
 	"github.com/tributary-io/tributary/wal"
 )
 
@@ -117,7 +118,7 @@ func (p *fakePeer) Call(ctx context.Context, id, addr string, typ uint8, payload
 // fakeCatalog is the ownership part of the catalog in memory.
 type fakeCatalog struct {
 	mu        sync.Mutex
-	failMarks int // HighWaters fails this many more times
+	failMarks fault.Faults // scripts HighWaters' failures
 	owner     map[pkey]string
 	epoch     map[pkey]int64
 	marks     map[pkey]int64
@@ -148,12 +149,11 @@ func (c *fakeCatalog) Owner(ctx context.Context, stream string, p int32) (string
 }
 
 func (c *fakeCatalog) HighWaters(ctx context.Context, stream string) (map[int32]int64, error) {
+	if err := c.failMarks.Do(ctx, func() error { return nil }); err != nil {
+		return nil, fmt.Errorf("catalog unreachable (test): %w", err)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.failMarks > 0 {
-		c.failMarks--
-		return nil, errors.New("catalog unreachable (test)")
-	}
 	out := map[int32]int64{}
 	for pk, m := range c.marks {
 		if pk.stream == stream {
@@ -359,15 +359,4 @@ func (n *testNode) stored(t *testing.T, origin string, p int32) (released, next 
 		}
 	}
 	return 0, 0
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

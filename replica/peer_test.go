@@ -10,6 +10,7 @@ import (
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/cluster"
+	"github.com/tributary-io/tributary/internal/testkit"
 	"github.com/tributary-io/tributary/peer"
 	"github.com/tributary-io/tributary/wal"
 )
@@ -97,7 +98,7 @@ func TestOverPeer(t *testing.T) {
 	}
 	pb, rb, wb = open("b", bdir) // back, on a new port
 	defer func() { closeAll(pb, rb, wb) }()
-	waitUntil(t, "the owner to see the replica back", func() bool { return appendSome(1) == nil && !ra.Stats().Degraded })
+	testkit.Eventually(t, 10*time.Second, "the owner to see the replica back", func() bool { return appendSome(1) == nil && !ra.Stats().Degraded })
 	s, _ = rb.storeOf("a")
 	w, _ = s.wal()
 	own, _ := wa.Partition("s.t", 1)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/cluster"
+	"github.com/tributary-io/tributary/internal/testkit"
 	"github.com/tributary-io/tributary/wal"
 )
 
@@ -107,7 +108,7 @@ func TestReleaseAndBase(t *testing.T) {
 	if err := a.main.Release("s.t", 0, 6); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "b to release what a released", func() bool { rel, _ := b.stored(t, "a", 0); return rel == 6 })
+	testkit.Eventually(t, 10*time.Second, "b to release what a released", func() bool { rel, _ := b.stored(t, "a", 0); return rel == 6 })
 	tc.setState("b", cluster.Dead) // a's ring successor is now c
 	if err := a.ingest(t, 0, 4, 0); err != nil {
 		t.Fatal(err)
@@ -140,7 +141,7 @@ func TestDegradeAndRefuse(t *testing.T) {
 		t.Fatalf("degraded appends took %s: a known-missing replica must not be waited for each time", d)
 	}
 	tc.net.setCut("addr-b", false)
-	waitUntil(t, "the healed replica to catch up", func() bool { _, next := b.stored(t, "a", 0); return next == 15 })
+	testkit.Eventually(t, 10*time.Second, "the healed replica to catch up", func() bool { _, next := b.stored(t, "a", 0); return next == 15 })
 	if err := a.ingest(t, 0, 1, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -298,13 +299,13 @@ func TestTakeover(t *testing.T) {
 			t.Fatalf("copied record %+v", r)
 		}
 	}
-	waitUntil(t, "the takeover to be counted", func() bool { return winner.r.Stats().Takeovers == 1 })
+	testkit.Eventually(t, 10*time.Second, "the takeover to be counted", func() bool { return winner.r.Stats().Takeovers == 1 })
 	if st := loser.r.Stats(); st.Takeovers != 0 {
 		t.Fatalf("loser stats %+v", st)
 	}
-	waitUntil(t, "the loser to release up to the mark", func() bool { rel, _ := loser.stored(t, "a", 0); return rel == 5 })
+	testkit.Eventually(t, 10*time.Second, "the loser to release up to the mark", func() bool { rel, _ := loser.stored(t, "a", 0); return rel == 5 })
 	tc.cat.setMark("s.t", 0, 20)
-	waitUntil(t, "the loser to release its whole copy", func() bool { rel, _ := loser.stored(t, "a", 0); return rel == 20 })
+	testkit.Eventually(t, 10*time.Second, "the loser to release its whole copy", func() bool { rel, _ := loser.stored(t, "a", 0); return rel == 20 })
 
 	// a comes back with its old WAL and tries to replicate partition 0.
 	tc.net.setCut("addr-a", false)
@@ -337,7 +338,7 @@ func TestTakeoverByFullestHolder(t *testing.T) {
 	// c is out of a's ring again: its copy is released as the table's mark
 	// passes, though nobody tells it.
 	tc.cat.setMark("s.t", 0, 15)
-	waitUntil(t, "c to release its copy up to the mark", func() bool { rel, _ := c.stored(t, "a", 0); return rel == 15 })
+	testkit.Eventually(t, 10*time.Second, "c to release its copy up to the mark", func() bool { rel, _ := c.stored(t, "a", 0); return rel == 15 })
 	if _, next := c.stored(t, "a", 0); next != 20 {
 		t.Fatalf("c holds up to %d, want 20", next)
 	}
@@ -356,7 +357,7 @@ func TestTakeoverByFullestHolder(t *testing.T) {
 		t.Fatalf("c copied %d records (%v), want [15, 20)", len(recs), err)
 	}
 	tc.cat.setMark("s.t", 0, 20)
-	waitUntil(t, "b to release its stale copy", func() bool { rel, _ := b.stored(t, "a", 0); return rel == 10 })
+	testkit.Eventually(t, 10*time.Second, "b to release its stale copy", func() bool { rel, _ := b.stored(t, "a", 0); return rel == 10 })
 }
 
 // TestTakeoverClaimHeldAcrossRetries: a takeover whose first attempt fails
@@ -383,7 +384,7 @@ func TestTakeoverClaimHeldAcrossRetries(t *testing.T) {
 		}
 	})
 	tc.cat.owner[pkey{"s.t", 0}] = "a"
-	tc.cat.failMarks = 2
+	tc.cat.failMarks.FailNext(2)
 	if err := a.ingest(t, 0, 5, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -395,7 +396,7 @@ func TestTakeoverClaimHeldAcrossRetries(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no takeover")
 	}
-	waitUntil(t, "the claim to be released", func() bool { mu.Lock(); defer mu.Unlock(); return releases == 1 })
+	testkit.Eventually(t, 10*time.Second, "the claim to be released", func() bool { mu.Lock(); defer mu.Unlock(); return releases == 1 })
 	mu.Lock()
 	defer mu.Unlock()
 	if !heldAtAdopt || claims != 1 {

@@ -119,6 +119,17 @@ func Open(ctx context.Context, cfg Config) (*Catalog, error) {
 	return c, nil
 }
 
+// Wrap gives access to stream tables through an iceberg-go catalog that is
+// already open (cfg.URI is ignored): tests put a fault-injecting catalog
+// (internal/fault) in front of a real one this way. Close does not close
+// cat unless it is a catalog.Closer.
+func Wrap(cfg Config, cat catalog.Catalog) *Catalog {
+	if cfg.Name == "" {
+		cfg.Name = "tributary"
+	}
+	return &Catalog{cfg: cfg, cat: cat, tables: map[string]*table.Table{}}
+}
+
 // openREST connects to an Iceberg REST catalog. Commits through it keep
 // their exactly-once guarantee: a stale commit comes back as HTTP 409,
 // which iceberg-go reports as table.ErrCommitFailed without replaying it

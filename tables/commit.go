@@ -160,22 +160,16 @@ func (c *Catalog) CommitAppend(ctx context.Context, stream string, appends []Par
 func (c *Catalog) dataFile(t *table.Table, f FileMeta) (iceberg.DataFile, error) {
 	spec := t.Spec()
 	st := f.Stats
+	g, err := GranularityOf(spec)
+	if err != nil {
+		return nil, err
+	}
+	if g.Bucket(st.MinTimestamp) != g.Bucket(st.MaxTimestamp) {
+		return nil, fmt.Errorf("%w: %s (%s %d to %d)", ErrSpansBuckets, f.URL, g, g.Bucket(st.MinTimestamp), g.Bucket(st.MaxTimestamp))
+	}
 	partData := map[int]any{}
 	for _, pf := range spec.Fields() {
-		switch pf.Transform.(type) {
-		case iceberg.DayTransform:
-			if DayOf(st.MinTimestamp) != DayOf(st.MaxTimestamp) {
-				return nil, fmt.Errorf("data file %s spans days", f.URL)
-			}
-			partData[pf.FieldID] = iceberg.Date(DayOf(st.MinTimestamp))
-		case iceberg.HourTransform:
-			if HourOf(st.MinTimestamp) != HourOf(st.MaxTimestamp) {
-				return nil, fmt.Errorf("data file %s spans hours", f.URL)
-			}
-			partData[pf.FieldID] = HourOf(st.MinTimestamp)
-		default:
-			return nil, fmt.Errorf("unsupported partition transform %s", pf.Transform)
-		}
+		partData[pf.FieldID] = g.partitionValue(st.MinTimestamp)
 	}
 	b, err := iceberg.NewDataFileBuilder(spec, iceberg.EntryContentData, f.URL, iceberg.ParquetFile,
 		partData, nil, nil, st.Records, f.Size)
@@ -214,6 +208,4 @@ func (c *Catalog) dataFile(t *table.Table, f FileMeta) (iceberg.DataFile, error)
 }
 
 // HourOf returns the hour(timestamp) partition value of unix micros.
-func HourOf(micros int64) int32 {
-	return int32(time.UnixMicro(micros).UTC().Unix() / 3600)
-}
+func HourOf(micros int64) int32 { return GranularityHour.Bucket(micros) }

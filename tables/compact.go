@@ -11,7 +11,6 @@ import (
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
-	"github.com/google/uuid"
 
 	"github.com/tributary-io/tributary"
 )
@@ -58,11 +57,28 @@ func liveDataFiles(ctx context.Context, t *table.Table) ([]liveFile, error) {
 					lf.first, lf.last = int64(binary.LittleEndian.Uint64(l)), int64(binary.LittleEndian.Uint64(h))
 				}
 			}
-			lf.key = fmt.Sprintf("%d/%v", df.SpecID(), df.Partition()[PartitionFieldDay])
+			lf.key = partitionKey(df)
 			out = append(out, lf)
 		}
 	}
 	return out, nil
+}
+
+// partitionKey is a data file's spec id and partition tuple (one day or
+// hour value under Tributary's specs, whatever its field id: a spec evolved
+// from day to hour gives the hour field a new id).
+func partitionKey(df iceberg.DataFile) string {
+	part := df.Partition()
+	ids := make([]int, 0, len(part))
+	for id := range part {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	key := fmt.Sprint(df.SpecID())
+	for _, id := range ids {
+		key += fmt.Sprintf("/%d=%v", id, part[id])
+	}
+	return key
 }
 
 // planCompaction groups files into runs worth rewriting: files smaller
@@ -148,10 +164,12 @@ func (m *pass) compact(ctx context.Context) error {
 	return nil
 }
 
-// compactGroup rewrites one run of files as one file and commits the
-// replacement, re-planning on the reloaded table after a conflict.
+// compactGroup rewrites one run of files as one file per partition bucket
+// (one, unless the table's granularity became finer since the inputs were
+// written) and commits the replacement, re-planning on the reloaded table
+// after a conflict.
 func (m *pass) compactGroup(ctx context.Context, t *table.Table, g []liveFile) error {
-	out, err := m.writeCompacted(ctx, t, g)
+	outs, err := m.writeCompacted(ctx, t, g)
 	if err != nil {
 		return err
 	}
@@ -161,10 +179,13 @@ func (m *pass) compactGroup(ctx context.Context, t *table.Table, g []liveFile) e
 	}
 	abandon := func() {
 		m.res.CompactAborted++
-		if err := fs.Remove(out.URL); err != nil {
-			m.progress(Progress{Step: "compact", Note: "abandoned output left for orphan cleanup: " + err.Error()})
+		for _, out := range outs {
+			if err := fs.Remove(out.URL); err != nil {
+				m.progress(Progress{Step: "compact", Note: "abandoned output left for orphan cleanup: " + err.Error()})
+			}
 		}
 	}
+	first, last := outs[0].Stats, outs[len(outs)-1].Stats
 	for attempt := 1; ; attempt++ {
 		cur, err := m.load(ctx)
 		if err != nil {
@@ -175,20 +196,23 @@ func (m *pass) compactGroup(ctx context.Context, t *table.Table, g []liveFile) e
 		for i, f := range g {
 			inputs[i] = f.df
 		}
-		df, err := m.c.dataFile(cur, out)
-		if err != nil {
-			return err
+		dfs := make([]iceberg.DataFile, len(outs))
+		for i, out := range outs {
+			if dfs[i], err = m.c.dataFile(cur, out); err != nil {
+				abandon()
+				return err
+			}
 		}
 		tx := cur.NewTransaction()
 		snap := iceberg.Properties{
 			"tributary.operation":     "compact",
 			"tributary.maintainer":    m.pol.Holder,
-			"tributary.compact.range": fmt.Sprintf("p%d:%d-%d", out.Stats.Partition, out.Stats.FirstOffset, out.Stats.LastOffset),
+			"tributary.compact.range": fmt.Sprintf("p%d:%d-%d", first.Partition, first.FirstOffset, last.LastOffset),
 		}
 		// The replace looks the inputs up in the reloaded snapshot: if one
 		// is gone (replaced by somebody else), committing our output would
 		// duplicate rows, so the group is given up.
-		if err := tx.ReplaceDataFilesWithDataFiles(ctx, inputs, []iceberg.DataFile{df}, snap); err != nil {
+		if err := tx.ReplaceDataFilesWithDataFiles(ctx, inputs, dfs, snap); err != nil {
 			if strings.Contains(err.Error(), "do not belong to the table") {
 				abandon()
 				return nil
@@ -206,7 +230,9 @@ func (m *pass) compactGroup(ctx context.Context, t *table.Table, g []liveFile) e
 		}
 		m.res.CompactGroups++
 		m.res.CompactInputs += len(g)
-		m.res.CompactRows += out.Stats.Records
+		for _, out := range outs {
+			m.res.CompactRows += out.Stats.Records
+		}
 		for _, f := range g {
 			m.res.CompactBytes += f.df.FileSizeBytes()
 		}
@@ -215,9 +241,10 @@ func (m *pass) compactGroup(ctx context.Context, t *table.Table, g []liveFile) e
 }
 
 // writeCompacted reads the rows of a run of files from t, checks that they
-// are exactly the run's contiguous offsets, and writes them as one file
-// next to the uplink's files.
-func (m *pass) writeCompacted(ctx context.Context, t *table.Table, g []liveFile) (FileMeta, error) {
+// are exactly the run's contiguous offsets, and writes them next to the
+// uplink's files: one file per partition bucket of t's granularity
+// (CutRuns), named like the uplink's (DataFileURL).
+func (m *pass) writeCompacted(ctx context.Context, t *table.Table, g []liveFile) ([]FileMeta, error) {
 	part, first, last := g[0].partition, g[0].first, g[len(g)-1].last
 	var want int64
 	for _, f := range g {
@@ -229,45 +256,56 @@ func (m *pass) writeCompacted(ctx context.Context, t *table.Table, g []liveFile)
 		iceberg.LessThanEqual(iceberg.Reference(ColOffset), last))
 	_, batches, err := t.Scan(table.WithRowFilter(filter)).ToArrowRecords(ctx)
 	if err != nil {
-		return FileMeta{}, fmt.Errorf("read p%d [%d,%d]: %w", part, first, last, err)
+		return nil, fmt.Errorf("read p%d [%d,%d]: %w", part, first, last, err)
 	}
 	recs := make([]*tributary.Record, 0, want)
 	for b, err := range batches {
 		if err != nil {
-			return FileMeta{}, fmt.Errorf("read p%d [%d,%d]: %w", part, first, last, err)
+			return nil, fmt.Errorf("read p%d [%d,%d]: %w", part, first, last, err)
 		}
 		rs, err := RecordsFromArrow(b)
 		b.Release()
 		if err != nil {
-			return FileMeta{}, err
+			return nil, err
 		}
 		recs = append(recs, rs...)
 	}
 	sort.Slice(recs, func(i, j int) bool { return recs[i].Offset < recs[j].Offset })
 	if int64(len(recs)) != want {
-		return FileMeta{}, fmt.Errorf("read p%d [%d,%d]: %d rows, files hold %d", part, first, last, len(recs), want)
+		return nil, fmt.Errorf("read p%d [%d,%d]: %d rows, files hold %d", part, first, last, len(recs), want)
 	}
 	for i, r := range recs {
 		if r.Partition != part || r.Offset != first+int64(i) {
-			return FileMeta{}, fmt.Errorf("read p%d [%d,%d]: row %d is %d@%d", part, first, last, i, r.Offset, r.Partition)
+			return nil, fmt.Errorf("read p%d [%d,%d]: row %d is %d@%d", part, first, last, i, r.Offset, r.Partition)
 		}
 	}
-	var buf bytes.Buffer
-	st, err := WriteParquet(&buf, recs)
+	gran, err := GranularityOf(t.Spec())
 	if err != nil {
-		return FileMeta{}, err
+		return nil, err
 	}
-	url := fmt.Sprintf("%s/data/p%d/%020d-%020d-%s.parquet", t.Location(), part, st.FirstOffset, st.LastOffset, uuid.NewString()[:8])
 	fs, err := t.FS(ctx)
 	if err != nil {
-		return FileMeta{}, err
+		return nil, err
 	}
 	wfs, ok := fs.(interface{ WriteFile(string, []byte) error })
 	if !ok {
-		return FileMeta{}, fmt.Errorf("table file system of %s cannot write", t.Location())
+		return nil, fmt.Errorf("table file system of %s cannot write", t.Location())
 	}
-	if err := wfs.WriteFile(url, buf.Bytes()); err != nil {
-		return FileMeta{}, fmt.Errorf("write %s: %w", url, err)
+	var outs []FileMeta
+	for _, run := range CutRuns(gran, recs) {
+		var buf bytes.Buffer
+		st, err := WriteParquet(&buf, run)
+		if err != nil {
+			return nil, err
+		}
+		url := DataFileURL(t.Location(), st)
+		if err := wfs.WriteFile(url, buf.Bytes()); err != nil {
+			for _, out := range outs {
+				_ = fs.Remove(out.URL) // best effort: orphan cleanup gets what remains
+			}
+			return nil, fmt.Errorf("write %s: %w", url, err)
+		}
+		outs = append(outs, FileMeta{URL: url, Size: int64(buf.Len()), Stats: st})
 	}
-	return FileMeta{URL: url, Size: int64(buf.Len()), Stats: st}, nil
+	return outs, nil
 }

@@ -1,7 +1,9 @@
 // Package tables is streams as Iceberg tables: the envelope schema, catalog
 // access, partition allocation and ownership (owners, epochs, TakeOver and
-// fencing: see ownership.go), the exactly-once append (CommitAppend with
-// the high-water marks), offset-range readers (Reader, reader.go: the
+// fencing: see ownership.go), the data file layout every writer shares
+// (which records share a file and what it is called: CutRuns by the
+// table's Granularity, DataFileURL; layout.go), the exactly-once append
+// (CommitAppend with the high-water marks), offset-range readers (Reader, reader.go: the
 // consume side of the Kafka and Pulsar servers, with its metadata,
 // file-index and row-group caches) and table maintenance.
 //
@@ -12,13 +14,15 @@
 // # Maintenance: invariants
 //
 //  1. No row is lost or duplicated by maintenance. Compaction replaces a set
-//     of input files by one output file holding exactly their rows (read back,
-//     counted and checked contiguous before the commit) in ONE replace commit
-//     that removes exactly those inputs. The commit asserts the branch head it
-//     was planned on; appends that land between planning and commit make it
-//     fail, and it is re-planned on the reloaded table, which keeps those
-//     appends (they are not inputs). An input that is gone when re-planned
-//     aborts the group: the output is then never committed (an orphan).
+//     of input files by one output file per partition bucket (CutRuns: one,
+//     unless the table's granularity became finer), together holding
+//     exactly their rows (read back, counted and checked contiguous before
+//     the commit), in ONE replace commit that removes exactly those inputs.
+//     The commit asserts the branch head it was planned on; appends that
+//     land between planning and commit make it fail, and it is re-planned
+//     on the reloaded table, which keeps those appends (they are not
+//     inputs). An input that is gone when re-planned aborts the group: the
+//     output is then never committed (an orphan).
 //  2. High-water marks survive. The marks are table properties
 //     (tributary.hwm.<partition>); snapshot expiry, manifest rewrites and
 //     replace commits never touch properties, and the lease properties are

@@ -22,4 +22,10 @@ var (
 	// ErrForeignLocation refuses maintenance of a table whose location is
 	// not its own folder of the warehouse (it would delete files there).
 	ErrForeignLocation = errors.New("table outside its warehouse folder")
+	// ErrUnsupportedSpec is returned for a table whose partition spec is not
+	// one transform (day or hour) of the timestamp column.
+	ErrUnsupportedSpec = errors.New("unsupported partition spec")
+	// ErrSpansBuckets is returned for a data file whose timestamps fall in
+	// more than one partition bucket of its table (see CutRuns).
+	ErrSpansBuckets = errors.New("data file spans partition buckets")
 )

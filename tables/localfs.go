@@ -3,12 +3,14 @@ package tables
 import (
 	"context"
 	"errors"
+	"io"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 
 	iceio "github.com/apache/iceberg-go/io"
+
+	"github.com/tributary-io/tributary/internal/vfs"
 )
 
 // syncFS is iceberg-go's LocalFS with durable writes: a file created or
@@ -20,8 +22,20 @@ import (
 // orders the two on disk as well as in the program.
 //
 // It replaces the "file" and "" schemes of iceberg-go's FileIO registry for
-// the whole process (init below); every other method is LocalFS's.
-type syncFS struct{ iceio.LocalFS }
+// the whole process (init below); every other method is LocalFS's. Its
+// writes go through disk (vfs.OS when nil), so that a test can check with a
+// crash-simulating file system that every fsync it needs is there.
+type syncFS struct {
+	iceio.LocalFS
+	disk vfs.FS
+}
+
+func (fs syncFS) fs() vfs.FS {
+	if fs.disk == nil {
+		return vfs.OS
+	}
+	return fs.disk
+}
 
 func init() {
 	factory := func(context.Context, *url.URL, map[string]string) (iceio.IO, error) { return syncFS{}, nil }
@@ -46,17 +60,22 @@ func localFilePath(name string) (string, error) {
 	return filepath.FromSlash(u.Path), nil
 }
 
-// Create returns a writer whose Close fsyncs the file and its directory.
+// Create returns a writer whose Close fsyncs the file and its directory
+// (creating the directory first, as LocalFS does).
 func (fs syncFS) Create(name string) (iceio.FileWriter, error) {
-	w, err := fs.LocalFS.Create(name)
+	p, err := localFilePath(name)
 	if err != nil {
 		return nil, err
 	}
-	f, ok := w.(*os.File)
-	if !ok {
-		return w, nil
+	disk := fs.fs()
+	if err := disk.MkdirAll(filepath.Dir(p)); err != nil {
+		return nil, err
 	}
-	return &syncFile{File: f}, nil
+	f, err := disk.Create(p)
+	if err != nil {
+		return nil, err
+	}
+	return &syncFile{f: f, disk: disk}, nil
 }
 
 // WriteFile writes content and fsyncs the file and its directory.
@@ -74,29 +93,50 @@ func (fs syncFS) WriteFile(name string, content []byte) error {
 
 // Rename renames and fsyncs the destination's directory.
 func (fs syncFS) Rename(oldpath, newpath string) error {
-	if err := fs.LocalFS.Rename(oldpath, newpath); err != nil {
-		return err
-	}
-	p, err := localFilePath(newpath)
+	src, err := localFilePath(oldpath)
 	if err != nil {
 		return err
 	}
-	return syncDir(filepath.Dir(p))
+	dst, err := localFilePath(newpath)
+	if err != nil {
+		return err
+	}
+	disk := fs.fs()
+	if err := disk.Rename(src, dst); err != nil {
+		return err
+	}
+	return syncDir(disk, filepath.Dir(dst))
 }
 
-type syncFile struct{ *os.File }
+// syncFile is a file of syncFS: Close fsyncs it, closes it, and fsyncs its
+// directory, so that both its data and its name survive a power cut.
+type syncFile struct {
+	f    vfs.File
+	disk vfs.FS
+}
+
+func (f *syncFile) Write(p []byte) (int, error) { return f.f.Write(p) }
+
+// ReadFrom uses the file's own ReadFrom (an *os.File's copies in the
+// kernel where it can), else Write.
+func (f *syncFile) ReadFrom(r io.Reader) (int64, error) {
+	if rf, ok := f.f.(io.ReaderFrom); ok {
+		return rf.ReadFrom(r)
+	}
+	return io.Copy(struct{ io.Writer }{f.f}, r)
+}
 
 func (f *syncFile) Close() error {
-	serr := f.File.Sync()
-	cerr := f.File.Close()
+	serr := f.f.Sync()
+	cerr := f.f.Close()
 	if err := errors.Join(serr, cerr); err != nil {
 		return err
 	}
-	return syncDir(filepath.Dir(f.File.Name()))
+	return syncDir(f.disk, filepath.Dir(f.f.Name()))
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
+func syncDir(disk vfs.FS, dir string) error {
+	d, err := disk.OpenDir(dir)
 	if err != nil {
 		return err
 	}

@@ -13,9 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/internal/testkit"
 )
 
 // putFile writes recs as a data file named like the uplink's.
@@ -26,7 +25,7 @@ func putFile(tb testing.TB, c *Catalog, stream string, recs []*tributary.Record)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	url := fmt.Sprintf("%s/data/p%d/%020d-%020d-%s.parquet", c.TableLocation(stream), st.Partition, st.FirstOffset, st.LastOffset, uuid.NewString()[:8])
+	url := DataFileURL(c.TableLocation(stream), st)
 	path := localPath(tb, c, url)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		tb.Fatal(err)
@@ -90,18 +89,6 @@ func checkTable(tb testing.TB, c *Catalog, stream string, want []*tributary.Reco
 		if hw := HighWater(t, p); hw != n {
 			tb.Fatalf("partition %d: high-water mark %d, table holds %d offsets", p, hw, n)
 		}
-	}
-}
-
-// eventually polls cond until it holds or the timeout passes.
-func eventually(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -247,9 +234,10 @@ func TestCompactionRacesAppends(t *testing.T) {
 					}
 					delayed++
 					from := landed.Load()
-					eventually(t, 30*time.Second, "appends to land during the "+step+" commit", func() bool {
+					testkit.Eventually(t, 30*time.Second, "appends to land during the "+step+" commit", func() bool {
 						return landed.Load() >= from+6 || landed.Load() >= total
 					})
+
 				},
 			}
 			res, err := c.Maintain(ctx, stream, opts)
@@ -400,10 +388,11 @@ func TestMaintenanceLease(t *testing.T) {
 	if _, err := b.Maintain(ctx, stream, MaintainOptions{Policy: Policy{Holder: "B"}}); !errors.Is(err, ErrLeaseHeld) {
 		t.Fatalf("B during the crashed holder's lease: %v", err)
 	}
-	eventually(t, 5*time.Second, "the abandoned lease to lapse", func() bool {
+	testkit.Eventually(t, 5*time.Second, "the abandoned lease to lapse", func() bool {
 		_, err := b.Maintain(ctx, stream, MaintainOptions{Policy: Policy{Holder: "B"}})
 		return err == nil
 	})
+
 	checkTable(t, b, stream, recs)
 
 	// Fencing: A checks its lease and plans a compaction, then stalls past
@@ -416,7 +405,7 @@ func TestMaintenanceLease(t *testing.T) {
 	resA, errA = a.Maintain(ctx, stream, MaintainOptions{Policy: Policy{Holder: "A2", LeaseTTL: 1500 * time.Millisecond},
 		beforeCommit: func(_ context.Context, s string) {
 			if s == "compact" {
-				eventually(t, 5*time.Second, "B to take A's lapsed lease", func() bool { return bp.acquire(ctx) == nil })
+				testkit.Eventually(t, 5*time.Second, "B to take A's lapsed lease", func() bool { return bp.acquire(ctx) == nil })
 			}
 		}})
 	if !errors.Is(errA, ErrLeaseLost) || resA.CompactGroups != 0 || resA.CompactAborted != 1 {
@@ -448,10 +437,11 @@ func TestMaintainerLoop(t *testing.T) {
 	m := NewMaintainer(c, MaintainerConfig{Interval: 20 * time.Millisecond})
 	done := make(chan struct{})
 	go func() { defer close(done); m.Run(ctx) }()
-	eventually(t, 30*time.Second, "two passes over both streams", func() bool {
+	testkit.Eventually(t, 30*time.Second, "two passes over both streams", func() bool {
 		st := m.Stats()
 		return len(st) == 2 && st[0].Passes >= 2 && st[1].Passes >= 2
 	})
+
 	cancel()
 	<-done
 	for _, st := range m.Stats() {

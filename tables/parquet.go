@@ -3,7 +3,6 @@ package tables
 import (
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -172,6 +171,4 @@ func buildRecord(mem memory.Allocator, recs []*tributary.Record) (arrow.RecordBa
 }
 
 // DayOf returns the day(timestamp) partition value of unix micros.
-func DayOf(micros int64) int32 {
-	return int32(time.UnixMicro(micros).UTC().Unix() / 86400)
-}
+func DayOf(micros int64) int32 { return GranularityDay.Bucket(micros) }

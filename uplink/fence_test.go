@@ -3,7 +3,6 @@ package uplink
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/internal/testkit"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/wal"
 )
@@ -204,13 +204,14 @@ func TestFenceUnderFaults(t *testing.T) {
 	defer cancel()
 	const stream = "f.s"
 	p, _ := e.cat.AllocatePartition(ctx, stream, "n1")
-	fb := &faultyBucket{Bucket: e.bucket, failRate: 0.2, stall: 20 * time.Millisecond, rnd: rand.New(rand.NewPCG(5, 6))}
-	fc := &faultyCommitter{Committer: e.cat, failBefore: 0.2, failAfter: 0.2, rnd: rand.New(rand.NewPCG(7, 8))}
-	fb.on.Store(true)
-	fc.on.Store(true)
+	fb, fc, cat := e.faulty()
+	fb.Writes.FailRandomly(testkit.Rand(t, 5, 6), 0.2, 0)
+	fb.Writes.DelayRandomly(testkit.Rand(t, 5, 7), 0.2, 20*time.Millisecond)
+	fc.Commits.FailRandomly(testkit.Rand(t, 7, 8), 0.2, 0.2)
+	fc.Loads.FailRandomly(testkit.Rand(t, 7, 9), 0.1, 0)
 	var stopped atomic.Bool
 	u := watch(New(Config{Interval: 20 * time.Millisecond, MaxBatchBytes: 4 << 10, MinBackoff: 5 * time.Millisecond,
-		MaxBackoff: 50 * time.Millisecond, Node: "n1", Logger: quietLogger()}, e.wal, fc, fb),
+		MaxBackoff: 50 * time.Millisecond, Node: "n1", Logger: quietLogger()}, e.wal, cat, fb),
 		listenerFuncs{fenced: func(string, int32) { stopped.Store(true) }})
 	done := make(chan struct{})
 	go func() {
@@ -236,20 +237,24 @@ func TestFenceUnderFaults(t *testing.T) {
 			time.Sleep(time.Millisecond) // a steady trickle, not a flood
 		}
 	}()
-	waitFor(t, 30*time.Second, "some commits under faults", func() bool {
-		return u.Stats().RecordsCommitted > 200 && fc.after.Load() > 0
+	testkit.Eventually(t, 30*time.Second, "some commits under faults", func() bool {
+		_, _, lost := fc.Commits.Counts()
+		return u.Stats().RecordsCommitted > 200 && lost > 0
 	})
+
 	if _, err := e.cat.TakeOver(ctx, stream, p, "n1", "n2"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "the fence", func() bool { return u.Stats().Fenced > 0 })
+	testkit.Eventually(t, 30*time.Second, "the fence", func() bool { return u.Stats().Fenced > 0 })
 	<-appended
-	fb.on.Store(false)
-	fc.on.Store(false)
-	waitFor(t, 30*time.Second, "nothing of the fenced partition left in the WAL", func() bool {
+	fb.Writes.Heal()
+	fc.Commits.Heal()
+	fc.Loads.Heal()
+	testkit.Eventually(t, 30*time.Second, "nothing of the fenced partition left in the WAL", func() bool {
 		st, ok := e.wal.Partition(stream, p)
 		return !ok || st.Next == st.Released
 	})
+
 	cancel()
 	<-done
 
@@ -266,8 +271,10 @@ func TestFenceUnderFaults(t *testing.T) {
 	mu.Unlock()
 	checkTable(t, e.cat, stream, want)
 	st := u.Stats()
+	_, uploads, _ := fb.Writes.Counts()
+	_, before, after := fc.Commits.Counts()
 	t.Logf("mark %d of %d appended; fenced %d partition(s), %d records dropped; faults: %d uploads, %d+%d commits",
-		mark, len(vals), st.Fenced, st.FencedRecords, fb.failed.Load(), fc.before.Load(), fc.after.Load())
+		mark, len(vals), st.Fenced, st.FencedRecords, uploads, before, after)
 	if mark == 0 || st.Fenced == 0 {
 		t.Fatalf("mark %d, stats %+v", mark, st)
 	}

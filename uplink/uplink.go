@@ -14,8 +14,9 @@
 //     (and only releases it) or commits it once.
 //
 //  3. Contiguous files. Every data file holds consecutive offsets of one
-//     partition and one day, so min/max statistics prune Kafka and Pulsar
-//     reads to a file.
+//     partition and one partition bucket of the table (a day or an hour:
+//     tables.CutRuns), so min/max statistics prune Kafka and Pulsar reads
+//     to a file and the catalog accepts it.
 //
 //  4. Fenced partitions stop. Every append carries the ownership epoch its
 //     records were accepted at (one epoch per append: a batch is cut where
@@ -46,8 +47,8 @@
 // partition has MaxBatchBytes waiting, it makes one pass over every stream
 // with unreleased records. A pass per stream: reload the table's high-water
 // marks; release what they already cover; read each partition's records
-// from its mark (at most MaxBatchBytes); split them at day boundaries and
-// encode each run as a zstd Parquet file; upload the files through the
+// from its mark (at most MaxBatchBytes); cut them at the table's partition
+// buckets (days or hours) and encode each run as a zstd Parquet file; upload the files through the
 // Bucket; commit them with the new marks through the Committer; release.
 // Failures of the store or the catalog are retried with exponential backoff
 // per stream; streams do not wait for each other's failures. Uploaded files
@@ -67,8 +68,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/wal"
@@ -85,6 +84,9 @@ type Committer interface {
 	// [from, to) of partition p: the proof asked for before releasing
 	// records this uplink did not commit itself.
 	Covers(ctx context.Context, stream string, p int32, from, to int64) (bool, error)
+	// Granularity is the partition granularity of the stream's table as
+	// the last Marks loaded it: data files are cut at its buckets.
+	Granularity(ctx context.Context, stream string) (tables.Granularity, error)
 	TableLocation(stream string) string
 	KeyOf(fileURL string) (string, error)
 }
@@ -547,25 +549,22 @@ func (u *Uplink) release(stream string, partition int32, from, to int64, recs []
 	return nil
 }
 
-// upload encodes recs as one Parquet file per day they span and writes
-// the files to the bucket.
+// upload encodes recs as one Parquet file per partition bucket (day or
+// hour, the table's granularity: tables.CutRuns) and writes the files to
+// the bucket, named by tables.DataFileURL.
 func (u *Uplink) upload(ctx context.Context, stream string, recs []*tributary.Record) ([]tables.FileMeta, error) {
+	g, err := u.cat.Granularity(ctx, stream)
+	if err != nil {
+		return nil, fmt.Errorf("sync %s: %w", stream, err)
+	}
 	var files []tables.FileMeta
-	for start := 0; start < len(recs); {
-		day := tables.DayOf(recs[start].Timestamp)
-		end := start + 1
-		for end < len(recs) && tables.DayOf(recs[end].Timestamp) == day {
-			end++
-		}
-		run := recs[start:end]
-		start = end
+	for _, run := range tables.CutRuns(g, recs) {
 		var buf bytes.Buffer
 		st, err := tables.WriteParquet(&buf, run)
 		if err != nil {
 			return nil, fmt.Errorf("sync %s: %w", stream, err)
 		}
-		url := fmt.Sprintf("%s/data/p%d/%020d-%020d-%s.parquet", u.cat.TableLocation(stream),
-			st.Partition, st.FirstOffset, st.LastOffset, uuid.NewString()[:8])
+		url := tables.DataFileURL(u.cat.TableLocation(stream), st)
 		key, err := u.cat.KeyOf(url)
 		if err != nil {
 			return nil, fmt.Errorf("sync %s: %w", stream, err)

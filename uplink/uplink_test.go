@@ -3,101 +3,31 @@ package uplink
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"math/rand/v2"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/internal/fault"
+	"github.com/tributary-io/tributary/internal/testkit"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/wal"
 )
 
-var errInjected = errors.New("injected fault")
-
-// faultyBucket fails or stalls a fraction of writes while enabled.
-type faultyBucket struct {
-	Bucket
-	on       atomic.Bool
-	failRate float64
-	stall    time.Duration
-	failed   atomic.Int64
-	mu       sync.Mutex
-	rnd      *rand.Rand
-}
-
-func (b *faultyBucket) roll() float64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.rnd.Float64()
-}
-
-func (b *faultyBucket) WriteAll(ctx context.Context, key string, data []byte) error {
-	if b.on.Load() {
-		r := b.roll()
-		if r < b.failRate {
-			b.failed.Add(1)
-			return errInjected
-		}
-		if r < 2*b.failRate {
-			time.Sleep(b.stall)
-		}
-	}
-	return b.Bucket.WriteAll(ctx, key, data)
-}
-
-// faultyCommitter fails commits before they reach the catalog, or after
-// the catalog accepted them (the caller sees an error but the commit
-// happened: the case exactly-once must survive).
-type faultyCommitter struct {
-	Committer
-	on                    atomic.Bool
-	failBefore, failAfter float64
-	before, after         atomic.Int64
-	mu                    sync.Mutex
-	rnd                   *rand.Rand
-}
-
-func (c *faultyCommitter) roll() float64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.rnd.Float64()
-}
-
-func (c *faultyCommitter) CommitAppend(ctx context.Context, stream string, a []tables.PartitionAppend, s map[string]string) (tables.CommitResult, error) {
-	if c.on.Load() {
-		r := c.roll()
-		if r < c.failBefore {
-			c.before.Add(1)
-			return tables.CommitResult{}, errInjected
-		}
-		if r < c.failBefore+c.failAfter {
-			res, err := c.Committer.CommitAppend(ctx, stream, a, s)
-			if err == nil {
-				c.after.Add(1)
-				return res, fmt.Errorf("lost reply: %w", errInjected)
-			}
-			return res, err
-		}
-	}
-	return c.Committer.CommitAppend(ctx, stream, a, s)
-}
-
-func (c *faultyCommitter) Marks(ctx context.Context, stream string) (map[int32]int64, map[int32]tables.Ownership, error) {
-	if c.on.Load() && c.roll() < c.failBefore/2 {
-		return nil, nil, errInjected
-	}
-	return c.Committer.Marks(ctx, stream)
-}
-
 type env struct {
 	wal    *wal.WAL
+	cfg    tables.Config
 	cat    *tables.Catalog
 	bucket *BlobBucket
+}
+
+// faulty puts fault injection in front of e's store and catalog: the
+// uplink under test commits through the returned catalog.
+func (e *env) faulty() (*fault.Store, *fault.Catalog, *tables.Catalog) {
+	fc := &fault.Catalog{Catalog: e.cat.Iceberg()}
+	return &fault.Store{Bucket: e.bucket}, fc, tables.Wrap(e.cfg, fc)
 }
 
 func newEnv(t *testing.T, budget int64) *env {
@@ -109,8 +39,9 @@ func newEnv(t *testing.T, budget int64) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { w.Close() })
-	cat, err := tables.Open(ctx, tables.Config{URI: "sqlite://" + filepath.Join(dir, "catalog.db"),
-		Warehouse: "file://" + filepath.Join(dir, "warehouse")})
+	cfg := tables.Config{URI: "sqlite://" + filepath.Join(dir, "catalog.db"),
+		Warehouse: "file://" + filepath.Join(dir, "warehouse")}
+	cat, err := tables.Open(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,18 +51,7 @@ func newEnv(t *testing.T, budget int64) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	return &env{wal: w, cat: cat, bucket: b}
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	return &env{wal: w, cfg: cfg, cat: cat, bucket: b}
 }
 
 func unreleased(w *wal.WAL) int64 {
@@ -184,7 +104,7 @@ func TestUplinkDrainsInOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 30*time.Second, "WAL drained", func() bool { return unreleased(e.wal) == 0 })
+	testkit.Eventually(t, 30*time.Second, "WAL drained", func() bool { return unreleased(e.wal) == 0 })
 	checkTable(t, e.cat, "a.b", want)
 	if s := u.Stats(); s.Commits == 0 || s.RecordsCommitted != 3000 {
 		t.Fatalf("stats %+v", s)
@@ -192,18 +112,20 @@ func TestUplinkDrainsInOrder(t *testing.T) {
 }
 
 // TestStoreFaults: with a store that fails or stalls a fraction of uploads
-// and a catalog whose commits fail before or after applying, no row is
-// lost or duplicated, and the WAL drains once faults stop.
+// and a catalog whose table loads fail and whose commits fail before or
+// after applying, no row is lost or duplicated, and the WAL drains once
+// faults stop.
 func TestStoreFaults(t *testing.T) {
 	e := newEnv(t, 0)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	fb := &faultyBucket{Bucket: e.bucket, failRate: 0.25, stall: 30 * time.Millisecond, rnd: rand.New(rand.NewPCG(1, 2))}
-	fc := &faultyCommitter{Committer: e.cat, failBefore: 0.2, failAfter: 0.2, rnd: rand.New(rand.NewPCG(3, 4))}
-	fb.on.Store(true)
-	fc.on.Store(true)
+	fb, fc, cat := e.faulty()
+	fb.Writes.FailRandomly(testkit.Rand(t, 1, 2), 0.25, 0)
+	fb.Writes.DelayRandomly(testkit.Rand(t, 1, 3), 0.25, 30*time.Millisecond)
+	fc.Commits.FailRandomly(testkit.Rand(t, 3, 4), 0.2, 0.2)
+	fc.Loads.FailRandomly(testkit.Rand(t, 3, 5), 0.1, 0)
 	u := New(Config{Interval: 20 * time.Millisecond, MaxBatchBytes: 16 << 10, MinBackoff: 5 * time.Millisecond,
-		MaxBackoff: 50 * time.Millisecond, Node: "n1", Logger: quietLogger()}, e.wal, fc, fb)
+		MaxBackoff: 50 * time.Millisecond, Node: "n1", Logger: quietLogger()}, e.wal, cat, fb)
 	go u.Run(ctx)
 
 	want := map[string]map[int32][][]byte{"s.one": {}, "s.two": {}}
@@ -235,17 +157,23 @@ func TestStoreFaults(t *testing.T) {
 	}
 	wg.Wait()
 	// Let faults hit a while, then heal.
-	waitFor(t, 30*time.Second, "faults injected", func() bool {
-		return fb.failed.Load() > 0 && fc.before.Load() > 0 && fc.after.Load() > 0
+	testkit.Eventually(t, 30*time.Second, "faults injected", func() bool {
+		_, uploads, _ := fb.Writes.Counts()
+		_, before, after := fc.Commits.Counts()
+		return uploads > 0 && before > 0 && after > 0
 	})
-	fb.on.Store(false)
-	fc.on.Store(false)
-	waitFor(t, 60*time.Second, "WAL drained after faults stopped", func() bool { return unreleased(e.wal) == 0 })
+	fb.Writes.Heal()
+	fc.Commits.Heal()
+	fc.Loads.Heal()
+	testkit.Eventually(t, 60*time.Second, "WAL drained after faults stopped", func() bool { return unreleased(e.wal) == 0 })
 	for stream, w := range want {
 		checkTable(t, e.cat, stream, w)
 	}
-	t.Logf("faults: %d uploads failed, %d commits failed before, %d after applying; stats %+v",
-		fb.failed.Load(), fc.before.Load(), fc.after.Load(), u.Stats())
+	_, uploads, _ := fb.Writes.Counts()
+	_, before, after := fc.Commits.Counts()
+	_, loads, _ := fc.Loads.Counts()
+	t.Logf("faults: %d uploads failed, %d table loads, %d commits failed before, %d after applying; stats %+v",
+		uploads, loads, before, after, u.Stats())
 }
 
 // TestRestartReleasesCommitted: a commit that landed but whose WAL range was

@@ -7,15 +7,17 @@ import (
 	"hash/crc32"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/tributary-io/tributary/internal/testkit"
 
 	"github.com/tributary-io/tributary"
 )
@@ -243,11 +245,12 @@ func TestChunkOneGroup(t *testing.T) {
 	})
 	<-entered
 	queued := func(n int) {
-		eventually(t, "queued ops", func() bool {
+		testkit.Eventually(t, 20*time.Second, "queued ops", func() bool {
 			w.mu.Lock()
 			defer w.mu.Unlock()
 			return len(w.queue) >= n
 		})
+
 	}
 	add := func(from int64, n int) {
 		recs := make([]*tributary.Record, n)
@@ -285,7 +288,7 @@ func TestBudgetExact(t *testing.T) {
 	opts := Options{Path: filepath.Join(t.TempDir(), "wal.db"), NoSync: true, MaxBytes: 64 << 10,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	w := openTest(t, opts)
-	rng := rand.New(rand.NewPCG(7, 11))
+	rng := testkit.Rand(t, 7, 11)
 	ctx := context.Background()
 	ts := int64(1)
 	newRec := func(part int32) *tributary.Record {

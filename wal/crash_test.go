@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/internal/testkit"
 )
 
 const crashEnv = "TRIBUTARY_WAL_CRASH_PATH"
@@ -136,7 +136,7 @@ func TestCrashRecovery(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "wal.db")
 	acked := make(map[ackKey]string)
-	rng := rand.New(rand.NewPCG(uint64(os.Getpid()), 1))
+	rng := testkit.Rand(t, 0, 1) // seeded from the clock unless TRIBUTARY_TEST_SEED is set
 	const rounds = 6
 	for round := 0; round < rounds; round++ {
 		killAfter := 1 + rng.IntN(3000) // acknowledged records before the kill

@@ -25,18 +25,6 @@ func openTest(t *testing.T, opts Options) *WAL {
 	return w
 }
 
-// eventually polls cond until it holds or a generous deadline passes.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // rec is a test record whose encoded size is the same at any offset < 64.
 func rec(stream string, part int32, value string) *tributary.Record {
 	return &tributary.Record{Stream: stream, Partition: part, Timestamp: 1000, Topic: "t", Value: []byte(value), Source: "mqtt"}

@@ -1,0 +1,154 @@
+package tables
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/apache/iceberg-go"
+	"github.com/google/uuid"
+
+	"github.com/tributary-io/tributary"
+)
+
+// Data file layout: which records share a file and what the file is called.
+//
+// Invariants every writer of data files (the uplink, compaction) keeps by
+// going through this file:
+//
+//  1. One bucket per file. A data file holds records of one partition value
+//     of the table's timestamp transform (one day, or one hour), because an
+//     Iceberg data file carries a single partition tuple. CutRuns is the only
+//     place that decides where a run of records is cut; dataFile refuses a
+//     file whose timestamps span two buckets of the same Granularity.
+//  2. The table's granularity, not the writer's configuration, decides. A
+//     node configured for "day" writing to a table created with "hour" by
+//     another node cuts by hour: Granularity is read from the table's
+//     current partition spec.
+//  3. Unique, self-describing names. DataFileURL names a file below its
+//     table's data folder by partition and offset range plus a random
+//     suffix, so two attempts at the same batch never overwrite each other
+//     (an upload whose commit failed stays an orphan for maintenance, never
+//     a file that a committed snapshot points to).
+
+// Granularity is the time bucket of a table's timestamp partition
+// transform: day(timestamp) or hour(timestamp).
+type Granularity int8
+
+const (
+	// GranularityDay is the default: day(timestamp).
+	GranularityDay Granularity = iota
+	// GranularityHour is hour(timestamp).
+	GranularityHour
+)
+
+// ParseGranularity parses "day" (or "") and "hour".
+func ParseGranularity(s string) (Granularity, error) {
+	switch s {
+	case "", "day":
+		return GranularityDay, nil
+	case "hour":
+		return GranularityHour, nil
+	}
+	return 0, fmt.Errorf("%w: partition granularity %q: want day or hour", ErrUnsupportedSpec, s)
+}
+
+func (g Granularity) String() string {
+	if g == GranularityHour {
+		return "hour"
+	}
+	return "day"
+}
+
+// Bucket is the partition value of a timestamp (unix micros): days or
+// hours since the epoch, as Iceberg's day and hour transforms compute it
+// (floor division, so instants before 1970 fall in negative buckets).
+func (g Granularity) Bucket(micros int64) int32 {
+	per := int64(86_400_000_000)
+	if g == GranularityHour {
+		per = 3_600_000_000
+	}
+	b := micros / per
+	if micros%per < 0 {
+		b--
+	}
+	return int32(b)
+}
+
+// partitionValue is Bucket as the value of the partition tuple.
+func (g Granularity) partitionValue(micros int64) any {
+	if g == GranularityHour {
+		return g.Bucket(micros)
+	}
+	return iceberg.Date(g.Bucket(micros))
+}
+
+// GranularityOf returns the granularity of a partition spec: that of its
+// transform of the timestamp column, which must be its only field.
+func GranularityOf(spec iceberg.PartitionSpec) (Granularity, error) {
+	var g Granularity
+	if n := spec.NumFields(); n != 1 {
+		return 0, fmt.Errorf("%w: %d partition fields, want 1", ErrUnsupportedSpec, n)
+	}
+	for _, pf := range spec.Fields() {
+		if pf.SourceID() != FieldTimestamp {
+			return 0, fmt.Errorf("%w: partition field %s", ErrUnsupportedSpec, pf.Name)
+		}
+		switch pf.Transform.(type) {
+		case iceberg.DayTransform:
+			g = GranularityDay
+		case iceberg.HourTransform:
+			g = GranularityHour
+		default:
+			return 0, fmt.Errorf("%w: partition transform %s", ErrUnsupportedSpec, pf.Transform)
+		}
+	}
+	return g, nil
+}
+
+// CutRuns cuts recs, consecutive offsets of one partition, into runs whose
+// timestamps each fall in one bucket of g: a new run starts wherever a
+// record's bucket differs from its predecessor's. The runs share recs'
+// backing array and together are recs, in order. Timestamps need not be
+// monotonic (a record copied from another node keeps its own); a bucket
+// that comes back after another simply starts another run.
+func CutRuns(g Granularity, recs []*tributary.Record) [][]*tributary.Record {
+	var runs [][]*tributary.Record
+	for start := 0; start < len(recs); {
+		b := g.Bucket(recs[start].Timestamp)
+		end := start + 1
+		for end < len(recs) && g.Bucket(recs[end].Timestamp) == b {
+			end++
+		}
+		runs = append(runs, recs[start:end:end])
+		start = end
+	}
+	return runs
+}
+
+// DataFileURL names a new data file of the table at location holding the
+// records st describes: <location>/data/p<partition>/<first>-<last>-<random>.parquet,
+// offsets zero-padded so that names sort by offset.
+func DataFileURL(location string, st FileStats) string {
+	return fmt.Sprintf("%s/data/p%d/%020d-%020d-%s.parquet", location,
+		st.Partition, st.FirstOffset, st.LastOffset, uuid.NewString()[:8])
+}
+
+// Granularity returns the granularity of a stream's table as last loaded
+// (by Marks, HighWaters, LoadTable, …), loading or creating the table if it
+// was not loaded yet.
+func (c *Catalog) Granularity(ctx context.Context, stream string) (Granularity, error) {
+	c.mu.Lock()
+	t := c.tables[stream]
+	c.mu.Unlock()
+	if t == nil {
+		var err error
+		if t, err = c.EnsureTable(ctx, stream); err != nil {
+			return 0, err
+		}
+	}
+	g, err := GranularityOf(t.Spec())
+	if err != nil {
+		return 0, fmt.Errorf("table of %s: %w", stream, err)
+	}
+	return g, nil
+}
