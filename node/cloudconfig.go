@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/tributary-io/tributary/tables"
 )
 
 // CloudConfig configures `tributary cloud`: the Iceberg REST catalog, the
@@ -108,7 +110,7 @@ func (c *CloudConfig) Validate() error {
 		bad("role", "%q: a cloud config says role: cloud", c.Role)
 	}
 	if u := c.Catalog.URI; !strings.HasPrefix(u, "sqlite://") && !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
-		bad("catalog.uri", "%q: want sqlite:///path/to/catalog.db or postgres://user:password@host:5432/db", u)
+		bad("catalog.uri", "%q: want sqlite:///path/to/catalog.db or postgres://user:password@host:5432/db", tables.Redact(u))
 	}
 	if !strings.Contains(c.Catalog.Warehouse, "://") {
 		bad("catalog.warehouse", "%q: want a blob URL such as file:///var/lib/tributary/warehouse or s3://bucket/prefix", c.Catalog.Warehouse)

@@ -290,7 +290,7 @@ func (c *Config) Validate() error {
 	}
 	if u := c.Catalog.URI; !strings.HasPrefix(u, "sqlite://") && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") &&
 		!strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
-		bad("catalog.uri", "%q: want sqlite:///path/to/catalog.db, postgres://user:password@host:5432/db or http(s)://host:port (Iceberg REST)", u)
+		bad("catalog.uri", "%q: want sqlite:///path/to/catalog.db, postgres://user:password@host:5432/db or http(s)://host:port (Iceberg REST)", tables.Redact(u))
 	}
 	c.Storage.validate(c.Catalog.Warehouse, bad)
 	if !strings.Contains(c.Catalog.Warehouse, "://") {

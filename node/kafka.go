@@ -70,7 +70,7 @@ const (
 
 func newKafkaBackend(n *Node) (*kafkaBackend, error) {
 	kb := &kafkaBackend{n: n, dir: filepath.Join(n.cfg.DataDir, "kafka"), runs: map[runKey]*savedRuns{}}
-	if err := os.MkdirAll(kb.dir, 0o755); err != nil {
+	if err := os.MkdirAll(kb.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("kafka state: %w", err)
 	}
 	raw, err := os.ReadFile(filepath.Join(kb.dir, "producers.json"))
@@ -302,7 +302,7 @@ func (kb *kafkaBackend) Releasing(stream string, partition int32, recs []*tribut
 // writeFileSync replaces a file atomically and durably.
 func writeFileSync(path string, data []byte) error {
 	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}

@@ -272,7 +272,7 @@ func Open(cfg Config) (*Replicas, error) {
 	}
 	r := &Replicas{cfg: cfg, log: cfg.Logger.With("component", "replica"), stores: map[string]*store{},
 		out: map[pkey]*outPart{}, taken: map[pkey]int64{}, watch: map[string]*watchState{}, stop: make(chan struct{})}
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("replica: %w", err)
 	}
 	ents, err := os.ReadDir(cfg.Dir)

@@ -83,7 +83,7 @@ func Open(ctx context.Context, cfg Config) (*Catalog, error) {
 	switch {
 	case strings.HasPrefix(cfg.URI, "sqlite://") || strings.HasSuffix(cfg.URI, ".db"):
 		path := strings.TrimPrefix(cfg.URI, "sqlite://")
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, fmt.Errorf("open catalog: %w", err)
 		}
 		db, err := sql.Open("sqlite", SQLiteDSN(path))
@@ -99,7 +99,7 @@ func Open(ctx context.Context, cfg Config) (*Catalog, error) {
 	case strings.HasPrefix(cfg.URI, "http://") || strings.HasPrefix(cfg.URI, "https://"):
 		cat, err := openREST(ctx, cfg)
 		if err != nil {
-			return nil, fmt.Errorf("open catalog %s: %w", cfg.URI, err)
+			return nil, fmt.Errorf("open catalog %s: %w", redact(cfg.URI), err)
 		}
 		c.cat = cat
 	case strings.HasPrefix(cfg.URI, "postgres://") || strings.HasPrefix(cfg.URI, "postgresql://"):
@@ -370,13 +370,4 @@ func (c *Catalog) HighWaters(ctx context.Context, stream string) (map[int32]int6
 }
 
 // redact hides a password in a URI for error messages and logs.
-func redact(uri string) string {
-	u, err := url.Parse(uri)
-	if err != nil || u.User == nil {
-		return uri
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
-}
+func redact(uri string) string { return Redact(uri) }

@@ -34,7 +34,7 @@ func OpenStateDB(uri string) (*StateDB, error) {
 		return nil, fmt.Errorf("%w %q: want sqlite:///path, a .db path or postgres://", ErrStateDBURI, redact(uri))
 	}
 	path := strings.TrimPrefix(uri, "sqlite://")
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	db, err := sql.Open("sqlite", SQLiteDSN(path))

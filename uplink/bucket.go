@@ -46,7 +46,7 @@ func OpenBucket(ctx context.Context, warehouse string, s3 ...S3Options) (*BlobBu
 	openURL := warehouse
 	if u.Scheme == "file" {
 		bb.fileDir = u.Path
-		if err := os.MkdirAll(u.Path, 0o755); err != nil {
+		if err := os.MkdirAll(u.Path, 0o700); err != nil {
 			return nil, fmt.Errorf("open bucket %s: %w", warehouse, err)
 		}
 		// no_tmp_dir keeps the temp file next to its target so the final

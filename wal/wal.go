@@ -195,7 +195,7 @@ func Open(opts Options) (*WAL, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	if err := os.MkdirAll(filepath.Dir(opts.Path), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(opts.Path), 0o700); err != nil {
 		return nil, fmt.Errorf("open: %w", err)
 	}
 	db, err := bolt.Open(opts.Path, 0o600, &bolt.Options{

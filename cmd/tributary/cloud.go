@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -251,16 +250,7 @@ func withProbes(h http.Handler, cat *tables.Catalog, reg *prometheus.Registry) h
 }
 
 // redactURI hides a password in a catalog URI for logs.
-func redactURI(uri string) string {
-	u, err := url.Parse(uri)
-	if err != nil || u.User == nil {
-		return uri
-	}
-	if _, ok := u.User.Password(); ok {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
-}
+func redactURI(uri string) string { return tables.Redact(uri) }
 
 // splitList splits a comma-separated flag value, dropping empty items.
 func splitList(v string) []string {

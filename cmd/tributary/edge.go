@@ -12,6 +12,7 @@ import (
 
 	firmwaresim "github.com/tributary-io/tributary/firmware-sim"
 	"github.com/tributary-io/tributary/node"
+	"github.com/tributary-io/tributary/tables"
 )
 
 func cmdEdge(args []string, stdout, stderr io.Writer) int {
@@ -82,7 +83,7 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 
 func printConfig(w io.Writer, c node.Config) {
 	fmt.Fprintf(w, "node_id: %s\ndata_dir: %s\nwal: %s (budget %d bytes)\ncatalog: %s (%s)\nwarehouse: %s\nmqtt: %s ws=%q default_stream=%s routes=%d\ncommit_interval: %s\nhttp: %s\n",
-		c.NodeID, c.DataDir, c.WAL.Path, c.WAL.MaxBytes, c.Catalog.URI, c.Catalog.Name, c.Catalog.Warehouse,
+		c.NodeID, c.DataDir, c.WAL.Path, c.WAL.MaxBytes, tables.Redact(c.Catalog.URI), c.Catalog.Name, tables.Redact(c.Catalog.Warehouse),
 		c.MQTT.Addr, c.MQTT.WSAddr, c.MQTT.DefaultStream, len(c.MQTT.Routes), c.Uplink.CommitInterval, c.HTTPAddr)
 }
 

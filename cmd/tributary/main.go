@@ -33,6 +33,7 @@ Run 'tributary <command> -h' for the flags of a command.
 `
 
 func main() {
+	privateFiles()
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -14,7 +14,7 @@ import (
 // write a file, rename it, and fsync a directory (OpenDir + Sync) so that
 // the names it holds survive a power cut.
 type FS interface {
-	// MkdirAll creates dir and its parents (mode 0755).
+	// MkdirAll creates dir and its parents (mode 0700).
 	MkdirAll(dir string) error
 	// Create creates or truncates the file at path for writing.
 	Create(path string) (File, error)
@@ -39,7 +39,7 @@ var OS FS = osFS{}
 
 type osFS struct{}
 
-func (osFS) MkdirAll(dir string) error            { return os.MkdirAll(dir, 0o755) }
+func (osFS) MkdirAll(dir string) error            { return os.MkdirAll(dir, 0o700) }
 func (osFS) Rename(oldpath, newpath string) error { return os.Rename(oldpath, newpath) }
 
 // Create and OpenDir return a nil File, not a nil *os.File, on error.
