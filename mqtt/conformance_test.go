@@ -9,6 +9,9 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/tributary-io/tributary/internal/testkit"
+	"github.com/tributary-io/tributary/listen"
 )
 
 // TestReceiveMaximumExceeded: a client with more QoS 2 publishes
@@ -123,4 +126,33 @@ func connackServerKeepAlive(t *testing.T, addr string, ka uint16) (uint16, bool)
 		}
 	}
 	return 0, false
+}
+
+// TestStalledConnections: sockets that never send CONNECT are closed after
+// the handshake deadline, and connections over the caps are refused, while
+// a well-behaved client connects and publishes.
+func TestStalledConnections(t *testing.T) {
+	ts := startServer(t, func(c *Config) {
+		c.Limits = listen.Config{HandshakeTimeout: 300 * time.Millisecond, MaxConnsPerIP: 50}
+	})
+	var stalled []net.Conn
+	for range 60 {
+		c, err := net.Dial("tcp", ts.tcp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		stalled = append(stalled, c)
+	}
+	testkit.Eventually(t, 5*time.Second, "stalled connections closed", func() bool {
+		st := ts.ListenerStats()["mqtt"]
+		return st.HandshakeTimeouts == 50 && st.RefusedPerIP == 10 && st.Open == 0
+	})
+	for _, c := range stalled {
+		readUntilClosed(t, c, 2*time.Second)
+	}
+	good := dialPaho(t, ts.tcp, "good", nil)
+	mustPublish(t, good, "ok/t", 1, "fine")
+	time.Sleep(500 * time.Millisecond) // past the deadline: a connected client stays
+	mustPublish(t, good, "ok/t", 1, "still fine")
 }

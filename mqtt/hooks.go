@@ -12,6 +12,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/listen"
 )
 
 // authHook authenticates CONNECT packets: any client when users is empty,
@@ -44,6 +45,14 @@ func (h *authHook) OnConnect(cl *mochi.Client, pk packets.Packet) error {
 }
 
 func (h *authHook) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {
+	if !h.authenticate(pk) {
+		return false
+	}
+	listen.Ready(cl.Net.Conn) // CONNECT accepted: the handshake deadline is met
+	return true
+}
+
+func (h *authHook) authenticate(pk packets.Packet) bool {
 	if len(h.users) == 0 {
 		return true
 	}

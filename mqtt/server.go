@@ -63,6 +63,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/listeners"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/listen"
 )
 
 // Sink makes records durable. Append returns only after every record is
@@ -115,11 +116,26 @@ type Config struct {
 	Users          map[string]string // username -> password; empty = anonymous allowed
 	MaxPacketSize  uint32            // bytes; 0 = DefaultMaxPacketSize
 	ReceiveMaximum uint16            // QoS 1/2 in flight per client; 0 = DefaultReceiveMaximum
+	// Limits are the connection caps and the CONNECT deadline of both
+	// listeners (package listen; zero values take its defaults).
+	Limits listen.Config
 	// MaxKeepAlive caps a client's keep-alive in seconds (0 and larger
 	// values asked for become the cap, told to MQTT 5 clients as Server
 	// Keep Alive); 0 = DefaultMaxKeepAlive.
 	MaxKeepAlive uint16
 	Logger       *slog.Logger // nil = slog.Default()
+}
+
+// ListenerStats are the connection counters of each listener (caps,
+// CONNECT deadline, panics), by listener name.
+func (s *Server) ListenerStats() map[string]listen.Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]listen.Stats, len(s.guards))
+	for _, g := range s.guards {
+		out[g.Name()] = g.Stats()
+	}
+	return out
 }
 
 // Stats are counters since New.
@@ -154,6 +170,7 @@ type Server struct {
 	started   bool
 	closed    bool
 	listeners []listeners.Listener
+	guards    []*listen.Listener // the TCP listeners under listeners, for ListenerStats
 
 	accepted      [3]atomic.Uint64
 	refused       atomic.Uint64
@@ -270,20 +287,26 @@ func (s *Server) Start() error {
 		}
 		return err
 	}
+	lim := s.cfg.Limits
+	lim.Logger = s.log
 	if s.cfg.TCPAddr != "" {
-		ln, err := net.Listen("tcp", s.cfg.TCPAddr)
+		lim.Name = "mqtt"
+		ln, err := listen.Listen(s.cfg.TCPAddr, lim)
 		if err != nil {
 			return fail(fmt.Errorf("listen tcp %s: %w", s.cfg.TCPAddr, err))
 		}
 		opened = append(opened, ln)
+		s.guards = append(s.guards, ln)
 		s.listeners = append(s.listeners, newTCPListener(ListenerTCP, ln, s.recoverClient))
 	}
 	if s.cfg.WSAddr != "" {
-		ln, err := net.Listen("tcp", s.cfg.WSAddr)
+		lim.Name = "mqtt-ws"
+		ln, err := listen.Listen(s.cfg.WSAddr, lim)
 		if err != nil {
 			return fail(fmt.Errorf("listen ws %s: %w", s.cfg.WSAddr, err))
 		}
 		opened = append(opened, ln)
+		s.guards = append(s.guards, ln)
 		s.listeners = append(s.listeners, newWSListener(ListenerWS, ln, s.recoverClient))
 	}
 	for _, l := range s.listeners {

@@ -3,12 +3,10 @@ package mqtt
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"runtime/debug"
 	"sync"
-	"time"
 
 	"github.com/mochi-mqtt/server/v2/listeners"
 )
@@ -51,7 +49,6 @@ func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 			}
 			return // closed
 		}
-		conn = &lingerConn{Conn: conn}
 		go func() {
 			defer func() {
 				if r := recover(); r != nil {
@@ -63,40 +60,6 @@ func (l *tcpListener) Serve(establish listeners.EstablishFn) {
 			}
 		}()
 	}
-}
-
-// lingerConn closes gracefully: when the server ends a connection (a
-// DISCONNECT with a reason, a refusal, a protocol error) the client may
-// still be sending, and closing a socket with input unread makes the
-// kernel answer with a reset, which can destroy the last packet the
-// server wrote before the client reads it. Close therefore half-closes
-// (FIN after everything written), then discards what the client still
-// sends — at most lingerBytes, for at most lingerTime — and only then
-// closes. It returns at once; the lingering runs in its own goroutine.
-type lingerConn struct {
-	net.Conn
-	once sync.Once
-}
-
-const (
-	lingerTime  = 2 * time.Second
-	lingerBytes = 1 << 20
-)
-
-func (c *lingerConn) Close() error {
-	c.once.Do(func() {
-		tc, ok := c.Conn.(*net.TCPConn)
-		if !ok || tc.CloseWrite() != nil {
-			c.Conn.Close()
-			return
-		}
-		_ = c.Conn.SetReadDeadline(time.Now().Add(lingerTime))
-		go func() {
-			_, _ = io.CopyN(io.Discard, c.Conn, lingerBytes)
-			c.Conn.Close()
-		}()
-	})
-	return nil
 }
 
 func (l *tcpListener) Close(closeClients listeners.CloseFn) {

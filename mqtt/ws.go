@@ -105,6 +105,10 @@ type wsConn struct {
 	r io.Reader // current message, nil between messages
 }
 
+// NetConn is the connection under the WebSocket (listen.Ready finds the
+// listener's connection through it).
+func (ws *wsConn) NetConn() net.Conn { return ws.Conn }
+
 func (ws *wsConn) Read(p []byte) (int, error) {
 	for {
 		if ws.r == nil {

@@ -77,6 +77,13 @@ type Config struct {
 		MaxPacketSize ByteSize `yaml:"max_packet_size"`
 		// ReceiveMaximum is the QoS 1/2 window per client. Default 64.
 		ReceiveMaximum uint16 `yaml:"receive_maximum"`
+		// MaxConnections caps the open MQTT connections of each listener
+		// (TCP, WebSocket); MaxConnectionsPerIP those from one address;
+		// ConnectTimeout is how long a connection may take to send an
+		// accepted CONNECT. Defaults 10000, 1000 and 10s; -1 = no cap.
+		MaxConnections      int           `yaml:"max_connections"`
+		MaxConnectionsPerIP int           `yaml:"max_connections_per_ip"`
+		ConnectTimeout      time.Duration `yaml:"connect_timeout"`
 		// MaxKeepAlive caps a client's keep-alive (a client asking for
 		// none or more gets this, and MQTT 5 clients are told). Default 10m.
 		MaxKeepAlive time.Duration `yaml:"max_keep_alive"`

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/listen"
 )
 
 //go:embed status.html
@@ -219,6 +220,7 @@ func (n *Node) registerMetrics(reg *prometheus.Registry) {
 			func() float64 { return float64(n.mqtt.Stats().Accepted[q]) }))
 	}
 	counter("tributary_mqtt_publishes_refused_total", "QoS 1/2 publishes refused (not acknowledged).", func() float64 { return float64(n.mqtt.Stats().Refused) })
+	n.registerListenerMetrics(reg)
 	counter("tributary_mqtt_publishes_refused_budget_total", "QoS 1/2 publishes refused because the WAL budget was exhausted.", func() float64 { return float64(n.mqtt.Stats().RefusedBudget) })
 	counter("tributary_mqtt_publishes_refused_replication_total", "QoS 1/2 publishes refused because too few replicas could store them (replication_policy refuse).", func() float64 { return float64(n.mqtt.Stats().RefusedReplication) })
 	counter("tributary_mqtt_qos0_dropped_total", "QoS 0 publishes dropped because they could not be made durable.", func() float64 { return float64(n.mqtt.Stats().DroppedQoS0) })
@@ -237,4 +239,33 @@ func (n *Node) registerMetrics(reg *prometheus.Registry) {
 	counter("tributary_kafka_backpressure_total", "Produce partitions refused because the WAL budget was exhausted.", kstat(func(s kafka.Stats) int64 { return s.Backpressure }))
 	counter("tributary_kafka_malformed_connections_total", "Kafka connections closed for a malformed frame.", kstat(func(s kafka.Stats) int64 { return s.ClosedMalformed }))
 	counter("tributary_mqtt_payload_bytes_total", "MQTT payload bytes made durable.", func() float64 { return float64(n.mqtt.Stats().PayloadBytes) })
+}
+
+// registerListenerMetrics exports the connection counters of the
+// listeners that go through package listen, by listener name.
+func (n *Node) registerListenerMetrics(reg *prometheus.Registry) {
+	stats := func() map[string]listen.Stats { return n.mqtt.ListenerStats() }
+	names := []string{"mqtt", "mqtt-ws"}
+	for _, name := range names {
+		l := prometheus.Labels{"listener": name}
+		get := func(f func(listen.Stats) float64) func() float64 {
+			return func() float64 { return f(stats()[name]) }
+		}
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tributary_listener_connections", ConstLabels: l,
+			Help: "Connections open now."}, get(func(s listen.Stats) float64 { return float64(s.Open) })))
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tributary_listener_refused_total", ConstLabels: mergeLabels(l, "reason", "max_connections"),
+			Help: "Connections closed at accept because a cap was reached."}, get(func(s listen.Stats) float64 { return float64(s.RefusedMax) })))
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tributary_listener_refused_total", ConstLabels: mergeLabels(l, "reason", "max_connections_per_ip"),
+			Help: "Connections closed at accept because a cap was reached."}, get(func(s listen.Stats) float64 { return float64(s.RefusedPerIP) })))
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tributary_listener_handshake_timeouts_total", ConstLabels: l,
+			Help: "Connections closed because their handshake (MQTT CONNECT) did not complete in time."}, get(func(s listen.Stats) float64 { return float64(s.HandshakeTimeouts) })))
+	}
+}
+
+func mergeLabels(l prometheus.Labels, k, v string) prometheus.Labels {
+	out := prometheus.Labels{k: v}
+	for a, b := range l {
+		out[a] = b
+	}
+	return out
 }

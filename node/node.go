@@ -38,6 +38,7 @@ import (
 
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/listen"
 	"github.com/tributary-io/tributary/mqtt"
 	"github.com/tributary-io/tributary/owner"
 	"github.com/tributary-io/tributary/peer"
@@ -154,7 +155,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	n.mqtt, err = mqtt.New(mqtt.Config{TCPAddr: cfg.MQTT.Addr, WSAddr: cfg.MQTT.WSAddr, NodeID: cfg.NodeID,
 		Routes: routes, DefaultStream: cfg.MQTT.DefaultStream, Users: cfg.MQTT.Users,
 		MaxPacketSize: uint32(cfg.MQTT.MaxPacketSize), ReceiveMaximum: cfg.MQTT.ReceiveMaximum,
-		MaxKeepAlive: uint16(cfg.MQTT.MaxKeepAlive / time.Second), Logger: log}, n.ingest)
+		MaxKeepAlive: uint16(cfg.MQTT.MaxKeepAlive / time.Second), Logger: log,
+		Limits: listen.Config{MaxConns: cfg.MQTT.MaxConnections, MaxConnsPerIP: cfg.MQTT.MaxConnectionsPerIP,
+			HandshakeTimeout: cfg.MQTT.ConnectTimeout}}, n.ingest)
 	if err != nil {
 		n.bucket.Close()
 		n.cat.Close()

@@ -43,6 +43,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tributary-io/tributary/listen"
 )
 
 // MaxFrame bounds one frame (header excluded).
@@ -133,7 +135,9 @@ func Listen(cfg Config) (*Peer, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	ln, err := net.Listen("tcp", cfg.Addr)
+	// The hello has its own deadline (helloTimeout); the listener adds the
+	// connection caps and panic recovery.
+	ln, err := listen.Listen(cfg.Addr, listen.Config{Name: "peer", HandshakeTimeout: -1, Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("peer listen %s: %w", cfg.Addr, err)
 	}
@@ -144,6 +148,9 @@ func Listen(cfg Config) (*Peer, error) {
 	go p.acceptLoop()
 	return p, nil
 }
+
+// ListenerStats are the peer listener's connection counters.
+func (p *Peer) ListenerStats() listen.Stats { return p.ln.(*listen.Listener).Stats() }
 
 // Addr is the bound listen address.
 func (p *Peer) Addr() string { return p.ln.Addr().String() }
@@ -242,7 +249,7 @@ func (p *Peer) acceptLoop() {
 		}
 		p.stats.accepted.Add(1)
 		p.wg.Add(1)
-		go p.serve(c)
+		go p.ln.(*listen.Listener).Protect(c, func() { p.serve(c) })
 	}
 }
 
@@ -268,6 +275,7 @@ func (p *Peer) serve(c net.Conn) {
 		return
 	}
 	c.SetDeadline(time.Time{})
+	listen.Ready(c)
 	for {
 		f, err := readFrame(r)
 		if err != nil {

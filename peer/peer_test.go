@@ -17,7 +17,7 @@ import (
 	"github.com/tributary-io/tributary/internal/testkit"
 )
 
-func listen(t *testing.T, id string) *Peer {
+func listenPeer(t *testing.T, id string) *Peer {
 	t.Helper()
 	p, err := Listen(Config{NodeID: id, Addr: "127.0.0.1:0"})
 	if err != nil {
@@ -40,7 +40,7 @@ func ctx(t *testing.T) context.Context {
 }
 
 func TestCallAndOrder(t *testing.T) {
-	a, b := listen(t, "a"), listen(t, "b")
+	a, b := listenPeer(t, "a"), listenPeer(t, "b")
 	var mu sync.Mutex
 	var seen []int
 	var froms []string
@@ -94,7 +94,7 @@ func TestCallAndOrder(t *testing.T) {
 }
 
 func TestRemoteErrorAndUnknownType(t *testing.T) {
-	a, b := listen(t, "a"), listen(t, "b")
+	a, b := listenPeer(t, "a"), listenPeer(t, "b")
 	b.Handle(41, func(_ string, _ []byte, reply func([]byte, error)) { reply(nil, errors.New("fenced: epoch 3")) })
 	l := a.Link("b", b.Addr())
 	_, err := l.Call(ctx(t), 41, nil)
@@ -113,7 +113,7 @@ func TestRemoteErrorAndUnknownType(t *testing.T) {
 }
 
 func TestPendingFailWhenRemoteDiesAndRedial(t *testing.T) {
-	a := listen(t, "a")
+	a := listenPeer(t, "a")
 	b, err := Listen(Config{NodeID: "b", Addr: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +151,7 @@ func TestPendingFailWhenRemoteDiesAndRedial(t *testing.T) {
 }
 
 func TestWrongNodeAtAddress(t *testing.T) {
-	a, c := listen(t, "a"), listen(t, "c")
+	a, c := listenPeer(t, "a"), listenPeer(t, "c")
 	l := a.Link("b", c.Addr())
 	_, err := l.Call(ctx(t), TypePing, nil)
 	if !errors.Is(err, ErrLinkDown) || !strings.Contains(err.Error(), `answers as node "c", want "b"`) {
@@ -160,7 +160,7 @@ func TestWrongNodeAtAddress(t *testing.T) {
 }
 
 func TestCloseFailsCalls(t *testing.T) {
-	a, b := listen(t, "a"), listen(t, "b")
+	a, b := listenPeer(t, "a"), listenPeer(t, "b")
 	l := a.Link("b", b.Addr())
 	if _, err := l.Call(ctx(t), TypePing, nil); err != nil {
 		t.Fatal(err)
@@ -172,7 +172,7 @@ func TestCloseFailsCalls(t *testing.T) {
 }
 
 func TestBadFramesCloseTheConnection(t *testing.T) {
-	b := listen(t, "b")
+	b := listenPeer(t, "b")
 	for name, raw := range map[string][]byte{
 		"no hello":  frameBytes(kindRequest, 1, 1, nil),
 		"too large": {0xff, 0xff, 0xff, 0xff},
@@ -195,7 +195,7 @@ func TestBadFramesCloseTheConnection(t *testing.T) {
 		})
 	}
 	// The peer still serves good links.
-	a := listen(t, "a")
+	a := listenPeer(t, "a")
 	if _, err := a.Link("b", b.Addr()).Call(ctx(t), TypePing, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -224,5 +224,29 @@ func FuzzReadFrame(f *testing.F) {
 		if fr.kind == kindHello {
 			decodeHello(fr.payload)
 		}
+	})
+}
+
+// TestHandlerPanicClosesOneLink: a handler that panics on a request closes
+// that link's connection (counted), not the node; the link redials and
+// other requests are served.
+func TestHandlerPanicClosesOneLink(t *testing.T) {
+	a, b := listenPeer(t, "a"), listenPeer(t, "b")
+	b.Handle(41, func(from string, p []byte, reply func([]byte, error)) {
+		if string(p) == "boom" {
+			var m map[string]int
+			m["x"]++
+		}
+		reply(p, nil)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := a.Link("b", b.Addr()).Call(ctx, 41, []byte("boom")); err == nil {
+		t.Fatal("call answered although its handler panicked")
+	}
+	testkit.Eventually(t, 5*time.Second, "panic counted", func() bool { return b.ListenerStats().Panics == 1 })
+	testkit.Eventually(t, 10*time.Second, "a later call served", func() bool {
+		got, err := a.Link("b", b.Addr()).Call(ctx, 41, []byte("fine"))
+		return err == nil && string(got) == "fine"
 	})
 }

@@ -16,6 +16,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tributary-io/tributary/listen"
 	"github.com/tributary-io/tributary/pulsar/pb"
 )
 
@@ -30,6 +31,7 @@ func (c *conn) handleConnect(cmd *pb.CommandConnect) error {
 		return fmt.Errorf("%w: second CONNECT", ErrMalformedFrame)
 	}
 	c.connected = true
+	listen.Ready(c.nc) // the handshake deadline is met
 	c.version = min(cmd.GetProtocolVersion(), protocolVersion)
 	c.brokerEntry.Store(cmd.GetFeatureFlags().GetSupportsBrokerEntryMetadata())
 	c.log = c.log.With("client", cmd.GetClientVersion())

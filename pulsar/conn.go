@@ -118,10 +118,17 @@ func errMissing(t pb.BaseCommand_Type) error {
 	return fmt.Errorf("%w: %v without its body", ErrMalformedFrame, t)
 }
 
+// testPanicOn, set by a test, makes handle panic on that command type (the
+// listener's panic recovery is tested with it).
+var testPanicOn pb.BaseCommand_Type
+
 // handle dispatches one command; an error closes the connection.
 func (c *conn) handle(ctx context.Context, f Frame) error {
 	cmd := f.Cmd
 	t := cmd.GetType()
+	if testPanicOn != 0 && t == testPanicOn {
+		panic("test: panic on command " + t.String())
+	}
 	if !c.connected && t != pb.BaseCommand_CONNECT {
 		return fmt.Errorf("%w: %v before CONNECT", ErrMalformedFrame, t)
 	}

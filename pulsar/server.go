@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/listen"
 	"github.com/tributary-io/tributary/tables"
 )
 
@@ -76,6 +77,9 @@ type Config struct {
 	// KeepAlive: a connection silent this long is sent a PING, and closed
 	// when silent twice as long. Default 30s.
 	KeepAlive time.Duration
+	// Limits are the listener's connection caps and CONNECT deadline
+	// (package listen; zero values take its defaults).
+	Limits listen.Config
 	// Logger; nil = slog.Default().
 	Logger *slog.Logger
 }
@@ -148,7 +152,9 @@ func NewServer(cfg Config, r *tables.Reader) (*Server, error) {
 
 // Listen listens on cfg.Addr and serves connections in the background.
 func (s *Server) Listen() error {
-	ln, err := net.Listen("tcp", s.cfg.Addr)
+	lim := s.cfg.Limits
+	lim.Name, lim.Logger = "pulsar", s.log
+	ln, err := listen.Listen(s.cfg.Addr, lim)
 	if err != nil {
 		return fmt.Errorf("pulsar: listen %s: %w", s.cfg.Addr, err)
 	}
@@ -168,6 +174,16 @@ func (s *Server) Listen() error {
 	s.wg.Add(1)
 	go s.accept(ln)
 	return nil
+}
+
+// ListenerStats are the listener's connection counters (zero before Listen).
+func (s *Server) ListenerStats() listen.Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l, ok := s.ln.(*listen.Listener); ok {
+		return l.Stats()
+	}
+	return listen.Stats{}
 }
 
 // Addr is the listener's address, or "" before Listen.
@@ -238,7 +254,7 @@ func (s *Server) accept(ln net.Listener) {
 		s.mu.Unlock()
 		go func() {
 			defer s.wg.Done()
-			c.serve(s.ctx)
+			ln.(*listen.Listener).Protect(nc, func() { c.serve(s.ctx) })
 			s.mu.Lock()
 			delete(s.conns, c)
 			s.mu.Unlock()
