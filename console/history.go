@@ -109,17 +109,18 @@ func (sp *sampler) sample(s *Snapshot, now time.Time) row {
 			r.v["stream:"+k] = v
 		}
 		for reason, n := range s.Refusals {
-			p, had := sp.prev.Refusals[reason]
-			rate("refuse:"+reason, n, p, had || sp.prev != nil)
+			if n == 0 {
+				continue // never refused for this reason: no line
+			}
+			rate("refuse:"+reason, n, sp.prev.Refusals[reason], true)
 		}
 		if s.Uplink != nil && sp.prev.Uplink != nil {
 			rate("uplink:rows", s.Uplink.RecordsCommitted, sp.prev.Uplink.RecordsCommitted, true)
 		}
 	}
 	if s.WAL != nil {
-		r.v["wal:bytes"] = float64(s.WAL.Bytes) / (1 << 20)
 		if s.WAL.Budget > 0 {
-			r.v["wal:budget"] = float64(s.WAL.Budget) / (1 << 20)
+			r.v["wal:fill"] = 100 * float64(s.WAL.Bytes) / float64(s.WAL.Budget)
 		}
 		r.v["wal:oldest"] = s.WAL.OldestAge.Seconds()
 		r.v["cum:budget_refusals"] = float64(s.WAL.BudgetRefusals)
@@ -182,7 +183,8 @@ type chartDef struct {
 	ID, Title, Unit string
 	Prefixes        []string
 	Labels          map[string]string // key -> legend label (default: the key after the prefix)
-	Stacked         bool
+	// MinTop is the least top of the y axis (0 = scale to the data).
+	MinTop float64
 }
 
 var chartDefs = []chartDef{
@@ -193,8 +195,8 @@ var chartDefs = []chartDef{
 		Labels: map[string]string{"lat:puback:p50": "PUBACK p50", "lat:puback:p99": "PUBACK p99",
 			"lat:produce:p50": "Kafka produce p50", "lat:produce:p99": "Kafka produce p99",
 			"lat:wal_fsync:p50": "WAL fsync p50", "lat:wal_fsync:p99": "WAL fsync p99"}},
-	{ID: "wal_depth", Title: "WAL depth against its budget", Unit: "MiB", Prefixes: []string{"wal:bytes", "wal:budget"},
-		Labels: map[string]string{"wal:bytes": "Buffered", "wal:budget": "Budget"}},
+	{ID: "wal_depth", Title: "WAL fill against its disk budget", Unit: "%", Prefixes: []string{"wal:fill"}, MinTop: 10,
+		Labels: map[string]string{"wal:fill": "Buffered, % of budget"}},
 	{ID: "oldest", Title: "Oldest record not yet uploaded", Unit: "s", Prefixes: []string{"wal:oldest"},
 		Labels: map[string]string{"wal:oldest": "Age"}},
 	{ID: "freshness", Title: "Freshness, accepted → committed (p99)", Unit: "s", Prefixes: []string{"fresh:"}},
@@ -209,7 +211,7 @@ var protocolNames = map[string]string{"mqtt": "MQTT", "kafka": "Kafka", "pulsar"
 
 // charts renders the history as the overview's charts.
 func (h *history) charts() []Chart {
-	var ts []int64
+	ts := []int64{}
 	keys := map[string]bool{}
 	h.each(func(r *row) {
 		ts = append(ts, r.t)
@@ -224,7 +226,7 @@ func (h *history) charts() []Chart {
 	sort.Strings(sorted)
 	var out []Chart
 	for _, d := range chartDefs {
-		c := Chart{ID: d.ID, Title: d.Title, Unit: d.Unit, T: ts}
+		c := Chart{ID: d.ID, Title: d.Title, Unit: d.Unit, MinTop: d.MinTop, T: ts, Series: []Series{}}
 		for _, p := range d.Prefixes {
 			for _, k := range sorted {
 				if !strings.HasPrefix(k, p) {

@@ -67,6 +67,7 @@ type Chart struct {
 	ID     string   `json:"id"`
 	Title  string   `json:"title"`
 	Unit   string   `json:"unit"`
+	MinTop float64  `json:"min_top,omitempty"` // least top of the y axis
 	T      []int64  `json:"t"`
 	Series []Series `json:"series"`
 }
@@ -162,9 +163,9 @@ type MemberV struct {
 
 // QueueV is a forwarding queue.
 type QueueV struct {
-	Peer    string `json:"peer"`
-	Depth   int64  `json:"depth"`
-	Dropped int64  `json:"dropped"`
+	Peer      string `json:"peer"`
+	Forwarded int64  `json:"forwarded"`
+	Dropped   int64  `json:"dropped"`
 }
 
 // ConsV is the consumers view.

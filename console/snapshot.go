@@ -140,8 +140,8 @@ type Cluster struct {
 	// than the factor asks for; LagRecords are not yet on every replica.
 	Degraded   bool
 	LagRecords int64
-	// Forwarding lists the queues of messages forwarded to peers (MQTT
-	// subscribers on other nodes).
+	// Forwarding lists the forwarding of MQTT publishes to subscribers on
+	// peers.
 	Forwarding []Queue
 }
 
@@ -159,11 +159,11 @@ type Member struct {
 	ReplicatesTo []string
 }
 
-// Queue is a forwarding queue to a peer.
+// Queue is the forwarding of messages to a peer (or to all peers).
 type Queue struct {
-	Peer    string
-	Depth   int64
-	Dropped int64
+	Peer      string
+	Forwarded int64 // messages a peer acknowledged
+	Dropped   int64 // messages not forwarded: queue full or peer gone
 }
 
 // Consumers is the consume side (cloud server and `dev`).

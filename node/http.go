@@ -1,7 +1,6 @@
 package node
 
 import (
-	_ "embed"
 	"encoding/json"
 	"net/http"
 	"net/http/pprof"
@@ -14,9 +13,6 @@ import (
 
 	"github.com/tributary-io/tributary/kafka"
 )
-
-//go:embed status.html
-var statusPage []byte
 
 // Status is what /status reports.
 type Status struct {
@@ -138,6 +134,9 @@ func (n *Node) handler() http.Handler {
 	n.registerClusterMetrics(reg)
 	n.registerMQTTClusterMetrics(reg)
 	n.registerReplicaMetrics(reg)
+	reg.MustRegister(n.wal.Collectors()...)
+	reg.MustRegister(n.up.Collectors()...)
+	reg.MustRegister(n.mqtt.PubackHistogram())
 	reg.MustRegister(newMaintCollector(n))
 	reg.MustRegister(&n.ingest.count)
 	if n.cloudK != nil {
@@ -170,10 +169,10 @@ func (n *Node) handler() http.Handler {
 	})
 	mux.HandleFunc("GET /cluster", n.serveCluster)
 	n.registerTestHooks(mux)
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		w.Write(statusPage)
-	})
+	// The operator's console: GET / (the page), /console/app.js|css,
+	// /console/api (its JSON model).
+	n.console = n.newConsole()
+	n.console.Register(mux)
 	return mux
 }
 

@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/tributary-io/tributary/cluster"
+	"github.com/tributary-io/tributary/console"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/mqtt"
 	"github.com/tributary-io/tributary/peer"
@@ -75,6 +76,9 @@ type Node struct {
 	// peer is the data plane between nodes (nil without
 	// cluster.gossip_addr); set in Start before the cluster is joined.
 	peer *peer.Peer
+	// console is the operator's console on the HTTP port (console.go).
+	console      *console.Console
+	consoleCache consoleCache
 
 	started time.Time
 	cancel  context.CancelFunc
@@ -229,8 +233,13 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 		n.httpLn = ln
 		n.http = &http.Server{Handler: n.handler(), ReadHeaderTimeout: 10 * time.Second}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.console.Run(runCtx) // the history behind the console's charts
+		}()
 		n.log.Info("listening", "listener", "http", "addr", ln.Addr().String(),
-			"endpoints", "/status /cluster /metrics /healthz /readyz")
+			"endpoints", "/ (console) /console/api /status /cluster /metrics /healthz /readyz")
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()

@@ -105,11 +105,15 @@
     const padL = 44, padR = 10, padT = 8, padB = 20;
     const svg = sv('svg', { viewBox: `0 0 ${W} ${H}`, preserveAspectRatio: 'none', role: 'img',
       'aria-label': c.title, 'data-chart': c.id });
+    // The x axis spans the data (at least 2 minutes, at most the window),
+    // so that a node that just started does not draw a sliver at the edge.
     const tEnd = c.t.length ? c.t[c.t.length - 1] : Date.now();
+    const span = c.t.length ? tEnd - c.t[0] : 0;
+    windowMs = Math.min(windowMs, Math.max(120000, Math.ceil(span / 60000) * 60000));
     const tStart = tEnd - windowMs;
     let maxV = 0, points = 0;
     for (const s of c.series) for (const v of s.v) if (v !== null && v > maxV) maxV = v;
-    const yMax = niceMax(maxV);
+    const yMax = niceMax(Math.max(maxV, c.min_top || 0));
     const x = (t) => padL + (W - padL - padR) * (t - tStart) / windowMs;
     const y = (v) => padT + (H - padT - padB) * (1 - v / yMax);
     for (let i = 0; i <= 4; i++) {
@@ -213,8 +217,10 @@
         o.uplink_state === 'failing' ? 'bad' : o.uplink_state === 'ok' ? 'good' : ''));
       tiles.push(tile('Rows committed', fmtNum(o.rows_committed), null, fmtBytes(o.bytes_uploaded) + ' uploaded'));
     }
-    for (const [p, n] of Object.entries(o.clients || {})) {
-      tiles.push(tile((protoName[p] || p) + ' clients', fmtNum(n), null, 'connected now'));
+    const clients = Object.entries(o.clients || {}).sort();
+    if (clients.length) {
+      tiles.push(tile('Connected clients', fmtNum(clients.reduce((a, [, n]) => a + n, 0)), null,
+        clients.map(([p, n]) => fmtNum(n) + ' ' + (protoName[p] || p)).join(' · ')));
     }
     const refused = o.refusals.reduce((a, r) => a + r.value, 0);
     tiles.push(tile('Refused', fmtNum(refused), null,
@@ -241,7 +247,7 @@
     if (!m.streams.length) { root.replaceChildren(el('div', { class: 'card none', text: 'No streams yet: publish a message to create one.' })); return; }
     root.replaceChildren(...m.streams.map((s) => {
       const parts = table(['Partition', 'Owner', 'Epoch', 'Next offset', 'Committed', 'In WAL', 'WAL size'],
-        s.partitions.map((p) => el('tr', {}, td(p.id, 'num'), el('td', {}, p.owner || '–', p.fenced ? el('span', { class: 'badge bad', text: ' fenced' }) : null),
+        s.partitions.map((p) => el('tr', {}, td(p.id, 'num'), el('td', {}, p.owner || '–', p.fenced ? el('span', { class: 'badge bad', text: 'fenced' }) : null),
           td(p.epoch, 'num'), td(fmtNum(p.next_offset), 'num'), td(p.committed >= 0 ? fmtNum(p.committed) : '–', 'num'),
           td(fmtNum(p.uncommitted), 'num'), td(fmtBytes(p.wal_bytes), 'num'))), [0, 2, 3, 4, 5, 6]);
       const recent = s.recent.length ? table(['Offset', 'Partition', 'Accepted', 'Topic', 'Source', 'Client', 'Payload'],
@@ -260,7 +266,7 @@
           el('span', { class: 'kv' }, el('b', { text: fmtNum(s.rows) }), ' rows'),
           el('span', { class: 'kv' }, el('b', { text: fmtNum(s.data_files) }), ' data files'),
           el('span', { class: 'kv' }, el('b', { text: fmtNum(s.snapshots) }), ' snapshots'),
-          el('span', { class: 'kv' }, 'metadata ', el('b', { text: fmtBytes(s.metadata_bytes) })), maint),
+          s.metadata_bytes ? el('span', { class: 'kv' }, 'metadata ', el('b', { text: fmtBytes(s.metadata_bytes) })) : null, maint),
         el('div', { class: 'sub-h', text: 'Partitions' }), parts,
         el('div', { class: 'sub-h', text: 'Latest messages' }), recent, schema);
     }));
@@ -277,15 +283,16 @@
       el('span', { class: 'kv' }, 'replication ', c.degraded ? el('span', { class: 'badge bad', text: 'degraded' }) : el('span', { class: 'badge ok', text: 'complete' })),
       el('span', { class: 'kv' }, el('b', { text: fmtNum(c.lag_records) }), ' records not yet on every replica'));
     const members = table(['Member', 'State', 'Since', 'Partitions', 'WAL', 'Uplink', 'Replicates to'],
-      c.members.map((mb) => el('tr', { 'data-member': mb.id }, el('td', {}, mb.id, mb.self ? el('span', { class: 'badge', text: ' this node' }) : null),
+      c.members.map((mb) => el('tr', { 'data-member': mb.id }, el('td', {}, mb.id, mb.self ? el('span', { class: 'badge', text: 'this node' }) : null),
         el('td', {}, stateBadge(mb.state)), td(ago(mb.since, now)), td(mb.partitions, 'num'),
         td(fmtBytes(mb.wal_bytes) + (mb.wal_budget ? ' of ' + fmtBytes(mb.wal_budget) : ''), 'num'),
         el('td', {}, mb.uplink_ok ? el('span', { class: 'badge ok', text: 'ok' }) : el('span', { class: 'badge bad', text: 'failing' })),
         td((mb.replicates_to || []).join(', ') || '–'))), [3, 4]);
     const kids = [head, el('div', { class: 'sub-h', text: 'Members' }), members];
     if (c.forwarding && c.forwarding.length) {
-      kids.push(el('div', { class: 'sub-h', text: 'Forwarding queues (MQTT to peers)' }),
-        table(['Peer', 'Queued', 'Dropped'], c.forwarding.map((q) => el('tr', {}, td(q.peer), td(fmtNum(q.depth), 'num'), td(fmtNum(q.dropped), 'num'))), [1, 2]));
+      kids.push(el('div', { class: 'sub-h', text: 'Forwarding of MQTT publishes to subscribers on peers' }),
+        table(['Peer', 'Forwarded', 'Dropped (queue full or peer gone)'], c.forwarding.map((q) => el('tr', {}, td(q.peer), td(fmtNum(q.forwarded), 'num'),
+          el('td', { class: 'num' }, q.dropped ? el('span', { class: 'badge warn', text: fmtNum(q.dropped) }) : '0'))), [1, 2]));
     }
     root.replaceChildren(el('div', { class: 'card' }, kids));
   }
@@ -335,7 +342,11 @@
       if (!r.ok) throw new Error('HTTP ' + r.status);
       lastModel = await r.json();
       lastOK = Date.now();
-      render(lastModel);
+      try {
+        render(lastModel);
+      } catch (e) {
+        pageError(e && e.stack || e);
+      }
       document.getElementById('live-dot').className = 'dot on';
       document.getElementById('updated').textContent = 'live · up ' + fmtDur(lastModel.uptime_seconds);
     } catch (e) {
