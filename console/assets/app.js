@@ -116,6 +116,9 @@
     const yMax = niceMax(Math.max(maxV, c.min_top || 0));
     const x = (t) => padL + (W - padL - padR) * (t - tStart) / windowMs;
     const y = (v) => padT + (H - padT - padB) * (1 - v / yMax);
+    // The plot area has a background of its own (tests find charts in
+    // screenshots by it).
+    svg.appendChild(sv('rect', { x: padL, y: padT, width: W - padL - padR, height: H - padT - padB, class: 'plot' }));
     for (let i = 0; i <= 4; i++) {
       const v = yMax * i / 4, yy = y(v);
       svg.appendChild(sv('line', { x1: padL, x2: W - padR, y1: yy, y2: yy, class: 'grid' }));
@@ -157,9 +160,6 @@
       if (lastV !== null) span.appendChild(el('b', { class: 'now', text: ' ' + fmtNum(lastV) + ' ' + c.unit }));
       return span;
     }));
-    const r = svg.getBoundingClientRect();
-    svg.setAttribute('data-rect', [Math.round(r.left + window.scrollX), Math.round(r.top + window.scrollY),
-      Math.round(r.width), Math.round(r.height)].join(','));
   }
   function renderCharts(m) {
     const root = document.getElementById('charts');
@@ -203,7 +203,7 @@
     tiles.push(tile('Ingest', fmtNum(o.ingest_per_second), 'msg/s', 'committed ' + fmtNum(o.committed_per_second) + ' rows/s'));
     if (o.wal_budget_bytes > 0 || o.wal_bytes > 0) {
       const pct = o.wal_fill_percent;
-      const cls = pct >= 100 ? 'bad' : pct >= 80 ? 'warn' : '';
+      const cls = pct >= 95 ? 'bad' : pct >= 80 ? 'warn' : '';
       tiles.push(tile('WAL buffered', fmtBytes(o.wal_bytes), null,
         (o.wal_budget_bytes ? pct.toFixed(1) + ' % of ' + fmtBytes(o.wal_budget_bytes) + ' budget · ' : '') + fmtNum(o.wal_records) + ' records',
         cls, o.wal_budget_bytes ? pct : undefined));
