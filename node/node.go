@@ -233,11 +233,6 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 		n.httpLn = ln
 		n.http = &http.Server{Handler: n.handler(), ReadHeaderTimeout: 10 * time.Second}
-		n.wg.Add(1)
-		go func() {
-			defer n.wg.Done()
-			n.console.Run(runCtx) // the history behind the console's charts
-		}()
 		n.log.Info("listening", "listener", "http", "addr", ln.Addr().String(),
 			"endpoints", "/ (console) /console/api /status /cluster /metrics /healthz /readyz")
 		n.wg.Add(1)
@@ -250,6 +245,15 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	if err := n.startCluster(); err != nil {
 		return err
+	}
+	if n.console != nil {
+		// Sampled from here on (every part is set): the history behind
+		// the console's charts.
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.console.Run(runCtx)
+		}()
 	}
 	return nil
 }
