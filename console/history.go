@@ -128,6 +128,18 @@ func (sp *sampler) sample(s *Snapshot, now time.Time) row {
 	if s.Uplink != nil {
 		r.v["cum:fenced"] = float64(s.Uplink.Fenced)
 	}
+	if s.Consumers != nil {
+		for _, g := range s.Consumers.KafkaGroups {
+			var lag int64
+			for _, l := range g.Lag {
+				lag += l.Lag
+			}
+			r.v["lag:"+g.ID] = float64(lag)
+		}
+		for _, sub := range s.Consumers.PulsarSubscriptions {
+			r.v["backlog:"+sub.Topic+" "+sub.Name] = float64(sub.Backlog)
+		}
+	}
 	hists := map[string]*Hist{}
 	for i := range s.Latency {
 		h := &s.Latency[i]
@@ -205,6 +217,8 @@ var chartDefs = []chartDef{
 	{ID: "wal_group", Title: "Operations per WAL fsync", Unit: "ops", Prefixes: []string{"lat:wal_group:"},
 		Labels: map[string]string{"lat:wal_group:p50": "p50", "lat:wal_group:p99": "p99"}},
 	{ID: "refusals", Title: "Refusals by reason", Unit: "/s", Prefixes: []string{"refuse:"}},
+	{ID: "consumer_lag", Title: "Kafka consumer group lag", Unit: "messages", Prefixes: []string{"lag:"}},
+	{ID: "pulsar_backlog", Title: "Pulsar subscription backlog", Unit: "messages", Prefixes: []string{"backlog:"}},
 }
 
 var protocolNames = map[string]string{"mqtt": "MQTT", "kafka": "Kafka", "pulsar": "Pulsar"}

@@ -87,6 +87,7 @@ type StreamV struct {
 	Snapshots     int          `json:"snapshots"`
 	DataFiles     int64        `json:"data_files"`
 	Rows          int64        `json:"rows"`
+	DataBytes     int64        `json:"data_bytes"`
 	MetadataBytes int64        `json:"metadata_bytes"`
 	Schema        []ColumnV    `json:"schema,omitempty"`
 	Maintenance   *MaintV      `json:"maintenance,omitempty"`
@@ -170,8 +171,9 @@ type QueueV struct {
 
 // ConsV is the consumers view.
 type ConsV struct {
-	KafkaGroups         []KafkaGroupV `json:"kafka_groups"`
-	PulsarSubscriptions []PulsarSubV  `json:"pulsar_subscriptions"`
+	KafkaGroups []KafkaGroupV `json:"kafka_groups"`
+	// PulsarSubscriptions is null when the host does not report them.
+	PulsarSubscriptions []PulsarSubV `json:"pulsar_subscriptions"`
 }
 
 // KafkaGroupV is a consumer group.
@@ -241,7 +243,7 @@ func streamViews(ss []Stream) []StreamV {
 	out := make([]StreamV, 0, len(ss))
 	for _, s := range ss {
 		v := StreamV{Name: s.Name, Snapshots: s.Snapshots, DataFiles: s.DataFiles, Rows: s.Rows,
-			MetadataBytes: s.MetadataBytes, Recent: []RowV{}, Partitions: []PartitionV{}}
+			DataBytes: s.DataBytes, MetadataBytes: s.MetadataBytes, Recent: []RowV{}, Partitions: []PartitionV{}}
 		for _, p := range s.Partitions {
 			v.Partitions = append(v.Partitions, PartitionV(p))
 		}
@@ -287,7 +289,10 @@ func consumersView(c *Consumers) *ConsV {
 	if c == nil {
 		return nil
 	}
-	v := &ConsV{KafkaGroups: []KafkaGroupV{}, PulsarSubscriptions: []PulsarSubV{}}
+	v := &ConsV{KafkaGroups: []KafkaGroupV{}}
+	if c.PulsarReported {
+		v.PulsarSubscriptions = []PulsarSubV{}
+	}
 	for _, g := range c.KafkaGroups {
 		gv := KafkaGroupV{ID: g.ID, State: g.State, Members: g.Members, Lag: g.Lag}
 		if gv.Members == nil {

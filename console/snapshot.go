@@ -79,6 +79,7 @@ type Stream struct {
 	Snapshots     int
 	DataFiles     int64
 	Rows          int64
+	DataBytes     int64 // size of the current snapshot's data files
 	MetadataBytes int64
 	Schema        []Column
 	Maintenance   *Maintenance
@@ -168,7 +169,10 @@ type Queue struct {
 
 // Consumers is the consume side (cloud server and `dev`).
 type Consumers struct {
-	KafkaGroups         []KafkaGroup
+	KafkaGroups []KafkaGroup
+	// PulsarSubscriptions are listed when PulsarReported (a host whose
+	// Pulsar server does not report them leaves it false).
+	PulsarReported      bool
 	PulsarSubscriptions []PulsarSubscription
 }
 

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tributary-io/tributary/console"
 )
@@ -479,5 +480,57 @@ func TestConsoleBudgetBanner(t *testing.T) {
 	}
 	if dir := os.Getenv("TRIBUTARY_SCREENSHOTS"); dir != "" {
 		runChromium(t, origin+"/", "--window-size=1280,900", "--hide-scrollbars", "--screenshot="+filepath.Join(dir, "console-banner.png"))
+	}
+}
+
+// TestConsoleCloud: `tributary cloud` serves the console on its catalog
+// port: the streams of the catalog and the Kafka consumer groups with their
+// lag per partition, with no console errors and nothing fetched elsewhere.
+func TestConsoleCloud(t *testing.T) {
+	dir := t.TempDir()
+	p := startDev(t, dir, "--sim-devices", "2", "--sim-rate", "20")
+	waitFor(t, 30*time.Second, "simulator traffic committed", func() bool {
+		return status(t, p).Uplink.Commits > 0
+	})
+	cloud := startProc(t, dir, "cloud", "--data", dir, "--catalog-addr", "127.0.0.1:0", "--kafka-addr", "127.0.0.1:0",
+		"--pulsar-addr", "127.0.0.1:0", "--maintenance=false")
+	kc, err := kgo.NewClient(kgo.SeedBrokers(cloud.CloudKafka), kgo.ConsumerGroup("console-e2e"), kgo.ConsumeTopics("factory.telemetry"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for got := 0; got == 0; {
+		fs := kc.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("nothing consumed from the cloud server: %v", fs.Errors())
+		}
+		got = fs.NumRecords()
+	}
+	if err := kc.CommitUncommittedOffsets(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cp := &proc{HTTP: cloud.Catalog}
+	waitFor(t, 30*time.Second, "the group in the cloud console's JSON", func() bool {
+		m := consoleModel(t, cp)
+		return m.Role == "cloud" && m.Consumers != nil && len(m.Consumers.KafkaGroups) == 1 && len(m.Streams) > 0
+	})
+	m := consoleModel(t, cp)
+	g := m.Consumers.KafkaGroups[0]
+	if g.ID != "console-e2e" || len(g.Lag) == 0 || g.Lag[0].Topic != "factory.telemetry" || g.Lag[0].Committed <= 0 {
+		t.Fatalf("group in the console: %+v", g)
+	}
+	origin := "http://" + cloud.Catalog
+	run := runChromiumLogged(t, origin+"/#consumers", "--dump-dom", "--window-size=1280,900")
+	checkCleanPage(t, run, origin)
+	for _, want := range []string{"Kafka consumer groups", `data-group="console-e2e"`, "Committed offset", "factory.telemetry", "cloud server"} {
+		if !bytes.Contains(run.stdout, []byte(want)) {
+			t.Errorf("rendered cloud console lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("rendered page:\n%s", run.stdout)
 	}
 }

@@ -4,44 +4,37 @@ import (
 	"context"
 	"sort"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/console"
-	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/kafka"
 )
 
 // The node feeds the operator's console (package console) with a
-// snapshot of its parts. What is slow to read — table schemas, marks and
-// owners from the catalog, consumer-group lag — is refreshed in the
-// background at most every consoleRefresh and served from tableInfo, so
-// a page view never waits on the catalog.
-const consoleRefresh = 5 * time.Second
-
-// maxConsoleStreams bounds the streams whose tables the console reads.
-const maxConsoleStreams = 64
-
-type consoleCache struct {
-	mu         sync.Mutex
-	at         time.Time
-	refreshing bool
-	tables     map[string]tableInfo
-	lags       []console.KafkaGroup
-}
-
-type tableInfo struct {
-	schema     []console.Column
-	marks      map[int32]int64
-	owners     map[int32]tables.Ownership
-	snapshots  int
-	files      int64
-	rows       int64
-	lease      string
-	metaLoaded bool
-}
+// snapshot of its parts; what is slow to read (the tables in the catalog,
+// consumer-group lag) comes from a console.TableCache refreshed in the
+// background.
 
 func (n *Node) newConsole() *console.Console {
+	walStreams := func() []string {
+		var out []string
+		for _, p := range n.wal.Partitions() {
+			out = append(out, p.Stream)
+		}
+		return out
+	}
+	var lags func(ctx context.Context) []console.KafkaGroup
+	if n.cloudK != nil {
+		lags = func(ctx context.Context) []console.KafkaGroup {
+			l, err := n.cloudK.GroupLags(ctx)
+			if err != nil {
+				return nil
+			}
+			return kafkaGroups(l)
+		}
+	}
+	n.consoleTables = console.NewTableCache(n.cat, walStreams, lags)
 	return console.New(console.Options{Source: n.consoleSnapshot})
 }
 
@@ -85,8 +78,12 @@ func (n *Node) consoleSnapshot() console.Snapshot {
 	s.Latency = append(s.Latency, mergeStreams("commit", console.Histograms("commit", n.up.CommitHistogram())))
 	s.Latency = append(s.Latency, console.Histograms("freshness", n.up.FreshnessHistogram())...)
 
-	info, lags := n.consoleTables()
+	info, lags := n.consoleTables.Get()
 	byStream := map[string]*console.Stream{}
+	for name, ti := range info {
+		st := ti.Stream(name) // every partition the table knows, other nodes' too
+		byStream[name] = &st
+	}
 	stream := func(name string) *console.Stream {
 		st := byStream[name]
 		if st == nil {
@@ -100,15 +97,23 @@ func (n *Node) consoleSnapshot() console.Snapshot {
 		st := stream(p.Stream)
 		part := console.Partition{ID: p.Partition, Owner: n.cfg.NodeID, Epoch: p.Epoch, NextOffset: p.Next, Committed: -1,
 			Uncommitted: p.Next - p.Released, WALBytes: p.Bytes}
-		if ti, ok := info[p.Stream]; ok && ti.metaLoaded {
-			if m, ok := ti.marks[p.Partition]; ok {
+		if ti, ok := info[p.Stream]; ok {
+			if m, ok := ti.Marks[p.Partition]; ok {
 				part.Committed = m
 			}
-			if o, ok := ti.owners[p.Partition]; ok {
+			if o, ok := ti.Owners[p.Partition]; ok {
 				part.Owner, part.Fenced = o.Node, o.Epoch > p.Epoch && p.Next > p.Released
 			}
 		}
-		st.Partitions = append(st.Partitions, part)
+		replaced := false
+		for i := range st.Partitions {
+			if st.Partitions[i].ID == p.Partition {
+				st.Partitions[i], replaced = part, true // this node's view is fresher
+			}
+		}
+		if !replaced {
+			st.Partitions = append(st.Partitions, part)
+		}
 		if p.OldestTimestamp > 0 && (oldest == 0 || p.OldestTimestamp < oldest) {
 			oldest = p.OldestTimestamp
 		}
@@ -116,28 +121,11 @@ func (n *Node) consoleSnapshot() console.Snapshot {
 	if oldest > 0 {
 		s.WAL.OldestAge = time.Since(time.UnixMicro(oldest))
 	}
-	for name, ti := range info {
-		st := stream(name)
-		st.Schema, st.Snapshots, st.DataFiles, st.Rows = ti.schema, ti.snapshots, ti.files, ti.rows
-		// Partitions other nodes write, from the table's properties.
-		have := map[int32]bool{}
-		for _, p := range st.Partitions {
-			have[p.ID] = true
-		}
-		for p, o := range ti.owners {
-			if !have[p] {
-				st.Partitions = append(st.Partitions, console.Partition{ID: p, Owner: o.Node, Epoch: o.Epoch,
-					NextOffset: ti.marks[p], Committed: ti.marks[p]})
-			}
-		}
-		if ti.lease != "" {
-			st.Maintenance = &console.Maintenance{LeaseHolder: ti.lease}
-		}
-	}
 	if n.maint != nil {
 		for _, m := range n.maint.Stats() {
 			st := stream(m.Stream)
-			st.Snapshots, st.DataFiles, st.Rows, st.MetadataBytes = m.Snapshots, m.DataFiles, m.Records, m.MetadataBytes
+			st.Snapshots, st.DataFiles, st.Rows, st.MetadataBytes = max(st.Snapshots, m.Snapshots), max(st.DataFiles, m.DataFiles),
+				max(st.Rows, m.Records), m.MetadataBytes
 			st.Maintenance = &console.Maintenance{LastPass: m.LastPass, LastDuration: m.LastDuration, Passes: m.Passes,
 				Failures: m.Failures, LastError: m.LastError, LeaseHolder: m.LeaseHolder}
 		}
@@ -219,72 +207,19 @@ func replicaTargets(self string, members []cluster.Member, k int) []string {
 	return out
 }
 
-// consoleTables returns the cached table figures and group lags, starting
-// a background refresh when they are older than consoleRefresh.
-func (n *Node) consoleTables() (map[string]tableInfo, []console.KafkaGroup) {
-	c := &n.consoleCache
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.refreshing && time.Since(c.at) >= consoleRefresh {
-		c.refreshing = true
-		go n.refreshConsoleTables()
-	}
-	return c.tables, c.lags
-}
-
-func (n *Node) refreshConsoleTables() {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	names := map[string]bool{}
-	for _, p := range n.wal.Partitions() {
-		names[p.Stream] = true
-	}
-	if list, err := n.cat.ListStreams(ctx); err == nil {
-		for _, s := range list {
-			names[s] = true
-		}
-	}
-	out := map[string]tableInfo{}
-	for name := range names {
-		if len(out) >= maxConsoleStreams {
-			break
-		}
-		t, err := n.cat.LoadTable(ctx, name)
-		if err != nil {
-			continue
-		}
-		ti := tableInfo{snapshots: len(t.Metadata().Snapshots())}
-		for _, f := range t.Schema().Fields() {
-			ti.schema = append(ti.schema, console.Column{Name: f.Name, Type: f.Type.String(), Required: f.Required})
-		}
-		if s := t.CurrentSnapshot(); s != nil && s.Summary != nil {
-			ti.files, _ = strconv.ParseInt(s.Summary.Properties["total-data-files"], 10, 64)
-			ti.rows, _ = strconv.ParseInt(s.Summary.Properties["total-records"], 10, 64)
-		}
-		ti.lease, _ = tables.LeaseHolder(t)
-		if marks, owners, err := n.cat.Marks(ctx, name); err == nil {
-			ti.marks, ti.owners, ti.metaLoaded = marks, owners, true
-		}
-		out[name] = ti
-	}
+// kafkaGroups converts the cloud Kafka server's group lag for the console.
+func kafkaGroups(lags []kafka.GroupLag) []console.KafkaGroup {
 	var groups []console.KafkaGroup
-	if n.cloudK != nil {
-		if lags, err := n.cloudK.GroupLags(ctx); err == nil {
-			idx := map[string]int{}
-			for _, l := range lags {
-				i, ok := idx[l.Group]
-				if !ok {
-					i = len(groups)
-					idx[l.Group] = i
-					groups = append(groups, console.KafkaGroup{ID: l.Group})
-				}
-				groups[i].Lag = append(groups[i].Lag, console.PartitionLag{Topic: l.Topic, Partition: l.Partition,
-					Committed: l.Committed, End: l.HighWater, Lag: l.Lag})
-			}
+	idx := map[string]int{}
+	for _, l := range lags {
+		i, ok := idx[l.Group]
+		if !ok {
+			i = len(groups)
+			idx[l.Group] = i
+			groups = append(groups, console.KafkaGroup{ID: l.Group})
 		}
+		groups[i].Lag = append(groups[i].Lag, console.PartitionLag{Topic: l.Topic, Partition: l.Partition,
+			Committed: l.Committed, End: l.HighWater, Lag: l.Lag})
 	}
-	c := &n.consoleCache
-	c.mu.Lock()
-	c.tables, c.lags, c.at, c.refreshing = out, groups, time.Now(), false
-	c.mu.Unlock()
+	return groups
 }

@@ -77,8 +77,8 @@ type Node struct {
 	// cluster.gossip_addr); set in Start before the cluster is joined.
 	peer *peer.Peer
 	// console is the operator's console on the HTTP port (console.go).
-	console      *console.Console
-	consoleCache consoleCache
+	console       *console.Console
+	consoleTables *console.TableCache
 
 	started time.Time
 	cancel  context.CancelFunc

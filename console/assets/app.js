@@ -199,8 +199,13 @@
   }
   const protoName = { mqtt: 'MQTT', kafka: 'Kafka', pulsar: 'Pulsar' };
   function renderTiles(m) {
-    const o = m.overview, tiles = [];
-    tiles.push(tile('Ingest', fmtNum(o.ingest_per_second), 'msg/s', 'committed ' + fmtNum(o.committed_per_second) + ' rows/s'));
+    const o = m.overview, tiles = [], ingests = m.role !== 'cloud';
+    if (ingests) {
+      tiles.push(tile('Ingest', fmtNum(o.ingest_per_second), 'msg/s', 'committed ' + fmtNum(o.committed_per_second) + ' rows/s'));
+    } else {
+      const rows = m.streams.reduce((a, s) => a + s.rows, 0), bytes = m.streams.reduce((a, s) => a + s.data_bytes, 0);
+      tiles.push(tile('Streams', fmtNum(m.streams.length), null, fmtNum(rows) + ' rows · ' + fmtBytes(bytes)));
+    }
     if (o.wal_budget_bytes > 0 || o.wal_bytes > 0) {
       const pct = o.wal_fill_percent;
       const cls = pct >= 95 ? 'bad' : pct >= 80 ? 'warn' : '';
@@ -223,9 +228,16 @@
         clients.map(([p, n]) => fmtNum(n) + ' ' + (protoName[p] || p)).join(' · ')));
     }
     const refused = o.refusals.reduce((a, r) => a + r.value, 0);
-    tiles.push(tile('Refused', fmtNum(refused), null,
+    if (ingests) tiles.push(tile('Refused', fmtNum(refused), null,
       refused ? o.refusals.filter((r) => r.value).map((r) => r.label + ' ' + fmtNum(r.value)).join(' · ') : 'nothing refused',
       refused ? 'warn' : ''));
+    if (m.consumers) {
+      const lag = m.consumers.kafka_groups.reduce((a, g) => a + g.total_lag, 0);
+      tiles.push(tile('Kafka consumer groups', fmtNum(m.consumers.kafka_groups.length), null, 'total lag ' + fmtNum(lag) + ' messages'));
+      const subs = m.consumers.pulsar_subscriptions;
+      if (subs) tiles.push(tile('Pulsar subscriptions', fmtNum(subs.length), null,
+        'backlog ' + fmtNum(subs.reduce((a, s) => a + s.backlog, 0)) + ' messages'));
+    }
     document.getElementById('tiles').replaceChildren(...tiles);
   }
   function renderHealth(m) {
@@ -264,7 +276,7 @@
       return el('div', { class: 'card stream', 'data-stream': s.name },
         el('div', { class: 'stream-head' }, el('h3', { text: s.name }),
           el('span', { class: 'kv' }, el('b', { text: fmtNum(s.rows) }), ' rows'),
-          el('span', { class: 'kv' }, el('b', { text: fmtNum(s.data_files) }), ' data files'),
+          el('span', { class: 'kv' }, el('b', { text: fmtNum(s.data_files) }), ' data files', s.data_bytes ? ' (' + fmtBytes(s.data_bytes) + ')' : ''),
           el('span', { class: 'kv' }, el('b', { text: fmtNum(s.snapshots) }), ' snapshots'),
           s.metadata_bytes ? el('span', { class: 'kv' }, 'metadata ', el('b', { text: fmtBytes(s.metadata_bytes) })) : null, maint),
         el('div', { class: 'sub-h', text: 'Partitions' }), parts,
@@ -277,6 +289,7 @@
   }
   function renderCluster(m, now) {
     const c = m.cluster, root = document.getElementById('cluster');
+    document.querySelector('#tabs a[data-view="cluster"]').hidden = !c;
     if (!c) { root.replaceChildren(el('div', { class: 'card none', text: 'This host is not part of a cluster.' })); return; }
     const head = el('div', { class: 'stream-head' }, el('h3', { text: c.gossip ? 'Cluster' : 'Single node (no gossip configured)' }),
       el('span', { class: 'kv' }, 'replication factor ', el('b', { text: c.replication_factor })),
@@ -302,13 +315,14 @@
     if (!c) return;
     const groups = c.kafka_groups.length ? c.kafka_groups.map((g) => el('div', { class: 'card stream', 'data-group': g.id },
       el('div', { class: 'stream-head' }, el('h3', { text: g.id }), g.state ? el('span', { class: 'badge', text: g.state }) : null,
-        el('span', { class: 'kv' }, el('b', { text: g.members.length }), ' members'),
+        g.members.length ? el('span', { class: 'kv' }, el('b', { text: g.members.length }), ' members') : null,
         el('span', { class: 'kv' }, 'total lag ', el('b', { text: fmtNum(g.total_lag) }), ' messages')),
       g.members.length ? el('div', { class: 'kv', text: 'Members: ' + g.members.join(', ') }) : null,
       table(['Topic', 'Partition', 'Committed offset', 'End offset', 'Lag'], g.partitions.map((l) =>
         el('tr', {}, td(l.topic), td(l.partition, 'num'), td(fmtNum(l.committed), 'num'), td(fmtNum(l.end), 'num'), td(fmtNum(l.lag), 'num'))), [1, 2, 3, 4])))
       : [el('div', { class: 'card none', text: 'No Kafka consumer group has committed offsets yet.' })];
-    const subs = c.pulsar_subscriptions.length ? [el('div', { class: 'card' }, table(['Topic', 'Subscription', 'Type', 'Consumers', 'Backlog'],
+    const subs = !c.pulsar_subscriptions ? [el('div', { class: 'card none', text: 'This server does not report Pulsar subscriptions yet.' })]
+      : c.pulsar_subscriptions.length ? [el('div', { class: 'card' }, table(['Topic', 'Subscription', 'Type', 'Consumers', 'Backlog'],
       c.pulsar_subscriptions.map((s) => el('tr', {}, td(s.topic), td(s.name), td(s.type || '–'), td(s.consumers, 'num'), td(fmtNum(s.backlog), 'num'))), [3, 4]))]
       : [el('div', { class: 'card none', text: 'No Pulsar subscription yet.' })];
     document.getElementById('consumers').replaceChildren(el('h3', { text: 'Kafka consumer groups' }), ...groups,
