@@ -534,3 +534,52 @@ func TestConsoleCloud(t *testing.T) {
 		t.Logf("rendered page:\n%s", run.stdout)
 	}
 }
+
+// TestConsoleCluster: on a three-node cluster (replication factor 2) the
+// console's cluster view lists the members and who holds whose replicas;
+// with both peers killed, a publish is acknowledged with a missing replica
+// and the console shows the "replica missing" and "member down" banners.
+func TestConsoleCluster(t *testing.T) {
+	c := newReplCluster(t)
+	n1 := c.node("n1")
+	m := consoleModel(t, n1)
+	if m.Cluster == nil || !m.Cluster.Gossip || len(m.Cluster.Members) != 3 || m.Cluster.ReplicationFactor != 2 {
+		t.Fatalf("cluster in the console: %+v", m.Cluster)
+	}
+	for _, mb := range m.Cluster.Members {
+		want := map[string]string{"n1": "n2", "n2": "n3", "n3": "n1"}[mb.ID]
+		if mb.State != "alive" || len(mb.ReplicatesTo) != 1 || mb.ReplicatesTo[0] != want {
+			t.Errorf("member %+v: want alive, replicating to %s", mb, want)
+		}
+	}
+	c.kill("n2")
+	c.kill("n3")
+	ctx := context.Background()
+	cl, err := mqttClient(ctx, n1.MQTT, "console-cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Disconnect(&paho.Disconnect{})
+	waitFor(t, 60*time.Second, "replica-missing and member-down banners in the JSON", func() bool {
+		cl.Publish(ctx, &paho.Publish{Topic: "factory/cluster", QoS: 1, Payload: []byte(`{"n":1}`)})
+		ids := map[string]bool{}
+		for _, a := range consoleModel(t, n1).Health {
+			ids[a.ID] = true
+		}
+		return ids["replica_missing"] && ids["member_down"]
+	})
+	origin := "http://" + n1.HTTP
+	run := runChromiumLogged(t, origin+"/#cluster", "--dump-dom", "--window-size=1280,900")
+	checkCleanPage(t, run, origin)
+	for _, want := range []string{`id="health-replica_missing"`, `id="health-member_down"`, `data-member="n2"`, `data-member="n3"`, "Replicates to", "degraded"} {
+		if !bytes.Contains(run.stdout, []byte(want)) {
+			t.Errorf("rendered cluster view lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("rendered page:\n%s", run.stdout)
+	}
+	if dir := os.Getenv("TRIBUTARY_SCREENSHOTS"); dir != "" {
+		runChromium(t, origin+"/#cluster", "--window-size=1280,900", "--hide-scrollbars", "--screenshot="+filepath.Join(dir, "console-cluster.png"))
+	}
+}
