@@ -138,8 +138,12 @@ func (h *publishHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pa
 			return pk, nil
 		}
 	}
+	start := time.Now()
 	err := s.sink.Append(s.ctx, rec)
 	if err == nil {
+		if pk.FixedHeader.Qos > 0 {
+			s.pubackLatency.Observe(time.Since(start).Seconds())
+		}
 		s.accepted[min(pk.FixedHeader.Qos, 2)].Add(1)
 		s.payloadBytes.Add(uint64(len(pk.Payload)))
 		s.budget.ok(s)

@@ -61,6 +61,7 @@ import (
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/listen"
@@ -183,6 +184,8 @@ type Server struct {
 	panics        atomic.Uint64
 	lastPanic     atomic.Value // string: stack of the last recovered panic
 
+	pubackLatency prometheus.Histogram // metrics.go
+
 	// interest is this node's subscriptions (followed from the start, so
 	// the cluster namespace can start later); cluster is the namespace,
 	// nil until StartCluster.
@@ -241,6 +244,8 @@ func New(cfg Config, sink Sink) (*Server, error) {
 		log:    log,
 		ctx:    ctx,
 		cancel: cancel,
+
+		pubackLatency: newPubackHistogram(),
 	}
 	s.broker = mochi.New(&mochi.Options{
 		Capabilities:           caps,

@@ -1,7 +1,6 @@
 package node
 
 import (
-	_ "embed"
 	"encoding/json"
 	"net/http"
 	"net/http/pprof"
@@ -15,9 +14,6 @@ import (
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/listen"
 )
-
-//go:embed status.html
-var statusPage []byte
 
 // Status is what /status reports.
 type Status struct {
@@ -139,13 +135,17 @@ func (n *Node) handler() http.Handler {
 	n.registerClusterMetrics(reg)
 	n.registerMQTTClusterMetrics(reg)
 	n.registerReplicaMetrics(reg)
+	reg.MustRegister(n.wal.Collectors()...)
+	reg.MustRegister(n.up.Collectors()...)
+	reg.MustRegister(n.mqtt.PubackHistogram())
 	reg.MustRegister(newMaintCollector(n))
 	reg.MustRegister(&n.ingest.count)
 	if n.cloudK != nil {
 		reg.MustRegister(n.cloudK.LagCollector())
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// OpenMetrics (when the scraper asks for it) carries the exemplars.
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
@@ -171,10 +171,10 @@ func (n *Node) handler() http.Handler {
 	})
 	mux.HandleFunc("GET /cluster", n.serveCluster)
 	n.registerTestHooks(mux)
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		w.Write(statusPage)
-	})
+	// The operator's console: GET / (the page), /console/app.js|css,
+	// /console/api (its JSON model).
+	n.console = n.newConsole()
+	n.console.Register(mux)
 	return mux
 }
 

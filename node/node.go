@@ -37,6 +37,7 @@ import (
 	"time"
 
 	"github.com/tributary-io/tributary/cluster"
+	"github.com/tributary-io/tributary/console"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/listen"
 	"github.com/tributary-io/tributary/mqtt"
@@ -75,6 +76,9 @@ type Node struct {
 	// peer is the data plane between nodes (nil without
 	// cluster.gossip_addr); set in Start before the cluster is joined.
 	peer *peer.Peer
+	// console is the operator's console on the HTTP port (console.go).
+	console       *console.Console
+	consoleTables *console.TableCache
 
 	started time.Time
 	cancel  context.CancelFunc
@@ -236,7 +240,7 @@ func (n *Node) Start(ctx context.Context) error {
 		n.httpLn = ln
 		n.http = &http.Server{Handler: n.handler(), ReadHeaderTimeout: 10 * time.Second}
 		n.log.Info("listening", "listener", "http", "addr", ln.Addr().String(),
-			"endpoints", "/status /cluster /metrics /healthz /readyz")
+			"endpoints", "/ (console) /console/api /status /cluster /metrics /healthz /readyz")
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
@@ -247,6 +251,15 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	if err := n.startCluster(); err != nil {
 		return err
+	}
+	if n.console != nil {
+		// Sampled from here on (every part is set): the history behind
+		// the console's charts.
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			n.console.Run(runCtx)
+		}()
 	}
 	return nil
 }

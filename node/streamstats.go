@@ -3,22 +3,27 @@ package node
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/console"
 )
 
 // streamCounters counts messages and payload bytes made durable, by
-// protocol (the record's Source) and stream.
+// protocol (the record's Source) and stream, and keeps each stream's
+// latest records (recentRing).
 type streamCounters struct {
-	mu sync.RWMutex
-	m  map[[2]string]*streamCount
+	mu  sync.RWMutex
+	m   map[[2]string]*streamCount
+	rec map[string]*recentRing
 }
 
 type streamCount struct{ msgs, bytes atomic.Int64 }
 
 func (c *streamCounters) add(recs []*tributary.Record) {
+	c.keepRecent(recs)
 	for _, r := range recs {
 		k := [2]string{r.Source, r.Stream}
 		c.mu.RLock()
@@ -37,6 +42,39 @@ func (c *streamCounters) add(recs []*tributary.Record) {
 		}
 		sc.msgs.Add(1)
 		sc.bytes.Add(int64(len(r.Value)))
+	}
+}
+
+// keepRecent pushes the last records of each stream in recs (at most
+// recentPerStream of them) into the stream's ring, locking it once per
+// run of records of one stream.
+func (c *streamCounters) keepRecent(recs []*tributary.Record) {
+	for end := len(recs); end > 0; {
+		stream := recs[end-1].Stream
+		start := end - 1
+		for start > 0 && recs[start-1].Stream == stream {
+			start--
+		}
+		c.mu.RLock()
+		rr := c.rec[stream]
+		c.mu.RUnlock()
+		if rr == nil {
+			c.mu.Lock()
+			if c.rec == nil {
+				c.rec = map[string]*recentRing{}
+			}
+			if rr = c.rec[stream]; rr == nil {
+				rr = &recentRing{}
+				c.rec[stream] = rr
+			}
+			c.mu.Unlock()
+		}
+		rr.mu.Lock()
+		for _, r := range recs[max(start, end-recentPerStream):end] {
+			rr.push(r)
+		}
+		rr.mu.Unlock()
+		end = start
 	}
 }
 
@@ -59,4 +97,73 @@ func (c *streamCounters) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descStreamMsgs, prometheus.CounterValue, float64(sc.msgs.Load()), k[0], k[1])
 		ch <- prometheus.MustNewConstMetric(descStreamBytes, prometheus.CounterValue, float64(sc.bytes.Load()), k[0], k[1])
 	}
+}
+
+// recentRows keeps the last few records of each stream for the console's
+// streams view, in a fixed ring per stream whose value buffers are reused
+// (no allocation per record once warm).
+const (
+	recentPerStream = 10
+	recentValueMax  = 256
+)
+
+type recentRing struct {
+	mu   sync.Mutex
+	rows [recentPerStream]recentRow
+	next int // total pushed
+}
+
+type recentRow struct {
+	partition          int32
+	offset, ts         int64
+	topic, source, cid string
+	key, val           []byte
+	keyNil             bool
+	size               int
+}
+
+func (rr *recentRing) push(r *tributary.Record) {
+	e := &rr.rows[rr.next%recentPerStream]
+	rr.next++
+	e.partition, e.offset, e.ts = r.Partition, r.Offset, r.Timestamp
+	e.topic, e.source, e.cid = r.Topic, r.Source, r.ClientID
+	e.keyNil = r.Key == nil
+	e.key = append(e.key[:0], r.Key[:min(len(r.Key), recentValueMax)]...)
+	e.val = append(e.val[:0], r.Value[:min(len(r.Value), recentValueMax)]...)
+	e.size = len(r.Value)
+}
+
+// recent returns copies of the stream's kept records, oldest first.
+func (c *streamCounters) recent(stream string) []console.Row {
+	c.mu.RLock()
+	rr := c.rec[stream]
+	c.mu.RUnlock()
+	if rr == nil {
+		return nil
+	}
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	n := min(rr.next, recentPerStream)
+	out := make([]console.Row, 0, n)
+	for i := rr.next - n; i < rr.next; i++ {
+		e := &rr.rows[i%recentPerStream]
+		row := console.Row{Partition: e.partition, Offset: e.offset, Timestamp: time.UnixMicro(e.ts), Topic: e.topic,
+			Value: append([]byte(nil), e.val...), ValueSize: e.size, Source: e.source, ClientID: e.cid}
+		if !e.keyNil {
+			row.Key = append([]byte{}, e.key...)
+		}
+		out = append(out, row)
+	}
+	return out
+}
+
+// ingestCounts lists the counters for the console.
+func (c *streamCounters) ingestCounts() []console.IngestCount {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	out := make([]console.IngestCount, 0, len(c.m))
+	for k, sc := range c.m {
+		out = append(out, console.IngestCount{Protocol: k[0], Stream: k[1], Messages: sc.msgs.Load(), Bytes: sc.bytes.Load()})
+	}
+	return out
 }

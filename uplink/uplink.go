@@ -177,6 +177,8 @@ type Uplink struct {
 	files, bytesUp, records                 atomic.Int64
 	fenced, fencedRecords, unproven         atomic.Int64
 
+	metrics *metrics // histograms (metrics.go)
+
 	flushReq chan chan error
 }
 
@@ -205,7 +207,7 @@ type ReleaseListener interface {
 func New(cfg Config, log Log, cat Committer, bucket Bucket) *Uplink {
 	cfg.defaults()
 	return &Uplink{cfg: cfg, log: log, cat: cat, bucket: bucket,
-		backoff: map[string]*retryState{}, flushReq: make(chan chan error)}
+		backoff: map[string]*retryState{}, flushReq: make(chan chan error), metrics: newMetrics()}
 }
 
 // OnFence registers l; call it before Run.
@@ -500,7 +502,9 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 	if len(appends) == 0 {
 		return false, nil
 	}
+	commitStart := time.Now()
 	res, err := u.cat.CommitAppend(ctx, stream, appends, map[string]string{"tributary.node": u.cfg.Node})
+	u.metrics.commit.WithLabelValues(stream).Observe(time.Since(commitStart).Seconds())
 	if err != nil {
 		u.commitFailures.Add(1)
 		return false, fmt.Errorf("sync %s: %w", stream, err)
@@ -513,6 +517,7 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 		for _, p := range res.Committed {
 			if p == a.Partition {
 				u.records.Add(a.To - a.From)
+				u.metrics.committed(stream, batch[a.Partition], time.Now())
 			}
 		}
 	}
@@ -569,10 +574,12 @@ func (u *Uplink) upload(ctx context.Context, stream string, recs []*tributary.Re
 		if err != nil {
 			return nil, fmt.Errorf("sync %s: %w", stream, err)
 		}
+		writeStart := time.Now()
 		if err := u.bucket.WriteAll(ctx, key, buf.Bytes()); err != nil {
 			u.uploadFailures.Add(1)
 			return nil, fmt.Errorf("sync %s: upload %s: %w", stream, key, err)
 		}
+		u.metrics.upload.Observe(time.Since(writeStart).Seconds())
 		u.files.Add(1)
 		u.bytesUp.Add(int64(buf.Len()))
 		files = append(files, tables.FileMeta{URL: url, Size: int64(buf.Len()), Stats: st})

@@ -184,6 +184,9 @@ func (w *WAL) commit(ops []*op) {
 	w.stats.Ops += int64(len(live))
 	w.stats.BudgetRejections += rejections
 	w.mu.Unlock()
+	if committed {
+		w.metrics.observe(time.Since(start), len(live))
+	}
 	if committed && g.added > 0 {
 		select {
 		case w.notify <- struct{}{}:

@@ -177,6 +177,8 @@ type WAL struct {
 	recs   int64
 	stats  Stats
 
+	metrics *metrics // histograms (metrics.go)
+
 	arena  []byte // committer only: records encoded in the current group
 	chunks []byte // committer only: chunks written in the current group
 }
@@ -216,6 +218,8 @@ func Open(opts Options) (*WAL, error) {
 		notify: make(chan struct{}, 1),
 		done:   make(chan struct{}),
 		parts:  make(map[pkey]*partState),
+
+		metrics: newMetrics(),
 	}
 	if err := w.recover(); err != nil {
 		db.Close()

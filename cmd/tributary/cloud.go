@@ -136,11 +136,13 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 	h := rest.NewHandler(cat.Iceberg(), rest.Options{Warehouse: cfg.Catalog.Warehouse, Token: cfg.Catalog.Token, Logger: log})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	srv, err := rest.Listen(cfg.Catalog.Addr, withProbes(h, cat, reg))
+	con := newCloudConsole(cat) // the operator's console at GET /
+	srv, err := rest.Listen(cfg.Catalog.Addr, con.handler(withProbes(h, cat, reg)))
 	if err != nil {
 		log.Error("listen", "addr", cfg.Catalog.Addr, "err", err)
 		return 1
 	}
+	con.addr.Store(srv.Addr())
 	// The consume servers share one table reader and its caches.
 	reader := tables.NewReader(cat, tables.ReaderConfig{})
 	var ks *kafka.CloudServer
@@ -156,6 +158,7 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 		}
 		if err == nil {
 			reg.MustRegister(ks.LagCollector())
+			con.ks.Store(ks)
 		}
 		if err != nil {
 			log.Error("kafka", "addr", *cfg.Kafka.Addr, "err", err)
@@ -174,6 +177,9 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 			Peers: cfg.Pulsar.Peers, Catalog: cfg.Catalog.Name, CursorsDB: cfg.Catalog.URI, Logger: log}, reader)
 		if err == nil {
 			err = ps.Listen()
+		}
+		if err == nil {
+			con.ps.Store(ps)
 		}
 		if err != nil {
 			log.Error("pulsar", "addr", *cfg.Pulsar.Addr, "err", err)
@@ -208,6 +214,9 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 	if ps != nil {
 		pulsarBound = ps.Addr()
 	}
+	conCtx, conStop := context.WithCancel(ctx)
+	defer conStop()
+	go con.Run(conCtx)
 	log.Info("ready", "catalog", srv.Addr(), "kafka", kafkaBound, "pulsar", pulsarBound, "backing", redactURI(cfg.Catalog.URI), "warehouse", cfg.Catalog.Warehouse,
 		"auth", cfg.Catalog.Token != "", "maintenance", *cfg.Maintenance.Enabled)
 	code := 0

@@ -1,0 +1,43 @@
+package wal
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the WAL's latency and group-commit histograms (the counters
+// are in Stats).
+type metrics struct {
+	fsync prometheus.Histogram // duration of one group commit, its fsyncs included
+	group prometheus.Histogram // operations sharing one group commit
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		fsync: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tributary_wal_fsync_duration_seconds",
+			Help:    "Duration of a WAL group commit: the bbolt transaction and its fsyncs, which every acknowledgement waits for.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}), // 100µs … 3.3s
+		group: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tributary_wal_group_ops",
+			Help:    "Operations (appends, releases) sharing one WAL group commit and fsync.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 14)}), // 1 … 8192
+	}
+}
+
+func (m *metrics) observe(d time.Duration, ops int) {
+	m.fsync.Observe(d.Seconds())
+	m.group.Observe(float64(ops))
+}
+
+// Collectors returns the WAL's histograms, to register with a Prometheus
+// registry: tributary_wal_fsync_duration_seconds and tributary_wal_group_ops.
+func (w *WAL) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{w.metrics.fsync, w.metrics.group}
+}
+
+// FsyncHistogram and GroupHistogram are the two histograms, for hosts that
+// read them directly (the console).
+func (w *WAL) FsyncHistogram() prometheus.Collector { return w.metrics.fsync }
+
+// GroupHistogram: see FsyncHistogram.
+func (w *WAL) GroupHistogram() prometheus.Collector { return w.metrics.group }
