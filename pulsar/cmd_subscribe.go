@@ -30,6 +30,13 @@ func (c *conn) handleSubscribe(ctx context.Context, cmd *pb.CommandSubscribe) {
 		c.sendError(req, pb.ServerError_ConsumerBusy, fmt.Sprintf("consumer id %d is already in use on this connection", cmd.GetConsumerId()))
 		return
 	}
+	c.cmu.Lock()
+	n := len(c.consumers)
+	c.cmu.Unlock()
+	if n >= c.s.cfg.MaxConsumersPerConn {
+		c.sendError(req, pb.ServerError_TooManyRequests, fmt.Sprintf("at most %d consumers on one connection", c.s.cfg.MaxConsumersPerConn))
+		return
+	}
 	t, err := c.s.resolve(ctx, cmd.GetTopic())
 	if err != nil {
 		c.sendError(req, errorCode(err), err.Error())

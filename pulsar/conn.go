@@ -327,6 +327,8 @@ func errorCode(err error) pb.ServerError {
 	switch {
 	case errors.Is(err, ErrConsumerBusy):
 		return pb.ServerError_ConsumerBusy
+	case errors.Is(err, ErrTooMany):
+		return pb.ServerError_TooManyRequests
 	case errors.Is(err, ErrSubscriptionNotFound):
 		return pb.ServerError_SubscriptionNotFound
 	case errors.Is(err, ErrNotAllowed):

@@ -36,3 +36,47 @@ func TestListenerDefences(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestSubscribeCaps: consumers per connection and subscriptions per server
+// are capped; a SUBSCRIBE beyond either gets TooManyRequests and changes
+// nothing.
+func TestSubscribeCaps(t *testing.T) {
+	s, _ := testServer(t, 3, Config{MaxConsumersPerConn: 2, MaxSubscriptions: 3})
+	c := dialRaw(t, s.Addr())
+	c.connect(19, false)
+	sub := func(consumer uint64, name string) *pb.CommandError {
+		c.send(&pb.BaseCommand{Type: pb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pb.CommandSubscribe{
+			Topic: proto.String(testTopic + "-partition-0"), Subscription: proto.String(name), SubType: pb.CommandSubscribe_Shared.Enum(),
+			ConsumerId: proto.Uint64(consumer), RequestId: proto.Uint64(consumer), InitialPosition: pb.CommandSubscribe_Earliest.Enum()}})
+		for {
+			f := c.recv()
+			switch f.Cmd.GetType() {
+			case pb.BaseCommand_SUCCESS:
+				return nil
+			case pb.BaseCommand_ERROR:
+				return f.Cmd.Error
+			}
+		}
+	}
+	if e := sub(1, "a"); e != nil {
+		t.Fatal(e)
+	}
+	if e := sub(2, "b"); e != nil {
+		t.Fatal(e)
+	}
+	if e := sub(3, "c"); e == nil || e.GetError() != pb.ServerError_TooManyRequests {
+		t.Fatalf("third consumer on one connection: %v", e)
+	}
+	c2 := dialRaw(t, s.Addr())
+	c2.connect(19, false)
+	c = c2
+	if e := sub(4, "c"); e != nil {
+		t.Fatal(e)
+	}
+	if e := sub(5, "d"); e == nil || e.GetError() != pb.ServerError_TooManyRequests {
+		t.Fatalf("fourth subscription on the server: %v", e)
+	}
+	if e := sub(6, "a"); e != nil {
+		t.Fatalf("joining an existing subscription: %v", e)
+	}
+}

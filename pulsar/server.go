@@ -77,6 +77,10 @@ type Config struct {
 	// KeepAlive: a connection silent this long is sent a PING, and closed
 	// when silent twice as long. Default 30s.
 	KeepAlive time.Duration
+	// MaxConsumersPerConn caps the consumers of one connection (default
+	// 1000); MaxSubscriptions the subscriptions this server holds at once
+	// (default 10000). A SUBSCRIBE beyond either gets TooManyRequests.
+	MaxConsumersPerConn, MaxSubscriptions int
 	// Limits are the listener's connection caps and CONNECT deadline
 	// (package listen; zero values take its defaults).
 	Limits listen.Config
@@ -93,6 +97,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxFrameBytes <= 0 {
 		c.MaxFrameBytes = DefaultMaxFrameBytes
+	}
+	if c.MaxConsumersPerConn <= 0 {
+		c.MaxConsumersPerConn = 1000
+	}
+	if c.MaxSubscriptions <= 0 {
+		c.MaxSubscriptions = 10000
 	}
 	if c.KeepAlive <= 0 {
 		c.KeepAlive = DefaultKeepAlive
@@ -146,7 +156,9 @@ func NewServer(cfg Config, r *tables.Reader) (*Server, error) {
 	}
 	log := cfg.Logger.With("component", "pulsar")
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{cfg: cfg, r: r, m: NewManager(store, log), log: log,
+	m := NewManager(store, log)
+	m.SetMaxSubscriptions(cfg.MaxSubscriptions)
+	return &Server{cfg: cfg, r: r, m: m, log: log,
 		ctx: ctx, cancel: cancel, conns: map[*conn]struct{}{}}, nil
 }
 

@@ -88,6 +88,9 @@ var (
 	// subscription exists with another type, or an unsubscribe while other
 	// consumers are connected (ServerError ConsumerBusy).
 	ErrConsumerBusy = errors.New("pulsar: consumer busy")
+	// ErrTooMany: a cap on subscriptions or consumers was reached
+	// (ServerError TooManyRequests).
+	ErrTooMany = errors.New("pulsar: too many")
 	// ErrSubscriptionNotFound: no such subscription (ServerError SubscriptionNotFound).
 	ErrSubscriptionNotFound = errors.New("pulsar: subscription not found")
 	// ErrNotAllowed: e.g. a cumulative ack on a Shared or Key_Shared
@@ -139,6 +142,10 @@ type Manager struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // dispatch loops and the flusher
 
+	// maxSubs caps the subscriptions held at once (SetMaxSubscriptions);
+	// 0 = no cap.
+	maxSubs int
+
 	mu       sync.Mutex
 	closed   bool
 	subs     map[subKey]*Subscription
@@ -153,6 +160,10 @@ const flushInterval = 100 * time.Millisecond
 // NewManager returns a manager persisting durable cursors in store (nil: no
 // durable subscriptions; they are kept in memory like readers). Close
 // closes the store when it is an io.Closer.
+// SetMaxSubscriptions caps the subscriptions the manager holds at once (a
+// new one beyond it is refused with ErrTooMany); call it before use.
+func (m *Manager) SetMaxSubscriptions(n int) { m.maxSubs = n }
+
 func NewManager(store CursorStore, log *slog.Logger) *Manager {
 	if log == nil {
 		log = slog.Default()
@@ -281,6 +292,10 @@ func (m *Manager) Subscribe(ctx context.Context, src Source, o SubscribeOptions,
 				return nil, ErrClosed
 			}
 			if s = m.subs[key]; s == nil && m.dropping[key] == nil {
+				if m.maxSubs > 0 && len(m.subs) >= m.maxSubs {
+					m.mu.Unlock()
+					return nil, fmt.Errorf("%w: subscriptions (at most %d on this server)", ErrTooMany, m.maxSubs)
+				}
 				s = m.newSubscription(key, src, o, durable, start)
 				m.subs[key] = s
 			}
