@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eclipse/paho.golang/paho"
 	"github.com/tributary-io/tributary/internal/testkit"
 	"github.com/tributary-io/tributary/listen"
 )
@@ -155,4 +156,86 @@ func TestStalledConnections(t *testing.T) {
 	mustPublish(t, good, "ok/t", 1, "fine")
 	time.Sleep(500 * time.Millisecond) // past the deadline: a connected client stays
 	mustPublish(t, good, "ok/t", 1, "still fine")
+}
+
+// TestRetainedAndSessionCaps: retained publishes beyond the topic or byte
+// cap are refused with 0x97 and never reach the sink, replacing and
+// clearing stay allowed; a new session beyond MaxSessions gets CONNACK
+// 0x97 while an existing client id may reconnect.
+func TestRetainedAndSessionCaps(t *testing.T) {
+	ts := startServer(t, func(c *Config) { c.MaxRetained, c.MaxRetainedBytes, c.MaxSessions = 2, 100, 3 })
+	c := dialPaho(t, ts.tcp, "r1", nil)
+	pub := func(topic string, n int) byte {
+		resp, _ := publish(t, c, &paho.Publish{Topic: topic, QoS: 1, Retain: true, Payload: bytes.Repeat([]byte("r"), n)})
+		if resp == nil {
+			t.Fatalf("no PUBACK for %s", topic)
+		}
+		return resp.ReasonCode
+	}
+	if rc := pub("ret/a", 10); rc != 0 {
+		t.Fatalf("first retained: %#x", rc)
+	}
+	if rc := pub("ret/b", 10); rc != 0 {
+		t.Fatalf("second retained: %#x", rc)
+	}
+	before := ts.sink.len()
+	if rc := pub("ret/c", 10); rc != 0x97 {
+		t.Fatalf("third retained topic: %#x, want 0x97", rc)
+	}
+	if rc := pub("ret/a", 95); rc != 0x97 {
+		t.Fatalf("retained bytes over the cap: %#x, want 0x97", rc)
+	}
+	if n := ts.sink.len(); n != before {
+		t.Fatalf("%d refused retained publishes reached the sink", n-before)
+	}
+	if rc := pub("ret/a", 50); rc != 0 {
+		t.Fatalf("replacing within the cap: %#x", rc)
+	}
+	if rc := pub("ret/b", 0); rc != 0 {
+		t.Fatalf("clearing: %#x", rc)
+	}
+	if rc := pub("ret/c", 10); rc != 0 {
+		t.Fatalf("after a clear: %#x", rc)
+	}
+	if st := ts.Stats(); st.RefusedRetained != 2 || st.Retained != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+
+	dialPaho(t, ts.tcp, "r2", nil)
+	dialPaho(t, ts.tcp, "r3", nil)
+	conn := dialRawNoCheck(t, ts.tcp, 5, "r4")
+	if rc := connackReason(t, conn); rc != 0x97 {
+		t.Fatalf("fourth session: CONNACK %#x, want 0x97", rc)
+	}
+	if st := ts.Stats(); st.RefusedSessions != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func dialRawNoCheck(t *testing.T, addr string, level byte, clientID string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := conn.Write(rawConnect(level, clientID)); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// connackReason reads a CONNACK and returns its reason code.
+func connackReason(t *testing.T, conn net.Conn) byte {
+	t.Helper()
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	hdr := make([]byte, 2)
+	if _, err := io.ReadFull(conn, hdr); err != nil || hdr[0] != 0x20 {
+		t.Fatalf("read connack: %v %x", err, hdr)
+	}
+	rest := make([]byte, hdr[1])
+	if _, err := io.ReadFull(conn, rest); err != nil || len(rest) < 2 {
+		t.Fatalf("read connack body: %v", err)
+	}
+	return rest[1]
 }

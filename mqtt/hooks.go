@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -104,6 +105,9 @@ func (h *publishHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pa
 		return pk, nil // the node's own messages: not logged, see package comment
 	}
 	s := h.s
+	if pk.FixedHeader.Retain && !s.retained.admit(pk.TopicName, len(pk.Payload)) {
+		return pk, s.refuse(cl, pk, s.router.StreamFor(pk.TopicName), errRetainedQuota)
+	}
 	rec := &tributary.Record{
 		Stream:   s.router.StreamFor(pk.TopicName),
 		Topic:    pk.TopicName,
@@ -157,6 +161,14 @@ func (h *publishHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pa
 // delivery (server.go processPublish in v2.7.9).
 func (s *Server) refuse(cl *mochi.Client, pk packets.Packet, stream string, cause error) error {
 	reason := tributary.ReasonOf(cause)
+	quota := errors.Is(cause, errRetainedQuota)
+	if quota {
+		s.refusedRet.Add(1)
+		if n, ok := s.capLog.allow(); ok {
+			s.log.Warn("retained publish refused: retained message limit reached (mqtt.max_retained, mqtt.max_retained_bytes)",
+				"topic", pk.TopicName, "client", cl.ID, "qos", pk.FixedHeader.Qos, "refused_since_last_log", n)
+		}
+	}
 	qos := pk.FixedHeader.Qos
 	if qos == 0 {
 		s.dropQoS0(cl, stream, cause)
@@ -166,10 +178,12 @@ func (s *Server) refuse(cl *mochi.Client, pk packets.Packet, stream string, caus
 		s.budget.exceeded(s, cause)
 	}
 	s.refused.Add(1)
-	switch reason {
-	case tributary.ReasonBudget:
+	switch {
+	case quota:
+		// counted and logged above
+	case reason == tributary.ReasonBudget:
 		s.refusedBudget.Add(1) // logged once per episode by budget
-	case tributary.ReasonReplication:
+	case reason == tributary.ReasonReplication:
 		s.refusedRepl.Add(1)
 		if n, ok := s.replLog.allow(); ok {
 			s.log.Warn("publish refused: too few replicas to store it (cluster.replication_policy refuse)",
@@ -192,6 +206,9 @@ func (s *Server) refuse(cl *mochi.Client, pk packets.Packet, stream string, caus
 		return packets.ErrRejectPacket
 	}
 	code := refusalCode(reason)
+	if quota {
+		code = packets.ErrQuotaExceeded
+	}
 	// Written here rather than by returning code to mochi: for a code mochi
 	// v2.7.9 always writes a PUBACK, also for QoS 2, where PUBREC is due.
 	// A PUBREC with a failure code ends the QoS 2 exchange, so it is not

@@ -117,6 +117,10 @@ type Config struct {
 	Users          map[string]string // username -> password; empty = anonymous allowed
 	MaxPacketSize  uint32            // bytes; 0 = DefaultMaxPacketSize
 	ReceiveMaximum uint16            // QoS 1/2 in flight per client; 0 = DefaultReceiveMaximum
+	// MaxRetained and MaxRetainedBytes cap the retained messages (topics,
+	// payload bytes); MaxSessions the client sessions, connected or kept
+	// (see limits.go). 0 = the defaults; < 0 = no cap.
+	MaxRetained, MaxRetainedBytes, MaxSessions int
 	// Limits are the connection caps and the CONNECT deadline of both
 	// listeners (package listen; zero values take its defaults).
 	Limits listen.Config
@@ -151,6 +155,10 @@ type Stats struct {
 	RefusedFenced      uint64 // of Refused, because the partition is not (or not yet) this node's
 	DroppedQoS0        uint64 // QoS 0 publishes dropped because Append failed
 	RefusedTopic       uint64 // publishes refused for a topic mochi would ignore
+	RefusedRetained    uint64 // retained publishes refused: retained quota (MaxRetained, MaxRetainedBytes)
+	RefusedSessions    uint64 // CONNECTs refused: MaxSessions
+	Retained           int    // retained topics held now
+	RetainedBytes      int    // their payload bytes
 	BytesIn            int64  // bytes received from the network (all packets)
 	PayloadBytes       uint64 // payload bytes made durable
 	Panics             uint64 // connections closed because input made mochi panic
@@ -173,16 +181,20 @@ type Server struct {
 	listeners []listeners.Listener
 	guards    []*listen.Listener // the TCP listeners under listeners, for ListenerStats
 
-	accepted      [3]atomic.Uint64
-	refused       atomic.Uint64
-	refusedBudget atomic.Uint64
-	refusedRepl   atomic.Uint64
-	refusedFenced atomic.Uint64
-	droppedQoS0   atomic.Uint64
-	refusedTopic  atomic.Uint64
-	payloadBytes  atomic.Uint64
-	panics        atomic.Uint64
-	lastPanic     atomic.Value // string: stack of the last recovered panic
+	accepted        [3]atomic.Uint64
+	refused         atomic.Uint64
+	refusedBudget   atomic.Uint64
+	refusedRepl     atomic.Uint64
+	refusedFenced   atomic.Uint64
+	droppedQoS0     atomic.Uint64
+	refusedTopic    atomic.Uint64
+	refusedRet      atomic.Uint64
+	refusedSessions atomic.Uint64
+	retained        *retained
+	capLog          rateLimiter // cap refusals
+	payloadBytes    atomic.Uint64
+	panics          atomic.Uint64
+	lastPanic       atomic.Value // string: stack of the last recovered panic
 
 	pubackLatency prometheus.Histogram // metrics.go
 
@@ -219,6 +231,15 @@ func New(cfg Config, sink Sink) (*Server, error) {
 	if cfg.MaxKeepAlive == 0 {
 		cfg.MaxKeepAlive = DefaultMaxKeepAlive
 	}
+	if cfg.MaxRetained == 0 {
+		cfg.MaxRetained = DefaultMaxRetained
+	}
+	if cfg.MaxRetainedBytes == 0 {
+		cfg.MaxRetainedBytes = DefaultMaxRetainedBytes
+	}
+	if cfg.MaxSessions == 0 {
+		cfg.MaxSessions = DefaultMaxSessions
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -253,6 +274,11 @@ func New(cfg Config, sink Sink) (*Server, error) {
 		InlineClient:           true,
 		SysTopicResendInterval: 10,
 	})
+	s.retained = newRetained(cfg.MaxRetained, cfg.MaxRetainedBytes)
+	if err := s.broker.AddHook(&limitsHook{s: s}, nil); err != nil {
+		cancel()
+		return nil, fmt.Errorf("add limits hook: %w", err)
+	}
 	if err := s.broker.AddHook(&authHook{users: cfg.Users, maxKeepAlive: cfg.MaxKeepAlive}, nil); err != nil {
 		cancel()
 		return nil, fmt.Errorf("add auth hook: %w", err)
@@ -394,6 +420,8 @@ func (s *Server) Stats() Stats {
 		RefusedFenced:      s.refusedFenced.Load(),
 		DroppedQoS0:        s.droppedQoS0.Load(),
 		RefusedTopic:       s.refusedTopic.Load(),
+		RefusedRetained:    s.refusedRet.Load(),
+		RefusedSessions:    s.refusedSessions.Load(),
 		BytesIn:            atomic.LoadInt64(&s.broker.Info.BytesReceived),
 		PayloadBytes:       s.payloadBytes.Load(),
 		Panics:             s.panics.Load(),
@@ -401,5 +429,6 @@ func (s *Server) Stats() Stats {
 	for i := range st.Accepted {
 		st.Accepted[i] = s.accepted[i].Load()
 	}
+	st.Retained, st.RetainedBytes = s.retained.usage()
 	return st
 }

@@ -81,6 +81,13 @@ type Config struct {
 		// (TCP, WebSocket); MaxConnectionsPerIP those from one address;
 		// ConnectTimeout is how long a connection may take to send an
 		// accepted CONNECT. Defaults 10000, 1000 and 10s; -1 = no cap.
+		// MaxRetained and MaxRetainedBytes cap the retained messages (topics
+		// and payload bytes; a retained publish beyond is refused with 0x97);
+		// MaxSessions the client sessions, connected or kept (CONNACK 0x97
+		// beyond). Defaults 100000, 64MiB and 100000; -1 = no cap.
+		MaxRetained         int           `yaml:"max_retained"`
+		MaxRetainedBytes    ByteSize      `yaml:"max_retained_bytes"`
+		MaxSessions         int           `yaml:"max_sessions"`
 		MaxConnections      int           `yaml:"max_connections"`
 		MaxConnectionsPerIP int           `yaml:"max_connections_per_ip"`
 		ConnectTimeout      time.Duration `yaml:"connect_timeout"`

@@ -221,6 +221,9 @@ func (n *Node) registerMetrics(reg *prometheus.Registry) {
 	}
 	counter("tributary_mqtt_publishes_refused_total", "QoS 1/2 publishes refused (not acknowledged).", func() float64 { return float64(n.mqtt.Stats().Refused) })
 	n.registerListenerMetrics(reg)
+	counter("tributary_mqtt_publishes_refused_retained_total", "Retained publishes refused: the retained message limit (mqtt.max_retained, mqtt.max_retained_bytes) was reached.", func() float64 { return float64(n.mqtt.Stats().RefusedRetained) })
+	counter("tributary_mqtt_connects_refused_sessions_total", "MQTT CONNECTs refused: the session limit (mqtt.max_sessions) was reached.", func() float64 { return float64(n.mqtt.Stats().RefusedSessions) })
+	gauge("tributary_mqtt_retained_messages", "Retained messages held.", func() float64 { return float64(n.mqtt.Stats().Retained) })
 	counter("tributary_mqtt_publishes_refused_budget_total", "QoS 1/2 publishes refused because the WAL budget was exhausted.", func() float64 { return float64(n.mqtt.Stats().RefusedBudget) })
 	counter("tributary_mqtt_publishes_refused_replication_total", "QoS 1/2 publishes refused because too few replicas could store them (replication_policy refuse).", func() float64 { return float64(n.mqtt.Stats().RefusedReplication) })
 	counter("tributary_mqtt_qos0_dropped_total", "QoS 0 publishes dropped because they could not be made durable.", func() float64 { return float64(n.mqtt.Stats().DroppedQoS0) })

@@ -160,6 +160,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		Routes: routes, DefaultStream: cfg.MQTT.DefaultStream, Users: cfg.MQTT.Users,
 		MaxPacketSize: uint32(cfg.MQTT.MaxPacketSize), ReceiveMaximum: cfg.MQTT.ReceiveMaximum,
 		MaxKeepAlive: uint16(cfg.MQTT.MaxKeepAlive / time.Second), Logger: log,
+		MaxRetained: cfg.MQTT.MaxRetained, MaxRetainedBytes: int(cfg.MQTT.MaxRetainedBytes), MaxSessions: cfg.MQTT.MaxSessions,
 		Limits: listen.Config{MaxConns: cfg.MQTT.MaxConnections, MaxConnsPerIP: cfg.MQTT.MaxConnectionsPerIP,
 			HandshakeTimeout: cfg.MQTT.ConnectTimeout}}, n.ingest)
 	if err != nil {
