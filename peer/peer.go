@@ -260,7 +260,7 @@ func (p *Peer) serve(c net.Conn) {
 	defer c.Close()
 	r := bufio.NewReaderSize(c, 64<<10)
 	c.SetDeadline(time.Now().Add(helloTimeout))
-	f, err := readFrame(r)
+	f, err := readFrameMax(r, maxHelloFrame)
 	if err != nil || f.kind != kindHello {
 		p.log.Debug("bad hello", "remote", c.RemoteAddr(), "err", err)
 		return
@@ -354,7 +354,14 @@ type frame struct {
 	payload   []byte
 }
 
-func readFrame(r *bufio.Reader) (frame, error) {
+func readFrame(r *bufio.Reader) (frame, error) { return readFrameMax(r, MaxFrame) }
+
+// maxHelloFrame bounds the first frame of an inbound connection, read
+// before the remote is known to be a node: a stranger cannot make the node
+// allocate a large frame.
+const maxHelloFrame = 4 << 10
+
+func readFrameMax(r *bufio.Reader, max uint32) (frame, error) {
 	var h [headerLen]byte
 	if _, err := io.ReadFull(r, h[:4]); err != nil {
 		return frame{}, err
@@ -363,8 +370,8 @@ func readFrame(r *bufio.Reader) (frame, error) {
 	if n < headerLen-4 {
 		return frame{}, fmt.Errorf("peer: frame length %d below header size", n)
 	}
-	if n > MaxFrame {
-		return frame{}, fmt.Errorf("%w: %d bytes", ErrFrameTooLarge, n)
+	if n > max {
+		return frame{}, fmt.Errorf("%w: %d bytes (at most %d here)", ErrFrameTooLarge, n, max)
 	}
 	if _, err := io.ReadFull(r, h[4:]); err != nil {
 		return frame{}, err

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -249,4 +250,26 @@ func TestHandlerPanicClosesOneLink(t *testing.T) {
 		got, err := a.Link("b", b.Addr()).Call(ctx, 41, []byte("fine"))
 		return err == nil && string(got) == "fine"
 	})
+}
+
+// TestHelloFrameBounded: before the hello, a stranger cannot make the
+// node read (and allocate) a large frame: a header announcing 60 MiB
+// closes the connection at once.
+func TestHelloFrameBounded(t *testing.T) {
+	p := listenPeer(t, "a")
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var h [headerLen]byte
+	binary.BigEndian.PutUint32(h[:], 60<<20)
+	h[4] = kindHello
+	c.Write(h[:])
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.ReadAll(c); err != nil {
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			t.Fatal("connection with an oversized hello kept open")
+		}
+	}
 }

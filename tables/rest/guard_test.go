@@ -122,3 +122,24 @@ func TestClientsCannotTouchInvariants(t *testing.T) {
 		t.Fatalf("location moved to %s", after.Location())
 	}
 }
+
+// TestRateLimit: a client over its rate gets 429 with Retry-After; the
+// node token is not limited.
+func TestRateLimit(t *testing.T) {
+	e := newEnv(t, 1, rest.Options{RatePerIP: 5, BurstPerIP: 5})
+	u := e.servers[0].URL() + "/v1/config"
+	limited := 0
+	for range 20 {
+		if r := do(t, "GET", u); r.status == 429 {
+			limited++
+		}
+	}
+	if limited < 10 {
+		t.Fatalf("%d of 20 rapid requests limited, want most", limited)
+	}
+	for range 20 {
+		if r := do(t, "GET", u, "", "Authorization", "Bearer "+testNodeToken); r.status != 200 {
+			t.Fatalf("node request limited: %d", r.status)
+		}
+	}
+}

@@ -41,6 +41,11 @@ type Options struct {
 	Logger *slog.Logger
 	// MaxBodyBytes bounds a request body; 0 means 32 MiB.
 	MaxBodyBytes int64
+	// RatePerIP and BurstPerIP limit the requests of one remote address
+	// (token bucket; beyond it 429 with Retry-After). Requests bearing the
+	// NodeToken are not limited. 0 = 200/s with a burst of 400; < 0 = off.
+	RatePerIP  float64
+	BurstPerIP int
 }
 
 // NamespaceSeparator joins the levels of a multi-level namespace in a path
@@ -48,10 +53,11 @@ type Options struct {
 const NamespaceSeparator = "\x1f"
 
 type handler struct {
-	cat  catalog.Catalog
-	opts Options
-	log  *slog.Logger
-	mux  *http.ServeMux
+	cat   catalog.Catalog
+	opts  Options
+	log   *slog.Logger
+	mux   *http.ServeMux
+	rates *rateLimits
 
 	locksMu sync.Mutex
 	locks   map[string]*tableLock
@@ -70,7 +76,14 @@ func NewHandler(cat catalog.Catalog, opts Options) http.Handler {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 32 << 20
 	}
-	h := &handler{cat: cat, opts: opts, log: opts.Logger, mux: http.NewServeMux(), locks: map[string]*tableLock{}}
+	if opts.RatePerIP == 0 {
+		opts.RatePerIP = 200
+	}
+	if opts.BurstPerIP <= 0 {
+		opts.BurstPerIP = 2 * int(max(opts.RatePerIP, 1))
+	}
+	h := &handler{cat: cat, opts: opts, log: opts.Logger, mux: http.NewServeMux(), locks: map[string]*tableLock{},
+		rates: newRateLimits(opts.RatePerIP, opts.BurstPerIP)}
 	for _, r := range h.routes() {
 		h.mux.HandleFunc(r.pattern, r.fn)
 	}
@@ -126,6 +139,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	node := tokenIs(bearer(r), h.opts.NodeToken)
+	if !node && !h.rates.allow(r.RemoteAddr) {
+		w.Header().Set("Retry-After", "1")
+		writeError(w, r, http.StatusTooManyRequests, "SlowDownException", "too many requests from this address; retry later")
+		return
+	}
 	if h.opts.Token != "" && !node && !h.authorized(r) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="iceberg"`)
 		writeError(w, r, http.StatusUnauthorized, "NotAuthorizedException", "missing or invalid bearer token")
