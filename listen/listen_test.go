@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"testing"
 	"time"
 
@@ -168,5 +169,37 @@ func TestGracefulClose(t *testing.T) {
 	}
 	if err := <-readAfter; !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("read after close: %v", err)
+	}
+}
+
+func TestHTTPPanic(t *testing.T) {
+	l, err := Listen("127.0.0.1:0", Config{HandshakeTimeout: -1, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := NewHTTPServer(l, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/boom" {
+			panic("boom")
+		}
+		w.Write([]byte("ok"))
+	}))
+	go srv.Serve(l)
+	defer srv.Close()
+	base := "http://" + l.Addr().String()
+	r, err := http.Get(base + "/boom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if r.StatusCode != 500 {
+		t.Fatalf("status %d", r.StatusCode)
+	}
+	r, err = http.Get(base + "/fine")
+	if err != nil || r.StatusCode != 200 {
+		t.Fatalf("after a panic: %v %v", r, err)
+	}
+	r.Body.Close()
+	if st := l.Stats(); st.Panics != 1 {
+		t.Fatalf("stats %+v", st)
 	}
 }

@@ -247,8 +247,8 @@ func (n *Node) registerMetrics(reg *prometheus.Registry) {
 // registerListenerMetrics exports the connection counters of the
 // listeners that go through package listen, by listener name.
 func (n *Node) registerListenerMetrics(reg *prometheus.Registry) {
-	stats := func() map[string]listen.Stats { return n.mqtt.ListenerStats() }
-	names := []string{"mqtt", "mqtt-ws"}
+	stats := n.listenerStats
+	names := []string{"mqtt", "mqtt-ws", "http", "peer"}
 	for _, name := range names {
 		l := prometheus.Labels{"listener": name}
 		get := func(f func(listen.Stats) float64) func() float64 {
@@ -260,6 +260,8 @@ func (n *Node) registerListenerMetrics(reg *prometheus.Registry) {
 			Help: "Connections closed at accept because a cap was reached."}, get(func(s listen.Stats) float64 { return float64(s.RefusedMax) })))
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tributary_listener_refused_total", ConstLabels: mergeLabels(l, "reason", "max_connections_per_ip"),
 			Help: "Connections closed at accept because a cap was reached."}, get(func(s listen.Stats) float64 { return float64(s.RefusedPerIP) })))
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tributary_listener_panics_total", ConstLabels: l,
+			Help: "Connections (or HTTP requests) whose handler panicked: closed (or answered 500), the node kept running."}, get(func(s listen.Stats) float64 { return float64(s.Panics) })))
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tributary_listener_handshake_timeouts_total", ConstLabels: l,
 			Help: "Connections closed because their handshake (MQTT CONNECT) did not complete in time."}, get(func(s listen.Stats) float64 { return float64(s.HandshakeTimeouts) })))
 	}
@@ -269,6 +271,18 @@ func mergeLabels(l prometheus.Labels, k, v string) prometheus.Labels {
 	out := prometheus.Labels{k: v}
 	for a, b := range l {
 		out[a] = b
+	}
+	return out
+}
+
+// listenerStats gathers the counters of the node's listeners by name.
+func (n *Node) listenerStats() map[string]listen.Stats {
+	out := n.mqtt.ListenerStats()
+	if l, ok := n.httpLn.(*listen.Listener); ok {
+		out["http"] = l.Stats()
+	}
+	if n.peer != nil {
+		out["peer"] = n.peer.ListenerStats()
 	}
 	return out
 }

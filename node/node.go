@@ -234,12 +234,12 @@ func (n *Node) Start(ctx context.Context) error {
 		n.cloudP = ps
 	}
 	if n.cfg.HTTPAddr != "" {
-		ln, err := net.Listen("tcp", n.cfg.HTTPAddr)
+		ln, err := listen.Listen(n.cfg.HTTPAddr, listen.Config{Name: "http", HandshakeTimeout: -1, Logger: n.log})
 		if err != nil {
 			return fmt.Errorf("listen http %s: %w", n.cfg.HTTPAddr, err)
 		}
 		n.httpLn = ln
-		n.http = &http.Server{Handler: n.handler(), ReadHeaderTimeout: 10 * time.Second}
+		n.http = listen.NewHTTPServer(ln, n.handler())
 		n.log.Info("listening", "listener", "http", "addr", ln.Addr().String(),
 			"endpoints", "/ (console) /console/api /status /cluster /metrics /healthz /readyz")
 		n.wg.Add(1)

@@ -3,14 +3,14 @@ package rest
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
-	"time"
+
+	"github.com/tributary-io/tributary/listen"
 )
 
 // Server is a catalog handler listening on a TCP address.
 type Server struct {
-	ln   net.Listener
+	ln   *listen.Listener
 	srv  *http.Server
 	done chan error
 }
@@ -18,15 +18,11 @@ type Server struct {
 // Listen binds addr ("127.0.0.1:0" picks a free port) and serves h on it
 // in the background until Shutdown.
 func Listen(addr string, h http.Handler) (*Server, error) {
-	ln, err := net.Listen("tcp", addr)
+	ln, err := listen.Listen(addr, listen.Config{Name: "rest-catalog", HandshakeTimeout: -1})
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{ln: ln, done: make(chan error, 1), srv: &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-	}}
+	s := &Server{ln: ln, done: make(chan error, 1), srv: listen.NewHTTPServer(ln, h)}
 	go func() {
 		err := s.srv.Serve(ln)
 		if errors.Is(err, http.ErrServerClosed) {
@@ -36,6 +32,9 @@ func Listen(addr string, h http.Handler) (*Server, error) {
 	}()
 	return s, nil
 }
+
+// ListenerStats are the listener's connection counters.
+func (s *Server) ListenerStats() listen.Stats { return s.ln.Stats() }
 
 // Addr is the address the server listens on (host:port).
 func (s *Server) Addr() string { return s.ln.Addr().String() }
