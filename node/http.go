@@ -211,6 +211,7 @@ func (n *Node) registerMetrics(reg *prometheus.Registry) {
 	counter("tributary_uplink_files_uploaded_total", "Data files written to the object store.", func() float64 { return float64(n.up.Stats().FilesUploaded) })
 	gauge("tributary_uplink_last_commit_age_seconds", "Seconds since the last successful table commit (since start when none yet): table freshness.", func() float64 { return n.lastCommitAge(n.up.Stats().LastCommit).Seconds() })
 	counter("tributary_partition_fenced_total", "Partitions this node was fenced out of (another node took them over): their records in this WAL were dropped, not uploaded.", func() float64 { return float64(n.up.Stats().Fenced) })
+	counter("tributary_uplink_quarantined_records_total", "Records of fenced partitions moved from the WAL to the quarantine folder (DATA_DIR/quarantine) instead of being dropped: replay them with `tributary quarantine replay`.", func() float64 { return float64(n.up.Stats().QuarantinedRecords) })
 	counter("tributary_uplink_unproven_marks_total", "Uplink passes that found a partition's high-water mark covering offsets the table's files do not hold; those records stay in the WAL (repair the mark).", func() float64 { return float64(n.up.Stats().UnprovenMarks) })
 	gauge("tributary_uplink_failing_streams", "Streams whose commits are failing and in backoff.", func() float64 { return float64(len(n.up.Stats().Failing)) })
 	gauge("tributary_mqtt_clients", "Connected MQTT clients.", func() float64 { return float64(n.mqtt.Stats().Clients) })

@@ -31,6 +31,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -133,7 +134,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, err
 	}
 	n.up = uplink.New(uplink.Config{Interval: cfg.Uplink.CommitInterval, MaxBatchBytes: int64(cfg.Uplink.MaxBatchBytes),
-		Node: cfg.NodeID, Logger: log}, n.wal, n.cat, n.bucket)
+		Node: cfg.NodeID, Logger: log, QuarantineDir: filepath.Join(cfg.DataDir, "quarantine")}, n.wal, n.cat, n.bucket)
 	n.up.OnFence(n.book) // a fenced partition is no longer written here
 	n.up.OnRelease(n.kb) // idempotent producers' state outlives released records
 	if cfg.Kafka.Addr != "" {

@@ -3,6 +3,7 @@ package uplink
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -82,7 +83,8 @@ func TestFencedPartition(t *testing.T) {
 	p, _ := e.cat.AllocatePartition(ctx, stream, "n1")
 	q, _ := e.cat.AllocatePartition(ctx, stream, "n3")
 	var fenced fencedCalls
-	u := watch(New(Config{Node: "n1", Logger: quietLogger()}, e.wal, e.cat, e.bucket), listenerFuncs{fenced: fenced.add})
+	qdir := t.TempDir()
+	u := watch(New(Config{Node: "n1", Logger: quietLogger(), QuarantineDir: qdir}, e.wal, e.cat, e.bucket), listenerFuncs{fenced: fenced.add})
 	want := map[int32][][]byte{p: appendVals(t, e.wal, stream, p, 0, "first", 5)}
 	if err := u.SyncAll(ctx); err != nil {
 		t.Fatal(err)
@@ -101,8 +103,22 @@ func TestFencedPartition(t *testing.T) {
 	if _, ok := e.wal.Partition(stream, p); ok {
 		t.Fatal("fenced partition still in the WAL")
 	}
-	if st := u.Stats(); st.Fenced != 1 || st.FencedRecords != 7 {
+	if st := u.Stats(); st.Fenced != 1 || st.FencedRecords != 7 || st.QuarantinedRecords != 7 {
 		t.Fatalf("stats %+v", st)
+	}
+	// Dropped from the WAL, not lost: every record is in the quarantine.
+	files, _ := filepath.Glob(filepath.Join(qdir, "*"+QuarantineFileSuffix))
+	if len(files) != 1 {
+		t.Fatalf("quarantine files %v", files)
+	}
+	q7, err := ReadQuarantine(files[0])
+	if err != nil || len(q7) != 7 {
+		t.Fatalf("quarantine: %d records, %v", len(q7), err)
+	}
+	for i, r := range q7 {
+		if string(r.Value) != fmt.Sprintf("lost-%d", i) || r.Offset != int64(5+i) || r.Stream != stream || r.Partition != p {
+			t.Fatalf("quarantined record %d: %+v", i, r)
+		}
 	}
 	checkTable(t, e.cat, stream, want)
 	if n := unreleased(e.wal); n != 0 {
@@ -120,7 +136,7 @@ func TestFencedDropsCovered(t *testing.T) {
 	const stream = "f.s"
 	p, _ := e.cat.AllocatePartition(ctx, stream, "n1")
 	var released []int64
-	u := watch(New(Config{Node: "n1", Logger: quietLogger()}, e.wal, e.cat, e.bucket), listenerFuncs{releasing: func(_ string, _ int32, recs []*tributary.Record) error {
+	u := watch(New(Config{Node: "n1", Logger: quietLogger(), QuarantineDir: t.TempDir()}, e.wal, e.cat, e.bucket), listenerFuncs{releasing: func(_ string, _ int32, recs []*tributary.Record) error {
 		for _, r := range recs {
 			released = append(released, r.Offset)
 		}
@@ -158,7 +174,7 @@ func TestEpochCut(t *testing.T) {
 	const stream = "f.s"
 	p, _ := e.cat.AllocatePartition(ctx, stream, "n1")
 	rc := &recordingCommitter{Committer: e.cat}
-	u := New(Config{Node: "n1", Logger: quietLogger()}, e.wal, rc, e.bucket)
+	u := New(Config{Node: "n1", Logger: quietLogger(), QuarantineDir: t.TempDir()}, e.wal, rc, e.bucket)
 	want := appendVals(t, e.wal, stream, p, 0, "old", 3)
 	want = append(want, appendVals(t, e.wal, stream, p, 2, "new", 4)...)
 	want = append(want, appendVals(t, e.wal, stream, p, 3, "newer", 1)...)
@@ -211,7 +227,7 @@ func TestFenceUnderFaults(t *testing.T) {
 	fc.Loads.FailRandomly(testkit.Rand(t, 7, 9), 0.1, 0)
 	var stopped atomic.Bool
 	u := watch(New(Config{Interval: 20 * time.Millisecond, MaxBatchBytes: 4 << 10, MinBackoff: 5 * time.Millisecond,
-		MaxBackoff: 50 * time.Millisecond, Node: "n1", Logger: quietLogger()}, e.wal, cat, fb),
+		MaxBackoff: 50 * time.Millisecond, Node: "n1", Logger: quietLogger(), QuarantineDir: t.TempDir()}, e.wal, cat, fb),
 		listenerFuncs{fenced: func(string, int32) { stopped.Store(true) }})
 	done := make(chan struct{})
 	go func() {
@@ -311,7 +327,7 @@ func TestFencedBehindMark(t *testing.T) {
 		t.Fatal(err)
 	}
 	var fenced fencedCalls
-	u := watch(New(Config{Node: "n1", Logger: quietLogger()}, e.wal, e.cat, e.bucket), listenerFuncs{fenced: fenced.add})
+	u := watch(New(Config{Node: "n1", Logger: quietLogger(), QuarantineDir: t.TempDir()}, e.wal, e.cat, e.bucket), listenerFuncs{fenced: fenced.add})
 	if err := u.SyncAll(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -368,7 +384,7 @@ func TestFencedBatchOfRetakenPartition(t *testing.T) {
 		}
 	}}
 	var fenced fencedCalls
-	u := watch(New(Config{Node: "n1", Logger: quietLogger()}, e.wal, tc, e.bucket), listenerFuncs{fenced: fenced.add})
+	u := watch(New(Config{Node: "n1", Logger: quietLogger(), QuarantineDir: t.TempDir()}, e.wal, tc, e.bucket), listenerFuncs{fenced: fenced.add})
 	if err := u.SyncAll(ctx); err != nil {
 		t.Fatal(err)
 	}

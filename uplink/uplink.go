@@ -62,6 +62,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sort"
 	"sync"
@@ -119,6 +120,10 @@ type Config struct {
 	// Node is recorded in snapshot summaries.
 	Node   string
 	Logger *slog.Logger
+	// QuarantineDir receives the records of a fenced partition before they
+	// are dropped from the WAL (see quarantine.go). Required for a fence to
+	// drop anything: without it a fenced partition is kept and reported.
+	QuarantineDir string
 }
 
 func (c *Config) defaults() {
@@ -150,6 +155,9 @@ type Stats struct {
 	// Fenced counts partitions given up because another node owns them;
 	// FencedRecords the WAL records dropped with them.
 	Fenced, FencedRecords int64
+	// QuarantinedRecords counts the records of fenced partitions written to
+	// the quarantine before they were dropped.
+	QuarantinedRecords int64
 	// UnprovenMarks counts passes that found a partition's mark covering
 	// offsets the table's files do not hold (records kept, not released).
 	UnprovenMarks int64
@@ -176,6 +184,7 @@ type Uplink struct {
 	commits, commitFailures, uploadFailures atomic.Int64
 	files, bytesUp, records                 atomic.Int64
 	fenced, fencedRecords, unproven         atomic.Int64
+	quarantined                             atomic.Int64
 
 	metrics *metrics // histograms (metrics.go)
 
@@ -345,6 +354,7 @@ func (u *Uplink) Stats() Stats {
 	s.Commits, s.CommitFailures, s.UploadFailures = u.commits.Load(), u.commitFailures.Load(), u.uploadFailures.Load()
 	s.FilesUploaded, s.BytesUploaded, s.RecordsCommitted = u.files.Load(), u.bytesUp.Load(), u.records.Load()
 	s.Fenced, s.FencedRecords, s.UnprovenMarks = u.fenced.Load(), u.fencedRecords.Load(), u.unproven.Load()
+	s.QuarantinedRecords = u.quarantined.Load()
 	return s
 }
 
@@ -393,9 +403,20 @@ func (u *Uplink) fence(stream string, fe *tables.FencedError) error {
 		for _, l := range u.fenceLs {
 			l.Fenced(stream, fe.Partition)
 		}
-		var err error
+		qpath, qn, err := u.quarantine(stream, fe.Partition, st.Released, st.Next)
+		if err != nil {
+			return fmt.Errorf("sync %s: quarantine fenced partition %d (nothing dropped): %w", stream, fe.Partition, err)
+		}
 		if dropped, ours, err = u.log.DropPartitionBelow(stream, fe.Partition, fe.Epoch); err != nil {
 			return fmt.Errorf("sync %s: drop fenced partition %d: %w", stream, fe.Partition, err)
+		}
+		switch {
+		case ours && qpath != "":
+			os.Remove(qpath) // nothing was dropped: the copy is not needed
+		case qpath != "":
+			u.quarantined.Add(qn)
+			u.cfg.Logger.Error("uplink: fenced records kept in quarantine; inspect with `tributary quarantine list`, replay with `tributary quarantine replay`",
+				"stream", stream, "partition", fe.Partition, "records", qn, "file", qpath)
 		}
 	}
 	if ours {
@@ -405,9 +426,10 @@ func (u *Uplink) fence(stream string, fe *tables.FencedError) error {
 	}
 	u.fenced.Add(1)
 	u.fencedRecords.Add(dropped)
-	u.cfg.Logger.Error("uplink: partition FENCED: another node owns it now; its records in this WAL are dropped, not uploaded",
+	u.cfg.Logger.Error("uplink: partition FENCED: another node owns it now; its records in this WAL are moved to the quarantine, not uploaded",
 		"stream", stream, "partition", fe.Partition, "owner", fe.Owner, "owner_epoch", fe.Epoch, "our_epoch", fe.Have,
-		"table_mark", fe.HighWater, "wal_released", st.Released, "wal_next", st.Next, "dropped_records", dropped)
+		"table_mark", fe.HighWater, "wal_released", st.Released, "wal_next", st.Next, "dropped_records", dropped,
+		"quarantine", u.cfg.QuarantineDir)
 	return nil
 }
 

@@ -28,6 +28,7 @@ commands:
   tables   list | describe STREAM | scan STREAM | maintain STREAM: stream tables
   sim      run the device-fleet simulator against an MQTT broker
   config   check FILE: validate a config file and print the effective settings
+  quarantine list|replay: records of fenced partitions, kept instead of dropped
 
 Run 'tributary <command> -h' for the flags of a command.
 `
@@ -55,6 +56,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return firmwaresim.Main(args[1:], stdout, stderr)
 	case "config":
 		return cmdConfig(args[1:], stdout, stderr)
+	case "quarantine":
+		return cmdQuarantine(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
