@@ -140,8 +140,8 @@ func (n *Node) handler() http.Handler {
 	n.registerReplicaMetrics(reg)
 	reg.MustRegister(newMaintCollector(n))
 	reg.MustRegister(&n.ingest.count)
-	if n.cloudK != nil {
-		reg.MustRegister(n.cloudK.LagCollector())
+	for _, c := range n.collectors {
+		reg.MustRegister(c)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))

@@ -39,14 +39,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/mqtt"
 	"github.com/tributary-io/tributary/peer"
-	"github.com/tributary-io/tributary/pulsar"
 	"github.com/tributary-io/tributary/replica"
 	"github.com/tributary-io/tributary/tables"
-	"github.com/tributary-io/tributary/tables/rest"
 	"github.com/tributary-io/tributary/uplink"
 	"github.com/tributary-io/tributary/wal"
 )
@@ -66,9 +66,8 @@ type Node struct {
 	ingest *ingest
 	http   *http.Server
 	httpLn net.Listener
-	rest   *rest.Server
-	cloudK *kafka.CloudServer
-	cloudP *pulsar.Server
+	// collectors are more metrics for /metrics (AddCollector).
+	collectors []prometheus.Collector
 	// cluster is the gossip membership (nil without cluster.gossip_addr);
 	// set in Start while the Kafka server may already serve Metadata.
 	cluster atomic.Pointer[cluster.Cluster]
@@ -186,42 +185,6 @@ func (n *Node) Start(ctx context.Context) error {
 			return fmt.Errorf("start kafka: %w", err)
 		}
 	}
-	if n.cfg.CatalogAddr != "" {
-		rs, err := rest.Listen(n.cfg.CatalogAddr, rest.NewHandler(n.cat.Iceberg(),
-			rest.Options{Warehouse: n.cfg.Catalog.Warehouse, Logger: n.log.With("component", "rest-catalog")}))
-		if err != nil {
-			return fmt.Errorf("listen catalog %s: %w", n.cfg.CatalogAddr, err)
-		}
-		n.rest = rs
-		n.log.Info("listening", "listener", "iceberg-rest-catalog", "addr", rs.Addr(), "uri", rs.URL())
-	}
-	// The cloud consume servers share one table reader and its caches.
-	reader := tables.NewReader(n.cat, tables.ReaderConfig{})
-	if n.cfg.CloudKafkaAddr != "" {
-		ck, err := kafka.NewCloudServer(kafka.CloudConfig{
-			Config:    kafka.Config{Addr: n.cfg.CloudKafkaAddr, ClusterID: n.cfg.Catalog.Name, Logger: n.log},
-			OffsetsDB: n.cfg.Catalog.URI,
-			Reader:    reader,
-		}, n.cat)
-		if err != nil {
-			return fmt.Errorf("cloud kafka: %w", err)
-		}
-		if err := ck.Start(); err != nil {
-			return fmt.Errorf("start cloud kafka: %w", err)
-		}
-		n.cloudK = ck
-	}
-	if n.cfg.CloudPulsarAddr != "" {
-		ps, err := pulsar.NewServer(pulsar.Config{Addr: n.cfg.CloudPulsarAddr, Catalog: n.cfg.Catalog.Name,
-			CursorsDB: n.cfg.Catalog.URI, Logger: n.log}, reader)
-		if err != nil {
-			return fmt.Errorf("cloud pulsar: %w", err)
-		}
-		if err := ps.Listen(); err != nil {
-			return fmt.Errorf("start cloud pulsar: %w", err)
-		}
-		n.cloudP = ps
-	}
 	if n.cfg.HTTPAddr != "" {
 		ln, err := net.Listen("tcp", n.cfg.HTTPAddr)
 		if err != nil {
@@ -245,8 +208,17 @@ func (n *Node) Start(ctx context.Context) error {
 	return nil
 }
 
+// AddCollector adds c to the node's /metrics; call it before Start. A
+// process that runs a cloud server next to the node (tributary dev) adds
+// the cloud server's metrics this way.
+func (n *Node) AddCollector(c prometheus.Collector) { n.collectors = append(n.collectors, c) }
+
 // MQTTAddr is the bound address of the MQTT TCP listener.
 func (n *Node) MQTTAddr() string { return n.mqtt.Addrs()[mqtt.ListenerTCP] }
+
+// MQTTWSAddr is the bound address of the MQTT WebSocket listener ("" when
+// off).
+func (n *Node) MQTTWSAddr() string { return n.mqtt.Addrs()[mqtt.ListenerWS] }
 
 // KafkaAddr is the bound address of the Kafka listener ("" when off).
 func (n *Node) KafkaAddr() string {
@@ -254,32 +226,6 @@ func (n *Node) KafkaAddr() string {
 		return ""
 	}
 	return n.kafka.Addr()
-}
-
-// CatalogAddr is the bound address of the REST catalog ("" when off).
-func (n *Node) CatalogAddr() string {
-	if n.rest == nil {
-		return ""
-	}
-	return n.rest.Addr()
-}
-
-// CloudKafkaAddr is the bound address of the in-process cloud Kafka
-// consume server ("" when off).
-func (n *Node) CloudKafkaAddr() string {
-	if n.cloudK == nil {
-		return ""
-	}
-	return n.cloudK.Addr()
-}
-
-// CloudPulsarAddr is the bound address of the in-process cloud Pulsar
-// consume server ("" when off).
-func (n *Node) CloudPulsarAddr() string {
-	if n.cloudP == nil {
-		return ""
-	}
-	return n.cloudP.Addr()
 }
 
 // HTTPAddr is the bound address of the HTTP listener.
@@ -330,24 +276,11 @@ func (n *Node) Close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("close kafka: %w", err))
 		}
 	}
-	if n.cloudK != nil {
-		if err := n.cloudK.Close(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("close cloud kafka: %w", err))
-		}
-	}
-	if n.cloudP != nil {
-		if err := n.cloudP.Close(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("close cloud pulsar: %w", err))
-		}
-	}
 	if n.cancel != nil {
 		n.cancel()
 	}
 	if n.http != nil {
 		n.http.Shutdown(ctx)
-	}
-	if n.rest != nil {
-		n.rest.Shutdown(ctx)
 	}
 	n.wg.Wait()
 	if err := n.up.SyncAll(ctx); err != nil {

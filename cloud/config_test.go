@@ -1,4 +1,4 @@
-package node
+package cloud
 
 import (
 	"strings"
@@ -7,14 +7,14 @@ import (
 
 func TestCloudConfigExampleAndErrors(t *testing.T) {
 	t.Setenv("TRIBUTARY_CATALOG_TOKEN", "secret")
-	c, err := LoadCloudConfig("../deploy/cloud.yaml")
+	c, err := LoadConfig("../deploy/cloud.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Catalog.Token != "secret" || *c.Kafka.Addr != "127.0.0.1:19092" || c.Catalog.Addr != "127.0.0.1:8181" || !*c.Maintenance.Enabled {
 		t.Fatalf("unexpected %+v", c)
 	}
-	d, err := ParseCloudConfig([]byte("role: cloud\ndata_dir: /tmp/c\n"))
+	d, err := ParseConfig([]byte("role: cloud\ndata_dir: /tmp/c\n"))
 	if err != nil || d.Catalog.URI != "sqlite:///tmp/c/catalog.db" || d.Catalog.Warehouse != "file:///tmp/c/warehouse" {
 		t.Fatalf("defaults: %+v %v", d, err)
 	}
@@ -25,7 +25,7 @@ func TestCloudConfigExampleAndErrors(t *testing.T) {
 		{"role: cloud\nmaintenance:\n  orphan_grace: 1m", "maintenance.orphan_grace"},
 		{"role: cloud\nmqtt: {}", "mqtt"},
 	} {
-		if _, err := ParseCloudConfig([]byte(tc.yaml)); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := ParseConfig([]byte(tc.yaml)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want one naming %q", tc.yaml, err, tc.want)
 		}
 	}

@@ -1,4 +1,4 @@
-package node
+package cloud
 
 import (
 	"errors"
@@ -8,15 +8,15 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"github.com/tributary-io/tributary/config"
 )
 
-// CloudConfig configures `tributary cloud`: the Iceberg REST catalog, the
-// Kafka and Pulsar consume servers reading the tables, and table
-// maintenance. Every
-// field has a default (see the comments); a YAML file may set any of them,
-// with ${ENV} expansion. Command-line flags override the file.
-type CloudConfig struct {
+// Config configures a cloud server (`tributary cloud`): the Iceberg REST
+// catalog, the Kafka and Pulsar consume servers reading the tables, and
+// table maintenance. Every field has a default (see the comments); a YAML
+// file may set any of them, with ${ENV} expansion. Command-line flags
+// override the file.
+type Config struct {
 	// Role must be "cloud" in a cloud config file (it tells `tributary
 	// config check` which kind of file it reads).
 	Role string `yaml:"role"`
@@ -34,12 +34,16 @@ type CloudConfig struct {
 		// Token, when set, is required as a bearer token by the REST
 		// catalog. Default "" (no auth).
 		Token string `yaml:"token"`
-		// Addr of the Iceberg REST catalog listener. Default 127.0.0.1:8181.
+		// Addr of the Iceberg REST catalog listener, which also serves
+		// /healthz, /readyz and /metrics. Default 127.0.0.1:8181. (A
+		// program may set it to "" after ApplyDefaults to run without
+		// the catalog listener, as `tributary dev --catalog-addr ""`
+		// does; in a file "" means the default.)
 		Addr string `yaml:"addr"`
 	} `yaml:"catalog"`
 
 	// Storage configures the warehouse's object store.
-	Storage StorageConfig `yaml:"storage"`
+	Storage config.Storage `yaml:"storage"`
 
 	Kafka struct {
 		// Addr of the Kafka consume listener. Default 127.0.0.1:19092;
@@ -66,21 +70,21 @@ type CloudConfig struct {
 	} `yaml:"pulsar"`
 
 	// Maintenance of the tables; the cloud server is where it belongs.
-	Maintenance MaintenanceConfig `yaml:"maintenance"`
+	Maintenance config.Maintenance `yaml:"maintenance"`
 
 	// ShutdownTimeout bounds a graceful stop. Default 10s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 }
 
 // ApplyDefaults fills every unset field with its default.
-func (c *CloudConfig) ApplyDefaults() {
+func (c *Config) ApplyDefaults() {
 	if c.Role == "" {
 		c.Role = "cloud"
 	}
 	if c.DataDir == "" {
 		c.DataDir = "./data"
 	}
-	defaultCatalog(c.DataDir, &c.Catalog.Name, &c.Catalog.URI, &c.Catalog.Warehouse)
+	config.DefaultCatalog(c.DataDir, &c.Catalog.Name, &c.Catalog.URI, &c.Catalog.Warehouse)
 	if c.Catalog.Addr == "" {
 		c.Catalog.Addr = "127.0.0.1:8181"
 	}
@@ -92,14 +96,14 @@ func (c *CloudConfig) ApplyDefaults() {
 		a := "127.0.0.1:6650"
 		c.Pulsar.Addr = &a
 	}
-	c.Maintenance.defaults()
+	c.Maintenance.Defaults()
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 10 * time.Second
 	}
 }
 
 // Validate checks the configuration; each error names the field and the fix.
-func (c *CloudConfig) Validate() error {
+func (c *Config) Validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
@@ -113,8 +117,13 @@ func (c *CloudConfig) Validate() error {
 	if !strings.Contains(c.Catalog.Warehouse, "://") {
 		bad("catalog.warehouse", "%q: want a blob URL such as file:///var/lib/tributary/warehouse or s3://bucket/prefix", c.Catalog.Warehouse)
 	}
-	if _, _, err := net.SplitHostPort(c.Catalog.Addr); err != nil {
-		bad("catalog.addr", "%q: want host:port", c.Catalog.Addr)
+	if a := c.Catalog.Addr; a != "" {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			bad("catalog.addr", "%q: want host:port", a)
+		}
+	}
+	if c.Kafka.Addr == nil || c.Pulsar.Addr == nil || c.Maintenance.Enabled == nil {
+		return errors.New("config: defaults not applied (call ApplyDefaults)")
 	}
 	if a := *c.Kafka.Addr; a != "" {
 		if _, _, err := net.SplitHostPort(a); err != nil {
@@ -141,42 +150,34 @@ func (c *CloudConfig) Validate() error {
 			bad(fmt.Sprintf("pulsar.peers[%d]", i), "%q: want host:port", p)
 		}
 	}
-	c.Storage.validate(c.Catalog.Warehouse, bad)
-	c.Maintenance.validate(bad)
+	c.Storage.Validate(c.Catalog.Warehouse, bad)
+	c.Maintenance.Validate(bad)
 	return errors.Join(errs...)
 }
 
-// ParseCloudConfig reads a cloud config from YAML bytes, expanding ${ENV}
+// ParseConfig reads a cloud config from YAML bytes, expanding ${ENV}
 // references, fills in defaults and validates.
-func ParseCloudConfig(raw []byte) (CloudConfig, error) {
-	var c CloudConfig
-	if err := decodeStrict(raw, &c); err != nil {
-		return CloudConfig{}, err
+func ParseConfig(raw []byte) (Config, error) {
+	var c Config
+	if err := config.Decode(raw, &c); err != nil {
+		return Config{}, err
 	}
 	c.ApplyDefaults()
 	if err := c.Validate(); err != nil {
-		return CloudConfig{}, fmt.Errorf("config: %w", err)
+		return Config{}, fmt.Errorf("config: %w", err)
 	}
 	return c, nil
 }
 
-// LoadCloudConfig is ParseCloudConfig on a file.
-func LoadCloudConfig(path string) (CloudConfig, error) {
+// LoadConfig is ParseConfig on a file.
+func LoadConfig(path string) (Config, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return CloudConfig{}, fmt.Errorf("config: %w", err)
+		return Config{}, fmt.Errorf("config: %w", err)
 	}
-	return ParseCloudConfig(raw)
+	return ParseConfig(raw)
 }
 
 // RoleOf tells which kind of config file raw is: "cloud" when it says
 // role: cloud, else "edge".
-func RoleOf(raw []byte) string {
-	var probe struct {
-		Role string `yaml:"role"`
-	}
-	if yaml.Unmarshal(raw, &probe) == nil && probe.Role == "cloud" {
-		return "cloud"
-	}
-	return "edge"
-}
+func RoleOf(raw []byte) string { return config.RoleOf(raw) }
