@@ -42,6 +42,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/kafka/consume"
 	"github.com/tributary-io/tributary/pulsar"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/tables/rest"
@@ -57,7 +58,7 @@ type Server struct {
 	reg    *prometheus.Registry
 
 	rest   *rest.Server       // nil when Catalog.Addr is ""
-	kafka  *kafka.CloudServer // nil when Kafka.Addr is ""
+	kafka  *consume.Server    // nil when Kafka.Addr is ""
 	pulsar *pulsar.Server     // nil when Pulsar.Addr is ""
 	maint  *tables.Maintainer // nil when maintenance is off
 	cancel context.CancelFunc // stops the maintainer
@@ -137,7 +138,7 @@ func (s *Server) listen() error {
 		s.log.Info("listening", "listener", "iceberg-rest-catalog", "addr", rs.Addr(), "uri", rs.URL())
 	}
 	if a := *cfg.Kafka.Addr; a != "" {
-		ks, err := kafka.NewCloudServer(kafka.CloudConfig{
+		ks, err := consume.NewServer(consume.Config{
 			Config:    kafka.Config{Addr: a, AdvertisedAddr: cfg.Kafka.AdvertisedAddr, ClusterID: cfg.Catalog.Name, Logger: s.log},
 			Peers:     cfg.Kafka.Peers,
 			OffsetsDB: cfg.Catalog.URI,

@@ -43,6 +43,7 @@ import (
 
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/kafka/produce"
 	"github.com/tributary-io/tributary/mqtt"
 	"github.com/tributary-io/tributary/peer"
 	"github.com/tributary-io/tributary/replica"
@@ -61,7 +62,7 @@ type Node struct {
 	up     *uplink.Uplink
 	maint  *tables.Maintainer // nil when maintenance is off
 	mqtt   *mqtt.Server
-	kafka  *kafka.Server
+	kafka  *produce.Server
 	kb     *kafkaBackend
 	ingest *ingest
 	http   *http.Server
@@ -129,9 +130,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	n.up = uplink.New(uplink.Config{Interval: cfg.Uplink.CommitInterval, MaxBatchBytes: int64(cfg.Uplink.MaxBatchBytes),
 		Node: cfg.NodeID, Logger: log, BeforeRelease: n.kb.beforeRelease, OnFenced: n.ingest.fenced}, n.wal, n.cat, n.bucket)
 	if cfg.Kafka.Addr != "" {
-		n.kafka, err = kafka.NewServer(kafka.Config{Addr: cfg.Kafka.Addr, AdvertisedAddr: cfg.Kafka.AdvertisedAddr,
-			ClusterID: cfg.Catalog.Name, AutoCreate: *cfg.Kafka.AutoCreate, MaxBatchBytes: int32(cfg.Kafka.MaxBatchBytes),
-			Logger: log.With("component", "kafka")}, n.kb)
+		n.kafka, err = produce.NewServer(produce.Config{Config: kafka.Config{Addr: cfg.Kafka.Addr, AdvertisedAddr: cfg.Kafka.AdvertisedAddr,
+			ClusterID: cfg.Catalog.Name, Logger: log.With("component", "kafka")},
+			AutoCreate: *cfg.Kafka.AutoCreate, MaxBatchBytes: int32(cfg.Kafka.MaxBatchBytes)}, n.kb)
 		if err != nil {
 			n.bucket.Close()
 			n.cat.Close()

@@ -1,0 +1,381 @@
+package produce
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+	"sync"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/s2"
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
+	"github.com/tributary-io/tributary/wal"
+)
+
+// Record batch (message format v2) decoding.
+//
+// Layout (big endian): baseOffset int64, batchLength int32,
+// partitionLeaderEpoch int32, magic int8 (=2), crc uint32, attributes int16,
+// lastOffsetDelta int32, firstTimestamp int64, maxTimestamp int64,
+// producerId int64, producerEpoch int16, baseSequence int32, records count
+// int32, records. The CRC-32C covers everything from attributes (byte 21) to
+// the end, so the base offset can be rewritten without recomputing it.
+//
+// Attributes: bits 0–2 compression (0 none, 1 gzip, 2 snappy, 3 lz4, 4
+// zstd), bit 3 timestamp type, bit 4 transactional, bit 5 control.
+
+const (
+	batchHeaderLen = 61
+	crcOffset      = 17
+	crcStart       = 21
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Batch errors; errorCode maps them to Kafka codes.
+var (
+	ErrCorruptBatch  = errors.New("kafka: corrupt record batch")
+	ErrInvalidBatch  = errors.New("kafka: invalid record batch")
+	ErrBatchTooLarge = errors.New("kafka: record batch too large")
+)
+
+// batch is a decoded record batch.
+type batch struct {
+	attributes      int16
+	lastOffsetDelta int32
+	firstTimestamp  int64
+	producerID      int64
+	producerEpoch   int16
+	baseSequence    int32
+	records         []batchRecord
+}
+
+type batchRecord struct {
+	timestampDelta int64
+	key, value     []byte // nil = null
+	headers        []wal.Header
+}
+
+func (b *batch) idempotent() bool { return b.producerID >= 0 }
+
+// lastSequence is the sequence of the batch's last record.
+func (b *batch) lastSequence() int32 {
+	return addSeq(b.baseSequence, int32(len(b.records)-1))
+}
+
+// parseBatch decodes exactly one v2 record batch from raw, checking the
+// CRC and decompressing at most maxDecompressed bytes.
+func parseBatch(raw []byte, maxDecompressed int64) (*batch, error) {
+	if len(raw) < batchHeaderLen {
+		return nil, fmt.Errorf("%w: %d bytes, shorter than a batch header", ErrCorruptBatch, len(raw))
+	}
+	length := int32(binary.BigEndian.Uint32(raw[8:]))
+	if length < batchHeaderLen-12 || int64(length) != int64(len(raw)-12) {
+		if int64(length) < int64(len(raw)-12) && length >= batchHeaderLen-12 {
+			return nil, fmt.Errorf("%w: more than one batch in a partition's records", ErrInvalidBatch)
+		}
+		return nil, fmt.Errorf("%w: batch length %d, have %d bytes", ErrCorruptBatch, length, len(raw)-12)
+	}
+	if magic := int8(raw[16]); magic != 2 {
+		return nil, fmt.Errorf("%w: message format (magic) %d, only 2 is supported", ErrInvalidBatch, magic)
+	}
+	if want, got := binary.BigEndian.Uint32(raw[crcOffset:]), crc32.Checksum(raw[crcStart:], castagnoli); want != got {
+		return nil, fmt.Errorf("%w: crc32c %08x, computed %08x", ErrCorruptBatch, want, got)
+	}
+	b := &batch{
+		attributes:      int16(binary.BigEndian.Uint16(raw[21:])),
+		lastOffsetDelta: int32(binary.BigEndian.Uint32(raw[23:])),
+		firstTimestamp:  int64(binary.BigEndian.Uint64(raw[27:])),
+		producerID:      int64(binary.BigEndian.Uint64(raw[43:])),
+		producerEpoch:   int16(binary.BigEndian.Uint16(raw[51:])),
+		baseSequence:    int32(binary.BigEndian.Uint32(raw[53:])),
+	}
+	count := int32(binary.BigEndian.Uint32(raw[57:]))
+	if b.attributes&0x20 != 0 {
+		return nil, fmt.Errorf("%w: control batches cannot be produced", ErrInvalidBatch)
+	}
+	if b.attributes&0x10 != 0 {
+		return nil, fmt.Errorf("%w: transactional batches are not supported", ErrInvalidBatch)
+	}
+	if count <= 0 || count != b.lastOffsetDelta+1 {
+		return nil, fmt.Errorf("%w: %d records with last offset delta %d", ErrInvalidBatch, count, b.lastOffsetDelta)
+	}
+	if b.idempotent() && (b.baseSequence < 0 || b.producerEpoch < 0) {
+		return nil, fmt.Errorf("%w: producer id %d with epoch %d sequence %d", ErrInvalidBatch, b.producerID, b.producerEpoch, b.baseSequence)
+	}
+	body, err := decompress(b.attributes&0x07, raw[batchHeaderLen:], maxDecompressed)
+	if err != nil {
+		return nil, err
+	}
+	// Every record takes at least 7 bytes, which bounds the allocation.
+	if int64(count) > int64(len(body))/7 {
+		return nil, fmt.Errorf("%w: %d records in %d bytes", ErrCorruptBatch, count, len(body))
+	}
+	b.records = make([]batchRecord, count)
+	for i := range b.records {
+		n, err := parseRecord(body, &b.records[i], int32(i))
+		if err != nil {
+			return nil, fmt.Errorf("record %d: %w", i, err)
+		}
+		body = body[n:]
+	}
+	if len(body) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the last record", ErrCorruptBatch, len(body))
+	}
+	return b, nil
+}
+
+// reader is a bounds-checked cursor over record bytes.
+type reader struct {
+	b   []byte
+	bad bool
+}
+
+func (r *reader) varint() int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.bad = true
+		r.b = nil
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) byte() byte {
+	if len(r.b) < 1 {
+		r.bad = true
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+// bytes reads varint-length bytes; -1 = nil (null), 0 = empty non-nil.
+func (r *reader) bytes() []byte {
+	l := r.varint()
+	switch {
+	case r.bad:
+		return nil
+	case l == -1:
+		return nil
+	case l < -1 || l > int64(len(r.b)):
+		r.bad = true
+		r.b = nil
+		return nil
+	}
+	v := r.b[:l:l]
+	r.b = r.b[l:]
+	return v
+}
+
+// parseRecord decodes one record from the front of b and returns its size.
+func parseRecord(b []byte, rec *batchRecord, wantDelta int32) (int, error) {
+	r := reader{b: b}
+	l := r.varint()
+	if r.bad || l < 6 || l > int64(len(r.b)) {
+		return 0, fmt.Errorf("%w: record length %d", ErrCorruptBatch, l)
+	}
+	size := len(b) - len(r.b) + int(l)
+	r.b = r.b[:l]
+	r.byte() // attributes: unused in v2
+	rec.timestampDelta = r.varint()
+	if d := r.varint(); !r.bad && d != int64(wantDelta) {
+		return 0, fmt.Errorf("%w: offset delta %d, want %d", ErrInvalidBatch, d, wantDelta)
+	}
+	rec.key = r.bytes()
+	rec.value = r.bytes()
+	nh := r.varint()
+	if r.bad || nh < 0 || nh > int64(len(r.b))/2 {
+		return 0, fmt.Errorf("%w: header count %d", ErrCorruptBatch, nh)
+	}
+	if nh > 0 {
+		rec.headers = make([]wal.Header, nh)
+		for i := range rec.headers {
+			k := r.bytes()
+			if k == nil && !r.bad {
+				return 0, fmt.Errorf("%w: null header key", ErrCorruptBatch)
+			}
+			rec.headers[i] = wal.Header{Key: string(k), Value: r.bytes()}
+		}
+	}
+	if r.bad {
+		return 0, fmt.Errorf("%w: truncated record", ErrCorruptBatch)
+	}
+	if len(r.b) != 0 {
+		return 0, fmt.Errorf("%w: %d bytes after record fields", ErrCorruptBatch, len(r.b))
+	}
+	return size, nil
+}
+
+// zstdDecoders holds one shared decoder per bound: DecodeAll is safe for
+// concurrent use, and WithDecoderMaxMemory makes it refuse output beyond
+// the bound instead of allocating it.
+var zstdDecoders sync.Map // int64 -> *zstd.Decoder
+
+// zstdDecoderFor returns the decoder for a decompression limit. Its memory
+// and window bound is the limit but at least 8 MiB, the window of zstd's
+// default encoder (klauspost refuses windows above the memory bound), so
+// that ordinary producers are not refused; decompress checks the output
+// against the exact limit.
+func zstdDecoderFor(limit int64) (*zstd.Decoder, error) {
+	if d, ok := zstdDecoders.Load(limit); ok {
+		return d.(*zstd.Decoder), nil
+	}
+	bound := min(max(uint64(limit), 8<<20), zstd.MaxWindowSize)
+	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(bound), zstd.WithDecoderMaxWindow(bound))
+	if err != nil {
+		return nil, err
+	}
+	if prev, loaded := zstdDecoders.LoadOrStore(limit, d); loaded {
+		d.Close()
+		return prev.(*zstd.Decoder), nil
+	}
+	return d, nil
+}
+
+// xerialHeader starts snappy data framed the way the Java client frames it.
+var xerialHeader = []byte{0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0}
+
+// decompress returns the records bytes of a batch, refusing to produce more
+// than max bytes (ErrBatchTooLarge).
+func decompress(codec int16, in []byte, max int64) ([]byte, error) {
+	tooLarge := fmt.Errorf("%w: records decompress to more than %d bytes", ErrBatchTooLarge, max)
+	var (
+		out []byte
+		err error
+	)
+	switch codec {
+	case 0:
+		return in, nil
+	case 1: // gzip
+		var zr *gzip.Reader
+		if zr, err = gzip.NewReader(bytes.NewReader(in)); err == nil {
+			out, err = readMax(zr, max)
+		}
+	case 2: // snappy: raw block (librdkafka, kgo, sarama) or xerial framing (Java)
+		if bytes.HasPrefix(in, xerialHeader) {
+			out, err = unxerial(in, max)
+		} else {
+			out, err = snappyBlock(nil, in, max)
+		}
+	case 3: // lz4 frame
+		out, err = readMax(lz4.NewReader(bytes.NewReader(in)), max)
+	case 4: // zstd
+		var n uint64
+		if n, err = zstdFrameSize(in); err == nil && n > uint64(max) {
+			return nil, tooLarge
+		}
+		var d *zstd.Decoder
+		if err == nil {
+			d, err = zstdDecoderFor(max)
+		}
+		if err == nil {
+			out, err = d.DecodeAll(in, nil)
+			if errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded) || int64(len(out)) > max {
+				return nil, tooLarge
+			}
+		}
+	default:
+		return nil, fmt.Errorf("%w: compression codec %d", ErrCorruptBatch, codec)
+	}
+	if errors.Is(err, ErrBatchTooLarge) {
+		return nil, tooLarge
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: decompress (codec %d): %v", ErrCorruptBatch, codec, err)
+	}
+	return out, nil
+}
+
+// zstdFrameSize returns the declared content size of the first frame, or 0.
+func zstdFrameSize(in []byte) (uint64, error) {
+	var h zstd.Header
+	if err := h.Decode(in); err != nil {
+		return 0, err
+	}
+	if h.HasFCS {
+		return h.FrameContentSize, nil
+	}
+	return 0, nil
+}
+
+// readMax reads r to the end, failing with ErrBatchTooLarge past max bytes.
+func readMax(r io.Reader, max int64) ([]byte, error) {
+	var buf bytes.Buffer
+	n, err := io.Copy(&buf, io.LimitReader(r, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if n > max {
+		return nil, ErrBatchTooLarge
+	}
+	return buf.Bytes(), nil
+}
+
+// snappyBlock appends the decoded snappy block to dst, checking the
+// declared length against the bound before allocating.
+func snappyBlock(dst, in []byte, max int64) ([]byte, error) {
+	n, err := s2.DecodedLen(in)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(dst))+int64(n) > max {
+		return nil, ErrBatchTooLarge
+	}
+	out, err := s2.Decode(nil, in)
+	if err != nil {
+		return nil, err
+	}
+	return append(dst, out...), nil
+}
+
+// unxerial decodes xerial-framed snappy: header (8 bytes), version and
+// compatible version (4 bytes each), then (int32 length, snappy block)*.
+func unxerial(in []byte, max int64) ([]byte, error) {
+	if len(in) < 16 {
+		return nil, errors.New("short xerial header")
+	}
+	in = in[16:]
+	var out []byte
+	for len(in) > 0 {
+		if len(in) < 4 {
+			return nil, errors.New("truncated xerial chunk length")
+		}
+		n := binary.BigEndian.Uint32(in)
+		in = in[4:]
+		if n > uint32(len(in)) || n > math.MaxInt32 {
+			return nil, errors.New("truncated xerial chunk")
+		}
+		var err error
+		if out, err = snappyBlock(out, in[:n], max); err != nil {
+			return nil, err
+		}
+		in = in[n:]
+	}
+	if out == nil {
+		out = []byte{}
+	}
+	return out, nil
+}
+
+// Sequence arithmetic: sequences run 0..MaxInt32 and wrap to 0.
+
+func addSeq(s, n int32) int32 { return int32((int64(s) + int64(n)) % (math.MaxInt32 + 1)) }
+
+func nextSeq(s int32) int32 { return addSeq(s, 1) }
+
+// seqDelta is (b - a) modulo 2^31.
+func seqDelta(a, b int32) int32 {
+	d := (int64(b) - int64(a)) % (math.MaxInt32 + 1)
+	if d < 0 {
+		d += math.MaxInt32 + 1
+	}
+	return int32(d)
+}
