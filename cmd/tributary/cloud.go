@@ -124,14 +124,15 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 		log.Error("open", "err", err)
 		return 1
 	}
-	log.Info("ready", "catalog", srv.CatalogAddr(), "kafka", srv.KafkaAddr(), "pulsar", srv.PulsarAddr(), "backing", redactURI(cfg.Catalog.URI), "warehouse", cfg.Catalog.Warehouse,
-		"auth", cfg.Catalog.Token != "", "maintenance", *cfg.Maintenance.Enabled)
 	code := 0
+	// The ready file before the ready line: whoever saw the line finds the file.
 	if err := writeReadyFile(*readyFile, map[string]string{"catalog": srv.CatalogAddr(), "kafka": srv.KafkaAddr(), "pulsar": srv.PulsarAddr()}); err != nil {
 		log.Error("ready file", "err", err)
 		code = 1
 		stop()
 	}
+	log.Info("ready", "catalog", srv.CatalogAddr(), "kafka", srv.KafkaAddr(), "pulsar", srv.PulsarAddr(), "backing", redactURI(cfg.Catalog.URI), "warehouse", cfg.Catalog.Warehouse,
+		"auth", cfg.Catalog.Token != "", "maintenance", *cfg.Maintenance.Enabled)
 	select {
 	case <-ctx.Done():
 	case err := <-srv.Done():

@@ -148,14 +148,14 @@ func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *sl
 	if cs != nil {
 		addrs["catalog"], addrs["cloud_kafka"], addrs["pulsar"] = cs.CatalogAddr(), cs.KafkaAddr(), cs.PulsarAddr()
 	}
-	log.Info("ready", "node", cfg.NodeID, "mqtt", addrs["mqtt"], "http", addrs["http"], "kafka", addrs["kafka"], "catalog", addrs["catalog"], "cloud_kafka", addrs["cloud_kafka"], "gossip", addrs["gossip"], "peer", addrs["peer"], "pulsar", addrs["pulsar"])
 	code := 0
-	addrs["node"] = cfg.NodeID
+	// The ready file before the ready line: whoever saw the line finds the file.
 	if err := writeReadyFile(readyFile, addrs); err != nil {
 		log.Error("ready file", "err", err)
 		code = 1
 		stop()
 	}
+	log.Info("ready", "node", cfg.NodeID, "mqtt", addrs["mqtt"], "http", addrs["http"], "kafka", addrs["kafka"], "catalog", addrs["catalog"], "cloud_kafka", addrs["cloud_kafka"], "gossip", addrs["gossip"], "peer", addrs["peer"], "pulsar", addrs["pulsar"])
 	<-ctx.Done()
 	stop()
 	log.Info("shutting down: stop listeners, final commit")
