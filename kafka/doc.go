@@ -43,8 +43,8 @@
 //  3. Close answers what it accepted: in-flight requests finish and their
 //     responses are written unless Close's context ends first.
 //
-// The record-batch codec is split like the APIs: the decoder (CRC-32C,
-// gzip/snappy/lz4/zstd with a decompression bound) is the produce side's
-// (kafka/produce/batch.go), the encoder the consume side's
-// (kafka/consume/encode.go); each has exactly one user.
+// The record-batch codec (message format v2) is here too: the decoder
+// (batch.go: CRC-32C, gzip/snappy/lz4/zstd with a decompression bound),
+// which the produce side uses, and the encoder (encode.go), which the
+// consume side uses to serve table rows.
 package kafka

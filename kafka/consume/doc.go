@@ -36,7 +36,7 @@
 // Server (server.go) owns the API table and dispatches each request of
 // the kafka.Server connection loop. One file per API key, each opening
 // with its supported versions: Metadata (metadata.go), ListOffsets
-// (list_offsets.go), Fetch (fetch.go, batches built in encode.go),
+// (list_offsets.go), Fetch (fetch.go, batches built by kafka.AppendBatch),
 // FindCoordinator (find_coordinator.go, rendezvous hash over the peers),
 // JoinGroup, SyncGroup, Heartbeat, LeaveGroup (join_group.go,
 // sync_group.go, heartbeat.go, leave_group.go over the state machine of

@@ -63,7 +63,7 @@ func (cs *Server) read(ctx context.Context, v *tables.Partition, off int64, limi
 	var out []*wal.Record
 	size := 0
 	err := v.Read(ctx, off, func(r *wal.Record) bool {
-		n := recordSize(r)
+		n := kafka.RecordSize(r)
 		if size+n > limit && !(atLeastOne && len(out) == 0) {
 			return false
 		}
@@ -135,7 +135,7 @@ func (cs *Server) fetchOnce(ctx context.Context, r *kmsg.FetchRequest) (resp *km
 					break
 				}
 				if len(recs) > 0 {
-					sp.RecordBatches = appendBatch(nil, recs)
+					sp.RecordBatches = kafka.AppendBatch(nil, recs)
 					total += len(sp.RecordBatches)
 				}
 			}

@@ -72,5 +72,5 @@ func (cs *Server) offsetForTime(ctx context.Context, v *tables.Partition, ms int
 	if err != nil || r == nil {
 		return -1, -1, err
 	}
-	return r.Offset, recordTimestampMs(r), nil
+	return r.Offset, kafka.RecordTimestampMs(r), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/wal"
 )
 
@@ -124,8 +125,8 @@ func RunsFromRecords(recs []*wal.Record, keep int) []ProducerRun {
 		}
 		if n := len(rs); n > 0 {
 			last := &rs[n-1]
-			if last.ProducerEpoch == r.ProducerEpoch && nextSeq(last.LastSeq) == r.Sequence &&
-				last.FirstOffset+int64(seqDelta(last.FirstSeq, last.LastSeq))+1 == r.Offset {
+			if last.ProducerEpoch == r.ProducerEpoch && kafka.NextSeq(last.LastSeq) == r.Sequence &&
+				last.FirstOffset+int64(kafka.SeqDelta(last.FirstSeq, last.LastSeq))+1 == r.Offset {
 				last.LastSeq = r.Sequence
 				continue
 			}

@@ -34,7 +34,7 @@
 // with its supported versions: Metadata (metadata.go), Produce
 // (produce.go), InitProducerId (init_producer_id.go), and Fetch
 // (fetch.go), advertised for librdkafka but refused. ApiVersions is
-// kafka.HandleApiVersions. Record batches are decoded in batch.go
+// kafka.HandleApiVersions. Record batches are decoded by kafka.ParseBatch
 // (CRC-32C, gzip/snappy/lz4/zstd with a decompression bound); idempotence
 // lives in producers.go; the node plugs in through Backend (backend.go).
 package produce

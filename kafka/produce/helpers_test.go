@@ -409,4 +409,13 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// The record-batch layout (kafka/batch.go) for tests that build batches.
+const (
+	batchHeaderLen = 61
+	crcOffset      = 17
+	crcStart       = 21
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
 func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }

@@ -192,31 +192,31 @@ func (s *Server) checkPartition(tl topicLookup, rp kmsg.ProduceRequestTopicParti
 
 // producePartition decodes one batch, checks idempotence and appends it.
 func (s *Server) producePartition(ctx context.Context, clientID, topic string, partition int32, raw []byte) partResult {
-	b, err := parseBatch(raw, s.cfg.MaxDecompressedBytes)
+	b, err := kafka.ParseBatch(raw, s.cfg.MaxDecompressedBytes)
 	if err != nil {
 		s.log.Info("kafka: refusing batch", "head", fmt.Sprintf("%x", raw[:min(len(raw), 80)]), "client", clientID, "stream", topic, "partition", partition, "err", err)
 		return partResult{code: batchErrorCode(err), msg: err.Error()}
 	}
 	recs := s.walRecords(clientID, topic, partition, b)
-	if !b.idempotent() {
+	if !b.Idempotent() {
 		return s.appendBatch(ctx, recs)
 	}
-	e := s.prod.lock(producerKey{topic, partition, b.producerID})
+	e := s.prod.lock(producerKey{topic, partition, b.ProducerID})
 	defer e.mu.Unlock()
-	last := b.lastSequence()
-	off, dup, code := e.check(b.producerEpoch, b.baseSequence, last)
+	last := b.LastSequence()
+	off, dup, code := e.check(b.ProducerEpoch, b.BaseSequence, last)
 	switch {
 	case code != 0:
 		return partResult{code: code, msg: fmt.Sprintf("producer %d epoch %d sequences %d-%d: known epoch %d, last sequence %d",
-			b.producerID, b.producerEpoch, b.baseSequence, last, e.epoch, e.lastSeq)}
+			b.ProducerID, b.ProducerEpoch, b.BaseSequence, last, e.epoch, e.lastSeq)}
 	case dup:
 		s.stats.dups.Add(1)
 		return partResult{baseOffset: off}
 	}
 	res := s.appendBatch(ctx, recs)
 	if res.code == 0 {
-		e.add(ProducerRun{Stream: topic, Partition: partition, ProducerID: b.producerID, ProducerEpoch: b.producerEpoch,
-			FirstSeq: b.baseSequence, LastSeq: last, FirstOffset: res.baseOffset})
+		e.add(ProducerRun{Stream: topic, Partition: partition, ProducerID: b.ProducerID, ProducerEpoch: b.ProducerEpoch,
+			FirstSeq: b.BaseSequence, LastSeq: last, FirstOffset: res.baseOffset})
 	}
 	return res
 }
@@ -245,28 +245,28 @@ func (s *Server) appendBatch(ctx context.Context, recs []*wal.Record) partResult
 	return partResult{baseOffset: recs[0].Offset}
 }
 
-func (s *Server) walRecords(clientID, topic string, partition int32, b *batch) []*wal.Record {
-	recs := make([]*wal.Record, len(b.records))
+func (s *Server) walRecords(clientID, topic string, partition int32, b *kafka.Batch) []*wal.Record {
+	recs := make([]*wal.Record, len(b.Records))
 	node := s.b.NodeID()
-	for i := range b.records {
-		br := &b.records[i]
+	for i := range b.Records {
+		br := &b.Records[i]
 		rec := &wal.Record{
 			Stream:            topic,
 			Partition:         partition,
 			Topic:             topic,
-			Key:               br.key,
-			Value:             br.value,
-			Headers:           br.headers,
+			Key:               br.Key,
+			Value:             br.Value,
+			Headers:           br.Headers,
 			Source:            "kafka",
 			ClientID:          clientID,
 			Node:              node,
-			ProducerID:        b.producerID,
-			ProducerEpoch:     b.producerEpoch,
+			ProducerID:        b.ProducerID,
+			ProducerEpoch:     b.ProducerEpoch,
 			Sequence:          -1,
-			ProducerTimestamp: b.firstTimestamp + br.timestampDelta,
+			ProducerTimestamp: b.FirstTimestamp + br.TimestampDelta,
 		}
-		if b.idempotent() {
-			rec.Sequence = addSeq(b.baseSequence, int32(i))
+		if b.Idempotent() {
+			rec.Sequence = kafka.AddSeq(b.BaseSequence, int32(i))
 		}
 		recs[i] = rec
 	}
@@ -275,9 +275,9 @@ func (s *Server) walRecords(clientID, topic string, partition int32, b *batch) [
 
 func batchErrorCode(err error) int16 {
 	switch {
-	case errors.Is(err, ErrBatchTooLarge):
+	case errors.Is(err, kafka.ErrBatchTooLarge):
 		return kafka.CodeMessageTooLarge
-	case errors.Is(err, ErrInvalidBatch):
+	case errors.Is(err, kafka.ErrInvalidBatch):
 		return kafka.CodeInvalidRecord
 	default:
 		return kafka.CodeCorruptMessage

@@ -136,13 +136,13 @@ func (e *producerEntry) check(epoch int16, first, last int32) (offset int64, dup
 	}
 	for i := len(e.runs) - 1; i >= 0; i-- {
 		r := e.runs[i]
-		span := seqDelta(r.FirstSeq, r.LastSeq)
-		d1, d2 := seqDelta(r.FirstSeq, first), seqDelta(r.FirstSeq, last)
+		span := kafka.SeqDelta(r.FirstSeq, r.LastSeq)
+		d1, d2 := kafka.SeqDelta(r.FirstSeq, first), kafka.SeqDelta(r.FirstSeq, last)
 		if d1 <= span && d2 <= span && d1 <= d2 {
 			return r.FirstOffset + int64(d1), true, 0
 		}
 	}
-	if first != nextSeq(e.lastSeq) {
+	if first != kafka.NextSeq(e.lastSeq) {
 		return 0, false, kafka.CodeOutOfOrderSequence
 	}
 	return 0, false, 0
