@@ -90,8 +90,7 @@ func startEdge(t *testing.T, dataDir, config string) *proc {
 func startProc(t *testing.T, dataDir string, args ...string) *proc {
 	t.Helper()
 	readyFile := filepath.Join(t.TempDir(), "ready.json")
-	args = append([]string{args[0], "--ready-file", readyFile}, args[1:]...)
-	cmd := exec.Command(binPath, args...)
+	cmd := exec.Command(binPath, append([]string{args[0], "--ready-file", readyFile}, args[1:]...)...)
 	cmd.Stdout = io.Discard
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
