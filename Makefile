@@ -63,7 +63,7 @@ bench: deps build
 # testdata/fuzz run in every `go test`).
 FUZZTIME ?= 30s
 FUZZ_TARGETS := wal:FuzzDecodeRecord wal:FuzzDecodeChunk wal:FuzzDecodeMeta mqtt:FuzzPacketHandling mqtt:FuzzRouter \
-	kafka:FuzzRequestDecode kafka:FuzzRecordBatch kafka:FuzzCloudRequest tables/rest:FuzzCommitRequest \
+	kafka/produce:FuzzRequestDecode kafka:FuzzRecordBatch kafka/consume:FuzzCloudRequest tables/rest:FuzzCommitRequest \
 	cluster:FuzzDecodeMeta cluster:FuzzInspect replica:FuzzDecodeAppend replica:FuzzDecodeReply \
 	peer:FuzzReadFrame mqtt:FuzzDecodeForward mqtt:FuzzDecodeInterest pulsar:FuzzFrame
 FUZZ_TARGETS += pulsar:FuzzAckedRanges

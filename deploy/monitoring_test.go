@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"gopkg.in/yaml.v3"
 
+	"github.com/tributary-io/tributary/cloud"
 	"github.com/tributary-io/tributary/node"
 )
 
@@ -174,7 +175,7 @@ func referenced(expr string) []string {
 func exportedFamilies(t *testing.T) map[string]string {
 	t.Helper()
 	dir := t.TempDir()
-	cfg := node.Config{NodeID: "metrics-1", DataDir: dir, HTTPAddr: "127.0.0.1:0", CloudKafkaAddr: "127.0.0.1:0"}
+	cfg := node.Config{NodeID: "metrics-1", DataDir: dir, HTTPAddr: "127.0.0.1:0"}
 	cfg.MQTT.Addr = "127.0.0.1:0"
 	cfg.Uplink.CommitInterval = 50 * time.Millisecond
 	cfg.Maintenance.Interval = time.Second
@@ -184,6 +185,22 @@ func exportedFamilies(t *testing.T) map[string]string {
 		t.Fatal(err)
 	}
 	defer n.Close(ctx)
+	// The cloud Kafka server over the node's catalog, as `dev` runs it.
+	var cc cloud.Config
+	cc.DataDir = dir
+	kafkaAddr, pulsarAddr, maintain := "127.0.0.1:0", "", false
+	cc.Kafka.Addr, cc.Pulsar.Addr, cc.Maintenance.Enabled = &kafkaAddr, &pulsarAddr, &maintain
+	cc.ApplyDefaults()
+	cc.Catalog.Name, cc.Catalog.URI, cc.Catalog.Warehouse = n.Config().Catalog.Name, n.Config().Catalog.URI, n.Config().Catalog.Warehouse
+	cc.Catalog.Addr = ""
+	cs, err := cloud.OpenOn(n.Catalog(), cc, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close(ctx)
+	for _, c := range cs.Collectors() {
+		n.AddCollector(c)
+	}
 	if err := n.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -209,7 +226,7 @@ func exportedFamilies(t *testing.T) map[string]string {
 		return len(n.Maintainer().Stats()) > 0
 	})
 	// A consumer group with a committed offset, for the lag family.
-	kc, err := kgo.NewClient(kgo.SeedBrokers(n.CloudKafkaAddr()), kgo.ConsumerGroup("metrics-test"), kgo.ConsumeTopics(stream),
+	kc, err := kgo.NewClient(kgo.SeedBrokers(cs.KafkaAddr()), kgo.ConsumerGroup("metrics-test"), kgo.ConsumeTopics(stream),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/kafka/consume"
 	"github.com/tributary-io/tributary/tables"
 )
 
@@ -162,7 +163,7 @@ func TestBenchFetchThroughput(t *testing.T) {
 	prod.Close()
 	t.Logf("prepared %d records (%d MiB) in the table and in kfake in %s", n, mb, time.Since(prep).Round(time.Millisecond))
 
-	cs, err := kafka.NewCloudServer(kafka.CloudConfig{Config: kafka.Config{Addr: "127.0.0.1:0",
+	cs, err := consume.NewServer(consume.Config{Config: kafka.Config{Addr: "127.0.0.1:0",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, OffsetsDB: "sqlite://" + filepath.Join(dir, "catalog.db")}, cat)
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	pulsarlog "github.com/apache/pulsar-client-go/pulsar/log"
 
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/kafka/consume"
 	ppulsar "github.com/tributary-io/tributary/pulsar"
 	"github.com/tributary-io/tributary/tables"
 )
@@ -51,7 +52,7 @@ func TestBenchPulsarConsume(t *testing.T) {
 	t.Logf("prepared %d records (%d MiB) in %s", n, mb, time.Since(prep).Round(time.Millisecond))
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 
-	ks, err := kafka.NewCloudServer(kafka.CloudConfig{Config: kafka.Config{Addr: "127.0.0.1:0", Logger: quiet}, OffsetsDB: uri}, cat)
+	ks, err := consume.NewServer(consume.Config{Config: kafka.Config{Addr: "127.0.0.1:0", Logger: quiet}, OffsetsDB: uri}, cat)
 	if err != nil {
 		t.Fatal(err)
 	}

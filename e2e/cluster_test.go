@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"testing"
@@ -13,16 +12,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-var gossipRE = regexp.MustCompile(`msg=ready .* gossip=(\S+)`)
-
-// gossipAddr is the bound gossip address from a node's ready line.
+// gossipAddr is the bound gossip address from a node's ready file.
 func gossipAddr(t *testing.T, p *proc) string {
 	t.Helper()
-	m := gossipRE.FindStringSubmatch(p.logs())
-	if m == nil || m[1] == "" {
-		t.Fatalf("no gossip= in the ready line:\n%s", p.logs())
+	if p.Gossip == "" {
+		t.Fatalf("no gossip address in the ready file:\n%s", p.logs())
 	}
-	return m[1]
+	return p.Gossip
 }
 
 type clusterMember struct {

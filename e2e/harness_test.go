@@ -6,13 +6,13 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -62,18 +62,13 @@ type proc struct {
 	// CloudKafka is the in-process cloud Kafka consume server host:port.
 	CloudKafka string
 	// Pulsar is the in-process cloud Pulsar consume server host:port.
-	Pulsar   string
-	exited   chan struct{}
-	logMu    sync.Mutex
-	logLines []string
+	Pulsar string
+	// Gossip and Peer are the cluster listeners ("" for a single node).
+	Gossip, Peer string
+	exited       chan struct{}
+	logMu        sync.Mutex
+	logLines     []string
 }
-
-var (
-	readyRE  = regexp.MustCompile(`msg=ready .*mqtt=(\S+) http=(\S+) kafka=(\S*) catalog=(\S*) cloud_kafka=(\S*)`)
-	pulsarRE = regexp.MustCompile(` pulsar=(\S*)`)
-	// cloudReadyRE is the ready line of `tributary cloud`.
-	cloudReadyRE = regexp.MustCompile(`msg=ready catalog=(\S+) kafka=(\S*) pulsar=(\S*)`)
-)
 
 // startDev starts `tributary dev` on free loopback ports with no simulator
 // and waits until it says it is ready.
@@ -90,10 +85,13 @@ func startEdge(t *testing.T, dataDir, config string) *proc {
 	return startProc(t, dataDir, "edge", "-config", config)
 }
 
-// startProc starts the binary with args and waits for its ready line.
+// startProc starts the binary with args and waits for its ready file
+// (--ready-file, in a temporary directory): the JSON object of the bound
+// listener addresses it writes once every listener is up.
 func startProc(t *testing.T, dataDir string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(binPath, args...)
+	readyFile := filepath.Join(t.TempDir(), "ready.json")
+	cmd := exec.Command(binPath, append([]string{args[0], "--ready-file", readyFile}, args[1:]...)...)
 	cmd.Stdout = io.Discard
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -103,34 +101,20 @@ func startProc(t *testing.T, dataDir string, args ...string) *proc {
 		t.Fatal(err)
 	}
 	p := &proc{t: t, cmd: cmd, dataDir: dataDir, exited: make(chan struct{})}
-	ready := make(chan [6]string, 1)
+	logged := make(chan struct{})
 	go func() {
+		defer close(logged)
 		sc := bufio.NewScanner(stderr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
-			line := sc.Text()
 			p.logMu.Lock()
-			p.logLines = append(p.logLines, line)
+			p.logLines = append(p.logLines, sc.Text())
 			p.logMu.Unlock()
-			if m := cloudReadyRE.FindStringSubmatch(line); m != nil {
-				select {
-				case ready <- [6]string{"", "", "", m[1], m[2], strings.Trim(m[3], `"`)}:
-				default:
-				}
-			}
-			if m := readyRE.FindStringSubmatch(line); m != nil {
-				var pulsarAddr string
-				if pm := pulsarRE.FindStringSubmatch(line); pm != nil {
-					pulsarAddr = strings.Trim(pm[1], `"`) // slog quotes an empty value
-				}
-				select {
-				case ready <- [6]string{m[1], m[2], m[3], m[4], m[5], pulsarAddr}:
-				default:
-				}
-			}
 		}
+		io.Copy(io.Discard, stderr) // a line too long for the scanner
 	}()
 	go func() {
+		<-logged // Wait closes the pipe: read it to the end first
 		cmd.Wait()
 		close(p.exited)
 	}()
@@ -140,15 +124,31 @@ func startProc(t *testing.T, dataDir string, args ...string) *proc {
 			t.Logf("last lines of %s:\n%s", strings.Join(args[:min(len(args), 2)], " "), p.tail(80))
 		}
 	})
-	select {
-	case a := <-ready:
-		p.MQTT, p.HTTP, p.Kafka, p.Catalog, p.CloudKafka, p.Pulsar = a[0], a[1], a[2], a[3], a[4], a[5]
-	case <-p.exited:
-		t.Fatalf("tributary dev exited before ready:\n%s", p.logs())
-	case <-time.After(60 * time.Second):
-		t.Fatalf("tributary dev not ready after 60s:\n%s", p.logs())
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		raw, err := os.ReadFile(readyFile)
+		if err == nil {
+			var a map[string]string
+			if err := json.Unmarshal(raw, &a); err != nil {
+				t.Fatalf("ready file %s: %v:\n%s", readyFile, err, raw)
+			}
+			if args[0] == "cloud" {
+				p.Catalog, p.CloudKafka, p.Pulsar = a["catalog"], a["kafka"], a["pulsar"]
+			} else {
+				p.MQTT, p.HTTP, p.Kafka, p.Catalog, p.CloudKafka, p.Pulsar = a["mqtt"], a["http"], a["kafka"], a["catalog"], a["cloud_kafka"], a["pulsar"]
+				p.Gossip, p.Peer = a["gossip"], a["peer"]
+			}
+			return p
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("tributary %s exited before ready:\n%s", args[0], p.logs())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tributary %s not ready after 60s:\n%s", args[0], p.logs())
+		}
 	}
-	return p
 }
 
 // tail is the last n lines the process logged.

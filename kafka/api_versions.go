@@ -1,22 +1,18 @@
 package kafka
 
-// ApiVersions (key 18): v0–v4.
+// ApiVersions (key 18): v0–v4, both sides.
 //
 // Behaviour:
-//   - Lists the APIs this server implements, with the version ranges
-//     below, and nothing else (no telemetry keys 71/72, no group or
-//     transaction APIs: this is the produce side of an edge node) — with
-//     one exception, Fetch, below.
+//   - Lists the APIs the server implements (its APIs table) and nothing
+//     else: no telemetry keys 71/72, and each side only its own keys, so a
+//     client sees what it can use on the edge (produce) or in the cloud
+//     (consume).
 //   - The response always uses response header v0 (no header tags), as
 //     Kafka does, so that a client can parse it before it knows our
-//     versions.
+//     versions (AppendResponse).
 //   - A version we do not support (including ones newer than any we know)
 //     is answered in version 0 with UNSUPPORTED_VERSION (35) and our ranges;
 //     the client then retries with a version inside them.
-//   - Fetch is listed although edge nodes do not serve reads (it is answered
-//     with a per-partition error), because
-//     librdkafka enables message format v2 and zstd only when the broker
-//     lists Fetch v4 and v10 (see fetch.go).
 
 import (
 	"slices"
@@ -24,43 +20,39 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
+// API keys used by the produce and consume sides.
 const (
-	produceKey        int16 = 0
-	fetchKey          int16 = 1
-	metadataKey       int16 = 3
-	apiVersionsKey    int16 = 18
-	initProducerIDKey int16 = 22
+	ProduceKey         int16 = 0
+	FetchKey           int16 = 1
+	ListOffsetsKey     int16 = 2
+	MetadataKey        int16 = 3
+	OffsetCommitKey    int16 = 8
+	OffsetFetchKey     int16 = 9
+	FindCoordinatorKey int16 = 10
+	JoinGroupKey       int16 = 11
+	HeartbeatKey       int16 = 12
+	LeaveGroupKey      int16 = 13
+	SyncGroupKey       int16 = 14
+	ApiVersionsKey     int16 = 18
+	InitProducerIDKey  int16 = 22
 )
 
-type versionRange struct{ min, max int16 }
+// VersionRange is the versions of one API key a server implements.
+type VersionRange struct{ Min, Max int16 }
 
-// supportedAPIs are the API keys and versions we implement.
-//   - Produce v3–v12: v3 is the first with record batches (message format
-//     v2, required); v13 addresses topics by id.
-//   - Metadata v0–v12: v10+ carry topic ids, which we derive stably from the
-//     topic name (topicID); v13 adds a top-level error code we do not need.
-//   - InitProducerId v0–v4: idempotent producers only.
-//   - Fetch v4–v12: advertised for librdkafka's feature detection only and
-//     refused per partition (see fetch.go).
-var supportedAPIs = map[int16]versionRange{
-	produceKey:        {3, 12},
-	fetchKey:          {4, 12},
-	metadataKey:       {0, 12},
-	apiVersionsKey:    {0, 4},
-	initProducerIDKey: {0, 4},
-}
+// APIs is a server's API table: key -> implemented versions.
+type APIs map[int16]VersionRange
 
-func (s *Server) handleApiVersions(req *request, r *kmsg.ApiVersionsRequest) kmsg.Response {
+// ApiVersionsVersions are the ApiVersions versions every server answers.
+var ApiVersionsVersions = VersionRange{0, 4}
+
+// HandleApiVersions answers an ApiVersions request with apis.
+func HandleApiVersions(req *Request, r *kmsg.ApiVersionsRequest, apis APIs) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.ApiVersionsResponse)
-	if req.unsupported {
+	if req.Unsupported {
 		resp.SetVersion(0)
-		resp.ErrorCode = errUnsupportedVersion
+		resp.ErrorCode = CodeUnsupportedVersion
 	}
-	return apiVersionsResponse(resp, s.apis)
-}
-
-// apiVersionsResponse lists apis, by key, in resp.
-func apiVersionsResponse(resp *kmsg.ApiVersionsResponse, apis map[int16]versionRange) kmsg.Response {
 	keys := make([]int16, 0, len(apis))
 	for k := range apis {
 		keys = append(keys, k)
@@ -69,7 +61,7 @@ func apiVersionsResponse(resp *kmsg.ApiVersionsResponse, apis map[int16]versionR
 	for _, key := range keys {
 		rng := apis[key]
 		k := kmsg.NewApiVersionsResponseApiKey()
-		k.ApiKey, k.MinVersion, k.MaxVersion = key, rng.min, rng.max
+		k.ApiKey, k.MinVersion, k.MaxVersion = key, rng.Min, rng.Max
 		resp.ApiKeys = append(resp.ApiKeys, k)
 	}
 	return resp

@@ -18,13 +18,14 @@ import (
 	"github.com/tributary-io/tributary"
 )
 
-// Record batch (message format v2) decoding.
+// Record batch (message format v2) decoding, for the produce side
+// (kafka/produce); encode.go is the consume side's encoder.
 //
 // Layout (big endian): baseOffset int64, batchLength int32,
-// partitionLeaderEpoch int32, magic int8 (=2), crc uint32, attributes int16,
-// lastOffsetDelta int32, firstTimestamp int64, maxTimestamp int64,
-// producerId int64, producerEpoch int16, baseSequence int32, records count
-// int32, records. The CRC-32C covers everything from attributes (byte 21) to
+// partitionLeaderEpoch int32, magic int8 (=2), crc uint32, Attributes int16,
+// LastOffsetDelta int32, FirstTimestamp int64, maxTimestamp int64,
+// producerId int64, ProducerEpoch int16, BaseSequence int32, Records count
+// int32, Records. The CRC-32C covers everything from Attributes (byte 21) to
 // the end, so the base offset can be rewritten without recomputing it.
 //
 // Attributes: bits 0–2 compression (0 none, 1 gzip, 2 snappy, 3 lz4, 4
@@ -45,33 +46,36 @@ var (
 	ErrBatchTooLarge = errors.New("kafka: record batch too large")
 )
 
-// batch is a decoded record batch.
-type batch struct {
-	attributes      int16
-	lastOffsetDelta int32
-	firstTimestamp  int64
-	producerID      int64
-	producerEpoch   int16
-	baseSequence    int32
-	records         []batchRecord
+// Batch is a decoded record batch (the produce side's view: the base
+// offset and timestamps other than the first are not kept).
+type Batch struct {
+	Attributes      int16
+	LastOffsetDelta int32
+	FirstTimestamp  int64
+	ProducerID      int64
+	ProducerEpoch   int16
+	BaseSequence    int32
+	Records         []BatchRecord
 }
 
-type batchRecord struct {
-	timestampDelta int64
-	key, value     []byte // nil = null
-	headers        []tributary.Header
+// BatchRecord is one record of a Batch.
+type BatchRecord struct {
+	TimestampDelta int64
+	Key, Value     []byte // nil = null
+	Headers        []tributary.Header
 }
 
-func (b *batch) idempotent() bool { return b.producerID >= 0 }
+// Idempotent reports whether the batch carries a producer id.
+func (b *Batch) Idempotent() bool { return b.ProducerID >= 0 }
 
-// lastSequence is the sequence of the batch's last record.
-func (b *batch) lastSequence() int32 {
-	return addSeq(b.baseSequence, int32(len(b.records)-1))
+// LastSequence is the sequence of the batch's last record.
+func (b *Batch) LastSequence() int32 {
+	return AddSeq(b.BaseSequence, int32(len(b.Records)-1))
 }
 
-// parseBatch decodes exactly one v2 record batch from raw, checking the
+// ParseBatch decodes exactly one v2 record batch from raw, checking the
 // CRC and decompressing at most maxDecompressed bytes.
-func parseBatch(raw []byte, maxDecompressed int64) (*batch, error) {
+func ParseBatch(raw []byte, maxDecompressed int64) (*Batch, error) {
 	if len(raw) < batchHeaderLen {
 		return nil, fmt.Errorf("%w: %d bytes, shorter than a batch header", ErrCorruptBatch, len(raw))
 	}
@@ -88,38 +92,38 @@ func parseBatch(raw []byte, maxDecompressed int64) (*batch, error) {
 	if want, got := binary.BigEndian.Uint32(raw[crcOffset:]), crc32.Checksum(raw[crcStart:], castagnoli); want != got {
 		return nil, fmt.Errorf("%w: crc32c %08x, computed %08x", ErrCorruptBatch, want, got)
 	}
-	b := &batch{
-		attributes:      int16(binary.BigEndian.Uint16(raw[21:])),
-		lastOffsetDelta: int32(binary.BigEndian.Uint32(raw[23:])),
-		firstTimestamp:  int64(binary.BigEndian.Uint64(raw[27:])),
-		producerID:      int64(binary.BigEndian.Uint64(raw[43:])),
-		producerEpoch:   int16(binary.BigEndian.Uint16(raw[51:])),
-		baseSequence:    int32(binary.BigEndian.Uint32(raw[53:])),
+	b := &Batch{
+		Attributes:      int16(binary.BigEndian.Uint16(raw[21:])),
+		LastOffsetDelta: int32(binary.BigEndian.Uint32(raw[23:])),
+		FirstTimestamp:  int64(binary.BigEndian.Uint64(raw[27:])),
+		ProducerID:      int64(binary.BigEndian.Uint64(raw[43:])),
+		ProducerEpoch:   int16(binary.BigEndian.Uint16(raw[51:])),
+		BaseSequence:    int32(binary.BigEndian.Uint32(raw[53:])),
 	}
 	count := int32(binary.BigEndian.Uint32(raw[57:]))
-	if b.attributes&0x20 != 0 {
+	if b.Attributes&0x20 != 0 {
 		return nil, fmt.Errorf("%w: control batches cannot be produced", ErrInvalidBatch)
 	}
-	if b.attributes&0x10 != 0 {
+	if b.Attributes&0x10 != 0 {
 		return nil, fmt.Errorf("%w: transactional batches are not supported", ErrInvalidBatch)
 	}
-	if count <= 0 || count != b.lastOffsetDelta+1 {
-		return nil, fmt.Errorf("%w: %d records with last offset delta %d", ErrInvalidBatch, count, b.lastOffsetDelta)
+	if count <= 0 || count != b.LastOffsetDelta+1 {
+		return nil, fmt.Errorf("%w: %d Records with last offset delta %d", ErrInvalidBatch, count, b.LastOffsetDelta)
 	}
-	if b.idempotent() && (b.baseSequence < 0 || b.producerEpoch < 0) {
-		return nil, fmt.Errorf("%w: producer id %d with epoch %d sequence %d", ErrInvalidBatch, b.producerID, b.producerEpoch, b.baseSequence)
+	if b.Idempotent() && (b.BaseSequence < 0 || b.ProducerEpoch < 0) {
+		return nil, fmt.Errorf("%w: producer id %d with epoch %d sequence %d", ErrInvalidBatch, b.ProducerID, b.ProducerEpoch, b.BaseSequence)
 	}
-	body, err := decompress(b.attributes&0x07, raw[batchHeaderLen:], maxDecompressed)
+	body, err := decompress(b.Attributes&0x07, raw[batchHeaderLen:], maxDecompressed)
 	if err != nil {
 		return nil, err
 	}
 	// Every record takes at least 7 bytes, which bounds the allocation.
 	if int64(count) > int64(len(body))/7 {
-		return nil, fmt.Errorf("%w: %d records in %d bytes", ErrCorruptBatch, count, len(body))
+		return nil, fmt.Errorf("%w: %d Records in %d bytes", ErrCorruptBatch, count, len(body))
 	}
-	b.records = make([]batchRecord, count)
-	for i := range b.records {
-		n, err := parseRecord(body, &b.records[i], int32(i))
+	b.Records = make([]BatchRecord, count)
+	for i := range b.Records {
+		n, err := parseRecord(body, &b.Records[i], int32(i))
 		if err != nil {
 			return nil, fmt.Errorf("record %d: %w", i, err)
 		}
@@ -177,7 +181,7 @@ func (r *reader) bytes() []byte {
 }
 
 // parseRecord decodes one record from the front of b and returns its size.
-func parseRecord(b []byte, rec *batchRecord, wantDelta int32) (int, error) {
+func parseRecord(b []byte, rec *BatchRecord, wantDelta int32) (int, error) {
 	r := reader{b: b}
 	l := r.varint()
 	if r.bad || l < 6 || l > int64(len(r.b)) {
@@ -185,25 +189,25 @@ func parseRecord(b []byte, rec *batchRecord, wantDelta int32) (int, error) {
 	}
 	size := len(b) - len(r.b) + int(l)
 	r.b = r.b[:l]
-	r.byte() // attributes: unused in v2
-	rec.timestampDelta = r.varint()
+	r.byte() // Attributes: unused in v2
+	rec.TimestampDelta = r.varint()
 	if d := r.varint(); !r.bad && d != int64(wantDelta) {
 		return 0, fmt.Errorf("%w: offset delta %d, want %d", ErrInvalidBatch, d, wantDelta)
 	}
-	rec.key = r.bytes()
-	rec.value = r.bytes()
+	rec.Key = r.bytes()
+	rec.Value = r.bytes()
 	nh := r.varint()
 	if r.bad || nh < 0 || nh > int64(len(r.b))/2 {
 		return 0, fmt.Errorf("%w: header count %d", ErrCorruptBatch, nh)
 	}
 	if nh > 0 {
-		rec.headers = make([]tributary.Header, nh)
-		for i := range rec.headers {
+		rec.Headers = make([]tributary.Header, nh)
+		for i := range rec.Headers {
 			k := r.bytes()
 			if k == nil && !r.bad {
 				return 0, fmt.Errorf("%w: null header key", ErrCorruptBatch)
 			}
-			rec.headers[i] = tributary.Header{Key: string(k), Value: r.bytes()}
+			rec.Headers[i] = tributary.Header{Key: string(k), Value: r.bytes()}
 		}
 	}
 	if r.bad {
@@ -244,10 +248,10 @@ func zstdDecoderFor(limit int64) (*zstd.Decoder, error) {
 // xerialHeader starts snappy data framed the way the Java client frames it.
 var xerialHeader = []byte{0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0}
 
-// decompress returns the records bytes of a batch, refusing to produce more
+// decompress returns the Records bytes of a batch, refusing to produce more
 // than max bytes (ErrBatchTooLarge).
 func decompress(codec int16, in []byte, max int64) ([]byte, error) {
-	tooLarge := fmt.Errorf("%w: records decompress to more than %d bytes", ErrBatchTooLarge, max)
+	tooLarge := fmt.Errorf("%w: Records decompress to more than %d bytes", ErrBatchTooLarge, max)
 	var (
 		out []byte
 		err error
@@ -368,12 +372,14 @@ func unxerial(in []byte, max int64) ([]byte, error) {
 
 // Sequence arithmetic: sequences run 0..MaxInt32 and wrap to 0.
 
-func addSeq(s, n int32) int32 { return int32((int64(s) + int64(n)) % (math.MaxInt32 + 1)) }
+// AddSeq is s+n in sequence arithmetic.
+func AddSeq(s, n int32) int32 { return int32((int64(s) + int64(n)) % (math.MaxInt32 + 1)) }
 
-func nextSeq(s int32) int32 { return addSeq(s, 1) }
+// NextSeq is the sequence after s.
+func NextSeq(s int32) int32 { return AddSeq(s, 1) }
 
-// seqDelta is (b - a) modulo 2^31.
-func seqDelta(a, b int32) int32 {
+// SeqDelta is (b - a) modulo 2^31.
+func SeqDelta(a, b int32) int32 {
 	d := (int64(b) - int64(a)) % (math.MaxInt32 + 1)
 	if d < 0 {
 		d += math.MaxInt32 + 1

@@ -1,82 +1,50 @@
-// Package kafka speaks the Kafka wire protocol on both ends of Tributary.
-// The produce side (Server, on edge nodes): factory gateways produce to it
-// exactly as to a Kafka broker, and their records land in the WAL — and
-// from there in the stream's table — with the same dense offsets as MQTT
-// traffic. The consume side (CloudServer, in the cloud): Kafka consumers
-// read the stream tables directly.
+// Package kafka is the Kafka wire protocol plumbing that both ends of
+// Tributary share; what the requests mean lives in two sub-packages that
+// never import each other:
 //
-// # Invariants of the consume side
+//   - kafka/produce, the edge side: factory gateways produce to an edge
+//     node exactly as to a Kafka broker, and their records land in the WAL
+//     with the same dense offsets as MQTT traffic (Produce, Metadata,
+//     InitProducerId, and Fetch advertised but refused).
+//   - kafka/consume, the cloud side: Kafka consumers read the stream
+//     tables directly (Fetch, ListOffsets, Metadata, consumer groups,
+//     committed offsets, and Produce advertised but refused).
 //
-//  1. Offsets are stable. Offset N served here is the row whose `offset`
-//     column is N, which is the offset the edge WAL assigned: record
-//     batches are built from the table's rows with base offset = the first
-//     row's offset, never renumbered.
-//  2. Nothing beyond the committed mark. A partition's high-water mark is
-//     its committed mark (the table property tributary.hwm.P, written in
-//     the same catalog transaction as the data); no offset at or above it
-//     is served or reported, so a consumer never sees a row that a reader
-//     of the table at that snapshot would not.
-//  3. Committed group offsets are durable. An OffsetCommit is answered
-//     after its offsets are committed to tributary_group_offsets in the
-//     catalog's SQL database (offsets_store.go); the server itself is
-//     stateless, and any server resumes every group from there.
-//     Group membership is soft state in the coordinator's memory.
+// The split follows the data path: the produce side writes the WAL and
+// knows nothing of tables beyond partition ownership; the consume side
+// reads tables and knows nothing of the WAL's producers. A node composes
+// the produce side (package node), a cloud server the consume side
+// (package cloud).
 //
-// The consume side reads through tables.Reader and its caches: table metadata per stream,
-// reloaded at most every 100 ms (MetadataMaxAge) or on a long-poll tick;
-// per partition the index of its data files (from manifest bounds); a
-// 256 MiB (RowCacheBytes) LRU of decoded row groups (sized by payload
-// bytes plus a per-record overhead; a sequential reader past the middle of
-// a row group has the next one decoded ahead, and concurrent readers of
-// one row group share a single decode); an LRU of 4096 Parquet footers.
-// Data files are immutable, so these never go stale.
+// # What is here
 //
-// # Invariants of the produce side
+// Server (server.go) is the connection machinery: the accept loop (with
+// backoff on temporary errors), one goroutine per connection that reads a
+// size-prefixed frame (bounded by MaxFrameBytes; frames above 1 MiB are
+// read incrementally), decodes header and body with franz-go's kmsg
+// against the side's API table (DecodeRequest), hands the Request to the
+// side's Handler and writes the response before reading the next request
+// — so requests of a connection are handled in order, as Kafka does,
+// while connections run concurrently — and a graceful Close that lets each
+// connection finish the request it is handling. ApiVersions
+// (api_versions.go) is answered from the same API table, so each side
+// advertises exactly what it implements. Also here: the protocol's error
+// codes and API keys, the listener Config, BrokerID and TopicID
+// (ids.go).
 //
-//  1. Durable before acknowledged. A Produce response (acks 1 or -1) is
-//     written only after Backend.Append returned, i.e. after the records are
-//     fsynced in the WAL. With acks 0 the append still completes before the
-//     connection's next request is read. An error response means nothing of
-//     that partition's batch was appended.
-//  2. Dense offsets. Offsets are assigned by the backend (the WAL), never by
-//     this package; a batch's records get consecutive offsets and the
-//     response's base offset is the offset of its first record.
-//  3. Exactly once per idempotent producer. For each (stream, partition,
-//     producer id), a batch is appended only if its sequence follows the
-//     last appended one in the current epoch; a retry of one of the last
-//     five appended batches is answered with its original base offset and
-//     not appended again; older epochs are fenced. The state is rebuilt at
-//     Start from Backend.ProducerRuns, which the node derives from the WAL
-//     records (they carry producer id, epoch and sequence, so the state is
-//     written in the same transaction as the data) plus its snapshot.
-//  4. Bad input stays local. A malformed frame or request closes only its
-//     connection; a bad batch fails only its partition.
+// # Invariants
 //
-// # Outline
+//  1. Bad input stays local. A malformed frame, an unknown API key or a
+//     version outside the table closes only its connection; an
+//     ApiVersions request of an unknown version is answered with
+//     UNSUPPORTED_VERSION and our ranges instead, as Kafka does.
+//  2. In order per connection. A connection's next request is read only
+//     after the previous response was written (or dropped, for acks=0).
+//  3. Close answers what it accepted: in-flight requests finish and their
+//     responses are written unless Close's context ends first.
 //
-// Server accepts TCP connections; each connection is served by one
-// goroutine that reads a size-prefixed frame (bounded by MaxFrameBytes),
-// decodes the header and body with franz-go's kmsg, handles it and writes
-// the response before reading the next request, so requests of a connection
-// are handled in order, as Kafka does, while connections run concurrently
-// and their appends share the WAL's group commits.
-//
-// Produce side APIs, one file each: ApiVersions (api_versions.go), Metadata
-// (metadata.go), Produce (produce.go), InitProducerId
-// (init_producer_id.go), and Fetch (fetch.go), advertised for librdkafka but
-// refused. Record batches are decoded in batch.go (CRC-32C,
-// gzip/snappy/lz4/zstd with a decompression bound); idempotence lives in
-// producers.go; the node plugs in through Backend (backend.go).
-//
-// CloudServer (cloud.go) shares the framing and connection loop of Server
-// (server.go) with its own API table, so ApiVersions advertises only what
-// each side implements. Consume side APIs, one file each: ApiVersions
-// (api_versions.go), Metadata (cloud_metadata.go), ListOffsets
-// (list_offsets.go), Fetch (cloud_fetch.go, batches built in encode.go),
-// FindCoordinator (find_coordinator.go, rendezvous hash over the peers),
-// JoinGroup, SyncGroup, Heartbeat, LeaveGroup (join_group.go,
-// sync_group.go, heartbeat.go, leave_group.go over the state machine of
-// groups.go), OffsetCommit and OffsetFetch (offset_commit.go,
-// offset_fetch.go over offsets_store.go). Reading tables and the caches
-// are tables.Reader's, shared with the other protocol servers.
+// The record-batch codec (message format v2) is here too: the decoder
+// (batch.go: CRC-32C, gzip/snappy/lz4/zstd with a decompression bound),
+// which the produce side uses, and the encoder (encode.go), which the
+// consume side uses to serve table rows.
 package kafka

@@ -8,20 +8,17 @@ import (
 	"github.com/tributary-io/tributary"
 )
 
-// castagnoliTable is the CRC-32C table of record batches.
-var castagnoliTable = crc32.MakeTable(crc32.Castagnoli)
-
-// recordTimestampMs is the Kafka timestamp served for a row: the producer's
+// RecordTimestampMs is the Kafka timestamp served for a row: the producer's
 // own timestamp when it set one, else the time the edge accepted it.
-func recordTimestampMs(r *tributary.Record) int64 {
+func RecordTimestampMs(r *tributary.Record) int64 {
 	if r.ProducerTimestamp != 0 {
 		return r.ProducerTimestamp
 	}
 	return r.Timestamp / 1000
 }
 
-// recordSize estimates the encoded size of a record in a batch.
-func recordSize(r *tributary.Record) int {
+// RecordSize estimates the encoded size of a record in a batch.
+func RecordSize(r *tributary.Record) int {
 	n := 24 + len(r.Key) + len(r.Value)
 	for _, h := range r.Headers {
 		n += 10 + len(h.Key) + len(h.Value)
@@ -29,21 +26,21 @@ func recordSize(r *tributary.Record) int {
 	return n
 }
 
-// appendBatch appends one uncompressed record batch (magic 2) of recs,
+// AppendBatch appends one uncompressed record batch (magic 2) of recs,
 // which must be consecutive offsets, with base offset recs[0].Offset,
 // CREATE_TIME timestamps and no producer id.
-func appendBatch(dst []byte, recs []*tributary.Record) []byte {
+func AppendBatch(dst []byte, recs []*tributary.Record) []byte {
 	need := 61
 	for _, r := range recs {
-		need += recordSize(r)
+		need += RecordSize(r)
 	}
 	dst = slices.Grow(dst, need)
 	start := len(dst)
 	base := recs[0].Offset
-	baseTS := recordTimestampMs(recs[0])
+	baseTS := RecordTimestampMs(recs[0])
 	maxTS := baseTS
 	for _, r := range recs {
-		maxTS = max(maxTS, recordTimestampMs(r))
+		maxTS = max(maxTS, RecordTimestampMs(r))
 	}
 	dst = binary.BigEndian.AppendUint64(dst, uint64(base))
 	dst = append(dst, 0, 0, 0, 0) // batch length, below
@@ -51,7 +48,7 @@ func appendBatch(dst []byte, recs []*tributary.Record) []byte {
 	dst = append(dst, 2)          // magic
 	dst = append(dst, 0, 0, 0, 0) // crc, below
 	crcStart := len(dst)
-	dst = append(dst, 0, 0) // attributes: no compression, create time
+	dst = append(dst, 0, 0) // Attributes: no compression, create time
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(recs)-1))
 	dst = binary.BigEndian.AppendUint64(dst, uint64(baseTS))
 	dst = binary.BigEndian.AppendUint64(dst, uint64(maxTS))
@@ -60,14 +57,14 @@ func appendBatch(dst []byte, recs []*tributary.Record) []byte {
 	dst = append(dst, 0xff, 0xff, 0xff, 0xff)            // base sequence -1
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(recs)))
 	for i, r := range recs {
-		tsDelta := recordTimestampMs(r) - baseTS
+		tsDelta := RecordTimestampMs(r) - baseTS
 		n := 1 + varintLen(tsDelta) + varintLen(int64(i)) + bytesLen(r.Key, r.Key == nil) + bytesLen(r.Value, false) +
 			varintLen(int64(len(r.Headers)))
 		for _, h := range r.Headers {
 			n += varintLen(int64(len(h.Key))) + len(h.Key) + bytesLen(h.Value, h.Value == nil)
 		}
 		dst = binary.AppendVarint(dst, int64(n))
-		dst = append(dst, 0) // record attributes
+		dst = append(dst, 0) // record Attributes
 		dst = binary.AppendVarint(dst, tsDelta)
 		dst = binary.AppendVarint(dst, int64(i))
 		dst = appendVarBytesOrNull(dst, r.Key, r.Key == nil)
@@ -80,7 +77,7 @@ func appendBatch(dst []byte, recs []*tributary.Record) []byte {
 		}
 	}
 	binary.BigEndian.PutUint32(dst[start+8:], uint32(len(dst)-start-12))
-	binary.BigEndian.PutUint32(dst[crcStart-4:], crc32.Checksum(dst[crcStart:], castagnoliTable))
+	binary.BigEndian.PutUint32(dst[crcStart-4:], crc32.Checksum(dst[crcStart:], castagnoli))
 	return dst
 }
 

@@ -7,7 +7,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"log/slog"
 	"net"
@@ -19,26 +18,43 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// Kafka error codes used by this package.
+// Kafka error codes (the protocol's int16 error_code) used by the produce
+// and consume sides.
 const (
-	errUnknownServerError        int16 = -1
-	errCorruptMessage            int16 = 2
-	errUnknownTopicOrPartition   int16 = 3
-	errLeaderNotAvailable        int16 = 5
-	errNotLeaderOrFollower       int16 = 6
-	errMessageTooLarge           int16 = 10
-	errInvalidTopic              int16 = 17
-	errInvalidRequiredAcks       int16 = 21
-	errUnsupportedVersion        int16 = 35
-	errInvalidRequest            int16 = 42
-	errOutOfOrderSequence        int16 = 45
-	errInvalidProducerEpoch      int16 = 47
-	errKafkaStorageError         int16 = 56
-	errNotEnoughReplicas         int16 = 19
-	errInvalidRecord             int16 = 87
-	defaultAuthorizedOps         int32 = -2147483648
-	requestHeaderMinBytes              = 2 + 2 + 4 + 2
-	largeFrameIncrementalReadMin       = 1 << 20
+	CodeUnknownServerError      int16 = -1
+	CodeOffsetOutOfRange        int16 = 1
+	CodeCorruptMessage          int16 = 2
+	CodeUnknownTopicOrPartition int16 = 3
+	CodeLeaderNotAvailable      int16 = 5
+	CodeNotLeaderOrFollower     int16 = 6
+	CodeMessageTooLarge         int16 = 10
+	CodeCoordinatorLoadInProgr  int16 = 14
+	CodeCoordinatorNotAvail     int16 = 15
+	CodeNotCoordinator          int16 = 16
+	CodeInvalidTopic            int16 = 17
+	CodeInvalidRequiredAcks     int16 = 21
+	CodeIllegalGeneration       int16 = 22
+	CodeInconsistentProtocol    int16 = 23
+	CodeInvalidGroupID          int16 = 24
+	CodeUnknownMemberID         int16 = 25
+	CodeInvalidSessionTimeout   int16 = 26
+	CodeRebalanceInProgress     int16 = 27
+	CodeUnsupportedVersion      int16 = 35
+	CodeInvalidRequest          int16 = 42
+	CodeOutOfOrderSequence      int16 = 45
+	CodeInvalidProducerEpoch    int16 = 47
+	CodeKafkaStorageError       int16 = 56
+	CodeNotEnoughReplicas       int16 = 19
+	CodeMemberIDRequired        int16 = 79
+	CodeGroupMaxSizeReached     int16 = 81
+	CodeInvalidRecord           int16 = 87
+	// DefaultAuthorizedOps is "not requested" in Metadata responses.
+	DefaultAuthorizedOps int32 = -2147483648
+)
+
+const (
+	requestHeaderMinBytes        = 2 + 2 + 4 + 2
+	largeFrameIncrementalReadMin = 1 << 20
 )
 
 // Errors returned while reading a request; each closes the connection.
@@ -50,31 +66,32 @@ var (
 	ErrServerClosed    = errors.New("kafka: server closed")
 )
 
-// Stats are counters of a Server.
+// Stats are the connection counters of a Server.
 type Stats struct {
 	Connections     int64 // currently open
 	Accepted        int64 // connections accepted since start
 	Requests        int64 // requests handled
 	ClosedMalformed int64 // connections closed for a bad frame or request
-	ProducedBatches int64 // batches appended
-	ProducedRecords int64 // records appended
-	DuplicateBatch  int64 // idempotent retries answered from dedup state
-	PartitionErrors int64 // produce partitions answered with an error
-	Backpressure    int64 // produce partitions refused for the WAL budget
 }
 
-// Server is a Kafka protocol front door for producers.
-type Server struct {
-	cfg  Config
-	b    Backend
-	log  *slog.Logger
-	prod *producers
+// Handler answers the requests of a Server: the produce side
+// (kafka/produce) or the consume side (kafka/consume).
+type Handler interface {
+	// Handle answers one decoded request. A nil response sends none
+	// (Produce with acks=0); closeAfter closes the connection after it.
+	// ctx is canceled when Close gives up waiting.
+	Handle(ctx context.Context, req *Request) (resp kmsg.Response, closeAfter bool)
+}
 
-	// The API surface: the produce side (NewServer) or the consume side
-	// (NewCloudServer) share the listener and connection loop.
-	apis    map[int16]versionRange
-	handler func(ctx context.Context, req *request) (kmsg.Response, bool)
-	onStart func(ctx context.Context) (logAttrs []any, err error)
+// Server is the connection machinery of a Kafka listener: accept loop,
+// one goroutine per connection reading size-prefixed frames in order,
+// request decoding against an API table, response framing, graceful
+// close. What a request means is its Handler's.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	apis    APIs
+	handler Handler
 
 	ctx    context.Context // canceled by Close after its grace period
 	cancel context.CancelFunc
@@ -86,59 +103,43 @@ type Server struct {
 	wg      sync.WaitGroup
 
 	stats struct {
-		conns, accepted, requests, malformed            atomic.Int64
-		batches, records, dups, partErrs, backpressured atomic.Int64
+		conns, accepted, requests, malformed atomic.Int64
 	}
 }
 
-// NewServer validates cfg and returns a Server that is not yet listening.
-func NewServer(cfg Config, b Backend) (*Server, error) {
-	if b == nil {
-		return nil, fmt.Errorf("%w: nil backend", ErrInvalidConfig)
-	}
+// NewServer returns a Server that is not yet listening: it admits the API
+// keys and versions of apis and hands each request to h; component names
+// it in logs. cfg is validated and its defaults applied.
+func NewServer(cfg Config, component string, apis APIs, h Handler) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.setDefaults()
-	s := newServer(cfg, "kafka", supportedAPIs)
-	s.b = b
-	s.prod = newProducers(cfg.ProducerIdleExpiry)
-	s.handler = s.handle
-	s.onStart = func(ctx context.Context) ([]any, error) {
-		runs, err := s.b.ProducerRuns(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("kafka: load producer state: %w", err)
-		}
-		s.prod.load(runs)
-		return []any{"node", s.b.NodeID(), "producer_runs", len(runs)}, nil
-	}
-	return s, nil
-}
-
-// newServer returns a Server with the connection machinery only; the
-// caller sets handler and onStart. cfg must have its defaults applied.
-func newServer(cfg Config, component string, apis map[int16]versionRange) *Server {
+	cfg.SetDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{
-		cfg:    cfg,
-		log:    cfg.Logger.With("component", component),
-		apis:   apis,
-		ctx:    ctx,
-		cancel: cancel,
-		conns:  make(map[net.Conn]struct{}),
-	}
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", component),
+		apis:    apis,
+		handler: h,
+		ctx:     ctx,
+		cancel:  cancel,
+		conns:   make(map[net.Conn]struct{}),
+	}, nil
 }
 
-// Start loads the idempotent-producer state from the backend, listens on
-// cfg.Addr and serves connections in the background.
-func (s *Server) Start() error {
-	var attrs []any
-	if s.onStart != nil {
-		var err error
-		if attrs, err = s.onStart(s.ctx); err != nil {
-			return err
-		}
-	}
+// Config is the server's configuration with its defaults applied.
+func (s *Server) Config() Config { return s.cfg }
+
+// Logger is the server's logger (with its component).
+func (s *Server) Logger() *slog.Logger { return s.log }
+
+// Context is canceled when Close stops waiting for connections (or at the
+// end of Close): background work of a handler selects on it.
+func (s *Server) Context() context.Context { return s.ctx }
+
+// Start listens on cfg.Addr and serves connections in the background;
+// attrs are added to its "kafka listening" log line.
+func (s *Server) Start(attrs ...any) error {
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("kafka: listen %s: %w", s.cfg.Addr, err)
@@ -156,6 +157,11 @@ func (s *Server) Start() error {
 	go s.accept(ln)
 	return nil
 }
+
+// Cancel cancels the context handed to the Handler now, so that waiting
+// requests (long polls, joins) return at once; Close does it too when it
+// stops waiting for connections.
+func (s *Server) Cancel() { s.cancel() }
 
 // Addr is the listener's address (useful with port 0), or "" before Start.
 func (s *Server) Addr() string {
@@ -210,11 +216,6 @@ func (s *Server) Stats() Stats {
 		Accepted:        s.stats.accepted.Load(),
 		Requests:        s.stats.requests.Load(),
 		ClosedMalformed: s.stats.malformed.Load(),
-		ProducedBatches: s.stats.batches.Load(),
-		ProducedRecords: s.stats.records.Load(),
-		DuplicateBatch:  s.stats.dups.Load(),
-		PartitionErrors: s.stats.partErrs.Load(),
-		Backpressure:    s.stats.backpressured.Load(),
 	}
 }
 
@@ -249,17 +250,17 @@ func (s *Server) accept(ln net.Listener) {
 	}
 }
 
-// request is one decoded request with its header.
-type request struct {
-	key      int16
-	version  int16
-	corrID   int32
-	clientID string
-	flexible bool // request header v2
-	kreq     kmsg.Request
-	// unsupported is set for an ApiVersions request of a version we do not
+// Request is one decoded request with its header.
+type Request struct {
+	Key      int16
+	Version  int16
+	CorrID   int32
+	ClientID string
+	Flexible bool // request header v2
+	Body     kmsg.Request
+	// Unsupported is set for an ApiVersions request of a version we do not
 	// know; it is answered with UNSUPPORTED_VERSION, not decoded.
-	unsupported bool
+	Unsupported bool
 }
 
 // serveConn handles one connection's requests strictly in order: read,
@@ -289,7 +290,7 @@ func (s *Server) serveConn(c net.Conn) {
 		if closing {
 			return
 		}
-		frame, err := readFrame(br, s.cfg.MaxFrameBytes)
+		frame, err := ReadFrame(br, s.cfg.MaxFrameBytes)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !isTimeout(err) && !errors.Is(err, net.ErrClosed) {
 				s.stats.malformed.Add(1)
@@ -297,16 +298,16 @@ func (s *Server) serveConn(c net.Conn) {
 			}
 			return
 		}
-		req, err := decodeRequestFor(frame, s.apis)
+		req, err := DecodeRequest(frame, s.apis)
 		if err != nil {
 			s.stats.malformed.Add(1)
 			log.Warn("kafka closing connection", "err", err)
 			return
 		}
 		s.stats.requests.Add(1)
-		resp, closeAfter := s.handler(s.ctx, req)
+		resp, closeAfter := s.handler.Handle(s.ctx, req)
 		if resp != nil {
-			out = appendResponse(out[:0], req, resp)
+			out = AppendResponse(out[:0], req, resp)
 			c.SetWriteDeadline(time.Now().Add(30 * time.Second))
 			if _, err := c.Write(out); err != nil {
 				log.Debug("kafka write", "err", err)
@@ -317,7 +318,7 @@ func (s *Server) serveConn(c net.Conn) {
 			}
 		}
 		if closeAfter {
-			log.Debug("kafka closing connection after acks=0 error", "client", req.clientID)
+			log.Debug("kafka closing connection after acks=0 error", "client", req.ClientID)
 			return
 		}
 	}
@@ -328,29 +329,10 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// handle dispatches one request. A nil response means none is sent
-// (Produce with acks=0); closeAfter asks to close the connection.
-func (s *Server) handle(ctx context.Context, req *request) (resp kmsg.Response, closeAfter bool) {
-	switch r := req.kreq.(type) {
-	case *kmsg.ApiVersionsRequest:
-		return s.handleApiVersions(req, r), false
-	case *kmsg.FetchRequest:
-		return s.handleFetch(req, r), false
-	case *kmsg.MetadataRequest:
-		return s.handleMetadata(ctx, r), false
-	case *kmsg.ProduceRequest:
-		return s.handleProduce(ctx, req, r)
-	case *kmsg.InitProducerIDRequest:
-		return s.handleInitProducerID(ctx, r), false
-	}
-	// decodeRequest admits only the keys above.
-	panic(fmt.Sprintf("kafka: no handler for key %d", req.key))
-}
-
-// readFrame reads one size-prefixed frame. Frames above 1 MiB are read
+// ReadFrame reads one size-prefixed frame. Frames above 1 MiB are read
 // incrementally so that a peer announcing a huge size without sending it
 // cannot make us allocate it.
-func readFrame(r io.Reader, max int32) ([]byte, error) {
+func ReadFrame(r io.Reader, max int32) ([]byte, error) {
 	var sz [4]byte
 	if _, err := io.ReadFull(r, sz[:]); err != nil {
 		return nil, err
@@ -376,38 +358,36 @@ func readFrame(r io.Reader, max int32) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// decodeRequest parses a request header and body. It returns an error for
-// anything that should close the connection: unknown or unsupported API
-// keys, versions outside our ranges (except ApiVersions, which is answered
-// with UNSUPPORTED_VERSION), and malformed bytes.
-func decodeRequest(frame []byte) (*request, error) { return decodeRequestFor(frame, supportedAPIs) }
-
-// decodeRequestFor is decodeRequest against the API ranges of one server mode.
-func decodeRequestFor(frame []byte, apis map[int16]versionRange) (*request, error) {
+// DecodeRequest parses a request header and body against the API ranges
+// of one server. It returns an error for anything that should close the
+// connection: unknown or unsupported API keys, versions outside apis
+// (except ApiVersions, which is answered with UNSUPPORTED_VERSION), and
+// malformed bytes.
+func DecodeRequest(frame []byte, apis APIs) (*Request, error) {
 	if len(frame) < requestHeaderMinBytes {
 		return nil, fmt.Errorf("%w: short header", ErrMalformed)
 	}
-	req := &request{
-		key:     int16(binary.BigEndian.Uint16(frame[0:])),
-		version: int16(binary.BigEndian.Uint16(frame[2:])),
-		corrID:  int32(binary.BigEndian.Uint32(frame[4:])),
+	req := &Request{
+		Key:     int16(binary.BigEndian.Uint16(frame[0:])),
+		Version: int16(binary.BigEndian.Uint16(frame[2:])),
+		CorrID:  int32(binary.BigEndian.Uint32(frame[4:])),
 	}
-	rng, ok := apis[req.key]
+	rng, ok := apis[req.Key]
 	if !ok {
-		return nil, fmt.Errorf("%w: %d", ErrUnsupportedAPI, req.key)
+		return nil, fmt.Errorf("%w: %d", ErrUnsupportedAPI, req.Key)
 	}
-	kreq := kmsg.RequestForKey(req.key)
-	kreq.SetVersion(req.version)
-	req.kreq = kreq
-	if req.version < rng.min || req.version > rng.max {
-		if req.key != apiVersionsKey || req.version < 0 {
-			return nil, fmt.Errorf("%w: key %d version %d (supported %d-%d)", ErrUnsupportedVers, req.key, req.version, rng.min, rng.max)
+	kreq := kmsg.RequestForKey(req.Key)
+	kreq.SetVersion(req.Version)
+	req.Body = kreq
+	if req.Version < rng.Min || req.Version > rng.Max {
+		if req.Key != ApiVersionsKey || req.Version < 0 {
+			return nil, fmt.Errorf("%w: key %d version %d (supported %d-%d)", ErrUnsupportedVers, req.Key, req.Version, rng.Min, rng.Max)
 		}
-		req.unsupported = true
+		req.Unsupported = true
 	}
 	// ApiVersions v3+ uses request header v2 even for versions we do not
 	// know; for the others IsFlexible tells.
-	req.flexible = kreq.IsFlexible() || (req.key == apiVersionsKey && req.version >= 3)
+	req.Flexible = kreq.IsFlexible() || (req.Key == ApiVersionsKey && req.Version >= 3)
 	rest := frame[8:]
 	cl := int16(binary.BigEndian.Uint16(rest))
 	rest = rest[2:]
@@ -415,22 +395,22 @@ func decodeRequestFor(frame []byte, apis map[int16]versionRange) (*request, erro
 		if int(cl) > len(rest) {
 			return nil, fmt.Errorf("%w: client id length %d", ErrMalformed, cl)
 		}
-		req.clientID = string(rest[:cl])
+		req.ClientID = string(rest[:cl])
 		rest = rest[cl:]
 	} else if cl != -1 {
 		return nil, fmt.Errorf("%w: client id length %d", ErrMalformed, cl)
 	}
-	if req.unsupported {
+	if req.Unsupported {
 		return req, nil // body (and header tags) of an unknown version: not parsed
 	}
-	if req.flexible {
+	if req.Flexible {
 		var err error
 		if rest, err = skipTags(rest); err != nil {
 			return nil, err
 		}
 	}
 	if err := kreq.ReadFrom(rest); err != nil {
-		return nil, fmt.Errorf("%w: key %d v%d body: %v", ErrMalformed, req.key, req.version, err)
+		return nil, fmt.Errorf("%w: key %d v%d body: %v", ErrMalformed, req.Key, req.Version, err)
 	}
 	return req, nil
 }
@@ -457,14 +437,14 @@ func skipTags(b []byte) ([]byte, error) {
 	return b, nil
 }
 
-// appendResponse frames a response: size, correlation id, header tags for
+// AppendResponse frames a response: size, correlation id, header tags for
 // flexible responses (never for ApiVersions, whose response header is
 // always v0), body.
-func appendResponse(dst []byte, req *request, resp kmsg.Response) []byte {
+func AppendResponse(dst []byte, req *Request, resp kmsg.Response) []byte {
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0)
-	dst = binary.BigEndian.AppendUint32(dst, uint32(req.corrID))
-	if resp.IsFlexible() && req.key != apiVersionsKey {
+	dst = binary.BigEndian.AppendUint32(dst, uint32(req.CorrID))
+	if resp.IsFlexible() && req.Key != ApiVersionsKey {
 		dst = append(dst, 0)
 	}
 	dst = resp.AppendTo(dst)
@@ -472,16 +452,8 @@ func appendResponse(dst []byte, req *request, resp kmsg.Response) []byte {
 	return dst
 }
 
-// BrokerID maps a node id to its Kafka broker id: FNV-1a 32 of the id with
-// the sign bit cleared, so it is stable across restarts and nodes and never
-// negative (-1 means "no leader" in Kafka).
-func BrokerID(nodeID string) int32 {
-	h := fnv.New32a()
-	h.Write([]byte(nodeID))
-	return int32(h.Sum32() & 0x7fffffff)
-}
-
-func splitHostPort32(addr string) (string, int32, error) {
+// SplitHostPort32 splits host:port with the port as Kafka's int32.
+func SplitHostPort32(addr string) (string, int32, error) {
 	host, p, err := net.SplitHostPort(addr)
 	if err != nil {
 		return "", 0, err
@@ -493,13 +465,14 @@ func splitHostPort32(addr string) (string, int32, error) {
 	return host, int32(port), nil
 }
 
-// advertised is this node's host and port for Metadata.
-func (s *Server) advertised() (string, int32) {
+// Advertised is this server's host and port for Metadata: AdvertisedAddr,
+// else the bound address (loopback for a wildcard listener).
+func (s *Server) Advertised() (string, int32) {
 	addr := s.cfg.AdvertisedAddr
 	if addr == "" {
 		addr = s.Addr()
 	}
-	host, port, err := splitHostPort32(addr)
+	host, port, err := SplitHostPort32(addr)
 	if err != nil {
 		return "", 0
 	}

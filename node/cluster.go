@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tributary-io/tributary/cluster"
-	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/kafka/produce"
 	"github.com/tributary-io/tributary/peer"
 )
 
@@ -149,8 +149,8 @@ func (n *Node) closeCluster(ctx context.Context) error {
 
 // clusterBrokers lists this node and every live (alive or suspect) peer
 // that gossips a Kafka address, for Kafka Metadata.
-func (n *Node) clusterBrokers() []kafka.Broker {
-	out := []kafka.Broker{{NodeID: n.cfg.NodeID}}
+func (n *Node) clusterBrokers() []produce.Broker {
+	out := []produce.Broker{{NodeID: n.cfg.NodeID}}
 	c := n.cluster.Load()
 	if c == nil {
 		return out
@@ -167,7 +167,7 @@ func (n *Node) clusterBrokers() []kafka.Broker {
 		if err != nil {
 			continue
 		}
-		out = append(out, kafka.Broker{NodeID: m.ID, Host: host, Port: int32(port)})
+		out = append(out, produce.Broker{NodeID: m.ID, Host: host, Port: int32(port)})
 	}
 	return out
 }

@@ -3,19 +3,16 @@ package node
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/cluster"
+	"github.com/tributary-io/tributary/config"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/uplink"
 )
@@ -169,18 +166,20 @@ type Config struct {
 	// 127.0.0.1:8080; "" turns it off.
 	HTTPAddr string `yaml:"http_addr"`
 
-	// CatalogAddr, when set, serves the node's catalog as an Iceberg REST
-	// catalog (what 'tributary cloud' serves), so query engines can attach
-	// to the tables. Default "" (off); tributary dev serves 127.0.0.1:8181.
+	// CatalogAddr, CloudKafkaAddr and CloudPulsarAddr, when any is set,
+	// run a cloud server (package cloud) in the same process over the
+	// node's catalog, as "tributary dev" does; the node itself only
+	// carries them (cmd/tributary composes the two). The catalog must be
+	// SQL (SQLite or Postgres): group offsets and Pulsar cursors are
+	// stored in it. Each is "" (off) by default.
+	//
+	// CatalogAddr serves the node's catalog as an Iceberg REST catalog
+	// (what 'tributary cloud' serves), so query engines can attach to the
+	// tables; tributary dev serves 127.0.0.1:8181.
 	CatalogAddr string `yaml:"catalog_addr"`
-	// CloudKafkaAddr, when set, runs the cloud Kafka consume server
-	// in-process against the node's catalog (as "tributary dev" does):
-	// consumers read the stream tables at this address. The catalog must
-	// be SQLite (group offsets are stored in it).
+	// CloudKafkaAddr serves Kafka consumers reading the stream tables.
 	CloudKafkaAddr string `yaml:"cloud_kafka_addr"`
-	// CloudPulsarAddr, when set, runs the cloud Pulsar consume server
-	// in-process against the node's catalog (as "tributary dev" does);
-	// durable cursors are stored in the catalog database.
+	// CloudPulsarAddr serves Pulsar consumers reading the stream tables.
 	CloudPulsarAddr string `yaml:"cloud_pulsar_addr"`
 
 	// ShutdownTimeout bounds the final commit on shutdown. Default 30s.
@@ -211,7 +210,7 @@ func (c *Config) applyDefaults() {
 	if c.WAL.MaxBytes == 0 {
 		c.WAL.MaxBytes = 1 << 30
 	}
-	defaultCatalog(c.DataDir, &c.Catalog.Name, &c.Catalog.URI, &c.Catalog.Warehouse)
+	config.DefaultCatalog(c.DataDir, &c.Catalog.Name, &c.Catalog.URI, &c.Catalog.Warehouse)
 	if c.Catalog.PartitionGranularity == "" {
 		c.Catalog.PartitionGranularity = "day"
 	}
@@ -240,7 +239,7 @@ func (c *Config) applyDefaults() {
 	if c.Uplink.MaxBatchBytes == 0 {
 		c.Uplink.MaxBatchBytes = 64 << 20
 	}
-	c.Maintenance.defaults()
+	c.Maintenance.Defaults()
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 30 * time.Second
 	}
@@ -266,27 +265,6 @@ func (c *Config) applyDefaults() {
 	}
 }
 
-// defaultCatalog fills the embedded-catalog defaults below dataDir: name
-// tributary, SQLite at DATA_DIR/catalog.db, warehouse file://DATA_DIR/warehouse.
-func defaultCatalog(dataDir string, name, uri, warehouse *string) {
-	if *name == "" {
-		*name = "tributary"
-	}
-	if *uri == "" {
-		*uri = "sqlite://" + absOrSame(filepath.Join(dataDir, "catalog.db"))
-	}
-	if *warehouse == "" {
-		*warehouse = "file://" + absOrSame(filepath.Join(dataDir, "warehouse"))
-	}
-}
-
-func absOrSame(p string) string {
-	if a, err := filepath.Abs(p); err == nil {
-		return a
-	}
-	return p
-}
-
 // Validate checks the configuration; each error names the field and the fix.
 func (c *Config) Validate() error {
 	var errs []error
@@ -306,7 +284,7 @@ func (c *Config) Validate() error {
 		!strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
 		bad("catalog.uri", "%q: want sqlite:///path/to/catalog.db, postgres://user:password@host:5432/db or http(s)://host:port (Iceberg REST)", tables.Redact(u))
 	}
-	c.Storage.validate(c.Catalog.Warehouse, bad)
+	c.Storage.Validate(c.Catalog.Warehouse, bad)
 	if !strings.Contains(c.Catalog.Warehouse, "://") {
 		bad("catalog.warehouse", "%q: want a blob URL such as file:///var/lib/tributary/warehouse or s3://bucket/prefix", c.Catalog.Warehouse)
 	}
@@ -333,7 +311,7 @@ func (c *Config) Validate() error {
 	if c.Uplink.MaxBatchBytes < 1<<10 {
 		bad("uplink.max_batch_bytes", "%d is below the minimum of 1KiB", c.Uplink.MaxBatchBytes)
 	}
-	c.Maintenance.validate(bad)
+	c.Maintenance.Validate(bad)
 	if g := c.Cluster; g.GossipAddr != "" {
 		if _, _, err := net.SplitHostPort(g.GossipAddr); err != nil {
 			bad("cluster.gossip_addr", "%q: want host:port, e.g. 0.0.0.0:7946 (%v)", g.GossipAddr, err)
@@ -394,7 +372,7 @@ func LoadConfig(path string) (Config, error) {
 // ParseConfig is LoadConfig on bytes.
 func ParseConfig(raw []byte) (Config, error) {
 	var c Config
-	if err := decodeStrict(raw, &c); err != nil {
+	if err := config.Decode(raw, &c); err != nil {
 		return Config{}, err
 	}
 	c.applyDefaults()
@@ -402,74 +380,6 @@ func ParseConfig(raw []byte) (Config, error) {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
 	return c, nil
-}
-
-// decodeStrict expands ${VAR} references in raw and decodes the YAML into
-// v, refusing keys v does not have (a typo must not become a default).
-func decodeStrict(raw []byte, v any) error {
-	expanded, err := expandEnv(raw)
-	if err != nil {
-		return err
-	}
-	dec := yaml.NewDecoder(strings.NewReader(expanded))
-	dec.KnownFields(true)
-	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("config: %w", err)
-	}
-	return nil
-}
-
-// expandEnv replaces ${VAR} references with the environment; an unset
-// variable is an error naming it.
-func expandEnv(raw []byte) (string, error) {
-	var missing []string
-	expanded := os.Expand(string(raw), func(k string) string {
-		v, ok := os.LookupEnv(k)
-		if !ok {
-			missing = append(missing, k)
-		}
-		return v
-	})
-	if len(missing) > 0 {
-		return "", fmt.Errorf("config: environment variables not set: %s", strings.Join(missing, ", "))
-	}
-	return expanded, nil
-}
-
-// ByteSize is a size in bytes that YAML may write as 64MiB, 1GiB, 512KB, 1000.
-type ByteSize int64
-
-// UnmarshalYAML parses a size with an optional unit.
-func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
-	v, err := ParseByteSize(n.Value)
-	if err != nil {
-		return err
-	}
-	*b = v
-	return nil
-}
-
-// ParseByteSize parses "64MiB", "1GB", "512k", "1000".
-func ParseByteSize(s string) (ByteSize, error) {
-	s = strings.TrimSpace(s)
-	units := []struct {
-		suffix string
-		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
-		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}}
-	mult := int64(1)
-	for _, u := range units {
-		if strings.HasSuffix(strings.ToUpper(s), strings.ToUpper(u.suffix)) {
-			s, mult = strings.TrimSpace(s[:len(s)-len(u.suffix)]), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("size %q: want a number with an optional unit (KiB, MiB, GiB, KB, MB, GB)", s)
-	}
-	return ByteSize(n * mult), nil
 }
 
 // S3Options are the storage.s3 settings for the uplink and the catalog.

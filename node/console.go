@@ -8,7 +8,6 @@ import (
 
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/console"
-	"github.com/tributary-io/tributary/kafka"
 )
 
 // The node feeds the operator's console (package console) with a
@@ -24,15 +23,11 @@ func (n *Node) newConsole() *console.Console {
 		}
 		return out
 	}
-	var lags func(ctx context.Context) []console.KafkaGroup
-	if n.cloudK != nil {
-		lags = func(ctx context.Context) []console.KafkaGroup {
-			l, err := n.cloudK.GroupLags(ctx)
-			if err != nil {
-				return nil
-			}
-			return kafkaGroups(l)
+	lags := func(ctx context.Context) []console.KafkaGroup {
+		if c, _ := n.consumers.Load().(Consumers); c != nil {
+			return c.ConsoleGroups(ctx)
 		}
+		return nil
 	}
 	n.consoleTables = console.NewTableCache(n.cat, walStreams, lags)
 	return console.New(console.Options{Source: n.consoleSnapshot})
@@ -44,7 +39,7 @@ func (n *Node) consoleSnapshot() console.Snapshot {
 	ms := n.mqtt.Stats()
 	s := console.Snapshot{Node: n.cfg.NodeID, Role: "edge", Started: n.started,
 		Listeners: map[string]string{"http": n.HTTPAddr()}}
-	if n.cloudK != nil || n.cloudP != nil {
+	if n.consumers.Load() != nil {
 		s.Role = "dev"
 	}
 	for k, v := range n.mqtt.Addrs() {
@@ -135,7 +130,7 @@ func (n *Node) consoleSnapshot() console.Snapshot {
 		s.Streams = append(s.Streams, *st)
 	}
 	s.Cluster = n.consoleCluster()
-	if n.cloudK != nil || n.cloudP != nil {
+	if n.consumers.Load() != nil {
 		s.Consumers = &console.Consumers{KafkaGroups: lags}
 	}
 	return s
@@ -207,19 +202,13 @@ func replicaTargets(self string, members []cluster.Member, k int) []string {
 	return out
 }
 
-// kafkaGroups converts the cloud Kafka server's group lag for the console.
-func kafkaGroups(lags []kafka.GroupLag) []console.KafkaGroup {
-	var groups []console.KafkaGroup
-	idx := map[string]int{}
-	for _, l := range lags {
-		i, ok := idx[l.Group]
-		if !ok {
-			i = len(groups)
-			idx[l.Group] = i
-			groups = append(groups, console.KafkaGroup{ID: l.Group})
-		}
-		groups[i].Lag = append(groups[i].Lag, console.PartitionLag{Topic: l.Topic, Partition: l.Partition,
-			Committed: l.Committed, End: l.HighWater, Lag: l.Lag})
-	}
-	return groups
+// Consumers is the cloud side's view of consumer groups, shown by the
+// node's console when a cloud server runs in the same process (dev):
+// cloud.Server implements it.
+type Consumers interface {
+	ConsoleGroups(ctx context.Context) []console.KafkaGroup
 }
+
+// ShowConsumers makes the console show c's consumer groups (and call the
+// node's role "dev").
+func (n *Node) ShowConsumers(c Consumers) { n.consumers.Store(c) }

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/kafka/produce"
 	"github.com/tributary-io/tributary/listen"
 )
 
@@ -140,8 +140,8 @@ func (n *Node) handler() http.Handler {
 	reg.MustRegister(n.mqtt.PubackHistogram())
 	reg.MustRegister(newMaintCollector(n))
 	reg.MustRegister(&n.ingest.count)
-	if n.cloudK != nil {
-		reg.MustRegister(n.cloudK.LagCollector())
+	for _, c := range n.collectors {
+		reg.MustRegister(c)
 	}
 	mux := http.NewServeMux()
 	// OpenMetrics (when the scraper asks for it) carries the exemplars.
@@ -228,7 +228,7 @@ func (n *Node) registerMetrics(reg *prometheus.Registry) {
 	counter("tributary_mqtt_publishes_refused_budget_total", "QoS 1/2 publishes refused because the WAL budget was exhausted.", func() float64 { return float64(n.mqtt.Stats().RefusedBudget) })
 	counter("tributary_mqtt_publishes_refused_replication_total", "QoS 1/2 publishes refused because too few replicas could store them (replication_policy refuse).", func() float64 { return float64(n.mqtt.Stats().RefusedReplication) })
 	counter("tributary_mqtt_qos0_dropped_total", "QoS 0 publishes dropped because they could not be made durable.", func() float64 { return float64(n.mqtt.Stats().DroppedQoS0) })
-	kstat := func(f func(s kafka.Stats) int64) func() float64 {
+	kstat := func(f func(s produce.Stats) int64) func() float64 {
 		return func() float64 {
 			if n.kafka == nil {
 				return 0
@@ -236,12 +236,12 @@ func (n *Node) registerMetrics(reg *prometheus.Registry) {
 			return float64(f(n.kafka.Stats()))
 		}
 	}
-	gauge("tributary_kafka_connections", "Open Kafka client connections.", kstat(func(s kafka.Stats) int64 { return s.Connections }))
-	counter("tributary_kafka_produced_records_total", "Kafka records made durable.", kstat(func(s kafka.Stats) int64 { return s.ProducedRecords }))
-	counter("tributary_kafka_produced_batches_total", "Kafka record batches made durable.", kstat(func(s kafka.Stats) int64 { return s.ProducedBatches }))
-	counter("tributary_kafka_duplicate_batches_total", "Idempotent retries answered without appending.", kstat(func(s kafka.Stats) int64 { return s.DuplicateBatch }))
-	counter("tributary_kafka_backpressure_total", "Produce partitions refused because the WAL budget was exhausted.", kstat(func(s kafka.Stats) int64 { return s.Backpressure }))
-	counter("tributary_kafka_malformed_connections_total", "Kafka connections closed for a malformed frame.", kstat(func(s kafka.Stats) int64 { return s.ClosedMalformed }))
+	gauge("tributary_kafka_connections", "Open Kafka client connections.", kstat(func(s produce.Stats) int64 { return s.Connections }))
+	counter("tributary_kafka_produced_records_total", "Kafka records made durable.", kstat(func(s produce.Stats) int64 { return s.ProducedRecords }))
+	counter("tributary_kafka_produced_batches_total", "Kafka record batches made durable.", kstat(func(s produce.Stats) int64 { return s.ProducedBatches }))
+	counter("tributary_kafka_duplicate_batches_total", "Idempotent retries answered without appending.", kstat(func(s produce.Stats) int64 { return s.DuplicateBatch }))
+	counter("tributary_kafka_backpressure_total", "Produce partitions refused because the WAL budget was exhausted.", kstat(func(s produce.Stats) int64 { return s.Backpressure }))
+	counter("tributary_kafka_malformed_connections_total", "Kafka connections closed for a malformed frame.", kstat(func(s produce.Stats) int64 { return s.ClosedMalformed }))
 	counter("tributary_mqtt_payload_bytes_total", "MQTT payload bytes made durable.", func() float64 { return float64(n.mqtt.Stats().PayloadBytes) })
 }
 

@@ -15,7 +15,11 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/tributary-io/tributary"
-	"github.com/tributary-io/tributary/kafka"
+	wire "github.com/tributary-io/tributary/kafka"
+
+	// The Kafka produce server (edge side) whose Backend this file is;
+	// named kafka here as before the split into kafka/produce.
+	kafka "github.com/tributary-io/tributary/kafka/produce"
 	"github.com/tributary-io/tributary/tables"
 )
 
@@ -213,7 +217,7 @@ func (kb *kafkaBackend) AllocateProducerID(ctx context.Context) (int64, error) {
 		}
 		kb.limit = limit
 	}
-	id := int64(kafka.BrokerID(kb.n.cfg.NodeID)&0x7fff)<<40 | kb.next
+	id := int64(wire.BrokerID(kb.n.cfg.NodeID)&0x7fff)<<40 | kb.next
 	kb.next++
 	return id, nil
 }

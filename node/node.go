@@ -37,17 +37,18 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/console"
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/kafka/produce"
 	"github.com/tributary-io/tributary/listen"
 	"github.com/tributary-io/tributary/mqtt"
 	"github.com/tributary-io/tributary/owner"
 	"github.com/tributary-io/tributary/peer"
-	"github.com/tributary-io/tributary/pulsar"
 	"github.com/tributary-io/tributary/replica"
 	"github.com/tributary-io/tributary/tables"
-	"github.com/tributary-io/tributary/tables/rest"
 	"github.com/tributary-io/tributary/uplink"
 	"github.com/tributary-io/tributary/wal"
 )
@@ -62,15 +63,17 @@ type Node struct {
 	up     *uplink.Uplink
 	maint  *tables.Maintainer // nil when maintenance is off
 	mqtt   *mqtt.Server
-	kafka  *kafka.Server
+	kafka  *produce.Server
 	kb     *kafkaBackend
 	book   *owner.Book // which partitions this node writes, at which epoch
 	ingest *ingest
 	http   *http.Server
 	httpLn net.Listener
-	rest   *rest.Server
-	cloudK *kafka.CloudServer
-	cloudP *pulsar.Server
+	// consumers (a Consumers) is the in-process cloud server's view of
+	// consumer groups for the console (ShowConsumers); unset on an edge.
+	consumers atomic.Value
+	// collectors are more metrics for /metrics (AddCollector).
+	collectors []prometheus.Collector
 	// cluster is the gossip membership (nil without cluster.gossip_addr);
 	// set in Start while the Kafka server may already serve Metadata.
 	cluster atomic.Pointer[cluster.Cluster]
@@ -138,9 +141,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	n.up.OnFence(n.book) // a fenced partition is no longer written here
 	n.up.OnRelease(n.kb) // idempotent producers' state outlives released records
 	if cfg.Kafka.Addr != "" {
-		n.kafka, err = kafka.NewServer(kafka.Config{Addr: cfg.Kafka.Addr, AdvertisedAddr: cfg.Kafka.AdvertisedAddr,
-			ClusterID: cfg.Catalog.Name, AutoCreate: *cfg.Kafka.AutoCreate, MaxBatchBytes: int32(cfg.Kafka.MaxBatchBytes),
-			Logger: log.With("component", "kafka")}, n.kb)
+		n.kafka, err = produce.NewServer(produce.Config{Config: kafka.Config{Addr: cfg.Kafka.Addr, AdvertisedAddr: cfg.Kafka.AdvertisedAddr,
+			ClusterID: cfg.Catalog.Name, Logger: log.With("component", "kafka")},
+			AutoCreate: *cfg.Kafka.AutoCreate, MaxBatchBytes: int32(cfg.Kafka.MaxBatchBytes)}, n.kb)
 		if err != nil {
 			n.bucket.Close()
 			n.cat.Close()
@@ -198,42 +201,6 @@ func (n *Node) Start(ctx context.Context) error {
 			return fmt.Errorf("start kafka: %w", err)
 		}
 	}
-	if n.cfg.CatalogAddr != "" {
-		rs, err := rest.Listen(n.cfg.CatalogAddr, rest.NewHandler(n.cat.Iceberg(),
-			rest.Options{Warehouse: n.cfg.Catalog.Warehouse, Logger: n.log.With("component", "rest-catalog")}))
-		if err != nil {
-			return fmt.Errorf("listen catalog %s: %w", n.cfg.CatalogAddr, err)
-		}
-		n.rest = rs
-		n.log.Info("listening", "listener", "iceberg-rest-catalog", "addr", rs.Addr(), "uri", rs.URL())
-	}
-	// The cloud consume servers share one table reader and its caches.
-	reader := tables.NewReader(n.cat, tables.ReaderConfig{})
-	if n.cfg.CloudKafkaAddr != "" {
-		ck, err := kafka.NewCloudServer(kafka.CloudConfig{
-			Config:    kafka.Config{Addr: n.cfg.CloudKafkaAddr, ClusterID: n.cfg.Catalog.Name, Logger: n.log},
-			OffsetsDB: n.cfg.Catalog.URI,
-			Reader:    reader,
-		}, n.cat)
-		if err != nil {
-			return fmt.Errorf("cloud kafka: %w", err)
-		}
-		if err := ck.Start(); err != nil {
-			return fmt.Errorf("start cloud kafka: %w", err)
-		}
-		n.cloudK = ck
-	}
-	if n.cfg.CloudPulsarAddr != "" {
-		ps, err := pulsar.NewServer(pulsar.Config{Addr: n.cfg.CloudPulsarAddr, Catalog: n.cfg.Catalog.Name,
-			CursorsDB: n.cfg.Catalog.URI, Logger: n.log}, reader)
-		if err != nil {
-			return fmt.Errorf("cloud pulsar: %w", err)
-		}
-		if err := ps.Listen(); err != nil {
-			return fmt.Errorf("start cloud pulsar: %w", err)
-		}
-		n.cloudP = ps
-	}
 	if n.cfg.HTTPAddr != "" {
 		ln, err := listen.Listen(n.cfg.HTTPAddr, listen.Config{Name: "http", HandshakeTimeout: -1, Logger: n.log})
 		if err != nil {
@@ -266,8 +233,17 @@ func (n *Node) Start(ctx context.Context) error {
 	return nil
 }
 
+// AddCollector adds c to the node's /metrics; call it before Start. A
+// process that runs a cloud server next to the node (tributary dev) adds
+// the cloud server's metrics this way.
+func (n *Node) AddCollector(c prometheus.Collector) { n.collectors = append(n.collectors, c) }
+
 // MQTTAddr is the bound address of the MQTT TCP listener.
 func (n *Node) MQTTAddr() string { return n.mqtt.Addrs()[mqtt.ListenerTCP] }
+
+// MQTTWSAddr is the bound address of the MQTT WebSocket listener ("" when
+// off).
+func (n *Node) MQTTWSAddr() string { return n.mqtt.Addrs()[mqtt.ListenerWS] }
 
 // KafkaAddr is the bound address of the Kafka listener ("" when off).
 func (n *Node) KafkaAddr() string {
@@ -275,32 +251,6 @@ func (n *Node) KafkaAddr() string {
 		return ""
 	}
 	return n.kafka.Addr()
-}
-
-// CatalogAddr is the bound address of the REST catalog ("" when off).
-func (n *Node) CatalogAddr() string {
-	if n.rest == nil {
-		return ""
-	}
-	return n.rest.Addr()
-}
-
-// CloudKafkaAddr is the bound address of the in-process cloud Kafka
-// consume server ("" when off).
-func (n *Node) CloudKafkaAddr() string {
-	if n.cloudK == nil {
-		return ""
-	}
-	return n.cloudK.Addr()
-}
-
-// CloudPulsarAddr is the bound address of the in-process cloud Pulsar
-// consume server ("" when off).
-func (n *Node) CloudPulsarAddr() string {
-	if n.cloudP == nil {
-		return ""
-	}
-	return n.cloudP.Addr()
 }
 
 // HTTPAddr is the bound address of the HTTP listener.
@@ -351,24 +301,11 @@ func (n *Node) Close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("close kafka: %w", err))
 		}
 	}
-	if n.cloudK != nil {
-		if err := n.cloudK.Close(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("close cloud kafka: %w", err))
-		}
-	}
-	if n.cloudP != nil {
-		if err := n.cloudP.Close(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("close cloud pulsar: %w", err))
-		}
-	}
 	if n.cancel != nil {
 		n.cancel()
 	}
 	if n.http != nil {
 		n.http.Shutdown(ctx)
-	}
-	if n.rest != nil {
-		n.rest.Shutdown(ctx)
 	}
 	n.wg.Wait()
 	if err := n.up.SyncAll(ctx); err != nil {

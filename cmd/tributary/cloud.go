@@ -5,26 +5,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/tributary-io/tributary/kafka"
-	"github.com/tributary-io/tributary/node"
+	"github.com/tributary-io/tributary/cloud"
 	"github.com/tributary-io/tributary/pulsar"
 	"github.com/tributary-io/tributary/tables"
-	"github.com/tributary-io/tributary/tables/rest"
 )
 
-// cmdCloud runs the cloud server: the Iceberg REST catalog over the
+// cmdCloud runs the cloud server (package cloud): the Iceberg REST catalog over the
 // catalog database and the Kafka consume server reading the tables
 // (committed group offsets in the same database) and the Pulsar consume
 // server (durable cursors in the same database), sharing one table reader.
@@ -44,9 +36,11 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 	warehouse := fs.String("warehouse", "", "warehouse URL (default file://DIR/warehouse)")
 	catName := fs.String("catalog-name", "tributary", "catalog name")
 	token := fs.String("token", os.Getenv("TRIBUTARY_CATALOG_TOKEN"), "require this bearer token (default $TRIBUTARY_CATALOG_TOKEN; empty = no auth)")
+	nodeToken := fs.String("node-token", os.Getenv("TRIBUTARY_NODE_TOKEN"), "the bearer token edge nodes commit with; only it may write tables' tributary.* properties (default $TRIBUTARY_NODE_TOKEN; empty = edge nodes cannot commit through this catalog)")
 	maintain := fs.Bool("maintenance", true, "run table maintenance (compaction, manifest merging, snapshot expiry, orphan cleanup)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	readyFile := fs.String("ready-file", "", "once every listener is bound, write their addresses to this file as a JSON object (atomically)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -59,9 +53,9 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "tributary cloud:", err)
 		return 2
 	}
-	var cfg node.CloudConfig
+	var cfg cloud.Config
 	if *cfgPath != "" {
-		if cfg, err = node.LoadCloudConfig(*cfgPath); err != nil {
+		if cfg, err = cloud.LoadConfig(*cfgPath); err != nil {
 			fmt.Fprintln(stderr, "tributary cloud:", err)
 			return 2
 		}
@@ -112,6 +106,9 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 	if use("catalog-name") {
 		cfg.Catalog.Name = *catName
 	}
+	if use("node-token") && *nodeToken != "" {
+		cfg.Catalog.NodeToken = *nodeToken
+	}
 	if use("token") && *token != "" {
 		cfg.Catalog.Token = *token
 	}
@@ -126,100 +123,20 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cat, err := tables.Open(ctx, tables.Config{Name: cfg.Catalog.Name, URI: cfg.Catalog.URI, Warehouse: cfg.Catalog.Warehouse,
-		Properties: cfg.Storage.CatalogProperties(cfg.Catalog.Warehouse)})
+	srv, err := cloud.Open(ctx, cfg, log)
 	if err != nil {
-		log.Error("open catalog", "err", err)
+		log.Error("open", "err", err)
 		return 1
 	}
-	defer cat.Close()
-	h := rest.NewHandler(cat.Iceberg(), rest.Options{Warehouse: cfg.Catalog.Warehouse, Token: cfg.Catalog.Token, Logger: log})
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	con := newCloudConsole(cat) // the operator's console at GET /
-	srv, err := rest.Listen(cfg.Catalog.Addr, con.handler(withProbes(h, cat, reg)))
-	if err != nil {
-		log.Error("listen", "addr", cfg.Catalog.Addr, "err", err)
-		return 1
-	}
-	con.addr.Store(srv.Addr())
-	// The consume servers share one table reader and its caches.
-	reader := tables.NewReader(cat, tables.ReaderConfig{})
-	var ks *kafka.CloudServer
-	if *cfg.Kafka.Addr != "" {
-		ks, err = kafka.NewCloudServer(kafka.CloudConfig{
-			Config:    kafka.Config{Addr: *cfg.Kafka.Addr, AdvertisedAddr: cfg.Kafka.AdvertisedAddr, ClusterID: cfg.Catalog.Name, Logger: log},
-			Peers:     cfg.Kafka.Peers,
-			OffsetsDB: cfg.Catalog.URI,
-			Reader:    reader,
-		}, cat)
-		if err == nil {
-			err = ks.Start()
-		}
-		if err == nil {
-			reg.MustRegister(ks.LagCollector())
-			con.ks.Store(ks)
-		}
-		if err != nil {
-			log.Error("kafka", "addr", *cfg.Kafka.Addr, "err", err)
-			srv.Shutdown(context.Background())
-			return 1
-		}
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-			defer cancel()
-			ks.Close(sctx)
-		}()
-	}
-	var ps *pulsar.Server
-	if *cfg.Pulsar.Addr != "" {
-		ps, err = pulsar.NewServer(pulsar.Config{Addr: *cfg.Pulsar.Addr, AdvertisedAddr: cfg.Pulsar.AdvertisedAddr,
-			Peers: cfg.Pulsar.Peers, Catalog: cfg.Catalog.Name, CursorsDB: cfg.Catalog.URI, Logger: log}, reader)
-		if err == nil {
-			err = ps.Listen()
-		}
-		if err == nil {
-			con.ps.Store(ps)
-		}
-		if err != nil {
-			log.Error("pulsar", "addr", *cfg.Pulsar.Addr, "err", err)
-			srv.Shutdown(context.Background())
-			return 1
-		}
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-			defer cancel()
-			ps.Close(sctx)
-		}()
-	}
-	if *cfg.Maintenance.Enabled {
-		m := tables.NewMaintainer(cat, tables.MaintainerConfig{Interval: cfg.Maintenance.Interval,
-			Policy: cfg.Maintenance.Policy(), Logger: log})
-		mctx, mcancel := context.WithCancel(context.Background())
-		mdone := make(chan struct{})
-		go func() {
-			defer close(mdone)
-			m.Run(mctx)
-		}()
-		defer func() {
-			mcancel()
-			<-mdone
-		}()
-	}
-	kafkaBound := ""
-	if ks != nil {
-		kafkaBound = ks.Addr()
-	}
-	pulsarBound := ""
-	if ps != nil {
-		pulsarBound = ps.Addr()
-	}
-	conCtx, conStop := context.WithCancel(ctx)
-	defer conStop()
-	go con.Run(conCtx)
-	log.Info("ready", "catalog", srv.Addr(), "kafka", kafkaBound, "pulsar", pulsarBound, "backing", redactURI(cfg.Catalog.URI), "warehouse", cfg.Catalog.Warehouse,
-		"auth", cfg.Catalog.Token != "", "maintenance", *cfg.Maintenance.Enabled)
 	code := 0
+	// The ready file before the ready line: whoever saw the line finds the file.
+	if err := writeReadyFile(*readyFile, map[string]string{"catalog": srv.CatalogAddr(), "kafka": srv.KafkaAddr(), "pulsar": srv.PulsarAddr()}); err != nil {
+		log.Error("ready file", "err", err)
+		code = 1
+		stop()
+	}
+	log.Info("ready", "catalog", srv.CatalogAddr(), "kafka", srv.KafkaAddr(), "pulsar", srv.PulsarAddr(), "backing", redactURI(cfg.Catalog.URI), "warehouse", cfg.Catalog.Warehouse,
+		"auth", cfg.Catalog.Token != "", "maintenance", *cfg.Maintenance.Enabled)
 	select {
 	case <-ctx.Done():
 	case err := <-srv.Done():
@@ -228,34 +145,11 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
+	if err := srv.Close(sctx); err != nil {
 		log.Warn("shutdown", "err", err)
 	}
 	log.Info("stopped")
 	return code
-}
-
-// withProbes serves /healthz (the process answers), /readyz (the backing
-// catalog answers a namespace listing) and /metrics (consumer-group lag,
-// process figures) next to the REST catalog h, without authentication, for
-// load balancers, Kubernetes probes and Prometheus.
-func withProbes(h http.Handler, cat *tables.Catalog, reg *prometheus.Registry) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte("ok\n"))
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-		defer cancel()
-		if _, err := cat.Iceberg().ListNamespaces(ctx, nil); err != nil {
-			http.Error(w, "backing catalog unavailable: "+err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		w.Write([]byte("ready\n"))
-	})
-	mux.Handle("/", h)
-	return mux
 }
 
 // redactURI hides a password in a catalog URI for logs.

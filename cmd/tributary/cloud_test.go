@@ -3,7 +3,10 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"io"
+	"os"
+	"path/filepath"
 	"regexp"
 	"syscall"
 	"testing"
@@ -16,12 +19,14 @@ import (
 // partition allocation through its REST catalog and stops it with SIGINT.
 func TestCloudServesCatalog(t *testing.T) {
 	dir := t.TempDir()
+	readyFile := filepath.Join(t.TempDir(), "ready.json")
 	pr, pw := io.Pipe()
 	done := make(chan int, 1)
 	go func() {
-		done <- run([]string{"cloud", "--catalog-addr", "127.0.0.1:0", "--kafka-addr", "127.0.0.1:0", "--pulsar-addr", "127.0.0.1:0", "--data", dir}, io.Discard, pw)
+		done <- run([]string{"cloud", "--catalog-addr", "127.0.0.1:0", "--kafka-addr", "127.0.0.1:0", "--pulsar-addr", "127.0.0.1:0", "--data", dir, "--ready-file", readyFile, "--node-token", "edge-secret"}, io.Discard, pw)
 		pw.Close()
 	}()
+	// The human ready line is still logged, with the same address.
 	ready := regexp.MustCompile(`msg=ready catalog=(\S+)`)
 	addrc := make(chan string, 1)
 	go func() {
@@ -40,8 +45,21 @@ func TestCloudServesCatalog(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("no ready line")
 	}
+	raw, err := os.ReadFile(readyFile)
+	if err != nil {
+		t.Fatalf("ready file: %v", err)
+	}
+	var addrs map[string]string
+	if err := json.Unmarshal(raw, &addrs); err != nil {
+		t.Fatalf("ready file %q: %v", raw, err)
+	}
+	if addrs["catalog"] != addr || addrs["kafka"] == "" || addrs["pulsar"] == "" || len(addrs) != 3 {
+		t.Fatalf("ready file %v, want catalog %s and bound kafka and pulsar", addrs, addr)
+	}
 	ctx := context.Background()
-	c, err := tables.Open(ctx, tables.Config{URI: "http://" + addr, Warehouse: "file://" + dir + "/warehouse"})
+	// An edge node commits with the node token (tributary.* properties).
+	c, err := tables.Open(ctx, tables.Config{URI: "http://" + addr, Warehouse: "file://" + dir + "/warehouse",
+		Properties: map[string]string{"token": "edge-secret"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,6 +41,7 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&join, "join", "a peer's gossip host:port to join (repeatable)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	readyFile := fs.String("ready-file", "", "once every listener is bound, write their addresses to this file as a JSON object (atomically)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -102,7 +103,7 @@ Other topics go to stream %s. Ctrl-C stops with a final commit.
 
 `, abs, cfg.Catalog.Name, *mqttAddr, *wsAddr, *kafkaAddr, *httpAddr, *httpAddr, *catalogAddr, abs, *cloudKafkaAddr, *cloudKafkaAddr, *pulsarAddr, cfg.Catalog.Name, *devices, *simRate,
 		portOf(*mqttAddr), *kafkaAddr, *data, cfg.MQTT.DefaultStream)
-	return runNode(cfg, sim, log, stdout, stderr)
+	return runNode(cfg, sim, *readyFile, log, stdout, stderr)
 }
 
 func portOf(addr string) string {

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/tributary-io/tributary/cloud"
 	firmwaresim "github.com/tributary-io/tributary/firmware-sim"
 	"github.com/tributary-io/tributary/node"
 	"github.com/tributary-io/tributary/tables"
@@ -21,6 +22,7 @@ func cmdEdge(args []string, stdout, stderr io.Writer) int {
 	cfgPath := fs.String("config", "", "YAML config file (see deploy/edge.yaml); required")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	readyFile := fs.String("ready-file", "", "once every listener is bound, write their addresses to this file as a JSON object (atomically)")
 	var join stringList
 	fs.Var(&join, "join", "a peer's gossip host:port to join, added to cluster.join (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -47,7 +49,7 @@ func cmdEdge(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	return runNode(cfg, nil, log, stdout, stderr)
+	return runNode(cfg, nil, *readyFile, log, stdout, stderr)
 }
 
 func cmdConfig(args []string, stdout, stderr io.Writer) int {
@@ -60,8 +62,8 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	if node.RoleOf(raw) == "cloud" {
-		cc, err := node.ParseCloudConfig(raw)
+	if cloud.RoleOf(raw) == "cloud" {
+		cc, err := cloud.ParseConfig(raw)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
@@ -87,9 +89,11 @@ func printConfig(w io.Writer, c node.Config) {
 		c.MQTT.Addr, c.MQTT.WSAddr, c.MQTT.DefaultStream, len(c.MQTT.Routes), c.Uplink.CommitInterval, c.HTTPAddr)
 }
 
-// runNode starts a node (and optionally a simulated fleet against it),
-// waits for SIGINT/SIGTERM, and shuts down with a final commit.
-func runNode(cfg node.Config, sim *firmwaresim.Config, log *slog.Logger, stdout, stderr io.Writer) int {
+// runNode starts a node (and, when the config asks for catalog_addr,
+// cloud_kafka_addr or cloud_pulsar_addr, a cloud server over the node's
+// catalog, and optionally a simulated fleet against it), waits for
+// SIGINT/SIGTERM, and shuts down with a final commit.
+func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *slog.Logger, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	n, err := node.New(ctx, cfg, log)
@@ -97,8 +101,31 @@ func runNode(cfg node.Config, sim *firmwaresim.Config, log *slog.Logger, stdout,
 		fmt.Fprintln(stderr, "tributary:", err)
 		return 1
 	}
+	var cs *cloud.Server
+	if ccfg, ok := cloudOf(cfg); ok {
+		if cs, err = cloud.OpenOn(n.Catalog(), ccfg, log); err != nil {
+			fmt.Fprintln(stderr, "tributary:", err)
+			n.Close(context.Background())
+			return 1
+		}
+		for _, c := range cs.Collectors() {
+			n.AddCollector(c)
+		}
+		n.ShowConsumers(cs) // the node's console shows the consumer groups too
+	}
+	closeCloud := func() {
+		if cs == nil {
+			return
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		if err := cs.Close(cctx); err != nil {
+			log.Warn("close cloud server", "err", err)
+		}
+	}
 	if err := n.Start(ctx); err != nil {
 		fmt.Fprintln(stderr, "tributary:", err)
+		closeCloud()
 		n.Close(context.Background())
 		return 1
 	}
@@ -118,15 +145,48 @@ func runNode(cfg node.Config, sim *firmwaresim.Config, log *slog.Logger, stdout,
 	} else {
 		close(simDone)
 	}
-	log.Info("ready", "node", cfg.NodeID, "mqtt", n.MQTTAddr(), "http", n.HTTPAddr(), "kafka", n.KafkaAddr(), "catalog", n.CatalogAddr(), "cloud_kafka", n.CloudKafkaAddr(), "gossip", n.GossipAddr(), "peer", n.PeerAddr(), "pulsar", n.CloudPulsarAddr())
+	addrs := map[string]string{"mqtt": n.MQTTAddr(), "mqtt_ws": n.MQTTWSAddr(), "http": n.HTTPAddr(), "kafka": n.KafkaAddr(),
+		"catalog": "", "cloud_kafka": "", "gossip": n.GossipAddr(), "peer": n.PeerAddr(), "pulsar": ""}
+	if cs != nil {
+		addrs["catalog"], addrs["cloud_kafka"], addrs["pulsar"] = cs.CatalogAddr(), cs.KafkaAddr(), cs.PulsarAddr()
+	}
+	code := 0
+	// The ready file before the ready line: whoever saw the line finds the file.
+	if err := writeReadyFile(readyFile, addrs); err != nil {
+		log.Error("ready file", "err", err)
+		code = 1
+		stop()
+	}
+	log.Info("ready", "node", cfg.NodeID, "mqtt", addrs["mqtt"], "http", addrs["http"], "kafka", addrs["kafka"], "catalog", addrs["catalog"], "cloud_kafka", addrs["cloud_kafka"], "gossip", addrs["gossip"], "peer", addrs["peer"], "pulsar", addrs["pulsar"])
 	<-ctx.Done()
 	stop()
 	log.Info("shutting down: stop listeners, final commit")
 	<-simDone
+	closeCloud()
 	if err := n.Close(context.Background()); err != nil {
 		log.Error("shutdown", "err", err)
 		return 1
 	}
 	log.Info("stopped")
-	return 0
+	return code
+}
+
+// cloudOf is the configuration of the cloud server an edge config asks to
+// run next to the node (catalog_addr, cloud_kafka_addr,
+// cloud_pulsar_addr), over the node's catalog; false when it asks for none.
+// The node maintains the tables itself, so the cloud server does not.
+func cloudOf(cfg node.Config) (cloud.Config, bool) {
+	if cfg.CatalogAddr == "" && cfg.CloudKafkaAddr == "" && cfg.CloudPulsarAddr == "" {
+		return cloud.Config{}, false
+	}
+	var c cloud.Config
+	c.DataDir = cfg.DataDir
+	c.Catalog.Name, c.Catalog.URI, c.Catalog.Warehouse = cfg.Catalog.Name, cfg.Catalog.URI, cfg.Catalog.Warehouse
+	c.Storage = cfg.Storage
+	kafkaAddr, pulsarAddr, maintain := cfg.CloudKafkaAddr, cfg.CloudPulsarAddr, false
+	c.Kafka.Addr, c.Pulsar.Addr, c.Maintenance.Enabled = &kafkaAddr, &pulsarAddr, &maintain
+	c.ShutdownTimeout = cfg.ShutdownTimeout
+	c.ApplyDefaults()
+	c.Catalog.Addr = cfg.CatalogAddr // "" = off, which only a program can say
+	return c, true
 }

@@ -1,0 +1,263 @@
+// Package cloud composes the cloud server from its parts: the Iceberg REST
+// catalog over the catalog database (with /healthz, /readyz and /metrics
+// next to it), the Kafka consume server, the Pulsar consume server, the
+// table maintainer, and the one tables.Reader the consume servers share.
+// `tributary cloud` runs it on its own catalog (Open); `tributary dev`, and
+// an edge config that sets catalog_addr / cloud_kafka_addr /
+// cloud_pulsar_addr, run it next to an edge node over the node's catalog
+// (OpenOn). It is wiring only: the protocols live in tables/rest,
+// kafka/consume and pulsar.
+//
+// # Invariants
+//
+//   - The server is stateless: committed group offsets and durable Pulsar
+//     cursors live in the catalog's SQL database, table data in the
+//     warehouse, so any number of cloud servers may serve the same tables
+//     and a restart resumes every consumer from there.
+//   - The Kafka and Pulsar servers read through one tables.Reader, so a
+//     row group decoded for one protocol is cached for the other, and both
+//     serve only rows below a partition's committed mark.
+//   - Open either returns a server with every configured listener bound
+//     or undoes what it opened and returns the error.
+//   - Close stops the listeners (the catalog first, then Pulsar, then
+//     Kafka), then the maintainer, and closes the catalog only if Open
+//     opened it.
+//
+// # Outline
+//
+// Open opens the catalog and calls OpenOn; OpenOn binds the REST catalog,
+// then starts the Kafka and Pulsar servers (each may be off) and, when enabled,
+// the maintainer loop. Addresses of the bound listeners are available from
+// CatalogAddr, KafkaAddr and PulsarAddr (useful with port 0).
+package cloud
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/kafka/consume"
+	"github.com/tributary-io/tributary/pulsar"
+	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/tables/rest"
+)
+
+// Server is one cloud server.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	cat    *tables.Catalog
+	ownCat bool // Close closes cat
+	reader *tables.Reader
+	reg    *prometheus.Registry
+
+	rest   *rest.Server       // nil when Catalog.Addr is ""
+	con    *cloudConsole      // the operator's console on the catalog listener
+	kafka  *consume.Server    // nil when Kafka.Addr is ""
+	pulsar *pulsar.Server     // nil when Pulsar.Addr is ""
+	maint  *tables.Maintainer // nil when maintenance is off
+	cancel context.CancelFunc // stops the maintainer
+	wg     sync.WaitGroup     // the maintainer loop
+	closed bool
+}
+
+// Open opens the catalog of cfg and serves it (see OpenOn). cfg must have
+// its defaults applied (ParseConfig, LoadConfig and ApplyDefaults do).
+func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cat, err := tables.Open(ctx, tables.Config{Name: cfg.Catalog.Name, URI: cfg.Catalog.URI, Warehouse: cfg.Catalog.Warehouse,
+		Properties: cfg.Storage.CatalogProperties(cfg.Catalog.Warehouse)})
+	if err != nil {
+		return nil, fmt.Errorf("open catalog: %w", err)
+	}
+	s, err := open(cat, cfg, log)
+	if err != nil {
+		cat.Close()
+		return nil, err
+	}
+	s.ownCat = true
+	return s, nil
+}
+
+// OpenOn serves cat, a catalog the caller has open and closes after
+// Close: `tributary dev` shares its edge node's. cfg.Catalog.URI must
+// still name cat's SQL database (group offsets and cursors are stored
+// there); its Name and Warehouse should be cat's.
+func OpenOn(cat *tables.Catalog, cfg Config, log *slog.Logger) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return open(cat, cfg, log)
+}
+
+func open(cat *tables.Catalog, cfg Config, log *slog.Logger) (*Server, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{cfg: cfg, log: log, cat: cat, reg: prometheus.NewRegistry()}
+	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The consume servers share one table reader and its caches.
+	s.reader = tables.NewReader(cat, tables.ReaderConfig{})
+	if err := s.listen(); err != nil {
+		s.closeListeners(context.Background())
+		return nil, err
+	}
+	if *cfg.Maintenance.Enabled {
+		s.maint = tables.NewMaintainer(cat, tables.MaintainerConfig{Interval: cfg.Maintenance.Interval,
+			Policy: cfg.Maintenance.Policy(), Logger: log})
+		ctx, cancel := context.WithCancel(context.Background())
+		s.cancel = cancel
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.maint.Run(ctx)
+		}()
+	}
+	return s, nil
+}
+
+// listen binds every configured listener; on an error the caller closes
+// what was bound.
+func (s *Server) listen() error {
+	cfg := s.cfg
+	if a := cfg.Catalog.Addr; a != "" {
+		h := rest.NewHandler(s.cat.Iceberg(), rest.Options{Warehouse: cfg.Catalog.Warehouse, Token: cfg.Catalog.Token,
+			NodeToken: cfg.Catalog.NodeToken, Logger: s.log.With("component", "rest-catalog")})
+		s.con = newCloudConsole(s.cat)
+		rs, err := rest.Listen(a, s.con.handler(withProbes(h, s.cat, s.reg)))
+		if err != nil {
+			return fmt.Errorf("listen catalog %s: %w", a, err)
+		}
+		s.rest = rs
+		s.con.addr.Store(rs.Addr())
+		s.log.Info("listening", "listener", "iceberg-rest-catalog", "addr", rs.Addr(), "uri", rs.URL())
+	}
+	if a := *cfg.Kafka.Addr; a != "" {
+		ks, err := consume.NewServer(consume.Config{
+			Config:    kafka.Config{Addr: a, AdvertisedAddr: cfg.Kafka.AdvertisedAddr, ClusterID: cfg.Catalog.Name, Logger: s.log},
+			Peers:     cfg.Kafka.Peers,
+			OffsetsDB: cfg.Catalog.URI,
+			Reader:    s.reader,
+		}, s.cat)
+		if err != nil {
+			return fmt.Errorf("cloud kafka: %w", err)
+		}
+		if err := ks.Start(); err != nil {
+			ks.Close(context.Background())
+			return fmt.Errorf("start cloud kafka: %w", err)
+		}
+		s.kafka = ks
+		s.reg.MustRegister(ks.LagCollector())
+		if s.con != nil {
+			s.con.ks.Store(ks)
+		}
+	}
+	if a := *cfg.Pulsar.Addr; a != "" {
+		ps, err := pulsar.NewServer(pulsar.Config{Addr: a, AdvertisedAddr: cfg.Pulsar.AdvertisedAddr,
+			Peers: cfg.Pulsar.Peers, Catalog: cfg.Catalog.Name, CursorsDB: cfg.Catalog.URI, Logger: s.log}, s.reader)
+		if err != nil {
+			return fmt.Errorf("cloud pulsar: %w", err)
+		}
+		if err := ps.Listen(); err != nil {
+			ps.Close(context.Background())
+			return fmt.Errorf("start cloud pulsar: %w", err)
+		}
+		s.pulsar = ps
+		if s.con != nil {
+			s.con.ps.Store(ps)
+		}
+	}
+	return nil
+}
+
+// CatalogAddr is the bound address of the REST catalog ("" when off).
+func (s *Server) CatalogAddr() string {
+	if s.rest == nil {
+		return ""
+	}
+	return s.rest.Addr()
+}
+
+// KafkaAddr is the bound address of the Kafka consume server ("" when off).
+func (s *Server) KafkaAddr() string {
+	if s.kafka == nil {
+		return ""
+	}
+	return s.kafka.Addr()
+}
+
+// PulsarAddr is the bound address of the Pulsar consume server ("" when off).
+func (s *Server) PulsarAddr() string {
+	if s.pulsar == nil {
+		return ""
+	}
+	return s.pulsar.Addr()
+}
+
+// Config is the server's effective configuration.
+func (s *Server) Config() Config { return s.cfg }
+
+// Collectors are the server's own metrics (consumer-group lag), for a
+// process that serves /metrics elsewhere too (an edge node's HTTP
+// endpoint in `tributary dev`). The catalog listener's /metrics has them.
+func (s *Server) Collectors() []prometheus.Collector {
+	if s.kafka == nil {
+		return nil
+	}
+	return []prometheus.Collector{s.kafka.LagCollector()}
+}
+
+// Done reports a failure of the catalog listener after Open (nil channel,
+// never ready, when it is off).
+func (s *Server) Done() <-chan error {
+	if s.rest == nil {
+		return nil
+	}
+	return s.rest.Done()
+}
+
+// Close stops the listeners and the maintainer and, if Open opened it,
+// closes the catalog. ctx bounds the graceful part.
+func (s *Server) Close(ctx context.Context) error {
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	errs := s.closeListeners(ctx)
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.wg.Wait()
+	if s.ownCat {
+		errs = errors.Join(errs, s.cat.Close())
+	}
+	return errs
+}
+
+func (s *Server) closeListeners(ctx context.Context) error {
+	var errs []error
+	if s.rest != nil {
+		if err := s.rest.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("close catalog listener: %w", err))
+		}
+	}
+	if s.pulsar != nil {
+		if err := s.pulsar.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("close cloud pulsar: %w", err))
+		}
+	}
+	if s.kafka != nil {
+		if err := s.kafka.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("close cloud kafka: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,190 @@
+package cloud
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/tributary-io/tributary/config"
+	"github.com/tributary-io/tributary/tables"
+)
+
+// Config configures a cloud server (`tributary cloud`): the Iceberg REST
+// catalog, the Kafka and Pulsar consume servers reading the tables, and
+// table maintenance. Every field has a default (see the comments); a YAML
+// file may set any of them, with ${ENV} expansion. Command-line flags
+// override the file.
+type Config struct {
+	// Role must be "cloud" in a cloud config file (it tells `tributary
+	// config check` which kind of file it reads).
+	Role string `yaml:"role"`
+	// DataDir holds the embedded catalog and warehouse. Default ./data.
+	DataDir string `yaml:"data_dir"`
+
+	Catalog struct {
+		// Name of the catalog. Default tributary.
+		Name string `yaml:"name"`
+		// URI of the backing catalog: sqlite:///path/catalog.db or
+		// postgres://user:pw@host:5432/db. Default sqlite://DATA_DIR/catalog.db.
+		URI string `yaml:"uri"`
+		// Warehouse blob URL. Default file://DATA_DIR/warehouse.
+		Warehouse string `yaml:"warehouse"`
+		// Token, when set, is required as a bearer token by the REST
+		// catalog. Default "" (no auth).
+		Token string `yaml:"token"`
+		// NodeToken is the bearer token edge nodes commit with (their
+		// catalog.token) when they commit through this REST catalog: only
+		// it may write the tables' tributary.* properties (marks, owners,
+		// epochs). Default "" (then no REST request may: edge nodes must
+		// commit to the backing database directly).
+		NodeToken string `yaml:"node_token"`
+		// Addr of the Iceberg REST catalog listener, which also serves
+		// /healthz, /readyz and /metrics. Default 127.0.0.1:8181. (A
+		// program may set it to "" after ApplyDefaults to run without
+		// the catalog listener, as `tributary dev --catalog-addr ""`
+		// does; in a file "" means the default.)
+		Addr string `yaml:"addr"`
+	} `yaml:"catalog"`
+
+	// Storage configures the warehouse's object store.
+	Storage config.Storage `yaml:"storage"`
+
+	Kafka struct {
+		// Addr of the Kafka consume listener. Default 127.0.0.1:19092;
+		// "" turns it off.
+		Addr *string `yaml:"addr"`
+		// AdvertisedAddr announced to clients. Default: the bound address.
+		AdvertisedAddr string `yaml:"advertised_addr"`
+		// Peers are the advertised host:port of every cloud server (this
+		// one included), for group coordinator placement. Default: alone.
+		Peers []string `yaml:"peers"`
+	} `yaml:"kafka"`
+
+	Pulsar struct {
+		// Addr of the Pulsar consume listener. Default 127.0.0.1:6650;
+		// "" turns it off.
+		Addr *string `yaml:"addr"`
+		// AdvertisedAddr is the host:port LOOKUP answers with. Default:
+		// the bound address.
+		AdvertisedAddr string `yaml:"advertised_addr"`
+		// Peers are the advertised Pulsar host:port of every cloud server
+		// (this one included): LOOKUP sends each topic partition to one of
+		// them, which dispatches its subscriptions. Default: alone.
+		Peers []string `yaml:"peers"`
+	} `yaml:"pulsar"`
+
+	// Maintenance of the tables; the cloud server is where it belongs.
+	Maintenance config.Maintenance `yaml:"maintenance"`
+
+	// ShutdownTimeout bounds a graceful stop. Default 10s.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+}
+
+// ApplyDefaults fills every unset field with its default.
+func (c *Config) ApplyDefaults() {
+	if c.Role == "" {
+		c.Role = "cloud"
+	}
+	if c.DataDir == "" {
+		c.DataDir = "./data"
+	}
+	config.DefaultCatalog(c.DataDir, &c.Catalog.Name, &c.Catalog.URI, &c.Catalog.Warehouse)
+	if c.Catalog.Addr == "" {
+		c.Catalog.Addr = "127.0.0.1:8181"
+	}
+	if c.Kafka.Addr == nil {
+		a := "127.0.0.1:19092"
+		c.Kafka.Addr = &a
+	}
+	if c.Pulsar.Addr == nil {
+		a := "127.0.0.1:6650"
+		c.Pulsar.Addr = &a
+	}
+	c.Maintenance.Defaults()
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+}
+
+// Validate checks the configuration; each error names the field and the fix.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if c.Role != "cloud" {
+		bad("role", "%q: a cloud config says role: cloud", c.Role)
+	}
+	if u := c.Catalog.URI; !strings.HasPrefix(u, "sqlite://") && !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
+		bad("catalog.uri", "%q: want sqlite:///path/to/catalog.db or postgres://user:password@host:5432/db", tables.Redact(u))
+	}
+	if !strings.Contains(c.Catalog.Warehouse, "://") {
+		bad("catalog.warehouse", "%q: want a blob URL such as file:///var/lib/tributary/warehouse or s3://bucket/prefix", c.Catalog.Warehouse)
+	}
+	if a := c.Catalog.Addr; a != "" {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			bad("catalog.addr", "%q: want host:port", a)
+		}
+	}
+	if c.Kafka.Addr == nil || c.Pulsar.Addr == nil || c.Maintenance.Enabled == nil {
+		return errors.New("config: defaults not applied (call ApplyDefaults)")
+	}
+	if a := *c.Kafka.Addr; a != "" {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			bad("kafka.addr", "%q: want host:port, or \"\" to turn the Kafka listener off", a)
+		}
+	}
+	for i, p := range c.Kafka.Peers {
+		if _, _, err := net.SplitHostPort(p); err != nil {
+			bad(fmt.Sprintf("kafka.peers[%d]", i), "%q: want host:port", p)
+		}
+	}
+	if a := *c.Pulsar.Addr; a != "" {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			bad("pulsar.addr", "%q: want host:port, or \"\" to turn the Pulsar listener off", a)
+		}
+	}
+	if a := c.Pulsar.AdvertisedAddr; a != "" {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			bad("pulsar.advertised_addr", "%q: want host:port", a)
+		}
+	}
+	for i, p := range c.Pulsar.Peers {
+		if _, _, err := net.SplitHostPort(p); err != nil {
+			bad(fmt.Sprintf("pulsar.peers[%d]", i), "%q: want host:port", p)
+		}
+	}
+	c.Storage.Validate(c.Catalog.Warehouse, bad)
+	c.Maintenance.Validate(bad)
+	return errors.Join(errs...)
+}
+
+// ParseConfig reads a cloud config from YAML bytes, expanding ${ENV}
+// references, fills in defaults and validates.
+func ParseConfig(raw []byte) (Config, error) {
+	var c Config
+	if err := config.Decode(raw, &c); err != nil {
+		return Config{}, err
+	}
+	c.ApplyDefaults()
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return c, nil
+}
+
+// LoadConfig is ParseConfig on a file.
+func LoadConfig(path string) (Config, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("config: %w", err)
+	}
+	return ParseConfig(raw)
+}
+
+// RoleOf tells which kind of config file raw is: "cloud" when it says
+// role: cloud, else "edge".
+func RoleOf(raw []byte) string { return config.RoleOf(raw) }

@@ -1,0 +1,35 @@
+package cloud
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestCloudConfigExampleAndErrors(t *testing.T) {
+	t.Setenv("TRIBUTARY_CATALOG_TOKEN", "secret")
+	c, err := LoadConfig("../deploy/cloud.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Catalog.Token != "secret" || *c.Kafka.Addr != "127.0.0.1:19092" || c.Catalog.Addr != "127.0.0.1:8181" || !*c.Maintenance.Enabled {
+		t.Fatalf("unexpected %+v", c)
+	}
+	d, err := ParseConfig([]byte("role: cloud\ndata_dir: /tmp/c\n"))
+	if err != nil || d.Catalog.URI != "sqlite:///tmp/c/catalog.db" || d.Catalog.Warehouse != "file:///tmp/c/warehouse" {
+		t.Fatalf("defaults: %+v %v", d, err)
+	}
+	for _, tc := range []struct{ yaml, want string }{
+		{"role: edge", "role"},
+		{"role: cloud\ncatalog:\n  uri: http://x", "catalog.uri"},
+		{"role: cloud\nkafka:\n  peers: [nope]", "kafka.peers[0]"},
+		{"role: cloud\nmaintenance:\n  orphan_grace: 1m", "maintenance.orphan_grace"},
+		{"role: cloud\nmqtt: {}", "mqtt"},
+	} {
+		if _, err := ParseConfig([]byte(tc.yaml)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want one naming %q", tc.yaml, err, tc.want)
+		}
+	}
+	if RoleOf([]byte("role: cloud")) != "cloud" || RoleOf([]byte("node_id: x")) != "edge" {
+		t.Fatal("RoleOf")
+	}
+}

@@ -1,0 +1,132 @@
+package config
+
+import (
+	"strings"
+	"time"
+
+	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/uplink"
+)
+
+// Storage configures the warehouse's object store (edge and cloud).
+type Storage struct {
+	// S3 configures an s3:// warehouse (AWS or S3-compatible). Empty
+	// fields use the AWS SDK defaults (environment, shared config,
+	// instance role).
+	S3 struct {
+		// Endpoint of an S3-compatible store, e.g. http://minio:9000.
+		Endpoint string `yaml:"endpoint"`
+		// Region. Default us-east-1.
+		Region string `yaml:"region"`
+		// PathStyle puts the bucket in the path (most S3-compatible
+		// stores want this). Default false.
+		PathStyle bool `yaml:"path_style"`
+		// AccessKeyID and SecretAccessKey; default from the environment.
+		AccessKeyID     string `yaml:"access_key_id"`
+		SecretAccessKey string `yaml:"secret_access_key"`
+	} `yaml:"s3"`
+}
+
+// S3Options are the storage.s3 settings for the uplink and iceberg-go.
+func (s Storage) S3Options() uplink.S3Options {
+	o := s.S3
+	return uplink.S3Options{Endpoint: o.Endpoint, Region: o.Region, PathStyle: o.PathStyle,
+		AccessKeyID: o.AccessKeyID, SecretAccessKey: o.SecretAccessKey}
+}
+
+// CatalogProperties are the catalog properties the storage settings imply
+// for a warehouse (iceberg-go FileIO settings for s3://).
+func (s Storage) CatalogProperties(warehouse string) map[string]string {
+	if !strings.HasPrefix(warehouse, "s3://") {
+		return nil
+	}
+	return s.S3Options().IcebergProperties()
+}
+
+// Validate reports each bad field through bad (the warehouse decides
+// which settings apply).
+func (s Storage) Validate(warehouse string, bad func(field, format string, args ...any)) {
+	if strings.HasPrefix(warehouse, "s3://") && (s.S3.AccessKeyID == "") != (s.S3.SecretAccessKey == "") {
+		bad("storage.s3", "set both access_key_id and secret_access_key, or neither (to use the AWS SDK's defaults)")
+	}
+}
+
+// Maintenance configures table maintenance (edge and cloud).
+type Maintenance struct {
+	// Enabled runs table maintenance (compaction, manifest merging,
+	// snapshot expiry, orphan cleanup) in this process. Default true;
+	// a lease in the catalog lets one process at a time maintain a table.
+	Enabled *bool `yaml:"enabled"`
+	// Interval between passes over every stream. Default 1m.
+	Interval time.Duration `yaml:"interval"`
+	// SnapshotMaxAge: younger snapshots are kept. Default 1h.
+	SnapshotMaxAge time.Duration `yaml:"snapshot_max_age"`
+	// RetainSnapshots: at least this many newest snapshots are kept.
+	// Default 100.
+	RetainSnapshots int `yaml:"retain_snapshots"`
+	// TargetFileSize of compacted data files. Default 128MiB.
+	TargetFileSize ByteSize `yaml:"target_file_size"`
+	// MaxManifests in the current snapshot before they are merged.
+	// Default 10.
+	MaxManifests int `yaml:"max_manifests"`
+	// OrphanGrace: unreferenced files younger than this are kept (an
+	// upload in progress). Default 24h.
+	OrphanGrace time.Duration `yaml:"orphan_grace"`
+}
+
+// Defaults fills every unset field with its default.
+func (m *Maintenance) Defaults() {
+	if m.Enabled == nil {
+		on := true
+		m.Enabled = &on
+	}
+	if m.Interval == 0 {
+		m.Interval = tables.DefaultMaintainInterval
+	}
+	if m.SnapshotMaxAge == 0 {
+		m.SnapshotMaxAge = tables.DefaultSnapshotMaxAge
+	}
+	if m.RetainSnapshots == 0 {
+		m.RetainSnapshots = tables.DefaultRetainSnapshots
+	}
+	if m.TargetFileSize == 0 {
+		m.TargetFileSize = tables.DefaultTargetFileSize
+	}
+	if m.MaxManifests == 0 {
+		m.MaxManifests = tables.DefaultMaxManifests
+	}
+	if m.OrphanGrace == 0 {
+		m.OrphanGrace = tables.DefaultOrphanGrace
+	}
+}
+
+// Validate reports each bad field through bad.
+func (m Maintenance) Validate(bad func(field, format string, args ...any)) {
+	if m.Enabled == nil || !*m.Enabled {
+		return
+	}
+	if m.Interval < time.Second {
+		bad("maintenance.interval", "%s is below the minimum of 1s", m.Interval)
+	}
+	if m.SnapshotMaxAge < time.Minute {
+		bad("maintenance.snapshot_max_age", "%s is below the minimum of 1m (readers plan on recent snapshots)", m.SnapshotMaxAge)
+	}
+	if m.RetainSnapshots < 1 {
+		bad("maintenance.retain_snapshots", "%d: want at least 1", m.RetainSnapshots)
+	}
+	if m.TargetFileSize < 1<<20 {
+		bad("maintenance.target_file_size", "%d is below the minimum of 1MiB", m.TargetFileSize)
+	}
+	if m.MaxManifests < 1 {
+		bad("maintenance.max_manifests", "%d: want at least 1", m.MaxManifests)
+	}
+	if m.OrphanGrace < time.Hour {
+		bad("maintenance.orphan_grace", "%s is below the minimum of 1h (uploads in progress must never be deleted)", m.OrphanGrace)
+	}
+}
+
+// Policy is the tables.Policy of the maintenance settings.
+func (m Maintenance) Policy() tables.Policy {
+	return tables.Policy{SnapshotMaxAge: m.SnapshotMaxAge, RetainSnapshots: m.RetainSnapshots,
+		TargetFileSize: int64(m.TargetFileSize), MaxManifests: m.MaxManifests, OrphanGrace: m.OrphanGrace}
+}

@@ -1,0 +1,228 @@
+package kafka
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/klauspost/compress/gzip"
+
+	"github.com/tributary-io/tributary"
+
+	"github.com/klauspost/compress/s2"
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
+)
+
+var writeSeeds = flag.Bool("write-seeds", false, "rewrite testdata/fuzz seed corpora")
+
+const fuzzMaxDecompressed = 1 << 20
+
+// seedBatches are meaningful record batches: every codec, idempotent and
+// not, null keys, empty values, headers, xerial snappy, a bomb, bad CRC.
+func seedBatches() map[string][]byte {
+	rs := []testRec{
+		{key: nil, value: []byte("v0")},
+		{key: []byte("k1"), value: []byte{}, headers: []tributary.Header{{Key: "h", Value: []byte("x")}, {Key: "", Value: nil}}},
+		{key: []byte{}, value: []byte("v2"), tsDelta: 1000},
+	}
+	out := map[string][]byte{}
+	for codec, name := range []string{"none", "gzip", "snappy", "lz4", "zstd"} {
+		out["batch_"+name] = buildBatch(batchOpts{pid: 42, epoch: 1, seq: 7, codec: int16(codec), firstTS: 1700000000000}, rs...)
+	}
+	out["batch_plain"] = buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1}, rs...)
+	// xerial-framed snappy, as the Java client writes it.
+	plain := out["batch_plain"]
+	x := append([]byte{}, xerialHeader...)
+	x = binary.BigEndian.AppendUint32(x, 1)
+	x = binary.BigEndian.AppendUint32(x, 1)
+	blk := s2.EncodeSnappy(nil, plain[batchHeaderLen:])
+	x = binary.BigEndian.AppendUint32(x, uint32(len(blk)))
+	x = append(x, blk...)
+	out["batch_xerial"] = rebatch(plain, 2, x)
+	out["batch_zstd_bomb"] = buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1, codec: 4}, testRec{value: make([]byte, 4<<20)})
+	out["batch_gzip_bomb"] = buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1, codec: 1}, testRec{value: make([]byte, 4<<20)})
+	bad := bytes.Clone(plain)
+	bad[len(bad)-1] ^= 1
+	out["batch_bad_crc"] = bad
+	return out
+}
+
+// rebatch replaces a batch's records with body under codec and fixes
+// length and CRC.
+func rebatch(b []byte, codec int16, body []byte) []byte {
+	out := append(bytes.Clone(b[:batchHeaderLen]), body...)
+	binary.BigEndian.PutUint32(out[8:], uint32(len(out)-12))
+	binary.BigEndian.PutUint16(out[21:], uint16(codec))
+	binary.BigEndian.PutUint32(out[crcOffset:], crc32c(out[crcStart:]))
+	return out
+}
+
+// FuzzRecordBatch decodes arbitrary batches with a decompression bound.
+// With fix set, the batch length and CRC are made consistent first, so
+// that mutations reach decompression and record decoding instead of
+// stopping at the checksum.
+func FuzzRecordBatch(f *testing.F) {
+	for name, b := range seedBatches() {
+		f.Add(b, name != "batch_bad_crc")
+	}
+	f.Fuzz(func(t *testing.T, data []byte, fix bool) {
+		if fix && len(data) >= batchHeaderLen {
+			data = bytes.Clone(data)
+			binary.BigEndian.PutUint32(data[8:], uint32(len(data)-12))
+			binary.BigEndian.PutUint32(data[crcOffset:], crc32c(data[crcStart:]))
+		}
+		b, err := ParseBatch(data, fuzzMaxDecompressed)
+		if err != nil {
+			return
+		}
+		if len(b.Records) == 0 || int32(len(b.Records)) != b.LastOffsetDelta+1 {
+			t.Fatalf("%d records, last offset delta %d", len(b.Records), b.LastOffsetDelta)
+		}
+		var total int
+		for _, r := range b.Records {
+			total += len(r.Key) + len(r.Value)
+			for _, h := range r.Headers {
+				total += len(h.Key) + len(h.Value)
+			}
+		}
+		if total > fuzzMaxDecompressed+len(data) {
+			t.Fatalf("decoded %d bytes from %d", total, len(data))
+		}
+	})
+}
+
+func TestDecompressionBounds(t *testing.T) {
+	big := testRec{value: bytes.Repeat([]byte("a"), 2<<20)}
+	for codec, name := range []string{"none", "gzip", "snappy", "lz4", "zstd"} {
+		t.Run(name, func(t *testing.T) {
+			b := buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1, codec: int16(codec)}, big)
+			if _, err := ParseBatch(b, 1<<20); codec != 0 && !errors.Is(err, ErrBatchTooLarge) {
+				t.Fatalf("2 MiB in %d bytes under a 1 MiB bound: %v", len(b), err)
+			}
+			got, err := ParseBatch(b, 4<<20)
+			if err != nil || !bytes.Equal(got.Records[0].Value, big.value) {
+				t.Fatalf("within bound: %v", err)
+			}
+		})
+	}
+	seeds := seedBatches()
+	b, err := ParseBatch(seeds["batch_xerial"], 1<<20)
+	if err != nil || len(b.Records) != 3 || b.Records[0].Key != nil || string(b.Records[2].Value) != "v2" {
+		t.Fatalf("xerial snappy: %v", err)
+	}
+}
+
+// TestWriteFuzzSeeds regenerates the committed FuzzRecordBatch corpus with
+// `go test ./kafka -run TestWriteFuzzSeeds -write-seeds`.
+func TestWriteFuzzSeeds(t *testing.T) {
+	if !*writeSeeds {
+		t.Skip("run with -write-seeds to regenerate testdata/fuzz")
+	}
+	dir := filepath.Join("testdata", "fuzz", "FuzzRecordBatch")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range seedBatches() {
+		fix := name != "batch_bad_crc"
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(fmt.Sprintf("go test fuzz v1\n[]byte(%q)\nbool(%v)\n", b, fix)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// testRec is a record to put into a test batch.
+type testRec struct {
+	key, value []byte
+	headers    []tributary.Header
+	tsDelta    int64
+}
+
+// batchOpts describes a test batch.
+type batchOpts struct {
+	pid        int64
+	epoch      int16
+	seq        int32
+	codec      int16
+	attrs      int16 // extra attribute bits
+	firstTS    int64
+	badOffsets bool
+}
+
+func appendVarint(b []byte, v int64) []byte { return binary.AppendVarint(b, v) }
+
+func appendVarBytes(b, v []byte) []byte {
+	if v == nil {
+		return appendVarint(b, -1)
+	}
+	return append(appendVarint(b, int64(len(v))), v...)
+}
+
+// buildBatch encodes a v2 record batch with a correct CRC.
+func buildBatch(o batchOpts, recs ...testRec) []byte {
+	var body []byte
+	for i, r := range recs {
+		var rb []byte
+		rb = append(rb, 0)
+		rb = appendVarint(rb, r.tsDelta)
+		rb = appendVarint(rb, int64(i))
+		rb = appendVarBytes(rb, r.key)
+		rb = appendVarBytes(rb, r.value)
+		rb = appendVarint(rb, int64(len(r.headers)))
+		for _, h := range r.headers {
+			rb = appendVarBytes(rb, []byte(h.Key))
+			rb = appendVarBytes(rb, h.Value)
+		}
+		body = appendVarint(body, int64(len(rb)))
+		body = append(body, rb...)
+	}
+	body = compressFor(o.codec, body)
+	b := make([]byte, 0, batchHeaderLen+len(body))
+	b = binary.BigEndian.AppendUint64(b, 0)
+	b = binary.BigEndian.AppendUint32(b, uint32(batchHeaderLen-12+len(body)))
+	b = binary.BigEndian.AppendUint32(b, 0) // leader epoch
+	b = append(b, 2)
+	b = binary.BigEndian.AppendUint32(b, 0) // crc, below
+	b = binary.BigEndian.AppendUint16(b, uint16(o.codec|o.attrs))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(recs)-1))
+	b = binary.BigEndian.AppendUint64(b, uint64(o.firstTS))
+	b = binary.BigEndian.AppendUint64(b, uint64(o.firstTS))
+	b = binary.BigEndian.AppendUint64(b, uint64(o.pid))
+	b = binary.BigEndian.AppendUint16(b, uint16(o.epoch))
+	b = binary.BigEndian.AppendUint32(b, uint32(o.seq))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(recs)))
+	b = append(b, body...)
+	binary.BigEndian.PutUint32(b[crcOffset:], crc32.Checksum(b[crcStart:], castagnoli))
+	return b
+}
+
+func compressFor(codec int16, in []byte) []byte {
+	var buf bytes.Buffer
+	switch codec {
+	case 0:
+		return in
+	case 1:
+		w := gzip.NewWriter(&buf)
+		w.Write(in)
+		w.Close()
+	case 2:
+		return s2.EncodeSnappy(nil, in)
+	case 3:
+		w := lz4.NewWriter(&buf)
+		w.Write(in)
+		w.Close()
+	case 4:
+		w, _ := zstd.NewWriter(&buf)
+		w.Write(in)
+		w.Close()
+	}
+	return buf.Bytes()
+}
+
+func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }

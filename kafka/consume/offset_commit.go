@@ -1,0 +1,68 @@
+package consume
+
+// OffsetCommit (key 8), consume side: v0–v8 (v9+ adds nothing we need and
+// v10 names topics by id).
+//
+// Behaviour:
+//   - Only the group's coordinator accepts commits (else NOT_COORDINATOR).
+//   - A commit to a group with no members is stored: from a simple
+//     consumer (generation -1, no member id), as Kafka does, or from a
+//     member that joined before this coordinator restarted — membership is
+//     soft state, so a restart must not cost the commits of the poll in
+//     flight. Otherwise the member must be known (UNKNOWN_MEMBER_ID) and of the
+//     current generation (ILLEGAL_GENERATION); during CompletingRebalance
+//     the answer is REBALANCE_IN_PROGRESS, during PreparingRebalance the
+//     commit is accepted (the member learns of the rebalance from its
+//     heartbeat), as in Kafka.
+//   - The offsets are stored durably (offsets_store.go) before the
+//     response, in one transaction; a storage failure answers every
+//     partition with UNKNOWN_SERVER_ERROR and stores none.
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tributary-io/tributary/kafka"
+)
+
+func (cs *Server) handleOffsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.OffsetCommitResponse)
+	code := int16(0)
+	switch {
+	case r.Group == "":
+		code = kafka.CodeInvalidGroupID
+	case !cs.isCoordinator(r.Group):
+		code = kafka.CodeNotCoordinator
+	default:
+		code = cs.groups.checkCommit(r.Group, r.MemberID, r.Generation)
+	}
+	var offs []committedOffset
+	if code == 0 {
+		for _, rt := range r.Topics {
+			for _, rp := range rt.Partitions {
+				md := ""
+				if rp.Metadata != nil {
+					md = *rp.Metadata
+				}
+				offs = append(offs, committedOffset{topic: rt.Topic, partition: rp.Partition, offset: rp.Offset, metadata: md})
+			}
+		}
+		if err := cs.offsets.commit(ctx, r.Group, offs); err != nil {
+			cs.log.Warn("kafka: commit offsets", "group", r.Group, "err", err)
+			code = kafka.CodeUnknownServerError
+		}
+	}
+	for _, rt := range r.Topics {
+		st := kmsg.NewOffsetCommitResponseTopic()
+		st.Topic = rt.Topic
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewOffsetCommitResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.ErrorCode = code
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
+}

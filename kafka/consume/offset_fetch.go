@@ -1,0 +1,77 @@
+package consume
+
+// OffsetFetch (key 9), consume side: v0–v7 (v8 batches groups, v10 names
+// topics by id).
+//
+// Behaviour: only the coordinator answers (else NOT_COORDINATOR, at the
+// top level from v2 and per partition). Offsets are read from the durable
+// store, so they survive restarts of every cloud server. A null topic list
+// (v2+) returns every committed partition of the group; a partition with
+// no commit gets offset -1. RequireStable (v7) needs nothing: there are no
+// transactions.
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tributary-io/tributary/kafka"
+)
+
+func (cs *Server) handleOffsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) kmsg.Response {
+	resp := r.ResponseKind().(*kmsg.OffsetFetchResponse)
+	code := int16(0)
+	var stored []committedOffset
+	switch {
+	case r.Group == "":
+		code = kafka.CodeInvalidGroupID
+	case !cs.isCoordinator(r.Group):
+		code = kafka.CodeNotCoordinator
+	default:
+		var err error
+		if stored, err = cs.offsets.fetch(ctx, r.Group); err != nil {
+			cs.log.Warn("kafka: fetch offsets", "group", r.Group, "err", err)
+			code = kafka.CodeUnknownServerError
+		}
+	}
+	if r.Version >= 2 {
+		resp.ErrorCode = code
+	}
+	type tp struct {
+		t string
+		p int32
+	}
+	byTP := map[tp]committedOffset{}
+	for _, o := range stored {
+		byTP[tp{o.topic, o.partition}] = o
+	}
+	if r.Topics == nil && r.Version >= 2 {
+		var cur *kmsg.OffsetFetchResponseTopic
+		for _, o := range stored {
+			if cur == nil || cur.Topic != o.topic {
+				resp.Topics = append(resp.Topics, kmsg.NewOffsetFetchResponseTopic())
+				cur = &resp.Topics[len(resp.Topics)-1]
+				cur.Topic = o.topic
+			}
+			sp := kmsg.NewOffsetFetchResponseTopicPartition()
+			sp.Partition, sp.Offset, sp.Metadata, sp.LeaderEpoch = o.partition, o.offset, kmsg.StringPtr(o.metadata), -1
+			cur.Partitions = append(cur.Partitions, sp)
+		}
+		return resp
+	}
+	for _, rt := range r.Topics {
+		st := kmsg.NewOffsetFetchResponseTopic()
+		st.Topic = rt.Topic
+		for _, p := range rt.Partitions {
+			sp := kmsg.NewOffsetFetchResponseTopicPartition()
+			sp.Partition, sp.Offset, sp.LeaderEpoch, sp.ErrorCode = p, -1, -1, code
+			sp.Metadata = kmsg.StringPtr("")
+			if o, ok := byTP[tp{rt.Topic, p}]; ok {
+				sp.Offset, sp.Metadata = o.offset, kmsg.StringPtr(o.metadata)
+			}
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
+}

@@ -1,0 +1,248 @@
+package consume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"net"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/tables"
+)
+
+// Config configures a Server, the consume side. Zero values take the
+// defaults below.
+type Config struct {
+	// Config holds the listener settings (Addr, AdvertisedAddr,
+	// ClusterID, MaxFrameBytes, IdleTimeout, Logger).
+	kafka.Config
+	// Peers are the advertised host:port of every cloud server of the
+	// cluster, this one included. Each server computes the coordinator of
+	// a group (and the nominal leader of a partition) by a rendezvous hash
+	// over this list, so all agree as long as they are configured alike.
+	// Empty = this server alone.
+	Peers []string
+	// OffsetsDB is the SQL database holding committed group offsets:
+	// "sqlite:///abs/path.db", a path ending in .db, or a
+	// postgres://user:pw@host/db DSN — normally the catalog database
+	// itself. Required.
+	OffsetsDB string
+	// RowCacheBytes bounds the LRU of decoded row groups. Default 256 MiB.
+	RowCacheBytes int64
+	// MetadataMaxAge is how stale cached table metadata may be. Default 100ms.
+	MetadataMaxAge time.Duration
+	// Reader, if set, is the table reader (and its caches) to serve from,
+	// shared with the other protocol servers of the process; RowCacheBytes
+	// and MetadataMaxAge are then the reader's. Nil = a reader of its own.
+	Reader *tables.Reader
+}
+
+// Defaults of the consume side.
+const (
+	DefaultRowCacheBytes  = tables.DefaultRowCacheBytes
+	DefaultMetadataMaxAge = tables.DefaultMetadataMaxAge
+	DefaultAddr           = "127.0.0.1:19092"
+)
+
+// apis are the API keys and versions the consume side implements;
+// see the file of each key for the reasons of its range.
+var apis = kafka.APIs{
+	kafka.ProduceKey:         {Min: 3, Max: 12}, // refused; for librdkafka's feature detection (produce.go)
+	kafka.FetchKey:           {Min: 4, Max: 12},
+	kafka.ListOffsetsKey:     {Min: 1, Max: 6},
+	kafka.MetadataKey:        {Min: 0, Max: 12},
+	kafka.OffsetCommitKey:    {Min: 0, Max: 8},
+	kafka.OffsetFetchKey:     {Min: 0, Max: 7},
+	kafka.FindCoordinatorKey: {Min: 0, Max: 4},
+	kafka.JoinGroupKey:       {Min: 0, Max: 9},
+	kafka.HeartbeatKey:       {Min: 0, Max: 4},
+	kafka.LeaveGroupKey:      {Min: 0, Max: 5},
+	kafka.SyncGroupKey:       {Min: 0, Max: 5},
+	kafka.ApiVersionsKey:     kafka.ApiVersionsVersions,
+}
+
+// Server serves Kafka consumers from the stream tables (see the
+// package documentation).
+type Server struct {
+	conn    *kafka.Server
+	cfg     kafka.Config // the listener's, defaults applied
+	log     *slog.Logger
+	ccfg    Config
+	cat     *tables.Catalog
+	tc      *tables.Reader
+	groups  *groups
+	offsets *offsetStore
+}
+
+// NewServer validates cfg, opens the committed-offsets database and
+// returns a server that is not yet listening.
+func NewServer(cfg Config, cat *tables.Catalog) (*Server, error) {
+	if cat == nil {
+		return nil, fmt.Errorf("%w: nil catalog", kafka.ErrInvalidConfig)
+	}
+	if cfg.Addr == "" {
+		cfg.Addr = DefaultAddr
+	}
+	if err := cfg.Config.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.SetDefaults()
+	if cfg.RowCacheBytes == 0 {
+		cfg.RowCacheBytes = DefaultRowCacheBytes
+	}
+	if cfg.MetadataMaxAge == 0 {
+		cfg.MetadataMaxAge = DefaultMetadataMaxAge
+	}
+	for _, p := range cfg.Peers {
+		if _, _, err := kafka.SplitHostPort32(p); err != nil {
+			return nil, fmt.Errorf("%w: peer %q: %v", kafka.ErrInvalidConfig, p, err)
+		}
+	}
+	if cfg.OffsetsDB == "" {
+		return nil, fmt.Errorf("%w: offsets database required", kafka.ErrInvalidConfig)
+	}
+	cs := &Server{cfg: cfg.Config, ccfg: cfg, cat: cat}
+	conn, err := kafka.NewServer(cfg.Config, "kafka-cloud", apis, cs)
+	if err != nil {
+		return nil, err
+	}
+	os, err := openOffsetStore(cfg.OffsetsDB)
+	if err != nil {
+		return nil, err
+	}
+	cs.conn, cs.log, cs.offsets = conn, conn.Logger(), os
+	cs.tc = cfg.Reader
+	if cs.tc == nil {
+		cs.tc = tables.NewReader(cat, tables.ReaderConfig{MetadataMaxAge: cfg.MetadataMaxAge, RowCacheBytes: cfg.RowCacheBytes})
+	}
+	cs.ccfg.MetadataMaxAge = cs.tc.MetadataMaxAge()
+	cs.groups = newGroups(cs.log)
+	return cs, nil
+}
+
+// Start listens on cfg.Addr and serves connections in the background.
+func (cs *Server) Start() error {
+	if err := cs.conn.Start("mode", "consume", "peers", len(cs.ccfg.Peers)); err != nil {
+		return err
+	}
+	go cs.groups.sweep(cs.conn.Context())
+	return nil
+}
+
+// Addr is the listener's address (useful with port 0), or "" before Start.
+func (cs *Server) Addr() string { return cs.conn.Addr() }
+
+// Stats returns a snapshot of the connection counters.
+func (cs *Server) Stats() kafka.Stats { return cs.conn.Stats() }
+
+// Close stops the listener and connections (see kafka.Server.Close), then
+// closes the offsets database. Waiting requests (long-poll fetches, joins
+// and syncs) are answered at once. Group membership is lost (clients
+// rejoin); committed offsets are not.
+func (cs *Server) Close(ctx context.Context) error {
+	cs.conn.Cancel()
+	err := cs.conn.Close(ctx)
+	return errors.Join(err, cs.offsets.Close())
+}
+
+// Handle dispatches one request (kafka.Handler).
+func (cs *Server) Handle(ctx context.Context, req *kafka.Request) (kmsg.Response, bool) {
+	switch r := req.Body.(type) {
+	case *kmsg.ApiVersionsRequest:
+		return kafka.HandleApiVersions(req, r, apis), false
+	case *kmsg.MetadataRequest:
+		return cs.handleMetadata(ctx, r), false
+	case *kmsg.ProduceRequest:
+		if resp := cs.handleProduce(req, r); resp != nil {
+			return resp, false
+		}
+		return nil, false
+	case *kmsg.ListOffsetsRequest:
+		return cs.handleListOffsets(ctx, r), false
+	case *kmsg.FetchRequest:
+		return cs.handleFetch(ctx, r), false
+	case *kmsg.FindCoordinatorRequest:
+		return cs.handleFindCoordinator(r), false
+	case *kmsg.JoinGroupRequest:
+		return cs.handleJoinGroup(ctx, req, r), false
+	case *kmsg.SyncGroupRequest:
+		return cs.handleSyncGroup(ctx, r), false
+	case *kmsg.HeartbeatRequest:
+		return cs.handleHeartbeat(r), false
+	case *kmsg.LeaveGroupRequest:
+		return cs.handleLeaveGroup(r), false
+	case *kmsg.OffsetCommitRequest:
+		return cs.handleOffsetCommit(ctx, r), false
+	case *kmsg.OffsetFetchRequest:
+		return cs.handleOffsetFetch(ctx, r), false
+	}
+	panic(fmt.Sprintf("kafka: no cloud handler for key %d", req.Key))
+}
+
+// selfAddr is this server's advertised host:port.
+func (cs *Server) selfAddr() string {
+	h, p := cs.conn.Advertised()
+	return net.JoinHostPort(h, fmt.Sprint(p))
+}
+
+// peerList is the sorted, deduplicated peer list, always including self.
+func (cs *Server) peerList() []string {
+	self := cs.selfAddr()
+	seen := map[string]bool{self: true}
+	out := []string{self}
+	for _, p := range cs.ccfg.Peers {
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// rendezvous picks the peer with the highest hash of (key, peer).
+func rendezvous(key string, peers []string) string {
+	var best string
+	var bestH uint64
+	for _, p := range peers {
+		h := fnv.New64a()
+		h.Write([]byte(key))
+		h.Write([]byte{0})
+		h.Write([]byte(p))
+		if v := h.Sum64(); best == "" || v > bestH {
+			best, bestH = p, v
+		}
+	}
+	return best
+}
+
+// coordinator is the peer coordinating group.
+func (cs *Server) coordinator(group string) string {
+	return rendezvous("group\x00"+group, cs.peerList())
+}
+
+func (cs *Server) isCoordinator(group string) bool {
+	return cs.coordinator(group) == cs.selfAddr()
+}
+
+// peerBroker is the broker id and address of a peer.
+func peerBroker(addr string) (int32, string, int32) {
+	h, p, _ := kafka.SplitHostPort32(addr)
+	return kafka.BrokerID(addr), h, p
+}
+
+// streamOf validates a topic name as a stream name.
+func streamOf(topic string) (string, bool) {
+	if _, _, err := tributary.ParseStream(topic); err != nil {
+		return "", false
+	}
+	return topic, !strings.ContainsAny(topic, "/ ")
+}

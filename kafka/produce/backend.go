@@ -1,0 +1,152 @@
+package produce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/kafka"
+)
+
+// ErrUnknownStream is returned by Backend.Topic for a stream that does not
+// exist, and by Backend.EnsureStream when it does not exist and may not be
+// created.
+var ErrUnknownStream = errors.New("kafka: unknown stream")
+
+// ErrNotLeader is returned (wrapped) by Backend.Append for a partition this
+// node does not own; the client gets NOT_LEADER_OR_FOLLOWER and refreshes
+// its metadata.
+// It wraps tributary.ErrFenced.
+var ErrNotLeader = fmt.Errorf("kafka: not the partition's leader: %w", tributary.ErrFenced)
+
+// PartitionInfo is one partition of a stream and the node that owns it.
+type PartitionInfo struct {
+	Partition int32
+	Leader    string // node id of the owner; "" = no owner known
+	// Epoch is the owner's ownership epoch (tables.Ownership), reported as
+	// the Kafka leader epoch so that clients notice a new leader.
+	Epoch int64
+}
+
+// TopicInfo is a stream seen as a Kafka topic. The topic name is the stream
+// name ("namespace.stream").
+type TopicInfo struct {
+	Stream     string
+	Partitions []PartitionInfo
+}
+
+// Broker is a node reachable over the Kafka protocol. The entry for this
+// node may leave Host/Port empty: the server fills in its advertised
+// address.
+type Broker struct {
+	NodeID string
+	Host   string
+	Port   int32
+}
+
+// ProducerRun is a run of consecutive sequence numbers of one idempotent
+// producer epoch that was appended to one partition at consecutive offsets:
+// sequence FirstSeq+i was written at offset FirstOffset+i, up to LastSeq.
+// One produced batch is one run; runs rebuilt from stored records may span
+// several batches, which is just as good for deduplication.
+// Sequences wrap from math.MaxInt32 to 0 as in Kafka.
+type ProducerRun struct {
+	Stream        string
+	Partition     int32
+	ProducerID    int64
+	ProducerEpoch int16
+	FirstSeq      int32
+	LastSeq       int32
+	FirstOffset   int64
+}
+
+// Backend is what the Kafka produce server needs from the node: the
+// stream/partition catalogue, the durable log, and idempotent-producer
+// state. All methods must be safe for concurrent use.
+type Backend interface {
+	// NodeID is this node's id; partitions whose Leader is NodeID are
+	// written here.
+	NodeID() string
+	// Brokers lists this node and its peers. Node ids are mapped to Kafka
+	// int32 broker ids with BrokerID.
+	Brokers() []Broker
+	// Topics lists all streams.
+	Topics(ctx context.Context) ([]TopicInfo, error)
+	// Topic describes one stream, or returns ErrUnknownStream.
+	Topic(ctx context.Context, stream string) (TopicInfo, error)
+	// EnsureStream creates the stream if it does not exist (the server
+	// calls it only when auto-creation is enabled) and allocates this
+	// node's partition of it.
+	EnsureStream(ctx context.Context, stream string) (TopicInfo, error)
+	// Append makes the records durable before it returns and assigns their
+	// Offset (dense per partition, in slice order). On error nothing was
+	// appended; tributary.ErrBudget and tributary.ErrNotReplicated mean
+	// back-pressure; ErrNotLeader (tributary.ErrFenced)
+	// means this node does not own the partition (any more). Append fills
+	// Record.Epoch (partition ownership epoch) itself.
+	//
+	// The records carry ProducerID/ProducerEpoch/Sequence, so the
+	// idempotence state is written in the same transaction as the data.
+	Append(ctx context.Context, recs ...*tributary.Record) error
+	// AllocateProducerID returns a producer id never returned before by
+	// any node of the cluster, across restarts.
+	AllocateProducerID(ctx context.Context) (int64, error)
+	// ProducerRuns returns, for every (stream, partition, producer id)
+	// that appended recently, at least its last five runs, oldest first per
+	// key, so that a producer retrying after a restart is still
+	// deduplicated. It is called once, by Server.Start. The node derives
+	// them from its unreleased WAL records (RunsFromRecords) preceded by a
+	// snapshot of the runs of records it has released, which it must save
+	// before (or in the same transaction as) releasing them; overlap
+	// between snapshot and records is harmless.
+	ProducerRuns(ctx context.Context) ([]ProducerRun, error)
+}
+
+// RunsFromRecords folds records (in offset order per partition) into
+// producer runs, keeping the last keep runs per (stream, partition,
+// producer id); keep <= 0 keeps all. Records that are not from Kafka or
+// carry no producer id (ProducerID < 0) are skipped. A node implements
+// Backend.ProducerRuns with it over its unreleased WAL records merged with
+// its snapshot.
+func RunsFromRecords(recs []*tributary.Record, keep int) []ProducerRun {
+	type key struct {
+		stream    string
+		partition int32
+		pid       int64
+	}
+	runs := make(map[key][]ProducerRun)
+	var order []key
+	for _, r := range recs {
+		if r == nil || r.Source != "kafka" || r.ProducerID < 0 || r.ProducerEpoch < 0 {
+			continue
+		}
+		k := key{r.Stream, r.Partition, r.ProducerID}
+		rs, seen := runs[k]
+		if !seen {
+			order = append(order, k)
+		}
+		if n := len(rs); n > 0 {
+			last := &rs[n-1]
+			if last.ProducerEpoch == r.ProducerEpoch && kafka.NextSeq(last.LastSeq) == r.Sequence &&
+				last.FirstOffset+int64(kafka.SeqDelta(last.FirstSeq, last.LastSeq))+1 == r.Offset {
+				last.LastSeq = r.Sequence
+				continue
+			}
+		}
+		rs = append(rs, ProducerRun{
+			Stream: r.Stream, Partition: r.Partition, ProducerID: r.ProducerID,
+			ProducerEpoch: r.ProducerEpoch, FirstSeq: r.Sequence, LastSeq: r.Sequence,
+			FirstOffset: r.Offset,
+		})
+		if keep > 0 && len(rs) > keep {
+			rs = append(rs[:0], rs[len(rs)-keep:]...)
+		}
+		runs[k] = rs
+	}
+	var out []ProducerRun
+	for _, k := range order {
+		out = append(out, runs[k]...)
+	}
+	return out
+}

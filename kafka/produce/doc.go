@@ -1,0 +1,40 @@
+// Package produce is the produce side of Tributary's Kafka protocol, run
+// by edge nodes (package node): factory gateways produce to it exactly as
+// to a Kafka broker, and their records land in the WAL — and from there in
+// the stream's table — with the same dense offsets as MQTT traffic. The
+// wire plumbing (connection loop, framing, ApiVersions, error codes) is
+// package kafka's; the consume side (kafka/consume) is separate and never
+// imported.
+//
+// # Invariants
+//
+//  1. Durable before acknowledged. A Produce response (acks 1 or -1) is
+//     written only after Backend.Append returned, i.e. after the records are
+//     fsynced in the WAL. With acks 0 the append still completes before the
+//     connection's next request is read. An error response means nothing of
+//     that partition's batch was appended.
+//  2. Dense offsets. Offsets are assigned by the backend (the WAL), never by
+//     this package; a batch's records get consecutive offsets and the
+//     response's base offset is the offset of its first record.
+//  3. Exactly once per idempotent producer. For each (stream, partition,
+//     producer id), a batch is appended only if its sequence follows the
+//     last appended one in the current epoch; a retry of one of the last
+//     five appended batches is answered with its original base offset and
+//     not appended again; older epochs are fenced. The state is rebuilt at
+//     Start from Backend.ProducerRuns, which the node derives from the WAL
+//     records (they carry producer id, epoch and sequence, so the state is
+//     written in the same transaction as the data) plus its snapshot.
+//  4. Bad input stays local. A malformed frame or request closes only its
+//     connection; a bad batch fails only its partition.
+//
+// # Outline
+//
+// Server (server.go) owns the API table and dispatches each request of
+// the kafka.Server connection loop. One file per API key, each opening
+// with its supported versions: Metadata (metadata.go), Produce
+// (produce.go), InitProducerId (init_producer_id.go), and Fetch
+// (fetch.go), advertised for librdkafka but refused. ApiVersions is
+// kafka.HandleApiVersions. Record batches are decoded by kafka.ParseBatch
+// (CRC-32C, gzip/snappy/lz4/zstd with a decompression bound); idempotence
+// lives in producers.go; the node plugs in through Backend (backend.go).
+package produce

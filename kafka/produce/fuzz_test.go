@@ -1,0 +1,133 @@
+package produce
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/kafka"
+)
+
+var writeSeeds = flag.Bool("write-seeds", false, "rewrite testdata/fuzz seed corpora")
+
+const fuzzMaxDecompressed = 1 << 20
+
+func seedRequests() map[string][]byte {
+	out := map[string][]byte{}
+	for _, v := range []int16{0, 3} {
+		r := kmsg.NewPtrApiVersionsRequest()
+		r.Version, r.ClientSoftwareName, r.ClientSoftwareVersion = v, "kgo", "1.0"
+		out[fmt.Sprintf("apiversions_v%d", v)] = encodeRequest(1, "client", r)
+	}
+	fut := encodeRequest(1, "client", &kmsg.ApiVersionsRequest{Version: 4})
+	binary.BigEndian.PutUint16(fut[6:], 99)
+	out["apiversions_future"] = fut
+	for _, v := range []int16{0, 4, 12} {
+		r := kmsg.NewPtrMetadataRequest()
+		r.Version = v
+		t := kmsg.NewMetadataRequestTopic()
+		t.Topic = kmsg.StringPtr("factory.events")
+		r.Topics = append(r.Topics, t)
+		if v == 12 {
+			r.Topics = append(r.Topics, kmsg.MetadataRequestTopic{TopicID: kafka.TopicID("factory.events")})
+			r.AllowAutoTopicCreation = true
+		}
+		out[fmt.Sprintf("metadata_v%d", v)] = encodeRequest(2, "client", r)
+	}
+	all := kmsg.NewPtrMetadataRequest()
+	all.Version = 9
+	out["metadata_all_v9"] = encodeRequest(3, "", all)
+	ip := kmsg.NewPtrInitProducerIDRequest()
+	ip.Version = 4
+	out["initproducerid_v4"] = encodeRequest(4, "client", ip)
+	fr := kmsg.NewPtrFetchRequest()
+	fr.Version = 12
+	ft := kmsg.NewFetchRequestTopic()
+	ft.Topic = "factory.events"
+	ft.Partitions = append(ft.Partitions, kmsg.NewFetchRequestTopicPartition())
+	fr.Topics = append(fr.Topics, ft)
+	out["fetch_v12"] = encodeRequest(5, "client", fr)
+	// The batches of kafka's FuzzRecordBatch seeds (kafka/batch_test.go).
+	rs := []testRec{
+		{key: nil, value: []byte("v0")},
+		{key: []byte("k1"), value: []byte{}, headers: []tributary.Header{{Key: "h", Value: []byte("x")}, {Key: "", Value: nil}}},
+		{key: []byte{}, value: []byte("v2"), tsDelta: 1000},
+	}
+	batches := map[string][]byte{
+		"batch_zstd":  buildBatch(batchOpts{pid: 42, epoch: 1, seq: 7, codec: 4, firstTS: 1700000000000}, rs...),
+		"batch_lz4":   buildBatch(batchOpts{pid: 42, epoch: 1, seq: 7, codec: 3, firstTS: 1700000000000}, rs...),
+		"batch_plain": buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1}, rs...),
+	}
+	for _, v := range []int16{3, 9, 12} {
+		out[fmt.Sprintf("produce_v%d_zstd", v)] = encodeRequest(6, "client", produceReq(v, "factory.events", 0, batches["batch_zstd"]))
+	}
+	out["produce_v7_lz4"] = encodeRequest(7, "client", produceReq(7, "factory.events", 0, batches["batch_lz4"]))
+	out["produce_v9_plain_bad_topic"] = encodeRequest(8, "client", produceReq(9, "bad", 0, batches["batch_plain"]))
+	out["truncated"] = out["produce_v9_zstd"][:40]
+	return out
+}
+
+// TestWriteFuzzSeeds regenerates the committed seed corpora with
+// `go test ./kafka/produce -run TestWriteFuzzSeeds -write-seeds`.
+func TestWriteFuzzSeeds(t *testing.T) {
+	if !*writeSeeds {
+		t.Skip("run with -write-seeds to regenerate testdata/fuzz")
+	}
+	write := func(fuzz string, seeds map[string][]byte) {
+		dir := filepath.Join("testdata", "fuzz", fuzz)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for name, b := range seeds {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", b)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write("FuzzRequestDecode", seedRequests())
+}
+
+// FuzzRequestDecode feeds bytes to the frame reader and request decoder,
+// and hands what decodes to the handlers (over an in-memory backend).
+func FuzzRequestDecode(f *testing.F) {
+	for _, s := range seedRequests() {
+		f.Add(s)
+	}
+	be := newFakeBackend("edge-1")
+	be.addStream("factory.events", "edge-1")
+	s, err := NewServer(Config{Config: kafka.Config{Addr: "127.0.0.1:0", MaxFrameBytes: 1 << 20,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, MaxDecompressedBytes: fuzzMaxDecompressed}, be)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		frame, err := kafka.ReadFrame(bytes.NewReader(data), 1<<20)
+		if err != nil {
+			return
+		}
+		req, err := kafka.DecodeRequest(frame, apis)
+		if err != nil {
+			return
+		}
+		if req.Unsupported && req.Key != kafka.ApiVersionsKey {
+			t.Fatalf("unsupported version admitted for key %d", req.Key)
+		}
+		resp, _ := s.Handle(context.Background(), req)
+		if resp != nil {
+			out := kafka.AppendResponse(nil, req, resp)
+			if int(binary.BigEndian.Uint32(out)) != len(out)-4 {
+				t.Fatal("bad response frame size")
+			}
+		}
+	})
+}

@@ -1,0 +1,427 @@
+package produce
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/s2"
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/wal"
+)
+
+// fakeBackend is an in-memory Backend. It keeps every appended record, so
+// its ProducerRuns (RunsFromRecords over them) plays the part of the WAL
+// plus snapshot that the node persists: a new Server over the same
+// fakeBackend is a restart.
+type fakeBackend struct {
+	node    string
+	brokers []Broker
+
+	mu       sync.Mutex
+	streams  map[string][]PartitionInfo
+	parts    map[string][]*tributary.Record // stream/partition -> records, index = offset
+	nextPID  int64
+	appends  int
+	budget   atomic.Bool // true: Append fails with wal.ErrBudgetExceeded
+	unrepl   atomic.Bool // true: Append fails as too few replicas (refuse policy)
+	lost     atomic.Bool // true: Append fails with ErrNotLeader (ownership moved)
+	appendFn func()      // called inside Append (delays, fault injection)
+}
+
+func newFakeBackend(node string) *fakeBackend {
+	return &fakeBackend{
+		node:    node,
+		brokers: []Broker{{NodeID: node}},
+		streams: make(map[string][]PartitionInfo),
+		parts:   make(map[string][]*tributary.Record),
+		nextPID: 1000,
+	}
+}
+
+func pkeyOf(stream string, p int32) string { return fmt.Sprintf("%s/%d", stream, p) }
+
+func (f *fakeBackend) NodeID() string    { return f.node }
+func (f *fakeBackend) Brokers() []Broker { return append([]Broker(nil), f.brokers...) }
+
+func (f *fakeBackend) Topics(ctx context.Context) ([]TopicInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []TopicInfo
+	for s, ps := range f.streams {
+		out = append(out, TopicInfo{Stream: s, Partitions: append([]PartitionInfo(nil), ps...)})
+	}
+	return out, nil
+}
+
+func (f *fakeBackend) Topic(ctx context.Context, stream string) (TopicInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ps, ok := f.streams[stream]
+	if !ok {
+		return TopicInfo{}, ErrUnknownStream
+	}
+	return TopicInfo{Stream: stream, Partitions: append([]PartitionInfo(nil), ps...)}, nil
+}
+
+func (f *fakeBackend) EnsureStream(ctx context.Context, stream string) (TopicInfo, error) {
+	f.mu.Lock()
+	if _, ok := f.streams[stream]; !ok {
+		f.streams[stream] = []PartitionInfo{{Partition: 0, Leader: f.node}}
+	}
+	f.mu.Unlock()
+	return f.Topic(ctx, stream)
+}
+
+// addStream adds a stream with the given partition owners.
+func (f *fakeBackend) addStream(stream string, owners ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var ps []PartitionInfo
+	for i, o := range owners {
+		ps = append(ps, PartitionInfo{Partition: int32(i), Leader: o})
+	}
+	f.streams[stream] = ps
+}
+
+func (f *fakeBackend) Append(ctx context.Context, recs ...*tributary.Record) error {
+	if f.appendFn != nil {
+		f.appendFn()
+	}
+	if f.budget.Load() {
+		return wal.ErrBudgetExceeded
+	}
+	if f.unrepl.Load() {
+		return fmt.Errorf("replica: replication_policy refuse: %w", tributary.ErrNotReplicated)
+	}
+	if f.lost.Load() {
+		return fmt.Errorf("%w: partition taken over", ErrNotLeader)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.appends++
+	for _, r := range recs {
+		k := pkeyOf(r.Stream, r.Partition)
+		c := *r
+		c.Key = clone(r.Key)
+		c.Value = clone(r.Value)
+		c.Headers = nil
+		for _, h := range r.Headers {
+			c.Headers = append(c.Headers, tributary.Header{Key: h.Key, Value: clone(h.Value)})
+		}
+		c.Offset = int64(len(f.parts[k]))
+		r.Offset = c.Offset
+		f.parts[k] = append(f.parts[k], &c)
+	}
+	return nil
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte{}, b...)
+}
+
+func (f *fakeBackend) AllocateProducerID(ctx context.Context) (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nextPID++
+	return f.nextPID, nil
+}
+
+func (f *fakeBackend) ProducerRuns(ctx context.Context) ([]ProducerRun, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	keys := make([]string, 0, len(f.parts))
+	for k := range f.parts {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var all []*tributary.Record
+	for _, k := range keys {
+		all = append(all, f.parts[k]...)
+	}
+	return RunsFromRecords(all, dedupWindow), nil
+}
+
+func (f *fakeBackend) records(stream string, p int32) []*tributary.Record {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*tributary.Record(nil), f.parts[pkeyOf(stream, p)]...)
+}
+
+// startServer starts a server on 127.0.0.1:0 and closes it with the test.
+func startServer(t testing.TB, cfg Config, b Backend) *Server {
+	t.Helper()
+	cfg.Addr = "127.0.0.1:0"
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	}
+	s, err := NewServer(cfg, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.Close(ctx)
+	})
+	return s
+}
+
+// waitFor polls cond until it holds or the timeout passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// rawConn is a minimal Kafka client for scripted requests.
+type rawConn struct {
+	t    testing.TB
+	c    net.Conn
+	corr int32
+}
+
+func dialRaw(t testing.TB, addr string) *rawConn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &rawConn{t: t, c: c}
+}
+
+// encodeRequest frames a request with header v1 or v2.
+func encodeRequest(corr int32, clientID string, req kmsg.Request) []byte {
+	b := []byte{0, 0, 0, 0}
+	b = binary.BigEndian.AppendUint16(b, uint16(req.Key()))
+	b = binary.BigEndian.AppendUint16(b, uint16(req.GetVersion()))
+	b = binary.BigEndian.AppendUint32(b, uint32(corr))
+	b = binary.BigEndian.AppendUint16(b, uint16(len(clientID)))
+	b = append(b, clientID...)
+	if req.IsFlexible() {
+		b = append(b, 0)
+	}
+	b = req.AppendTo(b)
+	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
+	return b
+}
+
+// roundTrip sends req and decodes the response into resp.
+func (rc *rawConn) roundTrip(req kmsg.Request) kmsg.Response {
+	rc.t.Helper()
+	resp, err := rc.tryRoundTrip(req)
+	if err != nil {
+		rc.t.Fatal(err)
+	}
+	return resp
+}
+
+func (rc *rawConn) tryRoundTrip(req kmsg.Request) (kmsg.Response, error) {
+	rc.corr++
+	rc.c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := rc.c.Write(encodeRequest(rc.corr, "raw-client", req)); err != nil {
+		return nil, err
+	}
+	frame, err := kafka.ReadFrame(rc.c, 1<<30)
+	if err != nil {
+		return nil, err
+	}
+	if got := int32(binary.BigEndian.Uint32(frame)); got != rc.corr {
+		return nil, fmt.Errorf("correlation id %d, want %d", got, rc.corr)
+	}
+	body := frame[4:]
+	resp := req.ResponseKind()
+	if resp.IsFlexible() && req.Key() != kafka.ApiVersionsKey {
+		body = body[1:]
+	}
+	if err := resp.ReadFrom(body); err != nil {
+		return nil, fmt.Errorf("decode response: %w", err)
+	}
+	return resp, nil
+}
+
+// expectClosed asserts the server closes the connection.
+func (rc *rawConn) expectClosed() {
+	rc.t.Helper()
+	rc.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 1024)
+	for {
+		_, err := rc.c.Read(buf)
+		if err == nil {
+			continue
+		}
+		if err == io.EOF || isConnReset(err) {
+			return
+		}
+		rc.t.Fatalf("connection not closed by server: %v", err)
+	}
+}
+
+func isConnReset(err error) bool {
+	return err != nil && (bytes.Contains([]byte(err.Error()), []byte("reset")) || bytes.Contains([]byte(err.Error()), []byte("broken pipe")))
+}
+
+// testRec is a record to put into a test batch.
+type testRec struct {
+	key, value []byte
+	headers    []tributary.Header
+	tsDelta    int64
+}
+
+// batchOpts describes a test batch.
+type batchOpts struct {
+	pid        int64
+	epoch      int16
+	seq        int32
+	codec      int16
+	attrs      int16 // extra attribute bits
+	firstTS    int64
+	badOffsets bool
+}
+
+func appendVarint(b []byte, v int64) []byte { return binary.AppendVarint(b, v) }
+
+func appendVarBytes(b, v []byte) []byte {
+	if v == nil {
+		return appendVarint(b, -1)
+	}
+	return append(appendVarint(b, int64(len(v))), v...)
+}
+
+// buildBatch encodes a v2 record batch with a correct CRC.
+func buildBatch(o batchOpts, recs ...testRec) []byte {
+	var body []byte
+	for i, r := range recs {
+		var rb []byte
+		rb = append(rb, 0)
+		rb = appendVarint(rb, r.tsDelta)
+		rb = appendVarint(rb, int64(i))
+		rb = appendVarBytes(rb, r.key)
+		rb = appendVarBytes(rb, r.value)
+		rb = appendVarint(rb, int64(len(r.headers)))
+		for _, h := range r.headers {
+			rb = appendVarBytes(rb, []byte(h.Key))
+			rb = appendVarBytes(rb, h.Value)
+		}
+		body = appendVarint(body, int64(len(rb)))
+		body = append(body, rb...)
+	}
+	body = compressFor(o.codec, body)
+	b := make([]byte, 0, batchHeaderLen+len(body))
+	b = binary.BigEndian.AppendUint64(b, 0)
+	b = binary.BigEndian.AppendUint32(b, uint32(batchHeaderLen-12+len(body)))
+	b = binary.BigEndian.AppendUint32(b, 0) // leader epoch
+	b = append(b, 2)
+	b = binary.BigEndian.AppendUint32(b, 0) // crc, below
+	b = binary.BigEndian.AppendUint16(b, uint16(o.codec|o.attrs))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(recs)-1))
+	b = binary.BigEndian.AppendUint64(b, uint64(o.firstTS))
+	b = binary.BigEndian.AppendUint64(b, uint64(o.firstTS))
+	b = binary.BigEndian.AppendUint64(b, uint64(o.pid))
+	b = binary.BigEndian.AppendUint16(b, uint16(o.epoch))
+	b = binary.BigEndian.AppendUint32(b, uint32(o.seq))
+	b = binary.BigEndian.AppendUint32(b, uint32(len(recs)))
+	b = append(b, body...)
+	binary.BigEndian.PutUint32(b[crcOffset:], crc32.Checksum(b[crcStart:], castagnoli))
+	return b
+}
+
+func compressFor(codec int16, in []byte) []byte {
+	var buf bytes.Buffer
+	switch codec {
+	case 0:
+		return in
+	case 1:
+		w := gzip.NewWriter(&buf)
+		w.Write(in)
+		w.Close()
+	case 2:
+		return s2.EncodeSnappy(nil, in)
+	case 3:
+		w := lz4.NewWriter(&buf)
+		w.Write(in)
+		w.Close()
+	case 4:
+		w, _ := zstd.NewWriter(&buf)
+		w.Write(in)
+		w.Close()
+	}
+	return buf.Bytes()
+}
+
+// produceReq builds a Produce request for one partition.
+func produceReq(version int16, topic string, partition int32, batch []byte) *kmsg.ProduceRequest {
+	req := kmsg.NewPtrProduceRequest()
+	req.Version = version
+	req.Acks = -1
+	req.TimeoutMillis = 5000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Partition = partition
+	rp.Records = batch
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	return req
+}
+
+// produceOne sends one batch and returns the partition response.
+func (rc *rawConn) produceOne(topic string, partition int32, batch []byte) kmsg.ProduceResponseTopicPartition {
+	rc.t.Helper()
+	resp := rc.roundTrip(produceReq(9, topic, partition, batch)).(*kmsg.ProduceResponse)
+	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
+		rc.t.Fatalf("produce response shape: %+v", resp)
+	}
+	return resp.Topics[0].Partitions[0]
+}
+
+// testWriter sends server logs to t.Log (shown for failing tests only).
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// The record-batch layout (kafka/batch.go) for tests that build batches.
+const (
+	batchHeaderLen = 61
+	crcOffset      = 17
+	crcStart       = 21
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }

@@ -1,0 +1,249 @@
+package produce
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/kafka"
+)
+
+func initProducerID(t *testing.T, rc *rawConn) (int64, int16) {
+	t.Helper()
+	req := kmsg.NewPtrInitProducerIDRequest()
+	req.Version = 4
+	resp := rc.roundTrip(req).(*kmsg.InitProducerIDResponse)
+	if resp.ErrorCode != 0 {
+		t.Fatalf("InitProducerId error %d", resp.ErrorCode)
+	}
+	return resp.ProducerID, resp.ProducerEpoch
+}
+
+func recs(n int, tag string) []testRec {
+	out := make([]testRec, n)
+	for i := range out {
+		out[i] = testRec{key: []byte(tag), value: []byte{byte(i)}, tsDelta: int64(i)}
+	}
+	return out
+}
+
+// TestIdempotenceScript drives one producer through the sequence rules with
+// raw requests, then restarts the server over the same backend (which
+// recovers producer state from the stored records) and checks that retries
+// are still deduplicated.
+func TestIdempotenceScript(t *testing.T) {
+	be := newFakeBackend("edge-1")
+	const topic = "factory.idem"
+	be.addStream(topic, "edge-1")
+	s := startServer(t, Config{}, be)
+	rc := dialRaw(t, s.Addr())
+	pid, epoch := initProducerID(t, rc)
+	if epoch != 0 || pid <= 0 {
+		t.Fatalf("pid %d epoch %d", pid, epoch)
+	}
+	b0 := buildBatch(batchOpts{pid: pid, epoch: 0, seq: 0, firstTS: 1700000000000}, recs(3, "a")...)
+	b1 := buildBatch(batchOpts{pid: pid, epoch: 0, seq: 3, firstTS: 1700000000000}, recs(2, "b")...)
+	b2 := buildBatch(batchOpts{pid: pid, epoch: 0, seq: 5}, recs(4, "c")...)
+	steps := []struct {
+		name   string
+		batch  []byte
+		code   int16
+		offset int64
+		total  int
+	}{
+		{"first batch", b0, 0, 0, 3},
+		{"replay of first batch", b0, 0, 0, 3},
+		{"second batch", b1, 0, 3, 5},
+		{"replay of older batch", b0, 0, 0, 5},
+		{"replay of second batch", b1, 0, 3, 5},
+		{"gap in sequence", buildBatch(batchOpts{pid: pid, epoch: 0, seq: 10}, recs(1, "x")...), kafka.CodeOutOfOrderSequence, -1, 5},
+		{"overlapping, not a known batch", buildBatch(batchOpts{pid: pid, epoch: 0, seq: 4}, recs(3, "x")...), kafka.CodeOutOfOrderSequence, -1, 5},
+		{"third batch", b2, 0, 5, 9},
+		{"new epoch must start at 0", buildBatch(batchOpts{pid: pid, epoch: 1, seq: 9}, recs(1, "x")...), kafka.CodeOutOfOrderSequence, -1, 9},
+		{"new epoch", buildBatch(batchOpts{pid: pid, epoch: 1, seq: 0}, recs(2, "e1")...), 0, 9, 11},
+		{"stale epoch", buildBatch(batchOpts{pid: pid, epoch: 0, seq: 9}, recs(1, "x")...), kafka.CodeInvalidProducerEpoch, -1, 11},
+		{"stale epoch replay", b2, kafka.CodeInvalidProducerEpoch, -1, 11},
+		{"unknown producer, any sequence", buildBatch(batchOpts{pid: 77, epoch: 3, seq: 41}, recs(2, "u")...), 0, 11, 13},
+		{"non-idempotent", buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1}, recs(2, "n")...), 0, 13, 15},
+		{"non-idempotent again appends again", buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1}, recs(2, "n")...), 0, 15, 17},
+	}
+	for _, st := range steps {
+		p := rc.produceOne(topic, 0, st.batch)
+		if p.ErrorCode != st.code || (st.code == 0 && p.BaseOffset != st.offset) {
+			t.Fatalf("%s: code %d offset %d, want code %d offset %d (%v)", st.name, p.ErrorCode, p.BaseOffset, st.code, st.offset, p.ErrorMessage)
+		}
+		if n := len(be.records(topic, 0)); n != st.total {
+			t.Fatalf("%s: backend has %d records, want %d", st.name, n, st.total)
+		}
+	}
+	got := be.records(topic, 0)
+	if r := got[1]; r.ProducerID != pid || r.ProducerEpoch != 0 || r.Sequence != 1 || r.ProducerTimestamp != 1700000000001 || r.ClientID != "raw-client" {
+		t.Fatalf("record 1 producer fields %+v", r)
+	}
+	if st := s.Stats(); st.DuplicateBatch != 3 {
+		t.Fatalf("stats %+v", st)
+	}
+
+	// Restart: a new server over the same backend.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s2 := startServer(t, Config{}, be)
+	rc2 := dialRaw(t, s2.Addr())
+	after := []struct {
+		name   string
+		batch  []byte
+		code   int16
+		offset int64
+		total  int
+	}{
+		{"replay of new-epoch batch after restart", buildBatch(batchOpts{pid: pid, epoch: 1, seq: 0}, recs(2, "e1")...), 0, 9, 17},
+		{"replay of unknown-producer batch after restart", buildBatch(batchOpts{pid: 77, epoch: 3, seq: 41}, recs(2, "u")...), 0, 11, 17},
+		{"stale epoch after restart", b2, kafka.CodeInvalidProducerEpoch, -1, 17},
+		{"gap after restart", buildBatch(batchOpts{pid: pid, epoch: 1, seq: 5}, recs(1, "x")...), kafka.CodeOutOfOrderSequence, -1, 17},
+		{"next batch after restart", buildBatch(batchOpts{pid: pid, epoch: 1, seq: 2}, recs(1, "e1b")...), 0, 17, 18},
+	}
+	for _, st := range after {
+		p := rc2.produceOne(topic, 0, st.batch)
+		if p.ErrorCode != st.code || (st.code == 0 && p.BaseOffset != st.offset) {
+			t.Fatalf("%s: code %d offset %d, want code %d offset %d", st.name, p.ErrorCode, p.BaseOffset, st.code, st.offset)
+		}
+		if n := len(be.records(topic, 0)); n != st.total {
+			t.Fatalf("%s: backend has %d records, want %d", st.name, n, st.total)
+		}
+	}
+}
+
+// TestIdempotenceAfterRestartMergedRuns checks that runs rebuilt from
+// records (several batches merged) still deduplicate each original batch.
+func TestIdempotenceAfterRestartMergedRuns(t *testing.T) {
+	be := newFakeBackend("edge-1")
+	const topic = "factory.merged"
+	be.addStream(topic, "edge-1")
+	s := startServer(t, Config{}, be)
+	rc := dialRaw(t, s.Addr())
+	pid, _ := initProducerID(t, rc)
+	var batches [][]byte
+	seq := int32(0)
+	for i := range 8 {
+		n := 1 + i%3
+		b := buildBatch(batchOpts{pid: pid, seq: seq}, recs(n, "m")...)
+		seq += int32(n)
+		batches = append(batches, b)
+		if p := rc.produceOne(topic, 0, b); p.ErrorCode != 0 {
+			t.Fatalf("batch %d: %d", i, p.ErrorCode)
+		}
+	}
+	want := be.records(topic, 0)
+	s.Close(context.Background())
+	s2 := startServer(t, Config{}, be)
+	rc2 := dialRaw(t, s2.Addr())
+	for i, b := range batches {
+		p := rc2.produceOne(topic, 0, b)
+		seq0 := int32(0)
+		for j := range i {
+			seq0 += int32(1 + j%3)
+		}
+		if p.ErrorCode != 0 || p.BaseOffset != int64(seq0) {
+			t.Fatalf("replay %d after restart: code %d offset %d, want offset %d", i, p.ErrorCode, p.BaseOffset, seq0)
+		}
+	}
+	if n := len(be.records(topic, 0)); n != len(want) {
+		t.Fatalf("replays appended: %d records, want %d", n, len(want))
+	}
+}
+
+func TestProducerEntryCheck(t *testing.T) {
+	run := func(epoch int16, first, last int32, off int64) ProducerRun {
+		return ProducerRun{ProducerEpoch: epoch, FirstSeq: first, LastSeq: last, FirstOffset: off}
+	}
+	tests := []struct {
+		name        string
+		runs        []ProducerRun
+		epoch       int16
+		first, last int32
+		wantOff     int64
+		wantDup     bool
+		wantCode    int16
+	}{
+		{"unknown producer", nil, 0, 17, 18, 0, false, 0},
+		{"in sequence", []ProducerRun{run(0, 0, 4, 10)}, 0, 5, 9, 0, false, 0},
+		{"duplicate", []ProducerRun{run(0, 0, 4, 10)}, 0, 0, 4, 10, true, 0},
+		{"duplicate inside merged run", []ProducerRun{run(0, 0, 9, 10)}, 0, 3, 5, 13, true, 0},
+		{"out of order", []ProducerRun{run(0, 0, 4, 10)}, 0, 6, 6, 0, false, kafka.CodeOutOfOrderSequence},
+		{"stale epoch", []ProducerRun{run(2, 0, 4, 10)}, 1, 5, 5, 0, false, kafka.CodeInvalidProducerEpoch},
+		{"new epoch from 0", []ProducerRun{run(2, 0, 4, 10)}, 3, 0, 0, 0, false, 0},
+		{"new epoch not from 0", []ProducerRun{run(2, 0, 4, 10)}, 3, 5, 5, 0, false, kafka.CodeOutOfOrderSequence},
+		{"wrap in sequence", []ProducerRun{run(0, math.MaxInt32-1, math.MaxInt32, 10)}, 0, 0, 3, 0, false, 0},
+		{"duplicate across wrap", []ProducerRun{run(0, math.MaxInt32-1, 2, 10)}, 0, 0, 1, 12, true, 0},
+		{"dedup window is five", []ProducerRun{run(0, 0, 0, 0), run(0, 1, 1, 1), run(0, 2, 2, 2), run(0, 3, 3, 3), run(0, 4, 4, 4), run(0, 5, 5, 5)}, 0, 0, 0, 0, false, kafka.CodeOutOfOrderSequence},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := &producerEntry{}
+			for _, r := range tt.runs {
+				e.add(r)
+			}
+			off, dup, code := e.check(tt.epoch, tt.first, tt.last)
+			if off != tt.wantOff || dup != tt.wantDup || code != tt.wantCode {
+				t.Fatalf("check = (%d, %v, %d), want (%d, %v, %d)", off, dup, code, tt.wantOff, tt.wantDup, tt.wantCode)
+			}
+		})
+	}
+}
+
+func TestRunsFromRecords(t *testing.T) {
+	mk := func(off int64, pid int64, epoch int16, seq int32) *tributary.Record {
+		return &tributary.Record{Stream: "a.b", Offset: off, ProducerID: pid, ProducerEpoch: epoch, Sequence: seq, Source: "kafka"}
+	}
+	in := []*tributary.Record{
+		mk(0, 5, 0, 0), mk(1, 5, 0, 1), mk(2, -1, -1, -1), mk(3, 5, 0, 2), mk(4, 5, 0, 3),
+		mk(5, 6, 0, 0), mk(6, 5, 1, 0),
+		{Stream: "a.b", Offset: 7, Source: "mqtt"},
+	}
+	got := RunsFromRecords(in, 5)
+	want := []ProducerRun{
+		{Stream: "a.b", ProducerID: 5, ProducerEpoch: 0, FirstSeq: 0, LastSeq: 1, FirstOffset: 0},
+		{Stream: "a.b", ProducerID: 5, ProducerEpoch: 0, FirstSeq: 2, LastSeq: 3, FirstOffset: 3},
+		{Stream: "a.b", ProducerID: 5, ProducerEpoch: 1, FirstSeq: 0, LastSeq: 0, FirstOffset: 6},
+		{Stream: "a.b", ProducerID: 6, ProducerEpoch: 0, FirstSeq: 0, LastSeq: 0, FirstOffset: 5},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %+v", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("run %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestProducerStateExpiry(t *testing.T) {
+	p := newProducers(time.Hour)
+	old := producerKey{"a.b", 0, 1}
+	e := p.lock(old)
+	e.add(ProducerRun{ProducerID: 1, FirstSeq: 0, LastSeq: 0})
+	e.lastUsed = time.Now().Add(-2 * time.Hour)
+	e.mu.Unlock()
+	fresh := p.lock(producerKey{"a.b", 0, 2})
+	fresh.mu.Unlock()
+	p.mu.Lock()
+	p.sweepLocked(time.Now())
+	_, oldKept := p.m[old]
+	n := len(p.m)
+	p.mu.Unlock()
+	if oldKept || n != 1 {
+		t.Fatalf("after sweep: old kept %v, %d entries", oldKept, n)
+	}
+	if e := p.lock(old); e.known {
+		t.Fatal("expired producer still known")
+	} else {
+		e.mu.Unlock()
+	}
+}
