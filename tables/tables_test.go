@@ -188,15 +188,22 @@ func TestConcurrentCommittersNeverDuplicate(t *testing.T) {
 	recs := testRecords(0, 0, 100, ts)
 	// Two committers race with the same batch; exactly one commits it.
 	var wg sync.WaitGroup
+	var files sync.Mutex // writeFile names the file by its offsets: one writer at a time, then renamed apart
 	results := make([]CommitResult, 4)
 	for i := range results {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			files.Lock()
 			f := writeFile(t, c, stream, recs)
 			f.URL = f.URL[:len(f.URL)-len(".parquet")] + fmt.Sprint(i) + ".parquet"
-			_ = os.Rename(filepath.Join(c.Warehouse()[7:], mustKey(c, f.URL[:len(f.URL)-len(fmt.Sprint(i)+".parquet")]+".parquet")),
+			err := os.Rename(filepath.Join(c.Warehouse()[7:], mustKey(c, f.URL[:len(f.URL)-len(fmt.Sprint(i)+".parquet")]+".parquet")),
 				filepath.Join(c.Warehouse()[7:], mustKey(c, f.URL)))
+			files.Unlock()
+			if err != nil {
+				t.Error(err)
+				return
+			}
 			res, err := c.CommitAppend(ctx, stream, []PartitionAppend{{Partition: 0, From: 0, To: 100, Files: []FileMeta{f}}}, nil)
 			if err != nil {
 				t.Error(err)
