@@ -56,6 +56,8 @@ type Batch struct {
 	ProducerEpoch   int16
 	BaseSequence    int32
 	Records         []BatchRecord
+	// BodyBytes is the size of the records after decompression.
+	BodyBytes int
 }
 
 // BatchRecord is one record of a Batch.
@@ -73,9 +75,31 @@ func (b *Batch) LastSequence() int32 {
 	return AddSeq(b.BaseSequence, int32(len(b.Records)-1))
 }
 
+// BatchLimits bound what decoding one batch may allocate.
+type BatchLimits struct {
+	// MaxDecompressed bounds the batch's records after decompression
+	// (ErrBatchTooLarge beyond).
+	MaxDecompressed int64
+	// MaxHeadersPerRecord bounds the headers of one record
+	// (ErrTooManyHeaders beyond); 0 = DefaultMaxHeadersPerRecord.
+	MaxHeadersPerRecord int
+}
+
+// DefaultMaxHeadersPerRecord is the default of BatchLimits.MaxHeadersPerRecord.
+const DefaultMaxHeadersPerRecord = 1000
+
+// ErrTooManyHeaders refuses a record with more headers than allowed: a few
+// kilobytes of compressed empty headers would otherwise expand to millions
+// of header values in memory (and in the WAL).
+var ErrTooManyHeaders = fmt.Errorf("%w: too many headers in a record", ErrInvalidBatch)
+
 // ParseBatch decodes exactly one v2 record batch from raw, checking the
-// CRC and decompressing at most maxDecompressed bytes.
-func ParseBatch(raw []byte, maxDecompressed int64) (*Batch, error) {
+// CRC and decompressing at most lim.MaxDecompressed bytes.
+func ParseBatch(raw []byte, lim BatchLimits) (*Batch, error) {
+	if lim.MaxHeadersPerRecord <= 0 {
+		lim.MaxHeadersPerRecord = DefaultMaxHeadersPerRecord
+	}
+	maxDecompressed := lim.MaxDecompressed
 	if len(raw) < batchHeaderLen {
 		return nil, fmt.Errorf("%w: %d bytes, shorter than a batch header", ErrCorruptBatch, len(raw))
 	}
@@ -117,13 +141,14 @@ func ParseBatch(raw []byte, maxDecompressed int64) (*Batch, error) {
 	if err != nil {
 		return nil, err
 	}
+	b.BodyBytes = len(body)
 	// Every record takes at least 7 bytes, which bounds the allocation.
 	if int64(count) > int64(len(body))/7 {
 		return nil, fmt.Errorf("%w: %d Records in %d bytes", ErrCorruptBatch, count, len(body))
 	}
 	b.Records = make([]BatchRecord, count)
 	for i := range b.Records {
-		n, err := parseRecord(body, &b.Records[i], int32(i))
+		n, err := parseRecord(body, &b.Records[i], int32(i), lim.MaxHeadersPerRecord)
 		if err != nil {
 			return nil, fmt.Errorf("record %d: %w", i, err)
 		}
@@ -181,7 +206,7 @@ func (r *reader) bytes() []byte {
 }
 
 // parseRecord decodes one record from the front of b and returns its size.
-func parseRecord(b []byte, rec *BatchRecord, wantDelta int32) (int, error) {
+func parseRecord(b []byte, rec *BatchRecord, wantDelta int32, maxHeaders int) (int, error) {
 	r := reader{b: b}
 	l := r.varint()
 	if r.bad || l < 6 || l > int64(len(r.b)) {
@@ -199,6 +224,9 @@ func parseRecord(b []byte, rec *BatchRecord, wantDelta int32) (int, error) {
 	nh := r.varint()
 	if r.bad || nh < 0 || nh > int64(len(r.b))/2 {
 		return 0, fmt.Errorf("%w: header count %d", ErrCorruptBatch, nh)
+	}
+	if nh > int64(maxHeaders) {
+		return 0, fmt.Errorf("%w: %d (at most %d)", ErrTooManyHeaders, nh, maxHeaders)
 	}
 	if nh > 0 {
 		rec.Headers = make([]tributary.Header, nh)

@@ -78,7 +78,7 @@ func FuzzRecordBatch(f *testing.F) {
 			binary.BigEndian.PutUint32(data[8:], uint32(len(data)-12))
 			binary.BigEndian.PutUint32(data[crcOffset:], crc32c(data[crcStart:]))
 		}
-		b, err := ParseBatch(data, fuzzMaxDecompressed)
+		b, err := ParseBatch(data, BatchLimits{MaxDecompressed: fuzzMaxDecompressed})
 		if err != nil {
 			return
 		}
@@ -103,17 +103,17 @@ func TestDecompressionBounds(t *testing.T) {
 	for codec, name := range []string{"none", "gzip", "snappy", "lz4", "zstd"} {
 		t.Run(name, func(t *testing.T) {
 			b := buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1, codec: int16(codec)}, big)
-			if _, err := ParseBatch(b, 1<<20); codec != 0 && !errors.Is(err, ErrBatchTooLarge) {
+			if _, err := ParseBatch(b, BatchLimits{MaxDecompressed: 1 << 20}); codec != 0 && !errors.Is(err, ErrBatchTooLarge) {
 				t.Fatalf("2 MiB in %d bytes under a 1 MiB bound: %v", len(b), err)
 			}
-			got, err := ParseBatch(b, 4<<20)
+			got, err := ParseBatch(b, BatchLimits{MaxDecompressed: 4 << 20})
 			if err != nil || !bytes.Equal(got.Records[0].Value, big.value) {
 				t.Fatalf("within bound: %v", err)
 			}
 		})
 	}
 	seeds := seedBatches()
-	b, err := ParseBatch(seeds["batch_xerial"], 1<<20)
+	b, err := ParseBatch(seeds["batch_xerial"], BatchLimits{MaxDecompressed: 1 << 20})
 	if err != nil || len(b.Records) != 3 || b.Records[0].Key != nil || string(b.Records[2].Value) != "v2" {
 		t.Fatalf("xerial snappy: %v", err)
 	}

@@ -2,11 +2,7 @@ package node
 
 import (
 	"context"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -15,7 +11,6 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/tributary-io/tributary"
-	wire "github.com/tributary-io/tributary/kafka"
 
 	// The Kafka produce server (edge side) whose Backend this file is;
 	// named kafka here as before the split into kafka/produce.
@@ -24,86 +19,24 @@ import (
 )
 
 // kafkaBackend is the node's side of the Kafka produce server: streams as
-// topics, this node's partitions as the ones it leads, the WAL as the log,
-// and idempotent-producer state that outlives the WAL's records.
-//
-// Producer state: the records themselves carry producer id, epoch and
-// sequence, so the WAL holds the state of everything not yet uploaded. Before
-// the uplink releases a committed range, the runs of its records are folded
-// into a snapshot file (DATA_DIR/kafka/producers.json, written atomically
-// and fsynced), so a producer retrying after a restart is deduplicated even
-// when its batch already left the WAL. Producer ids come from a block
-// allocator persisted in DATA_DIR/kafka/producer-ids, prefixed by this
-// node's broker id so that nodes never hand out the same id.
+// topics, this node's partitions as the ones it leads (owner.Book), the WAL
+// as the log. Idempotent producers' state past the WAL and producer ids are
+// the produce side's own (kafka.ProducerStore, in DATA_DIR/kafka).
 type kafkaBackend struct {
-	n   *Node
-	dir string
-
-	mu    sync.Mutex
-	runs  map[runKey]*savedRuns // snapshot of released runs
-	idMu  sync.Mutex
-	next  int64 // next producer id counter value
-	limit int64 // persisted allocation limit
+	n     *Node
+	store *kafka.ProducerStore
 
 	topicsMu   sync.Mutex
 	topicsAt   time.Time
 	topicsMemo []kafka.TopicInfo
 }
 
-// savedRuns is one producer's last runs on one partition, and when they
-// were last extended; entries idle for producerStateTTL are dropped.
-type savedRuns struct {
-	Runs []kafka.ProducerRun `json:"runs"`
-	At   int64               `json:"at"` // unix seconds
-}
-
-// producerStateTTL is how long a producer's state outlives its last batch
-// in the snapshot: well past the server's producer idle expiry.
-const producerStateTTL = 7 * 24 * time.Hour
-
-type runKey struct {
-	stream    string
-	partition int32
-	pid       int64
-}
-
-const (
-	producerIDBlock = 1000
-	keepRuns        = 5
-)
-
 func newKafkaBackend(n *Node) (*kafkaBackend, error) {
-	kb := &kafkaBackend{n: n, dir: filepath.Join(n.cfg.DataDir, "kafka"), runs: map[runKey]*savedRuns{}}
-	if err := os.MkdirAll(kb.dir, 0o700); err != nil {
-		return nil, fmt.Errorf("kafka state: %w", err)
+	st, err := kafka.OpenProducerStore(filepath.Join(n.cfg.DataDir, "kafka"))
+	if err != nil {
+		return nil, err
 	}
-	raw, err := os.ReadFile(filepath.Join(kb.dir, "producers.json"))
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-	case err != nil:
-		return nil, fmt.Errorf("kafka producer state: %w", err)
-	default:
-		var saved []*savedRuns
-		if err := json.Unmarshal(raw, &saved); err != nil {
-			return nil, fmt.Errorf("kafka producer state %s: %w", filepath.Join(kb.dir, "producers.json"), err)
-		}
-		for _, sr := range saved {
-			if len(sr.Runs) > 0 {
-				r := sr.Runs[0]
-				kb.runs[runKey{r.Stream, r.Partition, r.ProducerID}] = sr
-			}
-		}
-	}
-	raw, err = os.ReadFile(filepath.Join(kb.dir, "producer-ids"))
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-	case err != nil || len(raw) != 8:
-		return nil, fmt.Errorf("kafka producer ids: bad file (%v)", err)
-	default:
-		kb.limit = int64(binary.BigEndian.Uint64(raw))
-		kb.next = kb.limit // ids below the persisted limit may have been handed out
-	}
-	return kb, nil
+	return &kafkaBackend{n: n, store: st}, nil
 }
 
 func (kb *kafkaBackend) NodeID() string { return kb.n.cfg.NodeID }
@@ -202,24 +135,10 @@ func (kb *kafkaBackend) Append(ctx context.Context, recs ...*tributary.Record) e
 	return kb.n.ingest.appendOwned(ctx, recs...)
 }
 
-// AllocateProducerID hands out ids from persisted blocks: the limit is
-// written and fsynced before any id below it is returned, so a restart never
-// repeats one. The high bits are this node's broker id.
+// AllocateProducerID returns an unguessable producer id
+// (kafka.ProducerStore).
 func (kb *kafkaBackend) AllocateProducerID(ctx context.Context) (int64, error) {
-	kb.idMu.Lock()
-	defer kb.idMu.Unlock()
-	if kb.next >= kb.limit {
-		limit := kb.limit + producerIDBlock
-		var b [8]byte
-		binary.BigEndian.PutUint64(b[:], uint64(limit))
-		if err := writeFileSync(filepath.Join(kb.dir, "producer-ids"), b[:]); err != nil {
-			return 0, fmt.Errorf("allocate producer id: %w", err)
-		}
-		kb.limit = limit
-	}
-	id := int64(wire.BrokerID(kb.n.cfg.NodeID)&0x7fff)<<40 | kb.next
-	kb.next++
-	return id, nil
+	return kb.store.AllocateProducerID()
 }
 
 // ProducerRuns merges the released-runs snapshot with the runs of the
@@ -236,13 +155,7 @@ func (kb *kafkaBackend) ProducerRuns(ctx context.Context) ([]kafka.ProducerRun, 
 		}
 		recs = append(recs, rs...)
 	}
-	kb.mu.Lock()
-	var out []kafka.ProducerRun
-	for _, sr := range kb.runs {
-		out = append(out, sr.Runs...)
-	}
-	kb.mu.Unlock()
-	return append(out, kafka.RunsFromRecords(recs, keepRuns)...), nil
+	return append(kb.store.SavedRuns(), kafka.RunsFromRecords(recs, kafka.KeepRuns)...), nil
 }
 
 // adopted loads the idempotent producers' runs of a partition this node
@@ -262,72 +175,5 @@ func (kb *kafkaBackend) Adopted(stream string, p int32) {
 		kb.n.log.Warn("kafka: producer state of an adopted partition", "stream", stream, "partition", p, "err", err)
 		return
 	}
-	kb.n.kafka.LoadProducerRuns(kafka.RunsFromRecords(recs, keepRuns))
-}
-
-// Releasing (uplink.ReleaseListener) folds the runs of records about to leave the
-// WAL into the snapshot and persists it.
-func (kb *kafkaBackend) Releasing(stream string, partition int32, recs []*tributary.Record) error {
-	runs := kafka.RunsFromRecords(recs, keepRuns)
-	if len(runs) == 0 {
-		return nil
-	}
-	kb.mu.Lock()
-	defer kb.mu.Unlock()
-	now := time.Now()
-	for _, r := range runs {
-		k := runKey{r.Stream, r.Partition, r.ProducerID}
-		sr := kb.runs[k]
-		if sr == nil {
-			sr = &savedRuns{}
-			kb.runs[k] = sr
-		}
-		sr.Runs = append(sr.Runs, r)
-		if len(sr.Runs) > keepRuns {
-			sr.Runs = sr.Runs[len(sr.Runs)-keepRuns:]
-		}
-		sr.At = now.Unix()
-	}
-	all := make([]*savedRuns, 0, len(kb.runs))
-	for k, sr := range kb.runs {
-		if now.Sub(time.Unix(sr.At, 0)) > producerStateTTL {
-			delete(kb.runs, k)
-			continue
-		}
-		all = append(all, sr)
-	}
-	raw, err := json.Marshal(all)
-	if err != nil {
-		return err
-	}
-	return writeFileSync(filepath.Join(kb.dir, "producers.json"), raw)
-}
-
-// writeFileSync replaces a file atomically and durably.
-func writeFileSync(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	kb.n.kafka.LoadProducerRuns(kafka.RunsFromRecords(recs, kafka.KeepRuns))
 }

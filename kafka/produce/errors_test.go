@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/kafka"
 
 	"github.com/tributary-io/tributary/internal/testkit"
@@ -35,6 +36,13 @@ func TestProduceErrors(t *testing.T) {
 	if len(bomb) > 4096 {
 		t.Fatalf("bomb batch is %d bytes", len(bomb))
 	}
+	// A header bomb: one zstd record whose thousands of empty headers take a
+	// few bytes compressed (tens of millions of them took a node from 100 MB
+	// to 5 GB before the cap).
+	headerBomb := buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1, codec: 4}, testRec{value: []byte("v"), headers: make([]tributary.Header, 20000)})
+	if len(headerBomb) > 4096 {
+		t.Fatalf("header bomb batch is %d bytes", len(headerBomb))
+	}
 	tests := []struct {
 		name      string
 		topic     string
@@ -50,6 +58,7 @@ func TestProduceErrors(t *testing.T) {
 		{"owned by another node", "factory.ok", 1, good, kafka.CodeNotLeaderOrFollower},
 		{"oversize batch", "factory.ok", 0, big, kafka.CodeMessageTooLarge},
 		{"decompression bomb", "factory.ok", 0, bomb, kafka.CodeMessageTooLarge},
+		{"header bomb", "factory.ok", 0, headerBomb, kafka.CodeInvalidRecord},
 		{"bad crc", "factory.ok", 0, badCRC, kafka.CodeCorruptMessage},
 		{"truncated batch", "factory.ok", 0, good[:len(good)-3], kafka.CodeCorruptMessage},
 		{"two batches", "factory.ok", 0, append(bytes.Clone(good), good...), kafka.CodeInvalidRecord},

@@ -194,7 +194,21 @@ func (s *Server) checkPartition(tl topicLookup, rp kmsg.ProduceRequestTopicParti
 
 // producePartition decodes one batch, checks idempotence and appends it.
 func (s *Server) producePartition(ctx context.Context, clientID, topic string, partition int32, raw []byte) partResult {
-	b, err := kafka.ParseBatch(raw, s.cfg.MaxDecompressedBytes)
+	// Room for the decompressed records first: an uncompressed batch is as
+	// large as sent, a compressed one may reach MaxDecompressedBytes.
+	reserve := s.cfg.MaxDecompressedBytes
+	if len(raw) > 22 && raw[22]&0x07 == 0 {
+		reserve = min(reserve, int64(len(raw)))
+	}
+	if err := s.decoding.Acquire(ctx, reserve); err != nil {
+		return partResult{code: kafka.CodeKafkaStorageError, msg: "shutting down"}
+	}
+	b, err := kafka.ParseBatch(raw, kafka.BatchLimits{MaxDecompressed: s.cfg.MaxDecompressedBytes, MaxHeadersPerRecord: s.cfg.MaxHeadersPerRecord})
+	if err == nil && int64(b.BodyBytes) < reserve {
+		s.decoding.Release(reserve - int64(b.BodyBytes))
+		reserve = int64(b.BodyBytes)
+	}
+	defer s.decoding.Release(reserve)
 	if err != nil {
 		s.log.Info("kafka: refusing batch", "head", fmt.Sprintf("%x", raw[:min(len(raw), 80)]), "client", clientID, "stream", topic, "partition", partition, "err", err)
 		return partResult{code: batchErrorCode(err), msg: err.Error()}

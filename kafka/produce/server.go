@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/tributary-io/tributary/kafka"
 )
@@ -28,6 +29,13 @@ type Config struct {
 	// (decompression-bomb guard); larger batches get MESSAGE_TOO_LARGE.
 	// Default 64 MiB.
 	MaxDecompressedBytes int64 `yaml:"max_decompressed_bytes"`
+	// MaxInflightDecompressedBytes bounds the batches being decoded at once
+	// across all connections (a request's partitions are decoded in
+	// parallel): a decode waits for room. Default 256 MiB.
+	MaxInflightDecompressedBytes int64 `yaml:"max_inflight_decompressed_bytes"`
+	// MaxHeadersPerRecord bounds a record's headers; a batch with a record
+	// beyond it gets INVALID_RECORD. Default 1000.
+	MaxHeadersPerRecord int `yaml:"max_headers_per_record"`
 	// BackpressureThrottle is the throttle time returned with
 	// KAFKA_STORAGE_ERROR when the WAL budget is exhausted. Default 1s.
 	BackpressureThrottle time.Duration `yaml:"backpressure_throttle"`
@@ -51,6 +59,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxDecompressedBytes == 0 {
 		c.MaxDecompressedBytes = DefaultMaxDecompressedBytes
+	}
+	if c.MaxInflightDecompressedBytes <= 0 {
+		c.MaxInflightDecompressedBytes = max(256<<20, c.MaxDecompressedBytes)
+	}
+	if c.MaxHeadersPerRecord <= 0 {
+		c.MaxHeadersPerRecord = kafka.DefaultMaxHeadersPerRecord
 	}
 	if c.BackpressureThrottle == 0 {
 		c.BackpressureThrottle = DefaultBackpressureThrottle
@@ -115,6 +129,8 @@ type Server struct {
 	b    Backend
 	log  *slog.Logger
 	prod *producers
+	// decoding bounds the decompressed bytes of batches being decoded.
+	decoding *semaphore.Weighted
 
 	stats struct {
 		batches, records, dups, partErrs, backpressured atomic.Int64
@@ -130,7 +146,8 @@ func NewServer(cfg Config, b Backend) (*Server, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	s := &Server{cfg: cfg, b: b, prod: newProducers(cfg.ProducerIdleExpiry)}
+	s := &Server{cfg: cfg, b: b, prod: newProducers(cfg.ProducerIdleExpiry),
+		decoding: semaphore.NewWeighted(cfg.MaxInflightDecompressedBytes)}
 	conn, err := kafka.NewServer(cfg.Config, "kafka", apis, s)
 	if err != nil {
 		return nil, err
