@@ -45,6 +45,7 @@ const (
 	CodeInvalidProducerEpoch    int16 = 47
 	CodeKafkaStorageError       int16 = 56
 	CodeNotEnoughReplicas       int16 = 19
+	CodePolicyViolation         int16 = 44
 	CodeMemberIDRequired        int16 = 79
 	CodeGroupMaxSizeReached     int16 = 81
 	CodeInvalidRecord           int16 = 87

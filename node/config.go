@@ -103,6 +103,9 @@ type Config struct {
 		// AutoCreate creates a stream on first produce or metadata request.
 		// Default true.
 		AutoCreate *bool `yaml:"auto_create"`
+		// MaxStreams caps the streams auto-creation may reach (counting
+		// every stream of the catalog); beyond, POLICY_VIOLATION. Default 1000.
+		MaxStreams int `yaml:"max_streams"`
 		// MaxBatchBytes is the largest record batch accepted. Default 1 MiB.
 		MaxBatchBytes ByteSize `yaml:"max_batch_bytes"`
 	} `yaml:"kafka"`
@@ -225,6 +228,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.MQTT.ReceiveMaximum == 0 {
 		c.MQTT.ReceiveMaximum = 64
+	}
+	if c.Kafka.MaxStreams <= 0 {
+		c.Kafka.MaxStreams = 1000
 	}
 	if c.Kafka.AutoCreate == nil {
 		t := true

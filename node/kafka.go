@@ -3,7 +3,9 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -119,6 +121,15 @@ func (kb *kafkaBackend) Topic(ctx context.Context, stream string) (kafka.TopicIn
 }
 
 func (kb *kafkaBackend) EnsureStream(ctx context.Context, stream string) (kafka.TopicInfo, error) {
+	if _, ok := kb.n.book.Streams()[stream]; !ok {
+		streams, err := kb.n.cat.ListStreams(ctx)
+		if err != nil {
+			return kafka.TopicInfo{}, err
+		}
+		if !slices.Contains(streams, stream) && len(streams) >= kb.n.cfg.Kafka.MaxStreams {
+			return kafka.TopicInfo{}, fmt.Errorf("create %s: %w (%d streams, kafka.max_streams %d)", stream, kafka.ErrStreamLimit, len(streams), kb.n.cfg.Kafka.MaxStreams)
+		}
+	}
 	if _, err := kb.n.ingest.partition(ctx, stream); err != nil {
 		return kafka.TopicInfo{}, err
 	}

@@ -14,6 +14,10 @@ import (
 // created.
 var ErrUnknownStream = errors.New("kafka: unknown stream")
 
+// ErrStreamLimit is returned (wrapped) by Backend.EnsureStream when the
+// catalog holds as many streams as allowed; the client gets POLICY_VIOLATION.
+var ErrStreamLimit = errors.New("kafka: stream limit reached")
+
 // ErrNotLeader is returned (wrapped) by Backend.Append for a partition this
 // node does not own; the client gets NOT_LEADER_OR_FOLLOWER and refreshes
 // its metadata.

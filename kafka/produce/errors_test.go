@@ -189,6 +189,26 @@ func TestAutoCreate(t *testing.T) {
 	if p := rc.produceOne("nope", 0, buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1}, recs(1, "p")...)); p.ErrorCode != kafka.CodeInvalidTopic {
 		t.Fatalf("code %d", p.ErrorCode)
 	}
+	// One Metadata request naming 50 new streams creates one of them (it
+	// created all 50 before).
+	req = kmsg.NewPtrMetadataRequest()
+	req.Version = 12
+	req.AllowAutoTopicCreation = true
+	for i := range 50 {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(fmt.Sprintf("flood.t%d", i))
+		req.Topics = append(req.Topics, rt)
+	}
+	resp = rc.roundTrip(req).(*kmsg.MetadataResponse)
+	made := 0
+	for _, mt := range resp.Topics {
+		if mt.ErrorCode == 0 {
+			made++
+		}
+	}
+	if made != 1 {
+		t.Fatalf("one Metadata request created %d streams, want 1", made)
+	}
 }
 
 func TestMetadata(t *testing.T) {

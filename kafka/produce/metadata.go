@@ -72,6 +72,7 @@ func (s *Server) handleMetadata(ctx context.Context, r *kmsg.MetadataRequest) km
 		return resp
 	}
 	var byID map[[16]byte]string // lazily built for requests naming topics by id
+	created := 0
 	for _, rt := range r.Topics {
 		var name string
 		switch {
@@ -101,8 +102,11 @@ func (s *Server) handleMetadata(ctx context.Context, r *kmsg.MetadataRequest) km
 			resp.Topics = append(resp.Topics, mt)
 			continue
 		}
-		allowCreate := s.cfg.AutoCreate && (r.Version < 4 || r.AllowAutoTopicCreation)
-		ti, code := s.lookupTopic(ctx, name, allowCreate)
+		allowCreate := s.cfg.AutoCreate && (r.Version < 4 || r.AllowAutoTopicCreation) && created < s.cfg.MaxAutoCreatePerRequest
+		ti, code, made := s.lookupTopic(ctx, name, allowCreate)
+		if made {
+			created++
+		}
 		if code != 0 {
 			mt.ErrorCode = code
 			resp.Topics = append(resp.Topics, mt)
@@ -115,21 +119,25 @@ func (s *Server) handleMetadata(ctx context.Context, r *kmsg.MetadataRequest) km
 
 // lookupTopic finds (or, if create, creates) a stream and returns it or a
 // Kafka error code.
-func (s *Server) lookupTopic(ctx context.Context, name string, create bool) (TopicInfo, int16) {
+func (s *Server) lookupTopic(ctx context.Context, name string, create bool) (ti TopicInfo, code int16, created bool) {
 	ti, err := s.b.Topic(ctx, name)
 	if errors.Is(err, ErrUnknownStream) && create {
 		ti, err = s.b.EnsureStream(ctx, name)
+		created = err == nil
 	}
 	switch {
 	case err == nil:
-		return ti, 0
+		return ti, 0, created
 	case errors.Is(err, ErrUnknownStream):
-		return ti, kafka.CodeUnknownTopicOrPartition
+		return ti, kafka.CodeUnknownTopicOrPartition, false
 	case errors.Is(err, tributary.ErrInvalidStream):
-		return ti, kafka.CodeInvalidTopic
+		return ti, kafka.CodeInvalidTopic, false
+	case errors.Is(err, ErrStreamLimit):
+		s.log.Warn("kafka: stream not created: stream limit reached (kafka.max_streams)", "stream", name)
+		return ti, kafka.CodePolicyViolation, false
 	default:
 		s.log.Warn("kafka: look up stream", "stream", name, "err", err)
-		return ti, kafka.CodeUnknownServerError
+		return ti, kafka.CodeUnknownServerError, false
 	}
 }
 

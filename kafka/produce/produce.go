@@ -155,7 +155,7 @@ func (s *Server) produceTopic(ctx context.Context, topic string) topicLookup {
 	if _, _, err := tributary.ParseStream(topic); err != nil {
 		return topicLookup{code: kafka.CodeInvalidTopic, msg: err.Error()}
 	}
-	ti, code := s.lookupTopic(ctx, topic, s.cfg.AutoCreate)
+	ti, code, _ := s.lookupTopic(ctx, topic, s.cfg.AutoCreate)
 	var msg string
 	switch code {
 	case kafka.CodeUnknownTopicOrPartition:

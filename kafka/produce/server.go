@@ -21,6 +21,10 @@ type Config struct {
 	// AutoCreate creates unknown streams on Metadata (when the client allows
 	// it) and on Produce. Default off.
 	AutoCreate bool `yaml:"auto_create"`
+	// MaxAutoCreatePerRequest bounds the streams one Metadata request may
+	// create (the other names asked for get UNKNOWN_TOPIC_OR_PARTITION, and
+	// the client asks again). Default 1.
+	MaxAutoCreatePerRequest int `yaml:"max_auto_create_per_request"`
 	// MaxBatchBytes bounds one produced record batch as sent (Kafka's
 	// message.max.bytes); larger batches get MESSAGE_TOO_LARGE. Default
 	// 1048588, Kafka's default (at most MaxFrameBytes).
@@ -59,6 +63,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxDecompressedBytes == 0 {
 		c.MaxDecompressedBytes = DefaultMaxDecompressedBytes
+	}
+	if c.MaxAutoCreatePerRequest <= 0 {
+		c.MaxAutoCreatePerRequest = 1
 	}
 	if c.MaxInflightDecompressedBytes <= 0 {
 		c.MaxInflightDecompressedBytes = max(256<<20, c.MaxDecompressedBytes)
