@@ -7,6 +7,7 @@ import (
 
 func TestCloudConfigExampleAndErrors(t *testing.T) {
 	t.Setenv("TRIBUTARY_CATALOG_TOKEN", "secret")
+	t.Setenv("TRIBUTARY_NODE_TOKEN", "edge-secret")
 	c, err := LoadConfig("../deploy/cloud.yaml")
 	if err != nil {
 		t.Fatal(err)

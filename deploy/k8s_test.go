@@ -340,13 +340,16 @@ func TestK8s(t *testing.T) {
 	if w := flagOr(t, "cloud", cvals, "warehouse"); w != cfg.Catalog.Warehouse {
 		t.Errorf("%s: catalog.warehouse %q ≠ the cloud's --warehouse %q (%s)", cmWhere, cfg.Catalog.Warehouse, w, cwhere)
 	}
-	if cfg.Catalog.Token != "" {
-		hasTok := false
-		for _, e := range cc.Env {
-			hasTok = hasTok || e.Name == "TRIBUTARY_CATALOG_TOKEN"
-		}
-		if _, ok := cvals["token"]; !ok && !hasTok {
-			t.Errorf("%s: the edge sends catalog.token but the cloud sets neither --token nor TRIBUTARY_CATALOG_TOKEN", cwhere)
-		}
+	// The edge writes marks and owners: it must commit with the cloud's
+	// node token, or every commit is refused (403).
+	hasNodeTok := false
+	for _, e := range cc.Env {
+		hasNodeTok = hasNodeTok || e.Name == "TRIBUTARY_NODE_TOKEN"
+	}
+	if _, ok := cvals["node-token"]; !ok && !hasNodeTok {
+		t.Errorf("%s: edges commit through this catalog but the cloud sets neither --node-token nor TRIBUTARY_NODE_TOKEN", cwhere)
+	}
+	if cfg.Catalog.Token == "" {
+		t.Errorf("%s: catalog.token is empty: the edge's commits would be refused (it needs the cloud's node token)", cmWhere)
 	}
 }
