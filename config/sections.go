@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/tributary-io/tributary/tables"
-	"github.com/tributary-io/tributary/uplink"
 )
 
 // Storage configures the warehouse's object store (edge and cloud).
@@ -28,9 +27,9 @@ type Storage struct {
 }
 
 // S3Options are the storage.s3 settings for the uplink and iceberg-go.
-func (s Storage) S3Options() uplink.S3Options {
+func (s Storage) S3Options() tables.S3Options {
 	o := s.S3
-	return uplink.S3Options{Endpoint: o.Endpoint, Region: o.Region, PathStyle: o.PathStyle,
+	return tables.S3Options{Endpoint: o.Endpoint, Region: o.Region, PathStyle: o.PathStyle,
 		AccessKeyID: o.AccessKeyID, SecretAccessKey: o.SecretAccessKey}
 }
 

@@ -14,7 +14,6 @@ import (
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/config"
 	"github.com/tributary-io/tributary/tables"
-	"github.com/tributary-io/tributary/uplink"
 )
 
 // Route maps an MQTT topic filter to a stream.
@@ -389,7 +388,7 @@ func ParseConfig(raw []byte) (Config, error) {
 }
 
 // S3Options are the storage.s3 settings for the uplink and the catalog.
-func (c *Config) S3Options() uplink.S3Options { return c.Storage.S3Options() }
+func (c *Config) S3Options() tables.S3Options { return c.Storage.S3Options() }
 
 // WithDefaults fills every unset field of c with its default.
 func WithDefaults(c Config) Config {

@@ -11,6 +11,8 @@ import (
 	"gocloud.dev/blob"
 	_ "gocloud.dev/blob/fileblob" // file:// warehouses
 	_ "gocloud.dev/blob/gcsblob"  // gs:// warehouses (application default credentials)
+
+	"github.com/tributary-io/tributary/tables"
 )
 
 // BlobBucket is a Bucket on a gocloud.dev/blob URL: file://, s3:// and gs://
@@ -25,14 +27,14 @@ type BlobBucket struct {
 // OpenBucket opens the warehouse bucket: file://, s3:// (configured by s3,
 // which may be zero for AWS defaults), or any other gocloud.dev/blob URL
 // whose driver is linked in.
-func OpenBucket(ctx context.Context, warehouse string, s3 ...S3Options) (*BlobBucket, error) {
+func OpenBucket(ctx context.Context, warehouse string, s3 ...tables.S3Options) (*BlobBucket, error) {
 	u, err := url.Parse(warehouse)
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", warehouse, err)
 	}
 	bb := &BlobBucket{}
 	if u.Scheme == "s3" {
-		var o S3Options
+		var o tables.S3Options
 		if len(s3) > 0 {
 			o = s3[0]
 		}
