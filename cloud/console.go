@@ -57,8 +57,37 @@ func (cc *cloudConsole) snapshot() console.Snapshot {
 	for name, ti := range info {
 		s.Streams = append(s.Streams, ti.Stream(name))
 	}
-	s.Consumers = &console.Consumers{KafkaGroups: groups}
+	s.Consumers = liveConsumers(groups, cc.ks.Load(), cc.ps.Load())
 	return s
+}
+
+// liveConsumers adds to the groups' lag (read in the background) what the
+// servers hold in memory now: each group's state and members, groups that
+// committed nothing yet, and the Pulsar subscriptions with their backlog.
+func liveConsumers(groups []console.KafkaGroup, ks *consume.Server, ps *pulsar.Server) *console.Consumers {
+	c := &console.Consumers{KafkaGroups: append([]console.KafkaGroup(nil), groups...)}
+	if ks != nil {
+		idx := map[string]int{}
+		for i, g := range c.KafkaGroups {
+			idx[g.ID] = i
+		}
+		for _, gi := range ks.Groups() {
+			i, ok := idx[gi.ID]
+			if !ok {
+				i = len(c.KafkaGroups)
+				c.KafkaGroups = append(c.KafkaGroups, console.KafkaGroup{ID: gi.ID})
+			}
+			c.KafkaGroups[i].State, c.KafkaGroups[i].Members = gi.State, gi.Members
+		}
+	}
+	if ps != nil {
+		c.PulsarReported = true
+		for _, si := range ps.Subscriptions() {
+			c.PulsarSubscriptions = append(c.PulsarSubscriptions, console.PulsarSubscription{Topic: si.Topic, Name: si.Name,
+				Type: si.Type, Consumers: si.Consumers, Backlog: si.Backlog})
+		}
+	}
+	return c
 }
 
 // handler serves the console (GET / and /console/…) in front of next.
@@ -94,7 +123,13 @@ func consoleGroups(ctx context.Context, ks *consume.Server) []console.KafkaGroup
 }
 
 // ConsoleGroups is the consumer groups with their lag, for an edge node's
-// console in the same process (node.Consumers).
+// console in the same process (node.Consumers; read in the background).
 func (s *Server) ConsoleGroups(ctx context.Context) []console.KafkaGroup {
 	return consoleGroups(ctx, s.kafka)
+}
+
+// ConsoleConsumers adds the live state (group members, Pulsar
+// subscriptions) to groups read by ConsoleGroups (node.Consumers).
+func (s *Server) ConsoleConsumers(groups []console.KafkaGroup) *console.Consumers {
+	return liveConsumers(groups, s.kafka, s.pulsar)
 }

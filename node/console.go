@@ -67,6 +67,9 @@ func (n *Node) consoleSnapshot() console.Snapshot {
 		s.Refusals["Kafka malformed connection"] = ks.ClosedMalformed
 	}
 	s.Latency = append(s.Latency, console.Histograms("puback", n.mqtt.PubackHistogram())...)
+	if n.kafka != nil {
+		s.Latency = append(s.Latency, console.Histograms("produce", n.kafka.LatencyHistogram())...)
+	}
 	s.Latency = append(s.Latency, console.Histograms("wal_fsync", n.wal.FsyncHistogram())...)
 	s.Latency = append(s.Latency, console.Histograms("wal_group", n.wal.GroupHistogram())...)
 	s.Latency = append(s.Latency, console.Histograms("upload", n.up.UploadHistogram())...)
@@ -130,8 +133,8 @@ func (n *Node) consoleSnapshot() console.Snapshot {
 		s.Streams = append(s.Streams, *st)
 	}
 	s.Cluster = n.consoleCluster()
-	if n.consumers.Load() != nil {
-		s.Consumers = &console.Consumers{KafkaGroups: lags}
+	if c, _ := n.consumers.Load().(Consumers); c != nil {
+		s.Consumers = c.ConsoleConsumers(lags)
 	}
 	return s
 }
@@ -206,7 +209,12 @@ func replicaTargets(self string, members []cluster.Member, k int) []string {
 // node's console when a cloud server runs in the same process (dev):
 // cloud.Server implements it.
 type Consumers interface {
+	// ConsoleGroups reads the groups' committed offsets and lag (slow:
+	// called in the background).
 	ConsoleGroups(ctx context.Context) []console.KafkaGroup
+	// ConsoleConsumers adds what is in memory now (members, Pulsar
+	// subscriptions) to groups.
+	ConsoleConsumers(groups []console.KafkaGroup) *console.Consumers
 }
 
 // ShowConsumers makes the console show c's consumer groups (and call the

@@ -138,6 +138,9 @@ func (n *Node) handler() http.Handler {
 	reg.MustRegister(n.wal.Collectors()...)
 	reg.MustRegister(n.up.Collectors()...)
 	reg.MustRegister(n.mqtt.PubackHistogram())
+	if n.kafka != nil {
+		reg.MustRegister(n.kafka.LatencyHistogram())
+	}
 	reg.MustRegister(newMaintCollector(n))
 	reg.MustRegister(&n.ingest.count)
 	for _, c := range n.collectors {

@@ -80,3 +80,20 @@ func TestSubscribeCaps(t *testing.T) {
 		t.Fatalf("joining an existing subscription: %v", e)
 	}
 }
+
+// TestSubscriptionsListing: the console's view of subscriptions: type,
+// consumers and backlog (messages not acknowledged up to the end).
+func TestSubscriptionsListing(t *testing.T) {
+	s, _ := testServer(t, 5, Config{})
+	c := dialRaw(t, s.Addr())
+	c.connect(19, false)
+	c.send(&pb.BaseCommand{Type: pb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pb.CommandSubscribe{
+		Topic: proto.String(testTopic + "-partition-0"), Subscription: proto.String("dash"), SubType: pb.CommandSubscribe_Shared.Enum(),
+		ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(1), InitialPosition: pb.CommandSubscribe_Earliest.Enum()}})
+	c.expect(pb.BaseCommand_SUCCESS)
+	c.send(&pb.BaseCommand{Type: pb.BaseCommand_FLOW.Enum(), Flow: &pb.CommandFlow{ConsumerId: proto.Uint64(1), MessagePermits: proto.Uint32(10)}})
+	testkit.Eventually(t, 10*time.Second, "the backlog of 5", func() bool {
+		subs := s.Subscriptions()
+		return len(subs) == 1 && subs[0].Backlog == 5 && subs[0].Consumers == 1 && subs[0].Type == "Shared" && subs[0].Name == "dash"
+	})
+}

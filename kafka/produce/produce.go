@@ -48,6 +48,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -193,7 +194,13 @@ func (s *Server) checkPartition(tl topicLookup, rp kmsg.ProduceRequestTopicParti
 }
 
 // producePartition decodes one batch, checks idempotence and appends it.
-func (s *Server) producePartition(ctx context.Context, clientID, topic string, partition int32, raw []byte) partResult {
+func (s *Server) producePartition(ctx context.Context, clientID, topic string, partition int32, raw []byte) (res partResult) {
+	start := time.Now()
+	defer func() {
+		if res.code == 0 {
+			s.latency.Observe(time.Since(start).Seconds())
+		}
+	}()
 	// Room for the decompressed records first: an uncompressed batch is as
 	// large as sent, a compressed one may reach MaxDecompressedBytes.
 	reserve := s.cfg.MaxDecompressedBytes
@@ -229,7 +236,7 @@ func (s *Server) producePartition(ctx context.Context, clientID, topic string, p
 		s.stats.dups.Add(1)
 		return partResult{baseOffset: off}
 	}
-	res := s.appendBatch(ctx, recs)
+	res = s.appendBatch(ctx, recs)
 	if res.code == 0 {
 		e.add(ProducerRun{Stream: topic, Partition: partition, ProducerID: b.ProducerID, ProducerEpoch: b.ProducerEpoch,
 			FirstSeq: b.BaseSequence, LastSeq: last, FirstOffset: res.baseOffset})

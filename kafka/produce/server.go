@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"golang.org/x/sync/semaphore"
 
@@ -138,6 +139,7 @@ type Server struct {
 	prod *producers
 	// decoding bounds the decompressed bytes of batches being decoded.
 	decoding *semaphore.Weighted
+	latency  prometheus.Histogram
 
 	stats struct {
 		batches, records, dups, partErrs, backpressured atomic.Int64
@@ -154,7 +156,7 @@ func NewServer(cfg Config, b Backend) (*Server, error) {
 	}
 	cfg.setDefaults()
 	s := &Server{cfg: cfg, b: b, prod: newProducers(cfg.ProducerIdleExpiry),
-		decoding: semaphore.NewWeighted(cfg.MaxInflightDecompressedBytes)}
+		decoding: semaphore.NewWeighted(cfg.MaxInflightDecompressedBytes), latency: newLatencyHistogram()}
 	conn, err := kafka.NewServer(cfg.Config, "kafka", apis, s)
 	if err != nil {
 		return nil, err
