@@ -11,13 +11,10 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/klauspost/compress/gzip"
-
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/kafka/kafkatest"
 
 	"github.com/klauspost/compress/s2"
-	"github.com/klauspost/compress/zstd"
-	"github.com/pierrec/lz4/v4"
 )
 
 var writeSeeds = flag.Bool("write-seeds", false, "rewrite testdata/fuzz seed corpora")
@@ -146,83 +143,23 @@ type testRec struct {
 
 // batchOpts describes a test batch.
 type batchOpts struct {
-	pid        int64
-	epoch      int16
-	seq        int32
-	codec      int16
-	attrs      int16 // extra attribute bits
-	firstTS    int64
-	badOffsets bool
+	pid     int64
+	epoch   int16
+	seq     int32
+	codec   int16
+	attrs   int16 // extra attribute bits
+	firstTS int64
 }
 
-func appendVarint(b []byte, v int64) []byte { return binary.AppendVarint(b, v) }
-
-func appendVarBytes(b, v []byte) []byte {
-	if v == nil {
-		return appendVarint(b, -1)
-	}
-	return append(appendVarint(b, int64(len(v))), v...)
-}
-
-// buildBatch encodes a v2 record batch with a correct CRC.
+// buildBatch encodes a v2 record batch with a correct CRC (kafkatest.Batch).
 func buildBatch(o batchOpts, recs ...testRec) []byte {
-	var body []byte
+	rs := make([]kafkatest.Rec, len(recs))
 	for i, r := range recs {
-		var rb []byte
-		rb = append(rb, 0)
-		rb = appendVarint(rb, r.tsDelta)
-		rb = appendVarint(rb, int64(i))
-		rb = appendVarBytes(rb, r.key)
-		rb = appendVarBytes(rb, r.value)
-		rb = appendVarint(rb, int64(len(r.headers)))
-		for _, h := range r.headers {
-			rb = appendVarBytes(rb, []byte(h.Key))
-			rb = appendVarBytes(rb, h.Value)
-		}
-		body = appendVarint(body, int64(len(rb)))
-		body = append(body, rb...)
+		rs[i] = kafkatest.Rec{Key: r.key, Value: r.value, Headers: r.headers, TSDelta: r.tsDelta}
 	}
-	body = compressFor(o.codec, body)
-	b := make([]byte, 0, batchHeaderLen+len(body))
-	b = binary.BigEndian.AppendUint64(b, 0)
-	b = binary.BigEndian.AppendUint32(b, uint32(batchHeaderLen-12+len(body)))
-	b = binary.BigEndian.AppendUint32(b, 0) // leader epoch
-	b = append(b, 2)
-	b = binary.BigEndian.AppendUint32(b, 0) // crc, below
-	b = binary.BigEndian.AppendUint16(b, uint16(o.codec|o.attrs))
-	b = binary.BigEndian.AppendUint32(b, uint32(len(recs)-1))
-	b = binary.BigEndian.AppendUint64(b, uint64(o.firstTS))
-	b = binary.BigEndian.AppendUint64(b, uint64(o.firstTS))
-	b = binary.BigEndian.AppendUint64(b, uint64(o.pid))
-	b = binary.BigEndian.AppendUint16(b, uint16(o.epoch))
-	b = binary.BigEndian.AppendUint32(b, uint32(o.seq))
-	b = binary.BigEndian.AppendUint32(b, uint32(len(recs)))
-	b = append(b, body...)
-	binary.BigEndian.PutUint32(b[crcOffset:], crc32.Checksum(b[crcStart:], castagnoli))
-	return b
+	return kafkatest.Batch(kafkatest.BatchOpts{PID: o.pid, Epoch: o.epoch, Seq: o.seq, Codec: o.codec, Attrs: o.attrs, FirstTS: o.firstTS}, rs...)
 }
 
-func compressFor(codec int16, in []byte) []byte {
-	var buf bytes.Buffer
-	switch codec {
-	case 0:
-		return in
-	case 1:
-		w := gzip.NewWriter(&buf)
-		w.Write(in)
-		w.Close()
-	case 2:
-		return s2.EncodeSnappy(nil, in)
-	case 3:
-		w := lz4.NewWriter(&buf)
-		w.Write(in)
-		w.Close()
-	case 4:
-		w, _ := zstd.NewWriter(&buf)
-		w.Write(in)
-		w.Close()
-	}
-	return buf.Bytes()
-}
+func compressFor(codec int16, in []byte) []byte { return kafkatest.Compress(codec, in) }
 
 func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }

@@ -136,7 +136,7 @@ func TestProduceErrors(t *testing.T) {
 		before := len(be.records("factory.ok", 0))
 		req := produceReq(7, "factory.ok", 0, good)
 		req.Acks = 0
-		c.c.Write(encodeRequest(100, "acks0", req))
+		c.C.Write(encodeRequest(100, "acks0", req))
 		// No response; the next request's response comes first.
 		if v := c.roundTrip(kmsg.NewPtrApiVersionsRequest()).(*kmsg.ApiVersionsResponse); v.ErrorCode != 0 {
 			t.Fatal(v.ErrorCode)
@@ -147,7 +147,7 @@ func TestProduceErrors(t *testing.T) {
 		// A failing acks=0 produce closes the connection.
 		req = produceReq(7, "factory.nope", 0, good)
 		req.Acks = 0
-		c.c.Write(encodeRequest(101, "acks0", req))
+		c.C.Write(encodeRequest(101, "acks0", req))
 		c.expectClosed()
 	})
 }
@@ -281,11 +281,11 @@ func TestApiVersions(t *testing.T) {
 		}
 	}
 	// An unknown version is answered in v0 with UNSUPPORTED_VERSION.
-	rc.corr++
-	frame := encodeRequest(rc.corr, "future", &kmsg.ApiVersionsRequest{Version: 4})
+	rc.Corr++
+	frame := encodeRequest(rc.Corr, "future", &kmsg.ApiVersionsRequest{Version: 4})
 	binary.BigEndian.PutUint16(frame[6:], 99)
-	rc.c.Write(frame)
-	got, err := kafka.ReadFrame(rc.c, 1<<20)
+	rc.C.Write(frame)
+	got, err := kafka.ReadFrame(rc.C, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -354,11 +354,11 @@ func TestMalformedFramesCloseOnlyTheirConnection(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			rc := dialRaw(t, s.Addr())
-			if _, err := rc.c.Write(c.bytes); err != nil {
+			if _, err := rc.C.Write(c.bytes); err != nil {
 				t.Fatal(err)
 			}
 			if c.half {
-				rc.c.(*net.TCPConn).CloseWrite()
+				rc.C.(*net.TCPConn).CloseWrite()
 			}
 			rc.expectClosed()
 		})
@@ -397,8 +397,8 @@ func TestCloseWaitsForInFlightAppend(t *testing.T) {
 	}
 	s := startServer(t, Config{}, be)
 	rc := dialRaw(t, s.Addr())
-	rc.corr++
-	rc.c.Write(encodeRequest(rc.corr, "slow", produceReq(9, "factory.slow", 0, buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1}, recs(1, "s")...))))
+	rc.Corr++
+	rc.C.Write(encodeRequest(rc.Corr, "slow", produceReq(9, "factory.slow", 0, buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1}, recs(1, "s")...))))
 	<-entered
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close(context.Background()) }()
@@ -409,7 +409,7 @@ func TestCloseWaitsForInFlightAppend(t *testing.T) {
 	default:
 	}
 	close(release)
-	frame, err := kafka.ReadFrame(rc.c, 1<<20)
+	frame, err := kafka.ReadFrame(rc.C, 1<<20)
 	if err != nil {
 		t.Fatalf("response of the in-flight produce not written: %v", err)
 	}

@@ -1,14 +1,11 @@
 package produce
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"log/slog"
-	"net"
 	"sort"
 	"strings"
 	"sync"
@@ -16,14 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/klauspost/compress/gzip"
-	"github.com/klauspost/compress/s2"
-	"github.com/klauspost/compress/zstd"
-	"github.com/pierrec/lz4/v4"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tributary-io/tributary"
-	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/kafka/kafkatest"
 	"github.com/tributary-io/tributary/wal"
 )
 
@@ -205,93 +198,22 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-// rawConn is a minimal Kafka client for scripted requests.
-type rawConn struct {
-	t    testing.TB
-	c    net.Conn
-	corr int32
-}
+// rawConn is a minimal Kafka client for scripted requests (kafkatest.Conn).
+type rawConn struct{ *kafkatest.Conn }
 
-func dialRaw(t testing.TB, addr string) *rawConn {
-	t.Helper()
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return &rawConn{t: t, c: c}
-}
+func dialRaw(t testing.TB, addr string) *rawConn { return &rawConn{kafkatest.Dial(t, addr)} }
 
-// encodeRequest frames a request with header v1 or v2.
 func encodeRequest(corr int32, clientID string, req kmsg.Request) []byte {
-	b := []byte{0, 0, 0, 0}
-	b = binary.BigEndian.AppendUint16(b, uint16(req.Key()))
-	b = binary.BigEndian.AppendUint16(b, uint16(req.GetVersion()))
-	b = binary.BigEndian.AppendUint32(b, uint32(corr))
-	b = binary.BigEndian.AppendUint16(b, uint16(len(clientID)))
-	b = append(b, clientID...)
-	if req.IsFlexible() {
-		b = append(b, 0)
-	}
-	b = req.AppendTo(b)
-	binary.BigEndian.PutUint32(b, uint32(len(b)-4))
-	return b
+	return kafkatest.EncodeRequest(corr, clientID, req)
 }
 
-// roundTrip sends req and decodes the response into resp.
-func (rc *rawConn) roundTrip(req kmsg.Request) kmsg.Response {
-	rc.t.Helper()
-	resp, err := rc.tryRoundTrip(req)
-	if err != nil {
-		rc.t.Fatal(err)
-	}
-	return resp
-}
+func (rc *rawConn) roundTrip(req kmsg.Request) kmsg.Response { rc.T.Helper(); return rc.RoundTrip(req) }
 
-func (rc *rawConn) tryRoundTrip(req kmsg.Request) (kmsg.Response, error) {
-	rc.corr++
-	rc.c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := rc.c.Write(encodeRequest(rc.corr, "raw-client", req)); err != nil {
-		return nil, err
-	}
-	frame, err := kafka.ReadFrame(rc.c, 1<<30)
-	if err != nil {
-		return nil, err
-	}
-	if got := int32(binary.BigEndian.Uint32(frame)); got != rc.corr {
-		return nil, fmt.Errorf("correlation id %d, want %d", got, rc.corr)
-	}
-	body := frame[4:]
-	resp := req.ResponseKind()
-	if resp.IsFlexible() && req.Key() != kafka.ApiVersionsKey {
-		body = body[1:]
-	}
-	if err := resp.ReadFrom(body); err != nil {
-		return nil, fmt.Errorf("decode response: %w", err)
-	}
-	return resp, nil
-}
+func (rc *rawConn) tryRoundTrip(req kmsg.Request) (kmsg.Response, error) { return rc.TryRoundTrip(req) }
 
-// expectClosed asserts the server closes the connection.
-func (rc *rawConn) expectClosed() {
-	rc.t.Helper()
-	rc.c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	buf := make([]byte, 1024)
-	for {
-		_, err := rc.c.Read(buf)
-		if err == nil {
-			continue
-		}
-		if err == io.EOF || isConnReset(err) {
-			return
-		}
-		rc.t.Fatalf("connection not closed by server: %v", err)
-	}
-}
+func (rc *rawConn) expectClosed() { rc.T.Helper(); rc.ExpectClosed() }
 
-func isConnReset(err error) bool {
-	return err != nil && (bytes.Contains([]byte(err.Error()), []byte("reset")) || bytes.Contains([]byte(err.Error()), []byte("broken pipe")))
-}
+func isConnReset(err error) bool { return kafkatest.IsConnReset(err) }
 
 // testRec is a record to put into a test batch.
 type testRec struct {
@@ -311,75 +233,18 @@ type batchOpts struct {
 	badOffsets bool
 }
 
-func appendVarint(b []byte, v int64) []byte { return binary.AppendVarint(b, v) }
-
-func appendVarBytes(b, v []byte) []byte {
-	if v == nil {
-		return appendVarint(b, -1)
-	}
-	return append(appendVarint(b, int64(len(v))), v...)
-}
-
-// buildBatch encodes a v2 record batch with a correct CRC.
+// buildBatch encodes a v2 record batch with a correct CRC (kafkatest.Batch).
 func buildBatch(o batchOpts, recs ...testRec) []byte {
-	var body []byte
+	rs := make([]kafkatest.Rec, len(recs))
 	for i, r := range recs {
-		var rb []byte
-		rb = append(rb, 0)
-		rb = appendVarint(rb, r.tsDelta)
-		rb = appendVarint(rb, int64(i))
-		rb = appendVarBytes(rb, r.key)
-		rb = appendVarBytes(rb, r.value)
-		rb = appendVarint(rb, int64(len(r.headers)))
-		for _, h := range r.headers {
-			rb = appendVarBytes(rb, []byte(h.Key))
-			rb = appendVarBytes(rb, h.Value)
-		}
-		body = appendVarint(body, int64(len(rb)))
-		body = append(body, rb...)
+		rs[i] = kafkatest.Rec{Key: r.key, Value: r.value, Headers: r.headers, TSDelta: r.tsDelta}
 	}
-	body = compressFor(o.codec, body)
-	b := make([]byte, 0, batchHeaderLen+len(body))
-	b = binary.BigEndian.AppendUint64(b, 0)
-	b = binary.BigEndian.AppendUint32(b, uint32(batchHeaderLen-12+len(body)))
-	b = binary.BigEndian.AppendUint32(b, 0) // leader epoch
-	b = append(b, 2)
-	b = binary.BigEndian.AppendUint32(b, 0) // crc, below
-	b = binary.BigEndian.AppendUint16(b, uint16(o.codec|o.attrs))
-	b = binary.BigEndian.AppendUint32(b, uint32(len(recs)-1))
-	b = binary.BigEndian.AppendUint64(b, uint64(o.firstTS))
-	b = binary.BigEndian.AppendUint64(b, uint64(o.firstTS))
-	b = binary.BigEndian.AppendUint64(b, uint64(o.pid))
-	b = binary.BigEndian.AppendUint16(b, uint16(o.epoch))
-	b = binary.BigEndian.AppendUint32(b, uint32(o.seq))
-	b = binary.BigEndian.AppendUint32(b, uint32(len(recs)))
-	b = append(b, body...)
-	binary.BigEndian.PutUint32(b[crcOffset:], crc32.Checksum(b[crcStart:], castagnoli))
-	return b
+	return kafkatest.Batch(kafkatest.BatchOpts{PID: o.pid, Epoch: o.epoch, Seq: o.seq, Codec: o.codec, Attrs: o.attrs, FirstTS: o.firstTS}, rs...)
 }
 
-func compressFor(codec int16, in []byte) []byte {
-	var buf bytes.Buffer
-	switch codec {
-	case 0:
-		return in
-	case 1:
-		w := gzip.NewWriter(&buf)
-		w.Write(in)
-		w.Close()
-	case 2:
-		return s2.EncodeSnappy(nil, in)
-	case 3:
-		w := lz4.NewWriter(&buf)
-		w.Write(in)
-		w.Close()
-	case 4:
-		w, _ := zstd.NewWriter(&buf)
-		w.Write(in)
-		w.Close()
-	}
-	return buf.Bytes()
-}
+func compressFor(codec int16, in []byte) []byte { return kafkatest.Compress(codec, in) }
+
+func appendVarint(b []byte, v int64) []byte { return binary.AppendVarint(b, v) }
 
 // produceReq builds a Produce request for one partition.
 func produceReq(version int16, topic string, partition int32, batch []byte) *kmsg.ProduceRequest {
@@ -399,10 +264,10 @@ func produceReq(version int16, topic string, partition int32, batch []byte) *kms
 
 // produceOne sends one batch and returns the partition response.
 func (rc *rawConn) produceOne(topic string, partition int32, batch []byte) kmsg.ProduceResponseTopicPartition {
-	rc.t.Helper()
+	rc.T.Helper()
 	resp := rc.roundTrip(produceReq(9, topic, partition, batch)).(*kmsg.ProduceResponse)
 	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
-		rc.t.Fatalf("produce response shape: %+v", resp)
+		rc.T.Fatalf("produce response shape: %+v", resp)
 	}
 	return resp.Topics[0].Partitions[0]
 }
