@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/pulsar-client-go/pulsar"
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -512,20 +513,32 @@ func TestConsoleCloud(t *testing.T) {
 	if err := kc.CommitUncommittedOffsets(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// A Pulsar subscriber too, which acknowledges nothing: its backlog shows.
+	sub, err := pulsarClient(t, cloud.Pulsar).Subscribe(pulsar.ConsumerOptions{Topic: pulsarTopic, SubscriptionName: "console-sub",
+		Type: pulsar.Shared, SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
 	cp := &proc{HTTP: cloud.Catalog}
-	waitFor(t, 30*time.Second, "the group in the cloud console's JSON", func() bool {
+	waitFor(t, 30*time.Second, "the group and the subscription in the cloud console's JSON", func() bool {
 		m := consoleModel(t, cp)
-		return m.Role == "cloud" && m.Consumers != nil && len(m.Consumers.KafkaGroups) == 1 && len(m.Streams) > 0
+		return m.Role == "cloud" && m.Consumers != nil && len(m.Consumers.KafkaGroups) == 1 && len(m.Streams) > 0 &&
+			len(m.Consumers.PulsarSubscriptions) > 0 && m.Consumers.PulsarSubscriptions[0].Backlog > 0
 	})
 	m := consoleModel(t, cp)
 	g := m.Consumers.KafkaGroups[0]
-	if g.ID != "console-e2e" || len(g.Lag) == 0 || g.Lag[0].Topic != "factory.telemetry" || g.Lag[0].Committed <= 0 {
+	if g.ID != "console-e2e" || len(g.Lag) == 0 || g.Lag[0].Topic != "factory.telemetry" || g.Lag[0].Committed <= 0 ||
+		len(g.Members) != 1 || g.State != "Stable" {
 		t.Fatalf("group in the console: %+v", g)
+	}
+	if ps := m.Consumers.PulsarSubscriptions[0]; ps.Name != "console-sub" || ps.Type != "Shared" || ps.Consumers != 1 {
+		t.Fatalf("subscription in the console: %+v", ps)
 	}
 	origin := "http://" + cloud.Catalog
 	run := runChromiumLogged(t, origin+"/#consumers", "--dump-dom", "--window-size=1280,900")
 	checkCleanPage(t, run, origin)
-	for _, want := range []string{"Kafka consumer groups", `data-group="console-e2e"`, "Committed offset", "factory.telemetry", "cloud server"} {
+	for _, want := range []string{"Kafka consumer groups", `data-group="console-e2e"`, "Committed offset", "factory.telemetry", "cloud server", "console-sub"} {
 		if !bytes.Contains(run.stdout, []byte(want)) {
 			t.Errorf("rendered cloud console lacks %q", want)
 		}
