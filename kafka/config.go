@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"time"
+
+	"github.com/tributary-io/tributary/listen"
 )
 
 // Config configures a Server's listener, shared by the produce and consume
@@ -26,9 +28,17 @@ type Config struct {
 	// IdleTimeout closes connections that send nothing for this long.
 	// Default 10m (Kafka's connections.max.idle.ms).
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// Limits are the listener's connection caps and the deadline for the
+	// first request (package listen; zero values take its defaults).
+	Limits listen.Config `yaml:"-"`
 	// Logger; nil = slog.Default().
 	Logger *slog.Logger `yaml:"-"`
 }
+
+// firstFrameBytes bounds a connection's first request (clients open with
+// ApiVersions or Metadata): a stranger cannot make the server allocate
+// MaxFrameBytes before it has spoken the protocol once.
+const firstFrameBytes = 1 << 20
 
 // Defaults.
 const (

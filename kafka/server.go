@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tributary-io/tributary/listen"
 )
 
 // Kafka error codes (the protocol's int16 error_code) used by the produce
@@ -93,6 +95,7 @@ type Server struct {
 	log     *slog.Logger
 	apis    APIs
 	handler Handler
+	name    string // the component: the listener's name
 
 	ctx    context.Context // canceled by Close after its grace period
 	cancel context.CancelFunc
@@ -122,6 +125,7 @@ func NewServer(cfg Config, component string, apis APIs, h Handler) (*Server, err
 		log:     cfg.Logger.With("component", component),
 		apis:    apis,
 		handler: h,
+		name:    component,
 		ctx:     ctx,
 		cancel:  cancel,
 		conns:   make(map[net.Conn]struct{}),
@@ -141,7 +145,12 @@ func (s *Server) Context() context.Context { return s.ctx }
 // Start listens on cfg.Addr and serves connections in the background;
 // attrs are added to its "kafka listening" log line.
 func (s *Server) Start(attrs ...any) error {
-	ln, err := net.Listen("tcp", s.cfg.Addr)
+	lim := s.cfg.Limits
+	if lim.Name == "" {
+		lim.Name = s.name
+	}
+	lim.Logger = s.log
+	ln, err := listen.Listen(s.cfg.Addr, lim)
 	if err != nil {
 		return fmt.Errorf("kafka: listen %s: %w", s.cfg.Addr, err)
 	}
@@ -247,8 +256,18 @@ func (s *Server) accept(ln net.Listener) {
 		s.mu.Unlock()
 		s.stats.accepted.Add(1)
 		s.stats.conns.Add(1)
-		go s.serveConn(c)
+		go ln.(*listen.Listener).Protect(c, func() { s.serveConn(c) })
 	}
+}
+
+// ListenerStats are the listener's connection counters (zero before Start).
+func (s *Server) ListenerStats() listen.Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l, ok := s.ln.(*listen.Listener); ok {
+		return l.Stats()
+	}
+	return listen.Stats{}
 }
 
 // Request is one decoded request with its header.
@@ -279,6 +298,7 @@ func (s *Server) serveConn(c net.Conn) {
 	log := s.log.With("remote", c.RemoteAddr().String())
 	br := bufio.NewReaderSize(c, 64<<10)
 	var out []byte
+	maxFrame := min(s.cfg.MaxFrameBytes, firstFrameBytes)
 	for {
 		// Under mu, so that Close's SetReadDeadline(now) cannot be
 		// overwritten by ours.
@@ -291,7 +311,7 @@ func (s *Server) serveConn(c net.Conn) {
 		if closing {
 			return
 		}
-		frame, err := ReadFrame(br, s.cfg.MaxFrameBytes)
+		frame, err := ReadFrame(br, maxFrame)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !isTimeout(err) && !errors.Is(err, net.ErrClosed) {
 				s.stats.malformed.Add(1)
@@ -306,6 +326,10 @@ func (s *Server) serveConn(c net.Conn) {
 			return
 		}
 		s.stats.requests.Add(1)
+		if maxFrame != s.cfg.MaxFrameBytes {
+			listen.Ready(c) // it speaks Kafka: the handshake deadline is met
+			maxFrame = s.cfg.MaxFrameBytes
+		}
 		resp, closeAfter := s.handler.Handle(s.ctx, req)
 		if resp != nil {
 			out = AppendResponse(out[:0], req, resp)

@@ -2,11 +2,18 @@ package kafka
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
+	"io"
+	"log/slog"
+	"net"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tributary-io/tributary/listen"
 )
 
 // frame encodes req as a client would: size, header v1/v2, body.
@@ -84,5 +91,65 @@ func TestDecodeRequest(t *testing.T) {
 	}
 	if _, err := ReadFrame(bytes.NewReader([]byte{0, 0, 0, 3, 1, 2, 3}), 1<<20); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("short frame: %v", err)
+	}
+}
+
+// panicky answers ApiVersions and panics on Metadata.
+type panicky struct{}
+
+func (panicky) Handle(ctx context.Context, req *Request) (kmsg.Response, bool) {
+	if req.Key == 3 {
+		var m map[string]int
+		m["boom"]++
+	}
+	return HandleApiVersions(req, req.Body.(*kmsg.ApiVersionsRequest), APIs{ApiVersionsKey: {0, 3}, 3: {0, 12}}), false
+}
+
+// TestListenerDefences: a handler panic closes that connection only
+// (counted); a socket that never sends a request is closed after the
+// handshake deadline; a first frame over 1 MiB closes the connection.
+func TestListenerDefences(t *testing.T) {
+	s, err := NewServer(Config{Addr: "127.0.0.1:0", Limits: listen.Config{HandshakeTimeout: 300 * time.Millisecond},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, "kafka-test", APIs{ApiVersionsKey: {0, 3}, 3: {0, 12}}, panicky{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	addr := s.Addr()
+	closed := func(c net.Conn) bool {
+		c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		_, err := io.ReadAll(c)
+		var ne net.Error
+		return !(errors.As(err, &ne) && ne.Timeout())
+	}
+	silent, _ := net.Dial("tcp", addr)
+	defer silent.Close()
+	if !closed(silent) {
+		t.Fatal("silent socket kept past the handshake deadline")
+	}
+	big, _ := net.Dial("tcp", addr)
+	defer big.Close()
+	big.Write([]byte{0x01, 0x00, 0x00, 0x00}) // a 16 MiB frame announced first
+	if !closed(big) {
+		t.Fatal("oversized first frame kept open")
+	}
+	bad, _ := net.Dial("tcp", addr)
+	defer bad.Close()
+	bad.Write(frame(&kmsg.MetadataRequest{Version: 1}))
+	if !closed(bad) {
+		t.Fatal("connection whose handler panicked left open")
+	}
+	if st := s.ListenerStats(); st.Panics != 1 || st.HandshakeTimeouts != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	good, _ := net.Dial("tcp", addr)
+	defer good.Close()
+	good.Write(frame(&kmsg.ApiVersionsRequest{Version: 0}))
+	good.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if _, err := ReadFrame(good, 1<<20); err != nil {
+		t.Fatalf("server stopped answering after a panic: %v", err)
 	}
 }

@@ -252,7 +252,7 @@ func (n *Node) registerMetrics(reg *prometheus.Registry) {
 // listeners that go through package listen, by listener name.
 func (n *Node) registerListenerMetrics(reg *prometheus.Registry) {
 	stats := n.listenerStats
-	names := []string{"mqtt", "mqtt-ws", "http", "peer"}
+	names := []string{"mqtt", "mqtt-ws", "http", "peer", "kafka"}
 	for _, name := range names {
 		l := prometheus.Labels{"listener": name}
 		get := func(f func(listen.Stats) float64) func() float64 {
@@ -287,6 +287,9 @@ func (n *Node) listenerStats() map[string]listen.Stats {
 	}
 	if n.peer != nil {
 		out["peer"] = n.peer.ListenerStats()
+	}
+	if n.kafka != nil {
+		out["kafka"] = n.kafka.ListenerStats()
 	}
 	return out
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/listen"
 	"github.com/tributary-io/tributary/tables"
 )
 
@@ -246,3 +247,6 @@ func streamOf(topic string) (string, bool) {
 	}
 	return topic, !strings.ContainsAny(topic, "/ ")
 }
+
+// ListenerStats are the listener's connection counters.
+func (cs *Server) ListenerStats() listen.Stats { return cs.conn.ListenerStats() }

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/listen"
 )
 
 // Config configures a Server. Zero values take the defaults below.
@@ -219,3 +220,6 @@ func (s *Server) Handle(ctx context.Context, req *kafka.Request) (resp kmsg.Resp
 	// kafka.DecodeRequest admits only the keys of apis.
 	panic(fmt.Sprintf("kafka: no handler for key %d", req.Key))
 }
+
+// ListenerStats are the listener's connection counters.
+func (s *Server) ListenerStats() listen.Stats { return s.conn.ListenerStats() }
