@@ -5,10 +5,24 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	restcat "github.com/apache/iceberg-go/catalog/rest"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/table"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/kafka/kafkatest"
+	"github.com/tributary-io/tributary/tables"
 )
 
 // rssBytes is the resident memory of process pid, from /proc.
@@ -93,4 +107,111 @@ func TestHostileStalledSockets(t *testing.T) {
 		return len(readTable(t, data, "factory.telemetry")) >= l.acked()
 	})
 	checkRows(t, l, readTable(t, data, "factory.telemetry"))
+}
+
+// TestHostileKafkaHeaderBomb: a small zstd batch whose one record carries
+// a hundred thousand empty headers (tens of millions took a node from
+// 100 MB to 5 GB before the header cap) is refused with INVALID_RECORD,
+// stored nowhere, and the node's memory stays bounded, while a kgo
+// producer alongside keeps producing.
+func TestHostileKafkaHeaderBomb(t *testing.T) {
+	data := t.TempDir()
+	p := startDev(t, data)
+	pid := p.cmd.Process.Pid
+	bomb := kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1, Codec: 4},
+		kafkatest.Rec{Value: []byte("v"), Headers: make([]tributary.Header, 100_000)})
+	if len(bomb) > 64<<10 {
+		t.Fatalf("bomb of %d bytes", len(bomb))
+	}
+	rc := kafkatest.Dial(t, p.Kafka)
+	req := kmsg.NewPtrProduceRequest()
+	req.Version, req.Acks, req.TimeoutMillis = 9, -1, 5000
+	rt := kmsg.NewProduceRequestTopic()
+	rt.Topic = "factory.telemetry"
+	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Records = bomb
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	peak := rssBytes(t, pid)
+	for range 20 {
+		resp := rc.RoundTrip(req).(*kmsg.ProduceResponse)
+		if code := resp.Topics[0].Partitions[0].ErrorCode; code != 87 { // INVALID_RECORD
+			t.Fatalf("header bomb answered %d, want INVALID_RECORD (87)", code)
+		}
+		peak = max(peak, rssBytes(t, pid))
+	}
+	kc, err := kgo.NewClient(kgo.SeedBrokers(p.Kafka), kgo.DefaultProduceTopic("factory.telemetry"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 50 {
+		if err := kc.ProduceSync(ctx, &kgo.Record{Value: []byte(fmt.Sprintf(`{"ok":%d}`, i))}).FirstErr(); err != nil {
+			t.Fatalf("good producer beside the bombs: %v", err)
+		}
+	}
+	t.Logf("rss peak %d MiB over 20 header bombs", peak>>20)
+	if peak > stalledMemoryBound {
+		t.Fatalf("node held %d MiB (bound %d MiB)", peak>>20, stalledMemoryBound>>20)
+	}
+	waitFor(t, 30*time.Second, "the good records in the table", func() bool {
+		return len(readTable(t, data, "factory.telemetry")) == 50
+	})
+	for _, r := range readTable(t, data, "factory.telemetry") {
+		if len(r.Headers) != 0 {
+			t.Fatalf("a record with %d headers was stored", len(r.Headers))
+		}
+	}
+}
+
+// TestHostileRESTCatalog: through the dev node's REST catalog, with
+// iceberg-go's own client, a client can neither move a table onto the
+// node's data directory nor raise a mark or take a partition; the node's
+// data and its acknowledged records are untouched.
+func TestHostileRESTCatalog(t *testing.T) {
+	data := t.TempDir()
+	p := startDev(t, data)
+	host, port, _ := strings.Cut(p.MQTT, ":")
+	if out, err := exec.Command(mosquittoPub(t), "-h", host, "-p", port, "-q", "1", "-t", "factory/l1/d1/telemetry", "-m", `{"c":1}`).CombinedOutput(); err != nil {
+		t.Fatalf("mosquitto_pub: %v %s", err, out)
+	}
+	waitFor(t, 30*time.Second, "the row", func() bool { return len(readTable(t, data, "factory.telemetry")) == 1 })
+	ctx := context.Background()
+	cl, err := restcat.NewCatalog(ctx, "tributary", "http://"+p.Catalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := iceberg.NewSchema(0, iceberg.NestedField{ID: 1, Name: "x", Type: iceberg.PrimitiveTypes.Int64})
+	if _, err := cl.CreateTable(ctx, table.Identifier{"factory", "evil"}, sc, catalog.WithLocation("file://"+data),
+		catalog.WithProperties(iceberg.Properties{tables.PropOrphanGraceMs: "1"})); err == nil {
+		t.Fatal("table created over the data directory")
+	}
+	tb, err := cl.LoadTable(ctx, table.Identifier{"factory", "telemetry"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, props := range []iceberg.Properties{
+		{tables.PropHighWater + "0": "1000000"},
+		{tables.PropOwner + "0": "evil", tables.PropEpoch + "0": "99"},
+	} {
+		tx := tb.NewTransaction()
+		if err := tx.SetProperties(props); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Commit(ctx); err == nil {
+			t.Fatalf("commit of %v accepted", props)
+		}
+	}
+	for _, f := range []string{"wal/wal.db", "catalog.db"} {
+		if _, err := os.Stat(filepath.Join(data, f)); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+	}
+	// The node keeps committing its own records.
+	if out, err := exec.Command(mosquittoPub(t), "-h", host, "-p", port, "-q", "1", "-t", "factory/l1/d1/telemetry", "-m", `{"c":2}`).CombinedOutput(); err != nil {
+		t.Fatalf("mosquitto_pub: %v %s", err, out)
+	}
+	waitFor(t, 30*time.Second, "the second row", func() bool { return len(readTable(t, data, "factory.telemetry")) == 2 })
 }
