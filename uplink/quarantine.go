@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -112,14 +113,23 @@ func ReadQuarantine(path string) ([]*tributary.Record, error) {
 		return nil, err
 	}
 	defer f.Close()
-	dec := json.NewDecoder(bufio.NewReaderSize(f, 1<<20))
+	recs, err := DecodeQuarantine(bufio.NewReaderSize(f, 1<<20))
+	if err != nil {
+		return recs, fmt.Errorf("quarantine %s: %w", path, err)
+	}
+	return recs, nil
+}
+
+// DecodeQuarantine decodes quarantined records (JSON objects, one a line).
+func DecodeQuarantine(r io.Reader) ([]*tributary.Record, error) {
+	dec := json.NewDecoder(r)
 	var out []*tributary.Record
 	for dec.More() {
-		r := new(tributary.Record)
-		if err := dec.Decode(r); err != nil {
-			return out, fmt.Errorf("quarantine %s: record %d: %w", path, len(out), err)
+		rec := new(tributary.Record)
+		if err := dec.Decode(rec); err != nil {
+			return out, fmt.Errorf("record %d: %w", len(out), err)
 		}
-		out = append(out, r)
+		out = append(out, rec)
 	}
 	return out, nil
 }
