@@ -219,6 +219,12 @@ func TestClusterMQTTNamespace(t *testing.T) {
 		}
 	}
 	for _, p := range []*proc{a, c} {
+		// "out" counts B's acknowledgements, which may arrive a moment
+		// after B delivered the last publish.
+		deadline := time.Now().Add(10 * time.Second)
+		for labelledMetric(t, p, fwdOut) < float64(n) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
 		if v := labelledMetric(t, p, fwdOut); v != n {
 			t.Errorf("%s forwarded out %v, want %d (each publish once, to B only)", p.dataDir, v, n)
 		}
