@@ -47,6 +47,8 @@ const (
 	CodeInvalidProducerEpoch    int16 = 47
 	CodeKafkaStorageError       int16 = 56
 	CodeNotEnoughReplicas       int16 = 19
+	CodeOffsetMetadataTooLarge  int16 = 12
+	CodeInvalidCommitOffsetSize int16 = 28
 	CodePolicyViolation         int16 = 44
 	CodeMemberIDRequired        int16 = 79
 	CodeGroupMaxSizeReached     int16 = 81

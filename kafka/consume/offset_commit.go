@@ -14,6 +14,12 @@ package consume
 //     the answer is REBALANCE_IN_PROGRESS, during PreparingRebalance the
 //     commit is accepted (the member learns of the rebalance from its
 //     heartbeat), as in Kafka.
+//   - Caps (what a client can make the offset store hold): a group id is
+//     at most maxGroupIDBytes (INVALID_GROUP_ID); a request commits at most
+//     maxCommitPartitions partitions (beyond: INVALID_COMMIT_OFFSET_SIZE on
+//     every partition, nothing stored); a partition's metadata is at most
+//     maxOffsetMetadataBytes (OFFSET_METADATA_TOO_LARGE for that
+//     partition, the others stored), Kafka's offset.metadata.max.bytes.
 //   - The offsets are stored durably (offsets_store.go) before the
 //     response, in one transaction; a storage failure answers every
 //     partition with UNKNOWN_SERVER_ERROR and stores none.
@@ -26,12 +32,26 @@ import (
 	"github.com/tributary-io/tributary/kafka"
 )
 
+// Caps of OffsetCommit (see above).
+const (
+	maxGroupIDBytes        = 255
+	maxCommitPartitions    = 10000
+	maxOffsetMetadataBytes = 4096
+)
+
 func (cs *Server) handleOffsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.OffsetCommitResponse)
 	code := int16(0)
+	n := 0
+	for _, rt := range r.Topics {
+		n += len(rt.Partitions)
+	}
+	tooBig := map[[2]any]bool{}
 	switch {
-	case r.Group == "":
+	case r.Group == "" || len(r.Group) > maxGroupIDBytes:
 		code = kafka.CodeInvalidGroupID
+	case n > maxCommitPartitions:
+		code = kafka.CodeInvalidCommitOffsetSize
 	case !cs.isCoordinator(r.Group):
 		code = kafka.CodeNotCoordinator
 	default:
@@ -44,6 +64,10 @@ func (cs *Server) handleOffsetCommit(ctx context.Context, r *kmsg.OffsetCommitRe
 				md := ""
 				if rp.Metadata != nil {
 					md = *rp.Metadata
+				}
+				if len(md) > maxOffsetMetadataBytes {
+					tooBig[[2]any{rt.Topic, rp.Partition}] = true
+					continue
 				}
 				offs = append(offs, committedOffset{topic: rt.Topic, partition: rp.Partition, offset: rp.Offset, metadata: md})
 			}
@@ -60,6 +84,9 @@ func (cs *Server) handleOffsetCommit(ctx context.Context, r *kmsg.OffsetCommitRe
 			sp := kmsg.NewOffsetCommitResponseTopicPartition()
 			sp.Partition = rp.Partition
 			sp.ErrorCode = code
+			if code == 0 && tooBig[[2]any{rt.Topic, rp.Partition}] {
+				sp.ErrorCode = kafka.CodeOffsetMetadataTooLarge
+			}
 			st.Partitions = append(st.Partitions, sp)
 		}
 		resp.Topics = append(resp.Topics, st)
