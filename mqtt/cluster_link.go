@@ -18,7 +18,6 @@ import (
 type clusterLink struct {
 	c        *clusterNode
 	id, addr string
-	link     PeerLink
 
 	mu      sync.Mutex
 	queue   []fwdMsg
@@ -34,7 +33,7 @@ type clusterLink struct {
 }
 
 func newClusterLink(c *clusterNode, id, addr string) *clusterLink {
-	l := &clusterLink{c: c, id: id, addr: addr, link: c.tr.Link(id, addr),
+	l := &clusterLink{c: c, id: id, addr: addr,
 		wake: make(chan struct{}, 1), push: make(chan struct{}, 1), full: true}
 	l.ctx, l.cancel = context.WithCancel(c.ctx)
 	return l
@@ -144,7 +143,11 @@ func (l *clusterLink) sleep(d time.Duration) bool {
 func (l *clusterLink) call(typ uint8, payload []byte) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(l.ctx, callTimeout)
 	defer cancel()
-	return l.link.Call(ctx, typ, payload)
+	// The transport's link to the peer is looked up on every call, not
+	// kept: the peer links are shared with replication, and a link
+	// replaced meanwhile (the peer's address seen changing) is closed for
+	// good — a kept one would fail with "closed" forever.
+	return l.c.tr.Link(l.id, l.addr).Call(ctx, typ, payload)
 }
 
 func (l *clusterLink) logFailure(what string, err error) {
