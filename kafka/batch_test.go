@@ -24,16 +24,16 @@ const fuzzMaxDecompressed = 1 << 20
 // seedBatches are meaningful record batches: every codec, idempotent and
 // not, null keys, empty values, headers, xerial snappy, a bomb, bad CRC.
 func seedBatches() map[string][]byte {
-	rs := []testRec{
-		{key: nil, value: []byte("v0")},
-		{key: []byte("k1"), value: []byte{}, headers: []tributary.Header{{Key: "h", Value: []byte("x")}, {Key: "", Value: nil}}},
-		{key: []byte{}, value: []byte("v2"), tsDelta: 1000},
+	rs := []kafkatest.Rec{
+		{Key: nil, Value: []byte("v0")},
+		{Key: []byte("k1"), Value: []byte{}, Headers: []tributary.Header{{Key: "h", Value: []byte("x")}, {Key: "", Value: nil}}},
+		{Key: []byte{}, Value: []byte("v2"), TSDelta: 1000},
 	}
 	out := map[string][]byte{}
 	for codec, name := range []string{"none", "gzip", "snappy", "lz4", "zstd"} {
-		out["batch_"+name] = buildBatch(batchOpts{pid: 42, epoch: 1, seq: 7, codec: int16(codec), firstTS: 1700000000000}, rs...)
+		out["batch_"+name] = kafkatest.Batch(kafkatest.BatchOpts{PID: 42, Epoch: 1, Seq: 7, Codec: int16(codec), FirstTS: 1700000000000}, rs...)
 	}
-	out["batch_plain"] = buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1}, rs...)
+	out["batch_plain"] = kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1}, rs...)
 	// xerial-framed snappy, as the Java client writes it.
 	plain := out["batch_plain"]
 	x := append([]byte{}, xerialHeader...)
@@ -43,8 +43,8 @@ func seedBatches() map[string][]byte {
 	x = binary.BigEndian.AppendUint32(x, uint32(len(blk)))
 	x = append(x, blk...)
 	out["batch_xerial"] = rebatch(plain, 2, x)
-	out["batch_zstd_bomb"] = buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1, codec: 4}, testRec{value: make([]byte, 4<<20)})
-	out["batch_gzip_bomb"] = buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1, codec: 1}, testRec{value: make([]byte, 4<<20)})
+	out["batch_zstd_bomb"] = kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1, Codec: 4}, kafkatest.Rec{Value: make([]byte, 4<<20)})
+	out["batch_gzip_bomb"] = kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1, Codec: 1}, kafkatest.Rec{Value: make([]byte, 4<<20)})
 	bad := bytes.Clone(plain)
 	bad[len(bad)-1] ^= 1
 	out["batch_bad_crc"] = bad
@@ -96,15 +96,15 @@ func FuzzRecordBatch(f *testing.F) {
 }
 
 func TestDecompressionBounds(t *testing.T) {
-	big := testRec{value: bytes.Repeat([]byte("a"), 2<<20)}
+	big := kafkatest.Rec{Value: bytes.Repeat([]byte("a"), 2<<20)}
 	for codec, name := range []string{"none", "gzip", "snappy", "lz4", "zstd"} {
 		t.Run(name, func(t *testing.T) {
-			b := buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1, codec: int16(codec)}, big)
+			b := kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1, Codec: int16(codec)}, big)
 			if _, err := ParseBatch(b, BatchLimits{MaxDecompressed: 1 << 20}); codec != 0 && !errors.Is(err, ErrBatchTooLarge) {
 				t.Fatalf("2 MiB in %d bytes under a 1 MiB bound: %v", len(b), err)
 			}
 			got, err := ParseBatch(b, BatchLimits{MaxDecompressed: 4 << 20})
-			if err != nil || !bytes.Equal(got.Records[0].Value, big.value) {
+			if err != nil || !bytes.Equal(got.Records[0].Value, big.Value) {
 				t.Fatalf("within bound: %v", err)
 			}
 		})
@@ -133,33 +133,5 @@ func TestWriteFuzzSeeds(t *testing.T) {
 		}
 	}
 }
-
-// testRec is a record to put into a test batch.
-type testRec struct {
-	key, value []byte
-	headers    []tributary.Header
-	tsDelta    int64
-}
-
-// batchOpts describes a test batch.
-type batchOpts struct {
-	pid     int64
-	epoch   int16
-	seq     int32
-	codec   int16
-	attrs   int16 // extra attribute bits
-	firstTS int64
-}
-
-// buildBatch encodes a v2 record batch with a correct CRC (kafkatest.Batch).
-func buildBatch(o batchOpts, recs ...testRec) []byte {
-	rs := make([]kafkatest.Rec, len(recs))
-	for i, r := range recs {
-		rs[i] = kafkatest.Rec{Key: r.key, Value: r.value, Headers: r.headers, TSDelta: r.tsDelta}
-	}
-	return kafkatest.Batch(kafkatest.BatchOpts{PID: o.pid, Epoch: o.epoch, Seq: o.seq, Codec: o.codec, Attrs: o.attrs, FirstTS: o.firstTS}, rs...)
-}
-
-func compressFor(codec int16, in []byte) []byte { return kafkatest.Compress(codec, in) }
 
 func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }

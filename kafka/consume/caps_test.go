@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/kafka/kafkatest"
 )
 
 // TestOffsetCommitCaps: what a client can make the offset store hold is
@@ -17,7 +18,7 @@ func TestOffsetCommitCaps(t *testing.T) {
 	e := newCloudEnv(t, "n1")
 	e.commit(0, 10, 10)
 	cs := e.start(t)
-	rc := dialRaw(t, cs.Addr())
+	rc := kafkatest.Dial(t, cs.Addr())
 	commit := func(group string, parts int, md string) []int16 {
 		req := kmsg.NewPtrOffsetCommitRequest()
 		req.SetVersion(8)
@@ -33,7 +34,7 @@ func TestOffsetCommitCaps(t *testing.T) {
 			rt.Partitions = append(rt.Partitions, rp)
 		}
 		req.Topics = append(req.Topics, rt)
-		resp := rc.roundTrip(req).(*kmsg.OffsetCommitResponse)
+		resp := rc.RoundTrip(req).(*kmsg.OffsetCommitResponse)
 		var codes []int16
 		for _, p := range resp.Topics[0].Partitions {
 			codes = append(codes, p.ErrorCode)

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/kafka/kafkatest"
 )
 
 // seedCloudRequests are one request of every consume-side API key.
@@ -28,7 +29,7 @@ func seedCloudRequests() map[string][]byte {
 	fp.FetchOffset, fp.PartitionMaxBytes = 3, 1<<10
 	ft.Partitions = append(ft.Partitions, fp)
 	fr.Topics = append(fr.Topics, ft)
-	out["fetch_v11"] = encodeRequest(1, "c", fr)
+	out["fetch_v11"] = kafkatest.EncodeRequest(1, "c", fr)
 	lo := kmsg.NewPtrListOffsetsRequest()
 	lo.Version = 5
 	lt := kmsg.NewListOffsetsRequestTopic()
@@ -37,32 +38,32 @@ func seedCloudRequests() map[string][]byte {
 	lp.Timestamp = -2
 	lt.Partitions = append(lt.Partitions, lp)
 	lo.Topics = append(lo.Topics, lt)
-	out["listoffsets_v5"] = encodeRequest(2, "c", lo)
+	out["listoffsets_v5"] = kafkatest.EncodeRequest(2, "c", lo)
 	md := kmsg.NewPtrMetadataRequest()
 	md.Version = 12
-	out["metadata_v12_all"] = encodeRequest(3, "c", md)
+	out["metadata_v12_all"] = kafkatest.EncodeRequest(3, "c", md)
 	fc := kmsg.NewPtrFindCoordinatorRequest()
 	fc.Version, fc.CoordinatorKeys = 4, []string{"g"}
-	out["findcoordinator_v4"] = encodeRequest(4, "c", fc)
+	out["findcoordinator_v4"] = kafkatest.EncodeRequest(4, "c", fc)
 	jg := kmsg.NewPtrJoinGroupRequest()
 	jg.Version, jg.Group, jg.SessionTimeoutMillis, jg.RebalanceTimeoutMillis, jg.ProtocolType = 9, "g", 6000, 1000, "consumer"
 	jp := kmsg.NewJoinGroupRequestProtocol()
 	jp.Name, jp.Metadata = "range", []byte{0, 1}
 	jg.Protocols = append(jg.Protocols, jp)
-	out["joingroup_v9"] = encodeRequest(5, "c", jg)
+	out["joingroup_v9"] = kafkatest.EncodeRequest(5, "c", jg)
 	jg0 := *jg
 	jg0.Version = 0
-	out["joingroup_v0"] = encodeRequest(6, "c", &jg0)
+	out["joingroup_v0"] = kafkatest.EncodeRequest(6, "c", &jg0)
 	sg := kmsg.NewPtrSyncGroupRequest()
 	sg.Version, sg.Group, sg.MemberID, sg.Generation = 5, "g", "m", 1
-	out["syncgroup_v5"] = encodeRequest(7, "c", sg)
+	out["syncgroup_v5"] = kafkatest.EncodeRequest(7, "c", sg)
 	hb := kmsg.NewPtrHeartbeatRequest()
 	hb.Version, hb.Group, hb.MemberID = 4, "g", "m"
-	out["heartbeat_v4"] = encodeRequest(8, "c", hb)
+	out["heartbeat_v4"] = kafkatest.EncodeRequest(8, "c", hb)
 	lg := kmsg.NewPtrLeaveGroupRequest()
 	lg.Version, lg.Group = 5, "g"
 	lg.Members = append(lg.Members, kmsg.LeaveGroupRequestMember{MemberID: "m"})
-	out["leavegroup_v5"] = encodeRequest(9, "c", lg)
+	out["leavegroup_v5"] = kafkatest.EncodeRequest(9, "c", lg)
 	oc := kmsg.NewPtrOffsetCommitRequest()
 	oc.Version, oc.Group, oc.Generation = 8, "g", -1
 	ot := kmsg.NewOffsetCommitRequestTopic()
@@ -71,14 +72,14 @@ func seedCloudRequests() map[string][]byte {
 	op.Offset = 5
 	ot.Partitions = append(ot.Partitions, op)
 	oc.Topics = append(oc.Topics, ot)
-	out["offsetcommit_v8"] = encodeRequest(10, "c", oc)
+	out["offsetcommit_v8"] = kafkatest.EncodeRequest(10, "c", oc)
 	of := kmsg.NewPtrOffsetFetchRequest()
 	of.Version, of.Group = 7, "g"
-	out["offsetfetch_v7_all"] = encodeRequest(11, "c", of)
+	out["offsetfetch_v7_all"] = kafkatest.EncodeRequest(11, "c", of)
 	of1 := kmsg.NewPtrOffsetFetchRequest()
 	of1.Version, of1.Group = 1, "g"
 	of1.Topics = append(of1.Topics, kmsg.OffsetFetchRequestTopic{Topic: topic, Partitions: []int32{0, 7}})
-	out["offsetfetch_v1"] = encodeRequest(12, "c", of1)
+	out["offsetfetch_v1"] = kafkatest.EncodeRequest(12, "c", of1)
 	trunc := map[string][]byte{}
 	for k, v := range out {
 		trunc[k+"_trunc"] = v[:len(v)*2/3]

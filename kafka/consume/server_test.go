@@ -18,6 +18,7 @@ import (
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/kafka/kafkatest"
 	"github.com/tributary-io/tributary/tables"
 )
 
@@ -213,7 +214,7 @@ func TestCloudListOffsetsAndFetchEdges(t *testing.T) {
 	e.commit(0, 50, 10)
 	e.commit(0, 50, 10)
 	cs := e.start(t)
-	rc := dialRaw(t, cs.Addr())
+	rc := kafkatest.Dial(t, cs.Addr())
 
 	lo := func(ts int64) kmsg.ListOffsetsResponseTopicPartition {
 		req := kmsg.NewPtrListOffsetsRequest()
@@ -224,7 +225,7 @@ func TestCloudListOffsetsAndFetchEdges(t *testing.T) {
 		rp.Partition, rp.Timestamp = 0, ts
 		rt.Partitions = append(rt.Partitions, rp)
 		req.Topics = append(req.Topics, rt)
-		return rc.roundTrip(req).(*kmsg.ListOffsetsResponse).Topics[0].Partitions[0]
+		return rc.RoundTrip(req).(*kmsg.ListOffsetsResponse).Topics[0].Partitions[0]
 	}
 	if p := lo(-2); p.ErrorCode != 0 || p.Offset != 0 {
 		t.Fatalf("earliest: %+v", p)
@@ -250,7 +251,7 @@ func TestCloudListOffsetsAndFetchEdges(t *testing.T) {
 		rp.FetchOffset, rp.PartitionMaxBytes = off, partMax
 		rt.Partitions = append(rt.Partitions, rp)
 		req.Topics = append(req.Topics, rt)
-		return rc.roundTrip(req).(*kmsg.FetchResponse).Topics[0].Partitions[0]
+		return rc.RoundTrip(req).(*kmsg.FetchResponse).Topics[0].Partitions[0]
 	}
 	// A tiny partition max still returns one record, with a correct CRC.
 	p := fetch(42, 0, 1)
@@ -291,8 +292,8 @@ func TestCloudListOffsetsAndFetchEdges(t *testing.T) {
 func TestCloudApiVersionsAdvertiseConsumeOnly(t *testing.T) {
 	e := newCloudEnv(t, "n1")
 	cs := e.start(t)
-	rc := dialRaw(t, cs.Addr())
-	resp := rc.roundTrip(kmsg.NewPtrApiVersionsRequest()).(*kmsg.ApiVersionsResponse)
+	rc := kafkatest.Dial(t, cs.Addr())
+	resp := rc.RoundTrip(kmsg.NewPtrApiVersionsRequest()).(*kmsg.ApiVersionsResponse)
 	keys := map[int16]bool{}
 	for _, k := range resp.ApiKeys {
 		keys[k.ApiKey] = true
@@ -335,7 +336,7 @@ func TestCloudCoordinatorAgreement(t *testing.T) {
 		t.Cleanup(func() { cs.Close(context.Background()) })
 		servers = append(servers, cs)
 	}
-	conns := []*rawConn{dialRaw(t, addrs[0]), dialRaw(t, addrs[1])}
+	conns := []*kafkatest.Conn{kafkatest.Dial(t, addrs[0]), kafkatest.Dial(t, addrs[1])}
 	owners := map[int32]int{}
 	for g := range 20 {
 		group := fmt.Sprintf("group-%d", g)
@@ -344,7 +345,7 @@ func TestCloudCoordinatorAgreement(t *testing.T) {
 			req := kmsg.NewPtrFindCoordinatorRequest()
 			req.SetVersion(3)
 			req.CoordinatorKey = group
-			resp := rc.roundTrip(req).(*kmsg.FindCoordinatorResponse)
+			resp := rc.RoundTrip(req).(*kmsg.FindCoordinatorResponse)
 			if resp.ErrorCode != 0 {
 				t.Fatalf("find coordinator: %d", resp.ErrorCode)
 			}
@@ -358,7 +359,7 @@ func TestCloudCoordinatorAgreement(t *testing.T) {
 			req := kmsg.NewPtrHeartbeatRequest()
 			req.SetVersion(3)
 			req.Group, req.MemberID = group, "m"
-			code := rc.roundTrip(req).(*kmsg.HeartbeatResponse).ErrorCode
+			code := rc.RoundTrip(req).(*kmsg.HeartbeatResponse).ErrorCode
 			isCoord := kafka.BrokerID(addrs[i]) == ids[0]
 			if isCoord && code != kafka.CodeUnknownMemberID || !isCoord && code != kafka.CodeNotCoordinator {
 				t.Fatalf("%s on server %d (coordinator %v): heartbeat error %d", group, i, isCoord, code)

@@ -17,28 +17,29 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/kafka/kafkatest"
 )
 
 // genRecord returns the i-th test record: every 10th has a null key, every
 // 7th an empty value, every 5th no headers, some headers have empty or nil
 // values and repeated keys.
-func genRecord(i int) testRec {
-	r := testRec{key: []byte(fmt.Sprintf("key-%d", i)), value: []byte(fmt.Sprintf("value-%d-\x00\xff-%s", i, strings.Repeat("x", i%50)))}
+func genRecord(i int) kafkatest.Rec {
+	r := kafkatest.Rec{Key: []byte(fmt.Sprintf("key-%d", i)), Value: []byte(fmt.Sprintf("value-%d-\x00\xff-%s", i, strings.Repeat("x", i%50)))}
 	if i%10 == 0 {
-		r.key = nil
+		r.Key = nil
 	}
 	if i%7 == 0 {
-		r.value = []byte{}
+		r.Value = []byte{}
 	}
 	if i%5 != 0 {
-		r.headers = []tributary.Header{{Key: "h1", Value: []byte(fmt.Sprint(i))}, {Key: "empty", Value: []byte{}}, {Key: "h1", Value: []byte{0, 1, 2}}}
+		r.Headers = []tributary.Header{{Key: "h1", Value: []byte(fmt.Sprint(i))}, {Key: "empty", Value: []byte{}}, {Key: "h1", Value: []byte{0, 1, 2}}}
 	}
 	return r
 }
 
 // checkRecords asserts the partition holds exactly want, in order, at
 // offsets 0..len-1, byte-exact.
-func checkRecords(t *testing.T, got []*tributary.Record, want []testRec, clientID string) {
+func checkRecords(t *testing.T, got []*tributary.Record, want []kafkatest.Rec, clientID string) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("backend has %d records, want %d", len(got), len(want))
@@ -48,18 +49,18 @@ func checkRecords(t *testing.T, got []*tributary.Record, want []testRec, clientI
 		if g.Offset != int64(i) {
 			t.Fatalf("record %d has offset %d", i, g.Offset)
 		}
-		if (g.Key == nil) != (w.key == nil) || !bytes.Equal(g.Key, w.key) {
-			t.Fatalf("record %d key %q (nil %v), want %q (nil %v)", i, g.Key, g.Key == nil, w.key, w.key == nil)
+		if (g.Key == nil) != (w.Key == nil) || !bytes.Equal(g.Key, w.Key) {
+			t.Fatalf("record %d key %q (nil %v), want %q (nil %v)", i, g.Key, g.Key == nil, w.Key, w.Key == nil)
 		}
-		if g.Value == nil || !bytes.Equal(g.Value, w.value) {
-			t.Fatalf("record %d value %q (nil %v), want %q", i, g.Value, g.Value == nil, w.value)
+		if g.Value == nil || !bytes.Equal(g.Value, w.Value) {
+			t.Fatalf("record %d value %q (nil %v), want %q", i, g.Value, g.Value == nil, w.Value)
 		}
-		if len(g.Headers) != len(w.headers) {
-			t.Fatalf("record %d headers %v, want %v", i, g.Headers, w.headers)
+		if len(g.Headers) != len(w.Headers) {
+			t.Fatalf("record %d headers %v, want %v", i, g.Headers, w.Headers)
 		}
 		for j := range g.Headers {
-			if g.Headers[j].Key != w.headers[j].Key || !bytes.Equal(g.Headers[j].Value, w.headers[j].Value) {
-				t.Fatalf("record %d header %d %v, want %v", i, j, g.Headers[j], w.headers[j])
+			if g.Headers[j].Key != w.Headers[j].Key || !bytes.Equal(g.Headers[j].Value, w.Headers[j].Value) {
+				t.Fatalf("record %d header %d %v, want %v", i, j, g.Headers[j], w.Headers[j])
 			}
 		}
 		if g.Source != "kafka" || g.Topic != g.Stream || (clientID != "" && g.ClientID != clientID) {
@@ -104,12 +105,12 @@ func TestKgoIdempotentProducer(t *testing.T) {
 			defer cl.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			want := make([]testRec, n)
+			want := make([]kafkatest.Rec, n)
 			errs := make(chan error, 1)
 			for i := range n {
 				want[i] = genRecord(i)
-				r := &kgo.Record{Key: want[i].key, Value: want[i].value, Partition: 0}
-				for _, h := range want[i].headers {
+				r := &kgo.Record{Key: want[i].Key, Value: want[i].Value, Partition: 0}
+				for _, h := range want[i].Headers {
 					r.Headers = append(r.Headers, kgo.RecordHeader{Key: h.Key, Value: h.Value})
 				}
 				cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
@@ -159,12 +160,12 @@ func TestKcatProducer(t *testing.T) {
 			be.addStream(topic, "edge-1")
 			s := startServer(t, Config{}, be)
 			var in bytes.Buffer
-			var want []testRec
+			var want []kafkatest.Rec
 			hdrs := []tributary.Header{{Key: "site", Value: []byte("plant-7")}, {Key: "line", Value: []byte("a=b")}}
 			for i := range 200 {
 				k, v := fmt.Sprintf("k%d", i), fmt.Sprintf("v%d \t %s", i, strings.Repeat("é", i%9))
 				fmt.Fprintf(&in, "%s|%s\n", k, v)
-				want = append(want, testRec{key: []byte(k), value: []byte(v), headers: hdrs})
+				want = append(want, kafkatest.Rec{Key: []byte(k), Value: []byte(v), Headers: hdrs})
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -198,15 +199,15 @@ func TestSaramaSyncProducer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	var want []testRec
+	var want []kafkatest.Rec
 	for i := range 100 {
 		r := genRecord(i + 1)
 		want = append(want, r)
-		m := &sarama.ProducerMessage{Topic: topic, Partition: 0, Value: sarama.ByteEncoder(r.value)}
-		if r.key != nil {
-			m.Key = sarama.ByteEncoder(r.key)
+		m := &sarama.ProducerMessage{Topic: topic, Partition: 0, Value: sarama.ByteEncoder(r.Value)}
+		if r.Key != nil {
+			m.Key = sarama.ByteEncoder(r.Key)
 		}
-		for _, h := range r.headers {
+		for _, h := range r.Headers {
 			m.Headers = append(m.Headers, sarama.RecordHeader{Key: []byte(h.Key), Value: h.Value})
 		}
 		part, off, err := p.SendMessage(m)

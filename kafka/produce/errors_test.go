@@ -16,6 +16,7 @@ import (
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/kafka/kafkatest"
 
 	"github.com/tributary-io/tributary/internal/testkit"
 )
@@ -25,21 +26,21 @@ func TestProduceErrors(t *testing.T) {
 	be.brokers = append(be.brokers, Broker{NodeID: "edge-2", Host: "10.0.0.2", Port: 9092})
 	be.addStream("factory.ok", "edge-1", "edge-2")
 	s := startServer(t, Config{MaxBatchBytes: 4096, MaxDecompressedBytes: 64 << 10, BackpressureThrottle: 250 * time.Millisecond}, be)
-	rc := dialRaw(t, s.Addr())
-	good := buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1}, recs(3, "g")...)
+	rc := kafkatest.Dial(t, s.Addr())
+	good := kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1}, recs(3, "g")...)
 	badCRC := bytes.Clone(good)
 	badCRC[len(badCRC)-2] ^= 0x40
 	magic1 := bytes.Clone(good)
 	magic1[16] = 1
-	big := buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1}, testRec{value: make([]byte, 5000)})
-	bomb := buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1, codec: 4}, testRec{value: make([]byte, 200<<10)})
+	big := kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1}, kafkatest.Rec{Value: make([]byte, 5000)})
+	bomb := kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1, Codec: 4}, kafkatest.Rec{Value: make([]byte, 200<<10)})
 	if len(bomb) > 4096 {
 		t.Fatalf("bomb batch is %d bytes", len(bomb))
 	}
 	// A header bomb: one zstd record whose thousands of empty headers take a
 	// few bytes compressed (tens of millions of them took a node from 100 MB
 	// to 5 GB before the cap).
-	headerBomb := buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1, codec: 4}, testRec{value: []byte("v"), headers: make([]tributary.Header, 20000)})
+	headerBomb := kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1, Codec: 4}, kafkatest.Rec{Value: []byte("v"), Headers: make([]tributary.Header, 20000)})
 	if len(headerBomb) > 4096 {
 		t.Fatalf("header bomb batch is %d bytes", len(headerBomb))
 	}
@@ -63,13 +64,13 @@ func TestProduceErrors(t *testing.T) {
 		{"truncated batch", "factory.ok", 0, good[:len(good)-3], kafka.CodeCorruptMessage},
 		{"two batches", "factory.ok", 0, append(bytes.Clone(good), good...), kafka.CodeInvalidRecord},
 		{"message format v1", "factory.ok", 0, magic1, kafka.CodeInvalidRecord},
-		{"transactional batch", "factory.ok", 0, buildBatch(batchOpts{pid: 5, seq: 0, attrs: 0x10}, recs(1, "t")...), kafka.CodeInvalidRecord},
-		{"control batch", "factory.ok", 0, buildBatch(batchOpts{pid: 5, seq: 0, attrs: 0x20}, recs(1, "t")...), kafka.CodeInvalidRecord},
+		{"transactional batch", "factory.ok", 0, kafkatest.Batch(kafkatest.BatchOpts{PID: 5, Seq: 0, Attrs: 0x10}, recs(1, "t")...), kafka.CodeInvalidRecord},
+		{"control batch", "factory.ok", 0, kafkatest.Batch(kafkatest.BatchOpts{PID: 5, Seq: 0, Attrs: 0x20}, recs(1, "t")...), kafka.CodeInvalidRecord},
 		{"bad offset delta", "factory.ok", 0, badOffsetDeltaBatch(), kafka.CodeInvalidRecord},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			p := rc.produceOne(tt.topic, tt.partition, tt.batch)
+			p := produceOne(rc, tt.topic, tt.partition, tt.batch)
 			if p.ErrorCode != tt.code {
 				t.Fatalf("code %d, want %d (%v)", p.ErrorCode, tt.code, p.ErrorMessage)
 			}
@@ -85,7 +86,7 @@ func TestProduceErrors(t *testing.T) {
 	t.Run("budget exhausted", func(t *testing.T) {
 		be.budget.Store(true)
 		defer be.budget.Store(false)
-		resp := rc.roundTrip(produceReq(9, "factory.ok", 0, good)).(*kmsg.ProduceResponse)
+		resp := rc.RoundTrip(produceReq(9, "factory.ok", 0, good)).(*kmsg.ProduceResponse)
 		if p := resp.Topics[0].Partitions[0]; p.ErrorCode != kafka.CodeKafkaStorageError {
 			t.Fatalf("code %d, want %d", p.ErrorCode, kafka.CodeKafkaStorageError)
 		}
@@ -100,7 +101,7 @@ func TestProduceErrors(t *testing.T) {
 		// Not a full disk: NOT_ENOUGH_REPLICAS, not KAFKA_STORAGE_ERROR.
 		be.unrepl.Store(true)
 		defer be.unrepl.Store(false)
-		resp := rc.roundTrip(produceReq(9, "factory.ok", 0, good)).(*kmsg.ProduceResponse)
+		resp := rc.RoundTrip(produceReq(9, "factory.ok", 0, good)).(*kmsg.ProduceResponse)
 		if p := resp.Topics[0].Partitions[0]; p.ErrorCode != kafka.CodeNotEnoughReplicas {
 			t.Fatalf("code %d, want %d", p.ErrorCode, kafka.CodeNotEnoughReplicas)
 		}
@@ -111,7 +112,7 @@ func TestProduceErrors(t *testing.T) {
 	t.Run("transactional produce", func(t *testing.T) {
 		req := produceReq(9, "factory.ok", 0, good)
 		req.TransactionID = kmsg.StringPtr("txn")
-		resp := rc.roundTrip(req).(*kmsg.ProduceResponse)
+		resp := rc.RoundTrip(req).(*kmsg.ProduceResponse)
 		if p := resp.Topics[0].Partitions[0]; p.ErrorCode != kafka.CodeInvalidRecord {
 			t.Fatalf("code %d", p.ErrorCode)
 		}
@@ -120,25 +121,25 @@ func TestProduceErrors(t *testing.T) {
 		req := kmsg.NewPtrInitProducerIDRequest()
 		req.Version = 4
 		req.TransactionalID = kmsg.StringPtr("txn")
-		if resp := rc.roundTrip(req).(*kmsg.InitProducerIDResponse); resp.ErrorCode != kafka.CodeInvalidRequest {
+		if resp := rc.RoundTrip(req).(*kmsg.InitProducerIDResponse); resp.ErrorCode != kafka.CodeInvalidRequest {
 			t.Fatalf("code %d", resp.ErrorCode)
 		}
 	})
 	t.Run("invalid acks", func(t *testing.T) {
 		req := produceReq(9, "factory.ok", 0, good)
 		req.Acks = 2
-		if p := rc.roundTrip(req).(*kmsg.ProduceResponse).Topics[0].Partitions[0]; p.ErrorCode != kafka.CodeInvalidRequiredAcks {
+		if p := rc.RoundTrip(req).(*kmsg.ProduceResponse).Topics[0].Partitions[0]; p.ErrorCode != kafka.CodeInvalidRequiredAcks {
 			t.Fatalf("code %d", p.ErrorCode)
 		}
 	})
 	t.Run("acks=0", func(t *testing.T) {
-		c := dialRaw(t, s.Addr())
+		c := kafkatest.Dial(t, s.Addr())
 		before := len(be.records("factory.ok", 0))
 		req := produceReq(7, "factory.ok", 0, good)
 		req.Acks = 0
-		c.C.Write(encodeRequest(100, "acks0", req))
+		c.C.Write(kafkatest.EncodeRequest(100, "acks0", req))
 		// No response; the next request's response comes first.
-		if v := c.roundTrip(kmsg.NewPtrApiVersionsRequest()).(*kmsg.ApiVersionsResponse); v.ErrorCode != 0 {
+		if v := c.RoundTrip(kmsg.NewPtrApiVersionsRequest()).(*kmsg.ApiVersionsResponse); v.ErrorCode != 0 {
 			t.Fatal(v.ErrorCode)
 		}
 		if after := len(be.records("factory.ok", 0)); after != before+3 {
@@ -147,14 +148,14 @@ func TestProduceErrors(t *testing.T) {
 		// A failing acks=0 produce closes the connection.
 		req = produceReq(7, "factory.nope", 0, good)
 		req.Acks = 0
-		c.C.Write(encodeRequest(101, "acks0", req))
-		c.expectClosed()
+		c.C.Write(kafkatest.EncodeRequest(101, "acks0", req))
+		c.ExpectClosed()
 	})
 }
 
 // badOffsetDeltaBatch has records whose offset deltas are not 0, 1, ….
 func badOffsetDeltaBatch() []byte {
-	b := buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1}, recs(2, "d")...)
+	b := kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1}, recs(2, "d")...)
 	// Record 0 starts at 61: length varint (1 byte), attributes, ts delta
 	// (varint 0 = 1 byte), offset delta.
 	b[batchHeaderLen+3] = 0x04 // varint 2
@@ -165,28 +166,28 @@ func badOffsetDeltaBatch() []byte {
 func TestAutoCreate(t *testing.T) {
 	be := newFakeBackend("edge-1")
 	s := startServer(t, Config{AutoCreate: true}, be)
-	rc := dialRaw(t, s.Addr())
+	rc := kafkatest.Dial(t, s.Addr())
 	// Metadata without permission to create does not create.
 	req := kmsg.NewPtrMetadataRequest()
 	req.Version = 12
 	rt := kmsg.NewMetadataRequestTopic()
 	rt.Topic = kmsg.StringPtr("factory.meta")
 	req.Topics = append(req.Topics, rt)
-	resp := rc.roundTrip(req).(*kmsg.MetadataResponse)
+	resp := rc.RoundTrip(req).(*kmsg.MetadataResponse)
 	if resp.Topics[0].ErrorCode != kafka.CodeUnknownTopicOrPartition {
 		t.Fatalf("code %d", resp.Topics[0].ErrorCode)
 	}
 	req.AllowAutoTopicCreation = true
-	resp = rc.roundTrip(req).(*kmsg.MetadataResponse)
+	resp = rc.RoundTrip(req).(*kmsg.MetadataResponse)
 	if mt := resp.Topics[0]; mt.ErrorCode != 0 || len(mt.Partitions) != 1 || mt.Partitions[0].Leader != kafka.BrokerID("edge-1") {
 		t.Fatalf("metadata %+v", mt)
 	}
 	// Produce creates too.
-	if p := rc.produceOne("factory.prod", 0, buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1}, recs(1, "p")...)); p.ErrorCode != 0 {
+	if p := produceOne(rc, "factory.prod", 0, kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1}, recs(1, "p")...)); p.ErrorCode != 0 {
 		t.Fatalf("code %d", p.ErrorCode)
 	}
 	// But not invalid names.
-	if p := rc.produceOne("nope", 0, buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1}, recs(1, "p")...)); p.ErrorCode != kafka.CodeInvalidTopic {
+	if p := produceOne(rc, "nope", 0, kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1}, recs(1, "p")...)); p.ErrorCode != kafka.CodeInvalidTopic {
 		t.Fatalf("code %d", p.ErrorCode)
 	}
 	// One Metadata request naming 50 new streams creates one of them (it
@@ -199,7 +200,7 @@ func TestAutoCreate(t *testing.T) {
 		rt.Topic = kmsg.StringPtr(fmt.Sprintf("flood.t%d", i))
 		req.Topics = append(req.Topics, rt)
 	}
-	resp = rc.roundTrip(req).(*kmsg.MetadataResponse)
+	resp = rc.RoundTrip(req).(*kmsg.MetadataResponse)
 	made := 0
 	for _, mt := range resp.Topics {
 		if mt.ErrorCode == 0 {
@@ -217,14 +218,14 @@ func TestMetadata(t *testing.T) {
 	be.addStream("factory.a", "edge-1", "edge-2", "edge-gone")
 	be.addStream("factory.b", "edge-1")
 	s := startServer(t, Config{Config: kafka.Config{ClusterID: "plant"}}, be)
-	rc := dialRaw(t, s.Addr())
+	rc := kafkatest.Dial(t, s.Addr())
 	for _, v := range []int16{0, 1, 4, 9, 12} {
 		req := kmsg.NewPtrMetadataRequest()
 		req.Version = v
 		if v == 0 {
 			req.Topics = []kmsg.MetadataRequestTopic{}
 		}
-		resp := rc.roundTrip(req).(*kmsg.MetadataResponse)
+		resp := rc.RoundTrip(req).(*kmsg.MetadataResponse)
 		if len(resp.Topics) != 2 || *resp.Topics[0].Topic != "factory.a" {
 			t.Fatalf("v%d topics %+v", v, resp.Topics)
 		}
@@ -254,7 +255,7 @@ func TestMetadata(t *testing.T) {
 	for _, rt := range []kmsg.MetadataRequestTopic{{TopicID: kafka.TopicID("factory.b")}, {Topic: kmsg.StringPtr("factory.zz")}, {Topic: kmsg.StringPtr("bad name")}} {
 		req.Topics = append(req.Topics, rt)
 	}
-	resp := rc.roundTrip(req).(*kmsg.MetadataResponse)
+	resp := rc.RoundTrip(req).(*kmsg.MetadataResponse)
 	if *resp.Topics[0].Topic != "factory.b" || resp.Topics[0].ErrorCode != 0 || resp.Topics[1].ErrorCode != kafka.CodeUnknownTopicOrPartition || resp.Topics[2].ErrorCode != kafka.CodeInvalidTopic {
 		t.Fatalf("topics %+v", resp.Topics)
 	}
@@ -265,12 +266,12 @@ func TestMetadata(t *testing.T) {
 
 func TestApiVersions(t *testing.T) {
 	s := startServer(t, Config{}, newFakeBackend("edge-1"))
-	rc := dialRaw(t, s.Addr())
+	rc := kafkatest.Dial(t, s.Addr())
 	for _, v := range []int16{0, 3, 4} {
 		req := kmsg.NewPtrApiVersionsRequest()
 		req.Version = v
 		req.ClientSoftwareName, req.ClientSoftwareVersion = "test", "1"
-		resp := rc.roundTrip(req).(*kmsg.ApiVersionsResponse)
+		resp := rc.RoundTrip(req).(*kmsg.ApiVersionsResponse)
 		if resp.ErrorCode != 0 || len(resp.ApiKeys) != len(apis) {
 			t.Fatalf("v%d: %+v", v, resp)
 		}
@@ -282,7 +283,7 @@ func TestApiVersions(t *testing.T) {
 	}
 	// An unknown version is answered in v0 with UNSUPPORTED_VERSION.
 	rc.Corr++
-	frame := encodeRequest(rc.Corr, "future", &kmsg.ApiVersionsRequest{Version: 4})
+	frame := kafkatest.EncodeRequest(rc.Corr, "future", &kmsg.ApiVersionsRequest{Version: 4})
 	binary.BigEndian.PutUint16(frame[6:], 99)
 	rc.C.Write(frame)
 	got, err := kafka.ReadFrame(rc.C, 1<<20)
@@ -332,11 +333,11 @@ func TestMalformedFramesCloseOnlyTheirConnection(t *testing.T) {
 	garbage := make([]byte, 256)
 	rand.Read(garbage)
 	binary.BigEndian.PutUint32(garbage, 200) // plausible length, random content
-	validProduce := encodeRequest(1, "x", produceReq(9, topic, 0, buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1}, recs(1, "v")...)))
+	validProduce := kafkatest.EncodeRequest(1, "x", produceReq(9, topic, 0, kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1}, recs(1, "v")...)))
 	truncatedBody := bytes.Clone(validProduce[:len(validProduce)-20])
 	binary.BigEndian.PutUint32(truncatedBody, uint32(len(truncatedBody)-4))
-	unknownKey := encodeRequest(1, "x", kmsg.NewPtrJoinGroupRequest())
-	oldProduce := encodeRequest(1, "x", produceReq(2, topic, 0, nil))
+	unknownKey := kafkatest.EncodeRequest(1, "x", kmsg.NewPtrJoinGroupRequest())
+	oldProduce := kafkatest.EncodeRequest(1, "x", produceReq(2, topic, 0, nil))
 	cases := []struct {
 		name  string
 		bytes []byte
@@ -353,14 +354,14 @@ func TestMalformedFramesCloseOnlyTheirConnection(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			rc := dialRaw(t, s.Addr())
+			rc := kafkatest.Dial(t, s.Addr())
 			if _, err := rc.C.Write(c.bytes); err != nil {
 				t.Fatal(err)
 			}
 			if c.half {
 				rc.C.(*net.TCPConn).CloseWrite()
 			}
-			rc.expectClosed()
+			rc.ExpectClosed()
 		})
 	}
 	wg.Wait()
@@ -396,9 +397,9 @@ func TestCloseWaitsForInFlightAppend(t *testing.T) {
 		<-release
 	}
 	s := startServer(t, Config{}, be)
-	rc := dialRaw(t, s.Addr())
+	rc := kafkatest.Dial(t, s.Addr())
 	rc.Corr++
-	rc.C.Write(encodeRequest(rc.Corr, "slow", produceReq(9, "factory.slow", 0, buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1}, recs(1, "s")...))))
+	rc.C.Write(kafkatest.EncodeRequest(rc.Corr, "slow", produceReq(9, "factory.slow", 0, kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1}, recs(1, "s")...))))
 	<-entered
 	closed := make(chan error, 1)
 	go func() { closed <- s.Close(context.Background()) }()
@@ -421,12 +422,12 @@ func TestCloseWaitsForInFlightAppend(t *testing.T) {
 	if err := <-closed; err != nil {
 		t.Fatal(err)
 	}
-	rc.expectClosed()
+	rc.ExpectClosed()
 }
 
 func TestFetchRefused(t *testing.T) {
 	s := startServer(t, Config{}, newFakeBackend("edge-1"))
-	rc := dialRaw(t, s.Addr())
+	rc := kafkatest.Dial(t, s.Addr())
 	for _, v := range []int16{4, 12} {
 		req := kmsg.NewPtrFetchRequest()
 		req.Version = v
@@ -434,7 +435,7 @@ func TestFetchRefused(t *testing.T) {
 		ft.Topic = "factory.events"
 		ft.Partitions = append(ft.Partitions, kmsg.NewFetchRequestTopicPartition())
 		req.Topics = append(req.Topics, ft)
-		resp := rc.roundTrip(req).(*kmsg.FetchResponse)
+		resp := rc.RoundTrip(req).(*kmsg.FetchResponse)
 		if len(resp.Topics) != 1 || resp.Topics[0].Partitions[0].ErrorCode != kafka.CodeUnsupportedVersion || resp.Topics[0].Partitions[0].RecordBatches != nil {
 			t.Fatalf("v%d: %+v", v, resp)
 		}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/kafka/kafkatest"
 )
 
 var writeSeeds = flag.Bool("write-seeds", false, "rewrite testdata/fuzz seed corpora")
@@ -27,9 +28,9 @@ func seedRequests() map[string][]byte {
 	for _, v := range []int16{0, 3} {
 		r := kmsg.NewPtrApiVersionsRequest()
 		r.Version, r.ClientSoftwareName, r.ClientSoftwareVersion = v, "kgo", "1.0"
-		out[fmt.Sprintf("apiversions_v%d", v)] = encodeRequest(1, "client", r)
+		out[fmt.Sprintf("apiversions_v%d", v)] = kafkatest.EncodeRequest(1, "client", r)
 	}
-	fut := encodeRequest(1, "client", &kmsg.ApiVersionsRequest{Version: 4})
+	fut := kafkatest.EncodeRequest(1, "client", &kmsg.ApiVersionsRequest{Version: 4})
 	binary.BigEndian.PutUint16(fut[6:], 99)
 	out["apiversions_future"] = fut
 	for _, v := range []int16{0, 4, 12} {
@@ -42,37 +43,37 @@ func seedRequests() map[string][]byte {
 			r.Topics = append(r.Topics, kmsg.MetadataRequestTopic{TopicID: kafka.TopicID("factory.events")})
 			r.AllowAutoTopicCreation = true
 		}
-		out[fmt.Sprintf("metadata_v%d", v)] = encodeRequest(2, "client", r)
+		out[fmt.Sprintf("metadata_v%d", v)] = kafkatest.EncodeRequest(2, "client", r)
 	}
 	all := kmsg.NewPtrMetadataRequest()
 	all.Version = 9
-	out["metadata_all_v9"] = encodeRequest(3, "", all)
+	out["metadata_all_v9"] = kafkatest.EncodeRequest(3, "", all)
 	ip := kmsg.NewPtrInitProducerIDRequest()
 	ip.Version = 4
-	out["initproducerid_v4"] = encodeRequest(4, "client", ip)
+	out["initproducerid_v4"] = kafkatest.EncodeRequest(4, "client", ip)
 	fr := kmsg.NewPtrFetchRequest()
 	fr.Version = 12
 	ft := kmsg.NewFetchRequestTopic()
 	ft.Topic = "factory.events"
 	ft.Partitions = append(ft.Partitions, kmsg.NewFetchRequestTopicPartition())
 	fr.Topics = append(fr.Topics, ft)
-	out["fetch_v12"] = encodeRequest(5, "client", fr)
+	out["fetch_v12"] = kafkatest.EncodeRequest(5, "client", fr)
 	// The batches of kafka's FuzzRecordBatch seeds (kafka/batch_test.go).
-	rs := []testRec{
-		{key: nil, value: []byte("v0")},
-		{key: []byte("k1"), value: []byte{}, headers: []tributary.Header{{Key: "h", Value: []byte("x")}, {Key: "", Value: nil}}},
-		{key: []byte{}, value: []byte("v2"), tsDelta: 1000},
+	rs := []kafkatest.Rec{
+		{Key: nil, Value: []byte("v0")},
+		{Key: []byte("k1"), Value: []byte{}, Headers: []tributary.Header{{Key: "h", Value: []byte("x")}, {Key: "", Value: nil}}},
+		{Key: []byte{}, Value: []byte("v2"), TSDelta: 1000},
 	}
 	batches := map[string][]byte{
-		"batch_zstd":  buildBatch(batchOpts{pid: 42, epoch: 1, seq: 7, codec: 4, firstTS: 1700000000000}, rs...),
-		"batch_lz4":   buildBatch(batchOpts{pid: 42, epoch: 1, seq: 7, codec: 3, firstTS: 1700000000000}, rs...),
-		"batch_plain": buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1}, rs...),
+		"batch_zstd":  kafkatest.Batch(kafkatest.BatchOpts{PID: 42, Epoch: 1, Seq: 7, Codec: 4, FirstTS: 1700000000000}, rs...),
+		"batch_lz4":   kafkatest.Batch(kafkatest.BatchOpts{PID: 42, Epoch: 1, Seq: 7, Codec: 3, FirstTS: 1700000000000}, rs...),
+		"batch_plain": kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1}, rs...),
 	}
 	for _, v := range []int16{3, 9, 12} {
-		out[fmt.Sprintf("produce_v%d_zstd", v)] = encodeRequest(6, "client", produceReq(v, "factory.events", 0, batches["batch_zstd"]))
+		out[fmt.Sprintf("produce_v%d_zstd", v)] = kafkatest.EncodeRequest(6, "client", produceReq(v, "factory.events", 0, batches["batch_zstd"]))
 	}
-	out["produce_v7_lz4"] = encodeRequest(7, "client", produceReq(7, "factory.events", 0, batches["batch_lz4"]))
-	out["produce_v9_plain_bad_topic"] = encodeRequest(8, "client", produceReq(9, "bad", 0, batches["batch_plain"]))
+	out["produce_v7_lz4"] = kafkatest.EncodeRequest(7, "client", produceReq(7, "factory.events", 0, batches["batch_lz4"]))
+	out["produce_v9_plain_bad_topic"] = kafkatest.EncodeRequest(8, "client", produceReq(9, "bad", 0, batches["batch_plain"]))
 	out["truncated"] = out["produce_v9_zstd"][:40]
 	return out
 }

@@ -2,7 +2,6 @@ package produce
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"hash/crc32"
 	"log/slog"
@@ -198,54 +197,6 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-// rawConn is a minimal Kafka client for scripted requests (kafkatest.Conn).
-type rawConn struct{ *kafkatest.Conn }
-
-func dialRaw(t testing.TB, addr string) *rawConn { return &rawConn{kafkatest.Dial(t, addr)} }
-
-func encodeRequest(corr int32, clientID string, req kmsg.Request) []byte {
-	return kafkatest.EncodeRequest(corr, clientID, req)
-}
-
-func (rc *rawConn) roundTrip(req kmsg.Request) kmsg.Response { rc.T.Helper(); return rc.RoundTrip(req) }
-
-func (rc *rawConn) tryRoundTrip(req kmsg.Request) (kmsg.Response, error) { return rc.TryRoundTrip(req) }
-
-func (rc *rawConn) expectClosed() { rc.T.Helper(); rc.ExpectClosed() }
-
-func isConnReset(err error) bool { return kafkatest.IsConnReset(err) }
-
-// testRec is a record to put into a test batch.
-type testRec struct {
-	key, value []byte
-	headers    []tributary.Header
-	tsDelta    int64
-}
-
-// batchOpts describes a test batch.
-type batchOpts struct {
-	pid        int64
-	epoch      int16
-	seq        int32
-	codec      int16
-	attrs      int16 // extra attribute bits
-	firstTS    int64
-	badOffsets bool
-}
-
-// buildBatch encodes a v2 record batch with a correct CRC (kafkatest.Batch).
-func buildBatch(o batchOpts, recs ...testRec) []byte {
-	rs := make([]kafkatest.Rec, len(recs))
-	for i, r := range recs {
-		rs[i] = kafkatest.Rec{Key: r.key, Value: r.value, Headers: r.headers, TSDelta: r.tsDelta}
-	}
-	return kafkatest.Batch(kafkatest.BatchOpts{PID: o.pid, Epoch: o.epoch, Seq: o.seq, Codec: o.codec, Attrs: o.attrs, FirstTS: o.firstTS}, rs...)
-}
-
-func compressFor(codec int16, in []byte) []byte { return kafkatest.Compress(codec, in) }
-
-func appendVarint(b []byte, v int64) []byte { return binary.AppendVarint(b, v) }
-
 // produceReq builds a Produce request for one partition.
 func produceReq(version int16, topic string, partition int32, batch []byte) *kmsg.ProduceRequest {
 	req := kmsg.NewPtrProduceRequest()
@@ -263,9 +214,9 @@ func produceReq(version int16, topic string, partition int32, batch []byte) *kms
 }
 
 // produceOne sends one batch and returns the partition response.
-func (rc *rawConn) produceOne(topic string, partition int32, batch []byte) kmsg.ProduceResponseTopicPartition {
+func produceOne(rc *kafkatest.Conn, topic string, partition int32, batch []byte) kmsg.ProduceResponseTopicPartition {
 	rc.T.Helper()
-	resp := rc.roundTrip(produceReq(9, topic, partition, batch)).(*kmsg.ProduceResponse)
+	resp := rc.RoundTrip(produceReq(9, topic, partition, batch)).(*kmsg.ProduceResponse)
 	if len(resp.Topics) != 1 || len(resp.Topics[0].Partitions) != 1 {
 		rc.T.Fatalf("produce response shape: %+v", resp)
 	}

@@ -10,23 +10,24 @@ import (
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/kafka/kafkatest"
 )
 
-func initProducerID(t *testing.T, rc *rawConn) (int64, int16) {
+func initProducerID(t *testing.T, rc *kafkatest.Conn) (int64, int16) {
 	t.Helper()
 	req := kmsg.NewPtrInitProducerIDRequest()
 	req.Version = 4
-	resp := rc.roundTrip(req).(*kmsg.InitProducerIDResponse)
+	resp := rc.RoundTrip(req).(*kmsg.InitProducerIDResponse)
 	if resp.ErrorCode != 0 {
 		t.Fatalf("InitProducerId error %d", resp.ErrorCode)
 	}
 	return resp.ProducerID, resp.ProducerEpoch
 }
 
-func recs(n int, tag string) []testRec {
-	out := make([]testRec, n)
+func recs(n int, tag string) []kafkatest.Rec {
+	out := make([]kafkatest.Rec, n)
 	for i := range out {
-		out[i] = testRec{key: []byte(tag), value: []byte{byte(i)}, tsDelta: int64(i)}
+		out[i] = kafkatest.Rec{Key: []byte(tag), Value: []byte{byte(i)}, TSDelta: int64(i)}
 	}
 	return out
 }
@@ -40,14 +41,14 @@ func TestIdempotenceScript(t *testing.T) {
 	const topic = "factory.idem"
 	be.addStream(topic, "edge-1")
 	s := startServer(t, Config{}, be)
-	rc := dialRaw(t, s.Addr())
+	rc := kafkatest.Dial(t, s.Addr())
 	pid, epoch := initProducerID(t, rc)
 	if epoch != 0 || pid <= 0 {
 		t.Fatalf("pid %d epoch %d", pid, epoch)
 	}
-	b0 := buildBatch(batchOpts{pid: pid, epoch: 0, seq: 0, firstTS: 1700000000000}, recs(3, "a")...)
-	b1 := buildBatch(batchOpts{pid: pid, epoch: 0, seq: 3, firstTS: 1700000000000}, recs(2, "b")...)
-	b2 := buildBatch(batchOpts{pid: pid, epoch: 0, seq: 5}, recs(4, "c")...)
+	b0 := kafkatest.Batch(kafkatest.BatchOpts{PID: pid, Epoch: 0, Seq: 0, FirstTS: 1700000000000}, recs(3, "a")...)
+	b1 := kafkatest.Batch(kafkatest.BatchOpts{PID: pid, Epoch: 0, Seq: 3, FirstTS: 1700000000000}, recs(2, "b")...)
+	b2 := kafkatest.Batch(kafkatest.BatchOpts{PID: pid, Epoch: 0, Seq: 5}, recs(4, "c")...)
 	steps := []struct {
 		name   string
 		batch  []byte
@@ -60,19 +61,19 @@ func TestIdempotenceScript(t *testing.T) {
 		{"second batch", b1, 0, 3, 5},
 		{"replay of older batch", b0, 0, 0, 5},
 		{"replay of second batch", b1, 0, 3, 5},
-		{"gap in sequence", buildBatch(batchOpts{pid: pid, epoch: 0, seq: 10}, recs(1, "x")...), kafka.CodeOutOfOrderSequence, -1, 5},
-		{"overlapping, not a known batch", buildBatch(batchOpts{pid: pid, epoch: 0, seq: 4}, recs(3, "x")...), kafka.CodeOutOfOrderSequence, -1, 5},
+		{"gap in sequence", kafkatest.Batch(kafkatest.BatchOpts{PID: pid, Epoch: 0, Seq: 10}, recs(1, "x")...), kafka.CodeOutOfOrderSequence, -1, 5},
+		{"overlapping, not a known batch", kafkatest.Batch(kafkatest.BatchOpts{PID: pid, Epoch: 0, Seq: 4}, recs(3, "x")...), kafka.CodeOutOfOrderSequence, -1, 5},
 		{"third batch", b2, 0, 5, 9},
-		{"new epoch must start at 0", buildBatch(batchOpts{pid: pid, epoch: 1, seq: 9}, recs(1, "x")...), kafka.CodeOutOfOrderSequence, -1, 9},
-		{"new epoch", buildBatch(batchOpts{pid: pid, epoch: 1, seq: 0}, recs(2, "e1")...), 0, 9, 11},
-		{"stale epoch", buildBatch(batchOpts{pid: pid, epoch: 0, seq: 9}, recs(1, "x")...), kafka.CodeInvalidProducerEpoch, -1, 11},
+		{"new epoch must start at 0", kafkatest.Batch(kafkatest.BatchOpts{PID: pid, Epoch: 1, Seq: 9}, recs(1, "x")...), kafka.CodeOutOfOrderSequence, -1, 9},
+		{"new epoch", kafkatest.Batch(kafkatest.BatchOpts{PID: pid, Epoch: 1, Seq: 0}, recs(2, "e1")...), 0, 9, 11},
+		{"stale epoch", kafkatest.Batch(kafkatest.BatchOpts{PID: pid, Epoch: 0, Seq: 9}, recs(1, "x")...), kafka.CodeInvalidProducerEpoch, -1, 11},
 		{"stale epoch replay", b2, kafka.CodeInvalidProducerEpoch, -1, 11},
-		{"unknown producer, any sequence", buildBatch(batchOpts{pid: 77, epoch: 3, seq: 41}, recs(2, "u")...), 0, 11, 13},
-		{"non-idempotent", buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1}, recs(2, "n")...), 0, 13, 15},
-		{"non-idempotent again appends again", buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1}, recs(2, "n")...), 0, 15, 17},
+		{"unknown producer, any sequence", kafkatest.Batch(kafkatest.BatchOpts{PID: 77, Epoch: 3, Seq: 41}, recs(2, "u")...), 0, 11, 13},
+		{"non-idempotent", kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1}, recs(2, "n")...), 0, 13, 15},
+		{"non-idempotent again appends again", kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1}, recs(2, "n")...), 0, 15, 17},
 	}
 	for _, st := range steps {
-		p := rc.produceOne(topic, 0, st.batch)
+		p := produceOne(rc, topic, 0, st.batch)
 		if p.ErrorCode != st.code || (st.code == 0 && p.BaseOffset != st.offset) {
 			t.Fatalf("%s: code %d offset %d, want code %d offset %d (%v)", st.name, p.ErrorCode, p.BaseOffset, st.code, st.offset, p.ErrorMessage)
 		}
@@ -95,7 +96,7 @@ func TestIdempotenceScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	s2 := startServer(t, Config{}, be)
-	rc2 := dialRaw(t, s2.Addr())
+	rc2 := kafkatest.Dial(t, s2.Addr())
 	after := []struct {
 		name   string
 		batch  []byte
@@ -103,14 +104,14 @@ func TestIdempotenceScript(t *testing.T) {
 		offset int64
 		total  int
 	}{
-		{"replay of new-epoch batch after restart", buildBatch(batchOpts{pid: pid, epoch: 1, seq: 0}, recs(2, "e1")...), 0, 9, 17},
-		{"replay of unknown-producer batch after restart", buildBatch(batchOpts{pid: 77, epoch: 3, seq: 41}, recs(2, "u")...), 0, 11, 17},
+		{"replay of new-epoch batch after restart", kafkatest.Batch(kafkatest.BatchOpts{PID: pid, Epoch: 1, Seq: 0}, recs(2, "e1")...), 0, 9, 17},
+		{"replay of unknown-producer batch after restart", kafkatest.Batch(kafkatest.BatchOpts{PID: 77, Epoch: 3, Seq: 41}, recs(2, "u")...), 0, 11, 17},
 		{"stale epoch after restart", b2, kafka.CodeInvalidProducerEpoch, -1, 17},
-		{"gap after restart", buildBatch(batchOpts{pid: pid, epoch: 1, seq: 5}, recs(1, "x")...), kafka.CodeOutOfOrderSequence, -1, 17},
-		{"next batch after restart", buildBatch(batchOpts{pid: pid, epoch: 1, seq: 2}, recs(1, "e1b")...), 0, 17, 18},
+		{"gap after restart", kafkatest.Batch(kafkatest.BatchOpts{PID: pid, Epoch: 1, Seq: 5}, recs(1, "x")...), kafka.CodeOutOfOrderSequence, -1, 17},
+		{"next batch after restart", kafkatest.Batch(kafkatest.BatchOpts{PID: pid, Epoch: 1, Seq: 2}, recs(1, "e1b")...), 0, 17, 18},
 	}
 	for _, st := range after {
-		p := rc2.produceOne(topic, 0, st.batch)
+		p := produceOne(rc2, topic, 0, st.batch)
 		if p.ErrorCode != st.code || (st.code == 0 && p.BaseOffset != st.offset) {
 			t.Fatalf("%s: code %d offset %d, want code %d offset %d", st.name, p.ErrorCode, p.BaseOffset, st.code, st.offset)
 		}
@@ -127,25 +128,25 @@ func TestIdempotenceAfterRestartMergedRuns(t *testing.T) {
 	const topic = "factory.merged"
 	be.addStream(topic, "edge-1")
 	s := startServer(t, Config{}, be)
-	rc := dialRaw(t, s.Addr())
+	rc := kafkatest.Dial(t, s.Addr())
 	pid, _ := initProducerID(t, rc)
 	var batches [][]byte
 	seq := int32(0)
 	for i := range 8 {
 		n := 1 + i%3
-		b := buildBatch(batchOpts{pid: pid, seq: seq}, recs(n, "m")...)
+		b := kafkatest.Batch(kafkatest.BatchOpts{PID: pid, Seq: seq}, recs(n, "m")...)
 		seq += int32(n)
 		batches = append(batches, b)
-		if p := rc.produceOne(topic, 0, b); p.ErrorCode != 0 {
+		if p := produceOne(rc, topic, 0, b); p.ErrorCode != 0 {
 			t.Fatalf("batch %d: %d", i, p.ErrorCode)
 		}
 	}
 	want := be.records(topic, 0)
 	s.Close(context.Background())
 	s2 := startServer(t, Config{}, be)
-	rc2 := dialRaw(t, s2.Addr())
+	rc2 := kafkatest.Dial(t, s2.Addr())
 	for i, b := range batches {
-		p := rc2.produceOne(topic, 0, b)
+		p := produceOne(rc2, topic, 0, b)
 		seq0 := int32(0)
 		for j := range i {
 			seq0 += int32(1 + j%3)

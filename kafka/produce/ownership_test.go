@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/kafka/kafkatest"
 )
 
 // TestOwnershipMovesLeader: Metadata reports each partition's owner as
@@ -17,8 +18,8 @@ func TestOwnershipMovesLeader(t *testing.T) {
 	be.brokers = append(be.brokers, Broker{NodeID: "edge-2", Host: "10.0.0.2", Port: 9092})
 	be.addStream("o.s", "edge-2", "edge-1")
 	s := startServer(t, Config{}, be)
-	rc := dialRaw(t, s.Addr())
-	batch := buildBatch(batchOpts{pid: -1, epoch: -1, seq: -1}, recs(2, "v")...)
+	rc := kafkatest.Dial(t, s.Addr())
+	batch := kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1}, recs(2, "v")...)
 	leader := func() (int32, int32) {
 		t.Helper()
 		req := kmsg.NewPtrMetadataRequest()
@@ -26,13 +27,13 @@ func TestOwnershipMovesLeader(t *testing.T) {
 		rt := kmsg.NewMetadataRequestTopic()
 		rt.Topic = kmsg.StringPtr("o.s")
 		req.Topics = append(req.Topics, rt)
-		mp := rc.roundTrip(req).(*kmsg.MetadataResponse).Topics[0].Partitions[0]
+		mp := rc.RoundTrip(req).(*kmsg.MetadataResponse).Topics[0].Partitions[0]
 		return mp.Leader, mp.LeaderEpoch
 	}
 	if l, e := leader(); l != kafka.BrokerID("edge-2") || e != 0 {
 		t.Fatalf("before: leader %d epoch %d", l, e)
 	}
-	if p := rc.produceOne("o.s", 0, batch); p.ErrorCode != kafka.CodeNotLeaderOrFollower {
+	if p := produceOne(rc, "o.s", 0, batch); p.ErrorCode != kafka.CodeNotLeaderOrFollower {
 		t.Fatalf("produce to edge-2's partition: code %d", p.ErrorCode)
 	}
 
@@ -43,13 +44,13 @@ func TestOwnershipMovesLeader(t *testing.T) {
 	if l, e := leader(); l != kafka.BrokerID("edge-1") || e != 1 {
 		t.Fatalf("after the take-over: leader %d epoch %d", l, e)
 	}
-	if p := rc.produceOne("o.s", 0, batch); p.ErrorCode != 0 || p.BaseOffset != 0 {
+	if p := produceOne(rc, "o.s", 0, batch); p.ErrorCode != 0 || p.BaseOffset != 0 {
 		t.Fatalf("produce after the take-over: code %d offset %d", p.ErrorCode, p.BaseOffset)
 	}
 
 	// Lost again between the lookup and the append.
 	be.lost.Store(true)
-	p := rc.produceOne("o.s", 0, batch)
+	p := produceOne(rc, "o.s", 0, batch)
 	if p.ErrorCode != kafka.CodeNotLeaderOrFollower || p.ErrorMessage == nil {
 		t.Fatalf("produce after losing it: code %d", p.ErrorCode)
 	}
@@ -67,18 +68,18 @@ func TestLoadProducerRuns(t *testing.T) {
 	s := startServer(t, Config{}, be)
 	// The previous owner appended sequences 0-2 of producer 77 at offsets 10-12.
 	s.LoadProducerRuns([]ProducerRun{{Stream: "o.s", Partition: 0, ProducerID: 77, ProducerEpoch: 0, FirstSeq: 0, LastSeq: 2, FirstOffset: 10}})
-	rc := dialRaw(t, s.Addr())
-	retry := buildBatch(batchOpts{pid: 77, epoch: 0, seq: 0}, recs(3, "r")...)
-	if p := rc.produceOne("o.s", 0, retry); p.ErrorCode != 0 || p.BaseOffset != 10 {
+	rc := kafkatest.Dial(t, s.Addr())
+	retry := kafkatest.Batch(kafkatest.BatchOpts{PID: 77, Epoch: 0, Seq: 0}, recs(3, "r")...)
+	if p := produceOne(rc, "o.s", 0, retry); p.ErrorCode != 0 || p.BaseOffset != 10 {
 		t.Fatalf("retried batch: code %d offset %d, want the original offset 10", p.ErrorCode, p.BaseOffset)
 	}
 	if n := len(be.records("o.s", 0)); n != 0 {
 		t.Fatalf("retry appended %d records", n)
 	}
-	if p := rc.produceOne("o.s", 0, buildBatch(batchOpts{pid: 77, epoch: 0, seq: 5}, recs(1, "gap")...)); p.ErrorCode != kafka.CodeOutOfOrderSequence {
+	if p := produceOne(rc, "o.s", 0, kafkatest.Batch(kafkatest.BatchOpts{PID: 77, Epoch: 0, Seq: 5}, recs(1, "gap")...)); p.ErrorCode != kafka.CodeOutOfOrderSequence {
 		t.Fatalf("sequence gap: code %d", p.ErrorCode)
 	}
-	if p := rc.produceOne("o.s", 0, buildBatch(batchOpts{pid: 77, epoch: 0, seq: 3}, recs(2, "n")...)); p.ErrorCode != 0 {
+	if p := produceOne(rc, "o.s", 0, kafkatest.Batch(kafkatest.BatchOpts{PID: 77, Epoch: 0, Seq: 3}, recs(2, "n")...)); p.ErrorCode != 0 {
 		t.Fatalf("next batch: code %d", p.ErrorCode)
 	}
 }
