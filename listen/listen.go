@@ -200,9 +200,6 @@ var ErrPanic = errors.New("listen: connection handler panicked")
 func (l *Listener) Protect(c net.Conn, fn func()) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			if r == errAbortHandler {
-				panic(r)
-			}
 			l.panics.Add(1)
 			l.cfg.Logger.Error("connection handler panicked; connection closed", "listener", l.cfg.Name,
 				"remote", c.RemoteAddr().String(), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
@@ -213,9 +210,6 @@ func (l *Listener) Protect(c net.Conn, fn func()) (err error) {
 	fn()
 	return nil
 }
-
-// errAbortHandler mirrors http.ErrAbortHandler without importing net/http.
-var errAbortHandler = errors.New("net/http: abort Handler")
 
 // Conn is an accepted connection.
 type Conn struct {

@@ -91,19 +91,10 @@ func (u *Uplink) quarantine(stream string, partition int32, from, next int64) (s
 		return "", 0, err
 	}
 	ok = true
-	if err := syncDir(u.cfg.QuarantineDir); err != nil {
+	if err := syncPath(u.cfg.QuarantineDir); err != nil {
 		return "", 0, err
 	}
 	return final, n, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // ReadQuarantine reads the records of a quarantine file.
