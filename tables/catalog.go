@@ -99,22 +99,22 @@ func Open(ctx context.Context, cfg Config) (*Catalog, error) {
 	case strings.HasPrefix(cfg.URI, "http://") || strings.HasPrefix(cfg.URI, "https://"):
 		cat, err := openREST(ctx, cfg)
 		if err != nil {
-			return nil, fmt.Errorf("open catalog %s: %w", redact(cfg.URI), err)
+			return nil, fmt.Errorf("open catalog %s: %w", Redact(cfg.URI), err)
 		}
 		c.cat = cat
 	case strings.HasPrefix(cfg.URI, "postgres://") || strings.HasPrefix(cfg.URI, "postgresql://"):
 		db, err := sql.Open("pgx", cfg.URI)
 		if err != nil {
-			return nil, fmt.Errorf("open catalog %s: %w", redact(cfg.URI), err)
+			return nil, fmt.Errorf("open catalog %s: %w", Redact(cfg.URI), err)
 		}
 		cat, err := sqlcat.NewCatalog(cfg.Name, db, sqlcat.Postgres, props)
 		if err != nil {
 			db.Close()
-			return nil, fmt.Errorf("open catalog %s: %w", redact(cfg.URI), err)
+			return nil, fmt.Errorf("open catalog %s: %w", Redact(cfg.URI), err)
 		}
 		c.cat, c.db = cat, db
 	default:
-		return nil, fmt.Errorf("open catalog: unsupported catalog uri %q (want sqlite:///path, postgres://user@host/db or http(s)://host:port)", redact(cfg.URI))
+		return nil, fmt.Errorf("open catalog: unsupported catalog uri %q (want sqlite:///path, postgres://user@host/db or http(s)://host:port)", Redact(cfg.URI))
 	}
 	return c, nil
 }
@@ -368,6 +368,3 @@ func (c *Catalog) HighWaters(ctx context.Context, stream string) (map[int32]int6
 	}
 	return HighWaters(t), nil
 }
-
-// redact hides a password in a URI for error messages and logs.
-func redact(uri string) string { return Redact(uri) }

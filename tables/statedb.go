@@ -26,12 +26,12 @@ func OpenStateDB(uri string) (*StateDB, error) {
 	if strings.HasPrefix(uri, "postgres://") || strings.HasPrefix(uri, "postgresql://") {
 		db, err := sql.Open("pgx", uri)
 		if err != nil {
-			return nil, fmt.Errorf("open %s: %w", redact(uri), err)
+			return nil, fmt.Errorf("open %s: %w", Redact(uri), err)
 		}
 		return &StateDB{DB: db, Postgres: true}, nil
 	}
 	if !strings.HasPrefix(uri, "sqlite://") && !strings.HasSuffix(uri, ".db") {
-		return nil, fmt.Errorf("%w %q: want sqlite:///path, a .db path or postgres://", ErrStateDBURI, redact(uri))
+		return nil, fmt.Errorf("%w %q: want sqlite:///path, a .db path or postgres://", ErrStateDBURI, Redact(uri))
 	}
 	path := strings.TrimPrefix(uri, "sqlite://")
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {

@@ -135,7 +135,7 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 		code = 1
 		stop()
 	}
-	log.Info("ready", "catalog", srv.CatalogAddr(), "kafka", srv.KafkaAddr(), "pulsar", srv.PulsarAddr(), "backing", redactURI(cfg.Catalog.URI), "warehouse", cfg.Catalog.Warehouse,
+	log.Info("ready", "catalog", srv.CatalogAddr(), "kafka", srv.KafkaAddr(), "pulsar", srv.PulsarAddr(), "backing", tables.Redact(cfg.Catalog.URI), "warehouse", cfg.Catalog.Warehouse,
 		"auth", cfg.Catalog.Token != "", "maintenance", *cfg.Maintenance.Enabled)
 	select {
 	case <-ctx.Done():
@@ -151,9 +151,6 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 	log.Info("stopped")
 	return code
 }
-
-// redactURI hides a password in a catalog URI for logs.
-func redactURI(uri string) string { return tables.Redact(uri) }
 
 // splitList splits a comma-separated flag value, dropping empty items.
 func splitList(v string) []string {

@@ -69,7 +69,7 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		fmt.Fprintf(stdout, "%s: ok (cloud)\ncatalog: %s (%s) on %s\nwarehouse: %s\nkafka: %q peers=%v\nmaintenance: %v every %s\n",
-			args[1], redactURI(cc.Catalog.URI), cc.Catalog.Name, cc.Catalog.Addr, cc.Catalog.Warehouse,
+			args[1], tables.Redact(cc.Catalog.URI), cc.Catalog.Name, cc.Catalog.Addr, cc.Catalog.Warehouse,
 			*cc.Kafka.Addr, cc.Kafka.Peers, *cc.Maintenance.Enabled, cc.Maintenance.Interval)
 		return 0
 	}
