@@ -11,12 +11,11 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 )
 
-// TestDiskBudget: with a 1 MiB WAL budget and the uplink blocked (the
-// table's data folder is a plain file, so every upload fails), QoS 1
-// publishes are refused with reason 0x97 once the budget is full; nothing
-// accepted is lost; ingestion resumes when the uplink drains.
-func TestDiskBudget(t *testing.T) {
-	dir := t.TempDir()
+// startBlockedDev starts dev with a 1 MiB WAL budget and its uplink blocked:
+// the table's data folder is a plain file, so every upload fails until the
+// file (returned) is removed.
+func startBlockedDev(t *testing.T, dir string) (*proc, string) {
+	t.Helper()
 	blocker := filepath.Join(dir, "warehouse", "factory", "telemetry", "data")
 	if err := os.MkdirAll(filepath.Dir(blocker), 0o755); err != nil {
 		t.Fatal(err)
@@ -24,7 +23,16 @@ func TestDiskBudget(t *testing.T) {
 	if err := os.WriteFile(blocker, []byte("not a folder: blocks uploads"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	p := startDev(t, dir, "--wal-budget", "1MiB")
+	return startDev(t, dir, "--wal-budget", "1MiB"), blocker
+}
+
+// TestDiskBudget: with a 1 MiB WAL budget and the uplink blocked (the
+// table's data folder is a plain file, so every upload fails), QoS 1
+// publishes are refused with reason 0x97 once the budget is full; nothing
+// accepted is lost; ingestion resumes when the uplink drains.
+func TestDiskBudget(t *testing.T) {
+	dir := t.TempDir()
+	p, blocker := startBlockedDev(t, dir)
 	ctx := context.Background()
 	l := newLedger()
 	cl, err := mqttClient(ctx, p.MQTT, "budget")

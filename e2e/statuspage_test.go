@@ -434,14 +434,7 @@ func lumaVariance(img image.Image, r image.Rectangle) float64 {
 // to do, and the refusals in human words.
 func TestConsoleBudgetBanner(t *testing.T) {
 	dir := t.TempDir()
-	blocker := filepath.Join(dir, "warehouse", "factory", "telemetry", "data")
-	if err := os.MkdirAll(filepath.Dir(blocker), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(blocker, []byte("not a folder: blocks uploads"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	p := startDev(t, dir, "--wal-budget", "1MiB")
+	p, _ := startBlockedDev(t, dir)
 	ctx := context.Background()
 	cl, err := mqttClient(ctx, p.MQTT, "banner")
 	if err != nil {
