@@ -132,23 +132,5 @@ func checkFilesInBuckets(t *testing.T, e *env, stream string, bucket func(int64)
 // newEnvGranularity is newEnv with tables created at a partition granularity.
 func newEnvGranularity(t *testing.T, granularity string) *env {
 	t.Helper()
-	dir := t.TempDir()
-	ctx := context.Background()
-	w, err := wal.Open(wal.Options{Path: filepath.Join(dir, "wal.db"), NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.Close() })
-	cat, err := tables.Open(ctx, tables.Config{URI: "sqlite://" + filepath.Join(dir, "catalog.db"),
-		Warehouse: "file://" + filepath.Join(dir, "warehouse"), Granularity: granularity})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cat.Close() })
-	b, err := OpenBucket(ctx, cat.Warehouse())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	return &env{wal: w, cat: cat, bucket: b}
+	return openEnv(t, wal.Options{NoSync: true}, granularity)
 }

@@ -32,15 +32,24 @@ func (e *env) faulty() (*fault.Store, *fault.Catalog, *tables.Catalog) {
 
 func newEnv(t *testing.T, budget int64) *env {
 	t.Helper()
+	return openEnv(t, wal.Options{MaxBytes: budget}, "")
+}
+
+// openEnv opens a WAL (wo with its path set here), a SQLite catalog whose
+// tables are created at granularity ("" = the default) and the file
+// warehouse, all in a fresh folder.
+func openEnv(t *testing.T, wo wal.Options, granularity string) *env {
+	t.Helper()
 	dir := t.TempDir()
 	ctx := context.Background()
-	w, err := wal.Open(wal.Options{Path: filepath.Join(dir, "wal.db"), MaxBytes: budget})
+	wo.Path = filepath.Join(dir, "wal.db")
+	w, err := wal.Open(wo)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { w.Close() })
 	cfg := tables.Config{URI: "sqlite://" + filepath.Join(dir, "catalog.db"),
-		Warehouse: "file://" + filepath.Join(dir, "warehouse")}
+		Warehouse: "file://" + filepath.Join(dir, "warehouse"), Granularity: granularity}
 	cat, err := tables.Open(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
