@@ -373,7 +373,7 @@ func TestGlobAndFilters(t *testing.T) {
 	}
 	for _, c := range []struct {
 		sub, f string
-		want bool
+		want   bool
 	}{{"a/b", "a/#", true}, {"a/#", "a/#", true}, {"a/+", "a/#", true}, {"#", "a/#", false}, {"a/+", "a/b", false}, {"a/+/c", "a/+/c", true}, {"a", "a/#", true}} {
 		if filterWithin(c.sub, c.f) != c.want {
 			t.Errorf("filterWithin(%q,%q)", c.sub, c.f)

@@ -25,7 +25,9 @@ func newMetrics() *metrics {
 func (m *metrics) success(protocol string, method Method) {
 	m.successes.WithLabelValues(protocol, string(method)).Inc()
 }
-func (m *metrics) failure(protocol, reason string) { m.failures.WithLabelValues(protocol, reason).Inc() }
+func (m *metrics) failure(protocol, reason string) {
+	m.failures.WithLabelValues(protocol, reason).Inc()
+}
 func (m *metrics) denial(protocol string, a Action) {
 	m.denials.WithLabelValues(protocol, string(a)).Inc()
 }
