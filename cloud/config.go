@@ -79,6 +79,11 @@ type Config struct {
 	// Maintenance of the tables; the cloud server is where it belongs.
 	Maintenance config.Maintenance `yaml:"maintenance"`
 
+	// Security: TLS on every listener, authentication and the ACL (the
+	// same keys as the edge config's section). Default: no TLS,
+	// anonymous clients with every right, on loopback addresses only.
+	Security config.Security `yaml:"security"`
+
 	// ShutdownTimeout bounds a graceful stop. Default 10s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 }
@@ -129,6 +134,7 @@ func (c *Config) Validate() error {
 			bad("catalog.addr", "%q: want host:port", a)
 		}
 	}
+	c.Security.Validate(bad)
 	if c.Kafka.Addr == nil || c.Pulsar.Addr == nil || c.Maintenance.Enabled == nil {
 		return errors.New("config: defaults not applied (call ApplyDefaults)")
 	}

@@ -58,6 +58,11 @@ type Config struct {
 	// Storage configures the object store of the warehouse.
 	Storage StorageConfig `yaml:"storage"`
 
+	// Security: TLS on every listener, authentication and the ACL (see
+	// README, "Secure a site"). Default: no TLS, anonymous clients with
+	// every right, allowed on loopback addresses only.
+	Security config.Security `yaml:"security"`
+
 	MQTT struct {
 		// Addr of the TCP listener. Default 127.0.0.1:1883; "" turns it off.
 		Addr string `yaml:"addr"`
@@ -290,6 +295,7 @@ func (c *Config) Validate() error {
 		bad("catalog.uri", "%q: want sqlite:///path/to/catalog.db, postgres://user:password@host:5432/db or http(s)://host:port (Iceberg REST)", tables.Redact(u))
 	}
 	c.Storage.Validate(c.Catalog.Warehouse, bad)
+	c.Security.Validate(bad)
 	if !strings.Contains(c.Catalog.Warehouse, "://") {
 		bad("catalog.warehouse", "%q: want a blob URL such as file:///var/lib/tributary/warehouse or s3://bucket/prefix", c.Catalog.Warehouse)
 	}
