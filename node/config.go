@@ -296,6 +296,10 @@ func (c *Config) Validate() error {
 	}
 	c.Storage.Validate(c.Catalog.Warehouse, bad)
 	c.Security.Validate(bad)
+	if err := c.Security.Exposed(map[string]string{"mqtt.addr": c.MQTT.Addr, "mqtt.ws_addr": c.MQTT.WSAddr,
+		"kafka.addr": c.Kafka.Addr, "http_addr": c.HTTPAddr}); err != nil {
+		bad("security", "%v", err)
+	}
 	if !strings.Contains(c.Catalog.Warehouse, "://") {
 		bad("catalog.warehouse", "%q: want a blob URL such as file:///var/lib/tributary/warehouse or s3://bucket/prefix", c.Catalog.Warehouse)
 	}
