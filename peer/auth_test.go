@@ -130,6 +130,28 @@ func TestMutualTLS(t *testing.T) {
 			t.Fatal("a client without a certificate got an answer")
 		}
 	})
+	t.Run("client without a certificate, per-handshake config", func(t *testing.T) {
+		// A server config that picks its real config per handshake (as
+		// one that reloads certificates does) asking only for an
+		// optional certificate: the peer listener still requires one.
+		inner := sb.Clone()
+		inner.ClientAuth = tls.VerifyClientCertIfGiven
+		outer := &tls.Config{GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return inner, nil }}
+		b2 := listenCfg(t, Config{NodeID: "b", ServerTLS: outer, ClientTLS: cb})
+		c, err := tls.Dial("tcp", b2.Addr(), &tls.Config{RootCAs: ca.pool, ServerName: "127.0.0.1"})
+		if err == nil {
+			defer c.Close()
+			c.Write(frameBytes(kindHello, 0, 0, encodeHello(hello{nonce: newNonce(), node: "x"})))
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			_, err = c.Read(make([]byte, 1))
+		}
+		if err == nil {
+			t.Fatal("a client without a certificate got an answer")
+		}
+		if _, err := a.Link("b", b2.Addr()).Call(ctx(t), TypePing, nil); err != nil {
+			t.Fatalf("a node with its certificate: %v", err)
+		}
+	})
 	t.Run("certificate of another CA", func(t *testing.T) {
 		so, co := tlsPair(t, other, ca, "rogue")
 		rogue := listenCfg(t, Config{NodeID: "a", ServerTLS: so, ClientTLS: co})
@@ -162,6 +184,13 @@ func TestTLSConfigChecked(t *testing.T) {
 	noCert.Certificates = nil
 	insecure := c.Clone()
 	insecure.InsecureSkipVerify = true
+	verified := insecure.Clone()
+	verified.VerifyConnection = func(tls.ConnectionState) error { return nil }
+	if p, err := Listen(Config{NodeID: "a", Addr: "127.0.0.1:0", ServerTLS: s, ClientTLS: verified}); err != nil {
+		t.Errorf("a client config verifying in VerifyConnection: %v", err)
+	} else {
+		p.Close(context.Background())
+	}
 	for name, cfg := range map[string]Config{
 		"server only":     {ServerTLS: s},
 		"no client CAs":   {ServerTLS: noCA, ClientTLS: c},

@@ -149,10 +149,25 @@ func (cfg *Config) checkTLS() error {
 	if len(c.Certificates) == 0 && c.GetClientCertificate == nil {
 		return errors.New("peer: ClientTLS has no certificate to present")
 	}
-	if c.InsecureSkipVerify {
-		return errors.New("peer: ClientTLS must verify the listener's certificate (InsecureSkipVerify is set)")
+	if c.InsecureSkipVerify && c.VerifyConnection == nil && c.VerifyPeerCertificate == nil {
+		return errors.New("peer: ClientTLS must verify the listener's certificate (InsecureSkipVerify without VerifyConnection)")
 	}
 	s.ClientAuth = tls.RequireAndVerifyClientCert
+	if get := s.GetConfigForClient; get != nil {
+		// The config a handshake really uses must require the certificate too.
+		s.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+			cc, err := get(h)
+			if err != nil || cc == nil {
+				return cc, err
+			}
+			if cc.ClientCAs == nil {
+				return nil, errors.New("peer: no client CA to verify the dialing node's certificate")
+			}
+			cc = cc.Clone()
+			cc.ClientAuth = tls.RequireAndVerifyClientCert
+			return cc, nil
+		}
+	}
 	cfg.ServerTLS, cfg.ClientTLS = s, c
 	return nil
 }
