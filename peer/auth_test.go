@@ -4,16 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"io"
 	"log/slog"
-	"math/big"
 	"net"
 	"strings"
 	"sync"
@@ -24,61 +18,12 @@ import (
 	"github.com/tributary-io/tributary/internal/testkit"
 )
 
-// testCA is a minimal certificate authority for these tests (ECDSA P-256;
-// leaf certificates for 127.0.0.1 and localhost, valid for both server and
-// client authentication, as a node's certificate is on peer links).
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test cluster CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{cert: cert, key: key, pool: pool}
-}
-
-func (ca *testCA) issue(t *testing.T, cn string) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
-
 // tlsPair is the server and client configuration of a node whose
 // certificate ca issued, trusting trust.
-func tlsPair(t *testing.T, ca, trust *testCA, cn string) (server, client *tls.Config) {
-	cert := ca.issue(t, cn)
-	return &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: trust.pool, MinVersion: tls.VersionTLS12},
-		&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: trust.pool, MinVersion: tls.VersionTLS12}
+func tlsPair(t *testing.T, ca, trust *testkit.CA, cn string) (server, client *tls.Config) {
+	cert := ca.Issue(t, cn)
+	return &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: trust.Pool, MinVersion: tls.VersionTLS12},
+		&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: trust.Pool, MinVersion: tls.VersionTLS12}
 }
 
 func listenCfg(t *testing.T, cfg Config) *Peer {
@@ -103,7 +48,7 @@ func echo(p *Peer) *atomic.Int64 {
 }
 
 func TestMutualTLS(t *testing.T) {
-	ca, other := newTestCA(t), newTestCA(t)
+	ca, other := testkit.NewCA(t), testkit.NewCA(t)
 	sa, ca1 := tlsPair(t, ca, ca, "a")
 	sb, cb := tlsPair(t, ca, ca, "b")
 	a := listenCfg(t, Config{NodeID: "a", ServerTLS: sa, ClientTLS: ca1})
@@ -118,7 +63,7 @@ func TestMutualTLS(t *testing.T) {
 
 	refusedBefore := b.Stats().HandshakesRefused
 	t.Run("client without a certificate", func(t *testing.T) {
-		c, err := tls.Dial("tcp", b.Addr(), &tls.Config{RootCAs: ca.pool, ServerName: "127.0.0.1"})
+		c, err := tls.Dial("tcp", b.Addr(), &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1"})
 		if err == nil {
 			// TLS 1.3: the server's refusal arrives on the first read.
 			defer c.Close()
@@ -138,7 +83,7 @@ func TestMutualTLS(t *testing.T) {
 		inner.ClientAuth = tls.VerifyClientCertIfGiven
 		outer := &tls.Config{GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return inner, nil }}
 		b2 := listenCfg(t, Config{NodeID: "b", ServerTLS: outer, ClientTLS: cb})
-		c, err := tls.Dial("tcp", b2.Addr(), &tls.Config{RootCAs: ca.pool, ServerName: "127.0.0.1"})
+		c, err := tls.Dial("tcp", b2.Addr(), &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1"})
 		if err == nil {
 			defer c.Close()
 			c.Write(frameBytes(kindHello, 0, 0, encodeHello(hello{nonce: newNonce(), node: "x"})))
@@ -176,7 +121,7 @@ func TestMutualTLS(t *testing.T) {
 }
 
 func TestTLSConfigChecked(t *testing.T) {
-	ca := newTestCA(t)
+	ca := testkit.NewCA(t)
 	s, c := tlsPair(t, ca, ca, "a")
 	noCA := s.Clone()
 	noCA.ClientCAs = nil
