@@ -79,6 +79,11 @@ type Config struct {
 	// Maintenance of the tables; the cloud server is where it belongs.
 	Maintenance config.Maintenance `yaml:"maintenance"`
 
+	// Security: TLS on every listener, authentication and the ACL (the
+	// same keys as the edge config's section). Default: no TLS,
+	// anonymous clients with every right, on loopback addresses only.
+	Security config.Security `yaml:"security"`
+
 	// ShutdownTimeout bounds a graceful stop. Default 10s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 }
@@ -127,6 +132,13 @@ func (c *Config) Validate() error {
 	if a := c.Catalog.Addr; a != "" {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			bad("catalog.addr", "%q: want host:port", a)
+		}
+	}
+	c.Security.Validate(bad)
+	if c.Kafka.Addr != nil && c.Pulsar.Addr != nil {
+		if err := c.Security.Exposed(map[string]string{"catalog.addr": c.Catalog.Addr, "kafka.addr": *c.Kafka.Addr,
+			"pulsar.addr": *c.Pulsar.Addr}); err != nil {
+			bad("security", "%v", err)
 		}
 	}
 	if c.Kafka.Addr == nil || c.Pulsar.Addr == nil || c.Maintenance.Enabled == nil {

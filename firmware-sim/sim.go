@@ -2,6 +2,7 @@ package firmwaresim
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -78,6 +79,14 @@ type Config struct {
 	AnomalyProb float64
 	// Seed makes payloads and schedules reproducible (0 is a valid seed).
 	Seed int64
+	// Username and Password are sent in CONNECT when Username is set
+	// ({device} in Username is replaced by the device index, so each
+	// device can log in as itself). Default none (anonymous).
+	Username string
+	Password string
+	// TLS is the client TLS configuration for tls:// (mqtts) and wss://
+	// brokers; nil = the system roots.
+	TLS *tls.Config
 
 	// ConnectTimeout bounds the initial connection of the whole fleet;
 	// Run fails if any device is not connected by then. Default 10s.
@@ -489,8 +498,13 @@ func (d *device) connect(ctx context.Context, u *url.URL) error {
 		// retries whatever was not acknowledged.
 		CleanStartOnInitialConnection: true,
 		SessionExpiryInterval:         0,
+		TlsCfg:                        cfg.TLS,
 		ConnectPacketBuilder: func(c *paho.Connect, _ *url.URL) (*paho.Connect, error) {
 			c.CleanStart = true
+			if cfg.Username != "" {
+				c.Username, c.UsernameFlag = strings.ReplaceAll(cfg.Username, "{device}", strconv.Itoa(d.idx)), true
+				c.Password, c.PasswordFlag = []byte(cfg.Password), true
+			}
 			return c, nil
 		},
 		ReconnectBackoff: func(attempt int) time.Duration {

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tributary-io/tributary/cluster"
+	"github.com/tributary-io/tributary/config"
 	"github.com/tributary-io/tributary/kafka/produce"
 	"github.com/tributary-io/tributary/peer"
 )
@@ -43,7 +44,7 @@ func (n *Node) startCluster() error {
 	}
 	n.peer = p
 	n.log.Info("listening", "listener", "peer", "addr", p.Addr(), "mutual_tls", serverTLS != nil, "secret", secret != nil)
-	if serverTLS == nil && secret == nil && !loopback(p.Addr()) {
+	if serverTLS == nil && secret == nil && !config.Loopback(p.Addr()) {
 		n.log.Warn("peer links are not authenticated (security.allow_anonymous): any process reaching the peer port is trusted as a node; set cluster.secret or mutual TLS", "addr", p.Addr())
 	}
 	if err := n.startMQTTCluster(); err != nil {

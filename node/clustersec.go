@@ -5,7 +5,6 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 
@@ -122,7 +121,7 @@ func (c *Config) validateClusterSecurity(bad func(field, format string, args ...
 		return
 	}
 	_, mtls := c.peerTLSFiles()
-	if (key != nil && (secret != nil || mtls)) || (loopback(g.GossipAddr) && loopback(g.PeerAddr)) {
+	if (key != nil && (secret != nil || mtls)) || (config.Loopback(g.GossipAddr) && config.Loopback(g.PeerAddr)) {
 		return
 	}
 	if a := c.Security.AllowAnonymous; a != nil && *a {
@@ -137,17 +136,4 @@ func (c *Config) validateClusterSecurity(bad func(field, format string, args ...
 	}
 	bad("cluster.secret", "gossip_addr %s and peer_addr %s are reachable from other hosts and %s: set cluster.secret (or mutual TLS: security.tls cert_file, key_file and client_ca_file) and cluster.gossip_key, or write security.allow_anonymous: true on a network of its own",
 		g.GossipAddr, g.PeerAddr, strings.Join(missing, " and "))
-}
-
-// loopback tells whether host:port binds a loopback address only.
-func loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

@@ -58,6 +58,13 @@ type Config struct {
 	// Storage configures the object store of the warehouse.
 	Storage StorageConfig `yaml:"storage"`
 
+	// Security: TLS on every listener, authentication and the ACL (see
+	// README, "Secure a site"). Default: no TLS, anonymous clients with
+	// every right, allowed on loopback addresses only. Peer links use
+	// mutual TLS when security.tls (or security.tls.listeners.peer) has a
+	// certificate and a client_ca_file.
+	Security config.Security `yaml:"security"`
+
 	MQTT struct {
 		// Addr of the TCP listener. Default 127.0.0.1:1883; "" turns it off.
 		Addr string `yaml:"addr"`
@@ -182,11 +189,6 @@ type Config struct {
 		Secret     string `yaml:"secret"`
 		SecretFile string `yaml:"secret_file"`
 	} `yaml:"cluster"`
-
-	// Security: TLS for the listeners (security.tls; peer links use
-	// mutual TLS when it has a certificate and a client_ca_file, or
-	// security.tls.listeners.peer), authentication and the ACL.
-	Security config.Security `yaml:"security"`
 
 	// HTTPAddr serves /healthz, /readyz, /status and /metrics. Default
 	// 127.0.0.1:8080; "" turns it off.
@@ -314,6 +316,11 @@ func (c *Config) Validate() error {
 		bad("catalog.uri", "%q: want sqlite:///path/to/catalog.db, postgres://user:password@host:5432/db or http(s)://host:port (Iceberg REST)", tables.Redact(u))
 	}
 	c.Storage.Validate(c.Catalog.Warehouse, bad)
+	c.Security.Validate(bad)
+	if err := c.Security.Exposed(map[string]string{"mqtt.addr": c.MQTT.Addr, "mqtt.ws_addr": c.MQTT.WSAddr,
+		"kafka.addr": c.Kafka.Addr, "http_addr": c.HTTPAddr}); err != nil {
+		bad("security", "%v", err)
+	}
 	if !strings.Contains(c.Catalog.Warehouse, "://") {
 		bad("catalog.warehouse", "%q: want a blob URL such as file:///var/lib/tributary/warehouse or s3://bucket/prefix", c.Catalog.Warehouse)
 	}
@@ -382,7 +389,6 @@ func (c *Config) Validate() error {
 	if g := c.Cluster; g.GossipAddr == "" && (len(g.Join) > 0 || g.AdvertiseAddr != "") {
 		bad("cluster.gossip_addr", "empty, but cluster.join or cluster.advertise_addr is set: set gossip_addr (e.g. 0.0.0.0:7946) to gossip")
 	}
-	c.Security.Validate(bad)
 	c.validateClusterSecurity(bad)
 	return errors.Join(errs...)
 }

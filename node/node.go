@@ -39,6 +39,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/console"
 	"github.com/tributary-io/tributary/kafka"
@@ -65,7 +66,8 @@ type Node struct {
 	mqtt   *mqtt.Server
 	kafka  *produce.Server
 	kb     *kafkaBackend
-	book   *owner.Book // which partitions this node writes, at which epoch
+	book   *owner.Book     // which partitions this node writes, at which epoch
+	auth   *auth.Authority // identities and the ACL of every listener
 	ingest *ingest
 	http   *http.Server
 	httpLn net.Listener
@@ -100,6 +102,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, log: log}
 	var err error
+	if n.auth, err = auth.Open(cfg.Security.Config, log); err != nil {
+		return nil, err
+	}
 	n.wal, err = wal.Open(wal.Options{Path: cfg.WAL.Path, MaxBytes: int64(cfg.WAL.MaxBytes), Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("open wal: %w", err)
@@ -142,7 +147,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	n.up.OnRelease(n.kb.store) // idempotent producers' state outlives released records
 	if cfg.Kafka.Addr != "" {
 		n.kafka, err = produce.NewServer(produce.Config{Config: kafka.Config{Addr: cfg.Kafka.Addr, AdvertisedAddr: cfg.Kafka.AdvertisedAddr,
-			ClusterID: cfg.Catalog.Name, Logger: log.With("component", "kafka")},
+			ClusterID: cfg.Catalog.Name, Auth: n.auth, Logger: log.With("component", "kafka")},
 			AutoCreate: *cfg.Kafka.AutoCreate, MaxBatchBytes: int32(cfg.Kafka.MaxBatchBytes)}, n.kb)
 		if err != nil {
 			n.bucket.Close()
@@ -160,7 +165,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	for i, r := range cfg.MQTT.Routes {
 		routes[i] = mqtt.Route{Filter: r.Filter, Stream: r.Stream}
 	}
-	n.mqtt, err = mqtt.New(mqtt.Config{TCPAddr: cfg.MQTT.Addr, WSAddr: cfg.MQTT.WSAddr, NodeID: cfg.NodeID,
+	n.mqtt, err = mqtt.New(mqtt.Config{TCPAddr: cfg.MQTT.Addr, WSAddr: cfg.MQTT.WSAddr, NodeID: cfg.NodeID, Auth: n.auth,
 		Routes: routes, DefaultStream: cfg.MQTT.DefaultStream, Users: cfg.MQTT.Users,
 		MaxPacketSize: uint32(cfg.MQTT.MaxPacketSize), ReceiveMaximum: cfg.MQTT.ReceiveMaximum,
 		MaxKeepAlive: uint16(cfg.MQTT.MaxKeepAlive / time.Second), Logger: log,
