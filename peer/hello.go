@@ -51,11 +51,10 @@ const (
 var ErrRefused = errors.New("peer: hello refused")
 
 type hello struct {
-	version byte
-	auth    byte
-	nonce   []byte
-	proof   []byte // the listener's, in its hello only
-	node    string
+	auth  byte
+	nonce []byte
+	proof []byte // the listener's, in its hello only
+	node  string
 }
 
 func newNonce() []byte {
@@ -72,27 +71,28 @@ func encodeHello(h hello) []byte {
 	return append(b, h.node...)
 }
 
+// decodeHello decodes a hello; every error wraps ErrRefused.
 func decodeHello(b []byte) (hello, error) {
 	if len(b) < 1 {
-		return hello{}, errors.New("empty hello")
+		return hello{}, fmt.Errorf("%w: empty hello", ErrRefused)
 	}
 	if b[0] != protoVersion {
-		return hello{version: b[0]}, fmt.Errorf("%w: hello of protocol version %d, this node speaks %d (upgrade every node of the cluster to the same release)",
+		return hello{}, fmt.Errorf("%w: hello of protocol version %d, this node speaks %d (upgrade every node of the cluster to the same release)",
 			ErrRefused, b[0], protoVersion)
 	}
 	if len(b) < 2+nonceLen+1 {
-		return hello{}, errors.New("short hello")
+		return hello{}, fmt.Errorf("%w: short hello", ErrRefused)
 	}
-	h := hello{version: b[0], auth: b[1], nonce: b[2 : 2+nonceLen]}
+	h := hello{auth: b[1], nonce: b[2 : 2+nonceLen]}
 	rest := b[2+nonceLen:]
 	n := int(rest[0])
 	rest = rest[1:]
 	if n != 0 && n != proofLen || len(rest) < n {
-		return hello{}, errors.New("bad proof length in hello")
+		return hello{}, fmt.Errorf("%w: bad proof length in hello", ErrRefused)
 	}
 	h.proof, rest = rest[:n], rest[n:]
 	if len(rest) == 0 {
-		return hello{}, errors.New("hello without a node id")
+		return hello{}, fmt.Errorf("%w: hello without a node id", ErrRefused)
 	}
 	h.node = string(rest)
 	return h, nil

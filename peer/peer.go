@@ -344,7 +344,11 @@ func (p *Peer) serve(c net.Conn) {
 	if p.cfg.ServerTLS != nil {
 		tc := tls.Server(c, p.cfg.ServerTLS)
 		if err := tc.Handshake(); err != nil {
-			p.refused(c.RemoteAddr(), "", fmt.Errorf("%w: TLS: %v", ErrRefused, err))
+			if errors.Is(err, io.EOF) { // connected and closed: a port probe
+				p.log.Debug("peer connection closed before the TLS handshake", "remote", c.RemoteAddr())
+			} else {
+				p.refused(c.RemoteAddr(), "", fmt.Errorf("%w: TLS: %v", ErrRefused, err))
+			}
 			return
 		}
 		c = tc
