@@ -343,9 +343,9 @@ func TestGossipKeyring(t *testing.T) {
 		}
 	}
 
-	// Rotation, middle step: c encrypts with k2 and still reads k1; a and
-	// b read k2 once it is their secondary. Here c is given k2 as primary
-	// and k1 as secondary, and a third member d k1 primary, k2 secondary.
+	// Rotation: d is at step 1 (its key k1, the new k2 as secondary), c at
+	// step 2 (k2 as its key, the old k1 as secondary): each reads what the
+	// other sends, so they form a cluster.
 	c := openKeyed(t, "c", k2, [][]byte{k1}, a.Addr())
 	d := openKeyed(t, "d", k1, [][]byte{k2}, c.Addr())
 	waitState(t, 10*time.Second, c.Cluster, "d", Alive)

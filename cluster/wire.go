@@ -108,11 +108,11 @@ func decrypt(keys [][]byte, buf []byte) ([]byte, bool) {
 			continue
 		}
 		if buf[0] == 0 { // PKCS7 padding
-			if n := len(plain); n == 0 || int(plain[n-1]) > n {
+			n := len(plain)
+			if n == 0 || int(plain[n-1]) > n {
 				return nil, false
-			} else {
-				plain = plain[:n-int(plain[n-1])]
 			}
+			plain = plain[:n-int(plain[n-1])]
 		}
 		return plain, true
 	}
