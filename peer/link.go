@@ -203,6 +203,10 @@ func (l *Link) dial(ctx context.Context) (*linkConn, error) {
 		tc := tls.Client(c, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			c.Close()
+			var bad *tls.CertificateVerificationError
+			if !errors.As(err, &bad) { // the network, or the listener refusing us (it counts that)
+				return nil, fmt.Errorf("TLS: %w", err)
+			}
 			err = fmt.Errorf("%w: TLS: %v", ErrRefused, err)
 			l.p.refused(c.RemoteAddr(), l.id, err)
 			return nil, err
