@@ -108,13 +108,18 @@ func (c *Config) peerTLS() (server, client *tls.Config, err error) {
 // cluster reachable from other hosts with gossip in clear or peer links
 // that trust anyone, unless security.allow_anonymous is written true.
 func (c *Config) validateClusterSecurity(bad func(field, format string, args ...any)) {
+	// The errors of gossipKeys and clusterSecret start with their field.
+	report := func(err error) {
+		field, msg, _ := strings.Cut(err.Error(), ": ")
+		bad(field, "%s", msg)
+	}
 	key, _, err := c.gossipKeys()
 	if err != nil {
-		bad("cluster", "%v", err)
+		report(err)
 	}
 	secret, err := c.clusterSecret()
 	if err != nil {
-		bad("cluster", "%v", err)
+		report(err)
 	}
 	g := c.Cluster
 	if g.GossipAddr == "" {
