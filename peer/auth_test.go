@@ -63,17 +63,7 @@ func TestMutualTLS(t *testing.T) {
 
 	refusedBefore := b.Stats().HandshakesRefused
 	t.Run("client without a certificate", func(t *testing.T) {
-		c, err := tls.Dial("tcp", b.Addr(), &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1"})
-		if err == nil {
-			// TLS 1.3: the server's refusal arrives on the first read.
-			defer c.Close()
-			c.Write(frameBytes(kindHello, 0, 0, encodeHello(hello{nonce: newNonce(), node: "x"})))
-			c.SetReadDeadline(time.Now().Add(5 * time.Second))
-			_, err = c.Read(make([]byte, 1))
-		}
-		if err == nil {
-			t.Fatal("a client without a certificate got an answer")
-		}
+		dialWithoutCert(t, b.Addr(), ca)
 	})
 	t.Run("client without a certificate, per-handshake config", func(t *testing.T) {
 		// A server config that picks its real config per handshake (as
@@ -83,16 +73,7 @@ func TestMutualTLS(t *testing.T) {
 		inner.ClientAuth = tls.VerifyClientCertIfGiven
 		outer := &tls.Config{GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return inner, nil }}
 		b2 := listenCfg(t, Config{NodeID: "b", ServerTLS: outer, ClientTLS: cb})
-		c, err := tls.Dial("tcp", b2.Addr(), &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1"})
-		if err == nil {
-			defer c.Close()
-			c.Write(frameBytes(kindHello, 0, 0, encodeHello(hello{nonce: newNonce(), node: "x"})))
-			c.SetReadDeadline(time.Now().Add(5 * time.Second))
-			_, err = c.Read(make([]byte, 1))
-		}
-		if err == nil {
-			t.Fatal("a client without a certificate got an answer")
-		}
+		dialWithoutCert(t, b2.Addr(), ca)
 		if _, err := a.Link("b", b2.Addr()).Call(ctx(t), TypePing, nil); err != nil {
 			t.Fatalf("a node with its certificate: %v", err)
 		}
@@ -117,6 +98,23 @@ func TestMutualTLS(t *testing.T) {
 	})
 	if n := served.Load(); n != 1 {
 		t.Fatalf("b served %d requests, want only a's", n)
+	}
+}
+
+// dialWithoutCert connects to addr with TLS but no client certificate and
+// sends a hello: the listener must not answer.
+func dialWithoutCert(t *testing.T, addr string, ca *testkit.CA) {
+	t.Helper()
+	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1"})
+	if err == nil {
+		// TLS 1.3: the listener's refusal arrives on the first read.
+		defer c.Close()
+		c.Write(frameBytes(kindHello, 0, 0, encodeHello(hello{nonce: newNonce(), node: "x"})))
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err = c.Read(make([]byte, 1))
+	}
+	if err == nil {
+		t.Fatal("a client without a certificate got an answer")
 	}
 }
 
