@@ -39,6 +39,8 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	takeoverGrace := fs.Duration("takeover-grace", 5*time.Second, "how long a dead member's peer link must be down before its partitions are taken over")
 	var join stringList
 	fs.Var(&join, "join", "a peer's gossip host:port to join (repeatable)")
+	gossipKeyFile := fs.String("gossip-key-file", "", "file holding the gossip encryption key (base64 of 16, 24 or 32 bytes; cluster.gossip_key_file); required off loopback")
+	secretFile := fs.String("cluster-secret-file", "", "file holding the cluster secret peer links prove in their hello (cluster.secret_file); required off loopback")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	readyFile := fs.String("ready-file", "", "once every listener is bound, write their addresses to this file as a JSON object (atomically)")
@@ -76,6 +78,8 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	cfg.Cluster.ReplicationFactor = *replFactor
 	cfg.Cluster.ReplicationPolicy = *replPolicy
 	cfg.Cluster.TakeoverGrace = *takeoverGrace
+	cfg.Cluster.GossipKeyFile = *gossipKeyFile
+	cfg.Cluster.SecretFile = *secretFile
 	cfg = node.WithDefaults(cfg)
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintln(stderr, "tributary dev:", err)
