@@ -3,6 +3,9 @@ package consume
 // JoinGroup (key 11): v0–v9.
 //
 // Behaviour:
+//   - A group the principal may not use is GROUP_AUTHORIZATION_FAILED (30)
+//     (as for SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
+//     DescribeGroups and FindCoordinator).
 //   - Only the coordinator accepts joins (else NOT_COORDINATOR).
 //   - v4+: a first join (empty member id) gets MEMBER_ID_REQUIRED with a
 //     new member id, which the client sends back (KIP-394); v0–v3 members
@@ -36,6 +39,8 @@ func (cs *Server) handleJoinGroup(ctx context.Context, req *kafka.Request, r *km
 	switch {
 	case r.Group == "":
 		return fail(kafka.CodeInvalidGroupID, r.MemberID)
+	case !mayUseGroup(req, r.Group):
+		return fail(kafka.CodeGroupAuthorizationFailed, r.MemberID)
 	case !cs.isCoordinator(r.Group):
 		return fail(kafka.CodeNotCoordinator, r.MemberID)
 	case r.SessionTimeoutMillis < 1000 || r.SessionTimeoutMillis > 30*60*1000:
