@@ -22,6 +22,7 @@ package consume
 
 import (
 	"context"
+	"net"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -97,7 +98,7 @@ func (cs *Server) handleJoinGroup(ctx context.Context, req *kafka.Request, r *km
 		m = &member{id: id}
 		g.members[id] = m
 	}
-	m.clientID, m.instanceID = req.ClientID, r.InstanceID
+	m.clientID, m.instanceID, m.clientHost = req.ClientID, r.InstanceID, clientHost(req.Remote)
 	m.protocols = r.Protocols
 	m.sessionTimeout = time.Duration(r.SessionTimeoutMillis) * time.Millisecond
 	m.rebalanceTimeout = rebalance
@@ -133,4 +134,12 @@ func later(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// clientHost is a member's host as Kafka shows it ("/10.0.0.1").
+func clientHost(remote string) string {
+	if host, _, err := net.SplitHostPort(remote); err == nil {
+		return "/" + host
+	}
+	return remote
 }

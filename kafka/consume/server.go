@@ -68,6 +68,8 @@ var apis = kafka.APIs{
 	kafka.HeartbeatKey:       {Min: 0, Max: 4},
 	kafka.LeaveGroupKey:      {Min: 0, Max: 5},
 	kafka.SyncGroupKey:       {Min: 0, Max: 5},
+	kafka.DescribeGroupsKey:  {Min: 0, Max: 5},
+	kafka.ListGroupsKey:      {Min: 0, Max: 4},
 	kafka.ApiVersionsKey:     kafka.ApiVersionsVersions,
 	// Answered by kafka.Server (SASL authentication).
 	kafka.SaslHandshakeKey:    kafka.SaslHandshakeVersions,
@@ -188,6 +190,10 @@ func (cs *Server) Handle(ctx context.Context, req *kafka.Request) (kmsg.Response
 		return cs.handleOffsetCommit(ctx, req, r), false
 	case *kmsg.OffsetFetchRequest:
 		return cs.handleOffsetFetch(ctx, req, r), false
+	case *kmsg.DescribeGroupsRequest:
+		return cs.handleDescribeGroups(req, r), false
+	case *kmsg.ListGroupsRequest:
+		return cs.handleListGroups(req, r), false
 	}
 	panic(fmt.Sprintf("kafka: no cloud handler for key %d", req.Key))
 }
