@@ -81,6 +81,11 @@ type Config struct {
 
 	// ShutdownTimeout bounds a graceful stop. Default 10s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+
+	// Security: TLS of the listeners (names rest — the catalog port with
+	// /metrics and the console —, kafka, pulsar), authentication, ACL.
+	// Default: none.
+	Security config.Security `yaml:"security"`
 }
 
 // ApplyDefaults fills every unset field with its default.
@@ -159,6 +164,7 @@ func (c *Config) Validate() error {
 	}
 	c.Storage.Validate(c.Catalog.Warehouse, bad)
 	c.Maintenance.Validate(bad)
+	c.Security.Validate(bad)
 	return errors.Join(errs...)
 }
 
