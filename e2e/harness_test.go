@@ -92,15 +92,25 @@ func startDev(t *testing.T, dataDir string, extra ...string) *proc {
 func startSecureDev(t *testing.T, dataDir string, extra ...string) (*proc, *testkit.CA) {
 	t.Helper()
 	ca := testkit.NewCA(t)
-	srv := ca.Server(t)
 	sec := filepath.Join(t.TempDir(), "security.yaml")
-	yaml := fmt.Sprintf("tls:\n  cert_file: %s\n  key_file: %s\n", srv.CertFile, srv.KeyFile)
-	if err := os.WriteFile(sec, []byte(yaml), 0o600); err != nil {
+	if err := os.WriteFile(sec, []byte(securityYAML(ca.Server(t))), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	p := startDev(t, dataDir, append([]string{"--security", sec, "--mqtt-ws-addr", "127.0.0.1:0"}, extra...)...)
 	p.TLS = &tls.Config{RootCAs: ca.Pool()}
 	return p, ca
+}
+
+// securityYAML is a security section's body (the keys under security:)
+// with TLS on every listener from srv's files; indent it with
+// indentYAML to put it in a config.
+func securityYAML(srv testkit.CertFiles) string {
+	return fmt.Sprintf("tls:\n  cert_file: %s\n  key_file: %s\n", srv.CertFile, srv.KeyFile)
+}
+
+// indentYAML indents every line of y by two spaces.
+func indentYAML(y string) string {
+	return "  " + strings.ReplaceAll(strings.TrimSuffix(y, "\n"), "\n", "\n  ") + "\n"
 }
 
 // httpGet gets path from p's HTTP port (over https when p.TLS is set).

@@ -10,8 +10,12 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +24,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	firmwaresim "github.com/tributary-io/tributary/firmware-sim"
+	"github.com/tributary-io/tributary/internal/testkit"
 )
 
 func TestTLSListeners(t *testing.T) {
@@ -124,5 +129,59 @@ func TestTLSListeners(t *testing.T) {
 	if v, _ := scrapeMetrics(t, p); v["tributary_listener_tls_handshake_failures_total"] < 2 {
 		t.Fatalf("/metrics over https: tributary_listener_tls_handshake_failures_total %v, want the mqtt and mqtt-ws ones",
 			v["tributary_listener_tls_handshake_failures_total"])
+	}
+}
+
+// TestTLSEdgeToCloud: an edge node commits through the cloud server's REST
+// catalog over https (catalog.ca_file), each with a security section in
+// its config file; on SIGHUP the cloud server serves a new certificate
+// without a restart.
+func TestTLSEdgeToCloud(t *testing.T) {
+	dir := t.TempDir()
+	ca := testkit.NewCA(t)
+	srv := ca.Server(t)
+	security := "security:\n" + indentYAML(securityYAML(srv))
+	const token = "edge-node-token"
+	cloudCfg := filepath.Join(dir, "cloud.yaml")
+	writeFile(t, cloudCfg, fmt.Sprintf("role: cloud\ndata_dir: %s/cloud\ncatalog:\n  addr: 127.0.0.1:0\n  node_token: %s\n"+
+		"kafka:\n  addr: \"\"\npulsar:\n  addr: \"\"\nmaintenance:\n  enabled: false\n%s", dir, token, security))
+	cloud := startProc(t, dir, "cloud", "-config", cloudCfg)
+	edgeCfg := filepath.Join(dir, "edge.yaml")
+	writeFile(t, edgeCfg, fmt.Sprintf("node_id: edge-tls\ndata_dir: %s/edge\ncatalog:\n  uri: https://%s\n  token: %s\n  ca_file: %s\n"+
+		"  warehouse: file://%s/cloud/warehouse\nmqtt:\n  addr: 127.0.0.1:0\n  routes:\n    - {filter: \"factory/#\", stream: factory.telemetry}\n"+
+		"http_addr: 127.0.0.1:0\nuplink:\n  commit_interval: 200ms\nmaintenance:\n  enabled: false\n%s",
+		dir, cloud.Catalog, token, ca.Files(), dir, security))
+	edge := startEdge(t, dir, edgeCfg)
+	roots := &tls.Config{RootCAs: ca.Pool()}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if sum, err := firmwaresim.Run(ctx, firmwaresim.Config{Broker: "tls://" + edge.MQTT, TLS: roots, Devices: 1, Messages: 5,
+		QoS: 1, ClientIDPrefix: "edge-tls"}); err != nil || sum.Acked != 5 {
+		t.Fatalf("paho over mqtts to the edge: %+v %v", sum, err)
+	}
+	waitFor(t, 20*time.Second, "5 rows through the https catalog", func() bool {
+		return len(readTableURI(t, "https://"+cloud.Catalog, "factory.telemetry", rest.WithTLSConfig(roots.Clone()))) == 5
+	})
+
+	served := func() string { return ca.Served(t, cloud.Catalog).SerialNumber.String() }
+	if got := served(); got != srv.Cert.SerialNumber.String() {
+		t.Fatalf("cloud serves certificate %s, want %s", got, srv.Cert.SerialNumber)
+	}
+	next := ca.Server(t)
+	for from, to := range map[string]string{next.CertFile: srv.CertFile, next.KeyFile: srv.KeyFile} {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, to, string(b))
+	}
+	cloud.cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, 10*time.Second, "the new certificate after SIGHUP", func() bool { return served() == next.Cert.SerialNumber.String() })
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
