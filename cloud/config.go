@@ -80,7 +80,9 @@ type Config struct {
 	Maintenance config.Maintenance `yaml:"maintenance"`
 
 	// Security: TLS on every listener, authentication and the ACL (the
-	// same keys as the edge config's section). Default: no TLS,
+	// same keys as the edge config's section; TLS listener names rest —
+	// the catalog port with /metrics and the console —, kafka, pulsar).
+	// Default: no TLS,
 	// anonymous clients with every right, on loopback addresses only.
 	Security config.Security `yaml:"security"`
 
@@ -134,7 +136,6 @@ func (c *Config) Validate() error {
 			bad("catalog.addr", "%q: want host:port", a)
 		}
 	}
-	c.Security.Validate(bad)
 	if c.Kafka.Addr == nil || c.Pulsar.Addr == nil || c.Maintenance.Enabled == nil {
 		return errors.New("config: defaults not applied (call ApplyDefaults)")
 	}
@@ -165,6 +166,7 @@ func (c *Config) Validate() error {
 	}
 	c.Storage.Validate(c.Catalog.Warehouse, bad)
 	c.Maintenance.Validate(bad)
+	c.Security.Validate(bad)
 	return errors.Join(errs...)
 }
 
