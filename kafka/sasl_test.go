@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -22,22 +23,26 @@ var saslTestAPIs = APIs{ApiVersionsKey: ApiVersionsVersions, MetadataKey: {0, 12
 	SaslHandshakeKey: SaslHandshakeVersions, SaslAuthenticateKey: SaslAuthenticateVersions}
 
 // whoami answers ApiVersions, and Metadata with the connection's
-// principal as the cluster id.
-type whoami struct{}
+// principal as the cluster id and the server as the only broker.
+type whoami struct{ s **Server }
 
-func (whoami) Handle(ctx context.Context, req *Request) (kmsg.Response, bool) {
+func (w whoami) Handle(ctx context.Context, req *Request) (kmsg.Response, bool) {
 	if r, ok := req.Body.(*kmsg.ApiVersionsRequest); ok {
 		return HandleApiVersions(req, r, saslTestAPIs), false
 	}
 	resp := req.Body.(*kmsg.MetadataRequest).ResponseKind().(*kmsg.MetadataResponse)
 	resp.ClusterID = kmsg.StringPtr(req.Principal.String())
+	b := kmsg.NewMetadataResponseBroker()
+	b.Host, b.Port = (*w.s).Advertised()
+	resp.Brokers = append(resp.Brokers, b)
 	return resp, false
 }
 
 func startSASLServer(t *testing.T, a *auth.Authority, handshake time.Duration) *Server {
 	t.Helper()
+	var s *Server
 	s, err := NewServer(Config{Addr: "127.0.0.1:0", Auth: a, Limits: listen.Config{HandshakeTimeout: handshake},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, "kafka-test", saslTestAPIs, whoami{})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, "kafka-test", saslTestAPIs, whoami{&s})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,4 +316,30 @@ func TestWriteSASLFuzzSeeds(t *testing.T) {
 		t.Skip("set WRITE_SASL_SEEDS=1 to regenerate testdata/fuzz/FuzzParseSASL")
 	}
 	kafkatest.WriteFuzzSeeds(t, "FuzzParseSASL", saslSeeds())
+}
+
+// TestSASLLibrdkafka: kcat (librdkafka) authenticates with PLAIN,
+// SCRAM-SHA-256 and SCRAM-SHA-512 (librdkafka 2.0 repeats its client
+// nonce in the client-final message; Kafka accepts that, so must we),
+// and is refused with a wrong password.
+func TestSASLLibrdkafka(t *testing.T) {
+	kcat, err := exec.LookPath("kcat")
+	if err != nil {
+		t.Fatalf("kcat (librdkafka) is required for this test: install the Debian package kcat (/usr/bin/kcat): %v", err)
+	}
+	sec := kafkatest.NewSecurity(t, "alice")
+	s := startSASLServer(t, sec.Authority(t), 0)
+	run := func(mech, pass string) (string, error) {
+		out, err := exec.Command(kcat, "-b", s.Addr(), "-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanisms="+mech,
+			"-X", "sasl.username=alice", "-X", "sasl.password="+pass, "-m", "5", "-L").CombinedOutput()
+		return string(out), err
+	}
+	for _, mech := range []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "SCRAM-SHA-512", "SCRAM-SHA-512"} {
+		if out, err := run(mech, "alice-pw"); err != nil || !strings.Contains(out, "Metadata for all topics") {
+			t.Fatalf("%s: %v\n%s", mech, err, out)
+		}
+	}
+	if out, err := run("SCRAM-SHA-512", "wrong"); err == nil || !strings.Contains(out, "Authentication failed") {
+		t.Fatalf("wrong password: %v\n%s", err, out)
+	}
 }
