@@ -37,6 +37,10 @@ package kafka
 //     re-authenticate before then with a new SaslHandshake (v1) and
 //     SaslAuthenticate on the same connection; the principal must not
 //     change (else 58 and close).
+//   - Without SASL, a TLS client certificate (verified against
+//     security.tls.client_ca_file) authenticates its subject CN, as a
+//     Kafka SSL listener with client authentication does; SASL, when the
+//     client uses it, decides instead.
 //   - When the Authority does not admit anonymous clients, a connection
 //     whose first request other than ApiVersions, SaslHandshake or
 //     SaslAuthenticate comes before it authenticated is closed without a
@@ -50,6 +54,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"slices"
 	"time"
 
@@ -57,6 +62,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tributary-io/tributary/auth"
+	"github.com/tributary-io/tributary/listen"
 )
 
 // The SASL mechanisms offered, in the order SaslHandshake lists them.
@@ -104,10 +110,20 @@ func (s *session) expired(now time.Time) bool {
 	return !s.expires.IsZero() && !now.Before(s.expires)
 }
 
-// admitAnonymous lets a client that did not authenticate in as anonymous,
-// or refuses it (audited).
-func (s *session) admitAnonymous() bool {
+// admitWithoutSASL lets a client that did not authenticate with SASL in:
+// as the subject of the client certificate its TLS connection presented
+// (verified against security.tls.client_ca_file), else as anonymous; or
+// refuses it (audited).
+func (s *session) admitWithoutSASL(c net.Conn) bool {
 	if s.a != nil {
+		if cert := listen.PeerCertificate(c); cert != nil {
+			p, err := s.a.Certificate(s.client, cert)
+			if err != nil {
+				return false
+			}
+			s.principal, s.authenticated = p, true
+			return true
+		}
 		p, err := s.a.Anonymous(s.client)
 		if err != nil {
 			return false

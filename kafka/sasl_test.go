@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"io"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tributary-io/tributary/auth"
+	"github.com/tributary-io/tributary/internal/testkit"
 	"github.com/tributary-io/tributary/kafka/kafkatest"
 	"github.com/tributary-io/tributary/listen"
 )
@@ -40,8 +42,13 @@ func (w whoami) Handle(ctx context.Context, req *Request) (kmsg.Response, bool) 
 
 func startSASLServer(t *testing.T, a *auth.Authority, handshake time.Duration) *Server {
 	t.Helper()
+	return startSASLServerWith(t, a, listen.Config{HandshakeTimeout: handshake})
+}
+
+func startSASLServerWith(t *testing.T, a *auth.Authority, lim listen.Config) *Server {
+	t.Helper()
 	var s *Server
-	s, err := NewServer(Config{Addr: "127.0.0.1:0", Auth: a, Limits: listen.Config{HandshakeTimeout: handshake},
+	s, err := NewServer(Config{Addr: "127.0.0.1:0", Auth: a, Limits: lim,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, "kafka-test", saslTestAPIs, whoami{&s})
 	if err != nil {
 		t.Fatal(err)
@@ -342,4 +349,37 @@ func TestSASLLibrdkafka(t *testing.T) {
 	if out, err := run("SCRAM-SHA-512", "wrong"); err == nil || !strings.Contains(out, "Authentication failed") {
 		t.Fatalf("wrong password: %v\n%s", err, out)
 	}
+}
+
+// TestSASLClientCertificate: over TLS with client certificates, a client
+// that does not use SASL is its certificate's subject; one without a
+// certificate is refused as anonymous; SASL still decides when used.
+func TestSASLClientCertificate(t *testing.T) {
+	ca := testkit.NewCA(t)
+	srv := ca.Server(t)
+	tl, err := listen.NewTLS(listen.TLSConfig{TLSFiles: listen.TLSFiles{CertFile: srv.CertFile, KeyFile: srv.KeyFile, ClientCAFile: ca.Files()}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := kafkatest.NewSecurity(t, "alice")
+	s := startSASLServerWith(t, sec.Authority(t), listen.Config{TLS: tl.Server("kafka")})
+	dial := func(certs ...tls.Certificate) *kafkatest.Conn {
+		c, err := tls.Dial("tcp", s.Addr(), &tls.Config{RootCAs: ca.Pool(), Certificates: certs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return &kafkatest.Conn{T: t, C: c}
+	}
+	if got := whoAmI(dial(ca.Client(t, "sensor-1").TLS(t))); got != "sensor-1" {
+		t.Fatalf("certificate principal %q", got)
+	}
+	withSASL := dial(ca.Client(t, "sensor-1").TLS(t))
+	withSASL.SASL("PLAIN", 1, kafkatest.Plain("alice", "alice-pw"))
+	if got := whoAmI(withSASL); got != "alice" {
+		t.Fatalf("SASL over a certificate: principal %q", got)
+	}
+	none := dial()
+	none.C.Write(kafkatest.EncodeRequest(1, "c", &kmsg.MetadataRequest{Version: 12}))
+	closedSilently(t, none.C)
 }

@@ -438,7 +438,7 @@ func (s *Server) serveConn(c net.Conn) {
 				log.Info("kafka closing connection: request in the middle of a SASL exchange", "key", req.Key)
 				return
 			}
-			if !sess.authenticated && req.Key != ApiVersionsKey && !sess.admitAnonymous() {
+			if !sess.authenticated && req.Key != ApiVersionsKey && !sess.admitWithoutSASL(c) {
 				s.stats.unauthenticated.Add(1)
 				log.Info("kafka closing connection: request before authentication", "key", req.Key, "client", req.ClientID)
 				return // nothing written, as Kafka does
