@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -228,5 +229,35 @@ func TestAuthProducerIDBound(t *testing.T) {
 	p.load(runs)
 	if p.claim(pid, "bob") || !p.claim(pid, "alice") {
 		t.Fatal("binding not rebuilt from the runs")
+	}
+}
+
+// TestAuthTokenReauthentication: kgo re-authenticates (KIP-368) with a
+// fresh token before the session lifetime the server gave ends, so an
+// OAUTHBEARER producer keeps its connection across token expiries.
+func TestAuthTokenReauthentication(t *testing.T) {
+	e := newAuthEnv(t)
+	var tokens atomic.Int64
+	m := oauth.Oauth(func(context.Context) (oauth.Auth, error) {
+		tokens.Add(1)
+		return oauth.Auth{Token: e.sec.Token(t, "dave", time.Now().Add(3*time.Second))}, nil
+	})
+	cl := e.client(t, m)
+	deadline := time.Now().Add(7 * time.Second)
+	n := 0
+	for time.Now().Before(deadline) {
+		if err := produceSync(cl, "factory.events", fmt.Sprint(n)); err != nil {
+			t.Fatalf("record %d: %v", n, err)
+		}
+		n++
+		time.Sleep(200 * time.Millisecond)
+	}
+	if conns := e.s.conn.Stats().Accepted; tokens.Load() <= conns {
+		t.Fatalf("%d tokens for %d connections in 7s of 3s tokens: no re-authentication in place", tokens.Load(), conns)
+	}
+	for _, r := range e.be.records("factory.events", 0) {
+		if r.Principal != "dave" {
+			t.Fatalf("record %q: principal %q", r.Value, r.Principal)
+		}
 	}
 }
