@@ -298,8 +298,9 @@ type Request struct {
 	// Unsupported is set for an ApiVersions request of a version we do not
 	// know; it is answered with UNSUPPORTED_VERSION, not decoded.
 	Unsupported bool
-	// Principal is who the connection authenticated as (SASL), or the
-	// anonymous principal; set by the Server before the Handler runs.
+	// Principal is who the connection authenticated as (SASL, else its
+	// verified TLS client certificate), or the anonymous principal; set by
+	// the Server before the Handler runs.
 	Principal auth.Principal
 	// Remote is the client's address.
 	Remote string
@@ -440,7 +441,7 @@ func (s *Server) serveConn(c net.Conn) {
 			}
 			if !sess.authenticated && req.Key != ApiVersionsKey && !sess.admitWithoutSASL(c) {
 				s.stats.unauthenticated.Add(1)
-				log.Info("kafka closing connection: request before authentication", "key", req.Key, "client", req.ClientID)
+				log.Debug("kafka closing connection: request before authentication", "key", req.Key, "client", req.ClientID) // audited by the Authority
 				return // nothing written, as Kafka does
 			}
 			if !sess.required() || sess.authenticated {
