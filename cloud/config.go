@@ -80,7 +80,9 @@ type Config struct {
 	Maintenance config.Maintenance `yaml:"maintenance"`
 
 	// Security: TLS on every listener, authentication and the ACL (the
-	// same keys as the edge config's section). Default: no TLS,
+	// same keys as the edge config's section; TLS listener names rest —
+	// the catalog port with /metrics and the console —, kafka, pulsar).
+	// Default: no TLS,
 	// anonymous clients with every right, on loopback addresses only.
 	Security config.Security `yaml:"security"`
 

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"slices"
 	"sort"
 	"strings"
 
@@ -32,6 +33,9 @@ func (s Security) Validate(bad func(field, format string, args ...any)) {
 	}
 	check("security.tls", s.TLS.TLSFiles)
 	for name, f := range s.TLS.Listeners {
+		if !slices.Contains(listen.TLSListeners, name) {
+			bad("security.tls.listeners."+name, "unknown listener; one of %s", strings.Join(listen.TLSListeners, ", "))
+		}
 		check("security.tls.listeners."+name, f)
 	}
 }
