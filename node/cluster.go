@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -33,9 +34,11 @@ func (n *Node) startCluster() error {
 	if err != nil {
 		return err
 	}
-	serverTLS, clientTLS, err := n.cfg.peerTLS()
-	if err != nil {
-		return err
+	// Mutual TLS from listen.TLS (it follows SIGHUP reloads) when the peer
+	// listener has a certificate and a client CA.
+	var serverTLS, clientTLS *tls.Config
+	if _, ok := n.cfg.peerTLSFiles(); ok {
+		serverTLS, clientTLS = n.tls.Server("peer"), n.tls.Client("peer")
 	}
 	p, err := peer.Listen(peer.Config{NodeID: n.cfg.NodeID, Addr: g.PeerAddr, ServerTLS: serverTLS, ClientTLS: clientTLS,
 		Secret: secret, Logger: n.log})

@@ -1,11 +1,8 @@
 package node
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/base64"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/tributary-io/tributary/config"
@@ -73,35 +70,6 @@ func (c *Config) peerTLSFiles() (f listen.TLSFiles, ok bool) {
 		f = o
 	}
 	return f, f.CertFile != "" && f.KeyFile != "" && f.ClientCAFile != ""
-}
-
-// peerTLS builds the peer links' mutual TLS: this node's certificate,
-// presented as server and as client, and the CA of client_ca_file, which
-// verifies the other nodes both ways. nil, nil without it.
-//
-// (A stand-in for listen.NewTLS's Server("peer") and Client("peer"), which
-// are on their way; swap when they land.)
-func (c *Config) peerTLS() (server, client *tls.Config, err error) {
-	f, ok := c.peerTLSFiles()
-	if !ok {
-		return nil, nil, nil
-	}
-	cert, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
-	if err != nil {
-		return nil, nil, fmt.Errorf("security.tls (peer): cert_file %s, key_file %s: %w", f.CertFile, f.KeyFile, err)
-	}
-	pem, err := os.ReadFile(f.ClientCAFile)
-	if err != nil {
-		return nil, nil, fmt.Errorf("security.tls (peer): client_ca_file: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, nil, fmt.Errorf("security.tls (peer): client_ca_file %s: no PEM certificate in it", f.ClientCAFile)
-	}
-	server = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert},
-		ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert}
-	client = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, RootCAs: pool}
-	return server, client, nil
 }
 
 // validateClusterSecurity checks the keys and the secret, and refuses a
