@@ -1,6 +1,7 @@
 package listen
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -58,6 +59,9 @@ func (c TLSConfig) Enabled() bool {
 	}
 	return false
 }
+
+// On tells whether the named listener has a certificate (serves TLS).
+func (c TLSConfig) On(listener string) bool { return c.files(listener).CertFile != "" }
 
 // files returns the files that apply to listener name.
 func (c TLSConfig) files(name string) TLSFiles {
@@ -234,6 +238,36 @@ func (t *TLS) Server(listener string) *tls.Config {
 // ServerName when the dialer sets one (tls.Dial sets the dialled host).
 // Nil when the listener has no certificate. Like Server it follows Reload.
 func (t *TLS) Client(listener string) *tls.Config {
+	return t.dialConfig(listener, func(id *tlsIdentity, cs tls.ConnectionState) error {
+		opts := x509.VerifyOptions{Roots: id.clientCAs, DNSName: cs.ServerName, Intermediates: x509.NewCertPool()}
+		for _, c := range cs.PeerCertificates[1:] {
+			opts.Intermediates.AddCert(c)
+		}
+		_, err := cs.PeerCertificates[0].Verify(opts)
+		return err
+	})
+}
+
+// Self is the *tls.Config of a client inside this process that connects
+// to its own named listener (the dev simulator to the MQTT port): it
+// presents the listener's certificate (for require_client_cert) and trusts
+// exactly the certificate the listener serves, whatever CA signed it. Nil
+// when the listener has no certificate.
+func (t *TLS) Self(listener string) *tls.Config {
+	return t.dialConfig(listener, func(id *tlsIdentity, cs tls.ConnectionState) error {
+		if !bytes.Equal(cs.PeerCertificates[0].Raw, id.cert.Certificate[0]) {
+			return errors.New("tls: the server is not this process's listener")
+		}
+		return nil
+	})
+}
+
+// dialConfig is a client *tls.Config presenting listener's certificate
+// and accepting the server when verify, given the identity of the latest
+// load, does. The built-in verification is skipped so that verify sees
+// the CAs of the latest load (RootCAs would be fixed at the first dial);
+// that is the pattern of tls.Config.VerifyConnection's documentation.
+func (t *TLS) dialConfig(listener string, verify func(*tlsIdentity, tls.ConnectionState) error) *tls.Config {
 	current := t.current(listener)
 	if current == nil {
 		return nil
@@ -243,21 +277,12 @@ func (t *TLS) Client(listener string) *tls.Config {
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 			return current().cert, nil
 		},
-		// The chain is verified below, against the CAs of the latest load
-		// (RootCAs would be fixed at the first dial); skipping the built-in
-		// verification is what tls.Config.VerifyConnection's example does.
-		InsecureSkipVerify: true,
+		InsecureSkipVerify: true, // verified in VerifyConnection
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			if len(cs.PeerCertificates) == 0 {
 				return errors.New("tls: server presented no certificate")
 			}
-			opts := x509.VerifyOptions{Roots: current().clientCAs, DNSName: cs.ServerName,
-				Intermediates: x509.NewCertPool()}
-			for _, c := range cs.PeerCertificates[1:] {
-				opts.Intermediates.AddCert(c)
-			}
-			_, err := cs.PeerCertificates[0].Verify(opts)
-			return err
+			return verify(current(), cs)
 		},
 	}
 }

@@ -268,7 +268,7 @@ func TestTLSPeer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := make(chan *x509.Certificate, 1)
+	seen := make(chan *x509.Certificate, 8)
 	serve(t, l, func(c net.Conn) { seen <- PeerCertificate(c); c.Close() })
 	c, err := tls.Dial("tcp", l.Addr().String(), tl.Client("peer"))
 	if err != nil {
@@ -280,6 +280,17 @@ func TestTLSPeer(t *testing.T) {
 	}
 	if pc := <-seen; pc == nil || !pc.Equal(node.Cert) {
 		t.Fatalf("server saw client certificate %v", pc)
+	}
+	// Self trusts exactly the listener's own certificate.
+	if c, err := tls.Dial("tcp", l.Addr().String(), tl.Self("peer")); err != nil {
+		t.Fatalf("Self to its own listener: %v", err)
+	} else {
+		c.Close()
+		<-seen
+	}
+	if c, err := tls.Dial("tcp", l.Addr().String(), tl.Self("mqtt")); err == nil {
+		c.Close()
+		t.Fatal("Self(mqtt) accepted the peer listener's certificate")
 	}
 	// The client side verifies the server against the client CA.
 	other := testkit.NewCA(t)
