@@ -111,15 +111,14 @@ var (
 
 // Config configures a Server.
 type Config struct {
-	TCPAddr        string            // e.g. "127.0.0.1:1883"; "" = off; port 0 = any
-	WSAddr         string            // WebSocket listener, e.g. "127.0.0.1:1884"; "" = off
-	NodeID         string            // written to every record's Node
-	Auth           *auth.Authority   // authentication and ACL; nil = anonymous clients, everything allowed
-	Routes         []Route           // topic filter -> stream; first match wins
-	DefaultStream  string            // catch-all stream; "" = DefaultStream
-	Users          map[string]string // username -> password; empty = anonymous allowed
-	MaxPacketSize  uint32            // bytes; 0 = DefaultMaxPacketSize
-	ReceiveMaximum uint16            // QoS 1/2 in flight per client; 0 = DefaultReceiveMaximum
+	TCPAddr        string          // e.g. "127.0.0.1:1883"; "" = off; port 0 = any
+	WSAddr         string          // WebSocket listener, e.g. "127.0.0.1:1884"; "" = off
+	NodeID         string          // written to every record's Node
+	Auth           *auth.Authority // authentication and ACL; nil = anonymous clients, everything allowed
+	Routes         []Route         // topic filter -> stream; first match wins
+	DefaultStream  string          // catch-all stream; "" = DefaultStream
+	MaxPacketSize  uint32          // bytes; 0 = DefaultMaxPacketSize
+	ReceiveMaximum uint16          // QoS 1/2 in flight per client; 0 = DefaultReceiveMaximum
 	// MaxRetained and MaxRetainedBytes cap the retained messages (topics,
 	// payload bytes); MaxSessions the client sessions, connected or kept
 	// (see limits.go). 0 = the defaults; < 0 = no cap.
@@ -164,11 +163,16 @@ type Stats struct {
 	RefusedTopic       uint64 // publishes refused for a topic mochi would ignore
 	RefusedRetained    uint64 // retained publishes refused: retained quota (MaxRetained, MaxRetainedBytes)
 	RefusedSessions    uint64 // CONNECTs refused: MaxSessions
-	Retained           int    // retained topics held now
-	RetainedBytes      int    // their payload bytes
-	BytesIn            int64  // bytes received from the network (all packets)
-	PayloadBytes       uint64 // payload bytes made durable
-	Panics             uint64 // connections closed because input made mochi panic
+	// RefusedConnects: CONNECTs refused by authentication or authorization
+	// (bad credentials, none, a client id or will not allowed).
+	RefusedConnects uint64
+	// RefusedUnauthorized: publishes the ACL denied (any QoS; not appended).
+	RefusedUnauthorized uint64
+	Retained            int    // retained topics held now
+	RetainedBytes       int    // their payload bytes
+	BytesIn             int64  // bytes received from the network (all packets)
+	PayloadBytes        uint64 // payload bytes made durable
+	Panics              uint64 // connections closed because input made mochi panic
 }
 
 // Server is the MQTT broker of one node.
@@ -197,6 +201,9 @@ type Server struct {
 	refusedTopic    atomic.Uint64
 	refusedRet      atomic.Uint64
 	refusedSessions atomic.Uint64
+	refusedConnects atomic.Uint64 // auth.go
+	refusedAuth     atomic.Uint64 // publishes the ACL denied
+	auth            *authHook
 	retained        *retained
 	capLog          rateLimiter // cap refusals
 	payloadBytes    atomic.Uint64
@@ -286,7 +293,10 @@ func New(cfg Config, sink Sink) (*Server, error) {
 		cancel()
 		return nil, fmt.Errorf("add limits hook: %w", err)
 	}
-	if err := s.broker.AddHook(&authHook{users: cfg.Users, maxKeepAlive: cfg.MaxKeepAlive}, nil); err != nil {
+	// After the limits hook: the auth hook's OnConnect must be the last
+	// that can refuse a CONNECT (it records the principal; auth.go).
+	s.auth = newAuthHook(s)
+	if err := s.broker.AddHook(s.auth, nil); err != nil {
 		cancel()
 		return nil, fmt.Errorf("add auth hook: %w", err)
 	}
@@ -429,18 +439,20 @@ func (s *Server) Close(ctx context.Context) error {
 // Stats returns a snapshot of the counters.
 func (s *Server) Stats() Stats {
 	st := Stats{
-		Clients:            atomic.LoadInt64(&s.broker.Info.ClientsConnected),
-		Refused:            s.refused.Load(),
-		RefusedBudget:      s.refusedBudget.Load(),
-		RefusedReplication: s.refusedRepl.Load(),
-		RefusedFenced:      s.refusedFenced.Load(),
-		DroppedQoS0:        s.droppedQoS0.Load(),
-		RefusedTopic:       s.refusedTopic.Load(),
-		RefusedRetained:    s.refusedRet.Load(),
-		RefusedSessions:    s.refusedSessions.Load(),
-		BytesIn:            atomic.LoadInt64(&s.broker.Info.BytesReceived),
-		PayloadBytes:       s.payloadBytes.Load(),
-		Panics:             s.panics.Load(),
+		Clients:             atomic.LoadInt64(&s.broker.Info.ClientsConnected),
+		Refused:             s.refused.Load(),
+		RefusedBudget:       s.refusedBudget.Load(),
+		RefusedReplication:  s.refusedRepl.Load(),
+		RefusedFenced:       s.refusedFenced.Load(),
+		DroppedQoS0:         s.droppedQoS0.Load(),
+		RefusedTopic:        s.refusedTopic.Load(),
+		RefusedRetained:     s.refusedRet.Load(),
+		RefusedSessions:     s.refusedSessions.Load(),
+		RefusedConnects:     s.refusedConnects.Load(),
+		RefusedUnauthorized: s.refusedAuth.Load(),
+		BytesIn:             atomic.LoadInt64(&s.broker.Info.BytesReceived),
+		PayloadBytes:        s.payloadBytes.Load(),
+		Panics:              s.panics.Load(),
 	}
 	for i := range st.Accepted {
 		st.Accepted[i] = s.accepted[i].Load()
