@@ -308,6 +308,16 @@ func PeerCertificate(c net.Conn) *x509.Certificate {
 	return cs.VerifiedChains[0][0]
 }
 
+// TLSHandshakeFailed tells whether c (or what it wraps through NetConn())
+// is a TLS connection whose handshake did not complete: its read error is
+// the handshake's, already counted and logged (rate-limited) by the
+// listener, so the protocol need not log or count it again. Call it once
+// a read failed.
+func TLSHandshakeFailed(c net.Conn) bool {
+	tc := tlsConn(c)
+	return tc != nil && !tc.ConnectionState().HandshakeComplete
+}
+
 // tlsConn finds the *tls.Conn in c's NetConn chain.
 func tlsConn(c net.Conn) *tls.Conn {
 	for i := 0; c != nil && i < 8; i++ {

@@ -190,14 +190,7 @@ func TestTLSReload(t *testing.T) {
 	}
 	install(first)
 	l, tl := tlsListener(t, files, Config{})
-	served := func() string {
-		c, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: ca.Pool()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		return c.ConnectionState().PeerCertificates[0].SerialNumber.String()
-	}
+	served := func() string { return ca.Served(t, l.Addr().String()).SerialNumber.String() }
 	if got := served(); got != first.Cert.SerialNumber.String() {
 		t.Fatalf("serves %s, want %s", got, first.Cert.SerialNumber)
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/mochi-mqtt/server/v2/listeners"
+
+	"github.com/tributary-io/tributary/listen"
 )
 
 // wsListener serves MQTT over WebSocket on a listener we bound ourselves, so
@@ -54,6 +56,9 @@ func (l *wsListener) Protocol() string { return l.protocol }
 func (l *wsListener) Init(log *slog.Logger) error {
 	l.log = log
 	l.srv = &http.Server{Handler: l, ReadHeaderTimeout: 10 * time.Second}
+	if ll, ok := l.ln.(*listen.Listener); ok {
+		l.srv.ErrorLog = ll.ErrorLog() // TLS handshake errors: counted and logged there
+	}
 	return nil
 }
 

@@ -31,6 +31,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tributary-io/tributary/listen"
 	"github.com/tributary-io/tributary/pulsar/pb"
 	"github.com/tributary-io/tributary/tables"
 )
@@ -78,8 +79,8 @@ func (c *conn) serve(ctx context.Context) {
 	go func() { defer wg.Done(); c.keepAlive(done) }()
 	err := c.readLoop(ctx)
 	switch {
-	case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
-		c.log.Debug("pulsar connection closed")
+	case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), listen.TLSHandshakeFailed(c.nc):
+		c.log.Debug("pulsar connection closed", "err", err)
 	default:
 		c.log.Warn("pulsar closing connection", "err", err)
 	}

@@ -66,6 +66,9 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 	}
 	if cloud.RoleOf(raw) == "cloud" {
 		cc, err := cloud.ParseConfig(raw)
+		if err == nil {
+			_, err = listen.NewTLS(cc.Security.TLS, nil) // the files are there and load
+		}
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
@@ -76,6 +79,9 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	cfg, err := node.ParseConfig(raw)
+	if err == nil {
+		_, err = listen.NewTLS(cfg.Security.TLS, nil)
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

@@ -185,3 +185,15 @@ func writePEM(tb testing.TB, path, typ string, der []byte) {
 		tb.Fatal(err)
 	}
 }
+
+// Served dials addr over TLS trusting ca and returns the certificate the
+// server presents (to tell which one a reload installed).
+func (ca *CA) Served(tb testing.TB, addr string) *x509.Certificate {
+	tb.Helper()
+	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer c.Close()
+	return c.ConnectionState().PeerCertificates[0]
+}
