@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
-	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/internal/testkit"
@@ -76,40 +75,18 @@ func newTestAuthority(t *testing.T) (a *auth.Authority, secret []byte, audit *sy
 }
 
 func (f *authFixture) token(t *testing.T, sub string, exp time.Duration) string {
-	t.Helper()
-	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": sub, "exp": time.Now().Add(exp).Unix()}).SignedString(f.secret)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return testkit.HS256Token(t, f.secret, sub, exp)
 }
 
-// login connects an MQTT 5 paho client over conn with user and password
-// ("" = none); it returns the CONNACK's reason code and, when that is
-// success, the client (disconnected at the end of the test).
+// login connects over conn (see testkit.MQTTConnect); rcv (optional)
+// collects what the client receives.
 func login(t *testing.T, conn net.Conn, cp paho.Connect, rcv *received) (*paho.Client, byte) {
 	t.Helper()
-	cfg := paho.ClientConfig{ClientID: cp.ClientID, Conn: conn, OnClientError: func(error) {}}
+	var on func(paho.PublishReceived) (bool, error)
 	if rcv != nil {
-		cfg.OnPublishReceived = []func(paho.PublishReceived) (bool, error){rcv.add}
+		on = rcv.add
 	}
-	c := paho.NewClient(cfg)
-	cp.UsernameFlag, cp.PasswordFlag = cp.Username != "", cp.Password != nil
-	if cp.KeepAlive == 0 {
-		cp.KeepAlive = 30
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	ca, err := c.Connect(ctx, &cp)
-	if ca == nil {
-		t.Fatalf("connect %s: no CONNACK: %v", cp.ClientID, err)
-	}
-	if ca.ReasonCode != 0 {
-		conn.Close()
-		return nil, ca.ReasonCode
-	}
-	t.Cleanup(func() { _ = c.Disconnect(&paho.Disconnect{}) })
-	return c, 0
+	return testkit.MQTTConnect(t, conn, cp, on)
 }
 
 func dialTCP(t *testing.T, addr string) net.Conn {
