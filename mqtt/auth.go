@@ -122,14 +122,15 @@ var (
 // the 3.1.1 code 0x05, not 0x04, and sends 0x87 to 3.1.1 clients as is)
 // and returns the code, which ends the connection.
 func (h *authHook) OnConnect(cl *mochi.Client, pk packets.Packet) error {
-	p, prev, refusal, err := h.admit(cl, pk)
+	c := auth.Client{Protocol: "mqtt", Remote: cl.Net.Remote}
+	p, refusal, err := h.admit(c, cl, pk)
+	if err == nil {
+		err, refusal = h.hold(c, p, cl), refuseNotAuthorized
+	}
 	if err != nil {
 		h.s.refusedConnects.Add(1)
 		return h.s.refuseConnect(cl, refusal)
 	}
-	h.mu.Lock()
-	h.sessions[cl.ID] = session{cl: cl, prev: prev, p: p}
-	h.mu.Unlock()
 	return nil
 }
 
@@ -143,38 +144,32 @@ func (h *authHook) OnSessionEstablished(cl *mochi.Client, pk packets.Packet) {
 	h.mu.Unlock()
 }
 
-// admit authenticates cl and decides its client id and will. prev is the
-// client of the existing session of that id (same principal), if any.
-func (h *authHook) admit(cl *mochi.Client, pk packets.Packet) (p auth.Principal, prev *mochi.Client, r connectRefusal, err error) {
+// admit authenticates cl and decides its client id and will.
+func (h *authHook) admit(c auth.Client, cl *mochi.Client, pk packets.Packet) (p auth.Principal, r connectRefusal, err error) {
 	a := h.s.cfg.Auth
-	c := auth.Client{Protocol: "mqtt", Remote: cl.Net.Remote}
-	if a != nil {
-		if p, err = h.authenticate(a, c, cl, pk); err != nil {
-			if errors.Is(err, auth.ErrNoCredentials) {
-				return p, nil, refuseNotAuthorized, err
-			}
-			return p, nil, refuseCredentials, err
-		}
-		// A client id the server assigned (the client sent none) is
-		// fresh and names no other session: nothing to bind.
-		if pk.Connect.ClientIdentifier != "" {
-			if err = a.AuthorizeClientID(c, p, cl.ID); err != nil {
-				return p, nil, refuseNotAuthorized, err
-			}
-		}
-	} else {
-		p = auth.Principal{Method: auth.MethodAnonymous}
+	if a == nil {
+		return auth.Principal{Method: auth.MethodAnonymous}, connectRefusal{}, nil
 	}
-	if prev, err = h.owner(c, p, cl); err != nil {
-		return p, nil, refuseNotAuthorized, err
+	if p, err = h.authenticate(a, c, cl, pk); err != nil {
+		if errors.Is(err, auth.ErrNoCredentials) {
+			return p, refuseNotAuthorized, err
+		}
+		return p, refuseCredentials, err
 	}
-	if a != nil && pk.Connect.WillFlag {
+	// A client id the server assigned (the client sent none) is fresh and
+	// names no other session: nothing to bind.
+	if pk.Connect.ClientIdentifier != "" {
+		if err = a.AuthorizeClientID(c, p, cl.ID); err != nil {
+			return p, refuseNotAuthorized, err
+		}
+	}
+	if pk.Connect.WillFlag {
 		err = a.Authorize(auth.Request{Client: c, Principal: p, Action: auth.Publish, Topic: pk.Connect.WillTopic, ClientID: cl.ID})
 		if err != nil {
-			return p, nil, refuseNotAuthorized, err
+			return p, refuseNotAuthorized, err
 		}
 	}
-	return p, prev, connectRefusal{}, nil
+	return p, connectRefusal{}, nil
 }
 
 // authenticate finds cl's principal: user name and password (or a JWT in
@@ -199,21 +194,26 @@ func (h *authHook) authenticate(a *auth.Authority, c auth.Client, cl *mochi.Clie
 // principal.
 var errSessionOwner = fmt.Errorf("%w: the client id's session belongs to another principal", auth.ErrDenied)
 
-// owner refuses cl's client id when an existing session of it (connected,
-// or kept for its expiry) belongs to a principal other than p; else it
-// returns that session's client (nil without one).
-func (h *authHook) owner(c auth.Client, p auth.Principal, cl *mochi.Client) (*mochi.Client, error) {
-	existing, ok := h.s.broker.Clients.Get(cl.ID)
-	if !ok {
-		return nil, nil
+// hold makes cl, of principal p, the holder of its client id — unless the
+// id's session (connected, kept for its expiry, or being connected
+// concurrently) belongs to another principal: checked and set under one
+// lock, so that two CONNECTs racing for an id cannot both pass.
+func (h *authHook) hold(c auth.Client, p auth.Principal, cl *mochi.Client) error {
+	_, inBroker := h.s.broker.Clients.Get(cl.ID)
+	h.mu.Lock()
+	e, held := h.sessions[cl.ID]
+	ok := held && e.p.Name == p.Name || !held && !inBroker
+	if ok {
+		h.sessions[cl.ID] = session{cl: cl, prev: e.cl, p: p}
 	}
-	if ep, ok := h.principal(existing); ok && ep.Name == p.Name {
-		return existing, nil
+	h.mu.Unlock()
+	if ok {
+		return nil
 	}
 	h.s.log.Warn("client id denied: its session belongs to another principal", "event", "authorization",
 		"decision", "deny", "protocol", c.Protocol, "remote", c.Remote, "principal", p.String(),
 		"action", "connect", "resource", "client_id:"+cl.ID)
-	return nil, errSessionOwner
+	return errSessionOwner
 }
 
 // OnConnectAuthenticate admits the client OnConnect authenticated, and
