@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/binary"
+	"errors"
 	"log/slog"
 	"net"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	mochi "github.com/mochi-mqtt/server/v2"
 
 	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/internal/testkit"
@@ -557,5 +559,44 @@ func TestAuthForwarded(t *testing.T) {
 	}
 	if r := n1.sink.records(); len(r) != 1 || r[0].Principal != "sensor-b" || n2.sink.len() != 0 {
 		t.Fatalf("n1 records %+v, n2 %d", r, n2.sink.len())
+	}
+}
+
+// TestAuthHolders: the client-id holder table by itself — a connect in
+// progress holds its id against another principal (before mochi lists
+// the client), the same principal takes over, and the connection taken
+// over keeps its principal until it is forgotten.
+func TestAuthHolders(t *testing.T) {
+	f := startAuthServer(t, nil)
+	h, c := f.auth, auth.Client{Protocol: "mqtt"}
+	a, b := auth.Principal{Name: "ops"}, auth.Principal{Name: "other-admin"}
+	first, second, third := &mochi.Client{ID: "x"}, &mochi.Client{ID: "x"}, &mochi.Client{ID: "x"}
+	if err := h.hold(c, a, first); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.hold(c, b, second); !errors.Is(err, auth.ErrDenied) {
+		t.Fatalf("another principal while the first connects: %v", err)
+	}
+	if err := h.hold(c, a, third); err != nil {
+		t.Fatalf("the same principal: %v", err)
+	}
+	for _, cl := range []*mochi.Client{first, third} {
+		if p, ok := h.principal(cl); !ok || p.Name != "ops" {
+			t.Fatalf("principal of holder or taken-over client: %v %v", p, ok)
+		}
+	}
+	if _, ok := h.principal(second); ok {
+		t.Fatal("the refused client has a principal")
+	}
+	h.forget(first)
+	if _, ok := h.principal(first); ok {
+		t.Fatal("forgotten client still has a principal")
+	}
+	if _, ok := h.principal(third); !ok {
+		t.Fatal("forgetting the old client dropped the holder")
+	}
+	h.forget(third)
+	if err := h.hold(c, b, second); err != nil {
+		t.Fatalf("the id is free again: %v", err)
 	}
 }
