@@ -20,6 +20,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/tributary-io/tributary"
+	firmwaresim "github.com/tributary-io/tributary/firmware-sim"
 	"github.com/tributary-io/tributary/internal/testkit"
 )
 
@@ -56,7 +57,7 @@ func startMQTTAuthNode(t *testing.T) *mqttAuthNode {
 	t.Helper()
 	dir, conf := t.TempDir(), t.TempDir()
 	users := filepath.Join(conf, "passwd")
-	for _, u := range []string{"sensor-a", "sensor-b", "reader", "ops"} {
+	for _, u := range []string{"sensor-a", "sensor-b", "sensor-s", "reader", "ops"} {
 		cmd := exec.Command(binPath, "passwd", users, u)
 		cmd.Stdin = strings.NewReader("pw-" + u + "\n")
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -355,5 +356,24 @@ func TestMQTTAuth(t *testing.T) {
 		if r := n.rowsWith(t, "cert-c")["cert-c"]; len(r) != 1 || r[0].Principal != "sensor-c" {
 			t.Errorf("rows %+v, want one of principal sensor-c", r)
 		}
+	})
+
+	t.Run("simulator with a user", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		sum, err := firmwaresim.Run(ctx, firmwaresim.Config{Broker: "tls://" + n.MQTT, TLS: n.TLS.Clone(), Devices: 2, Messages: 3,
+			QoS: 1, ClientIDPrefix: "sensor-s", Username: "sensor-s", Password: "pw-sensor-s", TopicPattern: "factory/sensor-s/d{device}"})
+		if err != nil || sum.Acked != 6 {
+			t.Fatalf("simulator as sensor-s: %+v %v", sum, err)
+		}
+		waitFor(t, 20*time.Second, "the simulator's rows with their principal", func() bool {
+			got := 0
+			for _, r := range readTable(t, n.dir, "factory.telemetry") {
+				if r.Principal == "sensor-s" && strings.HasPrefix(r.ClientID, "sensor-s-") {
+					got++
+				}
+			}
+			return got == 6
+		})
 	})
 }

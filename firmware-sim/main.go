@@ -37,6 +37,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.Duration, "duration", 0, "stop after this long; 0 = until SIGINT/SIGTERM or -messages")
 	fs.IntVar(&cfg.Messages, "messages", 0, "messages per device; 0 = unlimited")
 	fs.StringVar(&cfg.ClientIDPrefix, "client-prefix", "sim", "client IDs are <prefix>-<index>")
+	fs.StringVar(&cfg.Username, "username", "", "MQTT user name of every device (\"\" = none); use it as -client-prefix too")
+	fs.StringVar(&cfg.Password, "password", "", "MQTT password (or JWT) of every device; default $TRIBUTARY_SIM_PASSWORD")
 	fs.IntVar(&cfg.MQTTVersion, "mqtt-version", 5, "MQTT protocol version (only 5 is supported)")
 	fs.BoolVar(&cfg.UserProperties, "user-props", false, "attach MQTT 5 user properties device, line, seq")
 	fs.DurationVar(&cfg.BurstEvery, "burst-every", 0, "each device sends an extra burst this often (needs -rate > 0)")
@@ -56,6 +58,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "sim: unexpected arguments: %v\n", fs.Args())
 		return 2
+	}
+	if cfg.Password == "" {
+		cfg.Password = os.Getenv("TRIBUTARY_SIM_PASSWORD")
 	}
 	switch qos {
 	case 0:

@@ -64,6 +64,11 @@ type Config struct {
 	Messages int
 	// ClientIDPrefix: device i connects as "<prefix>-<i>". Default "sim".
 	ClientIDPrefix string
+	// Username and Password, when set, are sent in every device's CONNECT
+	// (the password may be a JWT). With Tributary's default client-id
+	// rule a user may connect as "<user>-<i>": make ClientIDPrefix the
+	// user name.
+	Username, Password string
 	// MQTTVersion must be 5 (or 0 for the default, 5): paho.golang speaks
 	// MQTT 5 only.
 	MQTTVersion int
@@ -496,6 +501,12 @@ func (d *device) connect(ctx context.Context, u *url.URL) error {
 		SessionExpiryInterval:         0,
 		ConnectPacketBuilder: func(c *paho.Connect, _ *url.URL) (*paho.Connect, error) {
 			c.CleanStart = true
+			if cfg.Username != "" {
+				c.Username, c.UsernameFlag = cfg.Username, true
+			}
+			if cfg.Password != "" {
+				c.Password, c.PasswordFlag = []byte(cfg.Password), true
+			}
 			return c, nil
 		},
 		ReconnectBackoff: func(attempt int) time.Duration {

@@ -288,6 +288,9 @@ func (n *Node) TLS(listener string) bool { return n.tls.Server(listener) != nil 
 // listeners and dials composed around it (peer links).
 func (n *Node) ListenerTLS() *listen.TLS { return n.tls }
 
+// Auth is the node's identities and ACL (security section).
+func (n *Node) Auth() *auth.Authority { return n.auth }
+
 // ReloadTLS reads the certificates, keys and CAs again (SIGHUP); on an
 // error the old ones stay (see listen.TLS.Reload).
 func (n *Node) ReloadTLS() error { return n.tls.Reload() }
