@@ -70,7 +70,7 @@ func startMQTTAuthNode(t *testing.T) *mqttAuthNode {
 	ca := testkit.NewCA(t)
 	sec := filepath.Join(conf, "security.yaml")
 	writeFile(t, sec, securityYAML(ca.Server(t))+"  client_ca_file: "+ca.Files()+"\n"+fmt.Sprintf(mqttAuthACL, users, secretFile))
-	p := startDev(t, dir, "--security", sec)
+	p := startDev(t, dir, "--security", sec, "--mqtt-ws-addr", "127.0.0.1:0")
 	p.TLS = &tls.Config{RootCAs: ca.Pool()}
 	_, port, _ := strings.Cut(p.MQTT, ":")
 	return &mqttAuthNode{proc: p, dir: dir, ca: ca, secret: secret, port: port}
@@ -358,7 +358,7 @@ func TestMQTTAuth(t *testing.T) {
 		}
 	})
 
-	t.Run("simulator with a user", func(t *testing.T) {
+	t.Run("simulator with a user over mqtts and with a certificate over wss", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		sum, err := firmwaresim.Run(ctx, firmwaresim.Config{Broker: "tls://" + n.MQTT, TLS: n.TLS.Clone(), Devices: 2, Messages: 3,
@@ -366,14 +366,24 @@ func TestMQTTAuth(t *testing.T) {
 		if err != nil || sum.Acked != 6 {
 			t.Fatalf("simulator as sensor-s: %+v %v", sum, err)
 		}
-		waitFor(t, 20*time.Second, "the simulator's rows with their principal", func() bool {
-			got := 0
+		// Over wss with a client certificate and no password: the CN is
+		// found through the WebSocket's TLS connection.
+		cert := n.ca.Client(t, "sensor-w")
+		wss := n.TLS.Clone()
+		wss.Certificates = []tls.Certificate{cert.TLS(t)}
+		sum, err = firmwaresim.Run(ctx, firmwaresim.Config{Broker: "wss://" + n.MQTTWS + "/mqtt", TLS: wss, Devices: 1, Messages: 3,
+			QoS: 1, ClientIDPrefix: "sensor-w", TopicPattern: "factory/sensor-w/d{device}"})
+		if err != nil || sum.Acked != 3 {
+			t.Fatalf("simulator over wss with a certificate: %+v %v", sum, err)
+		}
+		waitFor(t, 20*time.Second, "the simulators' rows with their principals", func() bool {
+			got := map[string]int{}
 			for _, r := range readTable(t, n.dir, "factory.telemetry") {
-				if r.Principal == "sensor-s" && strings.HasPrefix(r.ClientID, "sensor-s-") {
-					got++
+				if strings.HasPrefix(r.ClientID, r.Principal+"-") {
+					got[r.Principal]++
 				}
 			}
-			return got == 6
+			return got["sensor-s"] == 6 && got["sensor-w"] == 3
 		})
 	})
 }
