@@ -21,7 +21,9 @@
 // interval under a per-table lease, and last (when cluster.gossip_addr is
 // set) joins the gossip cluster; Close undoes both in reverse, leaving the
 // cluster first. The ingest type is the Sink of the protocol front doors:
-// book, WAL, replicas.
+// book, WAL, replicas. With security.tls, New loads the certificates
+// (listen.NewTLS) and every listener gets its *tls.Config through its
+// listen.Config; ReloadTLS (SIGHUP) swaps them without a restart.
 package node
 
 import (
