@@ -107,7 +107,7 @@ func open(cat *tables.Catalog, cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: log, cat: cat, reg: prometheus.NewRegistry()}
 	var err error
-	if s.tls, err = listen.NewTLS(cfg.Security.TLS, log); err != nil {
+	if s.tls, err = listen.NewTLS(cfg.Security.TLS, log.With("component", "cloud-tls")); err != nil {
 		return nil, err
 	}
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

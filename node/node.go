@@ -106,7 +106,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, log: log}
 	var err error
-	if n.tls, err = listen.NewTLS(cfg.Security.TLS, log); err != nil {
+	if n.tls, err = listen.NewTLS(cfg.Security.TLS, log.With("component", "tls")); err != nil {
 		return nil, err
 	}
 	catTLS, err := catalogTLS(cfg.Catalog.CAFile)
