@@ -28,7 +28,7 @@ func tlsListener(t *testing.T, files TLSFiles, cfg Config) (*Listener, *TLS) {
 		}
 		Ready(c)
 		cn := "-"
-		if pc := PeerCertificate(c); pc != nil {
+		if pc := PeerCertificate(wrapped{c}); pc != nil { // found through NetConn
 			cn = pc.Subject.CommonName
 		}
 		c.Write([]byte(cn + "\n"))
@@ -51,6 +51,11 @@ func listenTLS(t *testing.T, tc TLSConfig, name string, cfg Config) (*Listener, 
 	}
 	return l, tl
 }
+
+// wrapped is a connection that wraps another, as MQTT's WebSocket one does.
+type wrapped struct{ net.Conn }
+
+func (w wrapped) NetConn() net.Conn { return w.Conn }
 
 // tlsDial dials l with a client trusting ca, presenting certs; it returns
 // the first line the server sent (the client's CN as the server saw it).
