@@ -42,6 +42,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/kafka/consume"
 	"github.com/tributary-io/tributary/listen"
@@ -58,7 +59,8 @@ type Server struct {
 	ownCat bool // Close closes cat
 	reader *tables.Reader
 	reg    *prometheus.Registry
-	tls    *listen.TLS // nil without security.tls
+	tls    *listen.TLS     // nil without security.tls
+	auth   *auth.Authority // identities and the ACL of every listener
 
 	rest   *rest.Server       // nil when Catalog.Addr is ""
 	con    *cloudConsole      // the operator's console on the catalog listener
@@ -105,12 +107,16 @@ func open(cat *tables.Catalog, cfg Config, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{cfg: cfg, log: log, cat: cat, reg: prometheus.NewRegistry()}
-	var err error
+	a, err := auth.Open(cfg.Security.Config, log)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: log, cat: cat, reg: prometheus.NewRegistry(), auth: a}
 	if s.tls, err = listen.NewTLS(cfg.Security.TLS, log.With("component", "cloud-tls")); err != nil {
 		return nil, err
 	}
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.reg.MustRegister(a.Collectors()...)
 	// The consume servers share one table reader and its caches.
 	s.reader = tables.NewReader(cat, tables.ReaderConfig{})
 	if err := s.listen(); err != nil {
@@ -137,7 +143,7 @@ func (s *Server) listen() error {
 	cfg := s.cfg
 	if a := cfg.Catalog.Addr; a != "" {
 		h := rest.NewHandler(s.cat.Iceberg(), rest.Options{Warehouse: cfg.Catalog.Warehouse, Token: cfg.Catalog.Token,
-			NodeToken: cfg.Catalog.NodeToken, Logger: s.log.With("component", "rest-catalog")})
+			NodeToken: cfg.Catalog.NodeToken, Auth: s.auth, Logger: s.log.With("component", "rest-catalog")})
 		s.con = newCloudConsole(s.cat)
 		rs, err := rest.Listen(a, s.con.handler(withProbes(h, s.cat, s.reg)),
 			listen.Config{Logger: s.log, TLS: s.tls.Server("rest")})
@@ -150,7 +156,7 @@ func (s *Server) listen() error {
 	}
 	if a := *cfg.Kafka.Addr; a != "" {
 		ks, err := consume.NewServer(consume.Config{
-			Config: kafka.Config{Addr: a, AdvertisedAddr: cfg.Kafka.AdvertisedAddr, ClusterID: cfg.Catalog.Name, Logger: s.log,
+			Config: kafka.Config{Addr: a, AdvertisedAddr: cfg.Kafka.AdvertisedAddr, ClusterID: cfg.Catalog.Name, Auth: s.auth, Logger: s.log,
 				Limits: listen.Config{TLS: s.tls.Server("kafka")}},
 			Peers:     cfg.Kafka.Peers,
 			OffsetsDB: cfg.Catalog.URI,
@@ -171,7 +177,7 @@ func (s *Server) listen() error {
 	}
 	if a := *cfg.Pulsar.Addr; a != "" {
 		ps, err := pulsar.NewServer(pulsar.Config{Addr: a, AdvertisedAddr: cfg.Pulsar.AdvertisedAddr,
-			Peers: cfg.Pulsar.Peers, Catalog: cfg.Catalog.Name, CursorsDB: cfg.Catalog.URI, Logger: s.log,
+			Peers: cfg.Pulsar.Peers, Catalog: cfg.Catalog.Name, CursorsDB: cfg.Catalog.URI, Auth: s.auth, Logger: s.log,
 			Limits: listen.Config{TLS: s.tls.Server("pulsar")}}, s.reader)
 		if err != nil {
 			return fmt.Errorf("cloud pulsar: %w", err)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/listen"
 )
 
@@ -31,6 +32,9 @@ type Config struct {
 	// Limits are the listener's connection caps and the deadline for the
 	// first request (package listen; zero values take its defaults).
 	Limits listen.Config `yaml:"-"`
+	// Auth authenticates clients (SASL) and decides their requests
+	// (ACLs); nil = every client is anonymous and every request allowed.
+	Auth *auth.Authority `yaml:"-"`
 	// Logger; nil = slog.Default().
 	Logger *slog.Logger `yaml:"-"`
 }

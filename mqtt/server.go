@@ -65,6 +65,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/listen"
 )
 
@@ -113,6 +114,7 @@ type Config struct {
 	TCPAddr        string            // e.g. "127.0.0.1:1883"; "" = off; port 0 = any
 	WSAddr         string            // WebSocket listener, e.g. "127.0.0.1:1884"; "" = off
 	NodeID         string            // written to every record's Node
+	Auth           *auth.Authority   // authentication and ACL; nil = anonymous clients, everything allowed
 	Routes         []Route           // topic filter -> stream; first match wins
 	DefaultStream  string            // catch-all stream; "" = DefaultStream
 	Users          map[string]string // username -> password; empty = anonymous allowed

@@ -61,6 +61,13 @@ type Config struct {
 	// Storage configures the object store of the warehouse.
 	Storage StorageConfig `yaml:"storage"`
 
+	// Security: TLS on every listener (security.tls; listener names mqtt,
+	// mqtt_ws, kafka, http, peer, and rest, kafka, pulsar for the cloud
+	// server it may run), authentication and the ACL (see README, "Secure
+	// a site"). Default: no TLS, anonymous clients with every right,
+	// allowed on loopback addresses only.
+	Security config.Security `yaml:"security"`
+
 	MQTT struct {
 		// Addr of the TCP listener. Default 127.0.0.1:1883; "" turns it off.
 		Addr string `yaml:"addr"`
@@ -189,11 +196,6 @@ type Config struct {
 
 	// ShutdownTimeout bounds the final commit on shutdown. Default 30s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
-
-	// Security: TLS of every listener (security.tls; listener names mqtt,
-	// mqtt_ws, kafka, http, peer, and rest, kafka, pulsar for the cloud
-	// server it may run), authentication and the ACL. Default: none.
-	Security config.Security `yaml:"security"`
 }
 
 // Defaults returns the configuration of an edge node on embedded defaults.
@@ -298,6 +300,11 @@ func (c *Config) Validate() error {
 		bad("catalog.uri", "%q: want sqlite:///path/to/catalog.db, postgres://user:password@host:5432/db or http(s)://host:port (Iceberg REST)", tables.Redact(u))
 	}
 	c.Storage.Validate(c.Catalog.Warehouse, bad)
+	c.Security.Validate(bad)
+	if err := c.Security.Exposed(map[string]string{"mqtt.addr": c.MQTT.Addr, "mqtt.ws_addr": c.MQTT.WSAddr,
+		"kafka.addr": c.Kafka.Addr, "http_addr": c.HTTPAddr}); err != nil {
+		bad("security", "%v", err)
+	}
 	if !strings.Contains(c.Catalog.Warehouse, "://") {
 		bad("catalog.warehouse", "%q: want a blob URL such as file:///var/lib/tributary/warehouse or s3://bucket/prefix", c.Catalog.Warehouse)
 	}
@@ -325,7 +332,6 @@ func (c *Config) Validate() error {
 		bad("uplink.max_batch_bytes", "%d is below the minimum of 1KiB", c.Uplink.MaxBatchBytes)
 	}
 	c.Maintenance.Validate(bad)
-	c.Security.Validate(bad)
 	if c.Catalog.CAFile != "" && !strings.HasPrefix(c.Catalog.URI, "https://") {
 		bad("catalog.ca_file", "set, but catalog.uri %q is not https://", tables.Redact(c.Catalog.URI))
 	}

@@ -136,6 +136,7 @@ func (n *Node) handler() http.Handler {
 	n.registerMQTTClusterMetrics(reg)
 	n.registerReplicaMetrics(reg)
 	reg.MustRegister(n.wal.Collectors()...)
+	reg.MustRegister(n.auth.Collectors()...)
 	reg.MustRegister(n.up.Collectors()...)
 	reg.MustRegister(n.mqtt.PubackHistogram())
 	if n.kafka != nil {

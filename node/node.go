@@ -44,6 +44,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/console"
 	"github.com/tributary-io/tributary/kafka"
@@ -70,7 +71,8 @@ type Node struct {
 	mqtt   *mqtt.Server
 	kafka  *produce.Server
 	kb     *kafkaBackend
-	book   *owner.Book // which partitions this node writes, at which epoch
+	book   *owner.Book     // which partitions this node writes, at which epoch
+	auth   *auth.Authority // identities and the ACL of every listener
 	ingest *ingest
 	http   *http.Server
 	httpLn net.Listener
@@ -106,6 +108,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, log: log}
 	var err error
+	if n.auth, err = auth.Open(cfg.Security.Config, log); err != nil {
+		return nil, err
+	}
 	if n.tls, err = listen.NewTLS(cfg.Security.TLS, log.With("component", "tls")); err != nil {
 		return nil, err
 	}
@@ -156,7 +161,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	n.up.OnRelease(n.kb.store) // idempotent producers' state outlives released records
 	if cfg.Kafka.Addr != "" {
 		n.kafka, err = produce.NewServer(produce.Config{Config: kafka.Config{Addr: cfg.Kafka.Addr, AdvertisedAddr: cfg.Kafka.AdvertisedAddr,
-			ClusterID: cfg.Catalog.Name, Logger: log.With("component", "kafka"), Limits: listen.Config{TLS: n.tls.Server("kafka")}},
+			ClusterID: cfg.Catalog.Name, Auth: n.auth, Logger: log.With("component", "kafka"), Limits: listen.Config{TLS: n.tls.Server("kafka")}},
 			AutoCreate: *cfg.Kafka.AutoCreate, MaxBatchBytes: int32(cfg.Kafka.MaxBatchBytes)}, n.kb)
 		if err != nil {
 			n.bucket.Close()
@@ -174,7 +179,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	for i, r := range cfg.MQTT.Routes {
 		routes[i] = mqtt.Route{Filter: r.Filter, Stream: r.Stream}
 	}
-	n.mqtt, err = mqtt.New(mqtt.Config{TCPAddr: cfg.MQTT.Addr, WSAddr: cfg.MQTT.WSAddr, NodeID: cfg.NodeID,
+	n.mqtt, err = mqtt.New(mqtt.Config{TCPAddr: cfg.MQTT.Addr, WSAddr: cfg.MQTT.WSAddr, NodeID: cfg.NodeID, Auth: n.auth,
 		Routes: routes, DefaultStream: cfg.MQTT.DefaultStream, Users: cfg.MQTT.Users,
 		MaxPacketSize: uint32(cfg.MQTT.MaxPacketSize), ReceiveMaximum: cfg.MQTT.ReceiveMaximum,
 		MaxKeepAlive: uint16(cfg.MQTT.MaxKeepAlive / time.Second), Logger: log,

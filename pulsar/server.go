@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/listen"
 	"github.com/tributary-io/tributary/tables"
 )
@@ -68,6 +69,9 @@ type Config struct {
 	Peers []string
 	// Catalog is the catalog name: the tenant of every topic name.
 	Catalog string
+	// Auth authenticates clients (token, TLS certificate) and decides
+	// their subscriptions; nil = anonymous clients, everything allowed.
+	Auth *auth.Authority
 	// CursorsDB is the database holding durable cursors (the catalog
 	// database: "sqlite:///abs/path.db" or "postgres://..."). Required.
 	CursorsDB string

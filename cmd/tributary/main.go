@@ -29,6 +29,7 @@ commands:
   sim      run the device-fleet simulator against an MQTT broker
   config   check FILE: validate a config file and print the effective settings
   quarantine list|replay: records of fenced partitions, kept instead of dropped
+  passwd   [-D] FILE USER: create, update or delete a user in a password file
 
 Run 'tributary <command> -h' for the flags of a command.
 `
@@ -58,6 +59,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdConfig(args[1:], stdout, stderr)
 	case "quarantine":
 		return cmdQuarantine(args[1:], stdout, stderr)
+	case "passwd":
+		return cmdPasswd(args[1:], os.Stdin, stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -18,6 +18,7 @@ import (
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
+	"github.com/tributary-io/tributary/auth"
 )
 
 // Options configure a catalog handler.
@@ -34,6 +35,10 @@ type Options struct {
 	// catalog: only requests bearing it may set or remove table properties
 	// under ReservedPrefix (see guard.go). Empty: no request may.
 	NodeToken string
+	// Auth authenticates bearer tokens (JWTs, and the ones the OAuth2
+	// token endpoint issues) and decides reads and writes per namespace;
+	// nil = only Token/NodeToken apply.
+	Auth *auth.Authority
 	// Defaults and Overrides are added to GET /v1/config's answer.
 	Defaults, Overrides map[string]string
 	// Logger gets one line per failed request (server errors at error
