@@ -85,14 +85,14 @@ func TestTLSAccept(t *testing.T) {
 	srv := ca.Server(t)
 	l, _ := tlsListener(t, TLSFiles{CertFile: srv.CertFile, KeyFile: srv.KeyFile, ClientCAFile: ca.Files()},
 		Config{HandshakeTimeout: 300 * time.Millisecond})
-	if cn, err := tlsDial(t, l, ca.Pool()); err != nil || cn != "-" {
+	if cn, err := tlsDial(t, l, ca.Pool); err != nil || cn != "-" {
 		t.Fatalf("without a client certificate: %q %v", cn, err)
 	}
-	if cn, err := tlsDial(t, l, ca.Pool(), ca.Client(t, "sensor-7").TLS(t)); err != nil || cn != "sensor-7" {
+	if cn, err := tlsDial(t, l, ca.Pool, ca.Client(t, "sensor-7").TLS(t)); err != nil || cn != "sensor-7" {
 		t.Fatalf("PeerCertificate CN %q, %v; want sensor-7", cn, err)
 	}
 	// Ready through the *tls.Conn stops the handshake deadline.
-	c, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: ca.Pool()})
+	c, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: ca.Pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestTLSAccept(t *testing.T) {
 	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "-\nping" {
 		t.Fatalf("after the deadline: %q %v", buf, err)
 	}
-	if _, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: testkit.NewCA(t).Pool()}); err == nil {
+	if _, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: testkit.NewCA(t).Pool}); err == nil {
 		t.Fatal("a client trusting another CA accepted the server")
 	}
 }
@@ -148,7 +148,7 @@ func TestTLSClientCert(t *testing.T) {
 	srv := ca.Server(t)
 	l, _ := tlsListener(t, TLSFiles{CertFile: srv.CertFile, KeyFile: srv.KeyFile, ClientCAFile: ca.Files(),
 		RequireClientCert: true}, Config{})
-	if cn, err := tlsDial(t, l, ca.Pool(), ca.Client(t, "plc-1").TLS(t)); err != nil || cn != "plc-1" {
+	if cn, err := tlsDial(t, l, ca.Pool, ca.Client(t, "plc-1").TLS(t)); err != nil || cn != "plc-1" {
 		t.Fatalf("good certificate: %q %v", cn, err)
 	}
 	for name, certs := range map[string][]tls.Certificate{
@@ -156,7 +156,7 @@ func TestTLSClientCert(t *testing.T) {
 		"other CA": {other.Client(t, "plc-1").TLS(t)},
 		"expired":  {ca.Client(t, "plc-1", testkit.Expired()).TLS(t)},
 	} {
-		if cn, err := tlsDial(t, l, ca.Pool(), certs...); err == nil {
+		if cn, err := tlsDial(t, l, ca.Pool, certs...); err == nil {
 			t.Fatalf("%s: client accepted as %q", name, cn)
 		}
 	}
@@ -168,7 +168,7 @@ func TestTLSExpiredServer(t *testing.T) {
 	ca := testkit.NewCA(t)
 	srv := ca.ServerWith(t, testkit.Expired())
 	l, _ := tlsListener(t, TLSFiles{CertFile: srv.CertFile, KeyFile: srv.KeyFile}, Config{})
-	_, err := tlsDial(t, l, ca.Pool())
+	_, err := tlsDial(t, l, ca.Pool)
 	var inv x509.CertificateInvalidError
 	if !errors.As(err, &inv) || inv.Reason != x509.Expired {
 		t.Fatalf("dial to an expired certificate: %v", err)
@@ -227,7 +227,7 @@ func TestTLSGracefulClose(t *testing.T) {
 		c.Write([]byte("GOODBYE"))
 		c.Close()
 	})
-	c, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: ca.Pool()})
+	c, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: ca.Pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +341,7 @@ func TestTLSHTTP(t *testing.T) {
 	}))
 	go hs.Serve(l)
 	defer hs.Close()
-	cl := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+	cl := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool}}}
 	r, err := cl.Get("https://" + l.Addr().String() + "/")
 	if err != nil {
 		t.Fatal(err)
