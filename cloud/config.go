@@ -136,6 +136,12 @@ func (c *Config) Validate() error {
 		}
 	}
 	c.Security.Validate(bad)
+	if c.Kafka.Addr != nil && c.Pulsar.Addr != nil {
+		if err := c.Security.Exposed(map[string]string{"catalog.addr": c.Catalog.Addr, "kafka.addr": *c.Kafka.Addr,
+			"pulsar.addr": *c.Pulsar.Addr}); err != nil {
+			bad("security", "%v", err)
+		}
+	}
 	if c.Kafka.Addr == nil || c.Pulsar.Addr == nil || c.Maintenance.Enabled == nil {
 		return errors.New("config: defaults not applied (call ApplyDefaults)")
 	}

@@ -71,7 +71,7 @@ func startMQTTAuthNode(t *testing.T) *mqttAuthNode {
 	sec := filepath.Join(conf, "security.yaml")
 	writeFile(t, sec, securityYAML(ca.Server(t))+"  client_ca_file: "+ca.Files()+"\n"+fmt.Sprintf(mqttAuthACL, users, secretFile))
 	p := startDev(t, dir, "--security", sec, "--mqtt-ws-addr", "127.0.0.1:0")
-	p.TLS = &tls.Config{RootCAs: ca.Pool()}
+	p.TLS = &tls.Config{RootCAs: ca.Pool}
 	_, port, _ := strings.Cut(p.MQTT, ":")
 	return &mqttAuthNode{proc: p, dir: dir, ca: ca, secret: secret, port: port}
 }

@@ -33,7 +33,7 @@ var authACL = []auth.Rule{
 type authFixture struct {
 	*testServer
 	secret []byte // the HS256 secret of the tokens
-	audit  *syncBuffer
+	audit  *testkit.SyncBuffer
 }
 
 // startAuthServer starts a server with the fixture's Authority.
@@ -52,7 +52,7 @@ func startAuthServer(t *testing.T, mutate func(*Config)) *authFixture {
 // newTestAuthority is an Authority with the fixture's users (a password
 // file written with auth.SetPassword), a JWT secret and rules, auditing
 // into audit.
-func newTestAuthority(t *testing.T) (a *auth.Authority, secret []byte, audit *syncBuffer) {
+func newTestAuthority(t *testing.T) (a *auth.Authority, secret []byte, audit *testkit.SyncBuffer) {
 	t.Helper()
 	dir := t.TempDir()
 	users := filepath.Join(dir, "passwd")
@@ -67,7 +67,7 @@ func newTestAuthority(t *testing.T) (a *auth.Authority, secret []byte, audit *sy
 		t.Fatal(err)
 	}
 	off := false
-	audit = &syncBuffer{}
+	audit = &testkit.SyncBuffer{}
 	a, err := auth.Open(auth.Config{AllowAnonymous: &off, UsersFile: users, JWT: auth.JWTConfig{SecretFile: secretFile},
 		ACL: authACL}, slog.New(slog.NewTextHandler(audit, nil)))
 	if err != nil {
@@ -466,11 +466,11 @@ func TestAuthCertificate(t *testing.T) {
 	ca := testkit.NewCA(t)
 	srv := ca.Server(t)
 	f := startAuthServer(t, func(c *Config) {
-		c.Limits.TLS = &tls.Config{Certificates: []tls.Certificate{srv.TLS(t)}, ClientCAs: ca.Pool(),
+		c.Limits.TLS = &tls.Config{Certificates: []tls.Certificate{srv.TLS(t)}, ClientCAs: ca.Pool,
 			ClientAuth: tls.VerifyClientCertIfGiven, MinVersion: tls.VersionTLS12}
 	})
 	dial := func(cert *testkit.CertFiles) net.Conn {
-		cfg := &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"}
+		cfg := &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1"}
 		if cert != nil {
 			cfg.Certificates = []tls.Certificate{cert.TLS(t)}
 		}
@@ -496,7 +496,7 @@ func TestAuthCertificate(t *testing.T) {
 		t.Errorf("TLS without certificate or password: %#x, want 0x87", rc)
 	}
 	other := testkit.NewCA(t).Client(t, "sensor-a")
-	cfg := &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1", Certificates: []tls.Certificate{other.TLS(t)}}
+	cfg := &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1", Certificates: []tls.Certificate{other.TLS(t)}}
 	if conn, err := tls.Dial("tcp", f.tcp, cfg); err == nil {
 		// TLS 1.3: the client learns of the refusal on its first read.
 		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
@@ -531,9 +531,9 @@ func TestAuthOpen(t *testing.T) {
 // is not checked again where it is delivered, but reaches only the local
 // subscriptions that were allowed.
 func TestAuthForwarded(t *testing.T) {
-	var audits []*syncBuffer
+	var audits []*testkit.SyncBuffer
 	tc := startClusterWith(t, 2, func(c *Config) {
-		var audit *syncBuffer
+		var audit *testkit.SyncBuffer
 		c.Auth, _, audit = newTestAuthority(t)
 		audits = append(audits, audit)
 	})

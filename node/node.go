@@ -21,7 +21,9 @@
 // interval under a per-table lease, and last (when cluster.gossip_addr is
 // set) joins the gossip cluster; Close undoes both in reverse, leaving the
 // cluster first. The ingest type is the Sink of the protocol front doors:
-// book, WAL, replicas.
+// book, WAL, replicas. With security.tls, New loads the certificates
+// (listen.NewTLS) and every listener gets its *tls.Config through its
+// listen.Config; ReloadTLS (SIGHUP) swaps them without a restart.
 package node
 
 import (
@@ -109,7 +111,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if n.auth, err = auth.Open(cfg.Security.Config, log); err != nil {
 		return nil, err
 	}
-	if n.tls, err = listen.NewTLS(cfg.Security.TLS, log); err != nil {
+	if n.tls, err = listen.NewTLS(cfg.Security.TLS, log.With("component", "tls")); err != nil {
 		return nil, err
 	}
 	catTLS, err := catalogTLS(cfg.Catalog.CAFile)

@@ -178,7 +178,7 @@ func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *sl
 		stop()
 	}
 	log.Info("ready", "node", cfg.NodeID, "mqtt", addrs["mqtt"], "http", addrs["http"], "kafka", addrs["kafka"], "catalog", addrs["catalog"], "cloud_kafka", addrs["cloud_kafka"], "gossip", addrs["gossip"], "peer", addrs["peer"], "pulsar", addrs["pulsar"],
-		"tls", tlsListeners(cfg.Security.TLS))
+		"tls", tlsListeners(cfg.Security.TLS, servedTLS...))
 	<-ctx.Done()
 	stop()
 	log.Info("shutting down: stop listeners, final commit")
@@ -192,12 +192,14 @@ func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *sl
 	return code
 }
 
-// tlsListeners lists those of names (default listen.TLSListeners) that
-// serve TLS ("" when none do), for the ready line.
+// servedTLS are the client-facing listeners of a node (and the cloud
+// server it may run) that serve TLS when configured; peer links, which
+// need a client CA too, say mutual_tls on their own "listening" line.
+var servedTLS = []string{"mqtt", "mqtt_ws", "kafka", "pulsar", "http", "rest"}
+
+// tlsListeners lists those of names that serve TLS in c ("" when none
+// do), for the ready line.
 func tlsListeners(c listen.TLSConfig, names ...string) string {
-	if len(names) == 0 {
-		names = listen.TLSListeners
-	}
 	var on []string
 	for _, name := range names {
 		if c.On(name) {
