@@ -32,11 +32,12 @@ type Record struct {
 
 	// Principal is the authenticated identity that sent the record: the
 	// user name of a password login, the subject CN of a client
-	// certificate or the subject (or configured claim) of a JWT, as the
-	// auth package names it. "" = anonymous or not authenticated; the
-	// table's principal column is then null. The front door that accepted
-	// the record sets it; every later copy (WAL, replicas, quarantine,
-	// table) keeps it.
+	// certificate or the subject (or configured claim) of a JWT — the
+	// Name of the connection's auth.Principal, never its String() ("" =
+	// anonymous or not authenticated; "anonymous" is a name no principal
+	// has). The table's principal column is then null. The front door
+	// that accepted the record sets it; every later copy (WAL, replicas,
+	// quarantine, table) keeps it.
 	Principal string
 
 	// Producer information (Kafka idempotent producers); zero for MQTT.

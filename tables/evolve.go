@@ -38,6 +38,11 @@ import (
 //     engines by field ID, Reader and RecordsFromArrow by name: "").
 //   - The table's name mapping (schema.name-mapping.default, used for
 //     files without field IDs) is updated in the same commit.
+//
+// Mixed versions: a node from before a column keeps committing to an
+// evolved table (its files lack the column: null), but a maintainer from
+// before it would compact the column's values away, so upgrade whatever
+// runs maintenance (the cloud server, nodes with maintenance on) first.
 
 // missingColumns returns the envelope columns md's current schema lacks,
 // in order, or ErrSchema if they cannot be added with their IDs.
