@@ -137,7 +137,15 @@ func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *sl
 		n.Close(context.Background())
 		return 1
 	}
-	reloads := []func() error{n.ReloadTLS}
+	reloads := []func() error{n.ReloadTLS, func() error {
+		// The password file and JWT keys (MQTT and Kafka logins); a bad
+		// file keeps the previous ones.
+		err := n.Auth().Reload()
+		if err != nil {
+			log.Error("SIGHUP: password file or JWT keys not reloaded; the previous ones stay in force", "err", err)
+		}
+		return err
+	}}
 	if cs != nil {
 		reloads = append(reloads, cs.ReloadTLS)
 	}
