@@ -236,11 +236,14 @@ func TestMQTTAuth(t *testing.T) {
 		if sa == nil || string(sa.Reasons) != "\x01\x87\x87" {
 			t.Fatalf("SUBACK %+v, want 01 87 87", sa)
 		}
-		// mosquitto_sub prints the refusal and exits (with 0).
-		out, code := n.mosquitto(t, "mosquitto_sub", "-V", "mqttv5", "-i", "sensor-a-3", "-u", "sensor-a", "-P", "pw-sensor-a",
-			"-t", "factory/sensor-b/#", "-W", "5")
-		if !strings.Contains(out, "All subscription requests were denied") {
-			t.Errorf("mosquitto_sub -V 5 on another device's topics: exit %d, %q", code, out)
+		// mosquitto_sub prints the refusal (5: 0x87, 3.1.1: 0x80) and exits
+		// (with 0).
+		for _, v := range []string{"mqttv5", "mqttv311"} {
+			out, code := n.mosquitto(t, "mosquitto_sub", "-V", v, "-i", "sensor-a-3", "-u", "sensor-a", "-P", "pw-sensor-a",
+				"-t", "factory/sensor-b/#", "-W", "5")
+			if !strings.Contains(out, "All subscription requests were denied") {
+				t.Errorf("mosquitto_sub -V %s on another device's topics: exit %d, %q", v, code, out)
+			}
 		}
 		// The reader sees both devices; sensor-a only its own topics.
 		sub := exec.Command("mosquitto_sub", "-h", "127.0.0.1", "-p", n.port, "--cafile", n.ca.Files(), "-i", "reader",
@@ -353,8 +356,17 @@ func TestMQTTAuth(t *testing.T) {
 		if rc := pahoPublish(t, c, "factory/sensor-a/t", "cert-denied"); rc != 0x87 {
 			t.Errorf("sensor-c to sensor-a's topic: %#x, want 0x87", rc)
 		}
-		if r := n.rowsWith(t, "cert-c")["cert-c"]; len(r) != 1 || r[0].Principal != "sensor-c" {
+		foreign := testkit.NewCA(t).Client(t, "sensor-c")
+		if out, code := n.mosquitto(t, "mosquitto_pub", "-V", "mqttv5", "-i", "sensor-c", "--cert", foreign.CertFile, "--key", foreign.KeyFile,
+			"-t", "factory/sensor-c/t", "-m", "foreign-c", "-q", "1"); code == 0 {
+			t.Errorf("mosquitto_pub with a certificate of another CA: exit 0 %s", out)
+		}
+		by := n.rowsWith(t, "cert-c")
+		if r := by["cert-c"]; len(r) != 1 || r[0].Principal != "sensor-c" {
 			t.Errorf("rows %+v, want one of principal sensor-c", r)
+		}
+		if len(by["foreign-c"])+len(by["cert-denied"]) != 0 {
+			t.Errorf("refused publishes in the table: %v", by)
 		}
 	})
 
