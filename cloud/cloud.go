@@ -59,8 +59,8 @@ type Server struct {
 	ownCat bool // Close closes cat
 	reader *tables.Reader
 	reg    *prometheus.Registry
-	auth   *auth.Authority // identities and the ACL of every listener
 	tls    *listen.TLS     // nil without security.tls
+	auth   *auth.Authority // identities and the ACL of every listener
 
 	rest   *rest.Server       // nil when Catalog.Addr is ""
 	con    *cloudConsole      // the operator's console on the catalog listener
@@ -112,7 +112,7 @@ func open(cat *tables.Catalog, cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: log, cat: cat, reg: prometheus.NewRegistry(), auth: a}
-	if s.tls, err = listen.NewTLS(cfg.Security.TLS, log); err != nil {
+	if s.tls, err = listen.NewTLS(cfg.Security.TLS, log.With("component", "cloud-tls")); err != nil {
 		return nil, err
 	}
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

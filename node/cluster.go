@@ -34,10 +34,10 @@ func (n *Node) startCluster() error {
 	if err != nil {
 		return err
 	}
-	// Mutual TLS from listen.TLS (it follows SIGHUP reloads) when the peer
-	// listener has a certificate and a client CA.
+	// Mutual TLS on peer links from the node's listen.TLS (loaded in New,
+	// reloaded on SIGHUP), when the peer listener has a client CA.
 	var serverTLS, clientTLS *tls.Config
-	if _, ok := n.cfg.peerTLSFiles(); ok {
+	if _, mtls := n.cfg.peerTLSFiles(); mtls {
 		serverTLS, clientTLS = n.tls.Server("peer"), n.tls.Client("peer")
 	}
 	p, err := peer.Listen(peer.Config{NodeID: n.cfg.NodeID, Addr: g.PeerAddr, ServerTLS: serverTLS, ClientTLS: clientTLS,

@@ -21,7 +21,9 @@
 // interval under a per-table lease, and last (when cluster.gossip_addr is
 // set) joins the gossip cluster; Close undoes both in reverse, leaving the
 // cluster first. The ingest type is the Sink of the protocol front doors:
-// book, WAL, replicas.
+// book, WAL, replicas. With security.tls, New loads the certificates
+// (listen.NewTLS) and every listener gets its *tls.Config through its
+// listen.Config; ReloadTLS (SIGHUP) swaps them without a restart.
 package node
 
 import (
@@ -109,7 +111,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if n.auth, err = auth.Open(cfg.Security.Config, log); err != nil {
 		return nil, err
 	}
-	if n.tls, err = listen.NewTLS(cfg.Security.TLS, log); err != nil {
+	if n.tls, err = listen.NewTLS(cfg.Security.TLS, log.With("component", "tls")); err != nil {
 		return nil, err
 	}
 	catTLS, err := catalogTLS(cfg.Catalog.CAFile)
@@ -178,7 +180,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		routes[i] = mqtt.Route{Filter: r.Filter, Stream: r.Stream}
 	}
 	n.mqtt, err = mqtt.New(mqtt.Config{TCPAddr: cfg.MQTT.Addr, WSAddr: cfg.MQTT.WSAddr, NodeID: cfg.NodeID, Auth: n.auth,
-		Routes: routes, DefaultStream: cfg.MQTT.DefaultStream, Users: cfg.MQTT.Users,
+		Routes: routes, DefaultStream: cfg.MQTT.DefaultStream,
 		MaxPacketSize: uint32(cfg.MQTT.MaxPacketSize), ReceiveMaximum: cfg.MQTT.ReceiveMaximum,
 		MaxKeepAlive: uint16(cfg.MQTT.MaxKeepAlive / time.Second), Logger: log,
 		MaxRetained: cfg.MQTT.MaxRetained, MaxRetainedBytes: int(cfg.MQTT.MaxRetainedBytes), MaxSessions: cfg.MQTT.MaxSessions,
@@ -287,6 +289,9 @@ func (n *Node) TLS(listener string) bool { return n.tls.Server(listener) != nil 
 // ListenerTLS is the node's TLS (nil without security.tls), for the
 // listeners and dials composed around it (peer links).
 func (n *Node) ListenerTLS() *listen.TLS { return n.tls }
+
+// Auth is the node's identities and ACL (security section).
+func (n *Node) Auth() *auth.Authority { return n.auth }
 
 // ReloadTLS reads the certificates, keys and CAs again (SIGHUP); on an
 // error the old ones stay (see listen.TLS.Reload).

@@ -137,12 +137,24 @@ func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *sl
 		n.Close(context.Background())
 		return 1
 	}
-	reloads := []func() error{n.ReloadTLS}
+	reloads := []func() error{n.ReloadTLS, func() error {
+		// The password file and JWT keys (MQTT and Kafka logins); a bad
+		// file keeps the previous ones.
+		err := n.Auth().Reload()
+		if err != nil {
+			log.Error("SIGHUP: password file or JWT keys not reloaded; the previous ones stay in force", "err", err)
+		}
+		return err
+	}}
 	if cs != nil {
 		reloads = append(reloads, cs.ReloadTLS)
 	}
 	onSIGHUP(ctx, log, reloads...)
 	simDone := make(chan struct{})
+	if sim != nil && sim.Username == "" && sim.Password == "" && !n.Auth().AnonymousAllowed() {
+		log.Warn("simulator not started: anonymous MQTT clients are refused; give it a user with --sim-username and --sim-password (or run with --sim-devices 0)")
+		sim = nil
+	}
 	if sim != nil {
 		sim.Broker = "tcp://" + n.MQTTAddr()
 		if n.TLS("mqtt") {
@@ -174,7 +186,7 @@ func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *sl
 		stop()
 	}
 	log.Info("ready", "node", cfg.NodeID, "mqtt", addrs["mqtt"], "http", addrs["http"], "kafka", addrs["kafka"], "catalog", addrs["catalog"], "cloud_kafka", addrs["cloud_kafka"], "gossip", addrs["gossip"], "peer", addrs["peer"], "pulsar", addrs["pulsar"],
-		"tls", tlsListeners(cfg.Security.TLS))
+		"tls", tlsListeners(cfg.Security.TLS, servedTLS...))
 	<-ctx.Done()
 	stop()
 	log.Info("shutting down: stop listeners, final commit")
@@ -188,12 +200,14 @@ func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *sl
 	return code
 }
 
-// tlsListeners lists those of names (default listen.TLSListeners) that
-// serve TLS ("" when none do), for the ready line.
+// servedTLS are the client-facing listeners of a node (and the cloud
+// server it may run) that serve TLS when configured; peer links, which
+// need a client CA too, say mutual_tls on their own "listening" line.
+var servedTLS = []string{"mqtt", "mqtt_ws", "kafka", "pulsar", "http", "rest"}
+
+// tlsListeners lists those of names that serve TLS in c ("" when none
+// do), for the ready line.
 func tlsListeners(c listen.TLSConfig, names ...string) string {
-	if len(names) == 0 {
-		names = listen.TLSListeners
-	}
 	var on []string
 	for _, name := range names {
 		if c.On(name) {
