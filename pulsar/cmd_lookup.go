@@ -7,7 +7,8 @@ package pulsar
 // partition (a rendezvous hash over Config.Peers, this server when alone)
 // as pulsar://host:port, response Connect, authoritative, so clients
 // connect straight to it. Unknown topics are TopicNotFound, bad names
-// InvalidTopicName.
+// InvalidTopicName, streams the principal may not consume
+// AuthorizationError.
 
 import (
 	"context"

@@ -31,6 +31,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/pulsar/pb"
 	"github.com/tributary-io/tributary/tables"
 )
@@ -48,6 +50,11 @@ type conn struct {
 	// Set by CONNECT, read on the read goroutine only.
 	connected bool
 	version   int32
+	// principal: who authenticated; expiry: when its token expires (zero:
+	// never), when expireTimer closes the connection.
+	principal   auth.Principal
+	expiry      time.Time
+	expireTimer *time.Timer
 	// brokerEntry: the client reads broker entry metadata (read by
 	// Deliver on dispatch goroutines, hence atomic).
 	brokerEntry atomic.Bool
@@ -80,10 +87,15 @@ func (c *conn) serve(ctx context.Context) {
 	switch {
 	case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
 		c.log.Debug("pulsar connection closed")
+	case errors.Is(err, errAuthFailed):
+		c.log.Debug("pulsar closing connection", "err", err)
 	default:
 		c.log.Warn("pulsar closing connection", "err", err)
 	}
 	c.nc.Close()
+	if c.expireTimer != nil {
+		c.expireTimer.Stop()
+	}
 	c.cmu.Lock()
 	cs := c.consumers
 	c.consumers = map[uint64]*consumer{}
@@ -325,6 +337,10 @@ func (c *conn) dropConsumer(id uint64) *consumer {
 // errorCode maps the errors of subscriptions and topics to ServerError.
 func errorCode(err error) pb.ServerError {
 	switch {
+	case errors.Is(err, auth.ErrDenied):
+		return pb.ServerError_AuthorizationError
+	case errors.Is(err, tributary.ErrUnauthorized):
+		return pb.ServerError_AuthenticationError
 	case errors.Is(err, ErrConsumerBusy):
 		return pb.ServerError_ConsumerBusy
 	case errors.Is(err, ErrTooMany):
