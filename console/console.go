@@ -188,7 +188,13 @@ func (c *Console) Handler() http.Handler {
 
 // Register mounts the console's handler on mux (GET / and /console/…).
 func (c *Console) Register(mux *http.ServeMux) {
-	h := c.Handler()
+	c.RegisterGuarded(mux, func(h http.Handler) http.Handler { return h })
+}
+
+// RegisterGuarded mounts the console's handler on mux behind guard (an
+// authentication check: auth.Authority.Guard).
+func (c *Console) RegisterGuarded(mux *http.ServeMux, guard func(http.Handler) http.Handler) {
+	h := guard(c.Handler())
 	mux.Handle("GET /{$}", h)
 	mux.Handle("GET /console/", h)
 }
