@@ -28,7 +28,8 @@
 // Open opens the catalog and calls OpenOn; OpenOn binds the REST catalog,
 // then starts the Kafka and Pulsar servers (each may be off) and, when enabled,
 // the maintainer loop. Addresses of the bound listeners are available from
-// CatalogAddr, KafkaAddr and PulsarAddr (useful with port 0).
+// CatalogAddr, KafkaAddr and PulsarAddr (useful with port 0). With
+// security.tls every listener serves TLS (listen.TLS; ReloadTLS on SIGHUP).
 package cloud
 
 import (
@@ -44,6 +45,7 @@ import (
 	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/kafka/consume"
+	"github.com/tributary-io/tributary/listen"
 	"github.com/tributary-io/tributary/pulsar"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/tables/rest"
@@ -58,6 +60,7 @@ type Server struct {
 	reader *tables.Reader
 	reg    *prometheus.Registry
 	auth   *auth.Authority // identities and the ACL of every listener
+	tls    *listen.TLS     // nil without security.tls
 
 	rest   *rest.Server       // nil when Catalog.Addr is ""
 	con    *cloudConsole      // the operator's console on the catalog listener
@@ -109,6 +112,9 @@ func open(cat *tables.Catalog, cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, log: log, cat: cat, reg: prometheus.NewRegistry(), auth: a}
+	if s.tls, err = listen.NewTLS(cfg.Security.TLS, log.With("component", "cloud-tls")); err != nil {
+		return nil, err
+	}
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.reg.MustRegister(a.Collectors()...)
 	// The consume servers share one table reader and its caches.
@@ -139,7 +145,8 @@ func (s *Server) listen() error {
 		h := rest.NewHandler(s.cat.Iceberg(), rest.Options{Warehouse: cfg.Catalog.Warehouse, Token: cfg.Catalog.Token,
 			NodeToken: cfg.Catalog.NodeToken, Auth: s.auth, Logger: s.log.With("component", "rest-catalog")})
 		s.con = newCloudConsole(s.cat)
-		rs, err := rest.Listen(a, withProbes(h, s.cat, s.reg, s.auth, s.con))
+		rs, err := rest.Listen(a, withProbes(h, s.cat, s.reg, s.auth, s.con),
+			listen.Config{Logger: s.log, TLS: s.tls.Server("rest")})
 		if err != nil {
 			return fmt.Errorf("listen catalog %s: %w", a, err)
 		}
@@ -149,7 +156,8 @@ func (s *Server) listen() error {
 	}
 	if a := *cfg.Kafka.Addr; a != "" {
 		ks, err := consume.NewServer(consume.Config{
-			Config:    kafka.Config{Addr: a, AdvertisedAddr: cfg.Kafka.AdvertisedAddr, ClusterID: cfg.Catalog.Name, Auth: s.auth, Logger: s.log},
+			Config: kafka.Config{Addr: a, AdvertisedAddr: cfg.Kafka.AdvertisedAddr, ClusterID: cfg.Catalog.Name, Auth: s.auth, Logger: s.log,
+				Limits: listen.Config{TLS: s.tls.Server("kafka")}},
 			Peers:     cfg.Kafka.Peers,
 			OffsetsDB: cfg.Catalog.URI,
 			Reader:    s.reader,
@@ -169,7 +177,8 @@ func (s *Server) listen() error {
 	}
 	if a := *cfg.Pulsar.Addr; a != "" {
 		ps, err := pulsar.NewServer(pulsar.Config{Addr: a, AdvertisedAddr: cfg.Pulsar.AdvertisedAddr,
-			Peers: cfg.Pulsar.Peers, Catalog: cfg.Catalog.Name, CursorsDB: cfg.Catalog.URI, Auth: s.auth, Logger: s.log}, s.reader)
+			Peers: cfg.Pulsar.Peers, Catalog: cfg.Catalog.Name, CursorsDB: cfg.Catalog.URI, Auth: s.auth, Logger: s.log,
+			Limits: listen.Config{TLS: s.tls.Server("pulsar")}}, s.reader)
 		if err != nil {
 			return fmt.Errorf("cloud pulsar: %w", err)
 		}
@@ -192,6 +201,22 @@ func (s *Server) CatalogAddr() string {
 	}
 	return s.rest.Addr()
 }
+
+// CatalogURL is the URI of the REST catalog (http:// or, over TLS,
+// https://; "" when off).
+func (s *Server) CatalogURL() string {
+	if s.rest == nil {
+		return ""
+	}
+	return s.rest.URL()
+}
+
+// TLS tells whether the named listener (rest, kafka, pulsar) serves TLS.
+func (s *Server) TLS(listener string) bool { return s.tls.Server(listener) != nil }
+
+// ReloadTLS reads the certificates, keys and CAs again (SIGHUP); on an
+// error the old ones stay (see listen.TLS.Reload).
+func (s *Server) ReloadTLS() error { return s.tls.Reload() }
 
 // KafkaAddr is the bound address of the Kafka consume server ("" when off).
 func (s *Server) KafkaAddr() string {

@@ -79,9 +79,11 @@ type Config struct {
 	// Maintenance of the tables; the cloud server is where it belongs.
 	Maintenance config.Maintenance `yaml:"maintenance"`
 
-	// Security: TLS on every listener, authentication and the ACL (the
-	// same keys as the edge config's section). Default: no TLS,
-	// anonymous clients with every right, on loopback addresses only.
+	// Security: TLS on every listener (security.tls listener names rest —
+	// the catalog port with /metrics and the console —, kafka, pulsar),
+	// authentication and the ACL (the same keys as the edge config's
+	// section). Default: no TLS, anonymous clients with every right, on
+	// loopback addresses only.
 	Security config.Security `yaml:"security"`
 
 	// ShutdownTimeout bounds a graceful stop. Default 10s.

@@ -1,6 +1,9 @@
 package config
 
 import (
+	"slices"
+	"strings"
+
 	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/listen"
 )
@@ -27,6 +30,9 @@ func (s Security) Validate(bad func(field, format string, args ...any)) {
 	}
 	check("security.tls", s.TLS.TLSFiles)
 	for name, f := range s.TLS.Listeners {
+		if !slices.Contains(listen.TLSListeners, name) {
+			bad("security.tls.listeners."+name, "unknown listener; one of %s", strings.Join(listen.TLSListeners, ", "))
+		}
 		check("security.tls.listeners."+name, f)
 	}
 }

@@ -95,6 +95,11 @@ func TestBadInput(t *testing.T) {
 // expectClosed writes b on a fresh connection and expects the server to
 // close it (possibly after a CONNACK or DISCONNECT) within 10 s.
 func expectClosed(addr string, b []byte, halfClose bool) error {
+	return expectClosedWithin(addr, b, halfClose, 10*time.Second)
+}
+
+// expectClosedWithin is expectClosed with the time the server has.
+func expectClosedWithin(addr string, b []byte, halfClose bool, d time.Duration) error {
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		return err
@@ -106,13 +111,13 @@ func expectClosed(addr string, b []byte, halfClose bool) error {
 	if halfClose {
 		c.(*net.TCPConn).CloseWrite()
 	}
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	c.SetReadDeadline(time.Now().Add(d))
 	buf := make([]byte, 1024)
 	for {
 		_, err := c.Read(buf)
 		if err != nil {
 			if ne, ok := err.(net.Error); ok && ne.Timeout() {
-				return fmt.Errorf("connection still open 10s after malformed input %x", b)
+				return fmt.Errorf("connection still open %s after malformed input %x", d, b)
 			}
 			return nil
 		}

@@ -40,8 +40,15 @@ func TestRESTCatalogServesTables(t *testing.T) {
 // with iceberg-go's REST client.
 func readTableREST(t *testing.T, addr, stream string) []*tributary.Record {
 	t.Helper()
+	return readTableURI(t, "http://"+addr, stream)
+}
+
+// readTableURI is readTableREST on a catalog URI, with iceberg-go's REST
+// catalog options (rest.WithTLSConfig for https://).
+func readTableURI(t *testing.T, uri, stream string, opts ...rest.Option) []*tributary.Record {
+	t.Helper()
 	ctx := context.Background()
-	cat, err := rest.NewCatalog(ctx, "tributary", "http://"+addr)
+	cat, err := rest.NewCatalog(ctx, "tributary", uri, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,10 +6,12 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +27,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/internal/testkit"
 	"github.com/tributary-io/tributary/tables"
 
 	_ "modernc.org/sqlite"
@@ -56,6 +59,7 @@ type proc struct {
 	cmd     *exec.Cmd
 	dataDir string
 	MQTT    string // host:port
+	MQTTWS  string // the WebSocket listener ("" when off)
 	HTTP    string
 	Kafka   string
 	Catalog string // Iceberg REST catalog host:port
@@ -65,9 +69,11 @@ type proc struct {
 	Pulsar string
 	// Gossip and Peer are the cluster listeners ("" for a single node).
 	Gossip, Peer string
-	exited       chan struct{}
-	logMu        sync.Mutex
-	logLines     []string
+	// TLS is the client TLS of the process's listeners (nil: plain text).
+	TLS      *tls.Config
+	exited   chan struct{}
+	logMu    sync.Mutex
+	logLines []string
 }
 
 // startDev starts `tributary dev` on free loopback ports with no simulator
@@ -77,6 +83,45 @@ func startDev(t *testing.T, dataDir string, extra ...string) *proc {
 	args := append([]string{"dev", "--data", dataDir, "--mqtt-addr", "127.0.0.1:0", "--mqtt-ws-addr", "",
 		"--http-addr", "127.0.0.1:0", "--kafka-addr", "127.0.0.1:0", "--catalog-addr", "127.0.0.1:0", "--cloud-kafka-addr", "127.0.0.1:0", "--pulsar-addr", "127.0.0.1:0", "--sim-devices", "0", "--commit-interval", "200ms"}, extra...)
 	return startProc(t, dataDir, args...)
+}
+
+// startSecureDev is startDev with the WebSocket listener on and TLS on
+// every listener: a security section (`tributary dev --security FILE`)
+// with a server certificate of a fresh test CA, which it returns for the
+// clients to trust (ca.Files() is its ca.crt).
+func startSecureDev(t *testing.T, dataDir string, extra ...string) (*proc, *testkit.CA) {
+	t.Helper()
+	ca := testkit.NewCA(t)
+	sec := filepath.Join(t.TempDir(), "security.yaml")
+	if err := os.WriteFile(sec, []byte(securityYAML(ca.Server(t))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startDev(t, dataDir, append([]string{"--security", sec, "--mqtt-ws-addr", "127.0.0.1:0"}, extra...)...)
+	p.TLS = &tls.Config{RootCAs: ca.Pool()}
+	return p, ca
+}
+
+// securityYAML is a security section's body (the keys under security:)
+// with TLS on every listener from srv's files; indent it with
+// indentYAML to put it in a config.
+func securityYAML(srv testkit.CertFiles) string {
+	return fmt.Sprintf("tls:\n  cert_file: %s\n  key_file: %s\n", srv.CertFile, srv.KeyFile)
+}
+
+// indentYAML indents every line of y by two spaces.
+func indentYAML(y string) string {
+	return "  " + strings.ReplaceAll(strings.TrimSuffix(y, "\n"), "\n", "\n  ") + "\n"
+}
+
+// httpGet gets path from p's HTTP port (over https when p.TLS is set).
+func (p *proc) httpGet(path string) (*http.Response, error) {
+	c := &http.Client{Timeout: 5 * time.Second}
+	scheme := "http://"
+	if p.TLS != nil {
+		c.Transport = &http.Transport{TLSClientConfig: p.TLS.Clone()}
+		scheme = "https://"
+	}
+	return c.Get(scheme + p.HTTP + path)
 }
 
 // startEdge starts `tributary edge -config FILE`.
@@ -136,6 +181,7 @@ func startProc(t *testing.T, dataDir string, args ...string) *proc {
 				p.Catalog, p.CloudKafka, p.Pulsar = a["catalog"], a["kafka"], a["pulsar"]
 			} else {
 				p.MQTT, p.HTTP, p.Kafka, p.Catalog, p.CloudKafka, p.Pulsar = a["mqtt"], a["http"], a["kafka"], a["catalog"], a["cloud_kafka"], a["pulsar"]
+				p.MQTTWS = a["mqtt_ws"]
 				p.Gossip, p.Peer = a["gossip"], a["peer"]
 			}
 			return p

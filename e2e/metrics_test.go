@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"io"
-	"net/http"
 	"os"
 	"regexp"
 	"sort"
@@ -17,8 +16,7 @@ import (
 // over its labels, and the set of metric families (# TYPE lines).
 func scrapeMetrics(t *testing.T, p *proc) (values map[string]float64, families map[string]string) {
 	t.Helper()
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + p.HTTP + "/metrics")
+	resp, err := p.httpGet("/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

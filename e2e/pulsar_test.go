@@ -29,8 +29,15 @@ const pulsarTopic = "persistent://tributary/factory/telemetry"
 
 func pulsarClient(t *testing.T, addr string) pulsar.Client {
 	t.Helper()
-	cl, err := pulsar.NewClient(pulsar.ClientOptions{URL: "pulsar://" + addr, OperationTimeout: 15 * time.Second,
-		ConnectionTimeout: 5 * time.Second, Logger: pulsarlog.DefaultNopLogger()})
+	return pulsarClientWith(t, pulsar.ClientOptions{URL: "pulsar://" + addr})
+}
+
+// pulsarClientWith is pulsarClient with opts (URL, TLS), and the tests'
+// timeouts and quiet logger.
+func pulsarClientWith(t *testing.T, opts pulsar.ClientOptions) pulsar.Client {
+	t.Helper()
+	opts.OperationTimeout, opts.ConnectionTimeout, opts.Logger = 15*time.Second, 5*time.Second, pulsarlog.DefaultNopLogger()
+	cl, err := pulsar.NewClient(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

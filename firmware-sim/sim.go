@@ -2,6 +2,7 @@ package firmwaresim
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,6 +30,9 @@ type Config struct {
 	// ws://host:port/path or wss://, tls://. A bare host:port means tcp.
 	// Default tcp://127.0.0.1:1883.
 	Broker string
+	// TLS configures tls:// (ssl://, mqtts://) and wss:// brokers; nil =
+	// the system's roots.
+	TLS *tls.Config
 	// Devices is the number of simulated devices, one MQTT connection
 	// each. Default 10.
 	Devices int
@@ -483,6 +487,7 @@ func (d *device) connect(ctx context.Context, u *url.URL) error {
 	var brngMu sync.Mutex
 	cc := autopaho.ClientConfig{
 		ServerUrls: []*url.URL{u},
+		TlsCfg:     cfg.TLS,
 		KeepAlive:  cfg.KeepAlive,
 		// Session Expiry 0 and Clean Start on every connection: a
 		// reconnect starts a fresh session and the simulator itself

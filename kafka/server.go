@@ -315,7 +315,7 @@ func (s *Server) serveConn(c net.Conn) {
 		}
 		frame, err := ReadFrame(br, maxFrame)
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !isTimeout(err) && !errors.Is(err, net.ErrClosed) {
+			if !errors.Is(err, io.EOF) && !isTimeout(err) && !errors.Is(err, net.ErrClosed) && !listen.TLSHandshakeFailed(c) {
 				s.stats.malformed.Add(1)
 				log.Warn("kafka closing connection", "err", err)
 			}

@@ -24,11 +24,30 @@
 //   - Ready, Close and the deadline race safely: a connection is closed by
 //     the deadline only if Ready was not called first.
 //
-// TLS (per listener certificates, client certificates) is the next layer to
-// live here (see ../shared/DESIGN.md, "Security model").
+// # TLS
+//
+// With Config.TLS set, Accept returns the capped *Conn wrapped in
+// tls.Server. Accept does not handshake (a slow client must not hold up the
+// accept loop); a goroutine per connection runs the TLS handshake at once,
+// bounded by the handshake deadline (HandshakeTimeout, or
+// DefaultHandshakeTimeout for the TLS handshake of listeners whose protocol
+// has no deadline: HTTP, REST, peer links). A client that fails it — a
+// plain-text client on a TLS port, a certificate from another CA, an
+// expired one — is closed at once, counted in Stats.TLSHandshakeFailures
+// and logged at most every few seconds. The protocol reads and writes the
+// *tls.Conn as any net.Conn; Ready and PeerCertificate find what they need
+// through the NetConn chain, and closing the *tls.Conn sends close_notify
+// and then closes the *Conn underneath gracefully.
+//
+// NewTLS turns the security.tls section (TLSConfig: one identity for every
+// listener, with per-listener overrides) into each listener's *tls.Config
+// (TLS.Server) and the peer links' client side (TLS.Client); TLS.Reload
+// swaps certificates and CAs without a restart (SIGHUP).
 package listen
 
 import (
+	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -50,6 +69,10 @@ const (
 	logEvery                = 5 * time.Second
 )
 
+// tlsHandshakeTimeout bounds the TLS handshake of a listener without a
+// HandshakeTimeout (a variable for the tests).
+var tlsHandshakeTimeout = DefaultHandshakeTimeout
+
 // Config tunes one listener. The zero value takes every default.
 type Config struct {
 	// Name names the listener in logs and metrics ("mqtt", "kafka", ...).
@@ -63,6 +86,9 @@ type Config struct {
 	// (default DefaultHandshakeTimeout; < 0 = no deadline).
 	HandshakeTimeout time.Duration
 	Logger           *slog.Logger
+	// TLS, when set, makes the listener serve TLS with it (see the package
+	// comment; TLS.Server gives it).
+	TLS *tls.Config
 }
 
 func (c *Config) defaults() {
@@ -91,6 +117,9 @@ type Stats struct {
 	RefusedPerIP      uint64 // closed at accept: MaxConnsPerIP reached
 	HandshakeTimeouts uint64 // closed: not Ready within HandshakeTimeout
 	Panics            uint64 // connections whose handler panicked (Protect)
+	// TLSHandshakeFailures: closed because the TLS handshake failed (not
+	// TLS, no or a bad client certificate, too slow).
+	TLSHandshakeFailures uint64
 }
 
 // Listener is a net.Listener whose Accept applies the caps and returns
@@ -103,8 +132,10 @@ type Listener struct {
 	byIP map[string]int
 	open int
 
-	accepted, refusedMax, refusedIP, timeouts, panics atomic.Uint64
-	lastLog                                           atomic.Int64
+	tlsTimeout time.Duration // bounds the TLS handshake without a HandshakeTimeout
+
+	accepted, refusedMax, refusedIP, timeouts, panics, tlsFailures atomic.Uint64
+	lastLog                                                        atomic.Int64
 }
 
 // Listen opens a TCP listener on addr.
@@ -119,7 +150,7 @@ func Listen(addr string, cfg Config) (*Listener, error) {
 // Wrap puts the defences on an open listener.
 func Wrap(ln net.Listener, cfg Config) *Listener {
 	cfg.defaults()
-	return &Listener{Listener: ln, cfg: cfg, byIP: map[string]int{}}
+	return &Listener{Listener: ln, cfg: cfg, byIP: map[string]int{}, tlsTimeout: tlsHandshakeTimeout}
 }
 
 // Accept waits for the next connection under the caps.
@@ -151,8 +182,40 @@ func (l *Listener) Accept() (net.Conn, error) {
 		if d := l.cfg.HandshakeTimeout; d > 0 {
 			c.timer.Store(time.AfterFunc(d, c.handshakeExpired))
 		}
-		return c, nil
+		if l.cfg.TLS == nil {
+			return c, nil
+		}
+		tc := tls.Server(c, l.cfg.TLS)
+		go l.tlsHandshake(c, tc)
+		return tc, nil
 	}
+}
+
+// tlsHandshake runs the TLS handshake of c (the protocol's first Read or
+// Write waits for it) and closes c if it fails. Under HandshakeTimeout c's
+// timer bounds it; without one DefaultHandshakeTimeout does.
+func (l *Listener) tlsHandshake(c *Conn, tc *tls.Conn) {
+	ctx := context.Background()
+	if l.cfg.HandshakeTimeout <= 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.tlsTimeout)
+		defer cancel()
+	}
+	err := tc.HandshakeContext(ctx)
+	switch {
+	case err == nil:
+		return
+	case ctx.Err() != nil:
+		l.timeouts.Add(1)
+		l.logLimited("connection closed: no TLS handshake within the deadline", "timeout", l.tlsTimeout,
+			"remote", c.RemoteAddr().String())
+	case errors.Is(err, net.ErrClosed):
+		return // closed here: by the handshake deadline (counted there), the protocol, a shutdown
+	default:
+		l.tlsFailures.Add(1)
+		l.logLimited("connection closed: TLS handshake failed", "remote", c.RemoteAddr().String(), "err", err)
+	}
+	c.Close()
 }
 
 func (l *Listener) refuse(nc net.Conn, limit string, n int) {
@@ -185,7 +248,8 @@ func (l *Listener) Stats() Stats {
 	open := l.open
 	l.mu.Unlock()
 	return Stats{Open: int64(open), Accepted: l.accepted.Load(), RefusedMax: l.refusedMax.Load(),
-		RefusedPerIP: l.refusedIP.Load(), HandshakeTimeouts: l.timeouts.Load(), Panics: l.panics.Load()}
+		RefusedPerIP: l.refusedIP.Load(), HandshakeTimeouts: l.timeouts.Load(), Panics: l.panics.Load(),
+		TLSHandshakeFailures: l.tlsFailures.Load()}
 }
 
 // Name is the listener's name.
@@ -306,8 +370,9 @@ func (c *Conn) Close() error {
 	return nil
 }
 
-// Ready marks the handshake of c done if c is (or wraps, through a
-// NetConn() method) a *Conn; for other connections it does nothing.
+// Ready marks the handshake of c done if c is (or wraps, through NetConn()
+// methods, as *tls.Conn does) a *Conn; for other connections it does
+// nothing.
 func Ready(c net.Conn) {
 	for i := 0; c != nil && i < 4; i++ {
 		if lc, ok := c.(*Conn); ok {

@@ -52,6 +52,7 @@ package mqtt
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -124,8 +125,12 @@ type Config struct {
 	// (see limits.go). 0 = the defaults; < 0 = no cap.
 	MaxRetained, MaxRetainedBytes, MaxSessions int
 	// Limits are the connection caps and the CONNECT deadline of both
-	// listeners (package listen; zero values take its defaults).
+	// listeners (package listen; zero values take its defaults); its TLS,
+	// when set, makes the TCP listener mqtts.
 	Limits listen.Config
+	// WSTLS, when set, makes the WebSocket listener wss (Limits.TLS is the
+	// TCP listener's).
+	WSTLS *tls.Config
 	// MaxKeepAlive caps a client's keep-alive in seconds (0 and larger
 	// values asked for become the cap, told to MQTT 5 clients as Server
 	// Keep Alive); 0 = DefaultMaxKeepAlive.
@@ -330,17 +335,26 @@ func (s *Server) Start() error {
 		}
 		opened = append(opened, ln)
 		s.guards = append(s.guards, ln)
-		s.listeners = append(s.listeners, newTCPListener(ListenerTCP, ln, s.recoverClient))
+		tl := newTCPListener(ListenerTCP, ln, s.recoverClient)
+		if lim.TLS != nil {
+			tl.protocol = "mqtts"
+		}
+		s.listeners = append(s.listeners, tl)
 	}
 	if s.cfg.WSAddr != "" {
 		lim.Name = "mqtt-ws"
+		lim.TLS = s.cfg.WSTLS
 		ln, err := listen.Listen(s.cfg.WSAddr, lim)
 		if err != nil {
 			return fail(fmt.Errorf("listen ws %s: %w", s.cfg.WSAddr, err))
 		}
 		opened = append(opened, ln)
 		s.guards = append(s.guards, ln)
-		s.listeners = append(s.listeners, newWSListener(ListenerWS, ln, s.recoverClient))
+		wl := newWSListener(ListenerWS, ln, s.recoverClient)
+		if lim.TLS != nil {
+			wl.protocol = "wss"
+		}
+		s.listeners = append(s.listeners, wl)
 	}
 	for _, l := range s.listeners {
 		if err := s.broker.AddListener(l); err != nil {

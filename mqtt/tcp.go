@@ -21,22 +21,23 @@ var errDecoderPanic = errors.New("mqtt: client input made the broker panic")
 // SubscribeDecode indexes buf[offset] unchecked); FuzzPacketHandling found it,
 // testdata/fuzz/FuzzPacketHandling/b401cf28dd7072c2 reproduces it.
 type tcpListener struct {
-	id      string
-	ln      net.Listener
-	log     *slog.Logger
-	recover func(net.Conn, any)
+	id       string
+	protocol string // tcp, or mqtts over TLS
+	ln       net.Listener
+	log      *slog.Logger
+	recover  func(net.Conn, any)
 
 	mu     sync.Mutex
 	closed bool
 }
 
 func newTCPListener(id string, ln net.Listener, recover func(net.Conn, any)) *tcpListener {
-	return &tcpListener{id: id, ln: ln, recover: recover}
+	return &tcpListener{id: id, protocol: "tcp", ln: ln, recover: recover}
 }
 
 func (l *tcpListener) ID() string                  { return l.id }
 func (l *tcpListener) Address() string             { return l.ln.Addr().String() }
-func (l *tcpListener) Protocol() string            { return "tcp" }
+func (l *tcpListener) Protocol() string            { return l.protocol }
 func (l *tcpListener) Init(log *slog.Logger) error { l.log = log; return nil }
 
 func (l *tcpListener) Serve(establish listeners.EstablishFn) {

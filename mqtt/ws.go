@@ -12,6 +12,8 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/mochi-mqtt/server/v2/listeners"
+
+	"github.com/tributary-io/tributary/listen"
 )
 
 // wsListener serves MQTT over WebSocket on a listener we bound ourselves, so
@@ -20,6 +22,7 @@ import (
 // connection adapter follows mochi's listeners/websocket.go (MIT).
 type wsListener struct {
 	id       string
+	protocol string // ws, or wss over TLS
 	ln       net.Listener
 	recover  func(net.Conn, any)
 	srv      *http.Server
@@ -35,9 +38,10 @@ var errWSMessage = errors.New("mqtt: websocket message is not binary")
 
 func newWSListener(id string, ln net.Listener, recover func(net.Conn, any)) *wsListener {
 	return &wsListener{
-		id:      id,
-		ln:      ln,
-		recover: recover,
+		id:       id,
+		protocol: "ws",
+		ln:       ln,
+		recover:  recover,
 		upgrader: websocket.Upgrader{
 			Subprotocols: []string{"mqtt"},
 			CheckOrigin:  func(*http.Request) bool { return true },
@@ -47,11 +51,14 @@ func newWSListener(id string, ln net.Listener, recover func(net.Conn, any)) *wsL
 
 func (l *wsListener) ID() string       { return l.id }
 func (l *wsListener) Address() string  { return l.ln.Addr().String() }
-func (l *wsListener) Protocol() string { return "ws" }
+func (l *wsListener) Protocol() string { return l.protocol }
 
 func (l *wsListener) Init(log *slog.Logger) error {
 	l.log = log
 	l.srv = &http.Server{Handler: l, ReadHeaderTimeout: 10 * time.Second}
+	if ll, ok := l.ln.(*listen.Listener); ok {
+		l.srv.ErrorLog = ll.ErrorLog() // TLS handshake errors: counted and logged there
+	}
 	return nil
 }
 

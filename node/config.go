@@ -57,6 +57,9 @@ type Config struct {
 		// users file and authorizes the node's commits with the write
 		// action. Ignored when Token is set. Default "".
 		Credential string `yaml:"credential"`
+		// CAFile is a PEM file of the CAs an https:// REST catalog's
+		// certificate is verified against. Default "" (the system's roots).
+		CAFile string `yaml:"ca_file"`
 		// Warehouse blob URL. Default file://DATA_DIR/warehouse.
 		Warehouse string `yaml:"warehouse"`
 		// PartitionGranularity of new tables: day or hour. Default day.
@@ -66,9 +69,11 @@ type Config struct {
 	// Storage configures the object store of the warehouse.
 	Storage StorageConfig `yaml:"storage"`
 
-	// Security: TLS on every listener, authentication and the ACL (see
-	// README, "Secure a site"). Default: no TLS, anonymous clients with
-	// every right, allowed on loopback addresses only.
+	// Security: TLS on every listener (security.tls listener names mqtt,
+	// mqtt_ws, kafka, http, peer, and rest, kafka, pulsar for the cloud
+	// server it may run), authentication and the ACL (see README, "Secure
+	// a site"). Default: no TLS, anonymous clients with every right,
+	// allowed on loopback addresses only.
 	Security config.Security `yaml:"security"`
 
 	MQTT struct {
@@ -339,6 +344,9 @@ func (c *Config) Validate() error {
 		bad("uplink.max_batch_bytes", "%d is below the minimum of 1KiB", c.Uplink.MaxBatchBytes)
 	}
 	c.Maintenance.Validate(bad)
+	if c.Catalog.CAFile != "" && !strings.HasPrefix(c.Catalog.URI, "https://") {
+		bad("catalog.ca_file", "set, but catalog.uri %q is not https://", tables.Redact(c.Catalog.URI))
+	}
 	if g := c.Cluster; g.GossipAddr != "" {
 		if _, _, err := net.SplitHostPort(g.GossipAddr); err != nil {
 			bad("cluster.gossip_addr", "%q: want host:port, e.g. 0.0.0.0:7946 (%v)", g.GossipAddr, err)

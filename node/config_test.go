@@ -43,6 +43,10 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"cluster:\n  gossip_addr: nocolon", "cluster.gossip_addr"},
 		{"cluster:\n  gossip_addr: 127.0.0.1:0\n  join: [10.0.0.1]", "cluster.join[0]"},
 		{"cluster:\n  gossip_addr: 127.0.0.1:0\n  gossip_profile: wan", "cluster.gossip_profile"},
+		{"catalog:\n  ca_file: /etc/ca.crt", "catalog.ca_file"},
+		{"security:\n  tls:\n    cert_file: a.crt", "security.tls"},
+		{"security:\n  tls:\n    listeners:\n      mqqt: {cert_file: a, key_file: b}", "security.tls.listeners.mqqt"},
+		{"security:\n  tls:\n    cert_file: a\n    key_file: b\n    require_client_cert: true", "security.tls.require_client_cert"},
 	}
 	for _, c := range cases {
 		_, err := ParseConfig([]byte(c.yaml))

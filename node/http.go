@@ -266,6 +266,8 @@ func (n *Node) registerListenerMetrics(reg *prometheus.Registry) {
 			Help: "Connections (or HTTP requests) whose handler panicked: closed (or answered 500), the node kept running."}, get(func(s listen.Stats) float64 { return float64(s.Panics) })))
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tributary_listener_handshake_timeouts_total", ConstLabels: l,
 			Help: "Connections closed because their handshake (MQTT CONNECT) did not complete in time."}, get(func(s listen.Stats) float64 { return float64(s.HandshakeTimeouts) })))
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tributary_listener_tls_handshake_failures_total", ConstLabels: l,
+			Help: "Connections closed because their TLS handshake failed (not TLS, no or a bad client certificate)."}, get(func(s listen.Stats) float64 { return float64(s.TLSHandshakeFailures) })))
 	}
 }
 

@@ -21,16 +21,21 @@
 // interval under a per-table lease, and last (when cluster.gossip_addr is
 // set) joins the gossip cluster; Close undoes both in reverse, leaving the
 // cluster first. The ingest type is the Sink of the protocol front doors:
-// book, WAL, replicas.
+// book, WAL, replicas. With security.tls, New loads the certificates
+// (listen.NewTLS) and every listener gets its *tls.Config through its
+// listen.Config; ReloadTLS (SIGHUP) swaps them without a restart.
 package node
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -71,6 +76,7 @@ type Node struct {
 	ingest *ingest
 	http   *http.Server
 	httpLn net.Listener
+	tls    *listen.TLS // nil without security.tls
 	// consumers (a Consumers) is the in-process cloud server's view of
 	// consumer groups for the console (ShowConsumers); unset on an edge.
 	consumers atomic.Value
@@ -105,6 +111,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if n.auth, err = auth.Open(cfg.Security.Config, log); err != nil {
 		return nil, err
 	}
+	if n.tls, err = listen.NewTLS(cfg.Security.TLS, log.With("component", "tls")); err != nil {
+		return nil, err
+	}
+	catTLS, err := catalogTLS(cfg.Catalog.CAFile)
+	if err != nil {
+		return nil, err
+	}
 	n.wal, err = wal.Open(wal.Options{Path: cfg.WAL.Path, MaxBytes: int64(cfg.WAL.MaxBytes), Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("open wal: %w", err)
@@ -122,7 +135,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		}
 	}
 	n.cat, err = tables.Open(ctx, tables.Config{Name: cfg.Catalog.Name, URI: cfg.Catalog.URI,
-		Warehouse: cfg.Catalog.Warehouse, Granularity: cfg.Catalog.PartitionGranularity, Properties: catProps})
+		Warehouse: cfg.Catalog.Warehouse, Granularity: cfg.Catalog.PartitionGranularity, Properties: catProps,
+		TLS: catTLS})
 	if err != nil {
 		n.wal.Close()
 		return nil, err
@@ -150,7 +164,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	n.up.OnRelease(n.kb.store) // idempotent producers' state outlives released records
 	if cfg.Kafka.Addr != "" {
 		n.kafka, err = produce.NewServer(produce.Config{Config: kafka.Config{Addr: cfg.Kafka.Addr, AdvertisedAddr: cfg.Kafka.AdvertisedAddr,
-			ClusterID: cfg.Catalog.Name, Auth: n.auth, Logger: log.With("component", "kafka")},
+			ClusterID: cfg.Catalog.Name, Auth: n.auth, Logger: log.With("component", "kafka"), Limits: listen.Config{TLS: n.tls.Server("kafka")}},
 			AutoCreate: *cfg.Kafka.AutoCreate, MaxBatchBytes: int32(cfg.Kafka.MaxBatchBytes)}, n.kb)
 		if err != nil {
 			n.bucket.Close()
@@ -174,7 +188,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		MaxKeepAlive: uint16(cfg.MQTT.MaxKeepAlive / time.Second), Logger: log,
 		MaxRetained: cfg.MQTT.MaxRetained, MaxRetainedBytes: int(cfg.MQTT.MaxRetainedBytes), MaxSessions: cfg.MQTT.MaxSessions,
 		Limits: listen.Config{MaxConns: cfg.MQTT.MaxConnections, MaxConnsPerIP: cfg.MQTT.MaxConnectionsPerIP,
-			HandshakeTimeout: cfg.MQTT.ConnectTimeout}}, n.ingest)
+			HandshakeTimeout: cfg.MQTT.ConnectTimeout, TLS: n.tls.Server("mqtt")},
+		WSTLS: n.tls.Server("mqtt_ws")}, n.ingest)
 	if err != nil {
 		n.bucket.Close()
 		n.cat.Close()
@@ -210,13 +225,14 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 	}
 	if n.cfg.HTTPAddr != "" {
-		ln, err := listen.Listen(n.cfg.HTTPAddr, listen.Config{Name: "http", HandshakeTimeout: -1, Logger: n.log})
+		ln, err := listen.Listen(n.cfg.HTTPAddr, listen.Config{Name: "http", HandshakeTimeout: -1, Logger: n.log,
+			TLS: n.tls.Server("http")})
 		if err != nil {
 			return fmt.Errorf("listen http %s: %w", n.cfg.HTTPAddr, err)
 		}
 		n.httpLn = ln
 		n.http = listen.NewHTTPServer(ln, n.handler())
-		n.log.Info("listening", "listener", "http", "addr", ln.Addr().String(),
+		n.log.Info("listening", "listener", "http", "addr", ln.Addr().String(), "tls", n.TLS("http"),
 			"endpoints", "/ (console) /console/api /status /cluster /metrics /healthz /readyz")
 		n.wg.Add(1)
 		go func() {
@@ -267,6 +283,36 @@ func (n *Node) HTTPAddr() string {
 		return ""
 	}
 	return n.httpLn.Addr().String()
+}
+
+// TLS tells whether the named listener (mqtt, mqtt_ws, kafka, http, peer)
+// serves TLS.
+func (n *Node) TLS(listener string) bool { return n.tls.Server(listener) != nil }
+
+// ListenerTLS is the node's TLS (nil without security.tls), for the
+// listeners and dials composed around it (peer links).
+func (n *Node) ListenerTLS() *listen.TLS { return n.tls }
+
+// ReloadTLS reads the certificates, keys and CAs again (SIGHUP); on an
+// error the old ones stay (see listen.TLS.Reload).
+func (n *Node) ReloadTLS() error { return n.tls.Reload() }
+
+// catalogTLS is the client TLS of an https:// REST catalog whose
+// certificate is verified against caFile (nil without one: the system's
+// roots).
+func catalogTLS(caFile string) (*tls.Config, error) {
+	if caFile == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("catalog.ca_file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("catalog.ca_file %s: no PEM certificate in it", caFile)
+	}
+	return &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: pool}, nil
 }
 
 // Catalog is the node's catalog.

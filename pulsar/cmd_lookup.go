@@ -5,10 +5,12 @@ package pulsar
 // Any cloud server can read any partition, but a subscription must be
 // dispatched by one server: the answer names the owner of the topic
 // partition (a rendezvous hash over Config.Peers, this server when alone)
-// as pulsar://host:port, response Connect, authoritative, so clients
-// connect straight to it. Unknown topics are TopicNotFound, bad names
-// InvalidTopicName, streams the principal may not consume
-// AuthorizationError.
+// as pulsar://host:port (brokerServiceUrl) or, when the listener serves
+// TLS, as pulsar+ssl://host:port (brokerServiceUrlTls, the field clients
+// on pulsar+ssl:// read), response Connect, authoritative, so clients
+// connect straight to it. Every cloud server is assumed to serve TLS
+// alike. Unknown topics are TopicNotFound, bad names InvalidTopicName,
+// streams the principal may not consume AuthorizationError.
 
 import (
 	"context"
@@ -26,7 +28,11 @@ func (c *conn) handleLookup(ctx context.Context, cmd *pb.CommandLookupTopic) {
 		resp.Message = proto.String(err.Error())
 	} else {
 		resp.Response = pb.CommandLookupTopicResponse_Connect.Enum()
-		resp.BrokerServiceUrl = proto.String("pulsar://" + c.s.owner(cmd.GetTopic()))
+		if owner := c.s.owner(cmd.GetTopic()); c.s.cfg.Limits.TLS != nil {
+			resp.BrokerServiceUrlTls = proto.String("pulsar+ssl://" + owner)
+		} else {
+			resp.BrokerServiceUrl = proto.String("pulsar://" + owner)
+		}
 		resp.Authoritative = proto.Bool(true)
 	}
 	c.send(&pb.BaseCommand{Type: pb.BaseCommand_LOOKUP_RESPONSE.Enum(), LookupTopicResponse: resp})

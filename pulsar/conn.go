@@ -33,6 +33,7 @@ import (
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/auth"
+	"github.com/tributary-io/tributary/listen"
 	"github.com/tributary-io/tributary/pulsar/pb"
 	"github.com/tributary-io/tributary/tables"
 )
@@ -85,8 +86,8 @@ func (c *conn) serve(ctx context.Context) {
 	go func() { defer wg.Done(); c.keepAlive(done) }()
 	err := c.readLoop(ctx)
 	switch {
-	case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed):
-		c.log.Debug("pulsar connection closed")
+	case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), listen.TLSHandshakeFailed(c.nc):
+		c.log.Debug("pulsar connection closed", "err", err)
 	case errors.Is(err, errAuthFailed):
 		c.log.Debug("pulsar closing connection", "err", err)
 	default:

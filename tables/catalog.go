@@ -2,6 +2,7 @@ package tables
 
 import (
 	"context"
+	"crypto/tls"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -57,6 +58,10 @@ type Config struct {
 	// For a REST catalog, "token" is sent as a bearer token and
 	// "credential" (id:secret) is exchanged at the OAuth2 token endpoint.
 	Properties map[string]string
+	// TLS is the client TLS configuration of an https:// REST catalog
+	// (e.g. RootCAs from the edge config's catalog.ca_file); nil = the
+	// system's roots.
+	TLS *tls.Config
 }
 
 // Catalog gives access to stream tables.
@@ -139,6 +144,9 @@ func openREST(ctx context.Context, cfg Config) (catalog.Catalog, error) {
 	var opts []restcat.Option
 	if cfg.Warehouse != "" {
 		opts = append(opts, restcat.WithWarehouseLocation(cfg.Warehouse))
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, restcat.WithTLSConfig(cfg.TLS))
 	}
 	extra := iceberg.Properties{}
 	for k, v := range cfg.Properties {

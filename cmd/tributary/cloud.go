@@ -128,6 +128,7 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 		log.Error("open", "err", err)
 		return 1
 	}
+	onSIGHUP(ctx, log, srv.ReloadTLS)
 	code := 0
 	// The ready file before the ready line: whoever saw the line finds the file.
 	if err := writeReadyFile(*readyFile, map[string]string{"catalog": srv.CatalogAddr(), "kafka": srv.KafkaAddr(), "pulsar": srv.PulsarAddr()}); err != nil {
@@ -135,7 +136,7 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 		code = 1
 		stop()
 	}
-	log.Info("ready", "catalog", srv.CatalogAddr(), "kafka", srv.KafkaAddr(), "pulsar", srv.PulsarAddr(), "backing", tables.Redact(cfg.Catalog.URI), "warehouse", cfg.Catalog.Warehouse,
+	log.Info("ready", "catalog", srv.CatalogAddr(), "uri", srv.CatalogURL(), "tls", tlsListeners(cfg.Security.TLS, "rest", "kafka", "pulsar"), "kafka", srv.KafkaAddr(), "pulsar", srv.PulsarAddr(), "backing", tables.Redact(cfg.Catalog.URI), "warehouse", cfg.Catalog.Warehouse,
 		"auth", cfg.Catalog.Token != "", "maintenance", *cfg.Maintenance.Enabled)
 	select {
 	case <-ctx.Done():

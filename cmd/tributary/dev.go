@@ -4,10 +4,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/tributary-io/tributary/config"
 	firmwaresim "github.com/tributary-io/tributary/firmware-sim"
 	"github.com/tributary-io/tributary/node"
 	"github.com/tributary-io/tributary/pulsar"
@@ -41,6 +43,7 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&join, "join", "a peer's gossip host:port to join (repeatable)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	securityFile := fs.String("security", "", "YAML file with the keys of the security section (tls: ..., see deploy/edge.yaml): TLS on every listener")
 	readyFile := fs.String("ready-file", "", "once every listener is bound, write their addresses to this file as a JSON object (atomically)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -76,6 +79,17 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	cfg.Cluster.ReplicationFactor = *replFactor
 	cfg.Cluster.ReplicationPolicy = *replPolicy
 	cfg.Cluster.TakeoverGrace = *takeoverGrace
+	if *securityFile != "" {
+		raw, err := os.ReadFile(*securityFile)
+		if err != nil {
+			fmt.Fprintln(stderr, "tributary dev: --security:", err)
+			return 2
+		}
+		if err := config.Decode(raw, &cfg.Security); err != nil {
+			fmt.Fprintln(stderr, "tributary dev: --security", *securityFile+":", err)
+			return 2
+		}
+	}
 	cfg = node.WithDefaults(cfg)
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintln(stderr, "tributary dev:", err)
@@ -86,23 +100,7 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 		sim = &firmwaresim.Config{Devices: *devices, Rate: *simRate, QoS: 1, UserProperties: true,
 			TopicPattern: "factory/line{line}/device{device}/telemetry", ClientIDPrefix: "sim-device"}
 	}
-	fmt.Fprintf(stdout, `Tributary dev: edge node on embedded defaults
-  data dir   %s  (WAL wal/wal.db, catalog catalog.db named %q, warehouse warehouse/)
-  MQTT       %s (TCP), %s (WebSocket)
-  Kafka      %s (produce; topic = stream name, e.g. factory.telemetry)
-  status     http://%s/   metrics http://%s/metrics
-  catalog    http://%s (Iceberg REST; warehouse file://%s/warehouse)
-  consume    %s (Kafka consumers read the tables, e.g. kcat -b %s -C -t factory.telemetry)
-             pulsar://%s (Pulsar consumers, topic persistent://%s/factory/telemetry)
-  simulator  %d devices at %.1f msg/s each, topics factory/lineN/deviceM/telemetry -> stream factory.telemetry
-
-Publish:      mosquitto_pub -h 127.0.0.1 -p %s -t factory/line1/temp -m '{"c":21.5}' -q 1
-              echo 'k1:{"c":22}' | kcat -b %s -P -t factory.telemetry -K:
-Look at rows: bin/tributary tables scan factory.telemetry --data %s --limit 5
-Other topics go to stream %s. Ctrl-C stops with a final commit.
-
-`, abs, cfg.Catalog.Name, *mqttAddr, *wsAddr, *kafkaAddr, *httpAddr, *httpAddr, *catalogAddr, abs, *cloudKafkaAddr, *cloudKafkaAddr, *pulsarAddr, cfg.Catalog.Name, *devices, *simRate,
-		portOf(*mqttAddr), *kafkaAddr, *data, cfg.MQTT.DefaultStream)
+	printDev(stdout, cfg, *data, *devices, *simRate)
 	return runNode(cfg, sim, *readyFile, log, stdout, stderr)
 }
 
@@ -128,4 +126,55 @@ func (l *stringList) Set(v string) error {
 		}
 	}
 	return nil
+}
+
+// printDev prints where to connect: with TLS on a listener, its URL says
+// so (mqtts://, wss://, https://, pulsar+ssl://) and the example commands
+// take a CA file.
+func printDev(w io.Writer, cfg node.Config, data string, devices int, simRate float64) {
+	tc := cfg.Security.TLS
+	scheme := func(listener, plain, secure string) string {
+		if tc.On(listener) {
+			return secure
+		}
+		return plain
+	}
+	ca := tc.ClientCAFile
+	if ca == "" {
+		ca = "CA_FILE"
+	}
+	mosq, kcat, kafkaTLS := "", "", ""
+	if tc.On("mqtt") {
+		mosq = " --cafile " + ca
+	}
+	if tc.On("kafka") {
+		kcat = " -X security.protocol=SSL -X ssl.ca.location=" + ca
+		kafkaTLS = " over TLS"
+	}
+	ck := cfg.CloudKafkaAddr
+	fmt.Fprintf(w, `Tributary dev: edge node on embedded defaults
+  data dir   %s  (WAL wal/wal.db, catalog catalog.db named %q, warehouse warehouse/)
+  MQTT       %s%s, %s%s (WebSocket)
+  Kafka      %s (produce%s; topic = stream name, e.g. factory.telemetry)
+  status     %s%s/   metrics %s%s/metrics
+  catalog    %s%s (Iceberg REST; warehouse file://%s/warehouse)
+  consume    %s (Kafka consumers%s read the tables, e.g. kcat -b %s%s -C -t factory.telemetry)
+             %s%s (Pulsar consumers, topic persistent://%s/factory/telemetry)
+  simulator  %d devices at %.1f msg/s each, topics factory/lineN/deviceM/telemetry -> stream factory.telemetry
+
+Publish:      mosquitto_pub -h 127.0.0.1 -p %s%s -t factory/line1/temp -m '{"c":21.5}' -q 1
+              echo 'k1:{"c":22}' | kcat -b %s%s -P -t factory.telemetry -K:
+Look at rows: bin/tributary tables scan factory.telemetry --data %s --limit 5
+Other topics go to stream %s. Ctrl-C stops with a final commit.
+
+`, cfg.DataDir, cfg.Catalog.Name,
+		scheme("mqtt", "", "mqtts://"), cfg.MQTT.Addr+scheme("mqtt", " (TCP)", ""),
+		scheme("mqtt_ws", "", "wss://"), cfg.MQTT.WSAddr,
+		cfg.Kafka.Addr, kafkaTLS,
+		scheme("http", "http://", "https://"), cfg.HTTPAddr, scheme("http", "http://", "https://"), cfg.HTTPAddr,
+		scheme("rest", "http://", "https://"), cfg.CatalogAddr, cfg.DataDir,
+		ck, kafkaTLS, ck, kcat,
+		scheme("pulsar", "pulsar://", "pulsar+ssl://"), cfg.CloudPulsarAddr, cfg.Catalog.Name,
+		devices, simRate,
+		portOf(cfg.MQTT.Addr), mosq, cfg.Kafka.Addr, kcat, data, cfg.MQTT.DefaultStream)
 }

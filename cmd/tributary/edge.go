@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/tributary-io/tributary/cloud"
 	firmwaresim "github.com/tributary-io/tributary/firmware-sim"
+	"github.com/tributary-io/tributary/listen"
 	"github.com/tributary-io/tributary/node"
 	"github.com/tributary-io/tributary/tables"
 )
@@ -64,6 +66,9 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 	}
 	if cloud.RoleOf(raw) == "cloud" {
 		cc, err := cloud.ParseConfig(raw)
+		if err == nil {
+			_, err = listen.NewTLS(cc.Security.TLS, nil) // the files are there and load
+		}
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
@@ -74,6 +79,9 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	cfg, err := node.ParseConfig(raw)
+	if err == nil {
+		_, err = listen.NewTLS(cfg.Security.TLS, nil)
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -129,9 +137,17 @@ func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *sl
 		n.Close(context.Background())
 		return 1
 	}
+	reloads := []func() error{n.ReloadTLS}
+	if cs != nil {
+		reloads = append(reloads, cs.ReloadTLS)
+	}
+	onSIGHUP(ctx, log, reloads...)
 	simDone := make(chan struct{})
 	if sim != nil {
 		sim.Broker = "tcp://" + n.MQTTAddr()
+		if n.TLS("mqtt") {
+			sim.Broker, sim.TLS = "tls://"+n.MQTTAddr(), n.ListenerTLS().Self("mqtt")
+		}
 		sim.Logger = log.With("component", "sim")
 		go func() {
 			defer close(simDone)
@@ -157,7 +173,8 @@ func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *sl
 		code = 1
 		stop()
 	}
-	log.Info("ready", "node", cfg.NodeID, "mqtt", addrs["mqtt"], "http", addrs["http"], "kafka", addrs["kafka"], "catalog", addrs["catalog"], "cloud_kafka", addrs["cloud_kafka"], "gossip", addrs["gossip"], "peer", addrs["peer"], "pulsar", addrs["pulsar"])
+	log.Info("ready", "node", cfg.NodeID, "mqtt", addrs["mqtt"], "http", addrs["http"], "kafka", addrs["kafka"], "catalog", addrs["catalog"], "cloud_kafka", addrs["cloud_kafka"], "gossip", addrs["gossip"], "peer", addrs["peer"], "pulsar", addrs["pulsar"],
+		"tls", tlsListeners(cfg.Security.TLS, servedTLS...))
 	<-ctx.Done()
 	stop()
 	log.Info("shutting down: stop listeners, final commit")
@@ -169,6 +186,23 @@ func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *sl
 	}
 	log.Info("stopped")
 	return code
+}
+
+// servedTLS are the listeners of a node (and the cloud server it may run)
+// that serve TLS when configured; peer links join when they use
+// listen.TLS (peer/gossip security of issue 13).
+var servedTLS = []string{"mqtt", "mqtt_ws", "kafka", "pulsar", "http", "rest"}
+
+// tlsListeners lists those of names that serve TLS in c ("" when none
+// do), for the ready line.
+func tlsListeners(c listen.TLSConfig, names ...string) string {
+	var on []string
+	for _, name := range names {
+		if c.On(name) {
+			on = append(on, name)
+		}
+	}
+	return strings.Join(on, ",")
 }
 
 // cloudOf is the configuration of the cloud server an edge config asks to
@@ -186,6 +220,7 @@ func cloudOf(cfg node.Config) (cloud.Config, bool) {
 	kafkaAddr, pulsarAddr, maintain := cfg.CloudKafkaAddr, cfg.CloudPulsarAddr, false
 	c.Kafka.Addr, c.Pulsar.Addr, c.Maintenance.Enabled = &kafkaAddr, &pulsarAddr, &maintain
 	c.ShutdownTimeout = cfg.ShutdownTimeout
+	c.Security = cfg.Security
 	c.ApplyDefaults()
 	c.Catalog.Addr = cfg.CatalogAddr // "" = off, which only a program can say
 	return c, true

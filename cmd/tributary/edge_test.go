@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/tributary-io/tributary/node"
@@ -30,5 +31,27 @@ func TestCloudOf(t *testing.T) {
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPrintDevTLS: with TLS on, tributary dev's "where to connect" lines
+// give the TLS URLs and the client flags that trust a CA file.
+func TestPrintDevTLS(t *testing.T) {
+	cfg := node.WithDefaults(node.Config{NodeID: "d", DataDir: t.TempDir(), HTTPAddr: "127.0.0.1:8080",
+		CatalogAddr: "127.0.0.1:8181", CloudKafkaAddr: "127.0.0.1:19092", CloudPulsarAddr: "127.0.0.1:6650"})
+	cfg.MQTT.Addr, cfg.MQTT.WSAddr, cfg.Kafka.Addr = "127.0.0.1:1883", "127.0.0.1:1884", "127.0.0.1:9092"
+	var plain strings.Builder
+	printDev(&plain, cfg, "./data", 0, 1)
+	cfg.Security.TLS.CertFile, cfg.Security.TLS.KeyFile, cfg.Security.TLS.ClientCAFile = "s.crt", "s.key", "ca.crt"
+	var secure strings.Builder
+	printDev(&secure, cfg, "./data", 0, 1)
+	for _, want := range []string{"mqtts://127.0.0.1:1883", "wss://127.0.0.1:1884", "https://127.0.0.1:8080/metrics",
+		"https://127.0.0.1:8181", "pulsar+ssl://127.0.0.1:6650", "--cafile ca.crt", "-X security.protocol=SSL -X ssl.ca.location=ca.crt"} {
+		if !strings.Contains(secure.String(), want) {
+			t.Errorf("with TLS, no %q in:\n%s", want, secure.String())
+		}
+		if strings.Contains(plain.String(), want) {
+			t.Errorf("without TLS, %q in:\n%s", want, plain.String())
+		}
 	}
 }

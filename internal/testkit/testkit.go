@@ -1,5 +1,7 @@
 // Package testkit holds the helpers every package's tests share: a polling
-// helper in place of sleeps, and the seed of randomised tests. It imports
+// helper in place of sleeps, the seed of randomised tests, and a test
+// certificate authority (CA: server, client and expired certificates as
+// PEM files, for TLS tests of any package and the e2e tests). It imports
 // nothing of the module, so that any package's internal tests (wal's
 // included) can use it without an import cycle. Fault injection lives in
 // package fault.

@@ -11,18 +11,25 @@ import (
 // Server is a catalog handler listening on a TCP address.
 type Server struct {
 	ln   *listen.Listener
+	tls  bool
 	srv  *http.Server
 	done chan error
 }
 
 // Listen binds addr ("127.0.0.1:0" picks a free port) and serves h on it
-// in the background until Shutdown.
-func Listen(addr string, h http.Handler) (*Server, error) {
-	ln, err := listen.Listen(addr, listen.Config{Name: "rest-catalog", HandshakeTimeout: -1})
+// in the background until Shutdown. lc tunes the listener (caps, TLS,
+// logger; HTTP bounds its own handshake, so lc.HandshakeTimeout is
+// ignored); its Name defaults to rest-catalog.
+func Listen(addr string, h http.Handler, lc listen.Config) (*Server, error) {
+	if lc.Name == "" {
+		lc.Name = "rest-catalog"
+	}
+	lc.HandshakeTimeout = -1
+	ln, err := listen.Listen(addr, lc)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{ln: ln, done: make(chan error, 1), srv: listen.NewHTTPServer(ln, h)}
+	s := &Server{ln: ln, tls: lc.TLS != nil, done: make(chan error, 1), srv: listen.NewHTTPServer(ln, h)}
 	go func() {
 		err := s.srv.Serve(ln)
 		if errors.Is(err, http.ErrServerClosed) {
@@ -39,8 +46,14 @@ func (s *Server) ListenerStats() listen.Stats { return s.ln.Stats() }
 // Addr is the address the server listens on (host:port).
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
-// URL is the catalog URI clients use: http://host:port.
-func (s *Server) URL() string { return "http://" + s.Addr() }
+// URL is the catalog URI clients use: http://host:port, or https:// over
+// TLS.
+func (s *Server) URL() string {
+	if s.tls {
+		return "https://" + s.Addr()
+	}
+	return "http://" + s.Addr()
+}
 
 // Done reports the end of serving: nil after Shutdown, else the error
 // that stopped it.

@@ -25,6 +25,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/listen"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/tables/rest"
 )
@@ -87,7 +88,7 @@ func newEnv(t *testing.T, servers int, opts rest.Options) *env {
 				e.conflicts.Add(1)
 			}
 		})
-		srv, err := rest.Listen("127.0.0.1:0", counted)
+		srv, err := rest.Listen("127.0.0.1:0", counted, listen.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
