@@ -18,17 +18,15 @@ package pulsar
 // the streams it can consume.
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"net"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tributary-io/tributary/auth"
+	"github.com/tributary-io/tributary/listen"
 	"github.com/tributary-io/tributary/pulsar/pb"
 )
 
@@ -55,7 +53,7 @@ func (c *conn) authenticate(cmd *pb.CommandConnect) (auth.Principal, time.Time, 
 		}
 		return p, tokenExpiry(tok), nil
 	case "tls", "", "none":
-		if cert := peerCertificate(c.nc); cert != nil {
+		if cert := listen.PeerCertificate(c.nc); cert != nil {
 			p, err := a.Certificate(cl, cert)
 			return p, time.Time{}, err
 		}
@@ -81,26 +79,6 @@ func tokenExpiry(tok string) time.Time {
 		return time.Time{}
 	}
 	return exp.Time
-}
-
-// peerCertificate is the verified client certificate of nc (a *tls.Conn
-// or a connection wrapping one through NetConn methods), nil if none.
-func peerCertificate(nc net.Conn) *x509.Certificate {
-	for i := 0; nc != nil && i < 4; i++ {
-		if tc, ok := nc.(*tls.Conn); ok {
-			st := tc.ConnectionState()
-			if len(st.VerifiedChains) > 0 && len(st.VerifiedChains[0]) > 0 {
-				return st.VerifiedChains[0][0]
-			}
-			return nil
-		}
-		u, ok := nc.(interface{ NetConn() net.Conn })
-		if !ok {
-			return nil
-		}
-		nc = u.NetConn()
-	}
-	return nil
 }
 
 func (c *conn) client() auth.Client {
