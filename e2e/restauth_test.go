@@ -5,11 +5,12 @@ package e2e
 // configs: pulsar-client-go with JWTs (pulsar.NewAuthenticationToken),
 // iceberg-go's REST client with OAuth2 client credentials, an edge node
 // committing through the REST catalog with its own credential, and the
-// admin-only /debug/pprof. Plain TCP: the listeners' TLS is wired by the
-// TLS work, not here.
+// admin-only /debug/pprof. Everything over TLS with a test CA (Pulsar with
+// client certificates too).
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net/http"
 	"os"
@@ -25,6 +26,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/tributary-io/tributary/auth"
+	"github.com/tributary-io/tributary/internal/testkit"
 	"github.com/tributary-io/tributary/tables"
 )
 
@@ -64,8 +66,9 @@ func (s *authSite) sign(t *testing.T, sub string, exp time.Time) string {
 }
 
 // startCloud starts `tributary cloud -config` with the site's security
-// section (anonymous off, security.debug on), REST catalog and Pulsar.
-func (s *authSite) startCloud(t *testing.T) *proc {
+// section (anonymous off, security.debug on; tlsYAML: its tls key, indented
+// by two spaces), REST catalog and Pulsar.
+func (s *authSite) startCloud(t *testing.T, tlsYAML string) *proc {
 	t.Helper()
 	cfg := fmt.Sprintf(`role: cloud
 data_dir: %[1]s
@@ -87,7 +90,7 @@ security:
     - {principal: reader, allow: [consume], streams: ["factory.*"], groups: ["app-*"]}
     - {principal: "edge-*", allow: [write], streams: ["factory.*"]}
     - {principal: ops, allow: [admin]}
-`, s.dir, s.users, s.secretFile)
+%[4]s`, s.dir, s.users, s.secretFile, tlsYAML)
 	path := filepath.Join(s.dir, "cloud.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -95,10 +98,12 @@ security:
 	return startProc(t, s.dir, "cloud", "-config", path)
 }
 
-func authPulsarClient(t *testing.T, addr string, a pulsar.Authentication, timeout time.Duration) pulsar.Client {
+// authPulsarClient is a pulsar-client-go client of pulsar+ssl://addr
+// trusting ca, authenticating with a.
+func authPulsarClient(t *testing.T, addr string, ca *testkit.CA, a pulsar.Authentication, timeout time.Duration) pulsar.Client {
 	t.Helper()
-	cl, err := pulsar.NewClient(pulsar.ClientOptions{URL: "pulsar://" + addr, Authentication: a, OperationTimeout: timeout,
-		ConnectionTimeout: 5 * time.Second, Logger: pulsarlog.DefaultNopLogger()})
+	cl, err := pulsar.NewClient(pulsar.ClientOptions{URL: "pulsar+ssl://" + addr, TLSTrustCertsFilePath: ca.Files(),
+		Authentication: a, OperationTimeout: timeout, ConnectionTimeout: 5 * time.Second, Logger: pulsarlog.DefaultNopLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,32 +123,41 @@ func TestPulsarAuth(t *testing.T) {
 	}
 	commitRows(t, cat, s.dir, "factory.telemetry", 0, 0, 20)
 	cat.Close()
-	cloud := s.startCloud(t)
+	ca := testkit.NewCA(t)
+	srv := ca.Server(t)
+	cloud := s.startCloud(t, fmt.Sprintf("  tls:\n    listeners:\n      pulsar:\n        cert_file: %s\n        key_file: %s\n"+
+		"        client_ca_file: %s\n", srv.CertFile, srv.KeyFile, ca.Files()))
 
-	t.Run("token consumes", func(t *testing.T) {
-		cl := authPulsarClient(t, cloud.Pulsar, pulsar.NewAuthenticationToken(s.sign(t, "reader", time.Now().Add(time.Hour))), 15*time.Second)
-		c := mustSubscribe(t, cl, pulsar.ConsumerOptions{Topic: pulsarTopic, SubscriptionName: "app-1", Type: pulsar.Shared,
-			SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		for i := range 20 {
-			m, err := c.Receive(ctx)
-			if err != nil {
-				t.Fatalf("message %d: %v", i, err)
+	consumes := func(name string, a pulsar.Authentication, sub string) {
+		t.Run(name, func(t *testing.T) {
+			cl := authPulsarClient(t, cloud.Pulsar, ca, a, 15*time.Second)
+			c := mustSubscribe(t, cl, pulsar.ConsumerOptions{Topic: pulsarTopic, SubscriptionName: sub, Type: pulsar.Shared,
+				SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			for i := range 20 {
+				m, err := c.Receive(ctx)
+				if err != nil {
+					t.Fatalf("message %d: %v", i, err)
+				}
+				c.Ack(m)
 			}
-			c.Ack(m)
-		}
-	})
-	// Each refusal is audited with its reason.
+		})
+	}
+	consumes("token consumes", pulsar.NewAuthenticationToken(s.sign(t, "reader", time.Now().Add(time.Hour))), "app-1")
+	reader := ca.Client(t, "reader")
+	consumes("client certificate consumes", mustTLSAuth(t, reader), "app-cert")
+	// Each refusal is audited with its reason (one more line each time).
 	refused := func(name string, a pulsar.Authentication, sub, audit string) {
 		t.Run(name, func(t *testing.T) {
-			cl := authPulsarClient(t, cloud.Pulsar, a, 2*time.Second)
+			before := strings.Count(cloud.logs(), audit)
+			cl := authPulsarClient(t, cloud.Pulsar, ca, a, 2*time.Second)
 			c, err := cl.Subscribe(pulsar.ConsumerOptions{Topic: pulsarTopic, SubscriptionName: sub})
 			if err == nil {
 				c.Close()
 				t.Fatal("subscribed")
 			}
-			waitFor(t, 5*time.Second, "audit line "+audit, func() bool { return strings.Contains(cloud.logs(), audit) })
+			waitFor(t, 5*time.Second, "audit line "+audit, func() bool { return strings.Count(cloud.logs(), audit) > before })
 		})
 	}
 	refused("wrong token", pulsar.NewAuthenticationToken(s.sign(t, "reader", time.Now().Add(time.Hour))+"x"), "app-2", "reason=bad_token")
@@ -153,6 +167,12 @@ func TestPulsarAuth(t *testing.T) {
 		"principal=nobody action=consume")
 	refused("subscription outside the rule", pulsar.NewAuthenticationToken(s.sign(t, "reader", time.Now().Add(time.Hour))), "other",
 		"group:other")
+	refused("client certificate without rights", mustTLSAuth(t, ca.Client(t, "nobody")), "app-6", "principal=nobody action=consume")
+}
+
+func mustTLSAuth(t *testing.T, f testkit.CertFiles) pulsar.Authentication {
+	t.Helper()
+	return pulsar.NewAuthenticationTLS(f.CertFile, f.KeyFile)
 }
 
 // TestRESTAuth: an edge node commits through the cloud's REST catalog with
@@ -161,18 +181,23 @@ func TestPulsarAuth(t *testing.T) {
 // admin-only on the cloud and 404 on the edge (security.debug off).
 func TestRESTAuth(t *testing.T) {
 	s := newAuthSite(t)
-	cloud := s.startCloud(t)
+	ca := testkit.NewCA(t)
+	srv := ca.Server(t)
+	cloud := s.startCloud(t, indentYAML(securityYAML(srv)))
+	roots := &tls.Config{RootCAs: ca.Pool()}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: roots.Clone()}}
 	edgeDir := filepath.Join(s.dir, "edge")
 	if err := os.MkdirAll(edgeDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	path := edgeConfig(t, edgeDir, "edge-1", fmt.Sprintf(`catalog:
-  uri: http://%[1]s
+  uri: https://%[1]s
+  ca_file: %[3]s
   credential: edge-1:pw-edge-1
   warehouse: file://%[2]s/warehouse
 maintenance:
   enabled: false
-`, cloud.Catalog, s.dir))
+`, cloud.Catalog, s.dir, ca.Files()))
 	edge := startEdge(t, edgeDir, path)
 	ctx := context.Background()
 
@@ -188,7 +213,7 @@ maintenance:
 	})
 	open := func(t *testing.T, cred string) *rest.Catalog {
 		t.Helper()
-		c, err := rest.NewCatalog(ctx, "tributary", "http://"+cloud.Catalog, rest.WithCredential(cred))
+		c, err := rest.NewCatalog(ctx, "tributary", "https://"+cloud.Catalog, rest.WithCredential(cred), rest.WithTLSConfig(roots.Clone()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,7 +230,7 @@ maintenance:
 		}
 	})
 	t.Run("no token is 401", func(t *testing.T) {
-		resp, err := http.Get("http://" + cloud.Catalog + "/v1/namespaces")
+		resp, err := hc.Get("https://" + cloud.Catalog + "/v1/namespaces")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -213,7 +238,8 @@ maintenance:
 		if resp.StatusCode != 401 || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
 			t.Fatalf("%d %q, want 401 with a Bearer challenge", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
 		}
-		if _, err := rest.NewCatalog(ctx, "tributary", "http://"+cloud.Catalog, rest.WithCredential("reader:wrong")); err == nil {
+		if _, err := rest.NewCatalog(ctx, "tributary", "https://"+cloud.Catalog, rest.WithCredential("reader:wrong"),
+			rest.WithTLSConfig(roots.Clone())); err == nil {
 			t.Fatal("a wrong client secret opened the catalog")
 		}
 	})
@@ -236,23 +262,23 @@ maintenance:
 			if user != "" {
 				req.SetBasicAuth(user, "pw-"+user)
 			}
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := hc.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
 			resp.Body.Close()
 			return resp.StatusCode
 		}
-		pprof := "http://" + cloud.Catalog + "/debug/pprof/"
+		pprof := "https://" + cloud.Catalog + "/debug/pprof/"
 		for user, want := range map[string]int{"": 401, "reader": 403, "ops": 200} {
 			if got := get(pprof, user); got != want {
 				t.Errorf("cloud /debug/pprof/ as %q: %d, want %d", user, got, want)
 			}
 		}
-		if got := get("http://"+cloud.Catalog+"/metrics", ""); got != 401 {
+		if got := get("https://"+cloud.Catalog+"/metrics", ""); got != 401 {
 			t.Errorf("cloud /metrics without credentials: %d, want 401", got)
 		}
-		if got := get("http://"+cloud.Catalog+"/healthz", ""); got != 200 {
+		if got := get("https://"+cloud.Catalog+"/healthz", ""); got != 200 {
 			t.Errorf("cloud /healthz: %d, want 200", got)
 		}
 		if got := get("http://"+edge.HTTP+"/debug/pprof/", ""); got != 404 {
