@@ -56,13 +56,19 @@ func (a *Authority) Guard(protocol string, action Action, next http.Handler) htt
 	})
 }
 
+// AdminOnly is Guard for Admin on the "http" protocol: pages that show
+// what only an admin may see (the console, with the latest messages of
+// every stream) or change state.
+func (a *Authority) AdminOnly(next http.Handler) http.Handler { return a.Guard("http", Admin, next) }
+
 // StatusPort completes an HTTP status port of an edge node: probes
 // already serves /healthz and /readyz, open to everyone (load balancers,
-// Kubernetes); pages (/metrics, /status, the console, …) are served
-// through Guard with no action — to any principal that authenticates,
-// anonymous clients when they are allowed, and anything but GET and HEAD
-// to an admin only; /debug/pprof as RegisterDebug says. With an open
-// Authority (nothing to authenticate with) everything is open.
+// Kubernetes), and whatever the caller mounted behind AdminOnly (the
+// console); pages (/metrics, /status, /cluster, …) are served through
+// Guard with no action — to any principal that authenticates, anonymous
+// clients when they are allowed, and anything but GET and HEAD to an
+// admin only; /debug/pprof as RegisterDebug says. With an open Authority
+// (nothing to authenticate with) everything is open.
 func (a *Authority) StatusPort(probes *http.ServeMux, pages http.Handler) http.Handler {
 	a.RegisterDebug(probes)
 	probes.Handle("/", a.Guard("http", "", pages))
@@ -81,5 +87,5 @@ func (a *Authority) RegisterDebug(mux *http.ServeMux) {
 	dbg.HandleFunc("GET /debug/pprof/", pprof.Index)
 	dbg.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	dbg.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-	mux.Handle("/debug/pprof/", a.Guard("http", Admin, dbg))
+	mux.Handle("/debug/pprof/", a.AdminOnly(dbg))
 }

@@ -16,10 +16,11 @@ import (
 // its own requests): /healthz (the process answers) and /readyz (the
 // backing catalog answers a namespace listing), open to load balancers
 // and Kubernetes probes; /metrics (consumer-group lag, process figures)
-// and the console (con, when not nil: GET / and /console/…) to any
-// principal the Authority authenticates (everyone when it is open or
-// admits anonymous clients); /debug/pprof only with security.debug, to
-// admins (auth.Authority.RegisterDebug).
+// to any principal the Authority authenticates (everyone when it is open
+// or admits anonymous clients); the console (con, when not nil: GET / and
+// /console/…, which shows the latest messages of every stream) to admins;
+// /debug/pprof only with security.debug, to admins
+// (auth.Authority.RegisterDebug). Everything is open when the Authority is.
 func withProbes(h http.Handler, cat *tables.Catalog, reg *prometheus.Registry, a *auth.Authority, con *cloudConsole) http.Handler {
 	guard := func(h http.Handler) http.Handler { return a.Guard("http", "", h) }
 	mux := http.NewServeMux()
@@ -38,7 +39,7 @@ func withProbes(h http.Handler, cat *tables.Catalog, reg *prometheus.Registry, a
 	})
 	a.RegisterDebug(mux)
 	if con != nil {
-		con.RegisterGuarded(mux, guard)
+		con.Register(mux, a.AdminOnly)
 	}
 	mux.Handle("/", h)
 	return mux

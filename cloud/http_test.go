@@ -40,7 +40,8 @@ func TestCloudProbes(t *testing.T) {
 }
 
 // TestDebugAuthCloud: with authentication on, the probes stay open,
-// /metrics needs a principal, /debug/pprof is 404 unless security.debug,
+// /metrics needs a principal, the console an admin, /debug/pprof is 404
+// unless security.debug,
 // and then 401 without credentials, 403 for a non-admin, 200 for an admin.
 func TestDebugAuthCloud(t *testing.T) {
 	cat := testCatalog(t)
@@ -79,10 +80,10 @@ func TestDebugAuthCloud(t *testing.T) {
 			path, user string
 			status     int
 		}
-		want := []probe{{"/healthz", "", 200}, {"/metrics", "", 401}, {"/metrics", "reader", 200}, {"/", "", 401}, {"/", "reader", 200},
+		want := []probe{{"/healthz", "", 200}, {"/metrics", "", 401}, {"/metrics", "reader", 200}, {"/", "", 401}, {"/", "reader", 403}, {"/", "ops", 200},
 			{"/debug/pprof/", "", 404}, {"/debug/pprof/", "ops", 404}}
 		if debug {
-			want = append(want[:5], probe{"/debug/pprof/", "", 401}, probe{"/debug/pprof/", "reader", 403}, probe{"/debug/pprof/", "ops", 200})
+			want = append(want[:6], probe{"/debug/pprof/", "", 401}, probe{"/debug/pprof/", "reader", 403}, probe{"/debug/pprof/", "ops", 200})
 		}
 		for _, w := range want {
 			if got := get(w.path, w.user); got != w.status {

@@ -186,14 +186,9 @@ func (c *Console) Handler() http.Handler {
 	return mux
 }
 
-// Register mounts the console's handler on mux (GET / and /console/…).
-func (c *Console) Register(mux *http.ServeMux) {
-	c.RegisterGuarded(mux, func(h http.Handler) http.Handler { return h })
-}
-
-// RegisterGuarded mounts the console's handler on mux behind guard (an
-// authentication check: auth.Authority.Guard).
-func (c *Console) RegisterGuarded(mux *http.ServeMux, guard func(http.Handler) http.Handler) {
+// Register mounts the console's handler on mux (GET / and /console/…)
+// behind guard (who may see it: auth.Authority.AdminOnly).
+func (c *Console) Register(mux *http.ServeMux, guard func(http.Handler) http.Handler) {
 	h := guard(c.Handler())
 	mux.Handle("GET /{$}", h)
 	mux.Handle("GET /console/", h)

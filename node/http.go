@@ -175,7 +175,7 @@ func (n *Node) handler() http.Handler {
 	// The operator's console: GET / (the page), /console/app.js|css,
 	// /console/api (its JSON model).
 	n.console = n.newConsole()
-	n.console.Register(mux)
+	n.console.Register(top, n.auth.AdminOnly)
 	return n.auth.StatusPort(top, mux)
 }
 

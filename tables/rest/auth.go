@@ -9,7 +9,8 @@ package rest
 //     static identity that may write properties under ReservedPrefix.
 //   - Bearer Options.Token: the operator's static token — every right but
 //     the reserved properties.
-//   - Without an Authority, nothing else: Token, when set, is required.
+//   - Without an Authority, or with an open one (nothing to
+//     authenticate with), nothing else: Token, when set, is required.
 //   - With one, any other bearer token must be a JWT the Authority verifies
 //     (its own tokens from POST /v1/oauth/tokens included); a request
 //     without one is anonymous when the Authority allows it and no static
@@ -81,7 +82,9 @@ func (h *handler) identify(r *http.Request, node bool) *caller {
 		return &caller{node: true, full: true, c: cl}
 	case tokenIs(tok, h.opts.Token):
 		return &caller{full: true, c: cl}
-	case a == nil:
+	case a == nil || a.Open():
+		// Nothing to authenticate with (an open Authority allows
+		// everything): bearer tokens are not looked at, as before.
 		if h.opts.Token != "" {
 			return nil
 		}

@@ -22,8 +22,8 @@
 // Authentication and authorization (auth.go): bearer tokens — the static
 // Options.Token (every right) and Options.NodeToken (an edge node), and
 // with Options.Auth any JWT it verifies, including the token endpoint's
-// own. Without a valid one, 401 with WWW-Authenticate: Bearer (unless the
-// Authority admits anonymous clients). Reads need Consume or Write on the
+// own. A bad token, or none when the Authority does not admit anonymous
+// clients, is 401 with WWW-Authenticate: Bearer. Reads need Consume or Write on the
 // namespace or table (namespace.table is the stream name), and listings
 // are filtered; table creation, commits, renames and drops need Write;
 // namespace creation Write on it, its drop and property changes Admin;
