@@ -156,3 +156,21 @@ func TestRESTAuthRights(t *testing.T) {
 		t.Fatal("wrong secret: catalog opened")
 	}
 }
+
+// TestRESTAuthOpen: with an open Authority (nothing to authenticate with)
+// bearer tokens are not looked at, as before the Authority, and only the
+// node token writes the reserved properties.
+func TestRESTAuthOpen(t *testing.T) {
+	a, err := auth.Open(auth.Config{}, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t, 1, rest.Options{Auth: a})
+	if r := do(t, "GET", e.servers[0].URL()+"/v1/namespaces", "", "Authorization", "Bearer whatever"); r.status != 200 {
+		t.Fatalf("any bearer token: %d %s", r.status, r.body)
+	}
+	c := e.client(t, 0, map[string]string{"token": "whatever"})
+	if _, err := c.AllocatePartition(context.Background(), "a.b", "n1"); err == nil || !strings.Contains(err.Error(), "edge nodes only") {
+		t.Fatalf("reserved properties without the node token: %v", err)
+	}
+}
