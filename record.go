@@ -13,7 +13,8 @@ type Header struct {
 // The caller of the WAL's Append fills every field but Offset (and
 // Timestamp, when it leaves it zero); Append assigns Offset densely per
 // (Stream, Partition). Records read from a table carry every field the
-// table stores (Epoch and the producer fields are not stored).
+// table stores (Epoch and the producer fields are not stored; Principal is,
+// and reads as "" from rows written before the column existed).
 type Record struct {
 	Stream    string // "namespace.stream"
 	Partition int32  // global partition number of the stream's table
@@ -28,6 +29,16 @@ type Record struct {
 	Source   string   // "mqtt" or "kafka"
 	ClientID string
 	Node     string
+
+	// Principal is the authenticated identity that sent the record: the
+	// user name of a password login, the subject CN of a client
+	// certificate or the subject (or configured claim) of a JWT — the
+	// Name of the connection's auth.Principal, never its String() ("" =
+	// anonymous or not authenticated; "anonymous" is a name no principal
+	// has). The table's principal column is then null. The front door
+	// that accepted the record sets it; every later copy (WAL, replicas,
+	// quarantine, table) keeps it.
+	Principal string
 
 	// Producer information (Kafka idempotent producers); zero for MQTT.
 	ProducerID    int64

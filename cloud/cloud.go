@@ -59,8 +59,8 @@ type Server struct {
 	ownCat bool // Close closes cat
 	reader *tables.Reader
 	reg    *prometheus.Registry
-	auth   *auth.Authority // identities and the ACL of every listener
 	tls    *listen.TLS     // nil without security.tls
+	auth   *auth.Authority // identities and the ACL of every listener
 
 	rest   *rest.Server       // nil when Catalog.Addr is ""
 	con    *cloudConsole      // the operator's console on the catalog listener

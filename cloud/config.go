@@ -79,11 +79,10 @@ type Config struct {
 	// Maintenance of the tables; the cloud server is where it belongs.
 	Maintenance config.Maintenance `yaml:"maintenance"`
 
-	// Security: TLS on every listener (security.tls listener names rest —
-	// the catalog port with /metrics and the console —, kafka, pulsar),
-	// authentication and the ACL (the same keys as the edge config's
-	// section). Default: no TLS, anonymous clients with every right, on
-	// loopback addresses only.
+	// Security: TLS on every listener (names rest — the catalog port with
+	// /metrics and the console —, kafka, pulsar), authentication and the
+	// ACL (the same keys as the edge config's section). Default: no TLS,
+	// anonymous clients with every right, on loopback addresses only.
 	Security config.Security `yaml:"security"`
 
 	// ShutdownTimeout bounds a graceful stop. Default 10s.
@@ -137,6 +136,12 @@ func (c *Config) Validate() error {
 		}
 	}
 	c.Security.Validate(bad)
+	if c.Kafka.Addr != nil && c.Pulsar.Addr != nil {
+		if err := c.Security.Exposed(map[string]string{"catalog.addr": c.Catalog.Addr, "kafka.addr": *c.Kafka.Addr,
+			"pulsar.addr": *c.Pulsar.Addr}); err != nil {
+			bad("security", "%v", err)
+		}
+	}
 	if c.Kafka.Addr == nil || c.Pulsar.Addr == nil || c.Maintenance.Enabled == nil {
 		return errors.New("config: defaults not applied (call ApplyDefaults)")
 	}

@@ -13,6 +13,16 @@
 //   - Gossiped metadata fits memberlist's 512-byte meta limit: addresses and
 //     health always, then as many partitions as fit (Meta.Truncated says
 //     when some were left out; the member's own GET /cluster has them all).
+//   - With a gossip key (Config.GossipKey) every packet and stream is
+//     AES-GCM encrypted and authenticated with memberlist's keyring, and
+//     nothing unencrypted or sealed with another key is accepted
+//     (GossipVerifyIncoming/Outgoing): a process without the key can
+//     neither join, nor read the members' metadata, nor forge suspicion,
+//     death or leave notices. The key encrypts; Config.SecondaryKeys only
+//     decrypt, which is how a key is rotated without a split (every node
+//     gets the new key as a secondary, then as its key with the old one
+//     as secondary, then the old one goes). Without a key, gossip is plain
+//     and open to anyone who reaches the port.
 //   - A member started before its seeds keeps retrying the join with
 //     backoff, so nodes may start in any order; a member declared dead is
 //     re-joined periodically (for 24h, then forgotten; members that left
@@ -25,7 +35,8 @@
 // when it changes (Config.Meta, at most every MetaInterval) and re-joins
 // dead members. memberlist's events report join, leave and update; the
 // transport reads suspicion, refutation and graceful leave off the wire
-// (wire.go), since memberlist exposes neither. Every state change is
+// (wire.go, decrypting with the keyring when there is one), since
+// memberlist exposes neither. Every state change is
 // logged and counted (Transitions). Close sends each live peer a leave
 // notice over TCP, leaves through memberlist and shuts down. Transport
 // wraps memberlist's NetTransport with a switch to drop gossip, for tests.
@@ -87,6 +98,13 @@ type Config struct {
 	// MetaInterval is how often Meta is re-read and, when it changed,
 	// re-gossiped. Default 2s.
 	MetaInterval time.Duration
+	// GossipKey, when set, encrypts and authenticates all gossip (AES-GCM
+	// with a 16, 24 or 32 byte key: memberlist's keyring, with
+	// GossipVerifyIncoming and GossipVerifyOutgoing): a member without
+	// the key can neither join nor be heard. SecondaryKeys are accepted
+	// for decryption too but never used to encrypt, for key rotation.
+	GossipKey     []byte
+	SecondaryKeys [][]byte
 	// Logger; default slog.Default().
 	Logger *slog.Logger
 }
@@ -157,7 +175,19 @@ func Open(cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: listen %s: %w", cfg.BindAddr, err)
 	}
-	c.tr = newTransport(nt, c.observe)
+	var keyring *memberlist.Keyring
+	if len(cfg.GossipKey) > 0 {
+		if keyring, err = memberlist.NewKeyring(cfg.SecondaryKeys, cfg.GossipKey); err != nil {
+			nt.Shutdown()
+			return nil, fmt.Errorf("cluster: gossip key: %w", err)
+		}
+		conf.Keyring = keyring
+		conf.GossipVerifyIncoming, conf.GossipVerifyOutgoing = true, true
+	} else if len(cfg.SecondaryKeys) > 0 {
+		nt.Shutdown()
+		return nil, errors.New("cluster: secondary gossip keys without a gossip key")
+	}
+	c.tr = newTransport(nt, keyring, c.observe)
 	conf.Name = cfg.NodeID
 	conf.Transport = c.tr
 	conf.BindAddr, conf.BindPort = host, nt.GetAutoBindPort()
@@ -185,7 +215,8 @@ func Open(cfg Config) (*Cluster, error) {
 		c.tr.Shutdown()
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	c.log.Info("gossip listening", "node", cfg.NodeID, "addr", c.Addr(), "profile", cmpOr(cfg.Profile, "lan"), "join", cfg.Join)
+	c.log.Info("gossip listening", "node", cfg.NodeID, "addr", c.Addr(), "profile", cmpOr(cfg.Profile, "lan"), "join", cfg.Join,
+		"encrypted", keyring != nil, "keys", len(cfg.SecondaryKeys)+min(1, len(cfg.GossipKey)))
 	seeds := c.seeds()
 	if len(seeds) > 0 {
 		c.wg.Add(1)

@@ -21,7 +21,8 @@ type Transport struct {
 	streamCh chan net.Conn
 	done     chan struct{}
 	once     sync.Once
-	observe  func(stateMsg) // sees state messages sent and received
+	observe  func(stateMsg)      // sees state messages sent and received
+	keyring  *memberlist.Keyring // nil: gossip is plain
 
 	mu       sync.RWMutex
 	isolated bool
@@ -30,8 +31,8 @@ type Transport struct {
 
 var errBlocked = errors.New("cluster: gossip blocked by test hook")
 
-func newTransport(nt *memberlist.NetTransport, observe func(stateMsg)) *Transport {
-	t := &Transport{NetTransport: nt, observe: observe, packetCh: make(chan *memberlist.Packet), streamCh: make(chan net.Conn),
+func newTransport(nt *memberlist.NetTransport, keyring *memberlist.Keyring, observe func(stateMsg)) *Transport {
+	t := &Transport{NetTransport: nt, observe: observe, keyring: keyring, packetCh: make(chan *memberlist.Packet), streamCh: make(chan net.Conn),
 		done: make(chan struct{}), blocked: map[string]bool{}}
 	go t.forwardPackets()
 	go t.forwardStreams()
@@ -74,7 +75,7 @@ func (t *Transport) forwardPackets() {
 			if t.drop(from) {
 				continue
 			}
-			inspect(p.Buf, t.observe)
+			t.inspect(p.Buf)
 			select {
 			case t.packetCh <- p:
 			case <-t.done:
@@ -109,7 +110,7 @@ func (t *Transport) forwardStreams() {
 // WriteTo sends a packet unless gossip to addr is blocked (then it is
 // silently lost, as on a real network).
 func (t *Transport) WriteTo(b []byte, addr string) (time.Time, error) {
-	inspect(b, t.observe)
+	t.inspect(b)
 	if t.drop(addr) {
 		return time.Now(), nil
 	}
@@ -122,6 +123,19 @@ func (t *Transport) DialTimeout(addr string, timeout time.Duration) (net.Conn, e
 		return nil, errBlocked
 	}
 	return t.NetTransport.DialTimeout(addr, timeout)
+}
+
+// inspect hands the state messages of packet b, sent or received, to
+// observe; with a keyring the packet is read decrypted (a packet no key
+// opens is not read: memberlist drops it too).
+func (t *Transport) inspect(b []byte) {
+	if t.keyring != nil {
+		var ok bool
+		if b, ok = decrypt(t.keyring.GetKeys(), b); !ok {
+			return
+		}
+	}
+	inspect(b, t.observe)
 }
 
 // PacketCh is the filtered packet channel.

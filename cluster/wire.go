@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
 	"encoding/binary"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
@@ -15,7 +17,8 @@ import (
 // suspect, alive (refutes clear suspicion) and dead (a dead message from
 // the node itself is a graceful leave). The message layout is memberlist's
 // protocol (versions 2-5), which is append-only by its own rules.
-// Compression is turned off in Open so packets are plain.
+// Compression is turned off in Open so packets are plain, or, with a
+// gossip key, plain once decrypted (decrypt).
 
 // memberlist's message types (net.go); the numbers are protocol.
 const (
@@ -81,4 +84,37 @@ func inspectCommand(buf []byte, f func(stateMsg), depth int) {
 		}
 		f(stateMsg{kind: kind, wireMsg: m})
 	}
+}
+
+// decrypt opens a packet memberlist encrypted (security.go of memberlist,
+// no label): encryption version 0 (AES-GCM, PKCS7 padding) or 1 (no
+// padding), a 12-byte nonce, the sealed message. It does not modify buf.
+func decrypt(keys [][]byte, buf []byte) ([]byte, bool) {
+	const nonceSize, tagSize = 12, 16
+	if len(buf) < 1+nonceSize+tagSize || buf[0] > 1 {
+		return nil, false
+	}
+	for _, key := range keys {
+		block, err := aes.NewCipher(key)
+		if err != nil {
+			continue
+		}
+		gcm, err := cipher.NewGCM(block)
+		if err != nil {
+			continue
+		}
+		plain, err := gcm.Open(nil, buf[1:1+nonceSize], buf[1+nonceSize:], nil)
+		if err != nil {
+			continue
+		}
+		if buf[0] == 0 { // PKCS7 padding
+			n := len(plain)
+			if n == 0 || int(plain[n-1]) > n {
+				return nil, false
+			}
+			plain = plain[:n-int(plain[n-1])]
+		}
+		return plain, true
+	}
+	return nil, false
 }

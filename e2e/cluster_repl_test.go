@@ -28,6 +28,9 @@ type replCluster struct {
 	base   string
 	shared string
 	commit time.Duration
+	// extra, when set, is YAML appended to node id's config: first keys
+	// of the cluster section (indented two spaces), then other sections.
+	extra func(id string) string
 
 	mu    sync.Mutex
 	nodes map[string]*proc
@@ -38,9 +41,16 @@ func newReplCluster(t *testing.T) *replCluster { return newReplClusterCommit(t, 
 
 // newReplClusterCommit is newReplCluster with the uplink's commit interval.
 func newReplClusterCommit(t *testing.T, commit time.Duration) *replCluster {
+	return newReplClusterExtra(t, commit, nil)
+}
+
+// newReplClusterExtra is newReplClusterCommit with extra configuration
+// (replCluster.extra).
+func newReplClusterExtra(t *testing.T, commit time.Duration, extra func(id string) string) *replCluster {
 	t.Setenv("TRIBUTARY_TEST_HOOKS", "1")
 	base := t.TempDir()
-	c := &replCluster{t: t, base: base, shared: filepath.Join(base, "shared"), commit: commit, nodes: map[string]*proc{}, down: map[string]bool{}}
+	c := &replCluster{t: t, base: base, shared: filepath.Join(base, "shared"), commit: commit, extra: extra,
+		nodes: map[string]*proc{}, down: map[string]bool{}}
 	c.start("n1")
 	c.start("n2", gossipAddr(t, c.node("n1")))
 	c.start("n3", gossipAddr(t, c.node("n1")))
@@ -84,6 +94,9 @@ cluster:
   takeover_grace: 2s
   join:
 %s`, id, dir, c.shared, c.shared, c.commit, js)
+	if c.extra != nil {
+		cfg += c.extra(id)
+	}
 	path := filepath.Join(c.base, id+".yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

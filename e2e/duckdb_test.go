@@ -40,8 +40,8 @@ func ensureDuckDB(t *testing.T) {
 
 // TestDuckDBReadsSnapshot: an engine outside Go (DuckDB) reads the data
 // files of the table's current snapshot (planned by iceberg-go) and gets
-// exactly the rows iceberg-go reads: same partitions, offsets, topics and
-// payload bytes.
+// exactly the rows iceberg-go reads: same partitions, offsets, topics,
+// payload bytes and principals (null: the dev node's clients are anonymous).
 func TestDuckDBReadsSnapshot(t *testing.T) {
 	ensureDuckDB(t)
 	dir := t.TempDir()
@@ -90,11 +90,12 @@ func TestDuckDBReadsSnapshot(t *testing.T) {
 		t.Fatalf("duckdb: %v\n%s", err, stderr.String())
 	}
 	type row struct {
-		Partition int32  `json:"partition"`
-		Offset    string `json:"offset"`
-		Topic     string `json:"topic"`
-		Value     string `json:"value"`
-		Source    string `json:"source"`
+		Partition int32   `json:"partition"`
+		Offset    string  `json:"offset"`
+		Topic     string  `json:"topic"`
+		Value     string  `json:"value"`
+		Source    string  `json:"source"`
+		Principal *string `json:"principal"`
 	}
 	got := map[string]row{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
@@ -117,6 +118,9 @@ func TestDuckDBReadsSnapshot(t *testing.T) {
 		v, _ := base64.StdEncoding.DecodeString(g.Value)
 		if g.Topic != w.Topic || !bytes.Equal(v, w.Value) || g.Source != w.Source {
 			t.Fatalf("offset %d differs: duckdb %+v", w.Offset, g)
+		}
+		if (g.Principal == nil) != (w.Principal == "") || g.Principal != nil && *g.Principal != w.Principal {
+			t.Fatalf("offset %d: duckdb principal %v, iceberg-go %q", w.Offset, g.Principal, w.Principal)
 		}
 	}
 	t.Logf("DuckDB read %d rows from %d data files, identical to iceberg-go", len(got), len(files))

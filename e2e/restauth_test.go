@@ -184,7 +184,7 @@ func TestRESTAuth(t *testing.T) {
 	ca := testkit.NewCA(t)
 	srv := ca.Server(t)
 	cloud := s.startCloud(t, indentYAML(securityYAML(srv)))
-	roots := &tls.Config{RootCAs: ca.Pool()}
+	roots := &tls.Config{RootCAs: ca.Pool}
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: roots.Clone()}}
 	edgeDir := filepath.Join(s.dir, "edge")
 	if err := os.MkdirAll(edgeDir, 0o755); err != nil {

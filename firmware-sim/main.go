@@ -2,6 +2,8 @@ package firmwaresim
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -47,6 +49,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&progress, "progress", 0, "print running totals to stderr this often; 0 = never")
 	fs.BoolVar(&asJSON, "json", false, "print the summary as JSON (durations in nanoseconds)")
 	fs.BoolVar(&verbose, "v", false, "log connection events to stderr")
+	fs.StringVar(&cfg.Username, "username", "", "MQTT user name ({device} = the device index); default anonymous")
+	fs.StringVar(&cfg.Password, "password", os.Getenv("TRIBUTARY_SIM_PASSWORD"), "MQTT password (default $TRIBUTARY_SIM_PASSWORD)")
+	cafile := fs.String("cafile", "", "PEM CA certificates that verify a tls:// or wss:// broker (default: the system roots)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -65,6 +70,15 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	default:
 		fmt.Fprintf(stderr, "sim: -qos must be 0, 1 or 2\n")
 		return 2
+	}
+	if *cafile != "" {
+		pem, err := os.ReadFile(*cafile)
+		pool := x509.NewCertPool()
+		if err != nil || !pool.AppendCertsFromPEM(pem) {
+			fmt.Fprintf(stderr, "sim: -cafile %s: no PEM certificates (%v)\n", *cafile, err)
+			return 2
+		}
+		cfg.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
 	if cfg.Devices <= 0 || cfg.InFlight <= 0 || cfg.Lines <= 0 {
 		fmt.Fprintf(stderr, "sim: -devices, -inflight and -lines must be positive\n")

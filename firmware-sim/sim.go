@@ -30,9 +30,6 @@ type Config struct {
 	// ws://host:port/path or wss://, tls://. A bare host:port means tcp.
 	// Default tcp://127.0.0.1:1883.
 	Broker string
-	// TLS configures tls:// (ssl://, mqtts://) and wss:// brokers; nil =
-	// the system's roots.
-	TLS *tls.Config
 	// Devices is the number of simulated devices, one MQTT connection
 	// each. Default 10.
 	Devices int
@@ -82,6 +79,14 @@ type Config struct {
 	AnomalyProb float64
 	// Seed makes payloads and schedules reproducible (0 is a valid seed).
 	Seed int64
+	// Username and Password are sent in CONNECT when Username is set
+	// ({device} in Username is replaced by the device index, so each
+	// device can log in as itself). Default none (anonymous).
+	Username string
+	Password string
+	// TLS is the client TLS configuration for tls:// (mqtts) and wss://
+	// brokers; nil = the system roots.
+	TLS *tls.Config
 
 	// ConnectTimeout bounds the initial connection of the whole fleet;
 	// Run fails if any device is not connected by then. Default 10s.
@@ -487,15 +492,19 @@ func (d *device) connect(ctx context.Context, u *url.URL) error {
 	var brngMu sync.Mutex
 	cc := autopaho.ClientConfig{
 		ServerUrls: []*url.URL{u},
-		TlsCfg:     cfg.TLS,
 		KeepAlive:  cfg.KeepAlive,
 		// Session Expiry 0 and Clean Start on every connection: a
 		// reconnect starts a fresh session and the simulator itself
 		// retries whatever was not acknowledged.
 		CleanStartOnInitialConnection: true,
 		SessionExpiryInterval:         0,
+		TlsCfg:                        cfg.TLS,
 		ConnectPacketBuilder: func(c *paho.Connect, _ *url.URL) (*paho.Connect, error) {
 			c.CleanStart = true
+			if cfg.Username != "" {
+				c.Username, c.UsernameFlag = strings.ReplaceAll(cfg.Username, "{device}", strconv.Itoa(d.idx)), true
+				c.Password, c.PasswordFlag = []byte(cfg.Password), true
+			}
 			return c, nil
 		},
 		ReconnectBackoff: func(attempt int) time.Duration {

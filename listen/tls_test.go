@@ -28,7 +28,7 @@ func tlsListener(t *testing.T, files TLSFiles, cfg Config) (*Listener, *TLS) {
 		}
 		Ready(c)
 		cn := "-"
-		if pc := PeerCertificate(c); pc != nil {
+		if pc := PeerCertificate(wrapped{c}); pc != nil { // found through NetConn
 			cn = pc.Subject.CommonName
 		}
 		c.Write([]byte(cn + "\n"))
@@ -51,6 +51,11 @@ func listenTLS(t *testing.T, tc TLSConfig, name string, cfg Config) (*Listener, 
 	}
 	return l, tl
 }
+
+// wrapped is a connection that wraps another, as MQTT's WebSocket one does.
+type wrapped struct{ net.Conn }
+
+func (w wrapped) NetConn() net.Conn { return w.Conn }
 
 // tlsDial dials l with a client trusting ca, presenting certs; it returns
 // the first line the server sent (the client's CN as the server saw it).
@@ -80,14 +85,14 @@ func TestTLSAccept(t *testing.T) {
 	srv := ca.Server(t)
 	l, _ := tlsListener(t, TLSFiles{CertFile: srv.CertFile, KeyFile: srv.KeyFile, ClientCAFile: ca.Files()},
 		Config{HandshakeTimeout: 300 * time.Millisecond})
-	if cn, err := tlsDial(t, l, ca.Pool()); err != nil || cn != "-" {
+	if cn, err := tlsDial(t, l, ca.Pool); err != nil || cn != "-" {
 		t.Fatalf("without a client certificate: %q %v", cn, err)
 	}
-	if cn, err := tlsDial(t, l, ca.Pool(), ca.Client(t, "sensor-7").TLS(t)); err != nil || cn != "sensor-7" {
+	if cn, err := tlsDial(t, l, ca.Pool, ca.Client(t, "sensor-7").TLS(t)); err != nil || cn != "sensor-7" {
 		t.Fatalf("PeerCertificate CN %q, %v; want sensor-7", cn, err)
 	}
 	// Ready through the *tls.Conn stops the handshake deadline.
-	c, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: ca.Pool()})
+	c, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: ca.Pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +104,7 @@ func TestTLSAccept(t *testing.T) {
 	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "-\nping" {
 		t.Fatalf("after the deadline: %q %v", buf, err)
 	}
-	if _, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: testkit.NewCA(t).Pool()}); err == nil {
+	if _, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: testkit.NewCA(t).Pool}); err == nil {
 		t.Fatal("a client trusting another CA accepted the server")
 	}
 }
@@ -143,7 +148,7 @@ func TestTLSClientCert(t *testing.T) {
 	srv := ca.Server(t)
 	l, _ := tlsListener(t, TLSFiles{CertFile: srv.CertFile, KeyFile: srv.KeyFile, ClientCAFile: ca.Files(),
 		RequireClientCert: true}, Config{})
-	if cn, err := tlsDial(t, l, ca.Pool(), ca.Client(t, "plc-1").TLS(t)); err != nil || cn != "plc-1" {
+	if cn, err := tlsDial(t, l, ca.Pool, ca.Client(t, "plc-1").TLS(t)); err != nil || cn != "plc-1" {
 		t.Fatalf("good certificate: %q %v", cn, err)
 	}
 	for name, certs := range map[string][]tls.Certificate{
@@ -151,7 +156,7 @@ func TestTLSClientCert(t *testing.T) {
 		"other CA": {other.Client(t, "plc-1").TLS(t)},
 		"expired":  {ca.Client(t, "plc-1", testkit.Expired()).TLS(t)},
 	} {
-		if cn, err := tlsDial(t, l, ca.Pool(), certs...); err == nil {
+		if cn, err := tlsDial(t, l, ca.Pool, certs...); err == nil {
 			t.Fatalf("%s: client accepted as %q", name, cn)
 		}
 	}
@@ -163,7 +168,7 @@ func TestTLSExpiredServer(t *testing.T) {
 	ca := testkit.NewCA(t)
 	srv := ca.ServerWith(t, testkit.Expired())
 	l, _ := tlsListener(t, TLSFiles{CertFile: srv.CertFile, KeyFile: srv.KeyFile}, Config{})
-	_, err := tlsDial(t, l, ca.Pool())
+	_, err := tlsDial(t, l, ca.Pool)
 	var inv x509.CertificateInvalidError
 	if !errors.As(err, &inv) || inv.Reason != x509.Expired {
 		t.Fatalf("dial to an expired certificate: %v", err)
@@ -222,7 +227,7 @@ func TestTLSGracefulClose(t *testing.T) {
 		c.Write([]byte("GOODBYE"))
 		c.Close()
 	})
-	c, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: ca.Pool()})
+	c, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: ca.Pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +341,7 @@ func TestTLSHTTP(t *testing.T) {
 	}))
 	go hs.Serve(l)
 	defer hs.Close()
-	cl := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+	cl := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool}}}
 	r, err := cl.Get("https://" + l.Addr().String() + "/")
 	if err != nil {
 		t.Fatal(err)

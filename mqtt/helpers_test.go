@@ -1,7 +1,6 @@
 package mqtt
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/internal/testkit"
 )
 
 // memSink is a Sink in memory: it records appends, can be switched to fail,
@@ -112,28 +112,10 @@ func (m *memSink) byTopic(topic string) []*tributary.Record {
 	return out
 }
 
-// syncBuffer collects log output for assertions.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type testServer struct {
 	*Server
 	sink *memSink
-	logs *syncBuffer
+	logs *testkit.SyncBuffer
 	tcp  string
 	ws   string
 }
@@ -142,7 +124,7 @@ type testServer struct {
 // TRIBUTARY_TEST_LOG=1 also prints the logs.
 func startServer(t testing.TB, mutate func(*Config)) *testServer {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testkit.SyncBuffer{}
 	var w io.Writer = logs
 	if os.Getenv("TRIBUTARY_TEST_LOG") != "" {
 		w = io.MultiWriter(logs, os.Stderr)

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tributary-io/tributary/cluster"
+	"github.com/tributary-io/tributary/config"
 	"github.com/tributary-io/tributary/kafka/produce"
 	"github.com/tributary-io/tributary/peer"
 )
@@ -21,12 +23,33 @@ func (n *Node) startCluster() error {
 	if g.GossipAddr == "" {
 		return nil
 	}
-	p, err := peer.Listen(peer.Config{NodeID: n.cfg.NodeID, Addr: g.PeerAddr, Logger: n.log})
+	// Validate read these already; they are read again here, where they
+	// are used (a file may have changed in between: its error stops the
+	// start).
+	key, secondary, err := n.cfg.gossipKeys()
+	if err != nil {
+		return err
+	}
+	secret, err := n.cfg.clusterSecret()
+	if err != nil {
+		return err
+	}
+	// Mutual TLS on peer links from the node's listen.TLS (loaded in New,
+	// reloaded on SIGHUP), when the peer listener has a client CA.
+	var serverTLS, clientTLS *tls.Config
+	if _, mtls := n.cfg.peerTLSFiles(); mtls {
+		serverTLS, clientTLS = n.tls.Server("peer"), n.tls.Client("peer")
+	}
+	p, err := peer.Listen(peer.Config{NodeID: n.cfg.NodeID, Addr: g.PeerAddr, ServerTLS: serverTLS, ClientTLS: clientTLS,
+		Secret: secret, Logger: n.log})
 	if err != nil {
 		return err
 	}
 	n.peer = p
-	n.log.Info("listening", "listener", "peer", "addr", p.Addr())
+	n.log.Info("listening", "listener", "peer", "addr", p.Addr(), "mutual_tls", serverTLS != nil, "secret", secret != nil)
+	if serverTLS == nil && secret == nil && !config.Loopback(p.Addr()) {
+		n.log.Warn("peer links are not authenticated (security.allow_anonymous): any process reaching the peer port is trusted as a node; set cluster.secret or mutual TLS", "addr", p.Addr())
+	}
 	if err := n.startMQTTCluster(); err != nil {
 		p.Close(context.Background())
 		n.peer = nil
@@ -38,7 +61,7 @@ func (n *Node) startCluster() error {
 		return err
 	}
 	c, err := cluster.Open(cluster.Config{NodeID: n.cfg.NodeID, BindAddr: g.GossipAddr, AdvertiseAddr: g.AdvertiseAddr,
-		Join: g.Join, Profile: g.GossipProfile, Meta: n.clusterMeta, Logger: n.log})
+		Join: g.Join, Profile: g.GossipProfile, Meta: n.clusterMeta, GossipKey: key, SecondaryKeys: secondary, Logger: n.log})
 	if err != nil {
 		p.Close(context.Background())
 		n.peer = nil
@@ -112,6 +135,14 @@ func (n *Node) serveCluster(w http.ResponseWriter, r *http.Request) {
 }
 
 func (n *Node) registerClusterMetrics(reg *prometheus.Registry) {
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tributary_peer_handshakes_refused_total",
+		Help: "Peer links refused in the TLS handshake or the hello (no or a wrong certificate or cluster secret, an old protocol version), either side."},
+		func() float64 {
+			if n.peer != nil {
+				return float64(n.peer.Stats().HandshakesRefused)
+			}
+			return 0
+		}))
 	for _, s := range cluster.States {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tributary_cluster_members",
 			Help: "Cluster members by state, as this node sees them (itself included).", ConstLabels: prometheus.Labels{"state": string(s)}},

@@ -69,11 +69,13 @@ type Config struct {
 	// Storage configures the object store of the warehouse.
 	Storage StorageConfig `yaml:"storage"`
 
-	// Security: TLS on every listener (security.tls listener names mqtt,
+	// Security: TLS on every listener (security.tls; listener names mqtt,
 	// mqtt_ws, kafka, http, peer, and rest, kafka, pulsar for the cloud
 	// server it may run), authentication and the ACL (see README, "Secure
 	// a site"). Default: no TLS, anonymous clients with every right,
-	// allowed on loopback addresses only.
+	// allowed on loopback addresses only. Peer links use mutual TLS when
+	// security.tls (or security.tls.listeners.peer) has a certificate and
+	// a client_ca_file.
 	Security config.Security `yaml:"security"`
 
 	MQTT struct {
@@ -180,6 +182,25 @@ type Config struct {
 		// ownership: a node cut off from gossip but still answering on its
 		// data link keeps its partitions. Default 5s.
 		TakeoverGrace time.Duration `yaml:"takeover_grace"`
+		// GossipKey encrypts and authenticates gossip: base64 of 16, 24
+		// or 32 random bytes (AES-128/192/256), the same on every node,
+		// e.g. from `openssl rand -base64 32`. GossipKeyFile names a file
+		// holding it instead. GossipSecondaryKeys are accepted for
+		// decryption, never used to encrypt (key rotation, see README).
+		// Default none: gossip in clear, allowed on loopback only unless
+		// security.allow_anonymous is true.
+		GossipKey           string   `yaml:"gossip_key"`
+		GossipKeyFile       string   `yaml:"gossip_key_file"`
+		GossipSecondaryKeys []string `yaml:"gossip_secondary_keys"`
+		// Secret authenticates peer links without certificates: every
+		// node proves it in the link's hello (HMAC over fresh nonces; it
+		// is never sent). At least 16 bytes, the same on every node.
+		// SecretFile names a file holding it instead (trailing newline
+		// ignored). Mutual TLS on peer links (security.tls with a
+		// client_ca_file) is used when configured, the secret as well
+		// when set. Default none.
+		Secret     string `yaml:"secret"`
+		SecretFile string `yaml:"secret_file"`
 	} `yaml:"cluster"`
 
 	// HTTPAddr serves /healthz, /readyz, /status and /metrics. Default
@@ -317,6 +338,10 @@ func (c *Config) Validate() error {
 	}
 	c.Storage.Validate(c.Catalog.Warehouse, bad)
 	c.Security.Validate(bad)
+	if err := c.Security.Exposed(map[string]string{"mqtt.addr": c.MQTT.Addr, "mqtt.ws_addr": c.MQTT.WSAddr,
+		"kafka.addr": c.Kafka.Addr, "http_addr": c.HTTPAddr}); err != nil {
+		bad("security", "%v", err)
+	}
 	if !strings.Contains(c.Catalog.Warehouse, "://") {
 		bad("catalog.warehouse", "%q: want a blob URL such as file:///var/lib/tributary/warehouse or s3://bucket/prefix", c.Catalog.Warehouse)
 	}
@@ -388,6 +413,7 @@ func (c *Config) Validate() error {
 	if g := c.Cluster; g.GossipAddr == "" && (len(g.Join) > 0 || g.AdvertiseAddr != "") {
 		bad("cluster.gossip_addr", "empty, but cluster.join or cluster.advertise_addr is set: set gossip_addr (e.g. 0.0.0.0:7946) to gossip")
 	}
+	c.validateClusterSecurity(bad)
 	return errors.Join(errs...)
 }
 

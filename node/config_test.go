@@ -1,6 +1,10 @@
 package node
 
 import (
+	"bytes"
+	"encoding/base64"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -96,5 +100,61 @@ func TestDeployExampleParses(t *testing.T) {
 	t.Setenv("HOSTNAME", "edge-a")
 	if _, err := LoadConfig("../deploy/edge.yaml"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestClusterSecurityConfig(t *testing.T) {
+	key := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))
+	key2 := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{8}, 16))
+	dir := t.TempDir()
+	keyFile, secretFile := filepath.Join(dir, "gossip.key"), filepath.Join(dir, "secret")
+	os.WriteFile(keyFile, []byte(key+"\n"), 0o600)
+	os.WriteFile(secretFile, []byte("a cluster secret of some length\n"), 0o600)
+	t.Setenv("TRIB_GOSSIP_KEY", key)
+	const open = "cluster:\n  gossip_addr: 0.0.0.0:7946\n"
+	ok := []string{
+		"cluster:\n  gossip_addr: 127.0.0.1:7946\n", // loopback: may stay open
+		open + "  gossip_key: ${TRIB_GOSSIP_KEY}\n  secret: a cluster secret of some length\n",
+		open + "  gossip_key_file: " + keyFile + "\n  secret_file: " + secretFile + "\n  gossip_secondary_keys: [" + key2 + "]\n",
+		open + "  gossip_key: " + key + "\nsecurity:\n  tls:\n    cert_file: n.crt\n    key_file: n.key\n    client_ca_file: ca.crt\n",
+		open + "  gossip_key: " + key + "\nsecurity:\n  tls:\n    listeners:\n      peer: {cert_file: n.crt, key_file: n.key, client_ca_file: ca.crt}\n",
+		open + "security:\n  allow_anonymous: true\n",
+	}
+	for _, y := range ok {
+		if _, err := ParseConfig([]byte(y)); err != nil {
+			t.Errorf("%q: %v", y, err)
+		}
+	}
+	c, err := ParseConfig([]byte(open + "  gossip_key_file: " + keyFile + "\n  secret_file: " + secretFile + "\n  gossip_secondary_keys: [" + key2 + "]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, sec, err := c.gossipKeys()
+	if s, _ := c.clusterSecret(); err != nil || len(k) != 32 || len(sec) != 1 || len(sec[0]) != 16 || string(s) != "a cluster secret of some length" {
+		t.Fatalf("keys %x %x, secret %q, %v", k, sec, s, err)
+	}
+
+	bad := []struct{ yaml, want string }{
+		{open, "set cluster.secret (or mutual TLS"},
+		{open, "cluster.gossip_key"},
+		{open + "  gossip_key: " + key + "\n", "peer links would trust any process"},
+		{open + "  secret: a cluster secret of some length\n", "gossip would be in clear"},
+		{"cluster:\n  gossip_addr: 127.0.0.1:0\n  peer_addr: 10.0.0.5:7947\n", "cluster.secret"},
+		{open + "  gossip_key: " + key + "\nsecurity:\n  tls:\n    cert_file: n.crt\n    key_file: n.key\n", "cluster.secret"}, // no client CA: no mutual TLS
+		{open + "security:\n  allow_anonymous: false\n", "cluster.secret"},
+		{"cluster:\n  gossip_key: not base64!\n", "cluster.gossip_key: not base64"},
+		{"cluster:\n  gossip_key: " + base64.StdEncoding.EncodeToString([]byte("short")) + "\n", "cluster.gossip_key: 5 bytes"},
+		{"cluster:\n  gossip_key: " + key + "\n  gossip_key_file: " + keyFile + "\n", "not both"},
+		{"cluster:\n  gossip_key_file: " + filepath.Join(dir, "missing") + "\n", "cluster.gossip_key_file"},
+		{"cluster:\n  gossip_secondary_keys: [" + key2 + "]\n", "cluster.gossip_secondary_keys"},
+		{"cluster:\n  gossip_key: " + key + "\n  gossip_secondary_keys: [abc]\n", "cluster.gossip_secondary_keys[0]"},
+		{"cluster:\n  secret: short\n", "cluster.secret: 5 bytes"},
+		{"cluster:\n  secret: a cluster secret of some length\n  secret_file: " + secretFile + "\n", "not both"},
+	}
+	for _, c := range bad {
+		_, err := ParseConfig([]byte(c.yaml))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want one with %q", c.yaml, err, c.want)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package peer
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -193,22 +194,34 @@ func (l *Link) dial(ctx context.Context) (*linkConn, error) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
+	c.SetDeadline(time.Now().Add(helloTimeout))
+	if cfg := l.p.cfg.ClientTLS; cfg != nil {
+		if cfg.ServerName == "" {
+			cfg = cfg.Clone()
+			cfg.ServerName, _, _ = net.SplitHostPort(l.addr)
+		}
+		tc := tls.Client(c, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			c.Close()
+			var bad *tls.CertificateVerificationError
+			if !errors.As(err, &bad) { // the network, or the listener refusing us (it counts that)
+				return nil, fmt.Errorf("TLS: %w", err)
+			}
+			err = fmt.Errorf("%w: TLS: %v", ErrRefused, err)
+			l.p.refused(c.RemoteAddr(), l.id, err)
+			return nil, err
+		}
+		c = tc
+	}
 	w := &connWriter{c: c, bw: bufio.NewWriterSize(c, 64<<10), stats: &l.p.stats.bytesOut}
 	r := bufio.NewReaderSize(c, 64<<10)
-	c.SetDeadline(time.Now().Add(helloTimeout))
-	if err := w.write(kindHello, 0, 0, encodeHello(l.p.cfg.NodeID)); err != nil {
-		c.Close()
-		return nil, err
-	}
-	f, err := readFrame(r)
+	remote, err := l.p.dialHello(r, w)
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("hello: %w", err)
-	}
-	remote, err := decodeHello(f.payload)
-	if err != nil || f.kind != kindHello {
-		c.Close()
-		return nil, fmt.Errorf("hello: %v", err)
+		if errors.Is(err, ErrRefused) {
+			l.p.refused(c.RemoteAddr(), l.id, err)
+		}
+		return nil, err
 	}
 	if remote != l.id {
 		c.Close()

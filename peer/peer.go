@@ -18,13 +18,29 @@
 //     idempotent (offsets, versions) so a resend is harmless.
 //   - A link never resends by itself. The next request after a failure
 //     dials again (at most one dial in progress per link).
+//   - Only an authenticated node is served. When the Peer is configured
+//     with mutual TLS and/or a cluster secret (Config), no request frame of
+//     a connection is read, and no request is sent on one, before the other
+//     end presented a certificate of the cluster's CA (both directions)
+//     and/or proved the secret in the hello (hello.go). A refused
+//     connection is closed at once, counted (Stats.HandshakesRefused) and
+//     logged. The secret itself never crosses the wire, and a recorded
+//     hello cannot be replayed. Everything that rides on peer links (MQTT
+//     forwarding, WAL replication, takeover) therefore comes from a node of
+//     the cluster. Without either, any process that reaches the port is
+//     trusted: only for loopback or a network of its own.
+//   - Before the hello is done a connection costs little: its first frames
+//     are at most 4 KiB, and the TLS handshake and hello share one deadline.
 //
-// Outline: Listen binds a TCP listener; each accepted connection starts with
-// a hello exchange (protocol version and node ids, so a stale address that
-// now belongs to another node is detected), then one goroutine reads frames
+// Outline: Listen binds a TCP listener; each accepted connection runs the
+// TLS handshake (with ServerTLS), then the hello exchange (protocol version,
+// nonces, proofs of the secret, node ids, so a stale address that now
+// belongs to another node is detected), then one goroutine reads frames
 // and dispatches requests to the handler registered for their type. Link
 // dials lazily, keeps one connection, and runs one reader goroutine per
-// connection that completes pending requests.
+// connection that completes pending requests. A secret authenticates the
+// ends, it does not encrypt or sign what follows the hello: on a network an
+// attacker can write to, use mutual TLS.
 //
 // Frame: uint32 length of what follows (big endian), kind (1 byte: hello,
 // request, reply, error), message type (1 byte), request id (uint64), then
@@ -34,6 +50,7 @@ package peer
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -65,7 +82,6 @@ const (
 )
 
 const (
-	protoVersion = 1
 	headerLen    = 4 + 1 + 1 + 8
 	dialTimeout  = 2 * time.Second
 	helloTimeout = 5 * time.Second
@@ -91,17 +107,79 @@ func (e *RemoteError) Error() string { return "peer: remote: " + e.Msg }
 // later from any goroutine, and must not block for long before returning.
 type Handler func(from string, payload []byte, reply func(resp []byte, err error))
 
-// Config configures a Peer.
+// Config configures a Peer. How the node at the other end is
+// authenticated: mutual TLS (ServerTLS and ClientTLS), a cluster secret
+// proven in the hello (Secret), both, or — only on a trusted network —
+// neither.
 type Config struct {
 	NodeID string // this node's id, sent in the hello
 	Addr   string // listen host:port; port 0 picks a free port
+	// ServerTLS, when set, makes the listener speak TLS and require a
+	// client certificate verified against ServerTLS.ClientCAs (ClientAuth
+	// is forced to tls.RequireAndVerifyClientCert). ClientTLS is what this
+	// node dials with: it must present a certificate and verifies the
+	// listener's (RootCAs; ServerName defaults to the dialled host). Set
+	// both or neither.
+	ServerTLS, ClientTLS *tls.Config
+	// Secret, when set, is the cluster secret each side proves in the
+	// hello (HMAC over both sides' fresh nonces; it is never sent). Every
+	// node must have the same one.
+	Secret []byte
 	Logger *slog.Logger
+}
+
+// Authenticated tells whether cfg authenticates the other end (mutual TLS
+// or a cluster secret).
+func (cfg Config) Authenticated() bool { return cfg.ServerTLS != nil || len(cfg.Secret) > 0 }
+
+func (cfg *Config) checkTLS() error {
+	if (cfg.ServerTLS == nil) != (cfg.ClientTLS == nil) {
+		return errors.New("peer: set both ServerTLS and ClientTLS, or neither")
+	}
+	if cfg.ServerTLS == nil {
+		return nil
+	}
+	s, c := cfg.ServerTLS.Clone(), cfg.ClientTLS.Clone()
+	if len(s.Certificates) == 0 && s.GetCertificate == nil && s.GetConfigForClient == nil {
+		return errors.New("peer: ServerTLS has no certificate")
+	}
+	if s.ClientCAs == nil && s.GetConfigForClient == nil {
+		return errors.New("peer: ServerTLS has no ClientCAs to verify the dialing node's certificate")
+	}
+	if len(c.Certificates) == 0 && c.GetClientCertificate == nil {
+		return errors.New("peer: ClientTLS has no certificate to present")
+	}
+	if c.InsecureSkipVerify && c.VerifyConnection == nil && c.VerifyPeerCertificate == nil {
+		return errors.New("peer: ClientTLS must verify the listener's certificate (InsecureSkipVerify without VerifyConnection)")
+	}
+	s.ClientAuth = tls.RequireAndVerifyClientCert
+	if get := s.GetConfigForClient; get != nil {
+		// The config a handshake really uses must require the certificate too.
+		s.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+			cc, err := get(h)
+			if err != nil || cc == nil {
+				return cc, err
+			}
+			if cc.ClientCAs == nil {
+				return nil, errors.New("peer: no client CA to verify the dialing node's certificate")
+			}
+			cc = cc.Clone()
+			cc.ClientAuth = tls.RequireAndVerifyClientCert
+			return cc, nil
+		}
+	}
+	cfg.ServerTLS, cfg.ClientTLS = s, c
+	return nil
 }
 
 // Stats are cumulative counters of a Peer.
 type Stats struct {
-	Dials, DialErrors         int64
-	Accepted                  int64
+	Dials, DialErrors int64
+	Accepted          int64
+	// HandshakesRefused counts links refused in the hello or the TLS
+	// handshake, on either side: a missing or wrong certificate or proof
+	// of the cluster secret, a hello of another protocol version.
+	HandshakesRefused         int64
 	RequestsOut, RequestsIn   int64
 	BytesOut, BytesIn         int64
 	LinkFailures, RemoteError int64
@@ -122,14 +200,18 @@ type Peer struct {
 
 	wg    sync.WaitGroup
 	stats struct {
-		dials, dialErrors, accepted, reqOut, reqIn, bytesOut, bytesIn, linkFail, remoteErr atomic.Int64
+		dials, dialErrors, accepted, refused, reqOut, reqIn, bytesOut, bytesIn, linkFail, remoteErr atomic.Int64
 	}
+	lastRefusedLog atomic.Int64 // unix nanos
 }
 
 // Listen binds cfg.Addr and starts accepting links.
 func Listen(cfg Config) (*Peer, error) {
 	if cfg.NodeID == "" {
 		return nil, errors.New("peer: empty node id")
+	}
+	if err := cfg.checkTLS(); err != nil {
+		return nil, err
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -176,7 +258,7 @@ func (p *Peer) handler(typ uint8) Handler {
 // Stats returns the counters.
 func (p *Peer) Stats() Stats {
 	s := &p.stats
-	return Stats{Dials: s.dials.Load(), DialErrors: s.dialErrors.Load(), Accepted: s.accepted.Load(),
+	return Stats{Dials: s.dials.Load(), DialErrors: s.dialErrors.Load(), Accepted: s.accepted.Load(), HandshakesRefused: s.refused.Load(),
 		RequestsOut: s.reqOut.Load(), RequestsIn: s.reqIn.Load(), BytesOut: s.bytesOut.Load(), BytesIn: s.bytesIn.Load(),
 		LinkFailures: s.linkFail.Load(), RemoteError: s.remoteErr.Load()}
 }
@@ -258,20 +340,28 @@ func (p *Peer) serve(c net.Conn) {
 	defer p.wg.Done()
 	defer p.untrack(c)
 	defer c.Close()
-	r := bufio.NewReaderSize(c, 64<<10)
 	c.SetDeadline(time.Now().Add(helloTimeout))
-	f, err := readFrameMax(r, maxHelloFrame)
-	if err != nil || f.kind != kindHello {
-		p.log.Debug("bad hello", "remote", c.RemoteAddr(), "err", err)
-		return
+	if p.cfg.ServerTLS != nil {
+		tc := tls.Server(c, p.cfg.ServerTLS)
+		if err := tc.Handshake(); err != nil {
+			if errors.Is(err, io.EOF) { // connected and closed: a port probe
+				p.log.Debug("peer connection closed before the TLS handshake", "remote", c.RemoteAddr())
+			} else {
+				p.refused(c.RemoteAddr(), "", fmt.Errorf("%w: TLS: %v", ErrRefused, err))
+			}
+			return
+		}
+		c = tc
 	}
-	from, err := decodeHello(f.payload)
-	if err != nil {
-		p.log.Debug("bad hello", "remote", c.RemoteAddr(), "err", err)
-		return
-	}
+	r := bufio.NewReaderSize(c, 64<<10)
 	w := &connWriter{c: c, bw: bufio.NewWriterSize(c, 64<<10), stats: &p.stats.bytesOut}
-	if err := w.write(kindHello, 0, 0, encodeHello(p.cfg.NodeID)); err != nil {
+	from, err := p.acceptHello(r, w)
+	if err != nil {
+		if errors.Is(err, ErrRefused) {
+			p.refused(c.RemoteAddr(), from, err)
+		} else {
+			p.log.Debug("bad hello", "remote", c.RemoteAddr(), "err", err)
+		}
 		return
 	}
 	c.SetDeadline(time.Time{})
@@ -382,19 +472,4 @@ func readFrameMax(r *bufio.Reader, max uint32) (frame, error) {
 		return frame{}, err
 	}
 	return f, nil
-}
-
-func encodeHello(node string) []byte {
-	b := []byte{protoVersion}
-	return append(b, node...)
-}
-
-func decodeHello(b []byte) (string, error) {
-	if len(b) < 2 {
-		return "", errors.New("peer: short hello")
-	}
-	if b[0] != protoVersion {
-		return "", fmt.Errorf("peer: protocol version %d, want %d", b[0], protoVersion)
-	}
-	return string(b[1:]), nil
 }

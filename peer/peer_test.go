@@ -179,6 +179,7 @@ func TestBadFramesCloseTheConnection(t *testing.T) {
 		"too large": {0xff, 0xff, 0xff, 0xff},
 		"short":     {0, 0, 0, 2, 1, 1},
 		"version":   frameBytes(kindHello, 0, 0, []byte{9, 'x'}),
+		"v1 hello":  frameBytes(kindHello, 0, 0, []byte{1, 'a'}),
 	} {
 		t.Run(name, func(t *testing.T) {
 			c, err := net.Dial("tcp", b.Addr())
@@ -211,7 +212,8 @@ func frameBytes(kind, typ byte, id uint64, payload []byte) []byte {
 
 func FuzzReadFrame(f *testing.F) {
 	f.Add(frameBytes(kindRequest, 40, 7, []byte("hello")))
-	f.Add(frameBytes(kindHello, 0, 0, encodeHello("node-1")))
+	f.Add(frameBytes(kindHello, 0, 0, encodeHello(hello{nonce: newNonce(), node: "node-1"})))
+	f.Add(frameBytes(kindHello, 0, 0, encodeHello(hello{auth: authHMAC, nonce: newNonce(), proof: make([]byte, proofLen), node: "node-1"})))
 	f.Add([]byte{0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fr, err := readFrame(bufio.NewReader(bytes.NewReader(b)))

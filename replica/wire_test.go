@@ -15,6 +15,9 @@ func sampleAppend() *appendMsg {
 			Topic: "factory/line1", Value: []byte{byte(i), 'x'}, Source: "mqtt", ClientID: "dev-1", Node: "n1",
 			Headers: []tributary.Header{{Key: "k", Value: []byte("v")}}})
 	}
+	// An authenticated sender's record (wal's record format version 2)
+	// next to anonymous ones (version 1).
+	m.Records[1].Principal = "sensor-7"
 	return m
 }
 

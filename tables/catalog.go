@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
@@ -212,19 +213,46 @@ func (c *Catalog) LoadTable(ctx context.Context, stream string) (*table.Table, e
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", stream, err)
 	}
-	c.mu.Lock()
-	c.tables[stream] = t
-	c.mu.Unlock()
+	c.remember(stream, t)
 	return t, nil
 }
 
+// remember keeps t as the last loaded (or committed) table of stream.
+func (c *Catalog) remember(stream string, t *table.Table) {
+	c.mu.Lock()
+	c.tables[stream] = t
+	c.mu.Unlock()
+}
+
+// retryPause waits before attempt+1 of a reload-decide-commit loop: a
+// short pause, longer with each attempt, lets a concurrent committer
+// finish. It fails only when ctx ends.
+func retryPause(ctx context.Context, attempt int) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Duration(attempt) * 5 * time.Millisecond):
+		return nil
+	}
+}
+
 // EnsureTable loads a stream's table, creating it (and its namespace) with
-// the envelope schema on first use. Concurrent creators converge on one table.
+// the envelope schema on first use, and adds the envelope columns it lacks
+// (evolve.go). Concurrent creators converge on one table.
 func (c *Catalog) EnsureTable(ctx context.Context, stream string) (*table.Table, error) {
 	t, err := c.LoadTable(ctx, stream)
-	if err == nil || !errors.Is(err, ErrNoSuchStream) {
-		return t, err
+	if errors.Is(err, ErrNoSuchStream) {
+		t, err = c.createTable(ctx, stream)
 	}
+	if err != nil {
+		return nil, err
+	}
+	return c.evolveTable(ctx, stream, t)
+}
+
+// createTable creates a stream's table with InitialSchema (see
+// EnvelopeSchema for why not the full envelope) and loads it.
+func (c *Catalog) createTable(ctx context.Context, stream string) (*table.Table, error) {
 	id, _ := ident(stream)
 	if err := c.cat.CreateNamespace(ctx, id[:1], nil); err != nil && !errors.Is(err, catalog.ErrNamespaceAlreadyExists) {
 		return nil, fmt.Errorf("create namespace %s: %w", id[0], err)
@@ -237,7 +265,7 @@ func (c *Catalog) EnsureTable(ctx context.Context, stream string) (*table.Table,
 	if gran == "" {
 		gran = "day"
 	}
-	_, err = c.cat.CreateTable(ctx, id, EnvelopeSchema(),
+	_, err = c.cat.CreateTable(ctx, id, InitialSchema(),
 		catalog.WithPartitionSpec(&spec),
 		catalog.WithLocation(c.TableLocation(stream)),
 		catalog.WithProperties(iceberg.Properties{

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
@@ -121,6 +120,11 @@ func (c *Catalog) CommitAppend(ctx context.Context, stream string, appends []Par
 			snap[k] = v
 		}
 		tx := t.NewTransaction()
+		// A table that lacks an envelope column gets it in this commit:
+		// the files carry it (see evolve.go).
+		if _, err := evolve(tx, t); err != nil {
+			return res, fmt.Errorf("commit %s: %w", stream, err)
+		}
 		if err := tx.AddDataFiles(ctx, dfs, snap, table.WithoutDuplicateCheck()); err != nil {
 			return res, fmt.Errorf("commit %s: add files: %w", stream, err)
 		}
@@ -135,21 +139,16 @@ func (c *Catalog) CommitAppend(ctx context.Context, stream string, appends []Par
 			if s := nt.CurrentSnapshot(); s != nil {
 				res.SnapshotID = s.SnapshotID
 			}
-			c.mu.Lock()
-			c.tables[stream] = nt
-			c.mu.Unlock()
+			c.remember(stream, nt)
 			return res, nil
 		}
 		lastErr = err
 		if ctx.Err() != nil {
 			return res, fmt.Errorf("commit %s: %w", stream, ctx.Err())
 		}
-		// Conflict, or an unknown outcome: reload and decide again. A
-		// short pause lets a concurrent committer finish.
-		select {
-		case <-ctx.Done():
-			return res, fmt.Errorf("commit %s: %w", stream, ctx.Err())
-		case <-time.After(time.Duration(attempt) * 5 * time.Millisecond):
+		// Conflict, or an unknown outcome: reload and decide again.
+		if err := retryPause(ctx, attempt); err != nil {
+			return res, fmt.Errorf("commit %s: %w", stream, err)
 		}
 	}
 	return res, fmt.Errorf("commit %s: giving up after %d attempts: %w", stream, MaxCommitAttempts, lastErr)
@@ -198,12 +197,13 @@ func (c *Catalog) dataFile(t *table.Table, f FileMeta) (iceberg.DataFile, error)
 	}
 	counts, nulls := map[int]int64{}, map[int]int64{}
 	for _, id := range []int{FieldPartition, FieldOffset, FieldTimestamp, FieldTopic, FieldKey, FieldValue,
-		FieldSource, FieldClientID, FieldNode, FieldProducerTimestamp} {
+		FieldSource, FieldClientID, FieldNode, FieldProducerTimestamp, FieldPrincipal} {
 		counts[id] = st.Records
 		nulls[id] = 0
 	}
 	nulls[FieldKey] = st.NullKeys
 	nulls[FieldProducerTimestamp] = st.NullProdTS
+	nulls[FieldPrincipal] = st.NullPrincipals
 	return b.LowerBoundValues(lower).UpperBoundValues(upper).ValueCounts(counts).NullValueCounts(nulls).Build(), nil
 }
 

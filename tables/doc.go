@@ -1,4 +1,6 @@
-// Package tables is streams as Iceberg tables: the envelope schema, catalog
+// Package tables is streams as Iceberg tables: the envelope schema and its
+// evolution (columns added since the first release, such as principal,
+// reach existing tables by an Iceberg schema update: evolve.go), catalog
 // access, partition allocation and ownership (owners, epochs, TakeOver and
 // fencing: see ownership.go), the data file layout every writer shares
 // (which records share a file and what it is called: CutRuns by the

@@ -28,4 +28,7 @@ var (
 	// ErrSpansBuckets is returned for a data file whose timestamps fall in
 	// more than one partition bucket of its table (see CutRuns).
 	ErrSpansBuckets = errors.New("data file spans partition buckets")
+	// ErrSchema is returned for a table whose schema cannot be evolved to
+	// the envelope (a column changed outside Tributary: see evolve.go).
+	ErrSchema = errors.New("table schema does not match the envelope")
 )

@@ -385,9 +385,7 @@ func (m *pass) commit(ctx context.Context, step string, tx *table.Transaction, a
 	if err == nil || nt != nil {
 		m.res.Commits++
 		if nt != nil {
-			m.c.mu.Lock()
-			m.c.tables[m.stream] = nt
-			m.c.mu.Unlock()
+			m.c.remember(m.stream, nt)
 		}
 		return nil
 	}

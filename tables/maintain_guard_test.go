@@ -35,7 +35,7 @@ func TestMaintainRefusesForeignLocation(t *testing.T) {
 	if err := c.Iceberg().CreateNamespace(ctx, table.Identifier{"evil"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Iceberg().CreateTable(ctx, table.Identifier{"evil", "t"}, EnvelopeSchema(),
+	if _, err := c.Iceberg().CreateTable(ctx, table.Identifier{"evil", "t"}, InitialSchema(),
 		catalog.WithLocation("file://"+dir), catalog.WithProperties(iceberg.Properties{PropOrphanGraceMs: "1"})); err != nil {
 		t.Fatal(err)
 	}

@@ -25,15 +25,22 @@ func putFile(tb testing.TB, c *Catalog, stream string, recs []*tributary.Record)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	return storeFile(tb, c, stream, buf.Bytes(), st)
+}
+
+// storeFile stores an encoded data file of stream's table under the name
+// the uplink would give it.
+func storeFile(tb testing.TB, c *Catalog, stream string, data []byte, st FileStats) FileMeta {
+	tb.Helper()
 	url := DataFileURL(c.TableLocation(stream), st)
 	path := localPath(tb, c, url)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		tb.Fatal(err)
 	}
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+	if err := os.WriteFile(path, data, 0o644); err != nil {
 		tb.Fatal(err)
 	}
-	return FileMeta{URL: url, Size: int64(buf.Len()), Stats: st}
+	return FileMeta{URL: url, Size: int64(len(data)), Stats: st}
 }
 
 func localPath(tb testing.TB, c *Catalog, url string) string {

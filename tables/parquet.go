@@ -28,6 +28,8 @@ type FileStats struct {
 	NullKeys     int64
 	NullHeaders  int64
 	NullProdTS   int64
+	// NullPrincipals counts records without a principal (anonymous).
+	NullPrincipals int64
 }
 
 // RowGroupRows is the number of rows per Parquet row group: small enough that
@@ -90,6 +92,7 @@ func WriteParquet(w io.Writer, recs []*tributary.Record) (FileStats, error) {
 		st.NullKeys += nulls[0]
 		st.NullHeaders += nulls[1]
 		st.NullProdTS += nulls[2]
+		st.NullPrincipals += nulls[3]
 		err := fw.Write(rec)
 		rec.Release()
 		if err != nil {
@@ -104,9 +107,10 @@ func WriteParquet(w io.Writer, recs []*tributary.Record) (FileStats, error) {
 }
 
 // buildRecord turns records into one Arrow record batch of the envelope
-// schema. nulls counts null keys, headers and producer timestamps.
-func buildRecord(mem memory.Allocator, recs []*tributary.Record) (arrow.RecordBatch, [3]int64) {
-	var nulls [3]int64
+// schema. nulls counts null keys, headers, producer timestamps and
+// principals.
+func buildRecord(mem memory.Allocator, recs []*tributary.Record) (arrow.RecordBatch, [4]int64) {
+	var nulls [4]int64
 	b := array.NewRecordBuilder(mem, arrowSchema)
 	defer b.Release()
 	partB := b.Field(0).(*array.Int32Builder)
@@ -123,7 +127,8 @@ func buildRecord(mem memory.Allocator, recs []*tributary.Record) (arrow.RecordBa
 	cliB := b.Field(7).(*array.StringBuilder)
 	nodeB := b.Field(8).(*array.StringBuilder)
 	ptsB := b.Field(9).(*array.TimestampBuilder)
-	for _, b := range []array.Builder{partB, offB, tsB, topicB, keyB, valB, hdrB, srcB, cliB, nodeB, ptsB} {
+	prinB := b.Field(11).(*array.StringBuilder)
+	for _, b := range []array.Builder{partB, offB, tsB, topicB, keyB, valB, hdrB, srcB, cliB, nodeB, ptsB, prinB} {
 		b.Reserve(len(recs))
 	}
 	for _, r := range recs {
@@ -165,6 +170,12 @@ func buildRecord(mem memory.Allocator, recs []*tributary.Record) (arrow.RecordBa
 			nulls[2]++
 		} else {
 			ptsB.Append(arrow.Timestamp(r.ProducerTimestamp * 1000))
+		}
+		if r.Principal == "" {
+			prinB.AppendNull()
+			nulls[3]++
+		} else {
+			prinB.Append(r.Principal)
 		}
 	}
 	return b.NewRecordBatch(), nulls

@@ -92,7 +92,9 @@ func (c *Catalog) ScanSorted(ctx context.Context, stream string, opts ScanOption
 }
 
 // RecordsFromArrow decodes an envelope record batch into records, copying
-// all bytes. Columns are found by name, so projections work.
+// all bytes. Columns are found by name, so projections work, and a column
+// the batch lacks (principal, in files written before it existed) leaves
+// its field zero.
 func RecordsFromArrow(b arrow.RecordBatch) ([]*tributary.Record, error) {
 	return recordsFromArrow(b, true)
 }
@@ -139,12 +141,15 @@ func recordsFromArrow(b arrow.RecordBatch, copyBytes bool) ([]*tributary.Record,
 					out[i].ProducerTimestamp = int64(a.Value(i)) / 1000
 				}
 			}
-		case ColTopic, ColSource, ColClientID, ColNode:
+		case ColTopic, ColSource, ColClientID, ColNode, ColPrincipal:
 			a, ok := col.(*array.String)
 			if !ok {
 				return nil, fmt.Errorf("column %s: unexpected type %s", f.Name, col.DataType())
 			}
 			for i := range n {
+				if !a.IsValid(i) {
+					continue // a null principal: anonymous, or a row from before the column
+				}
 				v := a.Value(i)
 				switch f.Name {
 				case ColTopic:
@@ -155,6 +160,8 @@ func recordsFromArrow(b arrow.RecordBatch, copyBytes bool) ([]*tributary.Record,
 					out[i].ClientID = v
 				case ColNode:
 					out[i].Node = v
+				case ColPrincipal:
+					out[i].Principal = v
 				}
 			}
 		case ColKey, ColValue:

@@ -26,6 +26,7 @@ const (
 	fieldHeaderElement     = 12
 	fieldHeaderKey         = 13
 	fieldHeaderValue       = 14
+	FieldPrincipal         = 15 // added by evolution (issue 13)
 
 	// PartitionFieldDay is the field ID of the day(timestamp) partition field.
 	PartitionFieldDay = 1000
@@ -44,13 +45,37 @@ const (
 	ColClientID          = "client_id"
 	ColNode              = "node"
 	ColProducerTimestamp = "producer_timestamp"
+	ColPrincipal         = "principal"
 )
 
-// EnvelopeSchema is the Iceberg schema of a stream table. Headers are a list
-// of (key, value) structs rather than a map because Kafka allows repeated
-// header keys and their order matters. producer_timestamp is the Kafka
-// record's own timestamp (null for MQTT).
+// EnvelopeSchema is the Iceberg schema of a stream table: InitialSchema
+// followed by the columns added since (addedColumns). It is the schema of
+// every data file Tributary writes and of every table once evolved. Headers
+// are a list of (key, value) structs rather than a map because Kafka allows
+// repeated header keys and their order matters. producer_timestamp is the
+// Kafka record's own timestamp (null for MQTT); principal is the
+// authenticated sender (null for anonymous clients and for rows written
+// before the column existed).
 func EnvelopeSchema() *iceberg.Schema {
+	fields := append(InitialSchema().Fields(), addedColumns()...)
+	return iceberg.NewSchemaWithIdentifiers(0, []int{FieldPartition, FieldOffset}, fields...)
+}
+
+// addedColumns are the envelope columns added after the first release, in
+// the order they were added (so each one's ID is the previous one's + 1).
+// All are optional: rows written before a column existed read as null.
+func addedColumns() []iceberg.NestedField {
+	return []iceberg.NestedField{
+		{ID: FieldPrincipal, Name: ColPrincipal, Type: iceberg.PrimitiveTypes.String, Required: false,
+			Doc: "authenticated principal that sent the message (user, certificate CN or JWT subject); null = anonymous"},
+	}
+}
+
+// InitialSchema is the envelope as first released (field IDs 1–14). Tables
+// are created with it and then evolved to EnvelopeSchema (evolve.go): a create
+// assigns IDs afresh, top-level fields first, so creating with a column
+// after headers would give that column headers' IDs.
+func InitialSchema() *iceberg.Schema {
 	return iceberg.NewSchemaWithIdentifiers(0, []int{FieldPartition, FieldOffset},
 		iceberg.NestedField{ID: FieldPartition, Name: ColPartition, Type: iceberg.PrimitiveTypes.Int32, Required: true,
 			Doc: "partition number, global per table"},

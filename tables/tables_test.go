@@ -45,6 +45,9 @@ func testRecords(part int32, from, n int, ts int64) []*tributary.Record {
 		if i%5 == 0 {
 			r.Value = []byte{}
 		}
+		if i%4 == 1 {
+			r.Principal = fmt.Sprintf("user-%d", i%3) // the others are anonymous: null
+		}
 		out[i] = r
 	}
 	return out
@@ -81,6 +84,8 @@ func sameRecord(a, b *tributary.Record) error {
 		return fmt.Errorf("offset %d: timestamps %d/%d vs %d/%d", a.Offset, a.Timestamp, a.ProducerTimestamp, b.Timestamp, b.ProducerTimestamp)
 	case a.Topic != b.Topic || a.Source != b.Source || a.ClientID != b.ClientID || a.Node != b.Node:
 		return fmt.Errorf("offset %d: strings differ", a.Offset)
+	case a.Principal != b.Principal:
+		return fmt.Errorf("offset %d: principal %q vs %q", a.Offset, a.Principal, b.Principal)
 	case !bytes.Equal(a.Value, b.Value) || !bytes.Equal(a.Key, b.Key) || (a.Key == nil) != (b.Key == nil):
 		return fmt.Errorf("offset %d: key/value differ", a.Offset)
 	case len(a.Headers) != len(b.Headers):

@@ -18,7 +18,8 @@ import (
 // uplink drops a fenced partition from the WAL (invariant 4), it copies
 // every record still there into a quarantine file under
 // Config.QuarantineDir — one JSON object per line, a tributary.Record with
-// []byte fields in base64 — written to a temporary name, fsynced, renamed
+// []byte fields in base64 (a field the writer's Record did not have yet,
+// such as Principal, reads as its zero value) — written to a temporary name, fsynced, renamed
 // and its folder fsynced; only then is the partition dropped. If the copy
 // fails, nothing is dropped and the pass is retried. The operator inspects
 // the files (`tributary quarantine list`) and replays them to a stream

@@ -3,6 +3,8 @@ package uplink
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/tributary-io/tributary"
@@ -16,6 +18,13 @@ func FuzzDecodeQuarantine(f *testing.F) {
 	good, _ := json.Marshal(&tributary.Record{Stream: "a.b", Partition: 1, Offset: 7, Value: []byte("v"),
 		Headers: []tributary.Header{{Key: "k", Value: []byte{0, 1}}}, Source: "kafka"})
 	f.Add(append(append(good, '\n'), good...))
+	withPrincipal, _ := json.Marshal(&tributary.Record{Stream: "a.b", Offset: 8, Value: []byte("w"), Source: "mqtt", Principal: "CN=dev"})
+	f.Add(withPrincipal)
+	old, err := os.ReadFile(filepath.Join("testdata", "v1.quarantine.jsonl")) // written before Record.Principal existed
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(old)
 	f.Add([]byte(`{"Stream":"a.b","Offset":1,"Value":"not base64!"}`))
 	f.Add([]byte(`{"Stream":"a.b"`))
 	f.Add([]byte("\n\n"))

@@ -13,7 +13,8 @@ import (
 // encoded record or a WAL file does not decode.
 var ErrCorrupt = errors.New("wal: corrupt record")
 
-// formatV1 is the first byte of every record encoded by EncodeRecord.
+// formatV1 and formatV2 are the first byte of a record encoded by
+// EncodeRecord.
 //
 // Layout of version 1, in order (varint = zigzag signed varint, uvarint =
 // unsigned varint, string = uvarint length + bytes, bytes = uvarint (length+1)
@@ -26,15 +27,31 @@ var ErrCorrupt = errors.New("wal: corrupt record")
 //	Source string, ClientID string, Node string
 //	ProducerID varint, ProducerEpoch varint, Sequence varint, ProducerTimestamp varint
 //
+// Version 2 is version 1 followed by one more field:
+//
+//	Principal string
+//
 // Nothing may follow the last field. Nil and empty byte slices are kept apart
 // so that a record round-trips exactly.
-const formatV1 = 1
+//
+// EncodeRecord writes version 2 only for a record with a Principal and
+// version 1 otherwise, so that records of anonymous clients stay readable
+// by nodes that predate version 2 (a rolling upgrade replicates between
+// both); DecodeRecord reads both, a version 1 record with Principal "".
+const (
+	formatV1 = 1
+	formatV2 = 2
+)
 
 // EncodeRecord appends the binary encoding of r to dst and returns the
 // extended slice. The encoding is versioned and self-describing; DecodeRecord
 // reverses it.
 func EncodeRecord(dst []byte, r *tributary.Record) []byte {
-	dst = append(dst, formatV1)
+	version := byte(formatV1)
+	if r.Principal != "" {
+		version = formatV2
+	}
+	dst = append(dst, version)
 	dst = appendString(dst, r.Stream)
 	dst = binary.AppendVarint(dst, int64(r.Partition))
 	dst = binary.AppendVarint(dst, r.Offset)
@@ -55,6 +72,9 @@ func EncodeRecord(dst []byte, r *tributary.Record) []byte {
 	dst = binary.AppendVarint(dst, int64(r.ProducerEpoch))
 	dst = binary.AppendVarint(dst, int64(r.Sequence))
 	dst = binary.AppendVarint(dst, r.ProducerTimestamp)
+	if version == formatV2 {
+		dst = appendString(dst, r.Principal)
+	}
 	return dst
 }
 
@@ -81,8 +101,9 @@ func DecodeRecord(b []byte) (*tributary.Record, error) {
 	if len(b) == 0 {
 		return nil, fmt.Errorf("%w: empty input", ErrCorrupt)
 	}
-	if b[0] != formatV1 {
-		return nil, fmt.Errorf("%w: unknown format version %d", ErrCorrupt, b[0])
+	version := b[0]
+	if version != formatV1 && version != formatV2 {
+		return nil, fmt.Errorf("%w: unknown format version %d", ErrCorrupt, version)
 	}
 	// One copy; every byte slice of the record points into it (capped, so
 	// that appending to one field never overwrites the next).
@@ -116,6 +137,9 @@ func DecodeRecord(b []byte) (*tributary.Record, error) {
 	r.ProducerEpoch = int16(d.ranged("producer epoch", math.MinInt16, math.MaxInt16))
 	r.Sequence = d.int32("sequence")
 	r.ProducerTimestamp = d.varint("producer timestamp")
+	if version == formatV2 {
+		r.Principal = d.string("principal")
+	}
 	if d.err != nil {
 		return nil, d.err
 	}

@@ -199,6 +199,7 @@ func findPartition(w *WAL, stream string, part int32) *PartitionState {
 func TestAppendFieldsRoundTrip(t *testing.T) {
 	w := openTest(t, Options{NoSync: true})
 	want := sampleRecords()[3]
+	want.Principal = "CN=gateway-9" // durable like every other field
 	in := *want
 	in.Offset = 0
 	before := time.Now().UnixMicro()

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/tributary-io/tributary/cloud"
+	"github.com/tributary-io/tributary/config"
 	"github.com/tributary-io/tributary/pulsar"
 	"github.com/tributary-io/tributary/tables"
 )
@@ -40,6 +41,7 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 	maintain := fs.Bool("maintenance", true, "run table maintenance (compaction, manifest merging, snapshot expiry, orphan cleanup)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	securityFile := fs.String("security", "", "YAML file with the keys of the security section (TLS, authentication, ACL); replaces the config file's section")
 	readyFile := fs.String("ready-file", "", "once every listener is bound, write their addresses to this file as a JSON object (atomically)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -114,6 +116,13 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 	}
 	if use("maintenance") {
 		cfg.Maintenance.Enabled = maintain
+	}
+	if *securityFile != "" {
+		cfg.Security = config.Security{}
+		if err := readSecurity(*securityFile, &cfg.Security); err != nil {
+			fmt.Fprintln(stderr, "tributary cloud:", err)
+			return 2
+		}
 	}
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {

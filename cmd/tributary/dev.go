@@ -4,12 +4,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/tributary-io/tributary/config"
 	firmwaresim "github.com/tributary-io/tributary/firmware-sim"
 	"github.com/tributary-io/tributary/node"
 	"github.com/tributary-io/tributary/pulsar"
@@ -41,6 +39,8 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	takeoverGrace := fs.Duration("takeover-grace", 5*time.Second, "how long a dead member's peer link must be down before its partitions are taken over")
 	var join stringList
 	fs.Var(&join, "join", "a peer's gossip host:port to join (repeatable)")
+	gossipKeyFile := fs.String("gossip-key-file", "", "file holding the gossip encryption key (base64 of 16, 24 or 32 bytes; cluster.gossip_key_file); required off loopback")
+	secretFile := fs.String("cluster-secret-file", "", "file holding the cluster secret peer links prove in their hello (cluster.secret_file); required off loopback")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	securityFile := fs.String("security", "", "YAML file with the keys of the security section (tls: ..., see deploy/edge.yaml): TLS on every listener")
@@ -79,16 +79,11 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	cfg.Cluster.ReplicationFactor = *replFactor
 	cfg.Cluster.ReplicationPolicy = *replPolicy
 	cfg.Cluster.TakeoverGrace = *takeoverGrace
-	if *securityFile != "" {
-		raw, err := os.ReadFile(*securityFile)
-		if err != nil {
-			fmt.Fprintln(stderr, "tributary dev: --security:", err)
-			return 2
-		}
-		if err := config.Decode(raw, &cfg.Security); err != nil {
-			fmt.Fprintln(stderr, "tributary dev: --security", *securityFile+":", err)
-			return 2
-		}
+	cfg.Cluster.GossipKeyFile = *gossipKeyFile
+	cfg.Cluster.SecretFile = *secretFile
+	if err := readSecurity(*securityFile, &cfg.Security); err != nil {
+		fmt.Fprintln(stderr, "tributary dev:", err)
+		return 2
 	}
 	cfg = node.WithDefaults(cfg)
 	if err := cfg.Validate(); err != nil {

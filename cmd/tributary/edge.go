@@ -188,9 +188,9 @@ func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *sl
 	return code
 }
 
-// servedTLS are the listeners of a node (and the cloud server it may run)
-// that serve TLS when configured; peer links join when they use
-// listen.TLS (peer/gossip security of issue 13).
+// servedTLS are the client-facing listeners of a node (and the cloud
+// server it may run) that serve TLS when configured; peer links, which
+// need a client CA too, say mutual_tls on their own "listening" line.
 var servedTLS = []string{"mqtt", "mqtt_ws", "kafka", "pulsar", "http", "rest"}
 
 // tlsListeners lists those of names that serve TLS in c ("" when none

@@ -240,6 +240,9 @@ func tablesScan(ctx context.Context, cat *tables.Catalog, stream string, opts ta
 			if r.Key != nil {
 				m["key"] = textOrBytes(r.Key)
 			}
+			if r.Principal != "" {
+				m["principal"] = r.Principal
+			}
 			if len(r.Headers) > 0 {
 				hs := make([][2]any, len(r.Headers))
 				for i, h := range r.Headers {

@@ -8,9 +8,11 @@
 package testkit
 
 import (
+	"bytes"
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 )
@@ -74,4 +76,23 @@ func Seed(tb testing.TB, def uint64) uint64 {
 func Rand(tb testing.TB, def, stream uint64) *rand.Rand {
 	tb.Helper()
 	return rand.New(rand.NewPCG(Seed(tb, def), stream))
+}
+
+// SyncBuffer collects log output (a slog handler's writer) for assertions
+// while the code under test goes on writing.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

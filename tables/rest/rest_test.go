@@ -139,6 +139,9 @@ func testRecords(part int32, from, n int, ts int64) []*tributary.Record {
 			r.Headers = []tributary.Header{{Key: "a", Value: []byte("1")}, {Key: "b", Value: nil}}
 			r.ProducerTimestamp = 1700000000123
 		}
+		if i%4 == 1 {
+			r.Principal = "user-1"
+		}
 		out[i] = r
 	}
 	return out
@@ -174,7 +177,7 @@ func sameRecord(a, b *tributary.Record) error {
 		return fmt.Errorf("position %d@%d vs %d@%d", a.Offset, a.Partition, b.Offset, b.Partition)
 	case a.Timestamp != b.Timestamp || a.ProducerTimestamp != b.ProducerTimestamp:
 		return fmt.Errorf("offset %d: timestamps differ", a.Offset)
-	case a.Topic != b.Topic || a.Source != b.Source || a.ClientID != b.ClientID || a.Node != b.Node:
+	case a.Topic != b.Topic || a.Source != b.Source || a.ClientID != b.ClientID || a.Node != b.Node || a.Principal != b.Principal:
 		return fmt.Errorf("offset %d: strings differ", a.Offset)
 	case !bytes.Equal(a.Value, b.Value) || !bytes.Equal(a.Key, b.Key) || (a.Key == nil) != (b.Key == nil):
 		return fmt.Errorf("offset %d: key/value differ", a.Offset)
@@ -234,23 +237,24 @@ func TestIcebergGoClient(t *testing.T) {
 		t.Fatalf("namespace properties %v %v", props, err)
 	}
 
-	// A table in a nested namespace with the envelope schema.
+	// A table in a nested namespace with the envelope schema (as a node
+	// creates it, before evolving it: see tables.InitialSchema).
 	spec, err := tables.PartitionSpec("day")
 	if err != nil {
 		t.Fatal(err)
 	}
 	nested := table.Identifier{"factory", "line1", "raw"}
-	tb, err := cl.CreateTable(ctx, nested, tables.EnvelopeSchema(), catalog.WithPartitionSpec(&spec))
+	tb, err := cl.CreateTable(ctx, nested, tables.InitialSchema(), catalog.WithPartitionSpec(&spec))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !tb.Schema().Equals(tables.EnvelopeSchema()) {
-		t.Fatalf("schema changed:\n%s\nvs\n%s", tb.Schema(), tables.EnvelopeSchema())
+	if !tb.Schema().Equals(tables.InitialSchema()) {
+		t.Fatalf("schema changed:\n%s\nvs\n%s", tb.Schema(), tables.InitialSchema())
 	}
 	if got := tb.Spec(); got.NumFields() != 1 || got.Field(0).Transform.String() != "day" {
 		t.Fatalf("partition spec %s", got)
 	}
-	if _, err := cl.CreateTable(ctx, nested, tables.EnvelopeSchema()); !errors.Is(err, catalog.ErrTableAlreadyExists) {
+	if _, err := cl.CreateTable(ctx, nested, tables.InitialSchema()); !errors.Is(err, catalog.ErrTableAlreadyExists) {
 		t.Fatalf("create existing table: %v", err)
 	}
 	if ok, err := cl.CheckTableExists(ctx, nested); !ok || err != nil {
@@ -288,7 +292,7 @@ func TestIcebergGoClient(t *testing.T) {
 
 	// Stage-create (two-phase create: stage, then commit with assert-create).
 	staged := table.Identifier{"factory", "staged"}
-	st, err := cl.CreateTable(ctx, staged, tables.EnvelopeSchema(), catalog.WithPartitionSpec(&spec),
+	st, err := cl.CreateTable(ctx, staged, tables.InitialSchema(), catalog.WithPartitionSpec(&spec),
 		func(c *catalog.CreateTableCfg) {
 			c.StagedUpdates = append(c.StagedUpdates, table.NewSetPropertiesUpdate(iceberg.Properties{"staged": "yes"}))
 		})
@@ -401,6 +405,9 @@ func TestConcurrentCommittersNeverDuplicate(t *testing.T) {
 	if _, err := first.EnsureTable(ctx, stream); err != nil {
 		t.Fatal(err)
 	}
+	// Creating the table took commits of its own (its evolution to the
+	// current envelope): count the appends' alone.
+	commits0, conflicts0 := e.commits.Load(), e.conflicts.Load()
 	recs := testRecords(0, 0, 100, time.Now().UnixMicro())
 	const n = 6
 	results := make([]tables.CommitResult, n)
@@ -429,13 +436,64 @@ func TestConcurrentCommittersNeverDuplicate(t *testing.T) {
 	if committed != 1 {
 		t.Fatalf("%d committers committed the batch, want exactly 1: %+v", committed, results)
 	}
-	t.Logf("%d commit requests, %d answered 409", e.commits.Load(), e.conflicts.Load())
-	if ok := e.commits.Load() - e.conflicts.Load(); ok != 1 {
+	commits, conflicts := e.commits.Load()-commits0, e.conflicts.Load()-conflicts0
+	t.Logf("%d commit requests, %d answered 409", commits, conflicts)
+	if ok := commits - conflicts; ok != 1 {
 		t.Fatalf("%d commit requests succeeded, want 1 (every other one a 409)", ok)
 	}
 	got, err := first.ScanSorted(ctx, stream, tables.ScanOptions{Partition: -1})
 	if err != nil || len(got) != 100 {
 		t.Fatalf("scan: %v %d rows", err, len(got))
+	}
+	for i := range got {
+		if err := sameRecord(got[i], recs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestEvolveOverREST: edge nodes on two servers find a table created
+// before the principal column and ensure it at once: the column is added
+// by exactly one commit (the others get 409, reload and find it), and
+// principals committed through REST read back.
+func TestEvolveOverREST(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, 2, rest.Options{})
+	const stream = "old.s"
+	first := e.client(t, 0, nil)
+	spec, _ := tables.PartitionSpec("day")
+	if err := first.Iceberg().CreateNamespace(ctx, table.Identifier{"old"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := first.Iceberg().CreateTable(ctx, table.Identifier{"old", "s"}, tables.InitialSchema(), catalog.WithPartitionSpec(&spec),
+		catalog.WithProperties(iceberg.Properties{table.CommitNumRetriesKey: "0"})); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 4 {
+		c := e.client(t, i%2, nil)
+		wg.Go(func() {
+			if _, err := c.EnsureTable(ctx, stream); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	tb, err := first.LoadTable(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, ok := tb.Schema().FindFieldByName(tables.ColPrincipal); !ok || f.ID != tables.FieldPrincipal || len(tb.Metadata().Schemas()) != 2 {
+		t.Fatalf("principal column %+v (present %v), %d schemas", f, ok, len(tb.Metadata().Schemas()))
+	}
+	recs := testRecords(0, 0, 8, time.Now().UnixMicro())
+	f := writeFile(t, first, stream, "", recs)
+	if _, err := first.CommitAppend(ctx, stream, []tables.PartitionAppend{{Partition: 0, From: 0, To: 8, Files: []tables.FileMeta{f}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := first.ScanSorted(ctx, stream, tables.ScanOptions{Partition: -1})
+	if err != nil || len(got) != 8 {
+		t.Fatalf("scan: %d rows, %v", len(got), err)
 	}
 	for i := range got {
 		if err := sameRecord(got[i], recs[i]); err != nil {
