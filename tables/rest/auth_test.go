@@ -75,6 +75,15 @@ func TestRESTAuthTokenEndpoint(t *testing.T) {
 	if r.status != 200 {
 		t.Fatalf("basic: %d %s", r.status, r.body)
 	}
+	// A token exchange gives a fresh token of the same principal; a bad
+	// subject token is invalid_grant.
+	ex := do(t, "POST", u, form(url.Values{"grant_type": {"urn:ietf:params:oauth:grant-type:token-exchange"},
+		"subject_token": {tok.AccessToken}, "subject_token_type": {"urn:ietf:params:oauth:token-type:access_token"}}), ct, fe)
+	if ex.status != 200 || !strings.Contains(string(ex.body), "access_token") {
+		t.Fatalf("token exchange: %d %s", ex.status, ex.body)
+	}
+	oauthErr("exchange of a bad token", do(t, "POST", u, form(url.Values{"grant_type": {"urn:ietf:params:oauth:grant-type:token-exchange"},
+		"subject_token": {"nope"}}), ct, fe), 400, "invalid_grant")
 	// The token reads; no token and a bad one are 401 with the challenge.
 	v1 := e.servers[0].URL() + "/v1"
 	do(t, "POST", v1+"/namespaces", `{"namespace":["f"]}`, "Authorization", "Bearer "+issue(t, e, "ops"))

@@ -27,17 +27,20 @@ type Options struct {
 	// the "warehouse" default) and used for the location of stage-created
 	// tables. It should be the backing catalog's warehouse.
 	Warehouse string
-	// Token, when set, is required as "Authorization: Bearer <token>" on
-	// every request (iceberg-go clients: the "token" property), unless the
-	// request bears NodeToken.
+	// Token, when set, is a static bearer token with every right but the
+	// reserved properties (iceberg-go clients: the "token" property). It is
+	// required of clients without another valid token (NodeToken, or a JWT
+	// when Auth is set), even when Auth admits anonymous clients.
 	Token string
 	// NodeToken is the bearer token of edge nodes committing through this
-	// catalog: only requests bearing it may set or remove table properties
-	// under ReservedPrefix (see guard.go). Empty: no request may.
+	// catalog: every right, the reserved properties under ReservedPrefix
+	// included (see guard.go), and no rate limit. Empty: only principals
+	// with Write on a table (with Auth) may write them.
 	NodeToken string
 	// Auth authenticates bearer tokens (JWTs, and the ones the OAuth2
-	// token endpoint issues) and decides reads and writes per namespace;
-	// nil = only Token/NodeToken apply.
+	// token endpoint POST /v1/oauth/tokens issues, which it enables) and
+	// decides every request (see auth.go); nil, or an open Authority =
+	// only Token/NodeToken apply.
 	Auth *auth.Authority
 	// Defaults and Overrides are added to GET /v1/config's answer.
 	Defaults, Overrides map[string]string
