@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,6 +148,31 @@ func TestPulsarAuth(t *testing.T) {
 	consumes("token consumes", pulsar.NewAuthenticationToken(s.sign(t, "reader", time.Now().Add(time.Hour))), "app-1")
 	reader := ca.Client(t, "reader")
 	consumes("client certificate consumes", mustTLSAuth(t, reader), "app-cert")
+	t.Run("token refreshed in place", func(t *testing.T) {
+		// Tokens of 2 s from a provider: at each expiry the server
+		// challenges, the client answers with a fresh one, and the
+		// connection stays.
+		var calls atomic.Int32
+		a := pulsar.NewAuthenticationTokenFromSupplier(func() (string, error) {
+			calls.Add(1)
+			return s.sign(t, "reader", time.Now().Add(2*time.Second)), nil
+		})
+		cl := authPulsarClient(t, cloud.Pulsar, ca, a, 15*time.Second)
+		c := mustSubscribe(t, cl, pulsar.ConsumerOptions{Topic: pulsarTopic, SubscriptionName: "app-refresh",
+			SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+		time.Sleep(4500 * time.Millisecond) // two expiries
+		if n := calls.Load(); n < 3 {
+			t.Fatalf("the token provider was asked %d times, want the CONNECT and two refreshes", n)
+		}
+		if strings.Contains(cloud.logs(), "token expired") {
+			t.Fatalf("the connection was closed for its token:\n%s", cloud.tail(20))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := c.Receive(ctx); err != nil {
+			t.Fatalf("receive after the refreshes: %v", err)
+		}
+	})
 	// Each refusal is audited with its reason (one more line each time).
 	refused := func(name string, a pulsar.Authentication, sub, audit string) {
 		t.Run(name, func(t *testing.T) {

@@ -9,20 +9,27 @@ package pulsar
 // with AuthenticationError — pulsar-client-go reads the one command that
 // answers CONNECT and gives up on anything but CONNECTED — and the
 // connection is closed. A token with an expiry authenticates the
-// connection until then: the connection is closed at expiry (the client
-// reconnects with the token its provider gives then; the subset of the
-// protocol vendored here has no AUTH_CHALLENGE messages to refresh in
-// place). SUBSCRIBE needs Consume on the stream with the subscription as
-// Group; LOOKUP and PARTITIONED_METADATA of a stream the principal cannot
-// consume are AuthorizationError, and GET_TOPICS_OF_NAMESPACE lists only
-// the streams it can consume.
+// connection until then. At expiry a client that announced
+// supports_auth_refresh is sent AUTH_CHALLENGE and has authRefreshGrace to
+// answer AUTH_RESPONSE with a token of the same principal that expires
+// later (pulsar-client-go asks its token provider again); any other
+// answer, none, or a client without the feature closes the connection
+// (it reconnects with its provider's current token). The vendored
+// protocol subset has no types for these two commands: they travel as the
+// BaseCommand fields 36 and 37, encoded here with protowire. SUBSCRIBE
+// needs Consume on the stream with the subscription as Group; LOOKUP and
+// PARTITIONED_METADATA of a stream the principal cannot consume are
+// AuthorizationError, and GET_TOPICS_OF_NAMESPACE lists only the streams
+// it can consume.
 
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tributary-io/tributary/auth"
@@ -101,17 +108,172 @@ func (c *conn) refuseConnect(err error) error {
 	return fmt.Errorf("%w: %v", errAuthFailed, err)
 }
 
-// expireAt closes the connection when its token expires.
+// authRefreshGrace is how long a client has to answer AUTH_CHALLENGE (a
+// variable for the tests).
+var authRefreshGrace = 10 * time.Second
+
+// expireAt makes exp the end of the connection's authentication (zero:
+// none): then the client is challenged for a fresh token, or closed.
 func (c *conn) expireAt(exp time.Time) {
-	if exp.IsZero() {
+	c.amu.Lock()
+	defer c.amu.Unlock()
+	c.expiry = exp
+	if c.expireTimer != nil {
+		c.expireTimer.Stop()
+	}
+	if !exp.IsZero() {
+		log := c.log
+		c.expireTimer = time.AfterFunc(time.Until(exp), func() { c.tokenExpired(exp, log) })
+	}
+}
+
+// tokenExpired runs when the token of expiry exp expired: the client is
+// challenged (and closed if it has not refreshed within authRefreshGrace)
+// or closed at once.
+func (c *conn) tokenExpired(exp time.Time, log *slog.Logger) {
+	c.amu.Lock()
+	if !c.expiry.Equal(exp) { // refreshed meanwhile
+		c.amu.Unlock()
 		return
 	}
-	c.expiry = exp
-	log, nc := c.log, c.nc
-	c.expireTimer = time.AfterFunc(time.Until(exp), func() {
+	refresh := c.authRefresh
+	if refresh {
+		c.expireTimer = time.AfterFunc(authRefreshGrace, func() {
+			c.amu.Lock()
+			missed := c.expiry.Equal(exp)
+			c.amu.Unlock()
+			if missed {
+				log.Info("pulsar: token expired and not refreshed; closing the connection")
+				c.nc.Close()
+			}
+		})
+	}
+	c.amu.Unlock()
+	if !refresh {
 		log.Info("pulsar: token expired; closing the connection")
-		nc.Close()
-	})
+		c.nc.Close()
+		return
+	}
+	log.Debug("pulsar: token expired; challenging the client for a fresh one")
+	c.send(authCommand(pb.BaseCommand_AUTH_CHALLENGE, serverVersion, "token", []byte("refresh")))
+}
+
+// Field numbers of the AUTH_CHALLENGE / AUTH_RESPONSE messages
+// (PulsarApi.proto: BaseCommand.authChallenge = 36, authResponse = 37;
+// CommandAuthChallenge/Response: version 1, AuthData 2, protocol_version 3;
+// AuthData: auth_method_name 1, auth_data 2).
+const (
+	fieldAuthChallenge protowire.Number = 36
+	fieldAuthResponse  protowire.Number = 37
+)
+
+// authCommand is an AUTH_CHALLENGE (the server's) or AUTH_RESPONSE (a
+// client's) carrying method and data.
+func authCommand(t pb.BaseCommand_Type, version, method string, data []byte) *pb.BaseCommand {
+	var authData []byte
+	authData = protowire.AppendTag(authData, 1, protowire.BytesType)
+	authData = protowire.AppendString(authData, method)
+	authData = protowire.AppendTag(authData, 2, protowire.BytesType)
+	authData = protowire.AppendBytes(authData, data)
+	var body []byte
+	body = protowire.AppendTag(body, 1, protowire.BytesType)
+	body = protowire.AppendString(body, version)
+	body = protowire.AppendTag(body, 2, protowire.BytesType)
+	body = protowire.AppendBytes(body, authData)
+	body = protowire.AppendTag(body, 3, protowire.VarintType)
+	body = protowire.AppendVarint(body, uint64(protocolVersion))
+	field := fieldAuthChallenge
+	if t == pb.BaseCommand_AUTH_RESPONSE {
+		field = fieldAuthResponse
+	}
+	var raw []byte
+	raw = protowire.AppendTag(raw, field, protowire.BytesType)
+	raw = protowire.AppendBytes(raw, body)
+	cmd := &pb.BaseCommand{Type: t.Enum()}
+	cmd.ProtoReflect().SetUnknown(raw)
+	return cmd
+}
+
+// authPayload finds the AuthData of an AUTH_CHALLENGE or AUTH_RESPONSE.
+func authPayload(cmd *pb.BaseCommand) (method string, data []byte, ok bool) {
+	field := fieldAuthChallenge
+	if cmd.GetType() == pb.BaseCommand_AUTH_RESPONSE {
+		field = fieldAuthResponse
+	}
+	body, ok := bytesField(cmd.ProtoReflect().GetUnknown(), field)
+	if !ok {
+		return "", nil, false
+	}
+	ad, ok := bytesField(body, 2)
+	if !ok {
+		return "", nil, false
+	}
+	m, _ := bytesField(ad, 1)
+	d, _ := bytesField(ad, 2)
+	return string(m), d, true
+}
+
+// bytesField is the last length-delimited field num of the protobuf
+// message b.
+func bytesField(b []byte, num protowire.Number) ([]byte, bool) {
+	var out []byte
+	found := false
+	for len(b) > 0 {
+		n, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return nil, false
+		}
+		b = b[l:]
+		if n == num && typ == protowire.BytesType {
+			v, l := protowire.ConsumeBytes(b)
+			if l < 0 {
+				return nil, false
+			}
+			out, found = v, true
+			b = b[l:]
+			continue
+		}
+		l = protowire.ConsumeFieldValue(n, typ, b)
+		if l < 0 {
+			return nil, false
+		}
+		b = b[l:]
+	}
+	return out, found
+}
+
+// handleAuthResponse takes a client's fresh token: of the same principal,
+// expiring later than the one it replaces. Anything else ends the
+// connection.
+func (c *conn) handleAuthResponse(cmd *pb.BaseCommand) error {
+	a := c.s.cfg.Auth
+	if a == nil || a.Open() || !c.authRefresh {
+		return nil // nothing was asked
+	}
+	method, data, ok := authPayload(cmd)
+	if !ok {
+		return fmt.Errorf("%w: AUTH_RESPONSE without auth data", ErrMalformedFrame)
+	}
+	if method != "token" {
+		a.Failed(c.client(), c.principal.Name, "refresh_method_changed")
+		return fmt.Errorf("%w: refreshed with method %q", errAuthFailed, method)
+	}
+	tok := string(data)
+	p, err := a.Token(c.client(), tok)
+	if err != nil {
+		return fmt.Errorf("%w: refreshed token: %v", errAuthFailed, err)
+	}
+	c.amu.Lock()
+	old := c.expiry
+	c.amu.Unlock()
+	exp := tokenExpiry(tok)
+	if p.Name != c.principal.Name || (!exp.IsZero() && !exp.After(old)) {
+		a.Failed(c.client(), p.Name, "refresh_not_fresh")
+		return fmt.Errorf("%w: the refreshed token is not a later one of %s", errAuthFailed, c.principal)
+	}
+	c.log.Debug("pulsar: token refreshed", "expires", exp)
+	c.expireAt(exp)
+	return nil
 }
 
 // authorize decides whether the connection's principal may do action on
@@ -121,7 +283,10 @@ func (c *conn) authorize(stream, group string) error {
 	if a == nil {
 		return nil
 	}
-	if !c.expiry.IsZero() && time.Now().After(c.expiry) {
+	c.amu.Lock()
+	exp := c.expiry
+	c.amu.Unlock()
+	if !exp.IsZero() && time.Now().After(exp) {
 		return fmt.Errorf("%w: token expired", auth.ErrBadCredentials)
 	}
 	return a.Authorize(auth.Request{Client: c.client(), Principal: c.principal, Action: auth.Consume,

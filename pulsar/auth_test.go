@@ -144,3 +144,55 @@ func TestPulsarAuthOpen(t *testing.T) {
 		t.Fatalf("subscribe: %v", f.Cmd)
 	}
 }
+
+// A client that announced supports_auth_refresh is challenged at its
+// token's expiry and keeps its connection with a later token of the same
+// principal; the same token again, another principal's, or no answer
+// within the grace close it.
+func TestPulsarAuthRefresh(t *testing.T) {
+	a, sign := testAuthority(t)
+	s, _ := testServer(t, 1, Config{Auth: a})
+	defer func(g time.Duration) { authRefreshGrace = g }(authRefreshGrace)
+	authRefreshGrace = 2 * time.Second
+	connect := func(tok string) *rawClient {
+		c := dialRaw(t, s.Addr())
+		c.send(&pb.BaseCommand{Type: pb.BaseCommand_CONNECT.Enum(), Connect: &pb.CommandConnect{ClientVersion: proto.String("raw"),
+			ProtocolVersion: proto.Int32(19), AuthMethodName: proto.String("token"), AuthData: []byte(tok),
+			FeatureFlags: &pb.FeatureFlags{SupportsAuthRefresh: proto.Bool(true)}}})
+		c.expect(pb.BaseCommand_CONNECTED)
+		return c
+	}
+	challenged := func(c *rawClient) {
+		t.Helper()
+		f := c.expect(pb.BaseCommand_AUTH_CHALLENGE)
+		if m, _, ok := authPayload(f.Cmd); !ok || m != "token" {
+			t.Fatalf("challenge %v: method %q", f.Cmd, m)
+		}
+	}
+	soon := func() string { return sign("reader", time.Now().Add(time.Second)) }
+
+	c := connect(soon())
+	challenged(c)
+	c.send(authCommand(pb.BaseCommand_AUTH_RESPONSE, "raw", "token", []byte(sign("reader", time.Now().Add(time.Hour)))))
+	time.Sleep(authRefreshGrace + 500*time.Millisecond)
+	if f := c.subscribe("ok-1", 1); f.Cmd.GetType() != pb.BaseCommand_SUCCESS {
+		t.Fatalf("after the refresh: %v", f.Cmd)
+	}
+
+	for name, answer := range map[string]func(old string) []byte{
+		"same token":  func(old string) []byte { return []byte(old) },
+		"other user":  func(string) []byte { return []byte(sign("other", time.Now().Add(time.Hour))) },
+		"bad token":   func(string) []byte { return []byte("nope") },
+		"no response": nil,
+	} {
+		t.Run(name, func(t *testing.T) {
+			tok := soon()
+			c := connect(tok)
+			challenged(c)
+			if answer != nil {
+				c.send(authCommand(pb.BaseCommand_AUTH_RESPONSE, "raw", "token", answer(tok)))
+			}
+			c.expectClosed()
+		})
+	}
+}

@@ -37,6 +37,7 @@ func (c *conn) handleConnect(cmd *pb.CommandConnect) error {
 		return c.refuseConnect(err)
 	}
 	c.principal = p
+	c.authRefresh = cmd.GetAuthMethodName() == "token" && cmd.GetFeatureFlags().GetSupportsAuthRefresh()
 	listen.Ready(c.nc) // the handshake deadline is met
 	c.version = min(cmd.GetProtocolVersion(), protocolVersion)
 	c.brokerEntry.Store(cmd.GetFeatureFlags().GetSupportsBrokerEntryMetadata())

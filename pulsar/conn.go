@@ -51,9 +51,15 @@ type conn struct {
 	// Set by CONNECT, read on the read goroutine only.
 	connected bool
 	version   int32
-	// principal: who authenticated; expiry: when its token expires (zero:
-	// never), when expireTimer closes the connection.
+	// principal: who authenticated; authRefresh: it did with a token and
+	// the client answers AUTH_CHALLENGE.
 	principal   auth.Principal
+	authRefresh bool
+
+	// expiry: when the token expires (zero: never); expireTimer then
+	// challenges the client for a fresh one or closes the connection
+	// (auth.go).
+	amu         sync.Mutex
 	expiry      time.Time
 	expireTimer *time.Timer
 	// brokerEntry: the client reads broker entry metadata (read by
@@ -94,9 +100,11 @@ func (c *conn) serve(ctx context.Context) {
 		c.log.Warn("pulsar closing connection", "err", err)
 	}
 	c.nc.Close()
+	c.amu.Lock()
 	if c.expireTimer != nil {
 		c.expireTimer.Stop()
 	}
+	c.amu.Unlock()
 	c.cmu.Lock()
 	cs := c.consumers
 	c.consumers = map[uint64]*consumer{}
@@ -199,6 +207,8 @@ func (c *conn) handle(ctx context.Context, f Frame) error {
 		if ok = cmd.CloseConsumer != nil; ok {
 			c.handleCloseConsumer(cmd.CloseConsumer)
 		}
+	case pb.BaseCommand_AUTH_RESPONSE:
+		return c.handleAuthResponse(cmd)
 	case pb.BaseCommand_PRODUCER:
 		if ok = cmd.Producer != nil; ok {
 			c.handleProducer(cmd.Producer)

@@ -40,9 +40,11 @@
 // listener with a client CA), or nothing (anonymous, when allowed). A
 // refusal answers ERROR AuthenticationError — pulsar-client-go gives up
 // on anything but CONNECTED — and closes the connection; the listener's
-// handshake deadline is met only by an authenticated CONNECT. A token's
-// connection is closed when the token expires (no AUTH_CHALLENGE refresh:
-// the client reconnects with its provider's current token). SUBSCRIBE
+// handshake deadline is met only by an authenticated CONNECT. When a
+// token expires, a client that announced supports_auth_refresh gets
+// AUTH_CHALLENGE and must answer AUTH_RESPONSE with a later token of the
+// same principal within a grace period; otherwise, and for clients
+// without the feature, the connection is closed. SUBSCRIBE
 // needs auth.Consume on the stream with the subscription name as Group;
 // PARTITIONED_METADATA and LOOKUP of a stream the principal may not
 // consume are AuthorizationError, GET_TOPICS_OF_NAMESPACE leaves such
