@@ -26,6 +26,15 @@ type Config struct {
 	// MaxFrameBytes bounds one request frame; a larger frame closes the
 	// connection. Default 100 MiB.
 	MaxFrameBytes int32 `yaml:"max_frame_bytes"`
+	// MaxInflightBytes bounds the request bytes the server holds at once
+	// across all its connections: frames read but not yet answered. A
+	// connection whose next frame would exceed it is not read further
+	// (back-pressure through TCP) until other requests are answered;
+	// nothing is refused. Each connection serves one request at a time,
+	// so one connection holds at most MaxFrameBytes (1 MiB before its
+	// first request, and before SASL when authentication is required).
+	// Default 512 MiB; at least MaxFrameBytes.
+	MaxInflightBytes int64 `yaml:"max_inflight_bytes"`
 	// IdleTimeout closes connections that send nothing for this long.
 	// Default 10m (Kafka's connections.max.idle.ms).
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
@@ -49,7 +58,10 @@ const (
 	DefaultAddr          = ":9092"
 	DefaultClusterID     = "tributary"
 	DefaultMaxFrameBytes = 100 << 20
-	DefaultIdleTimeout   = 10 * time.Minute
+	// DefaultMaxInflightBytes is MaxInflightBytes' default (raised to
+	// MaxFrameBytes when that is larger).
+	DefaultMaxInflightBytes = 512 << 20
+	DefaultIdleTimeout      = 10 * time.Minute
 )
 
 // ErrInvalidConfig is wrapped by Config.Validate errors.
@@ -65,6 +77,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.MaxFrameBytes == 0 {
 		c.MaxFrameBytes = DefaultMaxFrameBytes
+	}
+	if c.MaxInflightBytes == 0 {
+		c.MaxInflightBytes = max(DefaultMaxInflightBytes, int64(c.MaxFrameBytes))
 	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
@@ -88,6 +103,8 @@ func (c Config) Validate() error {
 	switch {
 	case c.MaxFrameBytes < 1024:
 		return fmt.Errorf("%w: max_frame_bytes %d < 1024", ErrInvalidConfig, c.MaxFrameBytes)
+	case c.MaxInflightBytes < int64(c.MaxFrameBytes):
+		return fmt.Errorf("%w: max_inflight_bytes %d < max_frame_bytes %d", ErrInvalidConfig, c.MaxInflightBytes, c.MaxFrameBytes)
 	case c.IdleTimeout < 0:
 		return fmt.Errorf("%w: negative duration", ErrInvalidConfig)
 	}

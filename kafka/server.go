@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/listen"
@@ -87,6 +88,12 @@ type Stats struct {
 	ClosedMalformed int64 // connections closed for a bad frame or request
 	AuthFailed      int64 // connections closed for a failed SASL authentication
 	Unauthenticated int64 // connections closed for a request before authenticating
+	// InflightBytes are the request bytes held now (read, not yet
+	// answered), at most Config.MaxInflightBytes.
+	InflightBytes int64
+	// InflightWaits counts frames whose reading waited for
+	// MaxInflightBytes (back-pressure on that connection).
+	InflightWaits int64
 }
 
 // Handler answers the requests of a Server: the produce side
@@ -111,6 +118,19 @@ type Server struct {
 
 	ctx    context.Context // canceled by Close after its grace period
 	cancel context.CancelFunc
+	// stopping is canceled when Close begins: a connection waiting for
+	// in-flight bytes gives up.
+	stopping context.Context
+	stop     context.CancelFunc
+
+	// inflight holds the bytes of every frame read and not yet answered
+	// (MaxInflightBytes); strangers, a quarter of it, also those of
+	// connections that have not finished their handshake (first request,
+	// SASL), so that strangers trickling frames in cannot starve admitted
+	// clients. waitLog rate-limits the line about waiting.
+	inflight  *semaphore.Weighted
+	strangers *semaphore.Weighted
+	waitLog   atomic.Int64
 
 	mu      sync.Mutex
 	ln      net.Listener
@@ -120,6 +140,7 @@ type Server struct {
 
 	stats struct {
 		conns, accepted, requests, malformed, authFailed, unauthenticated atomic.Int64
+		inflightBytes, inflightWaits                                      atomic.Int64
 	}
 }
 
@@ -135,15 +156,20 @@ func NewServer(cfg Config, component string, apis APIs, h Handler) (*Server, err
 		return nil, fmt.Errorf("%w: %s: an Authority needs SaslHandshake and SaslAuthenticate in the API table", ErrInvalidConfig, component)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	stopping, stop := context.WithCancel(context.Background())
 	return &Server{
-		cfg:     cfg,
-		log:     cfg.Logger.With("component", component),
-		apis:    apis,
-		handler: h,
-		name:    component,
-		ctx:     ctx,
-		cancel:  cancel,
-		conns:   make(map[net.Conn]struct{}),
+		stopping:  stopping,
+		stop:      stop,
+		inflight:  semaphore.NewWeighted(cfg.MaxInflightBytes),
+		strangers: semaphore.NewWeighted(max(cfg.MaxInflightBytes/4, firstFrameBytes+4)),
+		cfg:       cfg,
+		log:       cfg.Logger.With("component", component),
+		apis:      apis,
+		handler:   h,
+		name:      component,
+		ctx:       ctx,
+		cancel:    cancel,
+		conns:     make(map[net.Conn]struct{}),
 	}, nil
 }
 
@@ -208,6 +234,7 @@ func (s *Server) Close(ctx context.Context) error {
 		return nil
 	}
 	s.closing = true
+	s.stop()
 	if s.ln != nil {
 		s.ln.Close()
 	}
@@ -243,6 +270,8 @@ func (s *Server) Stats() Stats {
 		ClosedMalformed: s.stats.malformed.Load(),
 		AuthFailed:      s.stats.authFailed.Load(),
 		Unauthenticated: s.stats.unauthenticated.Load(),
+		InflightBytes:   s.stats.inflightBytes.Load(),
+		InflightWaits:   s.stats.inflightWaits.Load(),
 	}
 }
 
@@ -336,7 +365,20 @@ func (r *Request) authRequest(action auth.Action, stream, group string) auth.Req
 // reaches the Handler before the connection is authenticated or admitted
 // as anonymous.
 func (s *Server) serveConn(c net.Conn) {
+	var held, heldPre int64 // in-flight bytes of the request being served (of a stranger's)
+	release := func() {
+		if held > 0 {
+			s.inflight.Release(held)
+			s.stats.inflightBytes.Add(-held)
+			held = 0
+		}
+		if heldPre > 0 {
+			s.strangers.Release(heldPre)
+			heldPre = 0
+		}
+	}
 	defer func() {
+		release()
 		c.Close()
 		s.mu.Lock()
 		delete(s.conns, c)
@@ -403,7 +445,8 @@ func (s *Server) serveConn(c net.Conn) {
 			}
 			continue
 		}
-		frame, err := ReadFrame(br, maxFrame)
+		frame, n, pre, err := s.readFrame(br, maxFrame, !ready, log)
+		held, heldPre = n, pre
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !isTimeout(err) && !errors.Is(err, net.ErrClosed) && !listen.TLSHandshakeFailed(c) {
 				s.stats.malformed.Add(1)
@@ -442,7 +485,8 @@ func (s *Server) serveConn(c net.Conn) {
 			if !sess.authenticated && req.Key != ApiVersionsKey && !sess.admitWithoutSASL(c) {
 				s.stats.unauthenticated.Add(1)
 				log.Debug("kafka closing connection: request before authentication", "key", req.Key, "client", req.ClientID) // audited by the Authority
-				return // nothing written, as Kafka does
+				// Nothing written, as Kafka does.
+				return
 			}
 			if !sess.required() || sess.authenticated {
 				markReady()
@@ -450,8 +494,10 @@ func (s *Server) serveConn(c net.Conn) {
 			req.Principal, req.Remote, req.auth = sess.principal, remote, s.cfg.Auth
 			resp, closeAfter = s.handler.Handle(s.ctx, req)
 		}
+		frame, req.Body = nil, nil
 		if resp != nil {
 			out = AppendResponse(out[:0], req, resp)
+			release() // answered once its response is encoded
 			if !write(out) {
 				return
 			}
@@ -459,11 +505,60 @@ func (s *Server) serveConn(c net.Conn) {
 				out = nil
 			}
 		}
+		release()
 		if closeAfter {
 			log.Debug("kafka closing connection after the response", "key", req.Key, "client", req.ClientID)
 			return
 		}
 	}
+}
+
+// inflightLogEvery rate-limits the line about connections waiting for
+// MaxInflightBytes.
+const inflightLogEvery = 5 * time.Second
+
+// readFrame is ReadFrame under MaxInflightBytes: once the size is read,
+// the frame's bytes are reserved before its body is read, waiting (not
+// reading this connection further) while other requests hold the budget.
+// A stranger's frame (before the handshake) is reserved in the strangers'
+// share first. It returns the bytes reserved in each, which the caller
+// releases once the request is answered, also on an error. A connection
+// never waits while it holds a reservation, so waits cannot deadlock.
+func (s *Server) readFrame(br *bufio.Reader, max int32, stranger bool, log *slog.Logger) (frame []byte, held, heldPre int64, err error) {
+	n, err := ReadFrameSize(br, max)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	need := int64(n) + 4
+	if stranger {
+		if !s.acquire(s.strangers, need, n, log) {
+			return nil, 0, 0, net.ErrClosed
+		}
+		heldPre = need
+	}
+	if !s.acquire(s.inflight, need, n, log) {
+		return nil, 0, heldPre, net.ErrClosed
+	}
+	s.stats.inflightBytes.Add(need)
+	frame, err = ReadFrameBody(br, n)
+	return frame, need, heldPre, err
+}
+
+// acquire reserves need bytes of sem, waiting (counted, logged at most
+// every inflightLogEvery) when they are not free; false when the server
+// is closing.
+func (s *Server) acquire(sem *semaphore.Weighted, need int64, n int32, log *slog.Logger) bool {
+	if !sem.TryAcquire(need) {
+		s.stats.inflightWaits.Add(1)
+		if now, last := time.Now().UnixNano(), s.waitLog.Load(); now-last >= int64(inflightLogEvery) && s.waitLog.CompareAndSwap(last, now) {
+			log.Warn("kafka: in-flight request bytes at kafka.max_inflight_bytes: connection not read until requests are answered",
+				"frame_bytes", n, "inflight_bytes", s.stats.inflightBytes.Load(), "max_inflight_bytes", s.cfg.MaxInflightBytes)
+		}
+		if err := sem.Acquire(s.stopping, need); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 func isTimeout(err error) bool {
@@ -475,17 +570,31 @@ func isTimeout(err error) bool {
 // incrementally so that a peer announcing a huge size without sending it
 // cannot make us allocate it.
 func ReadFrame(r io.Reader, max int32) ([]byte, error) {
+	n, err := ReadFrameSize(r, max)
+	if err != nil {
+		return nil, err
+	}
+	return ReadFrameBody(r, n)
+}
+
+// ReadFrameSize reads a frame's size prefix and checks it against max.
+func ReadFrameSize(r io.Reader, max int32) (int32, error) {
 	var sz [4]byte
 	if _, err := io.ReadFull(r, sz[:]); err != nil {
-		return nil, err
+		return 0, err
 	}
 	n := int32(binary.BigEndian.Uint32(sz[:]))
 	if n < 0 || n > max {
-		return nil, fmt.Errorf("%w: %d bytes (max %d)", ErrFrameTooLarge, n, max)
+		return 0, fmt.Errorf("%w: %d bytes (max %d)", ErrFrameTooLarge, n, max)
 	}
 	if n < requestHeaderMinBytes {
-		return nil, fmt.Errorf("%w: frame of %d bytes", ErrMalformed, n)
+		return 0, fmt.Errorf("%w: frame of %d bytes", ErrMalformed, n)
 	}
+	return n, nil
+}
+
+// ReadFrameBody reads the n bytes of a frame after its size prefix.
+func ReadFrameBody(r io.Reader, n int32) ([]byte, error) {
 	if n <= largeFrameIncrementalReadMin {
 		buf := make([]byte, n)
 		if _, err := io.ReadFull(r, buf); err != nil {

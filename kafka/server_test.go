@@ -8,11 +8,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tributary-io/tributary/internal/testkit"
 	"github.com/tributary-io/tributary/listen"
 )
 
@@ -151,5 +154,90 @@ func TestListenerDefences(t *testing.T) {
 	good.SetReadDeadline(time.Now().Add(3 * time.Second))
 	if _, err := ReadFrame(good, 1<<20); err != nil {
 		t.Fatalf("server stopped answering after a panic: %v", err)
+	}
+}
+
+// holding answers ApiVersions at once and holds every Metadata request
+// until release is closed.
+type holding struct {
+	handled atomic.Int64
+	release chan struct{}
+}
+
+func (h *holding) Handle(ctx context.Context, req *Request) (kmsg.Response, bool) {
+	if req.Key == MetadataKey {
+		h.handled.Add(1)
+		select {
+		case <-h.release:
+		case <-ctx.Done():
+		}
+		return req.Body.(*kmsg.MetadataRequest).ResponseKind(), false
+	}
+	return HandleApiVersions(req, req.Body.(*kmsg.ApiVersionsRequest), APIs{ApiVersionsKey: {0, 3}, MetadataKey: {0, 12}}), false
+}
+
+// TestInflightBytes: clients pipelining requests that the server has not
+// answered cannot make it hold more than max_inflight_bytes across all
+// connections: the frames beyond it stay unread (back-pressure, counted)
+// and are served, none refused, once the held ones are answered.
+func TestInflightBytes(t *testing.T) {
+	const conns, pipelined, max = 10, 5, 8 << 10
+	h := &holding{release: make(chan struct{})}
+	s, err := NewServer(Config{Addr: "127.0.0.1:0", MaxFrameBytes: 4 << 10, MaxInflightBytes: max,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, "kafka-test", APIs{ApiVersionsKey: {0, 3}, MetadataKey: {0, 12}}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		s.Close(ctx)
+	}()
+	md := &kmsg.MetadataRequest{Version: 1, Topics: []kmsg.MetadataRequestTopic{{Topic: kmsg.StringPtr(strings.Repeat("t", 3000))}}}
+	big := frame(md)
+	perFrame := int64(len(big))
+	var cs []net.Conn
+	for range conns {
+		c, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write(frame(&kmsg.ApiVersionsRequest{Version: 0})) // the handshake
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := ReadFrame(c, 1<<20); err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	for _, c := range cs {
+		go func() {
+			for range pipelined {
+				if _, err := c.Write(big); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	testkit.Eventually(t, 5*time.Second, "a connection waiting for in-flight bytes",
+		func() bool { return s.Stats().InflightWaits > 0 && h.handled.Load() == max/perFrame })
+	time.Sleep(100 * time.Millisecond)
+	if st := s.Stats(); h.handled.Load() != max/perFrame || st.InflightBytes > max {
+		t.Fatalf("held %d requests, %d bytes (max %d)", h.handled.Load(), st.InflightBytes, max)
+	}
+	close(h.release)
+	for _, c := range cs {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		for i := range pipelined {
+			if _, err := ReadFrame(c, 1<<20); err != nil {
+				t.Fatalf("response %d: %v", i, err)
+			}
+		}
+	}
+	if st := s.Stats(); st.InflightBytes != 0 || h.handled.Load() != conns*pipelined {
+		t.Fatalf("after: handled %d, stats %+v", h.handled.Load(), st)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/config"
+	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/tables"
 )
 
@@ -129,6 +130,13 @@ type Config struct {
 		MaxStreams int `yaml:"max_streams"`
 		// MaxBatchBytes is the largest record batch accepted. Default 1 MiB.
 		MaxBatchBytes ByteSize `yaml:"max_batch_bytes"`
+		// MaxInflightBytes bounds the request bytes the Kafka listener
+		// holds across all connections (read, not yet answered, acks>=1
+		// produce waiting for its fsync included); beyond it connections
+		// are not read until requests are answered (back-pressure,
+		// tributary_kafka_inflight_waits_total). One connection holds one
+		// request at a time. Default 512MiB, at least 100MiB.
+		MaxInflightBytes ByteSize `yaml:"max_inflight_bytes"`
 	} `yaml:"kafka"`
 
 	Uplink struct {
@@ -279,6 +287,9 @@ func (c *Config) applyDefaults() {
 	if c.Kafka.MaxBatchBytes == 0 {
 		c.Kafka.MaxBatchBytes = 1048588
 	}
+	if c.Kafka.MaxInflightBytes == 0 {
+		c.Kafka.MaxInflightBytes = kafka.DefaultMaxInflightBytes
+	}
 	if c.Uplink.CommitInterval == 0 {
 		c.Uplink.CommitInterval = time.Second
 	}
@@ -366,6 +377,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Kafka.MaxBatchBytes < 1024 || c.Kafka.MaxBatchBytes > 100<<20 {
 		bad("kafka.max_batch_bytes", "%d: want 1KiB to 100MiB", c.Kafka.MaxBatchBytes)
+	}
+	if c.Kafka.MaxInflightBytes < kafka.DefaultMaxFrameBytes {
+		bad("kafka.max_inflight_bytes", "%d: want at least 100MiB (one request of the largest size)", c.Kafka.MaxInflightBytes)
 	}
 	if c.Uplink.CommitInterval < 10*time.Millisecond {
 		bad("uplink.commit_interval", "%s is below the minimum of 10ms", c.Uplink.CommitInterval)

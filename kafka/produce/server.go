@@ -134,6 +134,8 @@ type Stats struct {
 	DuplicateBatch  int64 // idempotent retries answered from dedup state
 	PartitionErrors int64 // produce partitions answered with an error
 	Backpressure    int64 // produce partitions refused for the WAL budget
+	InflightBytes   int64 // request bytes held now (kafka.Stats)
+	InflightWaits   int64 // frames whose reading waited for MaxInflightBytes
 }
 
 // Server is a Kafka protocol front door for producers.
@@ -203,6 +205,8 @@ func (s *Server) Stats() Stats {
 		DuplicateBatch:  s.stats.dups.Load(),
 		PartitionErrors: s.stats.partErrs.Load(),
 		Backpressure:    s.stats.backpressured.Load(),
+		InflightBytes:   c.InflightBytes,
+		InflightWaits:   c.InflightWaits,
 	}
 }
 
