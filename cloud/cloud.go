@@ -157,8 +157,10 @@ func (s *Server) listen() error {
 	if a := *cfg.Kafka.Addr; a != "" {
 		ks, err := consume.NewServer(consume.Config{
 			Config: kafka.Config{Addr: a, AdvertisedAddr: cfg.Kafka.AdvertisedAddr, ClusterID: cfg.Catalog.Name, Auth: s.auth, Logger: s.log,
-				Limits: listen.Config{TLS: s.tls.Server("kafka")}},
+				Limits: listen.Config{TLS: s.tls.Server("kafka")}, MaxInflightBytes: int64(cfg.Kafka.MaxInflightBytes)},
 			Peers:     cfg.Kafka.Peers,
+			MaxGroups: cfg.Kafka.MaxGroups, MaxGroupMembers: cfg.Kafka.MaxGroupMembers, MaxGroupOffsets: cfg.Kafka.MaxGroupOffsets,
+			OffsetsRetention: cfg.Kafka.OffsetsRetention,
 			OffsetsDB: cfg.Catalog.URI,
 			Reader:    s.reader,
 		}, s.cat)
@@ -170,7 +172,7 @@ func (s *Server) listen() error {
 			return fmt.Errorf("start cloud kafka: %w", err)
 		}
 		s.kafka = ks
-		s.reg.MustRegister(ks.LagCollector())
+		s.reg.MustRegister(ks.Collectors()...)
 		if s.con != nil {
 			s.con.ks.Store(ks)
 		}
@@ -237,14 +239,15 @@ func (s *Server) PulsarAddr() string {
 // Config is the server's effective configuration.
 func (s *Server) Config() Config { return s.cfg }
 
-// Collectors are the server's own metrics (consumer-group lag), for a
+// Collectors are the server's own metrics (consumer-group lag, the Kafka
+// caps), for a
 // process that serves /metrics elsewhere too (an edge node's HTTP
 // endpoint in `tributary dev`). The catalog listener's /metrics has them.
 func (s *Server) Collectors() []prometheus.Collector {
 	if s.kafka == nil {
 		return nil
 	}
-	return []prometheus.Collector{s.kafka.LagCollector()}
+	return s.kafka.Collectors()
 }
 
 // Done reports a failure of the catalog listener after Open (nil channel,

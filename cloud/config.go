@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/tributary-io/tributary/config"
+	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/kafka/consume"
 	"github.com/tributary-io/tributary/tables"
 )
 
@@ -61,6 +63,28 @@ type Config struct {
 		// Peers are the advertised host:port of every cloud server (this
 		// one included), for group coordinator placement. Default: alone.
 		Peers []string `yaml:"peers"`
+		// MaxGroups caps the consumer groups this server coordinates
+		// (with members, or with committed offsets — which a restart
+		// reloads); a JoinGroup or OffsetCommit creating one more gets
+		// POLICY_VIOLATION. Default 10000; -1 = no cap.
+		MaxGroups int `yaml:"max_groups"`
+		// MaxGroupMembers caps a group's members (and member ids handed
+		// out but not yet used); beyond, GROUP_MAX_SIZE_REACHED (Kafka's
+		// group.max.size). Default 1000; -1 = no cap.
+		MaxGroupMembers int `yaml:"max_group_members"`
+		// MaxGroupOffsets caps the committed (topic, partition) offsets a
+		// group holds; a commit beyond it is refused whole with
+		// POLICY_VIOLATION. Default 100000; -1 = no cap.
+		MaxGroupOffsets int `yaml:"max_group_offsets"`
+		// OffsetsRetention: a group without members whose last commit is
+		// older loses its offsets and stops counting toward max_groups
+		// (Kafka's offsets.retention.minutes). Default 168h; -1s = never.
+		OffsetsRetention time.Duration `yaml:"offsets_retention"`
+		// MaxInflightBytes bounds the request bytes the Kafka listener
+		// holds across connections (read, not yet answered); beyond it
+		// connections are not read until requests are answered
+		// (back-pressure). Default 512MiB, at least 100MiB.
+		MaxInflightBytes config.ByteSize `yaml:"max_inflight_bytes"`
 	} `yaml:"kafka"`
 
 	Pulsar struct {
@@ -104,6 +128,16 @@ func (c *Config) ApplyDefaults() {
 	if c.Kafka.Addr == nil {
 		a := "127.0.0.1:19092"
 		c.Kafka.Addr = &a
+	}
+	k := &c.Kafka
+	k.MaxGroups = defaultCount(k.MaxGroups, consume.DefaultMaxGroups)
+	k.MaxGroupMembers = defaultCount(k.MaxGroupMembers, consume.DefaultMaxGroupMembers)
+	k.MaxGroupOffsets = defaultCount(k.MaxGroupOffsets, consume.DefaultMaxGroupOffsets)
+	if k.OffsetsRetention == 0 {
+		k.OffsetsRetention = consume.DefaultOffsetsRetention
+	}
+	if k.MaxInflightBytes == 0 {
+		k.MaxInflightBytes = kafka.DefaultMaxInflightBytes
 	}
 	if c.Pulsar.Addr == nil {
 		a := "127.0.0.1:6650"
@@ -155,6 +189,15 @@ func (c *Config) Validate() error {
 			bad(fmt.Sprintf("kafka.peers[%d]", i), "%q: want host:port", p)
 		}
 	}
+	for name, v := range map[string]int{"kafka.max_groups": c.Kafka.MaxGroups, "kafka.max_group_members": c.Kafka.MaxGroupMembers,
+		"kafka.max_group_offsets": c.Kafka.MaxGroupOffsets} {
+		if v < -1 || v == 0 {
+			bad(name, "%d: want a positive count, or -1 for no cap", v)
+		}
+	}
+	if c.Kafka.MaxInflightBytes < kafka.DefaultMaxFrameBytes {
+		bad("kafka.max_inflight_bytes", "%d: want at least 100MiB (one request of the largest size)", c.Kafka.MaxInflightBytes)
+	}
 	if a := *c.Pulsar.Addr; a != "" {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			bad("pulsar.addr", "%q: want host:port, or \"\" to turn the Pulsar listener off", a)
@@ -196,6 +239,14 @@ func LoadConfig(path string) (Config, error) {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
 	return ParseConfig(raw)
+}
+
+// defaultCount is v, or d when v is unset (0).
+func defaultCount(v, d int) int {
+	if v == 0 {
+		return d
+	}
+	return v
 }
 
 // RoleOf tells which kind of config file raw is: "cloud" when it says

@@ -242,8 +242,11 @@ func (n *Node) registerMetrics(reg *prometheus.Registry) {
 	counter("tributary_kafka_produced_batches_total", "Kafka record batches made durable.", kstat(func(s produce.Stats) int64 { return s.ProducedBatches }))
 	counter("tributary_kafka_duplicate_batches_total", "Idempotent retries answered without appending.", kstat(func(s produce.Stats) int64 { return s.DuplicateBatch }))
 	counter("tributary_kafka_backpressure_total", "Produce partitions refused because the WAL budget was exhausted.", kstat(func(s produce.Stats) int64 { return s.Backpressure }))
-	gauge("tributary_kafka_inflight_bytes", "Kafka request bytes held now (read, not yet answered), at most kafka.max_inflight_bytes.", kstat(func(s produce.Stats) int64 { return s.InflightBytes }))
-	counter("tributary_kafka_inflight_waits_total", "Kafka requests whose reading waited for kafka.max_inflight_bytes (back-pressure).", kstat(func(s produce.Stats) int64 { return s.InflightWaits }))
+	kafkaListener := prometheus.Labels{"listener": "kafka"} // the cloud's consume listener is kafka-cloud
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tributary_kafka_inflight_bytes", ConstLabels: kafkaListener,
+		Help: "Kafka request bytes held now (read, not yet answered), at most kafka.max_inflight_bytes."}, kstat(func(s produce.Stats) int64 { return s.InflightBytes })))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tributary_kafka_inflight_waits_total", ConstLabels: kafkaListener,
+		Help: "Kafka requests whose reading waited for kafka.max_inflight_bytes (back-pressure)."}, kstat(func(s produce.Stats) int64 { return s.InflightWaits })))
 	counter("tributary_kafka_malformed_connections_total", "Kafka connections closed for a malformed frame.", kstat(func(s produce.Stats) int64 { return s.ClosedMalformed }))
 	counter("tributary_mqtt_payload_bytes_total", "MQTT payload bytes made durable.", func() float64 { return float64(n.mqtt.Stats().PayloadBytes) })
 }

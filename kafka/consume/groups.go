@@ -9,6 +9,11 @@ package consume
 //   - Membership is soft state: a restart forgets it and members rejoin
 //     (their heartbeats get UNKNOWN_MEMBER_ID). Committed offsets are not
 //     kept here but in the offsets store.
+//   - At most maxGroups groups: those in m (members or member ids handed
+//     out) and those with stored offsets (stored, reloaded at start),
+//     counted once; at most maxMembers members and handed-out ids in a
+//     group (caps.go). A group with neither members nor handed-out ids
+//     leaves m at the next sweep.
 //
 // States, as in Kafka: Empty → PreparingRebalance (a member joined, left
 // or expired; members must (re)join within the rebalance timeout, those
@@ -77,10 +82,16 @@ type groups struct {
 	log *slog.Logger
 	mu  sync.Mutex
 	m   map[string]*group
+	// stored are the groups with committed offsets that this server
+	// coordinates, each with an upper bound of how many it holds.
+	stored     map[string]int
+	maxGroups  int // <= 0: no cap
+	maxMembers int // <= 0: no cap
+	caps       capStats
 }
 
-func newGroups(log *slog.Logger) *groups {
-	return &groups{log: log, m: map[string]*group{}}
+func newGroups(log *slog.Logger, maxGroups, maxMembers int) *groups {
+	return &groups{log: log, m: map[string]*group{}, stored: map[string]int{}, maxGroups: maxGroups, maxMembers: maxMembers}
 }
 
 func (gs *groups) get(id string) *group {
@@ -228,41 +239,51 @@ func (g *group) remove(now time.Time, ids ...string) {
 	g.maybeCompleteJoin(false)
 }
 
-// sweep expires members and join phases until ctx ends.
-func (gs *groups) sweep(ctx context.Context) {
-	tk := time.NewTicker(100 * time.Millisecond)
+// every calls f every interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, f func(now time.Time)) {
+	tk := time.NewTicker(interval)
 	defer tk.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case now := <-tk.C:
-			gs.mu.Lock()
-			for _, g := range gs.m {
-				for id, t := range g.pending {
-					if now.Sub(t) > 5*time.Minute {
-						delete(g.pending, id)
-					}
-				}
-				if g.state == groupPreparing && now.After(g.deadline) {
-					gs.log.Info("kafka group: rebalance timed out", "group", g.id)
-					g.maybeCompleteJoin(true)
-				}
-				var expired []string
-				for id, m := range g.members {
-					waiting := g.state == groupPreparing && m.joined
-					if !waiting && now.Sub(m.lastSeen) > m.sessionTimeout {
-						expired = append(expired, id)
-					}
-				}
-				if len(expired) > 0 {
-					gs.log.Info("kafka group: session expired", "group", g.id, "members", expired)
-					g.remove(now, expired...)
-				}
-			}
-			gs.mu.Unlock()
+			f(now)
 		}
 	}
+}
+
+// sweep expires members and join phases until ctx ends.
+func (gs *groups) sweep(ctx context.Context) {
+	every(ctx, 100*time.Millisecond, func(now time.Time) {
+		gs.mu.Lock()
+		for _, g := range gs.m {
+			for id, t := range g.pending {
+				if now.Sub(t) > 5*time.Minute {
+					delete(g.pending, id)
+				}
+			}
+			if g.state == groupPreparing && now.After(g.deadline) {
+				gs.log.Info("kafka group: rebalance timed out", "group", g.id)
+				g.maybeCompleteJoin(true)
+			}
+			var expired []string
+			for id, m := range g.members {
+				waiting := g.state == groupPreparing && m.joined
+				if !waiting && now.Sub(m.lastSeen) > m.sessionTimeout {
+					expired = append(expired, id)
+				}
+			}
+			if len(expired) > 0 {
+				gs.log.Info("kafka group: session expired", "group", g.id, "members", expired)
+				g.remove(now, expired...)
+			}
+			if len(g.members) == 0 && len(g.pending) == 0 && g.state == groupEmpty {
+				delete(gs.m, g.id) // nothing held: it no longer counts toward maxGroups
+			}
+		}
+		gs.mu.Unlock()
+	})
 }
 
 // checkCommit validates an OffsetCommit's member and generation.

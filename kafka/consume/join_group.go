@@ -19,6 +19,11 @@ package consume
 //     get the new generation, the leader with every member's metadata.
 //     v0 has no rebalance timeout: the session timeout is used.
 //   - Static membership (group instance id) is ignored (dynamic members).
+//   - Caps (caps.go): a join that would make this server coordinate more
+//     than kafka.max_groups groups is POLICY_VIOLATION; a new member
+//     (empty member id) of a group that has kafka.max_group_members
+//     members and handed-out member ids is GROUP_MAX_SIZE_REACHED, as
+//     Kafka's group.max.size.
 
 import (
 	"context"
@@ -55,6 +60,10 @@ func (cs *Server) handleJoinGroup(ctx context.Context, req *kafka.Request, r *km
 	}
 	gs := cs.groups
 	gs.mu.Lock()
+	if !gs.admit(r.Group) {
+		gs.mu.Unlock()
+		return fail(kafka.CodePolicyViolation, r.MemberID)
+	}
 	g := gs.get(r.Group)
 	now := time.Now()
 	if len(g.members) > 0 {
@@ -79,6 +88,10 @@ func (cs *Server) handleJoinGroup(ctx context.Context, req *kafka.Request, r *km
 		}
 	}
 	id := r.MemberID
+	if id == "" && !gs.admitMember(g) {
+		gs.mu.Unlock()
+		return fail(kafka.CodeGroupMaxSizeReached, "")
+	}
 	if id == "" {
 		id = newMemberID(req.ClientID)
 		if r.Version >= 4 {

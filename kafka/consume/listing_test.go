@@ -6,7 +6,7 @@ import (
 
 func TestGroupsListing(t *testing.T) {
 	cs := &Server{}
-	cs.groups = newGroups(nil)
+	cs.groups = newGroups(nil, 0, 0)
 	cs.groups.m["g1"] = &group{id: "g1", state: groupStable, members: map[string]*member{
 		"m2": {id: "m2", clientID: "b", clientHost: "/10.0.0.2"},
 		"m1": {id: "m1", clientID: "a", clientHost: "/10.0.0.1"},

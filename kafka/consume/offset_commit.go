@@ -24,6 +24,10 @@ package consume
 //     every partition, nothing stored); a partition's metadata is at most
 //     maxOffsetMetadataBytes (OFFSET_METADATA_TOO_LARGE for that
 //     partition, the others stored), Kafka's offset.metadata.max.bytes.
+//   - Caps of the coordinator (caps.go): a commit that would make this
+//     server hold more than kafka.max_groups groups, or this group more
+//     than kafka.max_group_offsets committed offsets, is POLICY_VIOLATION
+//     on every partition, nothing stored.
 //   - The offsets are stored durably (offsets_store.go) before the
 //     response, in one transaction; a storage failure answers every
 //     partition with UNKNOWN_SERVER_ERROR and stores none.
@@ -83,10 +87,7 @@ func (cs *Server) handleOffsetCommit(ctx context.Context, req *kafka.Request, r 
 				offs = append(offs, committedOffset{topic: rt.Topic, partition: rp.Partition, offset: rp.Offset, metadata: md})
 			}
 		}
-		if err := cs.offsets.commit(ctx, r.Group, offs); err != nil {
-			cs.log.Warn("kafka: commit offsets", "group", r.Group, "err", err)
-			code = kafka.CodeUnknownServerError
-		}
+		code = cs.commitOffsets(ctx, r.Group, offs)
 	}
 	for _, rt := range r.Topics {
 		st := kmsg.NewOffsetCommitResponseTopic()

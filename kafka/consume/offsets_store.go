@@ -66,11 +66,18 @@ func createOffsetsTable(db *sql.DB, bigint string) error {
 
 func (s *offsetStore) Close() error { return s.db.Close() }
 
-// commit stores offsets of a group in one transaction.
-func (s *offsetStore) commit(ctx context.Context, group string, offs []committedOffset) error {
+// errTooManyOffsets: a commit would make its group hold more offsets
+// than its limit; nothing was stored.
+var errTooManyOffsets = errors.New("too many committed offsets in the group")
+
+// commit stores offsets of a group in one transaction. With limit >= 0
+// the group's offsets are counted in the transaction and the commit is
+// rolled back with errTooManyOffsets when they would be more than limit;
+// the count (with the refused ones) is returned, else 0.
+func (s *offsetStore) commit(ctx context.Context, group string, offs []committedOffset, limit int) (int, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer tx.Rollback()
 	now := time.Now().UnixMilli()
@@ -81,10 +88,57 @@ func (s *offsetStore) commit(ctx context.Context, group string, offs []committed
 			committed_offset = excluded.committed_offset, metadata = excluded.metadata, commit_time = excluded.commit_time`),
 			group, o.topic, o.partition, o.offset, o.metadata, now)
 		if err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return tx.Commit()
+	n := 0
+	if limit >= 0 {
+		if err := tx.QueryRowContext(ctx, s.q(`SELECT COUNT(*) FROM tributary_group_offsets WHERE group_id = ?`), group).Scan(&n); err != nil {
+			return 0, err
+		}
+		if n > limit {
+			return n, errTooManyOffsets
+		}
+	}
+	return n, tx.Commit()
+}
+
+// storedGroup is a group's share of the offsets table.
+type storedGroup struct {
+	offsets    int       // committed (topic, partition) offsets
+	lastCommit time.Time // the latest commit
+}
+
+// groups returns every group with committed offsets.
+func (s *offsetStore) groups(ctx context.Context) (map[string]storedGroup, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT group_id, COUNT(*), MAX(commit_time) FROM tributary_group_offsets GROUP BY group_id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]storedGroup{}
+	for rows.Next() {
+		var g string
+		var n int
+		var last int64
+		if err := rows.Scan(&g, &n, &last); err != nil {
+			return nil, err
+		}
+		out[g] = storedGroup{offsets: n, lastCommit: time.UnixMilli(last)}
+	}
+	return out, rows.Err()
+}
+
+// expire deletes a group's offsets if it still has no commit since
+// before, and reports whether it did.
+func (s *offsetStore) expire(ctx context.Context, group string, before time.Time) (bool, error) {
+	res, err := s.db.ExecContext(ctx, s.q(`DELETE FROM tributary_group_offsets WHERE group_id = ?
+		AND (SELECT MAX(commit_time) FROM tributary_group_offsets WHERE group_id = ?) < ?`), group, group, before.UnixMilli())
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
 }
 
 // fetch returns the group's committed offsets.

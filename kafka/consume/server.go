@@ -41,6 +41,27 @@ type Config struct {
 	RowCacheBytes int64
 	// MetadataMaxAge is how stale cached table metadata may be. Default 100ms.
 	MetadataMaxAge time.Duration
+	// MaxGroups caps the consumer groups this server coordinates: groups
+	// with members (or member ids handed out) and groups with committed
+	// offsets in OffsetsDB, which Start reloads, so a restart does not
+	// lift the cap. A JoinGroup or OffsetCommit that would add one more
+	// is refused with POLICY_VIOLATION. Default 10000; -1 = no cap.
+	MaxGroups int
+	// MaxGroupMembers caps a group's members, member ids handed out with
+	// MEMBER_ID_REQUIRED and not yet used included; a join beyond it gets
+	// GROUP_MAX_SIZE_REACHED (Kafka's group.max.size). Default 1000;
+	// -1 = no cap.
+	MaxGroupMembers int
+	// MaxGroupOffsets caps the committed offsets ((topic, partition)
+	// pairs, over time) one group holds; an OffsetCommit that would store
+	// more is refused whole, POLICY_VIOLATION on each of its partitions.
+	// Default 100000; -1 = no cap.
+	MaxGroupOffsets int
+	// OffsetsRetention: the offsets of a group with no members here whose
+	// latest commit is older than this are deleted (Kafka's
+	// offsets.retention.minutes), and the group stops counting toward
+	// MaxGroups. Default 168h (7 days); -1 = kept forever.
+	OffsetsRetention time.Duration
 	// Reader, if set, is the table reader (and its caches) to serve from,
 	// shared with the other protocol servers of the process; RowCacheBytes
 	// and MetadataMaxAge are then the reader's. Nil = a reader of its own.
@@ -49,9 +70,13 @@ type Config struct {
 
 // Defaults of the consume side.
 const (
-	DefaultRowCacheBytes  = tables.DefaultRowCacheBytes
-	DefaultMetadataMaxAge = tables.DefaultMetadataMaxAge
-	DefaultAddr           = "127.0.0.1:19092"
+	DefaultRowCacheBytes    = tables.DefaultRowCacheBytes
+	DefaultMetadataMaxAge   = tables.DefaultMetadataMaxAge
+	DefaultAddr             = "127.0.0.1:19092"
+	DefaultMaxGroups        = 10000
+	DefaultMaxGroupMembers  = 1000
+	DefaultMaxGroupOffsets  = 100000
+	DefaultOffsetsRetention = 7 * 24 * time.Hour
 )
 
 // apis are the API keys and versions the consume side implements;
@@ -87,6 +112,8 @@ type Server struct {
 	tc      *tables.Reader
 	groups  *groups
 	offsets *offsetStore
+	// commitLocks serialise each group's commits (caps.go).
+	commitLocks commitLocks
 }
 
 // NewServer validates cfg, opens the committed-offsets database and
@@ -107,6 +134,9 @@ func NewServer(cfg Config, cat *tables.Catalog) (*Server, error) {
 	}
 	if cfg.MetadataMaxAge == 0 {
 		cfg.MetadataMaxAge = DefaultMetadataMaxAge
+	}
+	if err := cfg.capDefaults(); err != nil {
+		return nil, err
 	}
 	for _, p := range cfg.Peers {
 		if _, _, err := kafka.SplitHostPort32(p); err != nil {
@@ -131,16 +161,27 @@ func NewServer(cfg Config, cat *tables.Catalog) (*Server, error) {
 		cs.tc = tables.NewReader(cat, tables.ReaderConfig{MetadataMaxAge: cfg.MetadataMaxAge, RowCacheBytes: cfg.RowCacheBytes})
 	}
 	cs.ccfg.MetadataMaxAge = cs.tc.MetadataMaxAge()
-	cs.groups = newGroups(cs.log)
+	cs.groups = newGroups(cs.log, cfg.MaxGroups, cfg.MaxGroupMembers)
 	return cs, nil
 }
 
 // Start listens on cfg.Addr and serves connections in the background.
+// The groups with committed offsets are loaded (MaxGroups) before any
+// request is served.
 func (cs *Server) Start() error {
+	cs.groups.mu.Lock()
 	if err := cs.conn.Start("mode", "consume", "peers", len(cs.ccfg.Peers)); err != nil {
+		cs.groups.mu.Unlock()
+		return err
+	}
+	err := cs.loadStoredGroups(context.Background())
+	cs.groups.mu.Unlock()
+	if err != nil {
+		cs.conn.Close(context.Background())
 		return err
 	}
 	go cs.groups.sweep(cs.conn.Context())
+	go cs.expireOffsetsLoop(cs.conn.Context())
 	return nil
 }
 

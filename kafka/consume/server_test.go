@@ -107,12 +107,21 @@ func (e *cloudEnv) commit(p int32, n int, valueSize int) {
 
 func (e *cloudEnv) start(t testing.TB) *Server {
 	t.Helper()
+	return e.startWith(t, nil)
+}
+
+// startWith starts a server whose config set (if not nil) changes first.
+func (e *cloudEnv) startWith(t testing.TB, set func(*Config)) *Server {
+	t.Helper()
 	var w io.Writer = testWriter{t}
 	if e.quiet {
 		w = io.Discard
 	}
 	cfg := Config{Config: kafka.Config{Addr: "127.0.0.1:0", Auth: e.auth, Logger: slog.New(slog.NewTextHandler(w, nil))},
 		OffsetsDB: "sqlite://" + filepath.Join(e.dir, "catalog.db")}
+	if set != nil {
+		set(&cfg)
+	}
 	cs, err := NewServer(cfg, e.cat)
 	if err != nil {
 		t.Fatal(err)
