@@ -161,8 +161,8 @@ func (s *Server) listen() error {
 			Peers:     cfg.Kafka.Peers,
 			MaxGroups: cfg.Kafka.MaxGroups, MaxGroupMembers: cfg.Kafka.MaxGroupMembers, MaxGroupOffsets: cfg.Kafka.MaxGroupOffsets,
 			OffsetsRetention: cfg.Kafka.OffsetsRetention,
-			OffsetsDB: cfg.Catalog.URI,
-			Reader:    s.reader,
+			OffsetsDB:        cfg.Catalog.URI,
+			Reader:           s.reader,
 		}, s.cat)
 		if err != nil {
 			return fmt.Errorf("cloud kafka: %w", err)
@@ -189,6 +189,7 @@ func (s *Server) listen() error {
 			return fmt.Errorf("start cloud pulsar: %w", err)
 		}
 		s.pulsar = ps
+		s.reg.MustRegister(ps.Collectors()...)
 		if s.con != nil {
 			s.con.ps.Store(ps)
 		}
@@ -244,10 +245,14 @@ func (s *Server) Config() Config { return s.cfg }
 // process that serves /metrics elsewhere too (an edge node's HTTP
 // endpoint in `tributary dev`). The catalog listener's /metrics has them.
 func (s *Server) Collectors() []prometheus.Collector {
-	if s.kafka == nil {
-		return nil
+	var out []prometheus.Collector
+	if s.kafka != nil {
+		out = append(out, s.kafka.Collectors()...)
 	}
-	return s.kafka.Collectors()
+	if s.pulsar != nil {
+		out = append(out, s.pulsar.Collectors()...)
+	}
+	return out
 }
 
 // Done reports a failure of the catalog listener after Open (nil channel,

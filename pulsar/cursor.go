@@ -16,12 +16,26 @@ type Cursor struct {
 	Acked      [][2]int64
 }
 
-// maxAckedRanges bounds the individually acknowledged ranges a cursor
-// persists (Pulsar's managedLedgerMaxUnackedRangesToPersist has the same
-// default). Beyond it only the lowest ranges are stored: after a restart the
-// messages of the dropped ranges are delivered again — duplicates, never a
-// loss. In memory the ranges are not bounded.
+// maxAckedRanges bounds the individually acknowledged ranges of a cursor
+// (Pulsar's managedLedgerMaxUnackedRangesToPersist has the same default),
+// in memory and persisted: an individual ack that would open one more
+// range (out of order, not adjacent to an acknowledged range) is refused
+// with ErrTooMany, and the message stays unacknowledged (it is delivered
+// again after a reconnect or a redelivery request) — an ack that extends
+// or joins ranges is always taken. A cursor loaded with more (written by
+// an older version) keeps them; cursor() persists the lowest
+// maxAckedRanges.
 const maxAckedRanges = 10000
+
+// opensRange reports whether acknowledging off (not yet acknowledged)
+// would add a range rather than extend or join existing ones.
+func (a *ackState) opensRange(off int64) bool {
+	if off == a.markDelete+1 {
+		return false
+	}
+	i := sort.Search(len(a.ranges), func(i int) bool { return a.ranges[i][1] >= off })
+	return i == len(a.ranges) || (a.ranges[i][1] != off && a.ranges[i][0] != off+1)
+}
 
 // ackState is the in-memory cursor.
 //

@@ -82,8 +82,12 @@
 // acknowledged ranges above it. Durable ones live in table
 // tributary_pulsar_cursors of the catalog database (cursor_store.go, via
 // tables.OpenStateDB) and are saved at most every 100 ms, when the last
-// consumer leaves, on Seek and on Close, with at most 10,000 ranges (what
-// lies beyond is delivered again after a restart, never lost). A
+// consumer leaves, on Seek and on Close. A cursor holds at most 10,000
+// ranges, in memory too: an individual ack that would open one more is
+// refused (TooManyRequests in ACK_RESPONSE; the message is delivered
+// again, never lost), and a consumer holding 50,000 unacknowledged
+// messages gets nothing more until it acknowledges, whatever its permits
+// (caps.go). A
 // subscription whose last consumer leaves is dropped from memory (a
 // durable one after saving; a reader's cursor ends with it), so any
 // server reopens it from the store.

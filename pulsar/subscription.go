@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tributary-io/tributary"
@@ -145,6 +146,11 @@ type Manager struct {
 	// maxSubs caps the subscriptions held at once (SetMaxSubscriptions);
 	// 0 = no cap.
 	maxSubs int
+	// acksRefused counts individual acks refused for maxAckedRanges;
+	// ackLog rate-limits their line, unackedLog that of consumers
+	// blocked at maxUnackedPerConsumer (blocked counts those events).
+	acksRefused, blocked atomic.Int64
+	ackLog, unackedLog   atomic.Int64
 
 	mu       sync.Mutex
 	closed   bool
@@ -541,9 +547,14 @@ func (s *Subscription) Flow(c Consumer, permits uint32) {
 // when cumulative. Acks from any consumer of the subscription count. A
 // cumulative ack on a Shared or Key_Shared subscription is refused with
 // ErrNotAllowed and changes nothing (the broker logs and ignores it).
-func (s *Subscription) Ack(ctx context.Context, c Consumer, offsets []int64, cumulative bool) error {
+// Individual acks that would open a range beyond maxAckedRanges are
+// refused (ErrTooMany, the others of the same ACK taken).
+func (s *Subscription) Ack(ctx context.Context, c Consumer, offsets []int64, cumulative bool) (err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.unackedBlocked() {
+		defer s.poke() // the acks may unblock it
+	}
 	if cumulative {
 		if s.typ == Shared || s.typ == KeyShared {
 			return fmt.Errorf("%w: cumulative ack on a %s subscription", ErrNotAllowed, s.typ)
@@ -567,7 +578,12 @@ func (s *Subscription) Ack(ctx context.Context, c Consumer, offsets []int64, cum
 		}
 	} else {
 		changed := false
+		refused := 0
 		for _, off := range offsets {
+			if off >= 0 && len(s.cur.ranges) >= maxAckedRanges && !s.cur.acked(off) && s.cur.opensRange(off) {
+				refused++
+				continue
+			}
 			if !s.cur.ack(off) {
 				continue
 			}
@@ -577,8 +593,11 @@ func (s *Subscription) Ack(ctx context.Context, c Consumer, offsets []int64, cum
 			}
 			s.dropReplay(off)
 		}
+		if refused > 0 {
+			err = s.m.refusedAcks(s.key, refused)
+		}
 		if !changed {
-			return nil
+			return err
 		}
 	}
 	s.dirty = true
@@ -590,7 +609,7 @@ func (s *Subscription) Ack(ctx context.Context, c Consumer, offsets []int64, cum
 		}
 		s.poke()
 	}
-	return nil
+	return err
 }
 
 // forget drops an acknowledged pending offset.
