@@ -195,6 +195,9 @@ func (c *Config) Validate() error {
 			bad(name, "%d: want a positive count, or -1 for no cap", v)
 		}
 	}
+	if r := c.Kafka.OffsetsRetention; r > 0 && r < time.Minute {
+		bad("kafka.offsets_retention", "%s: want at least 1m, or a negative duration to keep offsets forever", r)
+	}
 	if c.Kafka.MaxInflightBytes < kafka.DefaultMaxFrameBytes {
 		bad("kafka.max_inflight_bytes", "%d: want at least 100MiB (one request of the largest size)", c.Kafka.MaxInflightBytes)
 	}

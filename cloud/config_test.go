@@ -3,6 +3,7 @@ package cloud
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestCloudConfigExampleAndErrors(t *testing.T) {
@@ -19,12 +20,22 @@ func TestCloudConfigExampleAndErrors(t *testing.T) {
 	if err != nil || d.Catalog.URI != "sqlite:///tmp/c/catalog.db" || d.Catalog.Warehouse != "file:///tmp/c/warehouse" {
 		t.Fatalf("defaults: %+v %v", d, err)
 	}
+	if k := d.Kafka; k.MaxGroups != 10000 || k.MaxGroupMembers != 1000 || k.MaxGroupOffsets != 100000 ||
+		k.OffsetsRetention != 168*time.Hour || k.MaxInflightBytes != 512<<20 {
+		t.Fatalf("kafka cap defaults: %+v", k)
+	}
+	if k := c.Kafka; k.MaxGroups != d.Kafka.MaxGroups || k.OffsetsRetention != d.Kafka.OffsetsRetention || k.MaxInflightBytes != d.Kafka.MaxInflightBytes {
+		t.Fatalf("deploy/cloud.yaml caps differ from the defaults: %+v", k)
+	}
 	for _, tc := range []struct{ yaml, want string }{
 		{"role: edge", "role"},
 		{"role: cloud\ncatalog:\n  uri: http://x", "catalog.uri"},
 		{"role: cloud\nkafka:\n  peers: [nope]", "kafka.peers[0]"},
 		{"role: cloud\nmaintenance:\n  orphan_grace: 1m", "maintenance.orphan_grace"},
 		{"role: cloud\nmqtt: {}", "mqtt"},
+		{"role: cloud\nkafka:\n  max_groups: -2", "kafka.max_groups"},
+		{"role: cloud\nkafka:\n  offsets_retention: 1s", "kafka.offsets_retention"},
+		{"role: cloud\nkafka:\n  max_inflight_bytes: 1MiB", "kafka.max_inflight_bytes"},
 	} {
 		if _, err := ParseConfig([]byte(tc.yaml)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want one naming %q", tc.yaml, err, tc.want)

@@ -29,6 +29,7 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 	cases := []struct{ yaml, want string }{
 		{"node_id: ${TRIB_UNSET_VAR}", "TRIB_UNSET_VAR"},
 		{"wal:\n  max_bytes: 10", "wal.max_bytes"},
+		{"kafka:\n  max_inflight_bytes: 1MiB", "kafka.max_inflight_bytes"},
 		{"wal:\n  max_bytes: lots", "size"},
 		{"catalog:\n  uri: mysql://x", "catalog.uri"},
 		{"catalog:\n  partition_granularity: week", "catalog.partition_granularity"},

@@ -73,9 +73,10 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
-		fmt.Fprintf(stdout, "%s: ok (cloud)\ncatalog: %s (%s) on %s\nwarehouse: %s\nkafka: %q peers=%v\nmaintenance: %v every %s\n",
+		fmt.Fprintf(stdout, "%s: ok (cloud)\ncatalog: %s (%s) on %s\nwarehouse: %s\nkafka: %q peers=%v max_groups=%d max_group_members=%d max_group_offsets=%d offsets_retention=%s max_inflight_bytes=%d\nmaintenance: %v every %s\n",
 			args[1], tables.Redact(cc.Catalog.URI), cc.Catalog.Name, cc.Catalog.Addr, cc.Catalog.Warehouse,
-			*cc.Kafka.Addr, cc.Kafka.Peers, *cc.Maintenance.Enabled, cc.Maintenance.Interval)
+			*cc.Kafka.Addr, cc.Kafka.Peers, cc.Kafka.MaxGroups, cc.Kafka.MaxGroupMembers, cc.Kafka.MaxGroupOffsets,
+			cc.Kafka.OffsetsRetention, cc.Kafka.MaxInflightBytes, *cc.Maintenance.Enabled, cc.Maintenance.Interval)
 		return 0
 	}
 	cfg, err := node.ParseConfig(raw)
