@@ -241,3 +241,47 @@ func TestInflightBytes(t *testing.T) {
 		t.Fatalf("after: handled %d, stats %+v", h.handled.Load(), st)
 	}
 }
+
+// TestInflightStrangers: connections that have not finished their
+// handshake reserve their frames in a quarter of max_inflight_bytes too,
+// so strangers announcing large first frames and trickling them cannot
+// take the budget from admitted clients.
+func TestInflightStrangers(t *testing.T) {
+	h := &holding{release: make(chan struct{})}
+	close(h.release) // answer at once
+	s, err := NewServer(Config{Addr: "127.0.0.1:0", MaxFrameBytes: 4 << 20, MaxInflightBytes: 8 << 20, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
+		"kafka-test", APIs{ApiVersionsKey: {0, 3}, MetadataKey: {0, 12}}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	good, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer good.Close()
+	good.SetReadDeadline(time.Now().Add(5 * time.Second))
+	good.Write(frame(&kmsg.ApiVersionsRequest{Version: 0}))
+	if _, err := ReadFrame(good, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 { // each announces a 1 MiB first frame and sends 10 bytes of it
+		c, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write(append(binary.BigEndian.AppendUint32(nil, 1<<20), make([]byte, 10)...))
+	}
+	testkit.Eventually(t, 5*time.Second, "strangers waiting for their share", func() bool { return s.Stats().InflightWaits >= 2 })
+	if st := s.Stats(); st.InflightBytes > 2<<20+8 {
+		t.Fatalf("strangers hold %d bytes, more than their share", st.InflightBytes)
+	}
+	good.Write(frame(&kmsg.MetadataRequest{Version: 1}))
+	if _, err := ReadFrame(good, 1<<20); err != nil {
+		t.Fatalf("admitted client not served while strangers hold their share: %v", err)
+	}
+}
