@@ -135,7 +135,12 @@ func (s *SCRAM) final(msg string) ([]byte, bool, error) {
 	}
 	withoutProof := msg[:i]
 	attrs, err := scramAttrs(withoutProof)
-	if err != nil || attrs["r"] != s.nonce || attrs["c"] == "" {
+	// The nonce must end with ours (client part and server part), as
+	// Kafka's ScramSaslServer checks: librdkafka 2.0 sends its client
+	// nonce once more in front of it, and Kafka brokers accept that. The
+	// AuthMessage is computed over the message as sent, so the proof
+	// still covers our fresh server nonce.
+	if err != nil || !strings.HasSuffix(attrs["r"], s.nonce) || attrs["c"] == "" {
 		return s.failed("scram_nonce")
 	}
 	if cbind, err := base64.StdEncoding.DecodeString(attrs["c"]); err != nil || !bytes.HasPrefix(cbind, []byte("n,")) && !bytes.HasPrefix(cbind, []byte("y,")) {

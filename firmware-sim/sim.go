@@ -30,6 +30,9 @@ type Config struct {
 	// ws://host:port/path or wss://, tls://. A bare host:port means tcp.
 	// Default tcp://127.0.0.1:1883.
 	Broker string
+	// TLS configures tls:// (ssl://, mqtts://) and wss:// brokers; nil =
+	// the system's roots.
+	TLS *tls.Config
 	// Devices is the number of simulated devices, one MQTT connection
 	// each. Default 10.
 	Devices int
@@ -84,9 +87,6 @@ type Config struct {
 	// device can log in as itself). Default none (anonymous).
 	Username string
 	Password string
-	// TLS is the client TLS configuration for tls:// (mqtts) and wss://
-	// brokers; nil = the system roots.
-	TLS *tls.Config
 
 	// ConnectTimeout bounds the initial connection of the whole fleet;
 	// Run fails if any device is not connected by then. Default 10s.
@@ -492,13 +492,13 @@ func (d *device) connect(ctx context.Context, u *url.URL) error {
 	var brngMu sync.Mutex
 	cc := autopaho.ClientConfig{
 		ServerUrls: []*url.URL{u},
+		TlsCfg:     cfg.TLS,
 		KeepAlive:  cfg.KeepAlive,
 		// Session Expiry 0 and Clean Start on every connection: a
 		// reconnect starts a fresh session and the simulator itself
 		// retries whatever was not acknowledged.
 		CleanStartOnInitialConnection: true,
 		SessionExpiryInterval:         0,
-		TlsCfg:                        cfg.TLS,
 		ConnectPacketBuilder: func(c *paho.Connect, _ *url.URL) (*paho.Connect, error) {
 			c.CleanStart = true
 			if cfg.Username != "" {

@@ -22,19 +22,23 @@ import (
 
 // API keys used by the produce and consume sides.
 const (
-	ProduceKey         int16 = 0
-	FetchKey           int16 = 1
-	ListOffsetsKey     int16 = 2
-	MetadataKey        int16 = 3
-	OffsetCommitKey    int16 = 8
-	OffsetFetchKey     int16 = 9
-	FindCoordinatorKey int16 = 10
-	JoinGroupKey       int16 = 11
-	HeartbeatKey       int16 = 12
-	LeaveGroupKey      int16 = 13
-	SyncGroupKey       int16 = 14
-	ApiVersionsKey     int16 = 18
-	InitProducerIDKey  int16 = 22
+	ProduceKey          int16 = 0
+	FetchKey            int16 = 1
+	ListOffsetsKey      int16 = 2
+	MetadataKey         int16 = 3
+	OffsetCommitKey     int16 = 8
+	OffsetFetchKey      int16 = 9
+	FindCoordinatorKey  int16 = 10
+	JoinGroupKey        int16 = 11
+	HeartbeatKey        int16 = 12
+	LeaveGroupKey       int16 = 13
+	SyncGroupKey        int16 = 14
+	DescribeGroupsKey   int16 = 15
+	ListGroupsKey       int16 = 16
+	SaslHandshakeKey    int16 = 17
+	ApiVersionsKey      int16 = 18
+	InitProducerIDKey   int16 = 22
+	SaslAuthenticateKey int16 = 36
 )
 
 // VersionRange is the versions of one API key a server implements.

@@ -32,6 +32,21 @@
 // codes and API keys, the listener Config, BrokerID and TopicID
 // (ids.go).
 //
+// # Authentication and authorization
+//
+// SASL is answered by the Server itself (sasl.go), for both sides:
+// SaslHandshake v0–v1 and SaslAuthenticate v0–v2 with PLAIN,
+// SCRAM-SHA-256, SCRAM-SHA-512 (against the password file of
+// Config.Auth, an auth.Authority) and OAUTHBEARER (a JWT); without SASL a
+// verified TLS client certificate names the principal, else the client
+// is anonymous. Each side lists the two SASL keys in its API table so
+// that ApiVersions advertises them, but its Handler never sees them.
+// Every other request reaches the Handler with Request.Principal set;
+// handlers ask Request.Authorize (audited denial) or Request.Allowed (for
+// filtering listings) about a stream or a group, and answer a denial with
+// TOPIC_AUTHORIZATION_FAILED or GROUP_AUTHORIZATION_FAILED. A nil
+// Config.Auth admits every client as anonymous with every right.
+//
 // # Invariants
 //
 //  1. Bad input stays local. A malformed frame, an unknown API key or a
@@ -42,6 +57,12 @@
 //     after the previous response was written (or dropped, for acks=0).
 //  3. Close answers what it accepted: in-flight requests finish and their
 //     responses are written unless Close's context ends first.
+//  4. Nothing before authentication. When the Authority refuses
+//     anonymous clients, no request but ApiVersions and SASL reaches a
+//     Handler before the connection authenticated (the connection is
+//     closed with nothing written), a failed authentication closes the
+//     connection after SASL_AUTHENTICATION_FAILED with a generic message,
+//     and no token-authenticated connection outlives its token.
 //
 // The record-batch codec (message format v2) is here too: the decoder
 // (batch.go: CRC-32C, gzip/snappy/lz4/zstd with a decompression bound),

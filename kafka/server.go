@@ -17,6 +17,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/listen"
 )
 
@@ -53,6 +54,13 @@ const (
 	CodeMemberIDRequired        int16 = 79
 	CodeGroupMaxSizeReached     int16 = 81
 	CodeInvalidRecord           int16 = 87
+	// Authentication and authorization.
+	CodeTopicAuthorizationFailed int16 = 29
+	CodeGroupAuthorizationFailed int16 = 30
+	CodeUnsupportedSaslMechanism int16 = 33
+	CodeIllegalSaslState         int16 = 34
+	CodeInvalidProducerIDMapping int16 = 49
+	CodeSaslAuthenticationFailed int16 = 58
 	// DefaultAuthorizedOps is "not requested" in Metadata responses.
 	DefaultAuthorizedOps int32 = -2147483648
 )
@@ -77,6 +85,8 @@ type Stats struct {
 	Accepted        int64 // connections accepted since start
 	Requests        int64 // requests handled
 	ClosedMalformed int64 // connections closed for a bad frame or request
+	AuthFailed      int64 // connections closed for a failed SASL authentication
+	Unauthenticated int64 // connections closed for a request before authenticating
 }
 
 // Handler answers the requests of a Server: the produce side
@@ -109,7 +119,7 @@ type Server struct {
 	wg      sync.WaitGroup
 
 	stats struct {
-		conns, accepted, requests, malformed atomic.Int64
+		conns, accepted, requests, malformed, authFailed, unauthenticated atomic.Int64
 	}
 }
 
@@ -121,6 +131,9 @@ func NewServer(cfg Config, component string, apis APIs, h Handler) (*Server, err
 		return nil, err
 	}
 	cfg.SetDefaults()
+	if cfg.Auth != nil && (apis[SaslHandshakeKey] != SaslHandshakeVersions || apis[SaslAuthenticateKey] != SaslAuthenticateVersions) {
+		return nil, fmt.Errorf("%w: %s: an Authority needs SaslHandshake and SaslAuthenticate in the API table", ErrInvalidConfig, component)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{
 		cfg:     cfg,
@@ -228,6 +241,8 @@ func (s *Server) Stats() Stats {
 		Accepted:        s.stats.accepted.Load(),
 		Requests:        s.stats.requests.Load(),
 		ClosedMalformed: s.stats.malformed.Load(),
+		AuthFailed:      s.stats.authFailed.Load(),
+		Unauthenticated: s.stats.unauthenticated.Load(),
 	}
 }
 
@@ -283,11 +298,43 @@ type Request struct {
 	// Unsupported is set for an ApiVersions request of a version we do not
 	// know; it is answered with UNSUPPORTED_VERSION, not decoded.
 	Unsupported bool
+	// Principal is who the connection authenticated as (SASL, else its
+	// verified TLS client certificate), or the anonymous principal; set by
+	// the Server before the Handler runs.
+	Principal auth.Principal
+	// Remote is the client's address.
+	Remote string
+	auth   *auth.Authority // the Server's; nil = everything allowed
+}
+
+// Authorize tells whether the connection's principal may perform action
+// on stream (a topic) and group (either may be ""): auth.Authority's
+// decision, each denial audited and counted. Without an Authority
+// everything is allowed.
+func (r *Request) Authorize(action auth.Action, stream, group string) bool {
+	if r.auth == nil {
+		return true
+	}
+	return r.auth.Authorize(r.authRequest(action, stream, group)) == nil
+}
+
+// Allowed is Authorize without the audit line, for filtering what a
+// listing shows.
+func (r *Request) Allowed(action auth.Action, stream, group string) bool {
+	return r.auth == nil || r.auth.Allowed(r.authRequest(action, stream, group))
+}
+
+func (r *Request) authRequest(action auth.Action, stream, group string) auth.Request {
+	return auth.Request{Client: auth.Client{Protocol: "kafka", Remote: r.Remote}, Principal: r.Principal,
+		Action: action, Stream: stream, Group: group}
 }
 
 // serveConn handles one connection's requests strictly in order: read,
 // handle (which for Produce includes the durable append), write, repeat.
-// Any framing or decoding error closes this connection only.
+// Any framing or decoding error closes this connection only. ApiVersions
+// is the Handler's; SASL is answered here (sasl.go), and no other request
+// reaches the Handler before the connection is authenticated or admitted
+// as anonymous.
 func (s *Server) serveConn(c net.Conn) {
 	defer func() {
 		c.Close()
@@ -297,21 +344,64 @@ func (s *Server) serveConn(c net.Conn) {
 		s.stats.conns.Add(-1)
 		s.wg.Done()
 	}()
-	log := s.log.With("remote", c.RemoteAddr().String())
+	remote := c.RemoteAddr().String()
+	log := s.log.With("remote", remote)
 	br := bufio.NewReaderSize(c, 64<<10)
 	var out []byte
+	sess := &session{a: s.cfg.Auth, client: auth.Client{Protocol: "kafka", Remote: remote}}
 	maxFrame := min(s.cfg.MaxFrameBytes, firstFrameBytes)
+	ready := false
+	markReady := func() {
+		if !ready {
+			listen.Ready(c) // it speaks Kafka (and has authenticated): the handshake deadline is met
+			ready, maxFrame = true, s.cfg.MaxFrameBytes
+		}
+	}
+	write := func(b []byte) bool {
+		c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		if _, err := c.Write(b); err != nil {
+			log.Debug("kafka write", "err", err)
+			return false
+		}
+		return true
+	}
 	for {
 		// Under mu, so that Close's SetReadDeadline(now) cannot be
 		// overwritten by ours.
 		s.mu.Lock()
 		closing := s.closing
 		if !closing {
-			c.SetReadDeadline(time.Now().Add(s.cfg.IdleTimeout))
+			deadline := time.Now().Add(s.cfg.IdleTimeout)
+			if !sess.expires.IsZero() && sess.expires.Before(deadline) {
+				deadline = sess.expires // an idle connection ends with its token
+			}
+			c.SetReadDeadline(deadline)
 		}
 		s.mu.Unlock()
 		if closing {
 			return
+		}
+		if sess.raw { // SaslHandshake v0: bare tokens until the exchange ends
+			tok, err := readRawToken(br, MaxSASLMessageBytes)
+			if err != nil {
+				if !errors.Is(err, io.EOF) && !isTimeout(err) && !errors.Is(err, net.ErrClosed) {
+					log.Warn("kafka closing connection", "err", err)
+				}
+				return
+			}
+			reply, done, err := sess.step(tok)
+			if err != nil {
+				s.stats.authFailed.Add(1)
+				return // v0 has no error response: Kafka closes the connection
+			}
+			if !write(appendRawToken(out[:0], reply)) {
+				return
+			}
+			if done {
+				sess.raw = false
+				markReady()
+			}
+			continue
 		}
 		frame, err := ReadFrame(br, maxFrame)
 		if err != nil {
@@ -328,16 +418,41 @@ func (s *Server) serveConn(c net.Conn) {
 			return
 		}
 		s.stats.requests.Add(1)
-		if maxFrame != s.cfg.MaxFrameBytes {
-			listen.Ready(c) // it speaks Kafka: the handshake deadline is met
-			maxFrame = s.cfg.MaxFrameBytes
+		if sess.expired(time.Now()) {
+			log.Info("kafka closing connection: SASL session expired", "principal", sess.principal.String())
+			return
 		}
-		resp, closeAfter := s.handler.Handle(s.ctx, req)
+		var resp kmsg.Response
+		closeAfter := false
+		switch body := req.Body.(type) {
+		case *kmsg.SASLHandshakeRequest:
+			resp, closeAfter = sess.handshake(body)
+		case *kmsg.SASLAuthenticateRequest:
+			resp, closeAfter = sess.authenticate(body)
+			if closeAfter {
+				s.stats.authFailed.Add(1)
+			} else if sess.authenticated && sess.mech == "" {
+				markReady()
+			}
+		default:
+			if sess.mech != "" {
+				log.Info("kafka closing connection: request in the middle of a SASL exchange", "key", req.Key)
+				return
+			}
+			if !sess.authenticated && req.Key != ApiVersionsKey && !sess.admitWithoutSASL(c) {
+				s.stats.unauthenticated.Add(1)
+				log.Debug("kafka closing connection: request before authentication", "key", req.Key, "client", req.ClientID) // audited by the Authority
+				return // nothing written, as Kafka does
+			}
+			if !sess.required() || sess.authenticated {
+				markReady()
+			}
+			req.Principal, req.Remote, req.auth = sess.principal, remote, s.cfg.Auth
+			resp, closeAfter = s.handler.Handle(s.ctx, req)
+		}
 		if resp != nil {
 			out = AppendResponse(out[:0], req, resp)
-			c.SetWriteDeadline(time.Now().Add(30 * time.Second))
-			if _, err := c.Write(out); err != nil {
-				log.Debug("kafka write", "err", err)
+			if !write(out) {
 				return
 			}
 			if cap(out) > 1<<20 {
@@ -345,7 +460,7 @@ func (s *Server) serveConn(c net.Conn) {
 			}
 		}
 		if closeAfter {
-			log.Debug("kafka closing connection after acks=0 error", "client", req.ClientID)
+			log.Debug("kafka closing connection after the response", "key", req.Key, "client", req.ClientID)
 			return
 		}
 	}

@@ -16,7 +16,13 @@
 //     the same catalog transaction as the data); no offset at or above it
 //     is served or reported, so a consumer never sees a row that a reader
 //     of the table at that snapshot would not.
-//  3. Committed group offsets are durable. An OffsetCommit is answered
+//  3. Only what the principal may read. Fetch, ListOffsets, Metadata,
+//     OffsetCommit and OffsetFetch answer a stream the connection's
+//     principal may not consume (auth.Consume) with
+//     TOPIC_AUTHORIZATION_FAILED, and every group API a group it may not
+//     use with GROUP_AUTHORIZATION_FAILED; listings (Metadata, ListGroups,
+//     OffsetFetch of all topics) leave those out.
+//  4. Committed group offsets are durable. An OffsetCommit is answered
 //     after its offsets are committed to tributary_group_offsets in the
 //     catalog's SQL database (offsets_store.go); the server itself is
 //     stateless, and any server resumes every group from there.
@@ -40,7 +46,8 @@
 // FindCoordinator (find_coordinator.go, rendezvous hash over the peers),
 // JoinGroup, SyncGroup, Heartbeat, LeaveGroup (join_group.go,
 // sync_group.go, heartbeat.go, leave_group.go over the state machine of
-// groups.go), OffsetCommit and OffsetFetch (offset_commit.go,
+// groups.go), DescribeGroups and ListGroups (describe_groups.go,
+// list_groups.go), OffsetCommit and OffsetFetch (offset_commit.go,
 // offset_fetch.go over offsets_store.go), and Produce (produce.go),
 // advertised for librdkafka but refused. ApiVersions is
 // kafka.HandleApiVersions. Consumer-group lag for /metrics is lag.go.

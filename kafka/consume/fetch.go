@@ -9,6 +9,9 @@ package consume
 // clients to send full requests.
 //
 // Behaviour, per partition:
+//   - A topic the principal may not consume (auth.Consume) is
+//     TOPIC_AUTHORIZATION_FAILED (29) for each of its partitions, decided
+//     (and audited) once per request.
 //   - The stream's table (cached at most MetadataMaxAge) gives the
 //     high-water mark, the partition's committed mark: nothing at or above
 //     it is served. LastStableOffset is the same mark (there are no
@@ -74,11 +77,12 @@ func (cs *Server) read(ctx context.Context, v *tables.Partition, off int64, limi
 	return out, err
 }
 
-func (cs *Server) handleFetch(ctx context.Context, r *kmsg.FetchRequest) kmsg.Response {
+func (cs *Server) handleFetch(ctx context.Context, req *kafka.Request, r *kmsg.FetchRequest) kmsg.Response {
+	denied := deniedTopics(req, r.Topics, func(t kmsg.FetchRequestTopic) string { return t.Topic })
 	wait := time.Duration(r.MaxWaitMillis) * time.Millisecond
 	deadline := time.Now().Add(min(wait, 5*time.Minute))
 	for {
-		resp, n, errs := cs.fetchOnce(ctx, r)
+		resp, n, errs := cs.fetchOnce(ctx, r, denied)
 		if n > 0 || errs || n >= int(r.MinBytes) || !time.Now().Before(deadline) {
 			return resp
 		}
@@ -96,7 +100,7 @@ func (cs *Server) handleFetch(ctx context.Context, r *kmsg.FetchRequest) kmsg.Re
 // fetchOnce answers the request from the tables as they are now and
 // returns the number of record bytes in it and whether any partition has
 // an error.
-func (cs *Server) fetchOnce(ctx context.Context, r *kmsg.FetchRequest) (resp *kmsg.FetchResponse, total int, errs bool) {
+func (cs *Server) fetchOnce(ctx context.Context, r *kmsg.FetchRequest, denied map[string]bool) (resp *kmsg.FetchResponse, total int, errs bool) {
 	resp = r.ResponseKind().(*kmsg.FetchResponse)
 	maxBytes := int(r.MaxBytes)
 	if maxBytes <= 0 {
@@ -113,6 +117,9 @@ func (cs *Server) fetchOnce(ctx context.Context, r *kmsg.FetchRequest) (resp *km
 			sp.PreferredReadReplica = -1
 			sp.RecordBatches = []byte{} // empty, not null: librdkafka rejects a null record set
 			v, code := cs.view(ctx, rt.Topic, rp.Partition)
+			if denied[rt.Topic] {
+				v, code = nil, kafka.CodeTopicAuthorizationFailed
+			}
 			if code != 0 {
 				sp.ErrorCode = code
 				errs = true

@@ -15,8 +15,12 @@ import (
 	"github.com/tributary-io/tributary/kafka"
 )
 
-func (cs *Server) handleHeartbeat(r *kmsg.HeartbeatRequest) kmsg.Response {
+func (cs *Server) handleHeartbeat(req *kafka.Request, r *kmsg.HeartbeatRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.HeartbeatResponse)
+	if !mayUseGroup(req, r.Group) {
+		resp.ErrorCode = kafka.CodeGroupAuthorizationFailed
+		return resp
+	}
 	if !cs.isCoordinator(r.Group) {
 		resp.ErrorCode = kafka.CodeNotCoordinator
 		return resp

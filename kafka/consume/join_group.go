@@ -3,6 +3,9 @@ package consume
 // JoinGroup (key 11): v0–v9.
 //
 // Behaviour:
+//   - A group the principal may not use is GROUP_AUTHORIZATION_FAILED (30)
+//     (as for SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch,
+//     DescribeGroups and FindCoordinator).
 //   - Only the coordinator accepts joins (else NOT_COORDINATOR).
 //   - v4+: a first join (empty member id) gets MEMBER_ID_REQUIRED with a
 //     new member id, which the client sends back (KIP-394); v0–v3 members
@@ -19,6 +22,7 @@ package consume
 
 import (
 	"context"
+	"net"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -36,6 +40,8 @@ func (cs *Server) handleJoinGroup(ctx context.Context, req *kafka.Request, r *km
 	switch {
 	case r.Group == "":
 		return fail(kafka.CodeInvalidGroupID, r.MemberID)
+	case !mayUseGroup(req, r.Group):
+		return fail(kafka.CodeGroupAuthorizationFailed, r.MemberID)
 	case !cs.isCoordinator(r.Group):
 		return fail(kafka.CodeNotCoordinator, r.MemberID)
 	case r.SessionTimeoutMillis < 1000 || r.SessionTimeoutMillis > 30*60*1000:
@@ -92,7 +98,7 @@ func (cs *Server) handleJoinGroup(ctx context.Context, req *kafka.Request, r *km
 		m = &member{id: id}
 		g.members[id] = m
 	}
-	m.clientID, m.instanceID = req.ClientID, r.InstanceID
+	m.clientID, m.instanceID, m.clientHost = req.ClientID, r.InstanceID, clientHost(req.Remote)
 	m.protocols = r.Protocols
 	m.sessionTimeout = time.Duration(r.SessionTimeoutMillis) * time.Millisecond
 	m.rebalanceTimeout = rebalance
@@ -128,4 +134,12 @@ func later(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// clientHost is a member's host as Kafka shows it ("/10.0.0.1").
+func clientHost(remote string) string {
+	if host, _, err := net.SplitHostPort(remote); err == nil {
+		return "/" + host
+	}
+	return remote
 }

@@ -15,8 +15,12 @@ import (
 	"github.com/tributary-io/tributary/kafka"
 )
 
-func (cs *Server) handleLeaveGroup(r *kmsg.LeaveGroupRequest) kmsg.Response {
+func (cs *Server) handleLeaveGroup(req *kafka.Request, r *kmsg.LeaveGroupRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.LeaveGroupResponse)
+	if !mayUseGroup(req, r.Group) {
+		resp.ErrorCode = kafka.CodeGroupAuthorizationFailed
+		return resp
+	}
 	if !cs.isCoordinator(r.Group) {
 		resp.ErrorCode = kafka.CodeNotCoordinator
 		return resp

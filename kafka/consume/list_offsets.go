@@ -5,7 +5,8 @@ package consume
 // v0 (several offsets per partition) is not offered; v7 adds the
 // max-timestamp query (-3), which is not implemented.
 //
-// Behaviour, per partition:
+// Behaviour, per partition (a topic the principal may not consume is
+// TOPIC_AUTHORIZATION_FAILED (29) for each of its partitions):
 //   - -1 (latest) is the partition's committed high-water mark;
 //   - -2 (earliest) is the lowest offset in the table (0 unless data was
 //     deleted);
@@ -25,8 +26,9 @@ import (
 	"github.com/tributary-io/tributary/tables"
 )
 
-func (cs *Server) handleListOffsets(ctx context.Context, r *kmsg.ListOffsetsRequest) kmsg.Response {
+func (cs *Server) handleListOffsets(ctx context.Context, req *kafka.Request, r *kmsg.ListOffsetsRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.ListOffsetsResponse)
+	denied := deniedTopics(req, r.Topics, func(t kmsg.ListOffsetsRequestTopic) string { return t.Topic })
 	for _, rt := range r.Topics {
 		st := kmsg.NewListOffsetsResponseTopic()
 		st.Topic = rt.Topic
@@ -35,6 +37,9 @@ func (cs *Server) handleListOffsets(ctx context.Context, r *kmsg.ListOffsetsRequ
 			sp.Partition = rp.Partition
 			sp.Timestamp, sp.Offset, sp.LeaderEpoch = -1, -1, 0
 			v, code := cs.view(ctx, rt.Topic, rp.Partition)
+			if denied[rt.Topic] {
+				v, code = nil, kafka.CodeTopicAuthorizationFailed
+			}
 			if code != 0 {
 				sp.ErrorCode = code
 				st.Partitions = append(st.Partitions, sp)

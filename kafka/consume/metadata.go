@@ -12,6 +12,9 @@ package consume
 //     with a committed mark. Every cloud server can serve every partition;
 //     the leader announced for each is chosen by a rendezvous hash over the
 //     peers so that consumers spread over them. Leader epoch 0.
+//   - Authorization (auth.Consume): a listing of every stream shows only
+//     those the principal may consume; a named one it may not is
+//     TOPIC_AUTHORIZATION_FAILED (29), whether it exists or not.
 //   - v10+ topic ids are derived from the name (topicID), as on the edge.
 
 import (
@@ -21,11 +24,12 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/tables"
 )
 
-func (cs *Server) handleMetadata(ctx context.Context, r *kmsg.MetadataRequest) kmsg.Response {
+func (cs *Server) handleMetadata(ctx context.Context, req *kafka.Request, r *kmsg.MetadataRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.MetadataResponse)
 	peers := cs.peerList()
 	for _, p := range peers {
@@ -46,7 +50,11 @@ func (cs *Server) handleMetadata(ctx context.Context, r *kmsg.MetadataRequest) k
 			cs.log.Warn("kafka metadata: list streams", "err", err)
 		}
 		if all {
-			names = l
+			for _, s := range l {
+				if req.Allowed(auth.Consume, s, "") {
+					names = append(names, s)
+				}
+			}
 		}
 		byID = map[[16]byte]string{}
 		for _, s := range l {
@@ -77,6 +85,11 @@ func (cs *Server) handleMetadata(ctx context.Context, r *kmsg.MetadataRequest) k
 		stream, ok := streamOf(name)
 		if !ok {
 			mt.ErrorCode = kafka.CodeInvalidTopic
+			resp.Topics = append(resp.Topics, mt)
+			continue
+		}
+		if !all && !mayConsume(req, name) {
+			mt.ErrorCode = kafka.CodeTopicAuthorizationFailed
 			resp.Topics = append(resp.Topics, mt)
 			continue
 		}

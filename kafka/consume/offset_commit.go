@@ -4,6 +4,10 @@ package consume
 // v10 names topics by id).
 //
 // Behaviour:
+//   - A group the principal may not use is GROUP_AUTHORIZATION_FAILED (30)
+//     on every partition; a topic it may not consume is
+//     TOPIC_AUTHORIZATION_FAILED (29) on that topic's partitions (the
+//     others are stored).
 //   - Only the group's coordinator accepts commits (else NOT_COORDINATOR).
 //   - A commit to a group with no members is stored: from a simple
 //     consumer (generation -1, no member id), as Kafka does, or from a
@@ -39,7 +43,7 @@ const (
 	maxOffsetMetadataBytes = 4096
 )
 
-func (cs *Server) handleOffsetCommit(ctx context.Context, r *kmsg.OffsetCommitRequest) kmsg.Response {
+func (cs *Server) handleOffsetCommit(ctx context.Context, req *kafka.Request, r *kmsg.OffsetCommitRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.OffsetCommitResponse)
 	code := int16(0)
 	n := 0
@@ -52,14 +56,21 @@ func (cs *Server) handleOffsetCommit(ctx context.Context, r *kmsg.OffsetCommitRe
 		code = kafka.CodeInvalidGroupID
 	case n > maxCommitPartitions:
 		code = kafka.CodeInvalidCommitOffsetSize
+	case !mayUseGroup(req, r.Group):
+		code = kafka.CodeGroupAuthorizationFailed
 	case !cs.isCoordinator(r.Group):
 		code = kafka.CodeNotCoordinator
 	default:
 		code = cs.groups.checkCommit(r.Group, r.MemberID, r.Generation)
 	}
 	var offs []committedOffset
+	var denied map[string]bool
 	if code == 0 {
+		denied = deniedTopics(req, r.Topics, func(t kmsg.OffsetCommitRequestTopic) string { return t.Topic })
 		for _, rt := range r.Topics {
+			if denied[rt.Topic] {
+				continue
+			}
 			for _, rp := range rt.Partitions {
 				md := ""
 				if rp.Metadata != nil {
@@ -84,7 +95,11 @@ func (cs *Server) handleOffsetCommit(ctx context.Context, r *kmsg.OffsetCommitRe
 			sp := kmsg.NewOffsetCommitResponseTopicPartition()
 			sp.Partition = rp.Partition
 			sp.ErrorCode = code
-			if code == 0 && tooBig[[2]any{rt.Topic, rp.Partition}] {
+			switch {
+			case code != 0:
+			case denied[rt.Topic]:
+				sp.ErrorCode = kafka.CodeTopicAuthorizationFailed
+			case tooBig[[2]any{rt.Topic, rp.Partition}]:
 				sp.ErrorCode = kafka.CodeOffsetMetadataTooLarge
 			}
 			st.Partitions = append(st.Partitions, sp)

@@ -3,7 +3,10 @@ package consume
 // OffsetFetch (key 9), consume side: v0–v7 (v8 batches groups, v10 names
 // topics by id).
 //
-// Behaviour: only the coordinator answers (else NOT_COORDINATOR, at the
+// Behaviour: a group the principal may not use is GROUP_AUTHORIZATION_FAILED
+// (30), at the top level from v2 and per partition; a topic it may not
+// consume is TOPIC_AUTHORIZATION_FAILED (29) on its partitions, and left
+// out of the answer to a null topic list. Only the coordinator answers (else NOT_COORDINATOR, at the
 // top level from v2 and per partition). Offsets are read from the durable
 // store, so they survive restarts of every cloud server. A null topic list
 // (v2+) returns every committed partition of the group; a partition with
@@ -15,16 +18,19 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/kafka"
 )
 
-func (cs *Server) handleOffsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequest) kmsg.Response {
+func (cs *Server) handleOffsetFetch(ctx context.Context, req *kafka.Request, r *kmsg.OffsetFetchRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.OffsetFetchResponse)
 	code := int16(0)
 	var stored []committedOffset
 	switch {
 	case r.Group == "":
 		code = kafka.CodeInvalidGroupID
+	case !mayUseGroup(req, r.Group):
+		code = kafka.CodeGroupAuthorizationFailed
 	case !cs.isCoordinator(r.Group):
 		code = kafka.CodeNotCoordinator
 	default:
@@ -48,6 +54,9 @@ func (cs *Server) handleOffsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequ
 	if r.Topics == nil && r.Version >= 2 {
 		var cur *kmsg.OffsetFetchResponseTopic
 		for _, o := range stored {
+			if !req.Allowed(auth.Consume, o.topic, "") {
+				continue // a listing shows only the topics the principal may consume
+			}
 			if cur == nil || cur.Topic != o.topic {
 				resp.Topics = append(resp.Topics, kmsg.NewOffsetFetchResponseTopic())
 				cur = &resp.Topics[len(resp.Topics)-1]
@@ -59,6 +68,10 @@ func (cs *Server) handleOffsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequ
 		}
 		return resp
 	}
+	var denied map[string]bool
+	if code == 0 {
+		denied = deniedTopics(req, r.Topics, func(t kmsg.OffsetFetchRequestTopic) string { return t.Topic })
+	}
 	for _, rt := range r.Topics {
 		st := kmsg.NewOffsetFetchResponseTopic()
 		st.Topic = rt.Topic
@@ -66,7 +79,9 @@ func (cs *Server) handleOffsetFetch(ctx context.Context, r *kmsg.OffsetFetchRequ
 			sp := kmsg.NewOffsetFetchResponseTopicPartition()
 			sp.Partition, sp.Offset, sp.LeaderEpoch, sp.ErrorCode = p, -1, -1, code
 			sp.Metadata = kmsg.StringPtr("")
-			if o, ok := byTP[tp{rt.Topic, p}]; ok {
+			if denied[rt.Topic] {
+				sp.ErrorCode = kafka.CodeTopicAuthorizationFailed
+			} else if o, ok := byTP[tp{rt.Topic, p}]; ok {
 				sp.Offset, sp.Metadata = o.offset, kmsg.StringPtr(o.metadata)
 			}
 			st.Partitions = append(st.Partitions, sp)

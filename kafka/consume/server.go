@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/listen"
 	"github.com/tributary-io/tributary/tables"
@@ -67,7 +68,12 @@ var apis = kafka.APIs{
 	kafka.HeartbeatKey:       {Min: 0, Max: 4},
 	kafka.LeaveGroupKey:      {Min: 0, Max: 5},
 	kafka.SyncGroupKey:       {Min: 0, Max: 5},
+	kafka.DescribeGroupsKey:  {Min: 0, Max: 5},
+	kafka.ListGroupsKey:      {Min: 0, Max: 4},
 	kafka.ApiVersionsKey:     kafka.ApiVersionsVersions,
+	// Answered by kafka.Server (SASL authentication).
+	kafka.SaslHandshakeKey:    kafka.SaslHandshakeVersions,
+	kafka.SaslAuthenticateKey: kafka.SaslAuthenticateVersions,
 }
 
 // Server serves Kafka consumers from the stream tables (see the
@@ -160,30 +166,34 @@ func (cs *Server) Handle(ctx context.Context, req *kafka.Request) (kmsg.Response
 	case *kmsg.ApiVersionsRequest:
 		return kafka.HandleApiVersions(req, r, apis), false
 	case *kmsg.MetadataRequest:
-		return cs.handleMetadata(ctx, r), false
+		return cs.handleMetadata(ctx, req, r), false
 	case *kmsg.ProduceRequest:
 		if resp := cs.handleProduce(req, r); resp != nil {
 			return resp, false
 		}
 		return nil, false
 	case *kmsg.ListOffsetsRequest:
-		return cs.handleListOffsets(ctx, r), false
+		return cs.handleListOffsets(ctx, req, r), false
 	case *kmsg.FetchRequest:
-		return cs.handleFetch(ctx, r), false
+		return cs.handleFetch(ctx, req, r), false
 	case *kmsg.FindCoordinatorRequest:
-		return cs.handleFindCoordinator(r), false
+		return cs.handleFindCoordinator(req, r), false
 	case *kmsg.JoinGroupRequest:
 		return cs.handleJoinGroup(ctx, req, r), false
 	case *kmsg.SyncGroupRequest:
-		return cs.handleSyncGroup(ctx, r), false
+		return cs.handleSyncGroup(ctx, req, r), false
 	case *kmsg.HeartbeatRequest:
-		return cs.handleHeartbeat(r), false
+		return cs.handleHeartbeat(req, r), false
 	case *kmsg.LeaveGroupRequest:
-		return cs.handleLeaveGroup(r), false
+		return cs.handleLeaveGroup(req, r), false
 	case *kmsg.OffsetCommitRequest:
-		return cs.handleOffsetCommit(ctx, r), false
+		return cs.handleOffsetCommit(ctx, req, r), false
 	case *kmsg.OffsetFetchRequest:
-		return cs.handleOffsetFetch(ctx, r), false
+		return cs.handleOffsetFetch(ctx, req, r), false
+	case *kmsg.DescribeGroupsRequest:
+		return cs.handleDescribeGroups(req, r), false
+	case *kmsg.ListGroupsRequest:
+		return cs.handleListGroups(req, r), false
 	}
 	panic(fmt.Sprintf("kafka: no cloud handler for key %d", req.Key))
 }
@@ -240,6 +250,16 @@ func peerBroker(addr string) (int32, string, int32) {
 	return kafka.BrokerID(addr), h, p
 }
 
+// mayConsume decides a topic (audited when denied).
+func mayConsume(req *kafka.Request, topic string) bool {
+	return req.Authorize(auth.Consume, topic, "")
+}
+
+// mayUseGroup decides a consumer group (audited when denied).
+func mayUseGroup(req *kafka.Request, group string) bool {
+	return req.Authorize(auth.Consume, "", group)
+}
+
 // streamOf validates a topic name as a stream name.
 func streamOf(topic string) (string, bool) {
 	if _, _, err := tributary.ParseStream(topic); err != nil {
@@ -250,3 +270,24 @@ func streamOf(topic string) (string, bool) {
 
 // ListenerStats are the listener's connection counters.
 func (cs *Server) ListenerStats() listen.Stats { return cs.conn.ListenerStats() }
+
+// deniedTopics decides each distinct topic of a request once (a denial
+// audited once) and returns those the principal may not consume.
+func deniedTopics[T any](req *kafka.Request, topics []T, name func(T) string) map[string]bool {
+	var denied map[string]bool
+	seen := map[string]bool{}
+	for _, t := range topics {
+		n := name(t)
+		if seen[n] {
+			continue
+		}
+		seen[n] = true
+		if !mayConsume(req, n) {
+			if denied == nil {
+				denied = map[string]bool{}
+			}
+			denied[n] = true
+		}
+	}
+	return denied
+}

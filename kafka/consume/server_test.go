@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/kafka/kafkatest"
 	"github.com/tributary-io/tributary/tables"
@@ -36,6 +37,8 @@ type cloudEnv struct {
 	// quiet discards the server's log (fuzz targets may not log through
 	// testing.F).
 	quiet bool
+	// auth, when set, is the servers' Authority.
+	auth *auth.Authority
 }
 
 func newCloudEnv(t testing.TB, nodes ...string) *cloudEnv {
@@ -108,7 +111,7 @@ func (e *cloudEnv) start(t testing.TB) *Server {
 	if e.quiet {
 		w = io.Discard
 	}
-	cfg := Config{Config: kafka.Config{Addr: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(w, nil))},
+	cfg := Config{Config: kafka.Config{Addr: "127.0.0.1:0", Auth: e.auth, Logger: slog.New(slog.NewTextHandler(w, nil))},
 		OffsetsDB: "sqlite://" + filepath.Join(e.dir, "catalog.db")}
 	cs, err := NewServer(cfg, e.cat)
 	if err != nil {

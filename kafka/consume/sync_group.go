@@ -18,8 +18,12 @@ import (
 	"github.com/tributary-io/tributary/kafka"
 )
 
-func (cs *Server) handleSyncGroup(ctx context.Context, r *kmsg.SyncGroupRequest) kmsg.Response {
+func (cs *Server) handleSyncGroup(ctx context.Context, req *kafka.Request, r *kmsg.SyncGroupRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.SyncGroupResponse)
+	if !mayUseGroup(req, r.Group) {
+		resp.ErrorCode = kafka.CodeGroupAuthorizationFailed
+		return resp
+	}
 	if !cs.isCoordinator(r.Group) {
 		resp.ErrorCode = kafka.CodeNotCoordinator
 		return resp

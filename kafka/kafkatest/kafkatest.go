@@ -14,6 +14,8 @@ import (
 	"hash/crc32"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -212,4 +214,19 @@ func Compress(codec int16, in []byte) []byte {
 		w.Close()
 	}
 	return buf.Bytes()
+}
+
+// WriteFuzzSeeds writes seeds as the corpus of fuzz target fuzz under
+// testdata/fuzz, in go test's corpus file format.
+func WriteFuzzSeeds(t testing.TB, fuzz string, seeds map[string][]byte) {
+	t.Helper()
+	dir := filepath.Join("testdata", "fuzz", fuzz)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range seeds {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", b)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

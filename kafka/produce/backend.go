@@ -63,6 +63,9 @@ type ProducerRun struct {
 	FirstSeq      int32
 	LastSeq       int32
 	FirstOffset   int64
+	// Principal is who appended the run ("" = anonymous): the producer id
+	// stays bound to it (producers.go).
+	Principal string `json:",omitempty"`
 }
 
 // Backend is what the Kafka produce server needs from the node: the
@@ -141,7 +144,7 @@ func RunsFromRecords(recs []*tributary.Record, keep int) []ProducerRun {
 		rs = append(rs, ProducerRun{
 			Stream: r.Stream, Partition: r.Partition, ProducerID: r.ProducerID,
 			ProducerEpoch: r.ProducerEpoch, FirstSeq: r.Sequence, LastSeq: r.Sequence,
-			FirstOffset: r.Offset,
+			FirstOffset: r.Offset, Principal: r.Principal,
 		})
 		if keep > 0 && len(rs) > keep {
 			rs = append(rs[:0], rs[len(rs)-keep:]...)

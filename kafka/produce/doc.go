@@ -24,7 +24,14 @@
 //     Start from Backend.ProducerRuns, which the node derives from the WAL
 //     records (they carry producer id, epoch and sequence, so the state is
 //     written in the same transaction as the data) plus its snapshot.
-//  4. Bad input stays local. A malformed frame or request closes only its
+//  4. Only what the principal may do. A Produce to a stream the
+//     connection's principal may not produce to (auth.Produce) is
+//     TOPIC_AUTHORIZATION_FAILED and appends nothing; the stream is
+//     neither looked up nor auto-created for it, and Metadata lists only
+//     the streams it may produce to. Every record carries the principal
+//     (Record.Principal), and an idempotent producer id is usable only by
+//     the principal it was handed to (producers.go).
+//  5. Bad input stays local. A malformed frame or request closes only its
 //     connection; a bad batch fails only its partition.
 //
 // # Outline

@@ -7,6 +7,10 @@ package produce
 //     a new producer id from the backend (unique across nodes and restarts)
 //     with epoch 0, whatever producer id/epoch it carries (v3+), exactly as
 //     Kafka does for non-transactional producers.
+//   - Any principal the connection authenticated as (or an anonymous one,
+//     when anonymous clients are admitted) may ask; the new producer id is
+//     bound to that principal, and a Produce that uses it from another
+//     principal is refused (producers.go).
 //   - A transactional id is refused with INVALID_REQUEST (42) and a clear
 //     message: transactions are not supported at the edge, and we do not
 //     advertise FindCoordinator.
@@ -19,7 +23,7 @@ import (
 	"github.com/tributary-io/tributary/kafka"
 )
 
-func (s *Server) handleInitProducerID(ctx context.Context, r *kmsg.InitProducerIDRequest) kmsg.Response {
+func (s *Server) handleInitProducerID(ctx context.Context, req *kafka.Request, r *kmsg.InitProducerIDRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
 	if r.TransactionalID != nil {
@@ -33,6 +37,7 @@ func (s *Server) handleInitProducerID(ctx context.Context, r *kmsg.InitProducerI
 		resp.ErrorCode = kafka.CodeKafkaStorageError
 		return resp
 	}
+	s.prod.bind(pid, req.Principal.Name)
 	resp.ProducerID, resp.ProducerEpoch = pid, 0
 	return resp
 }

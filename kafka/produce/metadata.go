@@ -17,6 +17,10 @@ package produce
 //     newer; replicas and ISR are that node alone. A partition whose owner
 //     is not among the known brokers (a dead node nobody took over yet) is
 //     LEADER_NOT_AVAILABLE (5), which clients retry.
+//   - Authorization (the connection's principal, auth.Produce): a listing
+//     of every stream shows only those the principal may produce to; a
+//     named stream it may not is TOPIC_AUTHORIZATION_FAILED (29), checked
+//     before the lookup, so such a request never auto-creates it.
 //   - Brokers are the backend's nodes; this node's entry gets the
 //     advertised address. The controller is this node.
 //   - v10+ topic ids are derived from the topic name (topicID), so they are
@@ -32,10 +36,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/kafka"
 )
 
-func (s *Server) handleMetadata(ctx context.Context, r *kmsg.MetadataRequest) kmsg.Response {
+func (s *Server) handleMetadata(ctx context.Context, req *kafka.Request, r *kmsg.MetadataRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.MetadataResponse)
 	self := kafka.BrokerID(s.b.NodeID())
 	known := make(map[string]bool)
@@ -67,7 +72,9 @@ func (s *Server) handleMetadata(ctx context.Context, r *kmsg.MetadataRequest) km
 		}
 		sort.Slice(topics, func(i, j int) bool { return topics[i].Stream < topics[j].Stream })
 		for _, t := range topics {
-			resp.Topics = append(resp.Topics, s.metadataTopic(t, known))
+			if req.Allowed(auth.Produce, t.Stream, "") {
+				resp.Topics = append(resp.Topics, s.metadataTopic(t, known))
+			}
 		}
 		return resp
 	}
@@ -99,6 +106,14 @@ func (s *Server) handleMetadata(ctx context.Context, r *kmsg.MetadataRequest) km
 		mt.Topic = kmsg.StringPtr(name)
 		if _, _, err := tributary.ParseStream(name); err != nil {
 			mt.ErrorCode = kafka.CodeInvalidTopic
+			resp.Topics = append(resp.Topics, mt)
+			continue
+		}
+		if !req.Authorize(auth.Produce, name, "") { // before the lookup: nothing created, existence not told
+			mt.ErrorCode = kafka.CodeTopicAuthorizationFailed
+			if rt.Topic == nil {
+				mt.Topic, mt.TopicID = nil, rt.TopicID
+			}
 			resp.Topics = append(resp.Topics, mt)
 			continue
 		}

@@ -18,8 +18,15 @@ package produce
 //     vs empty kept, headers in order and byte-exact, ProducerTimestamp the
 //     batch's first timestamp plus the record's delta, producer id, epoch and
 //     per-record sequence from the batch).
+//   - Each record carries the connection's principal (Record.Principal; ""
+//     for an anonymous client).
 //   - Errors, per partition: INVALID_TOPIC_EXCEPTION (17) for names that are
-//     not streams; UNKNOWN_TOPIC_OR_PARTITION (3) for unknown streams (unless
+//     not streams; TOPIC_AUTHORIZATION_FAILED (29) for every partition of a
+//     topic the principal may not produce to (checked before the stream is
+//     looked up or auto-created, so nothing is created, written, or told
+//     about the stream's existence); INVALID_PRODUCER_ID_MAPPING (49) for a
+//     batch whose producer id was handed to another principal
+//     (producers.go); UNKNOWN_TOPIC_OR_PARTITION (3) for unknown streams (unless
 //     auto-creation is on) or partitions; NOT_LEADER_OR_FOLLOWER (6) for a
 //     partition owned by another node (the table's tributary.owner.<p>, or
 //     the backend's ErrNotLeader when ownership moved after the lookup), so
@@ -53,6 +60,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/kafka"
 )
 
@@ -89,7 +97,7 @@ func (s *Server) handleProduce(ctx context.Context, req *kafka.Request, r *kmsg.
 		if reqErr.code == 0 {
 			var ok bool
 			if tl, ok = topics[rt.Topic]; !ok {
-				tl = s.produceTopic(ctx, rt.Topic)
+				tl = s.produceTopic(ctx, req, rt.Topic)
 				topics[rt.Topic] = tl
 			}
 		}
@@ -106,7 +114,7 @@ func (s *Server) handleProduce(ctx context.Context, req *kafka.Request, r *kmsg.
 			wg.Add(1)
 			go func(sl *slot, records []byte) {
 				defer wg.Done()
-				sl.res = s.producePartition(ctx, req.ClientID, sl.topic, sl.partition, records)
+				sl.res = s.producePartition(ctx, req, sl.topic, sl.partition, records)
 			}(&ps[i], rp.Records)
 		}
 	}
@@ -152,9 +160,12 @@ type topicLookup struct {
 	msg  string
 }
 
-func (s *Server) produceTopic(ctx context.Context, topic string) topicLookup {
+func (s *Server) produceTopic(ctx context.Context, req *kafka.Request, topic string) topicLookup {
 	if _, _, err := tributary.ParseStream(topic); err != nil {
 		return topicLookup{code: kafka.CodeInvalidTopic, msg: err.Error()}
+	}
+	if !req.Authorize(auth.Produce, topic, "") { // before the lookup: existence is not told, nothing is created
+		return topicLookup{code: kafka.CodeTopicAuthorizationFailed, msg: "not authorized to produce to " + topic}
 	}
 	ti, code, _ := s.lookupTopic(ctx, topic, s.cfg.AutoCreate)
 	var msg string
@@ -194,7 +205,8 @@ func (s *Server) checkPartition(tl topicLookup, rp kmsg.ProduceRequestTopicParti
 }
 
 // producePartition decodes one batch, checks idempotence and appends it.
-func (s *Server) producePartition(ctx context.Context, clientID, topic string, partition int32, raw []byte) (res partResult) {
+func (s *Server) producePartition(ctx context.Context, req *kafka.Request, topic string, partition int32, raw []byte) (res partResult) {
+	clientID := req.ClientID
 	start := time.Now()
 	defer func() {
 		if res.code == 0 {
@@ -220,7 +232,12 @@ func (s *Server) producePartition(ctx context.Context, clientID, topic string, p
 		s.log.Info("kafka: refusing batch", "head", fmt.Sprintf("%x", raw[:min(len(raw), 80)]), "client", clientID, "stream", topic, "partition", partition, "err", err)
 		return partResult{code: batchErrorCode(err), msg: err.Error()}
 	}
-	recs := s.walRecords(clientID, topic, partition, b)
+	if b.Idempotent() && !s.prod.claim(b.ProducerID, req.Principal.Name) {
+		s.log.Warn("kafka: refusing a producer id bound to another principal", "producer_id", b.ProducerID,
+			"principal", req.Principal.String(), "client", clientID, "stream", topic, "partition", partition)
+		return partResult{code: kafka.CodeInvalidProducerIDMapping, msg: fmt.Sprintf("producer id %d was not assigned to this principal", b.ProducerID)}
+	}
+	recs := s.walRecords(clientID, req.Principal.Name, topic, partition, b)
 	if !b.Idempotent() {
 		return s.appendBatch(ctx, recs)
 	}
@@ -239,7 +256,7 @@ func (s *Server) producePartition(ctx context.Context, clientID, topic string, p
 	res = s.appendBatch(ctx, recs)
 	if res.code == 0 {
 		e.add(ProducerRun{Stream: topic, Partition: partition, ProducerID: b.ProducerID, ProducerEpoch: b.ProducerEpoch,
-			FirstSeq: b.BaseSequence, LastSeq: last, FirstOffset: res.baseOffset})
+			FirstSeq: b.BaseSequence, LastSeq: last, FirstOffset: res.baseOffset, Principal: req.Principal.Name})
 	}
 	return res
 }
@@ -271,7 +288,7 @@ func (s *Server) appendBatch(ctx context.Context, recs []*tributary.Record) part
 	return partResult{baseOffset: recs[0].Offset}
 }
 
-func (s *Server) walRecords(clientID, topic string, partition int32, b *kafka.Batch) []*tributary.Record {
+func (s *Server) walRecords(clientID, principal, topic string, partition int32, b *kafka.Batch) []*tributary.Record {
 	recs := make([]*tributary.Record, len(b.Records))
 	node := s.b.NodeID()
 	for i := range b.Records {
@@ -285,6 +302,7 @@ func (s *Server) walRecords(clientID, topic string, partition int32, b *kafka.Ba
 			Headers:           br.Headers,
 			Source:            "kafka",
 			ClientID:          clientID,
+			Principal:         principal,
 			Node:              node,
 			ProducerID:        b.ProducerID,
 			ProducerEpoch:     b.ProducerEpoch,

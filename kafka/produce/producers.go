@@ -23,6 +23,22 @@ import (
 //     ProducerIdleExpiry) is accepted at any sequence, as Kafka does when the
 //     producer's state has been removed.
 //
+// Producer ids are bound to principals: InitProducerId binds the id it
+// hands out to the connection's principal (anonymous = ""), and a Produce
+// whose batch carries an id bound to another principal is refused with
+// INVALID_PRODUCER_ID_MAPPING (49), nothing appended. That is the error a
+// Kafka broker gives when a producer uses an id not assigned to its
+// (transactional) identity; franz-go and the Java client answer it by
+// dropping the id and asking for a fresh one, which is the right recovery
+// for a client that re-authenticated as someone else. Not
+// CLUSTER_AUTHORIZATION_FAILED (the principal may produce idempotently)
+// nor TRANSACTIONAL_ID_AUTHORIZATION_FAILED (there is no transactional
+// id). An id with no binding (handed out before a restart and never used,
+// or idle past ProducerIdleExpiry) is claimed by the first principal that
+// produces with it; bindings are rebuilt at Start from the principal of
+// each run (ProducerRun.Principal, from Record.Principal), so a restart
+// does not free an id that was used.
+//
 // The check and the append are done under the entry's lock, so a
 // producer's batches for one partition are appended one at a time in
 // order; different producers and partitions proceed concurrently and share
@@ -51,10 +67,53 @@ type producers struct {
 	mu      sync.Mutex
 	m       map[producerKey]*producerEntry
 	created int
+	owners  map[int64]*pidOwner // producer id -> the principal it is bound to
+	bound   int
+}
+
+type pidOwner struct {
+	principal string
+	lastUsed  time.Time
 }
 
 func newProducers(expiry time.Duration) *producers {
-	return &producers{expiry: expiry, m: make(map[producerKey]*producerEntry)}
+	return &producers{expiry: expiry, m: make(map[producerKey]*producerEntry), owners: make(map[int64]*pidOwner)}
+}
+
+// bind records that pid belongs to principal.
+func (p *producers) bind(pid int64, principal string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.bindLocked(pid, principal, time.Now())
+}
+
+func (p *producers) bindLocked(pid int64, principal string, now time.Time) {
+	p.owners[pid] = &pidOwner{principal: principal, lastUsed: now}
+	if p.bound++; p.bound%1024 == 0 {
+		for id, o := range p.owners {
+			if now.Sub(o.lastUsed) > p.expiry {
+				delete(p.owners, id)
+			}
+		}
+	}
+}
+
+// claim tells whether principal may produce with pid: it is bound to
+// principal, or to nobody (then it is bound to principal now).
+func (p *producers) claim(pid int64, principal string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	o, ok := p.owners[pid]
+	if !ok {
+		p.bindLocked(pid, principal, now)
+		return true
+	}
+	if o.principal != principal {
+		return false
+	}
+	o.lastUsed = now
+	return true
 }
 
 // lock returns the locked entry for k, creating it.
@@ -100,6 +159,7 @@ func (p *producers) load(runs []ProducerRun) {
 		e := p.lock(producerKey{r.Stream, r.Partition, r.ProducerID})
 		e.add(r)
 		e.mu.Unlock()
+		p.bind(r.ProducerID, r.Principal)
 	}
 }
 

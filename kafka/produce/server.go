@@ -108,6 +108,8 @@ func (c Config) Validate() error {
 //   - InitProducerId v0–v4: idempotent producers only.
 //   - Fetch v4–v12: advertised for librdkafka's feature detection only and
 //     refused per partition (see fetch.go).
+//   - SaslHandshake v0–v1, SaslAuthenticate v0–v2: answered by
+//     kafka.Server, listed so that ApiVersions advertises them.
 //   - ApiVersions v0–v4 (kafka.HandleApiVersions); no group or
 //     transaction APIs: this is the produce side of an edge node.
 var apis = kafka.APIs{
@@ -116,6 +118,9 @@ var apis = kafka.APIs{
 	kafka.MetadataKey:       {Min: 0, Max: 12},
 	kafka.ApiVersionsKey:    kafka.ApiVersionsVersions,
 	kafka.InitProducerIDKey: {Min: 0, Max: 4},
+	// Answered by kafka.Server (SASL authentication).
+	kafka.SaslHandshakeKey:    kafka.SaslHandshakeVersions,
+	kafka.SaslAuthenticateKey: kafka.SaslAuthenticateVersions,
 }
 
 // Stats are counters of a Server.
@@ -211,11 +216,11 @@ func (s *Server) Handle(ctx context.Context, req *kafka.Request) (resp kmsg.Resp
 	case *kmsg.FetchRequest:
 		return s.handleFetch(req, r), false
 	case *kmsg.MetadataRequest:
-		return s.handleMetadata(ctx, r), false
+		return s.handleMetadata(ctx, req, r), false
 	case *kmsg.ProduceRequest:
 		return s.handleProduce(ctx, req, r)
 	case *kmsg.InitProducerIDRequest:
-		return s.handleInitProducerID(ctx, r), false
+		return s.handleInitProducerID(ctx, req, r), false
 	}
 	// kafka.DecodeRequest admits only the keys of apis.
 	panic(fmt.Sprintf("kafka: no handler for key %d", req.Key))
