@@ -294,6 +294,10 @@ func (n *Node) ListenerTLS() *listen.TLS { return n.tls }
 // error the old ones stay (see listen.TLS.Reload).
 func (n *Node) ReloadTLS() error { return n.tls.Reload() }
 
+// ReloadAuth reads the password file and the JWT keys again (SIGHUP); on
+// an error the old ones stay (see auth.Authority.Reload).
+func (n *Node) ReloadAuth() error { return n.auth.Reload() }
+
 // catalogTLS is the client TLS of an https:// REST catalog whose
 // certificate is verified against caFile (nil without one: the system's
 // roots).

@@ -137,7 +137,7 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 		log.Error("open", "err", err)
 		return 1
 	}
-	onSIGHUP(ctx, log, srv.ReloadTLS)
+	onSIGHUP(ctx, log, srv.ReloadTLS, srv.ReloadAuth)
 	code := 0
 	// The ready file before the ready line: whoever saw the line finds the file.
 	if err := writeReadyFile(*readyFile, map[string]string{"catalog": srv.CatalogAddr(), "kafka": srv.KafkaAddr(), "pulsar": srv.PulsarAddr()}); err != nil {

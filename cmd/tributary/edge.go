@@ -137,9 +137,9 @@ func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *sl
 		n.Close(context.Background())
 		return 1
 	}
-	reloads := []func() error{n.ReloadTLS}
+	reloads := []func() error{n.ReloadTLS, n.ReloadAuth}
 	if cs != nil {
-		reloads = append(reloads, cs.ReloadTLS)
+		reloads = append(reloads, cs.ReloadTLS, cs.ReloadAuth)
 	}
 	onSIGHUP(ctx, log, reloads...)
 	simDone := make(chan struct{})

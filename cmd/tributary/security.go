@@ -29,8 +29,9 @@ func readSecurity(path string, s *config.Security) error {
 }
 
 // onSIGHUP calls each reload on every SIGHUP until ctx ends: certificates
-// (listen.TLS.Reload) are read again without a restart. A failed reload
-// keeps what was loaded before; it logs its own error.
+// (listen.TLS.Reload), the password file and the JWT keys
+// (auth.Authority.Reload) are read again without a restart. A failed
+// reload keeps what was loaded before; its error is logged here.
 func onSIGHUP(ctx context.Context, log *slog.Logger, reloads ...func() error) {
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, syscall.SIGHUP)
@@ -41,9 +42,11 @@ func onSIGHUP(ctx context.Context, log *slog.Logger, reloads ...func() error) {
 			case <-ctx.Done():
 				return
 			case <-ch:
-				log.Info("SIGHUP: reloading certificates")
+				log.Info("SIGHUP: reloading certificates, password file and JWT keys")
 				for _, r := range reloads {
-					_ = r()
+					if err := r(); err != nil {
+						log.Error("reload failed; what was loaded before stays in force", "err", err)
+					}
 				}
 			}
 		}
