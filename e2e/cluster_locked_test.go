@@ -30,6 +30,7 @@ import (
 // more, no record is forwarded in or stored as a replica; (3) a node with
 // the cluster's certificate but the wrong gossip key does not join.
 func TestClusterLocked(t *testing.T) {
+	certs := t.TempDir()
 	ca := testkit.NewCA(t)
 	gossipKey := func() string {
 		b := make([]byte, 32)
@@ -38,8 +39,7 @@ func TestClusterLocked(t *testing.T) {
 	}
 	key, wrongKey := gossipKey(), gossipKey()
 	locks := func(id string) string {
-		nf := ca.Node(t, id)
-		cert, k, caFile := nf.CertFile, nf.KeyFile, ca.Files()
+		cert, k, caFile := ca.WriteFiles(t, certs, id)
 		g := key
 		if id == "n4" {
 			g = wrongKey
@@ -104,11 +104,11 @@ func TestClusterLocked(t *testing.T) {
 	raw.Close()
 
 	rogueCA := testkit.NewCA(t)
-	rogueCert := rogueCA.Node(t, "n1").TLS(t)
+	rogueCert := rogueCA.Issue(t, "n1")
 	for name, cfg := range map[string]peer.Config{
 		"no TLS": {},
-		"another CA": {ServerTLS: &tls.Config{Certificates: []tls.Certificate{rogueCert}, ClientCAs: rogueCA.Pool()},
-			ClientTLS: &tls.Config{Certificates: []tls.Certificate{rogueCert}, RootCAs: ca.Pool()}},
+		"another CA": {ServerTLS: &tls.Config{Certificates: []tls.Certificate{rogueCert}, ClientCAs: rogueCA.Pool},
+			ClientTLS: &tls.Config{Certificates: []tls.Certificate{rogueCert}, RootCAs: ca.Pool}},
 	} {
 		cfg.NodeID, cfg.Addr = "n1", "127.0.0.1:0"
 		rogue, err := peer.Listen(cfg)
@@ -123,7 +123,7 @@ func TestClusterLocked(t *testing.T) {
 		rogue.Close(ctx)
 	}
 
-	tc, err := tls.Dial("tcp", n2.Peer, &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"})
+	tc, err := tls.Dial("tcp", n2.Peer, &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1"})
 	if err == nil { // TLS 1.3: the missing certificate is refused on the first read
 		tc.Write(request(32))
 		tc.SetReadDeadline(time.Now().Add(10 * time.Second))

@@ -97,7 +97,7 @@ func startSecureDev(t *testing.T, dataDir string, extra ...string) (*proc, *test
 		t.Fatal(err)
 	}
 	p := startDev(t, dataDir, append([]string{"--security", sec, "--mqtt-ws-addr", "127.0.0.1:0"}, extra...)...)
-	p.TLS = &tls.Config{RootCAs: ca.Pool()}
+	p.TLS = &tls.Config{RootCAs: ca.Pool}
 	return p, ca
 }
 

@@ -81,7 +81,7 @@ func TestKafkaAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := startDev(t, dir, "--security", secFile)
-	roots := &tls.Config{RootCAs: ca.Pool()}
+	roots := &tls.Config{RootCAs: ca.Pool}
 	const stream = "factory.telemetry"
 
 	kcatProduce := func(mech, user, pass, topic string, values ...string) (string, error) {

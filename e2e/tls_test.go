@@ -33,7 +33,7 @@ func TestTLSListeners(t *testing.T) {
 	if !strings.Contains(p.logs(), "tls=mqtt,mqtt_ws,kafka,pulsar,http,rest") {
 		t.Errorf("ready line does not list the TLS listeners:\n%s", p.tail(5))
 	}
-	roots := &tls.Config{RootCAs: ca.Pool()}
+	roots := &tls.Config{RootCAs: ca.Pool}
 
 	// A plain-text client on each TLS port is closed at once.
 	for name, addr := range map[string]string{"mqtt": p.MQTT, "mqtt_ws": p.MQTTWS, "kafka": p.Kafka, "http": p.HTTP,
@@ -152,7 +152,7 @@ func TestTLSEdgeToCloud(t *testing.T) {
 		"http_addr: 127.0.0.1:0\nuplink:\n  commit_interval: 200ms\nmaintenance:\n  enabled: false\n%s",
 		dir, cloud.Catalog, token, ca.Files(), dir, security))
 	edge := startEdge(t, dir, edgeCfg)
-	roots := &tls.Config{RootCAs: ca.Pool()}
+	roots := &tls.Config{RootCAs: ca.Pool}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if sum, err := firmwaresim.Run(ctx, firmwaresim.Config{Broker: "tls://" + edge.MQTT, TLS: roots, Devices: 1, Messages: 5,

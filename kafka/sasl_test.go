@@ -364,7 +364,7 @@ func TestSASLClientCertificate(t *testing.T) {
 	sec := kafkatest.NewSecurity(t, "alice")
 	s := startSASLServerWith(t, sec.Authority(t), listen.Config{TLS: tl.Server("kafka")})
 	dial := func(certs ...tls.Certificate) *kafkatest.Conn {
-		c, err := tls.Dial("tcp", s.Addr(), &tls.Config{RootCAs: ca.Pool(), Certificates: certs})
+		c, err := tls.Dial("tcp", s.Addr(), &tls.Config{RootCAs: ca.Pool, Certificates: certs})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -85,14 +85,14 @@ func TestTLSAccept(t *testing.T) {
 	srv := ca.Server(t)
 	l, _ := tlsListener(t, TLSFiles{CertFile: srv.CertFile, KeyFile: srv.KeyFile, ClientCAFile: ca.Files()},
 		Config{HandshakeTimeout: 300 * time.Millisecond})
-	if cn, err := tlsDial(t, l, ca.Pool()); err != nil || cn != "-" {
+	if cn, err := tlsDial(t, l, ca.Pool); err != nil || cn != "-" {
 		t.Fatalf("without a client certificate: %q %v", cn, err)
 	}
-	if cn, err := tlsDial(t, l, ca.Pool(), ca.Client(t, "sensor-7").TLS(t)); err != nil || cn != "sensor-7" {
+	if cn, err := tlsDial(t, l, ca.Pool, ca.Client(t, "sensor-7").TLS(t)); err != nil || cn != "sensor-7" {
 		t.Fatalf("PeerCertificate CN %q, %v; want sensor-7", cn, err)
 	}
 	// Ready through the *tls.Conn stops the handshake deadline.
-	c, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: ca.Pool()})
+	c, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: ca.Pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestTLSAccept(t *testing.T) {
 	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "-\nping" {
 		t.Fatalf("after the deadline: %q %v", buf, err)
 	}
-	if _, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: testkit.NewCA(t).Pool()}); err == nil {
+	if _, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: testkit.NewCA(t).Pool}); err == nil {
 		t.Fatal("a client trusting another CA accepted the server")
 	}
 }
@@ -148,7 +148,7 @@ func TestTLSClientCert(t *testing.T) {
 	srv := ca.Server(t)
 	l, _ := tlsListener(t, TLSFiles{CertFile: srv.CertFile, KeyFile: srv.KeyFile, ClientCAFile: ca.Files(),
 		RequireClientCert: true}, Config{})
-	if cn, err := tlsDial(t, l, ca.Pool(), ca.Client(t, "plc-1").TLS(t)); err != nil || cn != "plc-1" {
+	if cn, err := tlsDial(t, l, ca.Pool, ca.Client(t, "plc-1").TLS(t)); err != nil || cn != "plc-1" {
 		t.Fatalf("good certificate: %q %v", cn, err)
 	}
 	for name, certs := range map[string][]tls.Certificate{
@@ -156,7 +156,7 @@ func TestTLSClientCert(t *testing.T) {
 		"other CA": {other.Client(t, "plc-1").TLS(t)},
 		"expired":  {ca.Client(t, "plc-1", testkit.Expired()).TLS(t)},
 	} {
-		if cn, err := tlsDial(t, l, ca.Pool(), certs...); err == nil {
+		if cn, err := tlsDial(t, l, ca.Pool, certs...); err == nil {
 			t.Fatalf("%s: client accepted as %q", name, cn)
 		}
 	}
@@ -168,7 +168,7 @@ func TestTLSExpiredServer(t *testing.T) {
 	ca := testkit.NewCA(t)
 	srv := ca.ServerWith(t, testkit.Expired())
 	l, _ := tlsListener(t, TLSFiles{CertFile: srv.CertFile, KeyFile: srv.KeyFile}, Config{})
-	_, err := tlsDial(t, l, ca.Pool())
+	_, err := tlsDial(t, l, ca.Pool)
 	var inv x509.CertificateInvalidError
 	if !errors.As(err, &inv) || inv.Reason != x509.Expired {
 		t.Fatalf("dial to an expired certificate: %v", err)
@@ -218,17 +218,17 @@ func TestTLSReloadClientCA(t *testing.T) {
 	l, tl := tlsListener(t, TLSFiles{CertFile: srv.CertFile, KeyFile: srv.KeyFile, ClientCAFile: caFile,
 		RequireClientCert: true}, Config{})
 	oldClient, newClient := oldCA.Client(t, "old").TLS(t), newCA.Client(t, "new").TLS(t)
-	if _, err := tlsDial(t, l, oldCA.Pool(), newClient); err == nil {
+	if _, err := tlsDial(t, l, oldCA.Pool, newClient); err == nil {
 		t.Fatal("a client of a CA not yet trusted got in")
 	}
 	copyFile(t, newCA.Files(), caFile)
 	if err := tl.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if cn, err := tlsDial(t, l, oldCA.Pool(), newClient); err != nil || cn != "new" {
+	if cn, err := tlsDial(t, l, oldCA.Pool, newClient); err != nil || cn != "new" {
 		t.Fatalf("client of the reloaded CA: %q %v", cn, err)
 	}
-	if _, err := tlsDial(t, l, oldCA.Pool(), oldClient); err == nil {
+	if _, err := tlsDial(t, l, oldCA.Pool, oldClient); err == nil {
 		t.Fatal("a client of the CA reloaded away still got in")
 	}
 }
@@ -256,7 +256,7 @@ func TestTLSGracefulClose(t *testing.T) {
 		c.Write([]byte("GOODBYE"))
 		c.Close()
 	})
-	c, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: ca.Pool()})
+	c, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: ca.Pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +370,7 @@ func TestTLSHTTP(t *testing.T) {
 	}))
 	go hs.Serve(l)
 	defer hs.Close()
-	cl := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool()}}}
+	cl := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.Pool}}}
 	r, err := cl.Get("https://" + l.Addr().String() + "/")
 	if err != nil {
 		t.Fatal(err)

@@ -132,10 +132,23 @@ type testCluster struct {
 
 func startCluster(t *testing.T, n int, mutate ...func(*ClusterConfig)) *testCluster {
 	t.Helper()
+	return startClusterWith(t, n, nil, mutate...)
+}
+
+// startClusterWith is startCluster with server (non-nil) changing each
+// node's Config.
+func startClusterWith(t *testing.T, n int, server func(*Config), mutate ...func(*ClusterConfig)) *testCluster {
+	t.Helper()
 	tc := &testCluster{mesh: newMesh(), dead: map[string]bool{}}
 	for i := range n {
 		id := fmt.Sprintf("n%d", i+1)
-		tc.nodes = append(tc.nodes, startServer(t, func(c *Config) { c.NodeID = id; c.WSAddr = "" }))
+		tc.nodes = append(tc.nodes, startServer(t, func(c *Config) {
+			c.NodeID = id
+			c.WSAddr = ""
+			if server != nil {
+				server(c)
+			}
+		}))
 	}
 	for _, ts := range tc.nodes {
 		self := ts.cfg.NodeID

@@ -1,7 +1,6 @@
 package mqtt
 
 import (
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"strings"
@@ -13,57 +12,8 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 
 	"github.com/tributary-io/tributary"
-	"github.com/tributary-io/tributary/listen"
+	"github.com/tributary-io/tributary/auth"
 )
-
-// authHook authenticates CONNECT packets: any client when users is empty,
-// else a matching username and password. Authenticated clients may publish
-// and subscribe to any topic.
-type authHook struct {
-	mochi.HookBase
-	users        map[string]string
-	maxKeepAlive uint16 // seconds; see Config.MaxKeepAlive
-}
-
-func (h *authHook) ID() string { return "tributary-auth" }
-
-func (h *authHook) Provides(b byte) bool {
-	return b == mochi.OnConnectAuthenticate || b == mochi.OnACLCheck || b == mochi.OnConnect
-}
-
-// OnConnect caps the client's keep-alive: a client asking for none (0) or
-// for more than the cap gets the cap, enforced by the read deadline (one
-// and a half keep-alives without a packet close the connection), and an
-// MQTT 5 client is told in CONNACK's Server Keep Alive [MQTT-3.2.2-21].
-// Without a cap a half-open connection of a client that asked for no
-// keep-alive would be kept forever.
-func (h *authHook) OnConnect(cl *mochi.Client, pk packets.Packet) error {
-	if ka := cl.State.Keepalive; h.maxKeepAlive > 0 && (ka == 0 || ka > h.maxKeepAlive) {
-		cl.State.Keepalive = h.maxKeepAlive
-		cl.State.ServerKeepalive = true
-	}
-	return nil
-}
-
-func (h *authHook) OnConnectAuthenticate(cl *mochi.Client, pk packets.Packet) bool {
-	if !h.authenticate(pk) {
-		return false
-	}
-	listen.Ready(cl.Net.Conn) // CONNECT accepted: the handshake deadline is met
-	return true
-}
-
-func (h *authHook) authenticate(pk packets.Packet) bool {
-	if len(h.users) == 0 {
-		return true
-	}
-	want, ok := h.users[string(pk.Connect.Username)]
-	// Compare even for an unknown user so that timing does not tell.
-	match := subtle.ConstantTimeCompare([]byte(want), pk.Connect.Password) == 1
-	return ok && match && pk.Connect.UsernameFlag && pk.Connect.PasswordFlag
-}
-
-func (h *authHook) OnACLCheck(cl *mochi.Client, topic string, write bool) bool { return true }
 
 // publishHook makes every network publish durable before mochi acks and
 // delivers it; see the package comment.
@@ -99,22 +49,28 @@ func (h *publishHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets
 }
 
 // OnPublish runs on the client's read goroutine before mochi writes the
-// PUBACK/PUBREC, retains or delivers; it blocks until the record is durable.
+// PUBACK/PUBREC, retains or delivers, and after it resolved the topic
+// alias: it checks the ACL, then blocks until the record is durable.
 func (h *publishHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
 	if cl.Net.Inline {
 		return pk, nil // the node's own messages: not logged, see package comment
 	}
 	s := h.s
+	p, err := s.auth.authorize(cl, auth.Publish, pk.TopicName)
+	if err != nil {
+		return pk, s.deny(cl, pk)
+	}
 	if pk.FixedHeader.Retain && !s.retained.admit(pk.TopicName, len(pk.Payload)) {
 		return pk, s.refuse(cl, pk, s.router.StreamFor(pk.TopicName), errRetainedQuota)
 	}
 	rec := &tributary.Record{
-		Stream:   s.router.StreamFor(pk.TopicName),
-		Topic:    pk.TopicName,
-		Value:    pk.Payload,
-		Source:   "mqtt",
-		ClientID: cl.ID,
-		Node:     s.cfg.NodeID,
+		Stream:    s.router.StreamFor(pk.TopicName),
+		Topic:     pk.TopicName,
+		Value:     pk.Payload,
+		Source:    "mqtt",
+		ClientID:  cl.ID,
+		Node:      s.cfg.NodeID,
+		Principal: p.Name,
 	}
 	if n := len(pk.Properties.User); n > 0 {
 		rec.Headers = make([]tributary.Header, n)
@@ -143,7 +99,7 @@ func (h *publishHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pa
 		}
 	}
 	start := time.Now()
-	err := s.sink.Append(s.ctx, rec)
+	err = s.sink.Append(s.ctx, rec)
 	if err == nil {
 		if pk.FixedHeader.Qos > 0 {
 			s.pubackLatency.Observe(time.Since(start).Seconds())
@@ -209,17 +165,38 @@ func (s *Server) refuse(cl *mochi.Client, pk packets.Packet, stream string, caus
 	if quota {
 		code = packets.ErrQuotaExceeded
 	}
-	// Written here rather than by returning code to mochi: for a code mochi
-	// v2.7.9 always writes a PUBACK, also for QoS 2, where PUBREC is due.
-	// A PUBREC with a failure code ends the QoS 2 exchange, so it is not
-	// recorded in the client's inflight state.
+	return writeRefusal(cl, pk, code)
+}
+
+// deny answers a publish the ACL refused (the Authority has audited it):
+// MQTT 5 PUBACK (QoS 1) or PUBREC (QoS 2) 0x87, nothing at QoS 0; an MQTT
+// 3.1.1 client, which has no negative acknowledgement, is disconnected
+// [MQTT-3.3.5-2]. Nothing is appended, retained or delivered.
+func (s *Server) deny(cl *mochi.Client, pk packets.Packet) error {
+	s.refusedAuth.Add(1)
+	if cl.Properties.ProtocolVersion < 5 {
+		cl.Stop(fmt.Errorf("publish to %q: %w", pk.TopicName, auth.ErrDenied))
+		return packets.ErrRejectPacket
+	}
+	if pk.FixedHeader.Qos == 0 {
+		return packets.ErrRejectPacket
+	}
+	return writeRefusal(cl, pk, packets.ErrNotAuthorized)
+}
+
+// writeRefusal answers an MQTT 5 QoS 1/2 publish with code and returns
+// packets.ErrRejectPacket. It is written here rather than by returning
+// code to mochi: for a code mochi v2.7.9 always writes a PUBACK, also for
+// QoS 2, where PUBREC is due. A PUBREC with a failure code ends the QoS 2
+// exchange, so it is not recorded in the client's inflight state.
+func writeRefusal(cl *mochi.Client, pk packets.Packet, code packets.Code) error {
 	ack := packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Puback},
 		PacketID:    pk.PacketID,
 		ReasonCode:  code.Code,
 		Properties:  packets.Properties{ReasonString: code.Reason},
 	}
-	if qos == 2 {
+	if pk.FixedHeader.Qos == 2 {
 		ack.FixedHeader.Type = packets.Pubrec
 	}
 	if err := cl.WritePacket(ack); err != nil {

@@ -91,12 +91,27 @@ func (h *limitsHook) Provides(b byte) bool {
 	return b == mochi.OnRetainMessage || b == mochi.OnConnect
 }
 
+// OnConnect caps the client's keep-alive: a client asking for none (0) or
+// for more than the cap gets the cap, enforced by the read deadline (one
+// and a half keep-alives without a packet close the connection), and an
+// MQTT 5 client is told in CONNACK's Server Keep Alive [MQTT-3.2.2-21].
+// Without a cap a half-open connection of a client that asked for no
+// keep-alive would be kept forever. Then it refuses a new session beyond
+// Config.MaxSessions.
+func (h *limitsHook) OnConnect(cl *mochi.Client, pk packets.Packet) error {
+	if ka, max := cl.State.Keepalive, h.s.cfg.MaxKeepAlive; max > 0 && (ka == 0 || ka > max) {
+		cl.State.Keepalive = max
+		cl.State.ServerKeepalive = true
+	}
+	return h.sessions(cl)
+}
+
 func (h *limitsHook) OnRetainMessage(cl *mochi.Client, pk packets.Packet, r int64) {
 	h.s.retained.stored(pk.TopicName, len(pk.Payload))
 }
 
-// OnConnect refuses a new session beyond Config.MaxSessions.
-func (h *limitsHook) OnConnect(cl *mochi.Client, pk packets.Packet) error {
+// sessions refuses a new session beyond Config.MaxSessions.
+func (h *limitsHook) sessions(cl *mochi.Client) error {
 	s := h.s
 	if s.cfg.MaxSessions <= 0 || s.broker.Clients.Len() < s.cfg.MaxSessions {
 		return nil // the common case, without counting
@@ -118,10 +133,5 @@ func (h *limitsHook) OnConnect(cl *mochi.Client, pk packets.Packet) error {
 		s.log.Warn("connect refused: session limit reached (mqtt.max_sessions)", "limit", s.cfg.MaxSessions,
 			"client", cl.ID, "remote", cl.Net.Remote, "refused_since_last_log", n)
 	}
-	code := packets.ErrQuotaExceeded
-	if cl.Properties.ProtocolVersion < 5 {
-		code = packets.ErrServerUnavailable
-	}
-	_ = s.broker.SendConnack(cl, code, false, nil)
-	return code
+	return s.refuseConnect(cl, connectRefusal{packets.ErrQuotaExceeded, packets.Err3ServerUnavailable.Code})
 }

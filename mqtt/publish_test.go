@@ -227,31 +227,6 @@ func dialRawPacket(t *testing.T, addr string, connect []byte) interface{ Close()
 	return conn
 }
 
-func TestAuth(t *testing.T) {
-	ts := startServer(t, func(c *Config) { c.Users = map[string]string{"dev": "s3cret"} })
-	try := func(user, pass string) byte {
-		conn := dialRaw(t, ts.tcp, 0, "")
-		body := append(mqttString("MQTT"), 5, 0x02|0x80|0x40, 0x00, 0x3c, 0x00)
-		body = append(body, mqttString("auth-"+user)...)
-		body = append(body, mqttString(user)...)
-		body = append(body, mqttString(pass)...)
-		if _, err := conn.Write(packet(0x10, body)); err != nil {
-			t.Fatal(err)
-		}
-		b := readFirst(t, conn)
-		return b[3] // 0x20 len flags reason
-	}
-	if rc := try("dev", "s3cret"); rc != 0 {
-		t.Errorf("good password: reason %#x", rc)
-	}
-	if rc := try("dev", "wrong"); rc != 0x86 {
-		t.Errorf("bad password: reason %#x", rc)
-	}
-	if rc := try("nobody", "x"); rc != 0x86 {
-		t.Errorf("unknown user: reason %#x", rc)
-	}
-}
-
 func readFirst(t *testing.T, conn interface{ Read([]byte) (int, error) }) []byte {
 	t.Helper()
 	b := make([]byte, 64)

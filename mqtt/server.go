@@ -23,9 +23,51 @@
 //     are refused with a disconnect (MQTT 5: reason 0x90). Topics no route
 //     matches go to the default stream.
 //
-// Outline: New builds a mochi server with explicit capabilities, an auth hook
-// (allow-all when Config.Users is empty, else a username/password check) and
-// the publish hook. mochi runs OnPublish on the connection's read goroutine
+// # Authentication and authorization
+//
+// Config.Auth (an auth.Authority: the security section's password file,
+// JWT keys and ACL; nil = every client anonymous with every right) decides
+// every client (auth.go):
+//
+//   - CONNECT: a user name and/or password is checked against the password
+//     file, or as a JWT when the password is one and JWT keys are
+//     configured (the user name, if given, must then be the token's
+//     subject); without either, a verified TLS client certificate
+//     authenticates its subject CN; without any, the client is anonymous,
+//     admitted only when anonymous access is allowed. (An Authority with
+//     neither a password file nor JWT keys that allows anonymous clients
+//     admits credentials unchecked, as anonymous.) Bad credentials (unknown
+//     user, wrong password, bad or expired token) get CONNACK 0x86 bad user
+//     name or password (MQTT 3.1.1: return code 0x04); no credentials while
+//     anonymous access is off, a client id the principal's rules do not
+//     allow (by default its own name or name-*; one the server assigns is
+//     always allowed), a client id whose session — connected or kept —
+//     belongs to another principal, or a will on a topic the principal may
+//     not publish to get 0x87 not authorized (3.1.1: 0x05). Those checks
+//     run before mochi takes an existing session of the id over, so one
+//     device can neither kick another off nor inherit its session.
+//   - PUBLISH: the principal needs publish on the topic (after topic-alias
+//     resolution). A denied publish is not written to the WAL, retained or
+//     delivered: MQTT 5 gets PUBACK (QoS 1) or PUBREC (QoS 2) 0x87 and
+//     nothing at QoS 0; MQTT 3.1.1, which has no negative acknowledgement,
+//     is disconnected [MQTT-3.3.5-2].
+//   - SUBSCRIBE: each filter needs subscribe rights covering everything the
+//     filter matches ($share/<group>/ is stripped); a denied filter gets
+//     SUBACK 0x87 (3.1.1: 0x80), the others of the packet are granted.
+//     Every delivery is checked again for the receiving client, retained
+//     messages included, so nothing reaches a client through a filter it
+//     was not allowed.
+//   - Publishes forwarded by peer nodes and the node's own (inline) ones
+//     were authorized where they entered: they are not checked again, only
+//     their deliveries are.
+//
+// Every accepted record carries its principal (Record.Principal, "" for
+// an anonymous client). Each refusal is an audit log line and a metric of
+// the Authority (tributary_auth_failures_total, tributary_auth_denials_total),
+// and counted in Stats (RefusedConnects, RefusedUnauthorized).
+//
+// Outline: New builds a mochi server with explicit capabilities, the limits
+// hook, the auth hook and the publish hook. mochi runs OnPublish on the connection's read goroutine
 // after the ACL check and topic-alias resolution and before it writes the
 // acknowledgement, so the hook simply blocks in Sink.Append: each connection
 // waits one group commit per message, while concurrent connections share
@@ -111,15 +153,14 @@ var (
 
 // Config configures a Server.
 type Config struct {
-	TCPAddr        string            // e.g. "127.0.0.1:1883"; "" = off; port 0 = any
-	WSAddr         string            // WebSocket listener, e.g. "127.0.0.1:1884"; "" = off
-	NodeID         string            // written to every record's Node
-	Auth           *auth.Authority   // authentication and ACL; nil = anonymous clients, everything allowed
-	Routes         []Route           // topic filter -> stream; first match wins
-	DefaultStream  string            // catch-all stream; "" = DefaultStream
-	Users          map[string]string // username -> password; empty = anonymous allowed
-	MaxPacketSize  uint32            // bytes; 0 = DefaultMaxPacketSize
-	ReceiveMaximum uint16            // QoS 1/2 in flight per client; 0 = DefaultReceiveMaximum
+	TCPAddr        string          // e.g. "127.0.0.1:1883"; "" = off; port 0 = any
+	WSAddr         string          // WebSocket listener, e.g. "127.0.0.1:1884"; "" = off
+	NodeID         string          // written to every record's Node
+	Auth           *auth.Authority // authentication and ACL; nil = anonymous clients, everything allowed
+	Routes         []Route         // topic filter -> stream; first match wins
+	DefaultStream  string          // catch-all stream; "" = DefaultStream
+	MaxPacketSize  uint32          // bytes; 0 = DefaultMaxPacketSize
+	ReceiveMaximum uint16          // QoS 1/2 in flight per client; 0 = DefaultReceiveMaximum
 	// MaxRetained and MaxRetainedBytes cap the retained messages (topics,
 	// payload bytes); MaxSessions the client sessions, connected or kept
 	// (see limits.go). 0 = the defaults; < 0 = no cap.
@@ -164,11 +205,16 @@ type Stats struct {
 	RefusedTopic       uint64 // publishes refused for a topic mochi would ignore
 	RefusedRetained    uint64 // retained publishes refused: retained quota (MaxRetained, MaxRetainedBytes)
 	RefusedSessions    uint64 // CONNECTs refused: MaxSessions
-	Retained           int    // retained topics held now
-	RetainedBytes      int    // their payload bytes
-	BytesIn            int64  // bytes received from the network (all packets)
-	PayloadBytes       uint64 // payload bytes made durable
-	Panics             uint64 // connections closed because input made mochi panic
+	// RefusedConnects: CONNECTs refused by authentication or authorization
+	// (bad credentials, none, a client id or will not allowed).
+	RefusedConnects uint64
+	// RefusedUnauthorized: publishes the ACL denied (any QoS; not appended).
+	RefusedUnauthorized uint64
+	Retained            int    // retained topics held now
+	RetainedBytes       int    // their payload bytes
+	BytesIn             int64  // bytes received from the network (all packets)
+	PayloadBytes        uint64 // payload bytes made durable
+	Panics              uint64 // connections closed because input made mochi panic
 }
 
 // Server is the MQTT broker of one node.
@@ -197,6 +243,9 @@ type Server struct {
 	refusedTopic    atomic.Uint64
 	refusedRet      atomic.Uint64
 	refusedSessions atomic.Uint64
+	refusedConnects atomic.Uint64 // auth.go
+	refusedAuth     atomic.Uint64 // publishes the ACL denied
+	auth            *authHook
 	retained        *retained
 	capLog          rateLimiter // cap refusals
 	payloadBytes    atomic.Uint64
@@ -286,7 +335,10 @@ func New(cfg Config, sink Sink) (*Server, error) {
 		cancel()
 		return nil, fmt.Errorf("add limits hook: %w", err)
 	}
-	if err := s.broker.AddHook(&authHook{users: cfg.Users, maxKeepAlive: cfg.MaxKeepAlive}, nil); err != nil {
+	// After the limits hook: the auth hook's OnConnect must be the last
+	// that can refuse a CONNECT (it records the principal; auth.go).
+	s.auth = newAuthHook(s)
+	if err := s.broker.AddHook(s.auth, nil); err != nil {
 		cancel()
 		return nil, fmt.Errorf("add auth hook: %w", err)
 	}
@@ -429,18 +481,20 @@ func (s *Server) Close(ctx context.Context) error {
 // Stats returns a snapshot of the counters.
 func (s *Server) Stats() Stats {
 	st := Stats{
-		Clients:            atomic.LoadInt64(&s.broker.Info.ClientsConnected),
-		Refused:            s.refused.Load(),
-		RefusedBudget:      s.refusedBudget.Load(),
-		RefusedReplication: s.refusedRepl.Load(),
-		RefusedFenced:      s.refusedFenced.Load(),
-		DroppedQoS0:        s.droppedQoS0.Load(),
-		RefusedTopic:       s.refusedTopic.Load(),
-		RefusedRetained:    s.refusedRet.Load(),
-		RefusedSessions:    s.refusedSessions.Load(),
-		BytesIn:            atomic.LoadInt64(&s.broker.Info.BytesReceived),
-		PayloadBytes:       s.payloadBytes.Load(),
-		Panics:             s.panics.Load(),
+		Clients:             atomic.LoadInt64(&s.broker.Info.ClientsConnected),
+		Refused:             s.refused.Load(),
+		RefusedBudget:       s.refusedBudget.Load(),
+		RefusedReplication:  s.refusedRepl.Load(),
+		RefusedFenced:       s.refusedFenced.Load(),
+		DroppedQoS0:         s.droppedQoS0.Load(),
+		RefusedTopic:        s.refusedTopic.Load(),
+		RefusedRetained:     s.refusedRet.Load(),
+		RefusedSessions:     s.refusedSessions.Load(),
+		RefusedConnects:     s.refusedConnects.Load(),
+		RefusedUnauthorized: s.refusedAuth.Load(),
+		BytesIn:             atomic.LoadInt64(&s.broker.Info.BytesReceived),
+		PayloadBytes:        s.payloadBytes.Load(),
+		Panics:              s.panics.Load(),
 	}
 	for i := range st.Accepted {
 		st.Accepted[i] = s.accepted[i].Load()

@@ -96,6 +96,7 @@ func (s *Server) recoverClient(conn net.Conn, r any) {
 			cl.ClearInflights()
 			s.broker.UnsubscribeClient(cl)
 			s.broker.Clients.Delete(cl.ID)
+			s.auth.forget(cl)
 		}
 	}
 }

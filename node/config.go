@@ -79,8 +79,6 @@ type Config struct {
 		Routes []Route `yaml:"routes"`
 		// DefaultStream receives every topic no route matches. Default mqtt.default.
 		DefaultStream string `yaml:"default_stream"`
-		// Users maps user names to passwords; empty allows anonymous clients.
-		Users map[string]string `yaml:"users"`
 		// MaxPacketSize in bytes. Default 1 MiB.
 		MaxPacketSize ByteSize `yaml:"max_packet_size"`
 		// ReceiveMaximum is the QoS 1/2 window per client. Default 64.
@@ -102,6 +100,10 @@ type Config struct {
 		// MaxKeepAlive caps a client's keep-alive (a client asking for
 		// none or more gets this, and MQTT 5 clients are told). Default 10m.
 		MaxKeepAlive time.Duration `yaml:"max_keep_alive"`
+		// RemovedUsers is the old plain-text users map, kept only so that
+		// a file still carrying it gets an error that says where users
+		// live now (security.users_file).
+		RemovedUsers map[string]string `yaml:"users"`
 	} `yaml:"mqtt"`
 
 	Kafka struct {
@@ -309,6 +311,9 @@ func (c *Config) Validate() error {
 	}
 	if strings.ContainsAny(c.NodeID, " /\t\n") || c.NodeID == "" {
 		bad("node_id", "%q must be non-empty without spaces or slashes", c.NodeID)
+	}
+	if c.MQTT.RemovedUsers != nil {
+		bad("mqtt.users", "removed (passwords in plain text): create users with `tributary passwd FILE USER` and name the file in security.users_file")
 	}
 	if ka := c.MQTT.MaxKeepAlive; ka < time.Second || ka > 65535*time.Second {
 		bad("mqtt.max_keep_alive", "%s must be between 1s and 65535s", ka)

@@ -33,6 +33,7 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"catalog:\n  uri: mysql://x", "catalog.uri"},
 		{"catalog:\n  partition_granularity: week", "catalog.partition_granularity"},
 		{"mqtt:\n  default_stream: nodot", "mqtt.default_stream"},
+		{"mqtt:\n  users: {dev: s3cret}", "security.users_file"},
 		{"mqtt:\n  routes:\n    - {filter: a, stream: bad name}", "mqtt.routes[0].stream"},
 		{"uplink:\n  commit_interval: 1ms", "uplink.commit_interval"},
 		{"maintenance:\n  interval: 10ms", "maintenance.interval"},

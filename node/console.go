@@ -54,10 +54,12 @@ func (n *Node) consoleSnapshot() console.Snapshot {
 	s.Ingest = n.ingest.count.ingestCounts()
 	s.Clients = map[string]int64{"mqtt": ms.Clients}
 	s.Refusals = map[string]int64{
-		"WAL budget full (MQTT)":    int64(ms.RefusedBudget),
-		"MQTT refused, other cause": int64(ms.Refused - ms.RefusedBudget),
-		"MQTT QoS 0 dropped":        int64(ms.DroppedQoS0),
-		"MQTT topic not accepted":   int64(ms.RefusedTopic),
+		"WAL budget full (MQTT)":      int64(ms.RefusedBudget),
+		"MQTT refused, other cause":   int64(ms.Refused - ms.RefusedBudget),
+		"MQTT QoS 0 dropped":          int64(ms.DroppedQoS0),
+		"MQTT topic not accepted":     int64(ms.RefusedTopic),
+		"MQTT publish not authorized": int64(ms.RefusedUnauthorized),
+		"MQTT connect refused (auth)": int64(ms.RefusedConnects),
 	}
 	if n.kafka != nil {
 		ks := n.kafka.Stats()

@@ -180,7 +180,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		routes[i] = mqtt.Route{Filter: r.Filter, Stream: r.Stream}
 	}
 	n.mqtt, err = mqtt.New(mqtt.Config{TCPAddr: cfg.MQTT.Addr, WSAddr: cfg.MQTT.WSAddr, NodeID: cfg.NodeID, Auth: n.auth,
-		Routes: routes, DefaultStream: cfg.MQTT.DefaultStream, Users: cfg.MQTT.Users,
+		Routes: routes, DefaultStream: cfg.MQTT.DefaultStream,
 		MaxPacketSize: uint32(cfg.MQTT.MaxPacketSize), ReceiveMaximum: cfg.MQTT.ReceiveMaximum,
 		MaxKeepAlive: uint16(cfg.MQTT.MaxKeepAlive / time.Second), Logger: log,
 		MaxRetained: cfg.MQTT.MaxRetained, MaxRetainedBytes: int(cfg.MQTT.MaxRetainedBytes), MaxSessions: cfg.MQTT.MaxSessions,
@@ -289,6 +289,9 @@ func (n *Node) TLS(listener string) bool { return n.tls.Server(listener) != nil 
 // ListenerTLS is the node's TLS (nil without security.tls), for the
 // listeners and dials composed around it (peer links).
 func (n *Node) ListenerTLS() *listen.TLS { return n.tls }
+
+// Auth is the node's identities and ACL (security section).
+func (n *Node) Auth() *auth.Authority { return n.auth }
 
 // ReloadTLS reads the certificates, keys and CAs again (SIGHUP); on an
 // error the old ones stay (see listen.TLS.Reload).

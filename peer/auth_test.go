@@ -21,9 +21,9 @@ import (
 // tlsPair is the server and client configuration of a node whose
 // certificate ca issued, trusting trust.
 func tlsPair(t *testing.T, ca, trust *testkit.CA, cn string) (server, client *tls.Config) {
-	cert := ca.Node(t, cn).TLS(t)
-	return &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: trust.Pool(), MinVersion: tls.VersionTLS12},
-		&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: trust.Pool(), MinVersion: tls.VersionTLS12}
+	cert := ca.Issue(t, cn)
+	return &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: trust.Pool, MinVersion: tls.VersionTLS12},
+		&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: trust.Pool, MinVersion: tls.VersionTLS12}
 }
 
 func listenCfg(t *testing.T, cfg Config) *Peer {
@@ -105,7 +105,7 @@ func TestMutualTLS(t *testing.T) {
 // sends a hello: the listener must not answer.
 func dialWithoutCert(t *testing.T, addr string, ca *testkit.CA) {
 	t.Helper()
-	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool(), ServerName: "127.0.0.1"})
+	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1"})
 	if err == nil {
 		// TLS 1.3: the listener's refusal arrives on the first read.
 		defer c.Close()

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -26,6 +27,8 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	pulsarAddr := fs.String("pulsar-addr", pulsar.DefaultAddr, "cloud Pulsar consume server reading the tables (\"\" = off)")
 	devices := fs.Int("sim-devices", 8, "simulated devices publishing telemetry (0 = no simulator)")
 	simRate := fs.Float64("sim-rate", 2, "messages per second per simulated device")
+	simUser := fs.String("sim-username", "", "MQTT user of the simulated devices, when --security turns authentication on (client ids sim-device-N: name the user sim-device or allow them in its rules)")
+	simPassword := fs.String("sim-password", "", "the simulated devices' MQTT password or JWT (default $TRIBUTARY_SIM_PASSWORD)")
 	commit := fs.Duration("commit-interval", time.Second, "commit interval of each stream")
 	walBudget := fs.String("wal-budget", "1GiB", "WAL disk budget; beyond it QoS 1/2 publishes are refused")
 	maintain := fs.Bool("maintenance", true, "run table maintenance (compaction, manifest merging, snapshot expiry, orphan cleanup)")
@@ -93,7 +96,11 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	var sim *firmwaresim.Config
 	if *devices > 0 {
 		sim = &firmwaresim.Config{Devices: *devices, Rate: *simRate, QoS: 1, UserProperties: true,
-			TopicPattern: "factory/line{line}/device{device}/telemetry", ClientIDPrefix: "sim-device"}
+			TopicPattern: "factory/line{line}/device{device}/telemetry", ClientIDPrefix: "sim-device",
+			Username: *simUser, Password: *simPassword}
+		if sim.Password == "" {
+			sim.Password = os.Getenv("TRIBUTARY_SIM_PASSWORD")
+		}
 	}
 	printDev(stdout, cfg, *data, *devices, *simRate)
 	return runNode(cfg, sim, *readyFile, log, stdout, stderr)

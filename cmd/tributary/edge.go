@@ -143,6 +143,10 @@ func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *sl
 	}
 	onSIGHUP(ctx, log, reloads...)
 	simDone := make(chan struct{})
+	if sim != nil && sim.Username == "" && sim.Password == "" && !n.Auth().AnonymousAllowed() {
+		log.Warn("simulator not started: anonymous MQTT clients are refused; give it a user with --sim-username and --sim-password (or run with --sim-devices 0)")
+		sim = nil
+	}
 	if sim != nil {
 		sim.Broker = "tcp://" + n.MQTTAddr()
 		if n.TLS("mqtt") {

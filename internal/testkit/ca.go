@@ -12,20 +12,24 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// CA is a certificate authority for tests: an ECDSA P-256 root whose
-// certificates and keys are PEM files in the test's temporary folder. No
+// CA is a throw-away certificate authority for tests: ECDSA P-256, valid
+// for a day, its certificates and keys in memory (Issue) or PEM files in
+// the test's temporary folder (Files, Server, Client, WriteFiles). No
 // network, nothing outside the test. Two NewCA calls give two unrelated
-// CAs (for "certificate from another CA" tests).
+// CAs (for "certificate from another CA" tests). Its server certificates
+// name 127.0.0.1, ::1 and localhost and serve both server and client
+// authentication (as a node's certificate does on peer links).
 type CA struct {
-	dir    string
-	cert   *x509.Certificate
-	key    *ecdsa.PrivateKey
-	caFile string
+	Cert *x509.Certificate
+	Pool *x509.CertPool // just this CA: a Go client's RootCAs, a server's ClientCAs
+	key  *ecdsa.PrivateKey
+	dir  string // where the PEM files go
 }
 
 // CertFiles are the PEM files of one issued certificate.
@@ -47,19 +51,13 @@ func Expired() CertOption {
 
 var serial atomic.Int64
 
-// NewCA makes a CA whose files live in tb's temporary folder.
+// NewCA makes a CA; its ca.crt is written to a temporary folder of tb.
 func NewCA(tb testing.TB) *CA {
 	tb.Helper()
 	key := newKey(tb)
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(serial.Add(1)),
-		Subject:               pkix.Name{CommonName: "tributary test CA " + tb.Name()},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial.Add(1)), Subject: pkix.Name{CommonName: "tributary test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		tb.Fatal(err)
@@ -72,24 +70,41 @@ func NewCA(tb testing.TB) *CA {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ca := &CA{dir: dir, cert: cert, key: key, caFile: filepath.Join(dir, "ca.crt")}
-	writePEM(tb, ca.caFile, "CERTIFICATE", der)
+	pool := x509.NewCertPool()
+	pool.AddCert(cert)
+	ca := &CA{Cert: cert, Pool: pool, key: key, dir: dir}
+	writePEM(tb, ca.Files(), "CERTIFICATE", der)
 	return ca
 }
 
 // Files is the path of the CA's certificate (ca.crt): a client's CA file,
 // or a server's client_ca_file.
-func (ca *CA) Files() string { return ca.caFile }
+func (ca *CA) Files() string { return filepath.Join(ca.dir, "ca.crt") }
 
-// Pool is a pool holding the CA's certificate (a Go client's RootCAs).
-func (ca *CA) Pool() *x509.CertPool {
-	p := x509.NewCertPool()
-	p.AddCert(ca.cert)
-	return p
+// Issue makes a certificate for common name cn, valid for 127.0.0.1, ::1
+// and localhost, for server and client authentication.
+func (ca *CA) Issue(tb testing.TB, cn string) tls.Certificate {
+	tb.Helper()
+	tmpl := serverTemplate(nil)
+	tmpl.Subject.CommonName = cn
+	der, key, leaf := ca.sign(tb, tmpl, nil)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
+}
+
+// WriteFiles issues a certificate for cn (as Issue) and writes it, its key
+// and the CA's certificate as PEM files under dir: cn.crt, cn.key, ca.crt.
+func (ca *CA) WriteFiles(tb testing.TB, dir, cn string) (certFile, keyFile, caFile string) {
+	tb.Helper()
+	c := ca.Issue(tb, cn)
+	certFile, keyFile, caFile = filepath.Join(dir, cn+".crt"), filepath.Join(dir, cn+".key"), filepath.Join(dir, "ca.crt")
+	writePEM(tb, certFile, "CERTIFICATE", c.Certificate[0])
+	writeKey(tb, keyFile, c.PrivateKey.(*ecdsa.PrivateKey))
+	writePEM(tb, caFile, "CERTIFICATE", ca.Cert.Raw)
+	return certFile, keyFile, caFile
 }
 
 // Server issues a server certificate for 127.0.0.1, ::1, localhost and
-// names (DNS names, or IP addresses). It is valid for client
+// names (DNS names, or IP addresses) as PEM files. It is valid for client
 // authentication as well, as a node's certificate on its peer links is.
 func (ca *CA) Server(tb testing.TB, names ...string) CertFiles {
 	tb.Helper()
@@ -101,6 +116,35 @@ func (ca *CA) Server(tb testing.TB, names ...string) CertFiles {
 func (ca *CA) ServerWith(tb testing.TB, opts ...CertOption) CertFiles {
 	tb.Helper()
 	return ca.issue(tb, "server", serverTemplate(nil), opts)
+}
+
+// Client issues a client certificate whose subject CN is cn, as PEM files.
+func (ca *CA) Client(tb testing.TB, cn string, opts ...CertOption) CertFiles {
+	tb.Helper()
+	tmpl := &x509.Certificate{Subject: pkix.Name{CommonName: cn}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	return ca.issue(tb, "client-"+cn, tmpl, opts)
+}
+
+// TLS is the tls.Certificate of f, for a Go client's Certificates.
+func (f CertFiles) TLS(tb testing.TB) tls.Certificate {
+	tb.Helper()
+	c, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
+}
+
+// Served dials addr over TLS trusting ca and returns the certificate the
+// server presents (to tell which one a reload installed).
+func (ca *CA) Served(tb testing.TB, addr string) *x509.Certificate {
+	tb.Helper()
+	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer c.Close()
+	return c.ConnectionState().PeerCertificates[0]
 }
 
 func serverTemplate(names []string) *x509.Certificate {
@@ -120,54 +164,36 @@ func serverTemplate(names []string) *x509.Certificate {
 	return tmpl
 }
 
-// Client issues a client certificate whose subject CN is cn.
-func (ca *CA) Client(tb testing.TB, cn string, opts ...CertOption) CertFiles {
-	tb.Helper()
-	tmpl := &x509.Certificate{
-		Subject:     pkix.Name{CommonName: cn},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-	}
-	return ca.issue(tb, "client-"+cn, tmpl, opts)
-}
-
-// TLS is the tls.Certificate of f, for a Go client's Certificates.
-func (f CertFiles) TLS(tb testing.TB) tls.Certificate {
-	tb.Helper()
-	c, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return c
-}
-
-func (ca *CA) issue(tb testing.TB, name string, tmpl *x509.Certificate, opts []CertOption) CertFiles {
+// sign signs tmpl (a day's validity, then opts) for a fresh key.
+func (ca *CA) sign(tb testing.TB, tmpl *x509.Certificate, opts []CertOption) ([]byte, *ecdsa.PrivateKey, *x509.Certificate) {
 	tb.Helper()
 	key := newKey(tb)
-	n := serial.Add(1)
-	tmpl.SerialNumber = big.NewInt(n)
-	tmpl.NotBefore = time.Now().Add(-time.Hour)
-	tmpl.NotAfter = time.Now().Add(24 * time.Hour)
+	tmpl.SerialNumber = big.NewInt(serial.Add(1))
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
 	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	tmpl.BasicConstraintsValid = true
 	for _, o := range opts {
 		o(tmpl)
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cert, err := x509.ParseCertificate(der)
+	leaf, err := x509.ParseCertificate(der)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	base := filepath.Join(ca.dir, name+"-"+big.NewInt(n).String())
-	f := CertFiles{CertFile: base + ".crt", KeyFile: base + ".key", Cert: cert}
+	return der, key, leaf
+}
+
+// issue signs tmpl and writes the certificate and key to the CA's folder.
+func (ca *CA) issue(tb testing.TB, name string, tmpl *x509.Certificate, opts []CertOption) CertFiles {
+	tb.Helper()
+	der, key, leaf := ca.sign(tb, tmpl, opts)
+	base := filepath.Join(ca.dir, name+"-"+strconv.FormatInt(leaf.SerialNumber.Int64(), 10))
+	f := CertFiles{CertFile: base + ".crt", KeyFile: base + ".key", Cert: leaf}
 	writePEM(tb, f.CertFile, "CERTIFICATE", der)
-	writePEM(tb, f.KeyFile, "EC PRIVATE KEY", kder)
+	writeKey(tb, f.KeyFile, key)
 	return f
 }
 
@@ -179,30 +205,18 @@ func newKey(tb testing.TB) *ecdsa.PrivateKey {
 	return key
 }
 
+func writeKey(tb testing.TB, path string, key *ecdsa.PrivateKey) {
+	tb.Helper()
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	writePEM(tb, path, "PRIVATE KEY", der)
+}
+
 func writePEM(tb testing.TB, path, typ string, der []byte) {
 	tb.Helper()
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
 		tb.Fatal(err)
 	}
-}
-
-// Served dials addr over TLS trusting ca and returns the certificate the
-// server presents (to tell which one a reload installed).
-func (ca *CA) Served(tb testing.TB, addr string) *x509.Certificate {
-	tb.Helper()
-	c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool()})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer c.Close()
-	return c.ConnectionState().PeerCertificates[0]
-}
-
-// Node issues a node's certificate: subject CN cn, the loopback names,
-// valid for server and client authentication (peer links use it both ways).
-func (ca *CA) Node(tb testing.TB, cn string) CertFiles {
-	tb.Helper()
-	tmpl := serverTemplate(nil)
-	tmpl.Subject.CommonName = cn
-	return ca.issue(tb, "node-"+cn, tmpl, nil)
 }

@@ -1,0 +1,41 @@
+package testkit
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+)
+
+// MQTTConnect connects an MQTT 5 paho client over conn. The user name and
+// password flags follow cp.Username and cp.Password (nil = none); keep-alive
+// 0 becomes 30 s. It returns the CONNACK's reason code and, on success, the
+// client, disconnected at the end of the test (on a refusal conn is
+// closed). onPublish, when set, receives the client's messages. A CONNECT
+// without any CONNACK fails the test.
+func MQTTConnect(tb testing.TB, conn net.Conn, cp paho.Connect, onPublish func(paho.PublishReceived) (bool, error)) (*paho.Client, byte) {
+	tb.Helper()
+	cfg := paho.ClientConfig{ClientID: cp.ClientID, Conn: conn, OnClientError: func(error) {}}
+	if onPublish != nil {
+		cfg.OnPublishReceived = []func(paho.PublishReceived) (bool, error){onPublish}
+	}
+	c := paho.NewClient(cfg)
+	cp.UsernameFlag, cp.PasswordFlag = cp.Username != "", cp.Password != nil
+	if cp.KeepAlive == 0 {
+		cp.KeepAlive = 30
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ca, err := c.Connect(ctx, &cp)
+	if ca == nil {
+		tb.Fatalf("connect %s: no CONNACK: %v", cp.ClientID, err)
+	}
+	if ca.ReasonCode != 0 {
+		conn.Close()
+		return nil, ca.ReasonCode
+	}
+	tb.Cleanup(func() { _ = c.Disconnect(&paho.Disconnect{}) })
+	return c, 0
+}
