@@ -2,7 +2,6 @@ package cloud
 
 import (
 	"context"
-	"net/http"
 	"os"
 	"sync/atomic"
 	"time"
@@ -88,14 +87,6 @@ func liveConsumers(groups []console.KafkaGroup, ks *consume.Server, ps *pulsar.S
 		}
 	}
 	return c
-}
-
-// handler serves the console (GET / and /console/…) in front of next.
-func (cc *cloudConsole) handler(next http.Handler) http.Handler {
-	mux := http.NewServeMux()
-	cc.Register(mux)
-	mux.Handle("/", next)
-	return mux
 }
 
 // consoleGroups reads the consumer groups and their lag from ks (nil: none).

@@ -186,9 +186,10 @@ func (c *Console) Handler() http.Handler {
 	return mux
 }
 
-// Register mounts the console's handler on mux (GET / and /console/…).
-func (c *Console) Register(mux *http.ServeMux) {
-	h := c.Handler()
+// Register mounts the console's handler on mux (GET / and /console/…)
+// behind guard (who may see it: auth.Authority.AdminOnly).
+func (c *Console) Register(mux *http.ServeMux, guard func(http.Handler) http.Handler) {
+	h := guard(c.Handler())
 	mux.Handle("GET /{$}", h)
 	mux.Handle("GET /console/", h)
 }

@@ -79,25 +79,11 @@ func startPostgres(t *testing.T) string {
 
 func pgEdgeConfig(t *testing.T, dir, dsn string) string {
 	t.Helper()
-	cfg := fmt.Sprintf(`node_id: pg-edge
-data_dir: %[1]s
-catalog:
+	return edgeConfig(t, dir, "pg-edge", fmt.Sprintf(`catalog:
   uri: %[2]s
   warehouse: file://%[1]s/warehouse
-mqtt:
-  addr: 127.0.0.1:0
-  routes:
-    - {filter: "factory/#", stream: factory.telemetry}
-http_addr: 127.0.0.1:0
 catalog_addr: 127.0.0.1:0
-uplink:
-  commit_interval: 200ms
-`, dir, dsn)
-	path := filepath.Join(dir, "edge.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+`, dir, dsn))
 }
 
 func readTablePostgres(t *testing.T, dsn, stream string) []*tributary.Record {

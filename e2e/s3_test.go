@@ -55,9 +55,7 @@ func startVersity(t *testing.T) string {
 // s3EdgeConfig writes an edge config whose warehouse is on the S3 server.
 func s3EdgeConfig(t *testing.T, dir, endpoint string) string {
 	t.Helper()
-	cfg := fmt.Sprintf(`node_id: s3-edge
-data_dir: %[1]s
-catalog:
+	return edgeConfig(t, dir, "s3-edge", fmt.Sprintf(`catalog:
   uri: sqlite://%[1]s/catalog.db
   warehouse: s3://%[2]s/warehouse
 storage:
@@ -67,19 +65,7 @@ storage:
     path_style: true
     access_key_id: %[4]s
     secret_access_key: %[5]s
-mqtt:
-  addr: 127.0.0.1:0
-  routes:
-    - {filter: "factory/#", stream: factory.telemetry}
-http_addr: 127.0.0.1:0
-uplink:
-  commit_interval: 200ms
-`, dir, s3Bucket, endpoint, s3Access, s3Secret)
-	path := filepath.Join(dir, "edge.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return path
+`, dir, s3Bucket, endpoint, s3Access, s3Secret))
 }
 
 func s3Props(endpoint string) map[string]string {

@@ -47,8 +47,16 @@ type Config struct {
 		// Iceberg REST catalog (a 'tributary cloud' server). Default
 		// sqlite://DATA_DIR/catalog.db.
 		URI string `yaml:"uri"`
-		// Token is the bearer token of a REST catalog that requires one.
+		// Token is the bearer token of a REST catalog that requires one
+		// (the cloud's catalog.node_token, or a JWT).
 		Token string `yaml:"token"`
+		// Credential is this node's own "client_id:client_secret" for a
+		// REST catalog with authentication: exchanged at the catalog's
+		// OAuth2 token endpoint (/v1/oauth/tokens) for a bearer token,
+		// refreshed before it expires. The cloud checks it against its
+		// users file and authorizes the node's commits with the write
+		// action. Ignored when Token is set. Default "".
+		Credential string `yaml:"credential"`
 		// CAFile is a PEM file of the CAs an https:// REST catalog's
 		// certificate is verified against. Default "" (the system's roots).
 		CAFile string `yaml:"ca_file"`
@@ -324,6 +332,14 @@ func (c *Config) Validate() error {
 	if u := c.Catalog.URI; !strings.HasPrefix(u, "sqlite://") && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") &&
 		!strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
 		bad("catalog.uri", "%q: want sqlite:///path/to/catalog.db, postgres://user:password@host:5432/db or http(s)://host:port (Iceberg REST)", tables.Redact(u))
+	}
+	if cr := c.Catalog.Credential; cr != "" {
+		if id, secret, ok := strings.Cut(cr, ":"); !ok || id == "" || secret == "" {
+			bad("catalog.credential", "want client_id:client_secret")
+		}
+		if !strings.HasPrefix(c.Catalog.URI, "http://") && !strings.HasPrefix(c.Catalog.URI, "https://") {
+			bad("catalog.credential", "only a REST catalog (catalog.uri http(s)://) takes a credential")
+		}
 	}
 	c.Storage.Validate(c.Catalog.Warehouse, bad)
 	c.Security.Validate(bad)

@@ -32,6 +32,8 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"wal:\n  max_bytes: lots", "size"},
 		{"catalog:\n  uri: mysql://x", "catalog.uri"},
 		{"catalog:\n  partition_granularity: week", "catalog.partition_granularity"},
+		{"catalog:\n  uri: http://cloud:8181\n  credential: nocolon", "catalog.credential"},
+		{"catalog:\n  credential: edge:secret", "catalog.credential"},
 		{"mqtt:\n  default_stream: nodot", "mqtt.default_stream"},
 		{"mqtt:\n  users: {dev: s3cret}", "security.users_file"},
 		{"mqtt:\n  routes:\n    - {filter: a, stream: bad name}", "mqtt.routes[0].stream"},

@@ -3,7 +3,6 @@ package node
 import (
 	"encoding/json"
 	"net/http"
-	"net/http/pprof"
 	"sort"
 	"time"
 
@@ -150,13 +149,11 @@ func (n *Node) handler() http.Handler {
 	mux := http.NewServeMux()
 	// OpenMetrics (when the scraper asks for it) carries the exemplars.
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	top := http.NewServeMux()
+	top.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+	top.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		// Ready when the WAL takes writes and the listeners are up; an
 		// unreachable catalog is "buffering", which is still ready.
 		if n.mqtt.Addrs()["tcp"] == "" && n.cfg.MQTT.Addr != "" {
@@ -178,8 +175,8 @@ func (n *Node) handler() http.Handler {
 	// The operator's console: GET / (the page), /console/app.js|css,
 	// /console/api (its JSON model).
 	n.console = n.newConsole()
-	n.console.Register(mux)
-	return mux
+	n.console.Register(top, n.auth.AdminOnly)
+	return n.auth.StatusPort(top, mux)
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -123,8 +123,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, fmt.Errorf("open wal: %w", err)
 	}
 	catProps := map[string]string{}
-	if cfg.Catalog.Token != "" {
+	switch {
+	case cfg.Catalog.Token != "":
 		catProps["token"] = cfg.Catalog.Token
+	case cfg.Catalog.Credential != "":
+		catProps["credential"] = cfg.Catalog.Credential
 	}
 	if strings.HasPrefix(cfg.Catalog.Warehouse, "s3://") {
 		for k, v := range cfg.S3Options().IcebergProperties() {

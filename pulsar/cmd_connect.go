@@ -7,8 +7,9 @@ package pulsar
 // TOPIC_MIGRATED, which this server never sends, so v19 loses nothing).
 // Clients that announce supports_broker_entry_metadata get every MESSAGE
 // with broker entry metadata whose index is the offset. max_message_size
-// is the frame limit. Authentication data is accepted and ignored: the
-// Pulsar listener is meant for a trusted network, like the Kafka one.
+// is the frame limit. The client authenticates with CONNECT (auth.go); one
+// that does not gets ERROR AuthenticationError and is closed, and the
+// listener's handshake deadline is met only by an authenticated CONNECT.
 // A second CONNECT on a connection closes it.
 
 import (
@@ -31,10 +32,17 @@ func (c *conn) handleConnect(cmd *pb.CommandConnect) error {
 		return fmt.Errorf("%w: second CONNECT", ErrMalformedFrame)
 	}
 	c.connected = true
+	p, exp, err := c.authenticate(cmd)
+	if err != nil {
+		return c.refuseConnect(err)
+	}
+	c.principal = p
+	c.authRefresh = cmd.GetAuthMethodName() == "token" && cmd.GetFeatureFlags().GetSupportsAuthRefresh()
 	listen.Ready(c.nc) // the handshake deadline is met
 	c.version = min(cmd.GetProtocolVersion(), protocolVersion)
 	c.brokerEntry.Store(cmd.GetFeatureFlags().GetSupportsBrokerEntryMetadata())
-	c.log = c.log.With("client", cmd.GetClientVersion())
+	c.log = c.log.With("client", cmd.GetClientVersion(), "principal", p.String())
+	c.expireAt(exp)
 	c.log.Debug("pulsar connected", "protocol", c.version, "broker_entry_metadata", c.brokerEntry.Load())
 	c.send(&pb.BaseCommand{Type: pb.BaseCommand_CONNECTED.Enum(), Connected: &pb.CommandConnected{
 		ServerVersion:   proto.String(serverVersion),

@@ -8,8 +8,9 @@ package pulsar
 // as pulsar://host:port (brokerServiceUrl) or, when the listener serves
 // TLS, as pulsar+ssl://host:port (brokerServiceUrlTls, the field clients
 // on pulsar+ssl:// read), response Connect, authoritative, so clients
-// connect straight to it. Every cloud server is assumed to serve TLS alike. Unknown topics are TopicNotFound, bad names
-// InvalidTopicName.
+// connect straight to it. Every cloud server is assumed to serve TLS
+// alike. Unknown topics are TopicNotFound, bad names InvalidTopicName,
+// streams the principal may not consume AuthorizationError.
 
 import (
 	"context"

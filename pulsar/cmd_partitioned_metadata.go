@@ -8,7 +8,7 @@ package pulsar
 // subscribe to <topic>-partition-N for each N. Asking about a partition
 // itself answers 0 (it is not partitioned), as Pulsar does. An unknown
 // stream is TopicNotFound (topics are never created here), a bad name
-// InvalidTopicName.
+// InvalidTopicName, one the principal may not consume AuthorizationError.
 
 import (
 	"context"
@@ -33,10 +33,14 @@ func (c *conn) handlePartitionedMetadata(ctx context.Context, cmd *pb.CommandPar
 }
 
 // partitionCount is the partition count of a topic name: 0 for a
-// partition of a topic.
+// partition of a topic. A stream the principal may not consume is
+// AuthorizationError, whether it exists or not.
 func (c *conn) partitionCount(ctx context.Context, name string) (int32, error) {
 	t, err := c.s.parseTopic(name)
 	if err != nil {
+		return 0, err
+	}
+	if err := c.authorize(t.stream, ""); err != nil {
 		return 0, err
 	}
 	if t.partition >= 0 {

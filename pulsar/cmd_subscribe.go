@@ -14,7 +14,9 @@ package pulsar
 // in AUTO_SPLIT mode (the default) or STICKY with the client's ranges is
 // up to the subscription. The subscription's errors map to ServerError
 // codes (ConsumerBusy for a second Exclusive consumer or a type mismatch).
-// A consumer id already in use on the connection is ConsumerBusy.
+// A consumer id already in use on the connection is ConsumerBusy. The
+// principal needs Consume on the stream, the subscription name as its
+// group (AuthorizationError otherwise).
 
 import (
 	"context"
@@ -44,6 +46,10 @@ func (c *conn) handleSubscribe(ctx context.Context, cmd *pb.CommandSubscribe) {
 	}
 	if cmd.GetSubscription() == "" {
 		c.sendError(req, pb.ServerError_InvalidTopicName, "empty subscription name")
+		return
+	}
+	if err := c.authorize(t.stream, cmd.GetSubscription()); err != nil {
+		c.sendError(req, errorCode(err), fmt.Sprintf("subscribe %s to %s: %v", cmd.GetSubscription(), cmd.GetTopic(), err))
 		return
 	}
 	src := newSource(c.s.r, t.stream, t.partition)

@@ -6,7 +6,8 @@ package pulsar
 // The namespace is <catalog>/<namespace>; the answer lists every partition
 // topic (…-partition-N) of every stream of that namespace, as Pulsar lists
 // a partitioned topic's partitions. The pattern is left to the client
-// (filtered = false). NON_PERSISTENT mode lists nothing.
+// (filtered = false). Streams the principal may not consume are left out.
+// NON_PERSISTENT mode lists nothing.
 
 import (
 	"context"
@@ -31,7 +32,7 @@ func (c *conn) handleTopicsOfNamespace(ctx context.Context, cmd *pb.CommandGetTo
 			return
 		}
 		for _, st := range streams {
-			if !strings.HasPrefix(st, ns+".") {
+			if !strings.HasPrefix(st, ns+".") || !c.mayConsume(st) {
 				continue
 			}
 			n, err := c.s.partitions(ctx, st)

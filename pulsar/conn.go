@@ -31,6 +31,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/listen"
 	"github.com/tributary-io/tributary/pulsar/pb"
 	"github.com/tributary-io/tributary/tables"
@@ -49,6 +51,17 @@ type conn struct {
 	// Set by CONNECT, read on the read goroutine only.
 	connected bool
 	version   int32
+	// principal: who authenticated; authRefresh: it did with a token and
+	// the client answers AUTH_CHALLENGE.
+	principal   auth.Principal
+	authRefresh bool
+
+	// expiry: when the token expires (zero: never); expireTimer then
+	// challenges the client for a fresh one or closes the connection
+	// (auth.go).
+	amu         sync.Mutex
+	expiry      time.Time
+	expireTimer *time.Timer
 	// brokerEntry: the client reads broker entry metadata (read by
 	// Deliver on dispatch goroutines, hence atomic).
 	brokerEntry atomic.Bool
@@ -81,10 +94,17 @@ func (c *conn) serve(ctx context.Context) {
 	switch {
 	case err == nil, errors.Is(err, io.EOF), errors.Is(err, net.ErrClosed), listen.TLSHandshakeFailed(c.nc):
 		c.log.Debug("pulsar connection closed", "err", err)
+	case errors.Is(err, errAuthFailed):
+		c.log.Debug("pulsar closing connection", "err", err)
 	default:
 		c.log.Warn("pulsar closing connection", "err", err)
 	}
 	c.nc.Close()
+	c.amu.Lock()
+	if c.expireTimer != nil {
+		c.expireTimer.Stop()
+	}
+	c.amu.Unlock()
 	c.cmu.Lock()
 	cs := c.consumers
 	c.consumers = map[uint64]*consumer{}
@@ -187,6 +207,8 @@ func (c *conn) handle(ctx context.Context, f Frame) error {
 		if ok = cmd.CloseConsumer != nil; ok {
 			c.handleCloseConsumer(cmd.CloseConsumer)
 		}
+	case pb.BaseCommand_AUTH_RESPONSE:
+		return c.handleAuthResponse(cmd)
 	case pb.BaseCommand_PRODUCER:
 		if ok = cmd.Producer != nil; ok {
 			c.handleProducer(cmd.Producer)
@@ -326,6 +348,10 @@ func (c *conn) dropConsumer(id uint64) *consumer {
 // errorCode maps the errors of subscriptions and topics to ServerError.
 func errorCode(err error) pb.ServerError {
 	switch {
+	case errors.Is(err, auth.ErrDenied):
+		return pb.ServerError_AuthorizationError
+	case errors.Is(err, tributary.ErrUnauthorized):
+		return pb.ServerError_AuthenticationError
 	case errors.Is(err, ErrConsumerBusy):
 		return pb.ServerError_ConsumerBusy
 	case errors.Is(err, ErrTooMany):

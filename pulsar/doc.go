@@ -32,6 +32,25 @@
 // subscription reads. The protocol's protobuf types are in package pb
 // (generated from pb/PulsarApi.proto, a subset of Apache Pulsar's).
 //
+// # Authentication and authorization
+//
+// With Config.Auth (an auth.Authority), CONNECT authenticates the client
+// (auth.go): auth_method_name "token" with a JWT in auth_data, a verified
+// TLS client certificate (method "tls", or none, on a pulsar+ssl://
+// listener with a client CA), or nothing (anonymous, when allowed). A
+// refusal answers ERROR AuthenticationError — pulsar-client-go gives up
+// on anything but CONNECTED — and closes the connection; the listener's
+// handshake deadline is met only by an authenticated CONNECT. When a
+// token expires, a client that announced supports_auth_refresh gets
+// AUTH_CHALLENGE and must answer AUTH_RESPONSE with a later token of the
+// same principal within a grace period; otherwise, and for clients
+// without the feature, the connection is closed. SUBSCRIBE
+// needs auth.Consume on the stream with the subscription name as Group;
+// PARTITIONED_METADATA and LOOKUP of a stream the principal may not
+// consume are AuthorizationError, GET_TOPICS_OF_NAMESPACE leaves such
+// streams out. Failures and denials are the Authority's audit lines and
+// metrics. Nil Auth: anonymous clients with every right.
+//
 // # Subscriptions
 //
 // A Manager owns every subscription of the server (subscription.go). Each

@@ -11,6 +11,8 @@ import (
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
+
+	"github.com/tributary-io/tributary/auth"
 )
 
 // commitRequest is the protocol's CommitTableRequest; requirements and
@@ -100,6 +102,9 @@ func (h *handler) checkCommit(ctx context.Context, id table.Identifier, reqs []t
 		}
 	}
 	if err := checkName("table name", id[len(id)-1]); err != nil {
+		return nil, "", false, err
+	}
+	if err := h.authorize(ctx, auth.Write, nil, id); err != nil {
 		return nil, "", false, err
 	}
 	if err := h.checkUpdates(ctx, id, updates); err != nil {

@@ -10,11 +10,24 @@
 // stage-create, load, HEAD exists, drop with purgeRequested, rename,
 // commit); POST /v1/transactions/commit for a single table change, or for
 // several when the backing catalog implements
-// catalog.TransactionalCatalog (advertised in /v1/config only then). Views,
-// register, metrics reports, credentials, scan planning, the OAuth token
-// endpoint and a URL prefix are not served; an unknown route is 404.
-// Optional bearer-token auth (Options.Token) covers every route. Multi-level namespaces use the
-// unit separator (%1F) in path segments and in the parent query parameter.
+// catalog.TransactionalCatalog (advertised in /v1/config only then); with
+// an Authority, the OAuth2 token endpoint POST /v1/oauth/tokens
+// (client_credentials as iceberg-go, PyIceberg and Spark send it with
+// credential=client_id:client_secret, checked against the users file;
+// token exchange to refresh). Views, register, metrics reports, storage
+// credentials, scan planning and a URL prefix are not served; an unknown
+// route is 404. Multi-level namespaces use the unit separator (%1F) in
+// path segments and in the parent query parameter.
+//
+// Authentication and authorization (auth.go): bearer tokens — the static
+// Options.Token (every right) and Options.NodeToken (an edge node), and
+// with Options.Auth any JWT it verifies, including the token endpoint's
+// own. A bad token, or none when the Authority does not admit anonymous
+// clients, is 401 with WWW-Authenticate: Bearer. Reads need Consume or Write on the
+// namespace or table (namespace.table is the stream name), and listings
+// are filtered; table creation, commits, renames and drops need Write;
+// namespace creation Write on it, its drop and property changes Admin;
+// otherwise 403 ForbiddenException.
 //
 // Invariants:
 //   - A commit is a compare-and-swap. The request's requirements are
@@ -30,10 +43,11 @@
 //     (reload and decide again, never blindly replay).
 //   - Error bodies follow the spec: {"error": {"message", "type", "code"}}
 //     with the HTTP status in "code": 400 BadRequestException, 401
-//     NotAuthorizedException, 404 NoSuchNamespaceException /
+//     NotAuthorizedException, 403 ForbiddenException, 404 NoSuchNamespaceException /
 //     NoSuchTableException, 409 AlreadyExistsException /
 //     NamespaceNotEmptyException / CommitFailedException, 422
-//     UnprocessableEntityException, 500 InternalServerError.
+//     UnprocessableEntityException, 500 InternalServerError. The token
+//     endpoint answers RFC 6749's {"error", "error_description"} instead.
 //
 // Nothing is cached: every request reads the backing catalog, so several
 // server processes over one database are interchangeable. The only state is

@@ -18,8 +18,12 @@ import (
 //     maintenance lease; a forged mark would make an uplink release records
 //     that never reached the table, a forged owner would fence the node.
 //     Only requests bearing Options.NodeToken may set or remove them (the
-//     nodes' own commits); everybody else gets 403. Without a NodeToken, no
-//     request may (edge nodes then commit to the backing catalog directly).
+//     nodes' own commits), and, with an Authority that is not open,
+//     authenticated principals with Write on that table (edge nodes with
+//     their own credentials; see auth.go); everybody else gets 403 —
+//     readers, anonymous clients, the static Token. Without a NodeToken or
+//     such principals, no request may (edge nodes then commit to the
+//     backing catalog directly).
 //   - Choose where a table lives. Every table's location is
 //     <warehouse>/<namespace levels joined by ".">/<name> (for a stream,
 //     exactly tables.Catalog.TableLocation), so no table can be placed over
@@ -38,14 +42,6 @@ func forbidden(format string, args ...any) error {
 }
 
 type ctxKey int
-
-const nodeKey ctxKey = 0
-
-// isNode reports whether r bears the node token (set by ServeHTTP).
-func isNode(ctx context.Context) bool {
-	v, _ := ctx.Value(nodeKey).(bool)
-	return v
-}
 
 func bearer(r *http.Request) string {
 	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
@@ -83,9 +79,10 @@ func (h *handler) checkLocation(id table.Identifier, loc string) error {
 		strings.Join(id, "."), h.tableLocation(id), loc)
 }
 
-// checkProperties refuses reserved keys unless the request is a node's.
-func checkProperties(ctx context.Context, what string, keys []string) error {
-	if isNode(ctx) {
+// checkProperties refuses reserved keys of table id unless the request
+// may write them.
+func (h *handler) checkProperties(ctx context.Context, id table.Identifier, what string, keys []string) error {
+	if h.mayWriteReserved(ctx, id) {
 		return nil
 	}
 	for _, k := range keys {
@@ -122,11 +119,11 @@ func (h *handler) checkUpdates(ctx context.Context, id table.Identifier, updates
 			for k := range f.Updates {
 				keys = append(keys, k)
 			}
-			if err := checkProperties(ctx, "set property", keys); err != nil {
+			if err := h.checkProperties(ctx, id, "set property", keys); err != nil {
 				return err
 			}
 		case table.UpdateRemoveProperties:
-			if err := checkProperties(ctx, "remove property", f.Removals); err != nil {
+			if err := h.checkProperties(ctx, id, "remove property", f.Removals); err != nil {
 				return err
 			}
 		case table.UpdateSetLocation:

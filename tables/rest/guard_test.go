@@ -24,14 +24,7 @@ func TestClientsCannotTouchInvariants(t *testing.T) {
 	e := newEnv(t, 1, rest.Options{Token: "client"})
 	node := e.client(t, 0, nil)
 	const stream = "f.s"
-	p, err := node.AllocatePartition(ctx, stream, "n1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := node.CommitAppend(ctx, stream, []tables.PartitionAppend{{Partition: p, From: 0, To: 3,
-		Files: []tables.FileMeta{writeFile(t, node, stream, "", testRecords(p, 0, 3, 1))}}}, nil); err != nil {
-		t.Fatal(err)
-	}
+	seedStream(t, node, stream)
 	before, err := node.LoadTable(ctx, stream)
 	if err != nil {
 		t.Fatal(err)
@@ -141,5 +134,20 @@ func TestRateLimit(t *testing.T) {
 		if r := do(t, "GET", u, "", "Authorization", "Bearer "+testNodeToken); r.status != 200 {
 			t.Fatalf("node request limited: %d", r.status)
 		}
+	}
+}
+
+// seedStream has edge node c allocate a partition of stream and commit
+// three records to it.
+func seedStream(t *testing.T, c *tables.Catalog, stream string) {
+	t.Helper()
+	ctx := context.Background()
+	p, err := c.AllocatePartition(ctx, stream, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CommitAppend(ctx, stream, []tables.PartitionAppend{{Partition: p, From: 0, To: 3,
+		Files: []tables.FileMeta{writeFile(t, c, stream, "", testRecords(p, 0, 3, 1))}}}, nil); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -27,17 +27,20 @@ type Options struct {
 	// the "warehouse" default) and used for the location of stage-created
 	// tables. It should be the backing catalog's warehouse.
 	Warehouse string
-	// Token, when set, is required as "Authorization: Bearer <token>" on
-	// every request (iceberg-go clients: the "token" property), unless the
-	// request bears NodeToken.
+	// Token, when set, is a static bearer token with every right but the
+	// reserved properties (iceberg-go clients: the "token" property). It is
+	// required of clients without another valid token (NodeToken, or a JWT
+	// when Auth is set), even when Auth admits anonymous clients.
 	Token string
 	// NodeToken is the bearer token of edge nodes committing through this
-	// catalog: only requests bearing it may set or remove table properties
-	// under ReservedPrefix (see guard.go). Empty: no request may.
+	// catalog: every right, the reserved properties under ReservedPrefix
+	// included (see guard.go), and no rate limit. Empty: only principals
+	// with Write on a table (with Auth) may write them.
 	NodeToken string
 	// Auth authenticates bearer tokens (JWTs, and the ones the OAuth2
-	// token endpoint issues) and decides reads and writes per namespace;
-	// nil = only Token/NodeToken apply.
+	// token endpoint POST /v1/oauth/tokens issues, which it enables) and
+	// decides every request (see auth.go); nil, or an open Authority =
+	// only Token/NodeToken apply.
 	Auth *auth.Authority
 	// Defaults and Overrides are added to GET /v1/config's answer.
 	Defaults, Overrides map[string]string
@@ -149,7 +152,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, http.StatusTooManyRequests, "SlowDownException", "too many requests from this address; retry later")
 		return
 	}
-	if h.opts.Token != "" && !node && !h.authorized(r) {
+	if r.URL.Path == TokenPath && h.opts.Auth != nil {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			writeError(w, r, http.StatusMethodNotAllowed, "BadRequestException", "the token endpoint takes POST")
+			return
+		}
+		h.issueToken(w, r)
+		return
+	}
+	c := h.identify(r, node)
+	if c == nil {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="iceberg"`)
 		writeError(w, r, http.StatusUnauthorized, "NotAuthorizedException", "missing or invalid bearer token")
 		return
@@ -161,14 +174,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes)
-	if node {
-		r = r.WithContext(context.WithValue(r.Context(), nodeKey, true))
-	}
+	r = r.WithContext(context.WithValue(r.Context(), callerKey, c))
 	h.mux.ServeHTTP(w, r)
-}
-
-func (h *handler) authorized(r *http.Request) bool {
-	return tokenIs(bearer(r), h.opts.Token)
 }
 
 // ---- errors and JSON ----
@@ -452,6 +459,9 @@ func (h *handler) listNamespaces(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		child := slices.Clone(ns[:len(parent)+1])
+		if !h.mayRead(r.Context(), child, nil) {
+			continue
+		}
 		if k := identKey(child); !seen[k] {
 			seen[k] = true
 			out = append(out, child)
@@ -485,6 +495,12 @@ func (h *handler) createNamespace(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
+	// Write on the namespace (an admin has it too): edge nodes create their
+	// streams' namespaces.
+	if err := h.authorize(r.Context(), auth.Write, req.Namespace, nil); err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	if _, ok := req.Properties["location"]; ok {
 		h.fail(w, r, forbidden("namespace property \"location\": table locations are fixed by the warehouse layout"))
 		return
@@ -509,6 +525,9 @@ func nonNil(m map[string]string) map[string]string {
 
 func (h *handler) loadNamespace(w http.ResponseWriter, r *http.Request) {
 	ns, err := pathNamespace(r)
+	if err == nil {
+		err = h.authorize(r.Context(), auth.Consume, ns, nil)
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -523,6 +542,9 @@ func (h *handler) loadNamespace(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) namespaceExists(w http.ResponseWriter, r *http.Request) {
 	ns, err := pathNamespace(r)
+	if err == nil {
+		err = h.authorize(r.Context(), auth.Consume, ns, nil)
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -540,6 +562,9 @@ func (h *handler) namespaceExists(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) dropNamespace(w http.ResponseWriter, r *http.Request) {
 	ns, err := pathNamespace(r)
+	if err == nil {
+		err = h.authorize(r.Context(), auth.Admin, ns, nil)
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -553,6 +578,9 @@ func (h *handler) dropNamespace(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) updateNamespace(w http.ResponseWriter, r *http.Request) {
 	ns, err := pathNamespace(r)
+	if err == nil {
+		err = h.authorize(r.Context(), auth.Admin, ns, nil)
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -593,6 +621,9 @@ func (h *handler) updateNamespace(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) listTables(w http.ResponseWriter, r *http.Request) {
 	ns, err := pathNamespace(r)
+	if err == nil {
+		err = h.authorize(r.Context(), auth.Consume, ns, nil)
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -603,7 +634,7 @@ func (h *handler) listTables(w http.ResponseWriter, r *http.Request) {
 			h.fail(w, r, err)
 			return
 		}
-		if len(id) < 2 {
+		if len(id) < 2 || !h.mayRead(r.Context(), nil, id) {
 			continue
 		}
 		out = append(out, toWire(id))
@@ -639,6 +670,9 @@ type loadTableResult struct {
 
 func (h *handler) loadTable(w http.ResponseWriter, r *http.Request) {
 	id, err := pathTable(r)
+	if err == nil {
+		err = h.authorize(r.Context(), auth.Consume, nil, id)
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -653,6 +687,9 @@ func (h *handler) loadTable(w http.ResponseWriter, r *http.Request) {
 
 func (h *handler) tableExists(w http.ResponseWriter, r *http.Request) {
 	id, err := pathTable(r)
+	if err == nil {
+		err = h.authorize(r.Context(), auth.Consume, nil, id)
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -700,6 +737,10 @@ func (h *handler) createTable(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := append(slices.Clone(ns), req.Name)
+	if err := h.authorize(r.Context(), auth.Write, nil, id); err != nil {
+		h.fail(w, r, err)
+		return
+	}
 	if err := h.checkLocation(id, req.Location); err != nil {
 		h.fail(w, r, err)
 		return
@@ -708,7 +749,7 @@ func (h *handler) createTable(w http.ResponseWriter, r *http.Request) {
 	for k := range req.Properties {
 		keys = append(keys, k)
 	}
-	if err := checkProperties(r.Context(), "table property", keys); err != nil {
+	if err := h.checkProperties(r.Context(), id, "table property", keys); err != nil {
 		h.fail(w, r, err)
 		return
 	}
@@ -806,6 +847,9 @@ func (h *handler) stageCreate(w http.ResponseWriter, r *http.Request, id table.I
 
 func (h *handler) dropTable(w http.ResponseWriter, r *http.Request) {
 	id, err := pathTable(r)
+	if err == nil {
+		err = h.authorize(r.Context(), auth.Write, nil, id)
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
@@ -840,6 +884,12 @@ func (h *handler) renameTable(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	to, err := req.Destination.ident()
+	if err == nil {
+		err = h.authorize(r.Context(), auth.Write, nil, from)
+	}
+	if err == nil {
+		err = h.authorize(r.Context(), auth.Write, nil, to)
+	}
 	if err != nil {
 		h.fail(w, r, err)
 		return
