@@ -66,7 +66,7 @@ FUZZ_TARGETS := wal:FuzzDecodeRecord wal:FuzzDecodeChunk wal:FuzzDecodeMeta mqtt
 	kafka/produce:FuzzRequestDecode kafka:FuzzRecordBatch kafka/consume:FuzzCloudRequest tables/rest:FuzzCommitRequest \
 	cluster:FuzzDecodeMeta cluster:FuzzInspect replica:FuzzDecodeAppend replica:FuzzDecodeReply \
 	peer:FuzzReadFrame mqtt:FuzzDecodeForward mqtt:FuzzDecodeInterest pulsar:FuzzFrame
-FUZZ_TARGETS += pulsar:FuzzAckedRanges uplink:FuzzDecodeQuarantine kafka:FuzzParseSASL
+FUZZ_TARGETS += pulsar:FuzzAckedRanges uplink:FuzzDecodeQuarantine auth:FuzzParsePasswd auth:FuzzSCRAM auth:FuzzToken kafka:FuzzParseSASL
 fuzz:
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 	  echo "fuzz $$fn ($$pkg) for $(FUZZTIME)"; \
