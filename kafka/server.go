@@ -442,7 +442,7 @@ func (s *Server) serveConn(c net.Conn) {
 			if !sess.authenticated && req.Key != ApiVersionsKey && !sess.admitWithoutSASL(c) {
 				s.stats.unauthenticated.Add(1)
 				log.Debug("kafka closing connection: request before authentication", "key", req.Key, "client", req.ClientID) // audited by the Authority
-				return // nothing written, as Kafka does
+				return                                                                                                       // nothing written, as Kafka does
 			}
 			if !sess.required() || sess.authenticated {
 				markReady()
