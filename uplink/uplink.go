@@ -162,8 +162,9 @@ type Stats struct {
 	// Fenced counts partitions given up because another node owns them;
 	// FencedRecords the WAL records dropped with them.
 	Fenced, FencedRecords int64
-	// QuarantinedRecords counts the records of fenced partitions written to
-	// the quarantine before they were dropped.
+	// QuarantinedRecords counts the records written to the quarantine
+	// before they were dropped from the WAL: of fenced partitions, and
+	// those the ownership book wrote through Quarantine.
 	QuarantinedRecords int64
 	// UnprovenMarks counts passes that found a partition's mark covering
 	// offsets the table's files do not hold (records kept, not released).
@@ -191,7 +192,7 @@ type Uplink struct {
 	commits, commitFailures, uploadFailures atomic.Int64
 	files, bytesUp, records                 atomic.Int64
 	fenced, fencedRecords, unproven         atomic.Int64
-	quarantined                             atomic.Int64
+	q                                       *Quarantine // Config.QuarantineDir
 
 	metrics *metrics // histograms (metrics.go)
 
@@ -223,7 +224,8 @@ type ReleaseListener interface {
 func New(cfg Config, log Log, cat Committer, bucket Bucket) *Uplink {
 	cfg.defaults()
 	return &Uplink{cfg: cfg, log: log, cat: cat, bucket: bucket,
-		backoff: map[string]*retryState{}, flushReq: make(chan chan error), metrics: newMetrics()}
+		backoff: map[string]*retryState{}, flushReq: make(chan chan error), metrics: newMetrics(),
+		q: NewQuarantine(cfg.QuarantineDir)}
 }
 
 // OnFence registers l; call it before Run.
@@ -361,7 +363,7 @@ func (u *Uplink) Stats() Stats {
 	s.Commits, s.CommitFailures, s.UploadFailures = u.commits.Load(), u.commitFailures.Load(), u.uploadFailures.Load()
 	s.FilesUploaded, s.BytesUploaded, s.RecordsCommitted = u.files.Load(), u.bytesUp.Load(), u.records.Load()
 	s.Fenced, s.FencedRecords, s.UnprovenMarks = u.fenced.Load(), u.fencedRecords.Load(), u.unproven.Load()
-	s.QuarantinedRecords = u.quarantined.Load()
+	s.QuarantinedRecords = u.q.Kept()
 	return s
 }
 
@@ -410,7 +412,8 @@ func (u *Uplink) fence(stream string, fe *tables.FencedError) error {
 		for _, l := range u.fenceLs {
 			l.Fenced(stream, fe.Partition)
 		}
-		qpath, qn, err := u.quarantine(stream, fe.Partition, st.Released, st.Next)
+		reason := fmt.Sprintf("fenced: partition %d is owned by %s at epoch %d, these records are of epoch %d or below", fe.Partition, fe.Owner, fe.Epoch, st.Epoch)
+		qpath, qn, err := u.quarantine(stream, fe.Partition, st.Released, st.Next, reason)
 		if err != nil {
 			return fmt.Errorf("sync %s: quarantine fenced partition %d (nothing dropped): %w", stream, fe.Partition, err)
 		}
@@ -421,7 +424,7 @@ func (u *Uplink) fence(stream string, fe *tables.FencedError) error {
 		case ours && qpath != "":
 			os.Remove(qpath) // nothing was dropped: the copy is not needed
 		case qpath != "":
-			u.quarantined.Add(qn)
+			u.q.kept.Add(qn)
 			u.cfg.Logger.Error("uplink: fenced records kept in quarantine; inspect with `tributary quarantine list`, replay with `tributary quarantine replay`",
 				"stream", stream, "partition", fe.Partition, "records", qn, "file", qpath)
 		}
