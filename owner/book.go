@@ -42,7 +42,8 @@
 // chose. Claim, Adopt and Release bracket a take-over (package replica);
 // TakeOver, Owner and HighWaters are the catalog side of its decisions.
 // Observers registered with Watch hear of every adoption (the Kafka
-// produce side loads idempotent producers' state from the copied records).
+// produce side loads idempotent producers' state from the copied records);
+// UseQuarantine sets where the stale records a take-over drops are kept.
 package owner
 
 import (

@@ -27,10 +27,11 @@
 //     the new owner's records at these very offsets), or when the commit
 //     itself is fenced (tables.FencedError), nothing is committed or
 //     released: the uplink tells its FenceListeners so that ingest
-//     stops writing the partition, drops the partition from the WAL (its
-//     records belong to the new owner's history now: copied and uploaded
-//     by it, or never part of it), logs it at error level with the count
-//     and counts it (Stats.Fenced). The drop is conditional on the WAL
+//     stops writing the partition, copies its records to the quarantine
+//     (quarantine.go; if that fails nothing is dropped), drops the
+//     partition from the WAL (its records belong to the new owner's
+//     history now: copied and uploaded by it, or never part of it), logs
+//     it at error level with the count and counts it (Stats.Fenced). The drop is conditional on the WAL
 //     partition holding no record of the table's epoch
 //     (wal.DropPartitionBelow): if this node took the partition back while
 //     the stale batch was in flight, only that batch was stale.
