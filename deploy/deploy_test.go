@@ -332,11 +332,11 @@ func TestYAMLParses(t *testing.T) {
 }
 
 // TestEdgeYAML: the reference config passes node.ParseConfig with
-// HOSTNAME set (the systemd unit sets it).
+// HOSTNAME and the catalog credential set (the systemd unit sets them).
 func TestEdgeYAML(t *testing.T) {
 	raw, err := os.ReadFile("edge.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	parseEdgeConfig(t, "edge.yaml", string(raw), map[string]string{"HOSTNAME": "edge-test"})
+	parseEdgeConfig(t, "edge.yaml", string(raw), map[string]string{"HOSTNAME": "edge-test", "TRIBUTARY_CATALOG_CREDENTIAL": "edge-test:secret"})
 }
