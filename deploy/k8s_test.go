@@ -337,7 +337,8 @@ func TestK8s(t *testing.T) {
 	}
 	env := containerEnv(c)
 	env["POD_NAME"], env["POD_NAMESPACE"] = "tributary-edge-0", "default"
-	cfg := checkEdgeStarts(t, ef+" ConfigMap/"+cmName+" data."+key, k8sSandbox(t, ef, edge, sts, c), raw, env, "volume mount")
+	esb := k8sSandbox(t, ef, edge, sts, c)
+	cfg := checkEdgeStarts(t, ef+" ConfigMap/"+cmName+" data."+key, esb, raw, env, "volume mount")
 	cmWhere := ef + " ConfigMap/" + cmName + " " + key
 
 	// listeners ↔ container ports
@@ -382,6 +383,9 @@ func TestK8s(t *testing.T) {
 		t.Errorf("%s: kafka.advertised_addr %q is not the pod's DNS name under Service %s", cmWhere, adv, sts.Spec.ServiceName)
 	}
 	checkWorkload(t, ef, edge, sts, c, "edge", containerPort(t, where, c, "http"), cfg.Security.TLS.On("http"))
+	if cfg.Security.TLS.On("http") {
+		checkEdgeTLSProbes(t, where+" probes", esb, raw, env, "/healthz", "/readyz")
+	}
 
 	// ---- cloud ----
 	dep := mustObj(t, cf, cloud, "Deployment/tributary-cloud")
@@ -391,7 +395,8 @@ func TestK8s(t *testing.T) {
 	if csub != "cloud" {
 		t.Fatalf("%s: args run %q, want cloud", cwhere, csub)
 	}
-	cchk := checkCloudStarts(t, cwhere+" args", k8sSandbox(t, cf, cloud, dep, cc), cc.Args, containerEnv(cc), "volume mount")
+	csb := k8sSandbox(t, cf, cloud, dep, cc)
+	cchk := checkCloudStarts(t, cwhere+" args", csb, cc.Args, containerEnv(cc), "volume mount")
 	catAddr := flagOr(t, "cloud", cvals, "catalog-addr")
 	checkNotLoopback(t, cwhere+" --catalog-addr", catAddr)
 	catPort := portOf(t, cwhere, catAddr)
@@ -402,6 +407,9 @@ func TestK8s(t *testing.T) {
 		t.Errorf("%s: --data %s is on no volume mount", cwhere, cvals["data"])
 	}
 	checkWorkload(t, cf, cloud, dep, cc, "cloud", catPort, cchk.tlsOn("rest"))
+	if cchk.tlsOn("rest") {
+		checkCloudTLSProbes(t, cwhere+" probes", csb, cc.Args, containerEnv(cc), "/healthz", "/readyz")
+	}
 
 	// ---- edge ↔ cloud ----
 	u, err := url.Parse(cfg.Catalog.URI)

@@ -192,6 +192,9 @@ func TestCompose(t *testing.T) {
 	}
 	esb, eenv := composeSandbox(t, f, c, "edge")
 	cfg := checkEdgeStarts(t, f+" configs.edge_config", esb, composeValue("", raw), eenv, "config or secret")
+	if cfg.Security.TLS.On("http") {
+		checkEdgeTLSProbes(t, f+" services.edge (https://localhost:8080/readyz)", esb, composeValue("", raw), eenv, "/healthz", "/readyz")
+	}
 	ports := composePorts(t, f+" services.edge", edge.Ports)
 	for field, addr := range map[string]string{"mqtt.addr": cfg.MQTT.Addr, "kafka.addr": cfg.Kafka.Addr, "http_addr": cfg.HTTPAddr} {
 		checkNotLoopback(t, f+" edge config "+field, addr)
@@ -214,6 +217,9 @@ func TestCompose(t *testing.T) {
 	}
 	csb, cenv := composeSandbox(t, f, c, "cloud")
 	cchk := checkCloudStarts(t, f+" services.cloud.command", csb, cloud.Command, cenv, "config or secret")
+	if cchk.tlsOn("rest") {
+		checkCloudTLSProbes(t, f+" services.cloud (curl --cacert … https://localhost:8181/readyz)", csb, cloud.Command, cenv, "/healthz", "/readyz")
+	}
 	catAddr := flagOr(t, "cloud", cvals, "catalog-addr")
 	checkNotLoopback(t, f+" services.cloud --catalog-addr", catAddr)
 	catPort := portOf(t, f, catAddr)

@@ -2,16 +2,21 @@ package deploy_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"log/slog"
 	"math/big"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -417,4 +422,84 @@ func placeholder(name string) string {
 		return "edge-test:from-secret"
 	}
 	return "from-" + strings.ToLower(name)
+}
+
+// ---- probes over TLS ----
+
+// getTLS is a probe as the kubelet makes it over HTTPS: no client
+// certificate, no credentials, the server's certificate not verified.
+func getTLS(t *testing.T, url string) int {
+	t.Helper()
+	return getWith(t, &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}, url) // as the kubelet's probes
+}
+
+// checkCloudTLSProbes starts the artifact's cloud command line (after
+// checkCloudStarts prepared sb) on loopback ports and a local warehouse,
+// with its security section, and probes paths over HTTPS unauthenticated.
+func checkCloudTLSProbes(t *testing.T, where string, sb *sandbox, argv []string, env map[string]string, paths ...string) {
+	t.Helper()
+	dir := t.TempDir()
+	ready := filepath.Join(dir, "ready.json")
+	args := append([]string{}, argv...)
+	args = append(args, "--catalog-addr", "127.0.0.1:0", "--kafka-addr", "", "--pulsar-addr", "",
+		"--data", dir, "--catalog", "sqlite://"+filepath.Join(dir, "catalog.db"), "--warehouse", "file://"+filepath.Join(dir, "warehouse"), "--ready-file", ready)
+	for i, a := range args {
+		args[i] = sb.remap(a)
+	}
+	cmd := exec.Command(binPath, args...)
+	cmd.Dir = dir
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	deadline := time.Now().Add(30 * time.Second)
+	var addrs map[string]string
+	for time.Now().Before(deadline) {
+		if raw, err := os.ReadFile(ready); err == nil && json.Unmarshal(raw, &addrs) == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if addrs["catalog"] == "" {
+		t.Errorf("%s: tributary cloud with the artifact's security did not become ready in 30s:\n%s", where, out.String())
+		return
+	}
+	for _, p := range paths {
+		if code := getTLS(t, "https://"+addrs["catalog"]+p); code != 200 {
+			t.Errorf("%s: GET https://…%s without credentials = %d, want 200 (probes carry none)", where, p, code)
+		}
+	}
+}
+
+// checkEdgeTLSProbes runs a node with the edge config's security section
+// (files from sb) on loopback ports and its own catalog, and probes paths
+// on its HTTP port over HTTPS unauthenticated.
+func checkEdgeTLSProbes(t *testing.T, where string, sb *sandbox, raw string, env map[string]string, paths ...string) {
+	t.Helper()
+	cfg := parseEdgeConfig(t, where, sb.remap(raw), env)
+	dir := t.TempDir()
+	probe := node.Config{NodeID: "probe-1", DataDir: dir, HTTPAddr: "127.0.0.1:0", Security: cfg.Security}
+	probe.MQTT.Addr = "127.0.0.1:0"
+	n, err := node.New(context.Background(), probe, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Errorf("%s: a node with this security section: %v", where, err)
+		return
+	}
+	defer n.Close(context.Background())
+	if err := n.Start(context.Background()); err != nil {
+		t.Errorf("%s: a node with this security section: %v", where, err)
+		return
+	}
+	for _, p := range paths {
+		if code := getTLS(t, "https://"+n.HTTPAddr()+p); code != 200 {
+			t.Errorf("%s: GET https://…%s without credentials = %d, want 200 (probes carry none)", where, p, code)
+		}
+	}
 }
