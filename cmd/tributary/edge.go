@@ -67,20 +67,22 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 	if cloud.RoleOf(raw) == "cloud" {
 		cc, err := cloud.ParseConfig(raw)
 		if err == nil {
-			_, err = listen.NewTLS(cc.Security.TLS, nil) // the files are there and load
+			err = loadSecurityFiles(cc.Security) // the files are there and load
 		}
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
-		fmt.Fprintf(stdout, "%s: ok (cloud)\ncatalog: %s (%s) on %s\nwarehouse: %s\nkafka: %q peers=%v\nmaintenance: %v every %s\n",
-			args[1], tables.Redact(cc.Catalog.URI), cc.Catalog.Name, cc.Catalog.Addr, cc.Catalog.Warehouse,
-			*cc.Kafka.Addr, cc.Kafka.Peers, *cc.Maintenance.Enabled, cc.Maintenance.Interval)
+		fmt.Fprintf(stdout, "%s: ok (cloud)\n", args[1])
+		printCloudConfig(stdout, cc)
 		return 0
 	}
 	cfg, err := node.ParseConfig(raw)
 	if err == nil {
-		_, err = listen.NewTLS(cfg.Security.TLS, nil)
+		err = loadSecurityFiles(cfg.Security)
+	}
+	if err == nil && cfg.Catalog.CAFile != "" {
+		err = loadCAFile("catalog.ca_file", cfg.Catalog.CAFile)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, err)

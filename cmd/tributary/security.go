@@ -2,14 +2,41 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/config"
+	"github.com/tributary-io/tributary/listen"
 )
+
+// loadSecurityFiles loads what a security section names — certificates,
+// keys and CAs, the password file, the JWT keys — as a start would, so
+// that `tributary config check` and `tributary cloud --check` fail on a
+// missing or bad file (the error names the field).
+func loadSecurityFiles(s config.Security) error {
+	if _, err := listen.NewTLS(s.TLS, nil); err != nil {
+		return err
+	}
+	_, err := auth.Open(s.Config, slog.New(slog.DiscardHandler))
+	return err
+}
+
+// loadCAFile checks that path (the value of field) holds PEM certificates.
+func loadCAFile(field, path string) error {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", field, err)
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+		return fmt.Errorf("%s %s: no PEM certificate in it", field, path)
+	}
+	return nil
+}
 
 // readSecurity decodes path, a YAML file with the keys of a security
 // section (--security FILE of dev and cloud), into s; "" leaves s alone.
