@@ -9,7 +9,7 @@ type metrics struct {
 }
 
 func newMetrics() *metrics {
-	return &metrics{
+	return (&metrics{
 		successes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tributary_auth_successes_total",
 			Help: "Successful authentications, by protocol and method (password, token, certificate, anonymous)."},
 			[]string{"protocol", "method"}),
@@ -19,7 +19,23 @@ func newMetrics() *metrics {
 		denials: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tributary_auth_denials_total",
 			Help: "Requests the ACL denied, by protocol and action."},
 			[]string{"protocol", "action"}),
+	}).init()
+}
+
+// init sets the usual label combinations to zero, so that a dashboard's
+// rate() has a series from the start (the Prometheus practice for counters
+// whose first increment is an event worth seeing).
+func (m *metrics) init() *metrics {
+	for _, p := range []string{"mqtt", "kafka", "pulsar", "rest", "http"} {
+		for _, r := range []string{"unknown_user", "bad_password", "no_credentials", "bad_token", "token_expired"} {
+			m.failures.WithLabelValues(p, r)
+		}
 	}
+	for _, pa := range [][2]string{{"mqtt", "publish"}, {"mqtt", "subscribe"}, {"mqtt", "connect"}, {"kafka", "produce"},
+		{"kafka", "consume"}, {"pulsar", "consume"}, {"rest", "consume"}, {"rest", "write"}, {"rest", "admin"}, {"http", "admin"}} {
+		m.denials.WithLabelValues(pa[0], pa[1])
+	}
+	return m
 }
 
 func (m *metrics) success(protocol string, method Method) {

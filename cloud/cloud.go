@@ -221,6 +221,10 @@ func (s *Server) TLS(listener string) bool { return s.tls.Server(listener) != ni
 // error the old ones stay (see listen.TLS.Reload).
 func (s *Server) ReloadTLS() error { return s.tls.Reload() }
 
+// ReloadAuth reads the password file and the JWT keys again (SIGHUP); on
+// an error the old ones stay (see auth.Authority.Reload).
+func (s *Server) ReloadAuth() error { return s.auth.Reload() }
+
 // KafkaAddr is the bound address of the Kafka consume server ("" when off).
 func (s *Server) KafkaAddr() string {
 	if s.kafka == nil {

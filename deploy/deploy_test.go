@@ -215,7 +215,12 @@ func parseEdgeConfig(t *testing.T, where string, raw string, env map[string]stri
 
 func get(t *testing.T, url string) int {
 	t.Helper()
-	c := http.Client{Timeout: 10 * time.Second}
+	return getWith(t, &http.Client{Timeout: 10 * time.Second}, url)
+}
+
+// getWith GETs url with c and returns the status (0, reported, on error).
+func getWith(t *testing.T, c *http.Client, url string) int {
+	t.Helper()
 	resp, err := c.Get(url)
 	if err != nil {
 		t.Errorf("GET %s: %v", url, err)
@@ -332,11 +337,11 @@ func TestYAMLParses(t *testing.T) {
 }
 
 // TestEdgeYAML: the reference config passes node.ParseConfig with
-// HOSTNAME set (the systemd unit sets it).
+// HOSTNAME and the catalog credential set (the systemd unit sets them).
 func TestEdgeYAML(t *testing.T) {
 	raw, err := os.ReadFile("edge.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	parseEdgeConfig(t, "edge.yaml", string(raw), map[string]string{"HOSTNAME": "edge-test"})
+	parseEdgeConfig(t, "edge.yaml", string(raw), map[string]string{"HOSTNAME": "edge-test", "TRIBUTARY_CATALOG_CREDENTIAL": "edge-test:secret"})
 }

@@ -3,6 +3,7 @@ package deploy_test
 import (
 	"fmt"
 	"net/url"
+	"path"
 	"strings"
 	"testing"
 
@@ -23,9 +24,15 @@ type k8sPort struct {
 
 type k8sProbe struct {
 	HTTPGet *struct {
-		Path string `yaml:"path"`
-		Port any    `yaml:"port"`
+		Path   string `yaml:"path"`
+		Port   any    `yaml:"port"`
+		Scheme string `yaml:"scheme"`
 	} `yaml:"httpGet"`
+}
+
+type k8sKeyPath struct {
+	Key  string `yaml:"key"`
+	Path string `yaml:"path"`
 }
 
 type k8sContainer struct {
@@ -72,8 +79,13 @@ type k8sObject struct {
 				Volumes    []struct {
 					Name      string `yaml:"name"`
 					ConfigMap *struct {
-						Name string `yaml:"name"`
+						Name  string       `yaml:"name"`
+						Items []k8sKeyPath `yaml:"items"`
 					} `yaml:"configMap"`
+					Secret *struct {
+						SecretName string       `yaml:"secretName"`
+						Items      []k8sKeyPath `yaml:"items"`
+					} `yaml:"secret"`
 					PersistentVolumeClaim *struct {
 						ClaimName string `yaml:"claimName"`
 					} `yaml:"persistentVolumeClaim"`
@@ -134,7 +146,7 @@ func containerPort(t *testing.T, where string, c *k8sContainer, name string) int
 
 // checkWorkload checks probes, Services and labels of a pod template;
 // httpPort is the port the probes must use.
-func checkWorkload(t *testing.T, file string, objs map[string]*k8sObject, w *k8sObject, c *k8sContainer, component string, httpPort int) {
+func checkWorkload(t *testing.T, file string, objs map[string]*k8sObject, w *k8sObject, c *k8sContainer, component string, httpPort int, httpTLS bool) {
 	where := fmt.Sprintf("%s %s/%s", file, w.Kind, w.Metadata.Name)
 	if !w.Spec.Template.Spec.SecurityContext.RunAsNonRoot || w.Spec.Template.Spec.SecurityContext.RunAsUser == 0 {
 		t.Errorf("%s: spec.template.spec.securityContext must run as non-root (runAsNonRoot, runAsUser ≠ 0)", where)
@@ -153,6 +165,7 @@ func checkWorkload(t *testing.T, file string, objs map[string]*k8sObject, w *k8s
 		if p, ok := resolvePort(c, pr.p.HTTPGet.Port); !ok || p != httpPort {
 			t.Errorf("%s: %s.httpGet.port %v is not the HTTP listener's port %d", where, kind, pr.p.HTTPGet.Port, httpPort)
 		}
+		checkProbeScheme(t, where+" "+kind+".httpGet", pr.p.HTTPGet.Scheme, httpTLS)
 		checkProbePath(t, where+" "+kind, component, pr.p.HTTPGet.Path)
 	}
 	podLabels := w.Spec.Template.Metadata.Labels
@@ -215,6 +228,73 @@ func mountFor(c *k8sContainer, p string) (name, mountPath string, ok bool) {
 	return
 }
 
+// k8sSandbox provides what the pod's volume mounts hold: the keys of
+// ConfigMaps of the same file, and the items of Secrets (a Secret's keys
+// are not in the manifest: its volume lists them as items, which also
+// documents what `kubectl create secret` must put in it).
+func k8sSandbox(t *testing.T, file string, objs map[string]*k8sObject, w *k8sObject, c *k8sContainer) *sandbox {
+	t.Helper()
+	where := fmt.Sprintf("%s %s/%s", file, w.Kind, w.Metadata.Name)
+	sb := newSandbox(t)
+	for _, m := range c.VolumeMounts {
+		for _, v := range w.Spec.Template.Spec.Volumes {
+			if v.Name != m.Name {
+				continue
+			}
+			switch {
+			case v.ConfigMap != nil:
+				cm := mustObj(t, file, objs, "ConfigMap/"+v.ConfigMap.Name)
+				items := v.ConfigMap.Items
+				if len(items) == 0 {
+					for k := range cm.Data {
+						items = append(items, k8sKeyPath{Key: k, Path: k})
+					}
+				}
+				for _, it := range items {
+					data, ok := cm.Data[it.Key]
+					if !ok {
+						t.Errorf("%s: volume %s: ConfigMap %s has no key %q", where, v.Name, v.ConfigMap.Name, it.Key)
+					}
+					if m.SubPath != "" {
+						if m.SubPath == it.Path {
+							sb.provide(m.MountPath, []byte(data))
+						}
+						continue
+					}
+					sb.provide(path.Join(m.MountPath, it.Path), []byte(data))
+				}
+			case v.Secret != nil:
+				if len(v.Secret.Items) == 0 {
+					t.Errorf("%s: volume %s: Secret %s: list its keys as items (what the files are named, what kubectl create secret must write)", where, v.Name, v.Secret.SecretName)
+				}
+				for _, it := range v.Secret.Items {
+					if m.SubPath != "" {
+						if m.SubPath == it.Path {
+							sb.provide(m.MountPath, materialFor(t, where, it.Key))
+						}
+						continue
+					}
+					sb.provide(path.Join(m.MountPath, it.Path), materialFor(t, where, it.Key))
+				}
+			}
+		}
+	}
+	return sb
+}
+
+// containerEnv is the container's environment; values from Secrets and
+// fields are placeholders.
+func containerEnv(c *k8sContainer) map[string]string {
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+		if e.Value == "" {
+			env[e.Name] = placeholder(e.Name)
+		}
+	}
+	return env
+}
+
 // TestK8s checks deploy/k8s/edge.yaml and deploy/k8s/cloud.yaml.
 func TestK8s(t *testing.T) {
 	const ef, cf = "k8s/edge.yaml", "k8s/cloud.yaml"
@@ -255,15 +335,10 @@ func TestK8s(t *testing.T) {
 	if !ok {
 		t.Fatalf("%s: -config %s: ConfigMap %s has no key %q", where, cfgPath, cmName, key)
 	}
-	env := map[string]string{}
-	for _, e := range c.Env {
-		env[e.Name] = e.Value
-		if e.Value == "" {
-			env[e.Name] = "from-" + strings.ToLower(e.Name)
-		}
-	}
+	env := containerEnv(c)
 	env["POD_NAME"], env["POD_NAMESPACE"] = "tributary-edge-0", "default"
-	cfg := parseEdgeConfig(t, ef+" ConfigMap/"+cmName+" data."+key, raw, env)
+	esb := k8sSandbox(t, ef, edge, sts, c)
+	cfg := checkEdgeStarts(t, ef+" ConfigMap/"+cmName+" data."+key, esb, raw, env, "volume mount")
 	cmWhere := ef + " ConfigMap/" + cmName + " " + key
 
 	// listeners ↔ container ports
@@ -307,7 +382,10 @@ func TestK8s(t *testing.T) {
 	if adv := cfg.Kafka.AdvertisedAddr; !strings.Contains(adv, "tributary-edge-0."+sts.Spec.ServiceName+".") {
 		t.Errorf("%s: kafka.advertised_addr %q is not the pod's DNS name under Service %s", cmWhere, adv, sts.Spec.ServiceName)
 	}
-	checkWorkload(t, ef, edge, sts, c, "edge", containerPort(t, where, c, "http"))
+	checkWorkload(t, ef, edge, sts, c, "edge", containerPort(t, where, c, "http"), cfg.Security.TLS.On("http"))
+	if cfg.Security.TLS.On("http") {
+		checkEdgeTLSProbes(t, where+" probes", esb, raw, env, "/healthz", "/readyz")
+	}
 
 	// ---- cloud ----
 	dep := mustObj(t, cf, cloud, "Deployment/tributary-cloud")
@@ -317,6 +395,8 @@ func TestK8s(t *testing.T) {
 	if csub != "cloud" {
 		t.Fatalf("%s: args run %q, want cloud", cwhere, csub)
 	}
+	csb := k8sSandbox(t, cf, cloud, dep, cc)
+	cchk := checkCloudStarts(t, cwhere+" args", csb, cc.Args, containerEnv(cc), "volume mount")
 	catAddr := flagOr(t, "cloud", cvals, "catalog-addr")
 	checkNotLoopback(t, cwhere+" --catalog-addr", catAddr)
 	catPort := portOf(t, cwhere, catAddr)
@@ -326,12 +406,15 @@ func TestK8s(t *testing.T) {
 	if _, _, ok := mountFor(cc, flagOr(t, "cloud", cvals, "data")); !ok {
 		t.Errorf("%s: --data %s is on no volume mount", cwhere, cvals["data"])
 	}
-	checkWorkload(t, cf, cloud, dep, cc, "cloud", catPort)
+	checkWorkload(t, cf, cloud, dep, cc, "cloud", catPort, cchk.tlsOn("rest"))
+	if cchk.tlsOn("rest") {
+		checkCloudTLSProbes(t, cwhere+" probes", csb, cc.Args, containerEnv(cc), "/healthz", "/readyz")
+	}
 
 	// ---- edge ↔ cloud ----
 	u, err := url.Parse(cfg.Catalog.URI)
-	if err != nil || u.Scheme != "http" {
-		t.Fatalf("%s: catalog.uri %q: want the cloud's http:// address", cmWhere, cfg.Catalog.URI)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+		t.Fatalf("%s: catalog.uri %q: want the cloud's https:// (or http://) address", cmWhere, cfg.Catalog.URI)
 	}
 	svc := mustObj(t, cf, cloud, "Service/"+u.Hostname())
 	if len(svc.Spec.Ports) == 0 || fmt.Sprint(svc.Spec.Ports[0].Port) != u.Port() {
@@ -340,16 +423,12 @@ func TestK8s(t *testing.T) {
 	if w := flagOr(t, "cloud", cvals, "warehouse"); w != cfg.Catalog.Warehouse {
 		t.Errorf("%s: catalog.warehouse %q ≠ the cloud's --warehouse %q (%s)", cmWhere, cfg.Catalog.Warehouse, w, cwhere)
 	}
-	// The edge writes marks and owners: it must commit with the cloud's
-	// node token, or every commit is refused (403).
+	// The edge writes marks and owners: it must commit as a principal the
+	// cloud lets write them (catalog.credential), or with its node token.
 	hasNodeTok := false
 	for _, e := range cc.Env {
 		hasNodeTok = hasNodeTok || e.Name == "TRIBUTARY_NODE_TOKEN"
 	}
-	if _, ok := cvals["node-token"]; !ok && !hasNodeTok {
-		t.Errorf("%s: edges commit through this catalog but the cloud sets neither --node-token nor TRIBUTARY_NODE_TOKEN", cwhere)
-	}
-	if cfg.Catalog.Token == "" {
-		t.Errorf("%s: catalog.token is empty: the edge's commits would be refused (it needs the cloud's node token)", cmWhere)
-	}
+	_, nodeTokFlag := cvals["node-token"]
+	checkEdgeToCloud(t, cmWhere, cfg, cchk, hasNodeTok || nodeTokFlag)
 }

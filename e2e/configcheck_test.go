@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tributary-io/tributary/internal/testkit"
 )
 
 // runConfigCheck runs `tributary config check FILE` with extra environment.
@@ -64,12 +66,43 @@ func TestConfigCheck(t *testing.T) {
 	}
 
 	t.Run("deploy/edge.yaml", func(t *testing.T) {
-		code, stdout, stderr := runConfigCheck(t, "../deploy/edge.yaml", "HOSTNAME=edge-test-1")
+		// The example names its TLS, password and JWT files under
+		// /etc/tributary, which config check loads: put test ones there.
+		root := t.TempDir()
+		tlsDir, authDir := filepath.Join(root, "etc/tributary/tls"), filepath.Join(root, "etc/tributary/auth")
+		for _, d := range []string{tlsDir, authDir} {
+			if err := os.MkdirAll(d, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
+		testkit.NewCA(t).WriteFiles(t, tlsDir, "tls")
+		passwd := exec.Command(binPath, "passwd", filepath.Join(authDir, "passwd"), "ops")
+		passwd.Stdin = strings.NewReader("an ops password\n")
+		if out, err := passwd.CombinedOutput(); err != nil {
+			t.Fatalf("tributary passwd: %v\n%s", err, out)
+		}
+		if err := os.WriteFile(filepath.Join(authDir, "jwt.secret"), bytes.Repeat([]byte("k"), 48), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := os.ReadFile("../deploy/edge.yaml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := filepath.Join(root, "edge.yaml")
+		if err := os.WriteFile(f, []byte(strings.ReplaceAll(string(raw), " /etc/tributary/", " "+root+"/etc/tributary/")), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, stdout, stderr := runConfigCheck(t, f, "HOSTNAME=edge-test-1", "TRIBUTARY_CATALOG_CREDENTIAL=edge-test-1:secret")
 		if code != 0 {
 			t.Fatalf("deploy/edge.yaml: exit %d:\n%s%s", code, stdout, stderr)
 		}
-		if !strings.Contains(stdout, "../deploy/edge.yaml: ok") || !strings.Contains(stdout, "node_id: edge-test-1") {
+		if !strings.Contains(stdout, f+": ok") || !strings.Contains(stdout, "node_id: edge-test-1") {
 			t.Fatalf("unexpected output:\n%s", stdout)
+		}
+		// Without its files it is refused, naming the field.
+		code, _, stderr = runConfigCheck(t, "../deploy/edge.yaml", "HOSTNAME=edge-test-1", "TRIBUTARY_CATALOG_CREDENTIAL=edge-test-1:secret")
+		if code == 0 || !strings.Contains(stderr, "security.") {
+			t.Fatalf("deploy/edge.yaml with its files missing: exit %d, %s", code, stderr)
 		}
 	})
 }

@@ -41,8 +41,12 @@
 //
 // NewTLS turns the security.tls section (TLSConfig: one identity for every
 // listener, with per-listener overrides) into each listener's *tls.Config
-// (TLS.Server) and the peer links' client side (TLS.Client); TLS.Reload
-// swaps certificates and CAs without a restart (SIGHUP).
+// (TLS.Server), the peer links' client side (TLS.Client) and an in-process
+// client of a listener (TLS.Self, the dev simulator); TLS.Reload swaps
+// certificates and CAs without a restart (SIGHUP). PeerCertificate gives
+// a connection's verified client certificate (whose CN package auth turns
+// into a principal); TLSHandshakeFailed tells a protocol that a read error
+// was the TLS handshake's, already counted and logged here.
 package listen
 
 import (

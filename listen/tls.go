@@ -114,14 +114,13 @@ func NewTLS(cfg TLSConfig, log *slog.Logger) (*TLS, error) {
 // Reload reads every file again (called on SIGHUP) and swaps the
 // certificates and CAs all listeners present and verify from their next
 // handshake on. If any file fails, nothing changes: the old ones stay, and
-// the error is logged and returned.
+// the error (naming the file and field) is returned for the caller to log.
 func (t *TLS) Reload() error {
 	if t == nil {
 		return nil
 	}
 	st, err := t.load()
 	if err != nil {
-		t.log.Error("tls reload failed; keeping the certificates loaded before", "err", err)
 		return err
 	}
 	t.state.Store(&st)

@@ -183,15 +183,8 @@ func TestTLSReload(t *testing.T) {
 	dir := t.TempDir()
 	files := TLSFiles{CertFile: dir + "/tls.crt", KeyFile: dir + "/tls.key"}
 	install := func(f testkit.CertFiles) {
-		for src, dst := range map[string]string{f.CertFile: files.CertFile, f.KeyFile: files.KeyFile} {
-			b, err := os.ReadFile(src)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(dst, b, 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
+		copyFile(t, f.CertFile, files.CertFile)
+		copyFile(t, f.KeyFile, files.KeyFile)
 	}
 	install(first)
 	l, tl := tlsListener(t, files, Config{})
@@ -212,6 +205,42 @@ func TestTLSReload(t *testing.T) {
 	}
 	if got := served(); got != second.Cert.SerialNumber.String() {
 		t.Fatalf("after a failed reload serves %s, want %s", got, second.Cert.SerialNumber)
+	}
+}
+
+// TestTLSReloadClientCA: Reload swaps the client CA too: a client of the
+// new CA gets in, one of the old CA no longer does.
+func TestTLSReloadClientCA(t *testing.T) {
+	oldCA, newCA := testkit.NewCA(t), testkit.NewCA(t)
+	srv := oldCA.Server(t)
+	caFile := t.TempDir() + "/clients.crt"
+	copyFile(t, oldCA.Files(), caFile)
+	l, tl := tlsListener(t, TLSFiles{CertFile: srv.CertFile, KeyFile: srv.KeyFile, ClientCAFile: caFile,
+		RequireClientCert: true}, Config{})
+	oldClient, newClient := oldCA.Client(t, "old").TLS(t), newCA.Client(t, "new").TLS(t)
+	if _, err := tlsDial(t, l, oldCA.Pool, newClient); err == nil {
+		t.Fatal("a client of a CA not yet trusted got in")
+	}
+	copyFile(t, newCA.Files(), caFile)
+	if err := tl.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if cn, err := tlsDial(t, l, oldCA.Pool, newClient); err != nil || cn != "new" {
+		t.Fatalf("client of the reloaded CA: %q %v", cn, err)
+	}
+	if _, err := tlsDial(t, l, oldCA.Pool, oldClient); err == nil {
+		t.Fatal("a client of the CA reloaded away still got in")
+	}
+}
+
+func copyFile(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, b, 0o600); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -100,6 +100,7 @@ func TestParseByteSize(t *testing.T) {
 
 func TestDeployExampleParses(t *testing.T) {
 	t.Setenv("HOSTNAME", "edge-a")
+	t.Setenv("TRIBUTARY_CATALOG_CREDENTIAL", "edge-a:secret")
 	if _, err := LoadConfig("../deploy/edge.yaml"); err != nil {
 		t.Fatal(err)
 	}

@@ -160,8 +160,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	}
 	n.up = uplink.New(uplink.Config{Interval: cfg.Uplink.CommitInterval, MaxBatchBytes: int64(cfg.Uplink.MaxBatchBytes),
 		Node: cfg.NodeID, Logger: log, QuarantineDir: filepath.Join(cfg.DataDir, "quarantine")}, n.wal, n.cat, n.bucket)
-	n.up.OnFence(n.book)       // a fenced partition is no longer written here
-	n.up.OnRelease(n.kb.store) // idempotent producers' state outlives released records
+	n.up.OnFence(n.book)                    // a fenced partition is no longer written here
+	n.book.UseQuarantine(n.up.Quarantine()) // stale records a take-over drops are kept, as the fence's are
+	n.up.OnRelease(n.kb.store)              // idempotent producers' state outlives released records
 	if cfg.Kafka.Addr != "" {
 		n.kafka, err = produce.NewServer(produce.Config{Config: kafka.Config{Addr: cfg.Kafka.Addr, AdvertisedAddr: cfg.Kafka.AdvertisedAddr,
 			ClusterID: cfg.Catalog.Name, Auth: n.auth, Logger: log.With("component", "kafka"), Limits: listen.Config{TLS: n.tls.Server("kafka")},
@@ -300,6 +301,10 @@ func (n *Node) Auth() *auth.Authority { return n.auth }
 // ReloadTLS reads the certificates, keys and CAs again (SIGHUP); on an
 // error the old ones stay (see listen.TLS.Reload).
 func (n *Node) ReloadTLS() error { return n.tls.Reload() }
+
+// ReloadAuth reads the password file and the JWT keys again (SIGHUP); on
+// an error the old ones stay (see auth.Authority.Reload).
+func (n *Node) ReloadAuth() error { return n.auth.Reload() }
 
 // catalogTLS is the client TLS of an https:// REST catalog whose
 // certificate is verified against caFile (nil without one: the system's

@@ -26,6 +26,11 @@
 //   - A partition being taken over (Claim) is never adopted lazily, so new
 //     records never take offsets that the copied records of the previous
 //     owner need.
+//   - No silent drop. Records of an earlier ownership that a take-over or
+//     an adoption drops from the WAL (Claim, Adopt) are first kept in the
+//     quarantine (UseQuarantine), logged at error level; if they cannot
+//     be kept they stay in the WAL, and a take-over waits for them
+//     (TakeOver fails until they are kept).
 //   - Refusals wrap ErrNotOwned (which is tributary.ErrFenced: the protocol
 //     answers "not the leader") or ErrAdopting (retriable here).
 //
@@ -37,7 +42,8 @@
 // chose. Claim, Adopt and Release bracket a take-over (package replica);
 // TakeOver, Owner and HighWaters are the catalog side of its decisions.
 // Observers registered with Watch hear of every adoption (the Kafka
-// produce side loads idempotent producers' state from the copied records).
+// produce side loads idempotent producers' state from the copied records);
+// UseQuarantine sets where the stale records a take-over drops are kept.
 package owner
 
 import (
@@ -70,6 +76,15 @@ type Log interface {
 	Partition(stream string, partition int32) (wal.PartitionState, bool)
 	EnsurePartition(stream string, partition int32, minNext int64) error
 	DropPartition(stream string, partition int32) (dropped int64, err error)
+	Read(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]*tributary.Record, error)
+}
+
+// Quarantine keeps records that the Book would otherwise drop from the
+// WAL without their reaching the table (uplink.Quarantine, the folder the
+// uplink's fence writes to). Keep returns once the records are durable
+// there; if it fails, the Book drops nothing.
+type Quarantine interface {
+	Keep(stream string, partition int32, recs []*tributary.Record, reason string) error
 }
 
 // Catalog is the ownership side of the catalog (tables.Catalog).
@@ -103,7 +118,9 @@ type Book struct {
 	streams   map[string]*owned // resolved streams
 	fallback  map[string]*owned // from the WAL, for streams the catalog cannot resolve now
 	claimed   map[partKey]bool  // take-overs in progress (Claim)
+	unclean   map[partKey]bool  // claimed, stale records not quarantined yet (Claim, TakeOver)
 	observers []Observer
+	quar      Quarantine // UseQuarantine; nil: stale records are never dropped
 	sf        singleflight.Group
 }
 
@@ -126,7 +143,7 @@ func New(node string, log Log, cat Catalog, logger *slog.Logger) *Book {
 		logger = slog.Default()
 	}
 	b := &Book{node: node, log: log, cat: cat, lg: logger, streams: map[string]*owned{},
-		fallback: map[string]*owned{}, claimed: map[partKey]bool{}}
+		fallback: map[string]*owned{}, claimed: map[partKey]bool{}, unclean: map[partKey]bool{}}
 	// Its own partition was allocated at epoch 0 (taken-over ones have
 	// higher epochs): prefer the highest such.
 	for _, p := range log.Partitions() {
@@ -145,6 +162,15 @@ func New(node string, log Log, cat Catalog, logger *slog.Logger) *Book {
 
 // Node is the id of the node whose book this is.
 func (b *Book) Node() string { return b.node }
+
+// UseQuarantine makes q keep the stale records the Book drops (Claim,
+// Adopt). Call it before traffic starts; without it they are never
+// dropped.
+func (b *Book) UseQuarantine(q Quarantine) {
+	b.mu.Lock()
+	b.quar = q
+	b.mu.Unlock()
+}
 
 // Watch registers o for adoptions. Call it before traffic starts.
 func (b *Book) Watch(o Observer) {

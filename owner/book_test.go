@@ -11,6 +11,7 @@ import (
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/uplink"
 	"github.com/tributary-io/tributary/wal"
 )
 
@@ -220,25 +221,20 @@ func TestBookRestartWithoutCatalog(t *testing.T) {
 
 // TestBookClaimDropsStale: a node fenced out of its partition (by the
 // data path, before its uplink dropped the records) takes it back later:
-// claim drops its stale records so that the copied ones are stored, not
-// skipped as if already present.
+// claim moves its stale records to the quarantine, so that the copied ones
+// are stored, not skipped as if already present, and the stale ones are
+// not lost.
 func TestBookClaimDropsStale(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	cat := openCatalog(t, dir)
-	a := newIngestEnv(t, "a", dir, cat)
-	p := a.publish(t, "s.x").Partition
-	a.publish(t, "s.x")
-	a.publish(t, "s.x")
-	if _, err := cat.TakeOver(ctx, "s.x", p, "a", "b"); err != nil {
-		t.Fatal(err)
-	}
-	a.in.Fenced("s.x", p)
+	l := losePartition(t)
+	ctx, cat, a, p := l.ctx, l.cat, l.a, l.p
+	qdir := filepath.Join(l.dir, "quarantine")
+	a.in.UseQuarantine(uplink.NewQuarantine(qdir))
 	release := a.in.Claim("s.x", p)
 	defer release()
 	if _, ok := a.wal.Partition("s.x", p); ok {
 		t.Fatal("claim kept the stale records")
 	}
+	checkQuarantined(t, qdir, "took partition", l.stale...)
 	if e, err := cat.TakeOver(ctx, "s.x", p, "b", "a"); err != nil || e != 2 {
 		t.Fatalf("take back: %d, %v", e, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/wal"
 )
 
 // A take-over of partition p by this node, as package replica runs it:
@@ -27,24 +28,29 @@ import (
 // need.
 //
 // Records of p still in this node's WAL from an earlier ownership of its
-// own are dropped here (a node takes over only from another owner, so they
-// are older than the current epoch: committed already, or fenced), so that
-// the copy starts on a clean partition and the copy never mistakes them
-// for the previous owner's records at the same offsets.
+// own are moved to the quarantine here (a node takes over only from
+// another owner, so they are older than the current epoch: committed
+// already, or fenced), so that the copy starts on a clean partition and
+// the copy never mistakes them for the previous owner's records at the
+// same offsets. If they cannot be quarantined they stay, and TakeOver
+// tries again and fails until they are gone.
 func (b *Book) Claim(stream string, p int32) (release func()) {
 	k := partKey{stream, p}
 	b.mu.Lock()
 	b.claimed[k] = true
 	_, mine := b.streams[stream].epochOf(p)
 	b.mu.Unlock()
-	if !mine {
-		b.dropStale(stream, p, -1)
+	if !mine && b.dropStale(stream, p, -1) != nil {
+		b.mu.Lock()
+		b.unclean[k] = true
+		b.mu.Unlock()
 	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			b.mu.Lock()
 			delete(b.claimed, k)
+			delete(b.unclean, k)
 			b.mu.Unlock()
 		})
 	}
@@ -53,8 +59,22 @@ func (b *Book) Claim(stream string, p int32) (release func()) {
 // TakeOver makes this node the owner of partition p of stream in the
 // catalog, if node from owns it now (a compare-and-swap there). won is
 // false, with no error, when another node than from owns it (somebody else
-// took it over first, or from came back).
+// took it over first, or from came back). It fails, taking nothing over,
+// while stale records that Claim could not quarantine are still in the
+// WAL (it tries to quarantine them again first).
 func (b *Book) TakeOver(ctx context.Context, stream string, p int32, from string) (epoch int64, won bool, err error) {
+	k := partKey{stream, p}
+	b.mu.RLock()
+	unclean := b.unclean[k]
+	b.mu.RUnlock()
+	if unclean {
+		if err := b.dropStale(stream, p, -1); err != nil {
+			return 0, false, fmt.Errorf("take over %s/%d: %w", stream, p, err)
+		}
+		b.mu.Lock()
+		delete(b.unclean, k)
+		b.mu.Unlock()
+	}
 	epoch, err = b.cat.TakeOver(ctx, stream, p, from, b.node)
 	if errors.Is(err, tables.ErrNotOwner) {
 		return 0, false, nil
@@ -88,7 +108,9 @@ func (b *Book) HighWaters(ctx context.Context, stream string) (map[int32]int64, 
 // with a higher epoch (taken again) replaces the epoch. Observers hear of
 // it last.
 func (b *Book) Adopt(stream string, p int32, epoch, next int64) error {
-	b.dropStale(stream, p, epoch)
+	if err := b.dropStale(stream, p, epoch); err != nil {
+		return fmt.Errorf("adopt %s/%d: %w", stream, p, err)
+	}
 	if err := b.log.EnsurePartition(stream, p, next); err != nil {
 		return fmt.Errorf("adopt %s/%d: %w", stream, p, err)
 	}
@@ -120,19 +142,61 @@ func (b *Book) Adopt(stream string, p int32, epoch, next int64) error {
 // dropStale drops partition p of stream from the WAL if it holds records
 // written at an epoch below epoch (any records, for epoch -1): they are
 // from an earlier ownership of this node's and may not precede records of
-// the new one. Failures are logged: the uplink's fence catches them later.
-func (b *Book) dropStale(stream string, p int32, epoch int64) {
+// the new one. They are kept in the quarantine first; if they cannot be,
+// nothing is dropped and the error is returned (and logged).
+func (b *Book) dropStale(stream string, p int32, epoch int64) error {
 	st, ok := b.log.Partition(stream, p)
 	if !ok || st.Next == st.Released || epoch >= 0 && st.Epoch >= epoch {
-		return
+		return nil
+	}
+	reason := fmt.Sprintf("stale: this node took partition %d over again; these records are from its earlier ownership (epoch %d)", p, st.Epoch)
+	if epoch >= 0 {
+		reason = fmt.Sprintf("stale: this node adopted partition %d at epoch %d; these records are of epoch %d", p, epoch, st.Epoch)
+	}
+	kept, err := b.quarantine(stream, p, st, reason)
+	if err != nil {
+		b.lg.Error("stale records of a partition being taken over cannot be quarantined; they stay in the WAL",
+			"stream", stream, "partition", p, "records", st.Next-st.Released, "their_epoch", st.Epoch, "new_epoch", epoch, "err", err)
+		return fmt.Errorf("quarantine stale records (nothing dropped): %w", err)
 	}
 	n, err := b.log.DropPartition(stream, p)
 	if err != nil {
-		b.lg.Error("drop stale records of a partition being taken over", "stream", stream, "partition", p, "err", err)
-		return
+		b.lg.Error("drop stale records of a partition being taken over (they are in the quarantine too)", "stream", stream, "partition", p, "err", err)
+		return fmt.Errorf("drop stale records: %w", err)
 	}
-	b.lg.Warn("dropped this node's stale records of a partition it takes over (from an earlier ownership)",
-		"stream", stream, "partition", p, "records", n, "their_epoch", st.Epoch, "new_epoch", epoch)
+	b.lg.Error("stale records of a partition this node takes over moved to the quarantine; inspect with `tributary quarantine list`, replay with `tributary quarantine replay`",
+		"stream", stream, "partition", p, "records", n, "quarantined", kept, "their_epoch", st.Epoch, "new_epoch", epoch)
+	return nil
+}
+
+// quarantineChunk bounds the records of one Quarantine.Keep.
+const quarantineChunk = 8 << 20
+
+// quarantine hands the unreleased records of partition p (state st) to
+// the quarantine, in chunks, and returns how many it kept.
+func (b *Book) quarantine(stream string, p int32, st wal.PartitionState, reason string) (int64, error) {
+	b.mu.RLock()
+	q := b.quar
+	b.mu.RUnlock()
+	if q == nil {
+		return 0, errors.New("no quarantine configured")
+	}
+	var kept int64
+	for off := st.Released; off < st.Next; {
+		recs, err := b.log.Read(stream, p, off, 0, quarantineChunk)
+		if err != nil {
+			return kept, err
+		}
+		if len(recs) == 0 {
+			break
+		}
+		if err := q.Keep(stream, p, recs, reason); err != nil {
+			return kept, err
+		}
+		kept += int64(len(recs))
+		off = recs[len(recs)-1].Offset + 1
+	}
+	return kept, nil
 }
 
 // Fenced forgets partition p of stream: another node owns it now (the

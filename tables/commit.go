@@ -108,6 +108,11 @@ func (c *Catalog) CommitAppend(ctx context.Context, stream string, appends []Par
 		for _, a := range todo {
 			props[PropHighWater+strconv.Itoa(int(a.Partition))] = strconv.FormatInt(a.To, 10)
 			for _, f := range a.Files {
+				// A file's name states the epoch it is committed under
+				// (layout.go, invariant 4): it must be this append's.
+				if o := FileOrigin(f.URL); !o.IsZero() && o.Epoch() != a.Epoch {
+					return res, fmt.Errorf("commit %s partition %d: file %s is named for epoch %d, the append is at epoch %d", stream, a.Partition, f.URL, o.Epoch(), a.Epoch)
+				}
 				df, err := c.dataFile(t, f)
 				if err != nil {
 					return res, fmt.Errorf("commit %s: %w", stream, err)

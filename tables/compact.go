@@ -22,6 +22,7 @@ type liveFile struct {
 	partition   int32
 	first, last int64
 	key         string // spec id and partition value (the day or hour)
+	origin      Origin // from the file's name (layout.go, invariant 4)
 }
 
 // liveDataFiles lists the data files of t's current snapshot.
@@ -58,6 +59,7 @@ func liveDataFiles(ctx context.Context, t *table.Table) ([]liveFile, error) {
 				}
 			}
 			lf.key = partitionKey(df)
+			lf.origin = FileOrigin(df.FilePath())
 			out = append(out, lf)
 		}
 	}
@@ -84,7 +86,7 @@ func partitionKey(df iceberg.DataFile) string {
 // planCompaction groups files into runs worth rewriting: files smaller
 // than target, of one partition and one partition value (day or hour),
 // whose offset ranges are adjacent and exactly as many rows as offsets,
-// with a total size at most target. Runs of one file are left alone.
+// of one Origin (the output keeps it), with a total size at most target. Runs of one file are left alone.
 // Input bytes are capped at maxBytes.
 func planCompaction(files []liveFile, target, maxBytes int64) [][]liveFile {
 	var cands []liveFile
@@ -116,7 +118,7 @@ func planCompaction(files []liveFile, target, maxBytes int64) [][]liveFile {
 	for _, f := range cands {
 		if len(cur) > 0 {
 			prev := cur[len(cur)-1]
-			if prev.partition != f.partition || prev.key != f.key || prev.last+1 != f.first ||
+			if prev.partition != f.partition || prev.key != f.key || prev.last+1 != f.first || prev.origin != f.origin ||
 				curBytes+f.df.FileSizeBytes() > target {
 				flush()
 			}
@@ -243,7 +245,7 @@ func (m *pass) compactGroup(ctx context.Context, t *table.Table, g []liveFile) e
 // writeCompacted reads the rows of a run of files from t, checks that they
 // are exactly the run's contiguous offsets, and writes them next to the
 // uplink's files: one file per partition bucket of t's granularity
-// (CutRuns), named like the uplink's (DataFileURL).
+// (CutRuns), named like the uplink's (DataFileURL), with the run's origin.
 func (m *pass) writeCompacted(ctx context.Context, t *table.Table, g []liveFile) ([]FileMeta, error) {
 	part, first, last := g[0].partition, g[0].first, g[len(g)-1].last
 	var want int64
@@ -298,7 +300,7 @@ func (m *pass) writeCompacted(ctx context.Context, t *table.Table, g []liveFile)
 		if err != nil {
 			return nil, err
 		}
-		url := DataFileURL(t.Location(), st)
+		url := DataFileURL(t.Location(), st, g[0].origin)
 		if err := wfs.WriteFile(url, buf.Bytes()); err != nil {
 			for _, out := range outs {
 				_ = fs.Remove(out.URL) // best effort: orphan cleanup gets what remains

@@ -4,7 +4,8 @@
 // access, partition allocation and ownership (owners, epochs, TakeOver and
 // fencing: see ownership.go), the data file layout every writer shares
 // (which records share a file and what it is called: CutRuns by the
-// table's Granularity, DataFileURL; layout.go), the exactly-once append
+// table's Granularity, DataFileURL, which names the file's Origin: the
+// node that committed it and its records' epoch; layout.go), the exactly-once append
 // (CommitAppend with the high-water marks), offset-range readers (Reader, reader.go: the
 // consume side of the Kafka and Pulsar servers, with its metadata,
 // file-index and row-group caches) and table maintenance.

@@ -2,7 +2,12 @@ package tables
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"path"
+	"strconv"
+	"strings"
 
 	"github.com/apache/iceberg-go"
 	"github.com/google/uuid"
@@ -29,6 +34,13 @@ import (
 //     suffix, so two attempts at the same batch never overwrite each other
 //     (an upload whose commit failed stays an orphan for maintenance, never
 //     a file that a committed snapshot points to).
+//  4. Origin in the name. A file the uplink writes names its Origin (the
+//     node that committed it and the ownership epoch of its records);
+//     CommitAppend refuses a file whose name gives another epoch than its
+//     append's, and compaction merges only files of one origin and names
+//     its output alike. The name survives manifest merges, snapshot expiry
+//     and compaction, so the uplink can always tell its own commits from
+//     another node's (Committed).
 
 // Granularity is the time bucket of a table's timestamp partition
 // transform: day(timestamp) or hour(timestamp).
@@ -126,11 +138,76 @@ func CutRuns(g Granularity, recs []*tributary.Record) [][]*tributary.Record {
 }
 
 // DataFileURL names a new data file of the table at location holding the
-// records st describes: <location>/data/p<partition>/<first>-<last>-<random>.parquet,
-// offsets zero-padded so that names sort by offset.
-func DataFileURL(location string, st FileStats) string {
+// records st describes, committed under origin o:
+// <location>/data/p<partition>/<first>-<last>-e<epoch>-n<node>-<random>.parquet
+// (<first>-<last>-<random>.parquet for the zero Origin), offsets
+// zero-padded so that names sort by offset.
+func DataFileURL(location string, st FileStats, o Origin) string {
+	id := uuid.NewString()[:8]
+	if !o.IsZero() {
+		id = o.String() + "-" + id
+	}
 	return fmt.Sprintf("%s/data/p%d/%020d-%020d-%s.parquet", location,
-		st.Partition, st.FirstOffset, st.LastOffset, uuid.NewString()[:8])
+		st.Partition, st.FirstOffset, st.LastOffset, id)
+}
+
+// Origin is who committed a data file: the node whose uplink wrote it and
+// the ownership epoch its records were accepted at, which is the epoch its
+// append was fence-checked at (invariant 4). The node is kept as a tag (12
+// hex digits of its id's SHA-256): node ids may hold characters that do
+// not belong in a URL. The zero Origin is none: files written before
+// origins were recorded, and their compacted successors.
+type Origin struct {
+	node  string // nodeTag of the node id
+	epoch int64
+}
+
+// OriginOf is the origin of a file that node commits at epoch.
+func OriginOf(node string, epoch int64) Origin {
+	return Origin{node: nodeTag(node), epoch: epoch}
+}
+
+func nodeTag(node string) string {
+	h := sha256.Sum256([]byte(node))
+	return hex.EncodeToString(h[:6])
+}
+
+// IsZero reports the absence of an origin.
+func (o Origin) IsZero() bool { return o.node == "" }
+
+// Epoch is the ownership epoch the file was committed under.
+func (o Origin) Epoch() int64 { return o.epoch }
+
+// By reports whether node committed the file (at any epoch).
+func (o Origin) By(node string) bool { return !o.IsZero() && o.node == nodeTag(node) }
+
+// String is the origin as a file name has it: e<epoch>-n<node tag> ("" for none).
+func (o Origin) String() string {
+	if o.IsZero() {
+		return ""
+	}
+	return fmt.Sprintf("e%d-n%s", o.epoch, o.node)
+}
+
+// FileOrigin reads the origin from a data file's name (DataFileURL); the
+// zero Origin when the name records none.
+func FileOrigin(url string) Origin {
+	name, ok := strings.CutSuffix(path.Base(url), ".parquet")
+	if !ok {
+		return Origin{}
+	}
+	parts := strings.Split(name, "-")
+	if len(parts) != 5 || len(parts[3]) != 13 || parts[3][0] != 'n' || len(parts[2]) < 2 || parts[2][0] != 'e' {
+		return Origin{}
+	}
+	epoch, err := strconv.ParseInt(parts[2][1:], 10, 64)
+	if err != nil || epoch < 0 {
+		return Origin{}
+	}
+	if _, err := hex.DecodeString(parts[3][1:]); err != nil {
+		return Origin{}
+	}
+	return Origin{node: parts[3][1:], epoch: epoch}
 }
 
 // Granularity returns the granularity of a stream's table as last loaded

@@ -1,6 +1,7 @@
 package tables
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -227,6 +228,64 @@ func TestCompactionAfterFinerGranularity(t *testing.T) {
 	// The hour files are each in their own bucket: nothing left to merge.
 	if res, err = c.Maintain(ctx, stream, MaintainOptions{Policy: Policy{Holder: "t"}}); err != nil || res.CompactGroups != 0 {
 		t.Fatalf("second pass: %v, compaction %+v, want none", err, res)
+	}
+	checkTable(t, c, stream, recs)
+}
+
+// TestFileOrigins: a data file's name records who committed it under
+// which epoch (invariant 4): read back from the name, refused by a commit
+// at another epoch, listed by Committed, and kept by compaction, which
+// never merges files of two origins.
+func TestFileOrigins(t *testing.T) {
+	ctx := context.Background()
+	c, _ := openTestCatalog(t)
+	const stream = "origin.s"
+	if _, err := c.EnsureTable(ctx, stream); err != nil {
+		t.Fatal(err)
+	}
+	o1, o2 := OriginOf("n1", 0), OriginOf("node-2.site:a", 1)
+	st := FileStats{Partition: 0, FirstOffset: 3, LastOffset: 9}
+	if got := FileOrigin(DataFileURL(c.TableLocation(stream), st, o2)); got != o2 || !got.By("node-2.site:a") || got.By("n1") || got.Epoch() != 1 {
+		t.Fatalf("origin from the name: %v", got)
+	}
+	if got := FileOrigin(DataFileURL(c.TableLocation(stream), st, Origin{})); !got.IsZero() || got.By("n1") {
+		t.Fatalf("a name without origin reads as %v", got)
+	}
+
+	recs := testRecords(0, 0, 16, micros("2026-11-30T10:00:00Z"))
+	commit := func(recs []*tributary.Record, o Origin, epoch int64) error {
+		var buf bytes.Buffer
+		st, err := WriteParquet(&buf, recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := storeFileAs(t, c, stream, buf.Bytes(), st, o)
+		_, err = c.CommitAppend(ctx, stream, []PartitionAppend{{Partition: 0, From: recs[0].Offset,
+			To: recs[len(recs)-1].Offset + 1, Epoch: epoch, Files: []FileMeta{f}}}, nil)
+		return err
+	}
+	if err := commit(recs[:4], o2, 0); err == nil {
+		t.Fatal("a file named for epoch 1 was committed in an append at epoch 0")
+	}
+	for i, o := range []Origin{o1, o1, o2, o2} {
+		if err := commit(recs[i*4:i*4+4], o, o.Epoch()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := c.Maintain(ctx, stream, MaintainOptions{Policy: Policy{Holder: "t"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.CompactGroups != 2 || res.CompactInputs != 4 {
+		t.Fatalf("compaction %+v, want two groups of two (one per origin)", res)
+	}
+	files, err := c.Committed(ctx, stream, 0, 2, 12)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) != 2 || files[0].First != 0 || files[0].Last != 7 || files[0].Origin != o1 ||
+		files[1].First != 8 || files[1].Last != 15 || files[1].Origin != o2 {
+		t.Fatalf("committed files after compaction: %+v", files)
 	}
 	checkTable(t, c, stream, recs)
 }

@@ -32,7 +32,13 @@ func putFile(tb testing.TB, c *Catalog, stream string, recs []*tributary.Record)
 // the uplink would give it.
 func storeFile(tb testing.TB, c *Catalog, stream string, data []byte, st FileStats) FileMeta {
 	tb.Helper()
-	url := DataFileURL(c.TableLocation(stream), st)
+	return storeFileAs(tb, c, stream, data, st, Origin{})
+}
+
+// storeFileAs is storeFile naming the file with origin o.
+func storeFileAs(tb testing.TB, c *Catalog, stream string, data []byte, st FileStats, o Origin) FileMeta {
+	tb.Helper()
+	url := DataFileURL(c.TableLocation(stream), st, o)
 	path := localPath(tb, c, url)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		tb.Fatal(err)

@@ -638,33 +638,38 @@ func (c *lru) add(k, v any, size int64) {
 	}
 }
 
-// Covers reports whether the table's current snapshot holds every offset
-// of [from, to) of partition p in its data files (by the files' offset
-// bounds). A high-water mark alone is a property anyone with write access
-// to the catalog could have set; the uplink asks this before it releases
-// WAL records that it did not commit itself.
-func (c *Catalog) Covers(ctx context.Context, stream string, p int32, from, to int64) (bool, error) {
+// CommittedFile is a data file of a table's current snapshot: the
+// offsets of one partition it holds and the Origin its name records.
+type CommittedFile struct {
+	Path        string
+	First, Last int64 // inclusive
+	Origin      Origin
+}
+
+// Committed returns the data files of the table's current snapshot that
+// hold offsets of [from, to) of partition p, by first offset. A
+// high-water mark alone is a property anyone with write access to the
+// catalog could have set, and a file holding the offsets may be another
+// node's: the uplink asks this, and checks the files' origins, before it
+// releases WAL records that it did not commit itself.
+func (c *Catalog) Committed(ctx context.Context, stream string, p int32, from, to int64) ([]CommittedFile, error) {
 	if to <= from {
-		return true, nil
+		return nil, nil
 	}
 	t, err := c.LoadTable(ctx, stream)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	fs, err := planFiles(ctx, t, p, from)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	slices.SortFunc(fs, func(a, b fileSpan) int { return cmp.Compare(a.first, b.first) })
-	next := from
+	var out []CommittedFile
 	for _, f := range fs {
-		if f.first > next {
-			break
-		}
-		next = max(next, f.last+1)
-		if next >= to {
-			return true, nil
+		if f.last >= from && f.first < to {
+			out = append(out, CommittedFile{Path: f.path, First: f.first, Last: f.last, Origin: FileOrigin(f.path)})
 		}
 	}
-	return next >= to, nil
+	slices.SortFunc(out, func(a, b CommittedFile) int { return cmp.Compare(a.First, b.First) })
+	return out, nil
 }

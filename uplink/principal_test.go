@@ -127,7 +127,7 @@ func TestQuarantinePrincipal(t *testing.T) {
 		t.Fatal(err)
 	}
 	u := New(Config{Node: "n1", Logger: quietLogger(), QuarantineDir: t.TempDir()}, e.wal, e.cat, e.bucket)
-	path, n, err := u.quarantine(stream, p, 0, 2)
+	path, n, err := u.quarantine(stream, p, 0, 2, "test")
 	if err != nil || n != 2 {
 		t.Fatalf("quarantine: %d, %v", n, err)
 	}

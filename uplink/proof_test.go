@@ -2,12 +2,14 @@ package uplink
 
 import (
 	"context"
+	"path/filepath"
 	"strconv"
 	"testing"
 
 	"github.com/apache/iceberg-go"
 
 	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/wal"
 )
 
 // TestForgedMarkReleasesNothing: a high-water mark raised by somebody other
@@ -78,4 +80,86 @@ func TestForgedMarkReleasesNothing(t *testing.T) {
 			t.Fatalf("row %d has offset %d", i, r.Offset)
 		}
 	}
+}
+
+// otherNode is a second node's uplink over its own WAL, committing to e's
+// catalog and bucket.
+func otherNode(t *testing.T, e *env, node string) (*wal.WAL, *Uplink) {
+	t.Helper()
+	w, err := wal.Open(wal.Options{Path: filepath.Join(t.TempDir(), "wal.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w, New(Config{Node: node, Logger: quietLogger(), QuarantineDir: t.TempDir()}, w, e.cat, e.bucket)
+}
+
+// n1Partition is a fresh env whose node n1 owns partition p of stream at
+// epoch 0.
+func n1Partition(t *testing.T, stream string) (*env, int32) {
+	t.Helper()
+	e := newEnv(t, 0)
+	p, err := e.cat.AllocatePartition(context.Background(), stream, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, p
+}
+
+// keptUnproven asserts that (stream, p) of w still holds its acknowledged
+// records [0, n) unreleased, and that u counted an unproven mark.
+func keptUnproven(t *testing.T, w *wal.WAL, u *Uplink, stream string, p int32, n int64) {
+	t.Helper()
+	st, _ := w.Partition(stream, p)
+	if st.Released != 0 || st.Next != n {
+		t.Fatalf("wal partition %d: released %d next %d, want 0 and %d: records released on another node's files", p, st.Released, st.Next, n)
+	}
+	if got := u.Stats().UnprovenMarks; got < 1 {
+		t.Fatalf("unproven marks %d", got)
+	}
+}
+
+// TestForeignFilesReleaseNothing: the table's mark and data files cover
+// this node's acknowledged offsets, but the files were committed by
+// another node (at the same epoch: ownership properties do not stop a
+// node that writes a partition it was never given). They are not this
+// node's records, so it must not release them.
+func TestForeignFilesReleaseNothing(t *testing.T) {
+	e, p := n1Partition(t, "f.foreign")
+	ctx, stream := context.Background(), "f.foreign"
+	appendVals(t, e.wal, stream, p, 0, "ours", 5)
+	w2, u2 := otherNode(t, e, "n2")
+	appendVals(t, w2, stream, p, 0, "theirs", 5)
+	if err := u2.SyncAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	u := New(Config{Node: "n1", Logger: quietLogger(), QuarantineDir: t.TempDir()}, e.wal, e.cat, e.bucket)
+	if err := u.SyncAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	keptUnproven(t, e.wal, u, stream, p, 5)
+}
+
+// TestPreviousOwnersFilesReleaseNothing: node n2 took partition p over at
+// epoch 1 and holds copies of p's records at epoch 1; the files covering
+// those offsets were committed by the previous owner n1 at epoch 0. Those
+// files were not committed under n2's epoch, so n2 keeps its records.
+func TestPreviousOwnersFilesReleaseNothing(t *testing.T) {
+	e, p := n1Partition(t, "f.previous")
+	ctx, stream := context.Background(), "f.previous"
+	appendVals(t, e.wal, stream, p, 0, "v", 5)
+	u1 := New(Config{Node: "n1", Logger: quietLogger(), QuarantineDir: t.TempDir()}, e.wal, e.cat, e.bucket)
+	if err := u1.SyncAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	epoch, err := e.cat.TakeOver(ctx, stream, p, "n1", "n2")
+	if err != nil || epoch != 1 {
+		t.Fatalf("take over: epoch %d, %v", epoch, err)
+	}
+	w2, u2 := otherNode(t, e, "n2")
+	appendVals(t, w2, stream, p, epoch, "v", 5)
+	if err := u2.SyncAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	keptUnproven(t, w2, u2, stream, p, 5)
 }

@@ -2,9 +2,10 @@
 //
 // # Invariants
 //
-//  1. Released only after committed. A WAL range is released only once the
-//     table's committed high-water mark covers it; a crash anywhere in the
-//     pipeline leaves the records in the WAL, and the next pass finds them.
+//  1. Released only after committed. A WAL range is released only once
+//     this uplink's commit of it succeeded, or the table proves that it
+//     did (invariant 5); a crash anywhere in the pipeline leaves the
+//     records in the WAL, and the next pass finds them.
 //
 //  2. Exactly once in the table. Each pass starts from the partition's
 //     committed high-water mark, read from the table itself, and commits
@@ -26,10 +27,11 @@
 //     the new owner's records at these very offsets), or when the commit
 //     itself is fenced (tables.FencedError), nothing is committed or
 //     released: the uplink tells its FenceListeners so that ingest
-//     stops writing the partition, drops the partition from the WAL (its
-//     records belong to the new owner's history now: copied and uploaded
-//     by it, or never part of it), logs it at error level with the count
-//     and counts it (Stats.Fenced). The drop is conditional on the WAL
+//     stops writing the partition, copies its records to the quarantine
+//     (quarantine.go; if that fails nothing is dropped), drops the
+//     partition from the WAL (its records belong to the new owner's
+//     history now: copied and uploaded by it, or never part of it), logs
+//     it at error level with the count and counts it (Stats.Fenced). The drop is conditional on the WAL
 //     partition holding no record of the table's epoch
 //     (wal.DropPartitionBelow): if this node took the partition back while
 //     the stale batch was in flight, only that batch was stale.
@@ -37,9 +39,14 @@
 //  5. A mark alone is not proof. Records this uplink did not commit
 //     itself (the table's mark is above the WAL's released offset: a run
 //     that crashed before releasing, or a mark somebody else wrote) are
-//     released only once the table's data files hold every one of their
-//     offsets (Committer.Covers); otherwise they stay in the WAL, the pass
-//     logs it at error level and counts it (Stats.UnprovenMarks).
+//     released only once the table's current snapshot holds every one of
+//     their offsets in a data file committed by this node under the epoch
+//     the WAL holds the record at (the file's name records its origin,
+//     tables.Origin; Committer.Committed lists the files). A forged mark,
+//     or files of another node or of a previous owner at these offsets,
+//     prove nothing: the records stay in the WAL, the pass logs it at
+//     error level and counts it (Stats.UnprovenMarks); if the partition is
+//     fenced they go to the quarantine (invariant 4).
 //
 // # Outline
 //
@@ -81,10 +88,11 @@ type Committer interface {
 	// high-water marks and ownership (owner node, epoch).
 	Marks(ctx context.Context, stream string) (map[int32]int64, map[int32]tables.Ownership, error)
 	CommitAppend(ctx context.Context, stream string, appends []tables.PartitionAppend, summary map[string]string) (tables.CommitResult, error)
-	// Covers reports whether the table's data files hold every offset of
-	// [from, to) of partition p: the proof asked for before releasing
-	// records this uplink did not commit itself.
-	Covers(ctx context.Context, stream string, p int32, from, to int64) (bool, error)
+	// Committed returns the data files of the table's current snapshot
+	// holding offsets of [from, to) of partition p, by first offset, with
+	// their origins: the proof asked for before releasing records this
+	// uplink did not commit itself (see proven).
+	Committed(ctx context.Context, stream string, p int32, from, to int64) ([]tables.CommittedFile, error)
 	// Granularity is the partition granularity of the stream's table as
 	// the last Marks loaded it: data files are cut at its buckets.
 	Granularity(ctx context.Context, stream string) (tables.Granularity, error)
@@ -155,8 +163,9 @@ type Stats struct {
 	// Fenced counts partitions given up because another node owns them;
 	// FencedRecords the WAL records dropped with them.
 	Fenced, FencedRecords int64
-	// QuarantinedRecords counts the records of fenced partitions written to
-	// the quarantine before they were dropped.
+	// QuarantinedRecords counts the records written to the quarantine
+	// before they were dropped from the WAL: of fenced partitions, and
+	// those the ownership book wrote through Quarantine.
 	QuarantinedRecords int64
 	// UnprovenMarks counts passes that found a partition's mark covering
 	// offsets the table's files do not hold (records kept, not released).
@@ -184,7 +193,7 @@ type Uplink struct {
 	commits, commitFailures, uploadFailures atomic.Int64
 	files, bytesUp, records                 atomic.Int64
 	fenced, fencedRecords, unproven         atomic.Int64
-	quarantined                             atomic.Int64
+	q                                       *Quarantine // Config.QuarantineDir
 
 	metrics *metrics // histograms (metrics.go)
 
@@ -216,7 +225,8 @@ type ReleaseListener interface {
 func New(cfg Config, log Log, cat Committer, bucket Bucket) *Uplink {
 	cfg.defaults()
 	return &Uplink{cfg: cfg, log: log, cat: cat, bucket: bucket,
-		backoff: map[string]*retryState{}, flushReq: make(chan chan error), metrics: newMetrics()}
+		backoff: map[string]*retryState{}, flushReq: make(chan chan error), metrics: newMetrics(),
+		q: NewQuarantine(cfg.QuarantineDir)}
 }
 
 // OnFence registers l; call it before Run.
@@ -354,7 +364,7 @@ func (u *Uplink) Stats() Stats {
 	s.Commits, s.CommitFailures, s.UploadFailures = u.commits.Load(), u.commitFailures.Load(), u.uploadFailures.Load()
 	s.FilesUploaded, s.BytesUploaded, s.RecordsCommitted = u.files.Load(), u.bytesUp.Load(), u.records.Load()
 	s.Fenced, s.FencedRecords, s.UnprovenMarks = u.fenced.Load(), u.fencedRecords.Load(), u.unproven.Load()
-	s.QuarantinedRecords = u.quarantined.Load()
+	s.QuarantinedRecords = u.q.Kept()
 	return s
 }
 
@@ -403,7 +413,8 @@ func (u *Uplink) fence(stream string, fe *tables.FencedError) error {
 		for _, l := range u.fenceLs {
 			l.Fenced(stream, fe.Partition)
 		}
-		qpath, qn, err := u.quarantine(stream, fe.Partition, st.Released, st.Next)
+		reason := fmt.Sprintf("fenced: partition %d is owned by %s at epoch %d, these records are of epoch %d or below", fe.Partition, fe.Owner, fe.Epoch, st.Epoch)
+		qpath, qn, err := u.quarantine(stream, fe.Partition, st.Released, st.Next, reason)
 		if err != nil {
 			return fmt.Errorf("sync %s: quarantine fenced partition %d (nothing dropped): %w", stream, fe.Partition, err)
 		}
@@ -414,7 +425,7 @@ func (u *Uplink) fence(stream string, fe *tables.FencedError) error {
 		case ours && qpath != "":
 			os.Remove(qpath) // nothing was dropped: the copy is not needed
 		case qpath != "":
-			u.quarantined.Add(qn)
+			u.q.kept.Add(qn)
 			u.cfg.Logger.Error("uplink: fenced records kept in quarantine; inspect with `tributary quarantine list`, replay with `tributary quarantine replay`",
 				"stream", stream, "partition", fe.Partition, "records", qn, "file", qpath)
 		}
@@ -467,13 +478,13 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 			// A mark is a table property; without the rows it names, the
 			// records stay (see invariant 5).
 			to := min(mark, p.Next)
-			if ok, err := u.cat.Covers(ctx, stream, p.Partition, p.Released, to); err != nil {
+			if why, err := u.proven(ctx, stream, p.Partition, p.Released, to); err != nil {
 				u.commitFailures.Add(1)
 				return false, fmt.Errorf("sync %s: check the table holds offsets %d..%d of partition %d: %w", stream, p.Released, to, p.Partition, err)
-			} else if !ok {
+			} else if why != "" {
 				u.unproven.Add(1)
-				u.cfg.Logger.Error("uplink: the table's mark covers offsets its data files do not hold; keeping them in the WAL (the mark was not written by a commit of this data: repair the table's tributary.hwm property)",
-					"stream", stream, "partition", p.Partition, "mark", mark, "released", p.Released, "wal_next", p.Next)
+				u.cfg.Logger.Error("uplink: the table's mark covers offsets that no data file committed by this node under their epoch holds; keeping them in the WAL (the mark or the files were not written by this node's commit of these records: repair the table's tributary.hwm property, or find who wrote the files)",
+					"stream", stream, "partition", p.Partition, "mark", mark, "released", p.Released, "wal_next", p.Next, "why", why)
 				continue
 			}
 			if mark > p.Next {
@@ -549,6 +560,51 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 	return cut, nil
 }
 
+// proven checks the proof of invariant 5 for the WAL records [from, to)
+// of a partition: every data file of the table's current snapshot holding
+// any of these offsets was committed by this node (its name's Origin,
+// tables.FileOrigin), and every record is in such a file committed under
+// the epoch the WAL holds it at. It returns "" when proven, else what is
+// missing. Files of another node at these offsets, or a previous owner's,
+// prove nothing: they are not these records.
+func (u *Uplink) proven(ctx context.Context, stream string, p int32, from, to int64) (string, error) {
+	files, err := u.cat.Committed(ctx, stream, p, from, to)
+	if err != nil {
+		return "", err
+	}
+	for _, f := range files {
+		if !f.Origin.By(u.cfg.Node) {
+			return fmt.Sprintf("offsets %d-%d are in %s, not committed by this node (origin %q)", f.First, f.Last, f.Path, f.Origin), nil
+		}
+	}
+	i := 0
+	for off := from; off < to; {
+		recs, err := u.log.Read(stream, p, off, int(min(to-off, 1<<20)), quarantineChunk)
+		if err != nil {
+			return "", fmt.Errorf("read wal: %w", err)
+		}
+		if len(recs) == 0 {
+			return fmt.Sprintf("the WAL holds no record at offset %d", off), nil
+		}
+		for _, r := range recs {
+			if r.Offset >= to {
+				break
+			}
+			for i < len(files) && files[i].Last < r.Offset {
+				i++
+			}
+			if i == len(files) || files[i].First > r.Offset {
+				return fmt.Sprintf("offset %d is in no data file", r.Offset), nil
+			}
+			if want := tables.OriginOf(u.cfg.Node, r.Epoch); files[i].Origin != want {
+				return fmt.Sprintf("offset %d (epoch %d here) is in %s, committed under epoch %d", r.Offset, r.Epoch, files[i].Path, files[i].Origin.Epoch()), nil
+			}
+		}
+		off = recs[len(recs)-1].Offset + 1
+	}
+	return "", nil
+}
+
 // release releases [from, to) of a partition after the listeners have seen
 // its records (recs, or read from the WAL when nil).
 func (u *Uplink) release(stream string, partition int32, from, to int64, recs []*tributary.Record) error {
@@ -578,7 +634,8 @@ func (u *Uplink) release(stream string, partition int32, from, to int64, recs []
 
 // upload encodes recs as one Parquet file per partition bucket (day or
 // hour, the table's granularity: tables.CutRuns) and writes the files to
-// the bucket, named by tables.DataFileURL.
+// the bucket, named by tables.DataFileURL with this node and the records'
+// epoch as their origin (recs are of one epoch).
 func (u *Uplink) upload(ctx context.Context, stream string, recs []*tributary.Record) ([]tables.FileMeta, error) {
 	g, err := u.cat.Granularity(ctx, stream)
 	if err != nil {
@@ -591,7 +648,7 @@ func (u *Uplink) upload(ctx context.Context, stream string, recs []*tributary.Re
 		if err != nil {
 			return nil, fmt.Errorf("sync %s: %w", stream, err)
 		}
-		url := tables.DataFileURL(u.cat.TableLocation(stream), st)
+		url := tables.DataFileURL(u.cat.TableLocation(stream), st, tables.OriginOf(u.cfg.Node, recs[0].Epoch))
 		key, err := u.cat.KeyOf(url)
 		if err != nil {
 			return nil, fmt.Errorf("sync %s: %w", stream, err)

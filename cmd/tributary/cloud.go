@@ -43,6 +43,7 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	securityFile := fs.String("security", "", "YAML file with the keys of the security section (TLS, authentication, ACL); replaces the config file's section")
 	readyFile := fs.String("ready-file", "", "once every listener is bound, write their addresses to this file as a JSON object (atomically)")
+	check := fs.Bool("check", false, "build the configuration from the flags, --config and --security as a start would, load its TLS, password and JWT files, print the effective settings and exit (0: it would start)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -129,6 +130,14 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "tributary cloud:", err)
 		return 2
 	}
+	if *check {
+		if err := loadSecurityFiles(cfg.Security); err != nil {
+			fmt.Fprintln(stderr, "tributary cloud:", err)
+			return 1
+		}
+		printCloudConfig(stdout, cfg)
+		return 0
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -137,7 +146,7 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 		log.Error("open", "err", err)
 		return 1
 	}
-	onSIGHUP(ctx, log, srv.ReloadTLS)
+	onSIGHUP(ctx, log, srv.ReloadTLS, srv.ReloadAuth)
 	code := 0
 	// The ready file before the ready line: whoever saw the line finds the file.
 	if err := writeReadyFile(*readyFile, map[string]string{"catalog": srv.CatalogAddr(), "kafka": srv.KafkaAddr(), "pulsar": srv.PulsarAddr()}); err != nil {
@@ -160,6 +169,20 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 	}
 	log.Info("stopped")
 	return code
+}
+
+// printCloudConfig prints the effective settings of a cloud config
+// (`tributary cloud --check`, `tributary config check`), one "key: value"
+// a line; secrets are not printed.
+func printCloudConfig(w io.Writer, c cloud.Config) {
+	fmt.Fprintf(w, "catalog: %s (%s)\ncatalog.addr: %s\nwarehouse: %s\nkafka.addr: %s\nkafka.peers: %v\npulsar.addr: %s\nmaintenance: %v every %s\ntls: %s\nauthentication: %v\n",
+		tables.Redact(c.Catalog.URI), c.Catalog.Name, c.Catalog.Addr, tables.Redact(c.Catalog.Warehouse),
+		*c.Kafka.Addr, c.Kafka.Peers, *c.Pulsar.Addr, *c.Maintenance.Enabled, c.Maintenance.Interval,
+		tlsListeners(c.Security.TLS, "rest", "kafka", "pulsar"),
+		c.Security.UsersFile != "" || c.Security.JWT.Enabled() || c.Security.TLS.RequireClientCert)
+	k := c.Kafka
+	fmt.Fprintf(w, "kafka caps: max_groups=%d max_group_members=%d max_group_offsets=%d offsets_retention=%s max_inflight_bytes=%d\n",
+		k.MaxGroups, k.MaxGroupMembers, k.MaxGroupOffsets, k.OffsetsRetention, k.MaxInflightBytes)
 }
 
 // splitList splits a comma-separated flag value, dropping empty items.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -78,5 +79,32 @@ func TestCloudServesCatalog(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("cloud did not stop on SIGINT")
+	}
+}
+
+// TestCloudCheck: --check builds the configuration a start would, loads
+// its files and exits without serving: 0 when it would start, else the
+// reason.
+func TestCloudCheck(t *testing.T) {
+	dir := t.TempDir()
+	check := func(args ...string) (int, string) {
+		var out, errs strings.Builder
+		code := run(append([]string{"cloud", "--check", "--data", dir}, args...), &out, &errs)
+		return code, out.String() + errs.String()
+	}
+	if code, out := check("--catalog-addr", "127.0.0.1:0"); code != 0 || !strings.Contains(out, "catalog.addr: 127.0.0.1:0") || !strings.Contains(out, "authentication: false") {
+		t.Fatalf("loopback: exit %d\n%s", code, out)
+	}
+	if code, out := check("--catalog-addr", "0.0.0.0:0"); code == 0 || !strings.Contains(out, "catalog.addr (0.0.0.0:0)") {
+		t.Fatalf("0.0.0.0 without authentication: exit %d\n%s", code, out)
+	}
+	sec := filepath.Join(dir, "security.yaml")
+	os.WriteFile(sec, []byte("users_file: "+filepath.Join(dir, "missing.passwd")+"\n"), 0o600)
+	if code, out := check("--catalog-addr", "0.0.0.0:0", "--security", sec); code == 0 || !strings.Contains(out, "security.users_file") {
+		t.Fatalf("a missing users file: exit %d\n%s", code, out)
+	}
+	os.WriteFile(filepath.Join(dir, "missing.passwd"), nil, 0o600)
+	if code, out := check("--catalog-addr", "0.0.0.0:0", "--security", sec); code != 0 || !strings.Contains(out, "authentication: true") {
+		t.Fatalf("with the users file: exit %d\n%s", code, out)
 	}
 }

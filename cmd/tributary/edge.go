@@ -67,21 +67,22 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 	if cloud.RoleOf(raw) == "cloud" {
 		cc, err := cloud.ParseConfig(raw)
 		if err == nil {
-			_, err = listen.NewTLS(cc.Security.TLS, nil) // the files are there and load
+			err = loadSecurityFiles(cc.Security) // the files are there and load
 		}
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
-		fmt.Fprintf(stdout, "%s: ok (cloud)\ncatalog: %s (%s) on %s\nwarehouse: %s\nkafka: %q peers=%v max_groups=%d max_group_members=%d max_group_offsets=%d offsets_retention=%s max_inflight_bytes=%d\nmaintenance: %v every %s\n",
-			args[1], tables.Redact(cc.Catalog.URI), cc.Catalog.Name, cc.Catalog.Addr, cc.Catalog.Warehouse,
-			*cc.Kafka.Addr, cc.Kafka.Peers, cc.Kafka.MaxGroups, cc.Kafka.MaxGroupMembers, cc.Kafka.MaxGroupOffsets,
-			cc.Kafka.OffsetsRetention, cc.Kafka.MaxInflightBytes, *cc.Maintenance.Enabled, cc.Maintenance.Interval)
+		fmt.Fprintf(stdout, "%s: ok (cloud)\n", args[1])
+		printCloudConfig(stdout, cc)
 		return 0
 	}
 	cfg, err := node.ParseConfig(raw)
 	if err == nil {
-		_, err = listen.NewTLS(cfg.Security.TLS, nil)
+		err = loadSecurityFiles(cfg.Security)
+	}
+	if err == nil && cfg.Catalog.CAFile != "" {
+		err = loadCAFile("catalog.ca_file", cfg.Catalog.CAFile)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, err)
@@ -138,17 +139,9 @@ func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *sl
 		n.Close(context.Background())
 		return 1
 	}
-	reloads := []func() error{n.ReloadTLS, func() error {
-		// The password file and JWT keys (MQTT and Kafka logins); a bad
-		// file keeps the previous ones.
-		err := n.Auth().Reload()
-		if err != nil {
-			log.Error("SIGHUP: password file or JWT keys not reloaded; the previous ones stay in force", "err", err)
-		}
-		return err
-	}}
+	reloads := []func() error{n.ReloadTLS, n.ReloadAuth}
 	if cs != nil {
-		reloads = append(reloads, cs.ReloadTLS)
+		reloads = append(reloads, cs.ReloadTLS, cs.ReloadAuth)
 	}
 	onSIGHUP(ctx, log, reloads...)
 	simDone := make(chan struct{})

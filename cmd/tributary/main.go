@@ -28,7 +28,7 @@ commands:
   tables   list | describe STREAM | scan STREAM | maintain STREAM: stream tables
   sim      run the device-fleet simulator against an MQTT broker
   config   check FILE: validate a config file and print the effective settings
-  quarantine list|replay: records of fenced partitions, kept instead of dropped
+  quarantine list|replay: records of fenced or taken-over partitions, kept instead of dropped
   passwd   [-D] FILE USER: create, update or delete a user in a password file
 
 Run 'tributary <command> -h' for the flags of a command.

@@ -20,9 +20,11 @@ const quarantineUsage = `usage:
   tributary quarantine list   [--data DIR]
   tributary quarantine replay [--data DIR] --kafka HOST:PORT FILE...
 
-A node that finds one of its partitions fenced (another node owns it now)
-moves the records still in its WAL to DIR/quarantine instead of dropping
-them. list shows each file: stream, partition, offsets and record count.
+A node that finds one of its partitions fenced (another node owns it now),
+or that takes over or adopts a partition whose WAL still holds records of
+an earlier ownership of its own, moves those records to DIR/quarantine
+instead of dropping them. list shows each file: stream, partition,
+offsets, record count and why the records were quarantined.
 replay produces a file's records again (acks=all, idempotent) to the same
 stream through the Kafka listener of any edge node, with their keys,
 values and headers; they get new offsets there (the new owner may hold some
@@ -51,7 +53,7 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 		for _, f := range files {
-			recs, err := uplink.ReadQuarantine(f)
+			recs, reason, err := uplink.ReadQuarantineReason(f)
 			if err != nil {
 				fmt.Fprintln(stderr, err)
 				return 1
@@ -63,6 +65,9 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "%s\n  stream %s partition %d offsets %d-%d (%d records) epoch %d accepted %s .. %s\n",
 				f, first.Stream, first.Partition, first.Offset, last.Offset, len(recs), first.Epoch,
 				time.UnixMicro(first.Timestamp).UTC().Format(time.RFC3339), time.UnixMicro(last.Timestamp).UTC().Format(time.RFC3339))
+			if reason != "" {
+				fmt.Fprintf(stdout, "  reason: %s\n", reason)
+			}
 		}
 		return 0
 	}
@@ -70,7 +75,8 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, quarantineUsage)
 		return 2
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(*broker), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ClientID("tributary-quarantine-replay"))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(*broker), kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ClientID("tributary-quarantine-replay"),
+		kgo.AllowAutoTopicCreation()) // the node creates the stream if its catalog lacks it (as far as its auto-create policy lets it)
 	if err != nil {
 		fmt.Fprintln(stderr, "tributary quarantine:", err)
 		return 1

@@ -2,14 +2,41 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
 
+	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/config"
+	"github.com/tributary-io/tributary/listen"
 )
+
+// loadSecurityFiles loads what a security section names — certificates,
+// keys and CAs, the password file, the JWT keys — as a start would, so
+// that `tributary config check` and `tributary cloud --check` fail on a
+// missing or bad file (the error names the field).
+func loadSecurityFiles(s config.Security) error {
+	if _, err := listen.NewTLS(s.TLS, nil); err != nil {
+		return err
+	}
+	_, err := auth.Open(s.Config, slog.New(slog.DiscardHandler))
+	return err
+}
+
+// loadCAFile checks that path (the value of field) holds PEM certificates.
+func loadCAFile(field, path string) error {
+	pem, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("%s: %w", field, err)
+	}
+	if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+		return fmt.Errorf("%s %s: no PEM certificate in it", field, path)
+	}
+	return nil
+}
 
 // readSecurity decodes path, a YAML file with the keys of a security
 // section (--security FILE of dev and cloud), into s; "" leaves s alone.
@@ -29,8 +56,9 @@ func readSecurity(path string, s *config.Security) error {
 }
 
 // onSIGHUP calls each reload on every SIGHUP until ctx ends: certificates
-// (listen.TLS.Reload) are read again without a restart. A failed reload
-// keeps what was loaded before; it logs its own error.
+// (listen.TLS.Reload), the password file and the JWT keys
+// (auth.Authority.Reload) are read again without a restart. A failed
+// reload keeps what was loaded before; its error is logged here.
 func onSIGHUP(ctx context.Context, log *slog.Logger, reloads ...func() error) {
 	ch := make(chan os.Signal, 1)
 	signal.Notify(ch, syscall.SIGHUP)
@@ -41,9 +69,11 @@ func onSIGHUP(ctx context.Context, log *slog.Logger, reloads ...func() error) {
 			case <-ctx.Done():
 				return
 			case <-ch:
-				log.Info("SIGHUP: reloading certificates")
+				log.Info("SIGHUP: reloading certificates, password file and JWT keys")
 				for _, r := range reloads {
-					_ = r()
+					if err := r(); err != nil {
+						log.Error("reload failed; what was loaded before stays in force", "err", err)
+					}
 				}
 			}
 		}
