@@ -223,11 +223,11 @@ func (s *Subscription) permits() int64 {
 		if s.active == nil {
 			return 0
 		}
-		return max(s.active.permits, 0)
+		return s.active.avail()
 	}
 	var n int64
 	for _, cs := range s.consumers {
-		n += max(cs.permits, 0)
+		n += cs.avail()
 	}
 	return n
 }
@@ -261,7 +261,7 @@ func (s *Subscription) assign(entries []Entry, blocked map[int32]bool) int {
 	switch s.typ {
 	case Exclusive, Failover:
 		for _, e := range entries {
-			if cs := s.active; cs != nil && cs.permits > 0 {
+			if cs := s.active; cs != nil && cs.avail() > 0 {
 				give(cs, e, 0)
 				sent++
 			} else {
@@ -272,7 +272,7 @@ func (s *Subscription) assign(entries []Entry, blocked map[int32]bool) int {
 		var cur *consumerState
 		turn := 0
 		for _, e := range entries {
-			if cur == nil || cur.permits <= 0 || turn >= roundRobinTurn {
+			if cur == nil || cur.avail() <= 0 || turn >= roundRobinTurn {
 				cur, turn = s.nextShared(), 0
 			}
 			if cur == nil {
@@ -292,7 +292,7 @@ func (s *Subscription) assign(entries []Entry, blocked map[int32]bool) int {
 			}
 			cs := s.sel.pick(slot)
 			h := s.slotHolder[slot]
-			if cs == nil || cs.permits <= 0 || (cs.joinPoint >= 0 && e.Offset >= cs.joinPoint) || (h != nil && h.cs != cs) {
+			if cs == nil || cs.avail() <= 0 || (cs.joinPoint >= 0 && e.Offset >= cs.joinPoint) || (h != nil && h.cs != cs) {
 				hold(e, slot)
 				blocked[slot] = true
 				continue
@@ -322,7 +322,7 @@ func (s *Subscription) nextShared() *consumerState {
 	for k := 0; k < n; k++ {
 		i := (s.rr + k) % n
 		cs := s.consumers[i]
-		if cs.permits > 0 && (best == nil || cs.c.Priority() < best.c.Priority()) {
+		if cs.avail() > 0 && (best == nil || cs.c.Priority() < best.c.Priority()) {
 			best, at = cs, i
 		}
 	}
