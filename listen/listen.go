@@ -13,6 +13,12 @@
 //     protocol calls Ready when the handshake is done.
 //   - Panic recovery: Protect runs a connection's handler so that a panic
 //     closes that connection only, logged with its stack and counted.
+//   - A write deadline (Config.WriteTimeout, off by default: Kafka and
+//     Pulsar set their own): a Write that cannot hand its bytes to the
+//     kernel within it — the client stopped reading, or vanished without a
+//     FIN — closes the connection (counted, logged at most every few
+//     seconds), so that what the protocol queued for that client is freed
+//     instead of piling up until a keep-alive notices.
 //   - A graceful close: Close half-closes and discards what the client
 //     still sends (bounded in bytes and time) before closing, so the last
 //     packet the server wrote (a DISCONNECT with a reason, an error
@@ -93,6 +99,9 @@ type Config struct {
 	// TLS, when set, makes the listener serve TLS with it (see the package
 	// comment; TLS.Server gives it).
 	TLS *tls.Config
+	// WriteTimeout, when > 0, bounds every Write of a connection: one that
+	// times out closes the connection (Stats.WriteTimeouts).
+	WriteTimeout time.Duration
 }
 
 func (c *Config) defaults() {
@@ -124,6 +133,9 @@ type Stats struct {
 	// TLSHandshakeFailures: closed because the TLS handshake failed (not
 	// TLS, no or a bad client certificate, too slow).
 	TLSHandshakeFailures uint64
+	// WriteTimeouts: closed because a Write did not finish within
+	// WriteTimeout (the client does not read).
+	WriteTimeouts uint64
 }
 
 // Listener is a net.Listener whose Accept applies the caps and returns
@@ -138,8 +150,8 @@ type Listener struct {
 
 	tlsTimeout time.Duration // bounds the TLS handshake without a HandshakeTimeout
 
-	accepted, refusedMax, refusedIP, timeouts, panics, tlsFailures atomic.Uint64
-	lastLog                                                        atomic.Int64
+	accepted, refusedMax, refusedIP, timeouts, panics, tlsFailures, writeTimeouts atomic.Uint64
+	lastLog                                                                       atomic.Int64
 }
 
 // Listen opens a TCP listener on addr.
@@ -253,7 +265,7 @@ func (l *Listener) Stats() Stats {
 	l.mu.Unlock()
 	return Stats{Open: int64(open), Accepted: l.accepted.Load(), RefusedMax: l.refusedMax.Load(),
 		RefusedPerIP: l.refusedIP.Load(), HandshakeTimeouts: l.timeouts.Load(), Panics: l.panics.Load(),
-		TLSHandshakeFailures: l.tlsFailures.Load()}
+		TLSHandshakeFailures: l.tlsFailures.Load(), WriteTimeouts: l.writeTimeouts.Load()}
 }
 
 // Name is the listener's name.
@@ -303,6 +315,24 @@ func (c *Conn) Read(b []byte) (int, error) {
 	c.reading.Add(-1)
 	if c.closed.Load() {
 		return 0, net.ErrClosed
+	}
+	return n, err
+}
+
+// Write writes to the connection; under Config.WriteTimeout a Write that
+// times out closes it.
+func (c *Conn) Write(b []byte) (int, error) {
+	d := c.l.cfg.WriteTimeout
+	if d <= 0 {
+		return c.Conn.Write(b)
+	}
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(d))
+	n, err := c.Conn.Write(b)
+	if ne, ok := err.(net.Error); ok && ne.Timeout() && !c.closed.Load() {
+		c.l.writeTimeouts.Add(1)
+		c.l.logLimited("connection closed: the client does not read", "timeout", d,
+			"remote", c.RemoteAddr().String())
+		c.Close()
 	}
 	return n, err
 }

@@ -123,6 +123,57 @@ func TestHandshakeDeadline(t *testing.T) {
 	}
 }
 
+// TestWriteTimeout: a client that stops reading makes the server's Write
+// time out; the connection is closed (a blocked reader of it, as a
+// protocol's read loop, returns), counted; a client that reads is not
+// affected.
+func TestWriteTimeout(t *testing.T) {
+	l, err := Listen("127.0.0.1:0", Config{HandshakeTimeout: -1, WriteTimeout: 300 * time.Millisecond, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type result struct{ write, read error }
+	results := make(chan result, 2)
+	serve(t, l, func(c net.Conn) {
+		readErr := make(chan error, 1)
+		go func() { _, err := c.Read(make([]byte, 1)); readErr <- err }()
+		var err error
+		chunk := bytes.Repeat([]byte("x"), 64<<10)
+		for i := 0; i < 1000 && err == nil; i++ { // 64 MiB: far more than the socket buffers
+			_, err = c.Write(chunk)
+		}
+		c.Close()
+		results <- result{err, <-readErr}
+	})
+	slow := dial(t, l) // never reads
+	fast := dial(t, l)
+	go io.Copy(io.Discard, fast)
+	got := map[bool]int{}
+	for range 2 {
+		select {
+		case r := <-results:
+			var ne net.Error
+			timedOut := errors.As(r.write, &ne) && ne.Timeout()
+			got[timedOut]++
+			if timedOut && !errors.Is(r.read, net.ErrClosed) {
+				t.Fatalf("the handler's read after the write timeout: %v", r.read)
+			}
+			if !timedOut && r.write != nil {
+				t.Fatalf("reading client: write %v", r.write)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("a write stayed blocked")
+		}
+	}
+	if got[true] != 1 || got[false] != 1 {
+		t.Fatalf("timed out / not: %v", got)
+	}
+	if st := l.Stats(); st.WriteTimeouts != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	_ = slow
+}
+
 func TestProtect(t *testing.T) {
 	l, err := Listen("127.0.0.1:0", Config{HandshakeTimeout: -1, Logger: quiet()})
 	if err != nil {

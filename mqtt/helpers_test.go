@@ -239,29 +239,11 @@ func subscribe(t testing.TB, c *paho.Client, filter string, qos byte) {
 
 // Raw packet encoders for the bad-input tests and fuzz seeds.
 
-func varint(n int) []byte {
-	var b []byte
-	for {
-		d := byte(n % 128)
-		n /= 128
-		if n > 0 {
-			d |= 0x80
-		}
-		b = append(b, d)
-		if n == 0 {
-			return b
-		}
-	}
-}
+func varint(n int) []byte { return testkit.MQTTVarint(n) }
 
-func mqttString(s string) []byte {
-	b := binary.BigEndian.AppendUint16(nil, uint16(len(s)))
-	return append(b, s...)
-}
+func mqttString(s string) []byte { return testkit.MQTTString(s) }
 
-func packet(first byte, body []byte) []byte {
-	return append(append([]byte{first}, varint(len(body))...), body...)
-}
+func packet(first byte, body []byte) []byte { return testkit.MQTTPacket(first, body) }
 
 // rawConnect is a CONNECT with clean start, keep-alive 60s, protocol level 4 or 5.
 func rawConnect(level byte, clientID string) []byte {

@@ -101,6 +101,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/listeners"
@@ -142,6 +143,12 @@ const (
 	DefaultReceiveMaximum = 64
 	// DefaultMaxKeepAlive is the default cap on a client's keep-alive (s).
 	DefaultMaxKeepAlive = 600
+	// DefaultMaxQueuedMessages is the default of Config.MaxQueuedMessages
+	// (mochi's own, 8192, let one subscriber that does not read hold 8192
+	// copies of up to MaxPacketSize each).
+	DefaultMaxQueuedMessages = 1024
+	// DefaultWriteTimeout is the default of Config.Limits.WriteTimeout.
+	DefaultWriteTimeout = 30 * time.Second
 )
 
 var (
@@ -176,7 +183,14 @@ type Config struct {
 	// values asked for become the cap, told to MQTT 5 clients as Server
 	// Keep Alive); 0 = DefaultMaxKeepAlive.
 	MaxKeepAlive uint16
-	Logger       *slog.Logger // nil = slog.Default()
+	// MaxQueuedMessages caps the messages queued for delivery to one
+	// client and not yet written to its socket (beyond it a delivery is
+	// dropped, counted by mochi); 0 = DefaultMaxQueuedMessages. With
+	// Limits.WriteTimeout (0 = DefaultWriteTimeout, < 0 = none), which
+	// closes a client whose socket takes nothing for that long, it bounds
+	// what a subscriber that stops reading makes the node hold.
+	MaxQueuedMessages int
+	Logger            *slog.Logger // nil = slog.Default()
 }
 
 // ListenerStats are the connection counters of each listener (caps,
@@ -287,6 +301,12 @@ func New(cfg Config, sink Sink) (*Server, error) {
 	if cfg.MaxKeepAlive == 0 {
 		cfg.MaxKeepAlive = DefaultMaxKeepAlive
 	}
+	if cfg.MaxQueuedMessages <= 0 {
+		cfg.MaxQueuedMessages = DefaultMaxQueuedMessages
+	}
+	if cfg.Limits.WriteTimeout == 0 {
+		cfg.Limits.WriteTimeout = DefaultWriteTimeout
+	}
 	if cfg.MaxRetained == 0 {
 		cfg.MaxRetained = DefaultMaxRetained
 	}
@@ -302,9 +322,10 @@ func New(cfg Config, sink Sink) (*Server, error) {
 	log := cfg.Logger.With("component", "mqtt")
 
 	caps := mochi.NewDefaultServerCapabilities()
-	caps.MaximumPacketSize = cfg.MaxPacketSize    // oversize packets close the connection
-	caps.ReceiveMaximum = cfg.ReceiveMaximum      // client -> server QoS 1/2 in flight
-	caps.MaximumInflight = 1024                   // server -> client QoS 1/2 stored per client
+	caps.MaximumPacketSize = cfg.MaxPacketSize // oversize packets close the connection
+	caps.ReceiveMaximum = cfg.ReceiveMaximum   // client -> server QoS 1/2 in flight
+	caps.MaximumInflight = 1024                // server -> client QoS 1/2 stored per client
+	caps.MaximumClientWritesPending = int32(cfg.MaxQueuedMessages)
 	caps.MaximumSessionExpiryInterval = 24 * 3600 // seconds a disconnected session is kept
 	caps.MaximumMessageExpiryInterval = 24 * 3600
 	caps.TopicAliasMaximum = 1024

@@ -109,6 +109,13 @@ type Config struct {
 		// MaxKeepAlive caps a client's keep-alive (a client asking for
 		// none or more gets this, and MQTT 5 clients are told). Default 10m.
 		MaxKeepAlive time.Duration `yaml:"max_keep_alive"`
+		// MaxQueuedMessages caps the deliveries queued for one client and
+		// not yet written to its socket (beyond it a delivery to that
+		// client is dropped); WriteTimeout closes a client whose socket
+		// takes nothing for that long (it does not read, or is gone).
+		// Defaults 1024 and 30s; write_timeout -1 = none.
+		MaxQueuedMessages int           `yaml:"max_queued_messages"`
+		WriteTimeout      time.Duration `yaml:"write_timeout"`
 		// RemovedUsers is the old plain-text users map, kept only so that
 		// a file still carrying it gets an error that says where users
 		// live now (security.users_file).

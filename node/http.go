@@ -273,6 +273,8 @@ func (n *Node) registerListenerMetrics(reg *prometheus.Registry) {
 			Help: "Connections closed because their handshake (MQTT CONNECT) did not complete in time."}, get(func(s listen.Stats) float64 { return float64(s.HandshakeTimeouts) })))
 		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tributary_listener_tls_handshake_failures_total", ConstLabels: l,
 			Help: "Connections closed because their TLS handshake failed (not TLS, no or a bad client certificate)."}, get(func(s listen.Stats) float64 { return float64(s.TLSHandshakeFailures) })))
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tributary_listener_write_timeouts_total", ConstLabels: l,
+			Help: "Connections closed because a write to them was blocked for the write timeout (the client does not read)."}, get(func(s listen.Stats) float64 { return float64(s.WriteTimeouts) })))
 	}
 }
 

@@ -40,7 +40,7 @@ func (cs *consumerState) room(m *Manager) int64 {
 				"blocked_total", m.blocked.Load())
 		}
 	}
-	return max(min(cs.permits, left), 0)
+	return max(min(cs.avail(), left), 0) // avail: permits, unless the connection is backlogged
 }
 
 // unackedBlocked reports whether a consumer of s is at

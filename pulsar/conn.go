@@ -9,8 +9,11 @@ package pulsar
 //     writer goroutine, so a consumer's MESSAGEs, ACTIVE_CONSUMER_CHANGE,
 //     CLOSE_CONSUMER and command replies reach the client in the order
 //     they were queued. Queuing never blocks (Consumer.Deliver must not):
-//     the queue is bounded by the consumers' permits; a client that stops
-//     reading until the queue exceeds maxQueuedBytes is disconnected.
+//     while more than backlogBytes are queued or being written, the
+//     connection's consumers are Backlogged (the dispatcher gives them
+//     nothing more, however many permits they have) until the writer has
+//     caught up and wakes their subscriptions; a client that stops reading
+//     until the queue still exceeds maxQueuedBytes is disconnected.
 //   - When the connection ends, for whatever reason, each of its consumers
 //     is marked closed (later deliveries are dropped) and removed from its
 //     subscription, which hands its unacknowledged messages back.
@@ -41,6 +44,11 @@ import (
 // maxQueuedBytes bounds a connection's unsent frames.
 const maxQueuedBytes = 256 << 20
 
+// backlogBytes is how much a connection may have queued or being written
+// before its consumers are Backlogged (a client with a million permits
+// that stops reading made the node hold 256 MiB a connection before).
+const backlogBytes = 4 << 20
+
 type conn struct {
 	s   *Server
 	nc  net.Conn
@@ -66,11 +74,13 @@ type conn struct {
 	// Deliver on dispatch goroutines, hence atomic).
 	brokerEntry atomic.Bool
 
-	wmu    sync.Mutex
-	out    []byte // frames not yet written
-	spare  []byte
-	closed bool
-	wake   chan struct{}
+	wmu     sync.Mutex
+	out     []byte // frames not yet written
+	spare   []byte
+	writing int  // bytes of the write in progress
+	behind  bool // Backlogged said so: wake the consumers' subscriptions once caught up
+	closed  bool
+	wake    chan struct{}
 
 	cmu       sync.Mutex
 	consumers map[uint64]*consumer
@@ -263,6 +273,42 @@ func (c *conn) enqueue(enc func([]byte) ([]byte, error)) {
 	}
 }
 
+// Backlogged tells whether more than backlogBytes are queued or being
+// written (see the package invariants).
+func (c *conn) Backlogged() bool {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if len(c.out)+c.writing > backlogBytes {
+		c.behind = true
+	}
+	return c.behind
+}
+
+// caughtUp wakes the subscriptions of c's consumers once a backlog has
+// gone.
+func (c *conn) caughtUp() {
+	c.wmu.Lock()
+	wake := c.behind && len(c.out)+c.writing <= backlogBytes
+	if wake {
+		c.behind = false
+	}
+	c.wmu.Unlock()
+	if !wake {
+		return
+	}
+	c.cmu.Lock()
+	subs := make([]*Subscription, 0, len(c.consumers))
+	for _, k := range c.consumers {
+		if k.sub != nil {
+			subs = append(subs, k.sub)
+		}
+	}
+	c.cmu.Unlock()
+	for _, s := range subs {
+		s.Wake()
+	}
+}
+
 func (c *conn) writeLoop(done <-chan struct{}) {
 	defer func() {
 		c.wmu.Lock()
@@ -279,6 +325,7 @@ func (c *conn) writeLoop(done <-chan struct{}) {
 		c.wmu.Lock()
 		buf := c.out
 		c.out = c.spare[:0]
+		c.writing = len(buf)
 		c.wmu.Unlock()
 		if len(buf) > 0 {
 			c.nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
@@ -293,7 +340,9 @@ func (c *conn) writeLoop(done <-chan struct{}) {
 		}
 		c.wmu.Lock()
 		c.spare = buf[:0]
+		c.writing = 0
 		c.wmu.Unlock()
+		c.caughtUp()
 	}
 }
 

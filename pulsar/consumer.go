@@ -54,6 +54,9 @@ func (k *consumer) Deliver(ds []Delivery) {
 	})
 }
 
+// Backlogged is its connection's: see conn.Backlogged.
+func (k *consumer) Backlogged() bool { return k.c.Backlogged() }
+
 // ActiveChanged queues ACTIVE_CONSUMER_CHANGE.
 func (k *consumer) ActiveChanged(active bool) {
 	k.mu.Lock()

@@ -415,3 +415,61 @@ func TestLookupOwners(t *testing.T) {
 		t.Fatalf("a server alone names %s", o)
 	}
 }
+
+// TestServerSlowConsumerBacklog: a consumer with a million permits that
+// stops reading is given nothing more once its connection has
+// backlogBytes queued or being written (it held up to maxQueuedBytes,
+// 256 MiB, before); a consumer of another connection on the same Shared
+// subscription receives everything else meanwhile.
+func TestServerSlowConsumerBacklog(t *testing.T) {
+	const n = 200000 // ~20 MiB of MESSAGE frames: far more than backlogBytes
+	s, _ := testServer(t, n, Config{})
+	subscribe := func(c *rawClient, id uint64, permits uint32) {
+		c.connect(19, false)
+		c.send(&pb.BaseCommand{Type: pb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pb.CommandSubscribe{
+			Topic: proto.String(testTopic + "-partition-0"), Subscription: proto.String("s"), SubType: pb.CommandSubscribe_Shared.Enum(),
+			ConsumerId: proto.Uint64(id), RequestId: proto.Uint64(1), InitialPosition: pb.CommandSubscribe_Earliest.Enum()}})
+		c.expect(pb.BaseCommand_SUCCESS)
+		c.send(&pb.BaseCommand{Type: pb.BaseCommand_FLOW.Enum(), Flow: &pb.CommandFlow{ConsumerId: proto.Uint64(id), MessagePermits: proto.Uint32(permits)}})
+	}
+	slow := dialRaw(t, s.Addr())
+	slow.nc.(*net.TCPConn).SetReadBuffer(4 << 10)
+	subscribe(slow, 1, 1_000_000) // and never read again
+	queued := func() (most int) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for c := range s.conns {
+			c.wmu.Lock()
+			most = max(most, len(c.out)+c.writing)
+			c.wmu.Unlock()
+		}
+		return most
+	}
+	peak := 0
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		peak = max(peak, queued())
+		time.Sleep(5 * time.Millisecond)
+	}
+	if peak > backlogBytes+1<<20 {
+		t.Fatalf("%d bytes queued for a consumer that does not read (backlog bound %d)", peak, backlogBytes)
+	}
+	fast := dialRaw(t, s.Addr())
+	subscribe(fast, 2, 1_000_000)
+	got := 0
+	// Of what the slow one (and the sockets' buffers) did not take, up to
+	// the unacknowledged cap of a consumer (it acknowledges nothing).
+	for got < min(n/3, maxUnackedPerConsumer) {
+		f, err := fast.recvErr()
+		if err != nil {
+			t.Fatalf("fast consumer after %d messages: %v", got, err)
+		}
+		switch f.Cmd.GetType() {
+		case pb.BaseCommand_MESSAGE:
+			got++
+		case pb.BaseCommand_PING:
+			fast.send(&pb.BaseCommand{Type: pb.BaseCommand_PONG.Enum(), Pong: &pb.CommandPong{}})
+		}
+	}
+	t.Logf("peak %d bytes queued for the slow consumer; the fast one received %d", peak, got)
+}

@@ -64,6 +64,25 @@ type Consumer interface {
 	ActiveChanged(active bool)
 }
 
+// backlogged is implemented by a Consumer whose connection can fall
+// behind: while Backlogged is true the dispatcher treats the consumer as
+// one without permits (it receives nothing more, a Shared subscription's
+// other consumers go on), and the consumer calls Subscription.Wake once
+// its backlog has gone.
+type backlogged interface{ Backlogged() bool }
+
+// avail is the number of messages cs may be given now: its permits, or 0
+// while its connection is backlogged.
+func (cs *consumerState) avail() int64 {
+	if cs.permits <= 0 {
+		return 0
+	}
+	if b, ok := cs.c.(backlogged); ok && b.Backlogged() {
+		return 0
+	}
+	return cs.permits
+}
+
 // Delivery is one entry handed to a consumer.
 type Delivery struct {
 	Entry
@@ -521,6 +540,14 @@ func (s *Subscription) poke() {
 	case s.wake <- struct{}{}:
 	default:
 	}
+}
+
+// Wake makes the dispatcher look again at once (a consumer's backlog has
+// gone).
+func (s *Subscription) Wake() {
+	s.mu.Lock()
+	s.poke()
+	s.mu.Unlock()
 }
 
 // Flow grants c permits more messages.

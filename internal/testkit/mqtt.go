@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"context"
+	"encoding/binary"
 	"net"
 	"testing"
 	"time"
@@ -38,4 +39,33 @@ func MQTTConnect(tb testing.TB, conn net.Conn, cp paho.Connect, onPublish func(p
 	}
 	tb.Cleanup(func() { _ = c.Disconnect(&paho.Disconnect{}) })
 	return c, 0
+}
+
+// MQTT wire encoders for tests that write raw packets (bad input,
+// hostile clients, fuzz seeds).
+
+// MQTTVarint is n as an MQTT variable byte integer (a remaining length).
+func MQTTVarint(n int) []byte {
+	var b []byte
+	for {
+		d := byte(n % 128)
+		n /= 128
+		if n > 0 {
+			d |= 0x80
+		}
+		b = append(b, d)
+		if n == 0 {
+			return b
+		}
+	}
+}
+
+// MQTTString is s as an MQTT UTF-8 string (two-byte length, bytes).
+func MQTTString(s string) []byte {
+	return append(binary.BigEndian.AppendUint16(nil, uint16(len(s))), s...)
+}
+
+// MQTTPacket is a packet: first byte (type and flags), remaining length, body.
+func MQTTPacket(first byte, body []byte) []byte {
+	return append(append([]byte{first}, MQTTVarint(len(body))...), body...)
 }
