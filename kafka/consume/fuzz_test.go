@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -89,10 +90,57 @@ func seedCloudRequests() map[string][]byte {
 	return out
 }
 
-// FuzzCloudRequest feeds bytes to the frame reader and the consume-side
-// request decoder, and hands what decodes to the handlers, over a real
-// table (two data files in partition 0) and offsets database.
-func FuzzCloudRequest(f *testing.F) {
+// FuzzCloudRequestDecode is the fast target (`make fuzz` runs it for
+// FUZZTIME, a million executions by default): bytes go to the frame reader
+// and the consume-side request decoder. Whatever fails is one of the
+// decoder's errors; whatever decodes has an admitted key and a version in
+// its range (or is ApiVersions marked unsupported), and its body encodes
+// back to bytes that decode and encode again to the same bytes.
+func FuzzCloudRequestDecode(f *testing.F) {
+	for _, s := range seedCloudRequests() {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		frame, err := kafka.ReadFrame(bytes.NewReader(data), 1<<20)
+		if err != nil {
+			return
+		}
+		req, err := kafka.DecodeRequest(frame, apis)
+		if err != nil {
+			if !errors.Is(err, kafka.ErrMalformed) && !errors.Is(err, kafka.ErrUnsupportedAPI) && !errors.Is(err, kafka.ErrUnsupportedVers) {
+				t.Fatalf("unexpected decode error: %v", err)
+			}
+			return
+		}
+		rng, ok := apis[req.Key]
+		if !ok {
+			t.Fatalf("key %d admitted", req.Key)
+		}
+		if out := req.Version < rng.Min || req.Version > rng.Max; out != req.Unsupported || (out && req.Key != kafka.ApiVersionsKey) {
+			t.Fatalf("key %d version %d (range %d-%d) admitted, unsupported=%v", req.Key, req.Version, rng.Min, rng.Max, req.Unsupported)
+		}
+		if req.Unsupported {
+			return
+		}
+		body := req.Body.AppendTo(nil)
+		again := kmsg.RequestForKey(req.Key)
+		again.SetVersion(req.Version)
+		if err := again.ReadFrom(body); err != nil {
+			t.Fatalf("key %d v%d: re-encoded body does not decode: %v", req.Key, req.Version, err)
+		}
+		if b2 := again.AppendTo(nil); !bytes.Equal(b2, body) {
+			t.Fatalf("key %d v%d: encoding not stable\n%x\n%x", req.Key, req.Version, body, b2)
+		}
+	})
+}
+
+// FuzzCloudRequestServer is the slow end-to-end target (`make fuzz` runs
+// it for FUZZTIME_SERVER): it feeds bytes to the frame reader and the
+// consume-side request decoder, and hands what decodes to the handlers,
+// over a real table (two data files in partition 0) and offsets database.
+// A fetch long-polls up to its 20 ms deadline, so it runs at tens of
+// executions a second.
+func FuzzCloudRequestServer(f *testing.F) {
 	for _, s := range seedCloudRequests() {
 		f.Add(s)
 	}
@@ -131,7 +179,7 @@ func FuzzCloudRequest(f *testing.F) {
 
 func TestCloudFuzzSeedsCommitted(t *testing.T) {
 	for name := range seedCloudRequests() {
-		if _, err := readSeed("FuzzCloudRequest", name); err != nil {
+		if _, err := readSeed("FuzzCloudRequestServer", name); err != nil {
 			t.Fatalf("seed %s: %v (regenerate with -write-seeds)", name, err)
 		}
 	}
@@ -145,7 +193,7 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	if !*writeSeeds {
 		t.Skip("run with -write-seeds to regenerate testdata/fuzz")
 	}
-	kafkatest.WriteFuzzSeeds(t, "FuzzCloudRequest", seedCloudRequests())
+	kafkatest.WriteFuzzSeeds(t, "FuzzCloudRequestServer", seedCloudRequests())
 }
 
 func readSeed(fuzz, name string) ([]byte, error) {
