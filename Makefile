@@ -63,26 +63,30 @@ bench: deps build
 # 1000000x means one million executions of each target in FUZZ_TARGETS
 # (counted over all fuzz workers; a target stops as soon as it has them), so
 # the coverage does not depend on how busy the machine is, only the wall
-# time does. A duration (FUZZTIME=30s) also works. The end-to-end targets in
-# FUZZ_SERVER_TARGETS drive a whole server per input (a TCP connection, a
-# catalog round trip, a long-poll fetch), run at a few hundred executions a
-# second at best, and get their own budget FUZZTIME_SERVER; their decoders
-# are covered by the fast targets above (FuzzPacketDecode, FuzzCommitDecode,
-# FuzzCloudRequestDecode). The seed corpora under testdata/fuzz run in every
-# `go test`. The Go fuzz engine occasionally fails a run with "context
-# deadline exceeded" and no failing input (its own coordinator timing out on
-# a busy machine, not a finding); such a run is retried once, any other
-# failure, or a target name that matches no fuzz test, stops make. Each
-# target's wall time is printed; it depends on the machine's load (on a
-# heavily shared 2-core machine 1-4 minutes a target, see issue 14).
-FUZZTIME        ?= 1000000x
-FUZZTIME_SERVER ?= 20s
+# time does. A duration (FUZZTIME=30s) also works. FUZZ_SLOW_TARGETS get
+# their own budget FUZZTIME_SLOW (a duration) and are not part of the
+# million: the end-to-end targets drive a whole server per input (a TCP
+# connection, a catalog round trip, a long-poll fetch), and
+# tables/rest:FuzzCommitDecode, in process but in a test binary that links
+# Iceberg, Arrow and the SQL catalog, is far too slow per execution for a
+# million (loaded, it had not finished its 99-entry baseline after 45 s). The fast decoders of the end-to-end targets are
+# mqtt:FuzzPacketDecode and kafka:FuzzDecodeRequest. The seed corpora
+# under testdata/fuzz run in every `go test`. The Go fuzz engine
+# occasionally fails a run with "context deadline exceeded" and no failing
+# input (its own coordinator timing out on a busy machine, not a finding);
+# such a run is retried once. Any other failure, or a target name that
+# matches no fuzz test, stops make. Each target's wall time is printed; it
+# depends on the machine's load (on a heavily shared 2-core machine 1-8
+# minutes a target, see issue 14).
+FUZZTIME      ?= 1000000x
+FUZZTIME_SLOW ?= 30s
 FUZZ_TARGETS := wal:FuzzDecodeRecord wal:FuzzDecodeChunk wal:FuzzDecodeMeta mqtt:FuzzPacketDecode mqtt:FuzzRouter \
-	kafka/produce:FuzzRequestDecode kafka:FuzzRecordBatch kafka/consume:FuzzCloudRequestDecode tables/rest:FuzzCommitDecode \
+	kafka/produce:FuzzRequestDecode kafka:FuzzRecordBatch kafka:FuzzDecodeRequest \
 	cluster:FuzzDecodeMeta cluster:FuzzInspect replica:FuzzDecodeAppend replica:FuzzDecodeReply \
 	peer:FuzzReadFrame mqtt:FuzzDecodeForward mqtt:FuzzDecodeInterest pulsar:FuzzFrame
 FUZZ_TARGETS += pulsar:FuzzAckedRanges uplink:FuzzDecodeQuarantine auth:FuzzParsePasswd auth:FuzzSCRAM auth:FuzzToken kafka:FuzzParseSASL
-FUZZ_SERVER_TARGETS := mqtt:FuzzPacketHandlingServer kafka/consume:FuzzCloudRequestServer tables/rest:FuzzCommitRequestServer
+FUZZ_SLOW_TARGETS := tables/rest:FuzzCommitDecode mqtt:FuzzPacketHandlingServer kafka/consume:FuzzCloudRequestServer \
+	tables/rest:FuzzCommitRequestServer
 # fuzz1 runs target $$t for $$ft, prints its wall time, retries the engine flake once.
 fuzz1 = pkg=$${t%%:*}; fn=$${t\#\#*:}; \
 	for try in 1 2; do \
@@ -97,7 +101,7 @@ fuzz1 = pkg=$${t%%:*}; fn=$${t\#\#*:}; \
 	done; rm -f .fuzz.out
 fuzz:
 	@for t in $(FUZZ_TARGETS); do ft=$(FUZZTIME); $(fuzz1); done
-	@for t in $(FUZZ_SERVER_TARGETS); do ft=$(FUZZTIME_SERVER); $(fuzz1); done
+	@for t in $(FUZZ_SLOW_TARGETS); do ft=$(FUZZTIME_SLOW); $(fuzz1); done
 
 # proto regenerates the committed Pulsar protocol code (pulsar/pb) from
 # pulsar/pb/PulsarApi.proto. Not part of build or test: the generated Go is

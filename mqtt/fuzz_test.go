@@ -112,7 +112,7 @@ func decodePacket(t *testing.T, pk *packets.Packet, body []byte) (ok bool) {
 }
 
 // FuzzPacketHandlingServer is the slow end-to-end target (`make fuzz`
-// runs it for FUZZTIME_SERVER): it writes arbitrary bytes after a valid CONNECT (MQTT 5 or
+// runs it for FUZZTIME_SLOW): it writes arbitrary bytes after a valid CONNECT (MQTT 5 or
 // 3.1.1) into a raw TCP connection to a running server, then half-closes it.
 // The server must close the connection within a bounded time, and a good
 // client on its own connection must still get its QoS 1 publishes acked.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -90,49 +89,6 @@ func seedCloudRequests() map[string][]byte {
 	return out
 }
 
-// FuzzCloudRequestDecode is the fast target (`make fuzz` runs it for
-// FUZZTIME, a million executions by default): bytes go to the frame reader
-// and the consume-side request decoder. Whatever fails is one of the
-// decoder's errors; whatever decodes has an admitted key and a version in
-// its range (or is ApiVersions marked unsupported), and its body encodes
-// back to bytes that decode and encode again to the same bytes.
-func FuzzCloudRequestDecode(f *testing.F) {
-	for _, s := range seedCloudRequests() {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		req, err := decodeFrame(data)
-		if err != nil {
-			if !errors.Is(err, kafka.ErrMalformed) && !errors.Is(err, kafka.ErrUnsupportedAPI) && !errors.Is(err, kafka.ErrUnsupportedVers) {
-				t.Fatalf("unexpected decode error: %v", err)
-			}
-			return
-		}
-		if req == nil {
-			return // not a whole frame
-		}
-		rng, ok := apis[req.Key]
-		if !ok {
-			t.Fatalf("key %d admitted", req.Key)
-		}
-		if out := req.Version < rng.Min || req.Version > rng.Max; out != req.Unsupported || (out && req.Key != kafka.ApiVersionsKey) {
-			t.Fatalf("key %d version %d (range %d-%d) admitted, unsupported=%v", req.Key, req.Version, rng.Min, rng.Max, req.Unsupported)
-		}
-		if req.Unsupported {
-			return
-		}
-		body := req.Body.AppendTo(nil)
-		again := kmsg.RequestForKey(req.Key)
-		again.SetVersion(req.Version)
-		if err := again.ReadFrom(body); err != nil {
-			t.Fatalf("key %d v%d: re-encoded body does not decode: %v", req.Key, req.Version, err)
-		}
-		if b2 := again.AppendTo(nil); !bytes.Equal(b2, body) {
-			t.Fatalf("key %d v%d: encoding not stable\n%x\n%x", req.Key, req.Version, body, b2)
-		}
-	})
-}
-
 // decodeFrame reads one frame off data as the server does and decodes it
 // against the consume-side APIs: nil and no error if data holds no whole
 // frame.
@@ -145,7 +101,8 @@ func decodeFrame(data []byte) (*kafka.Request, error) {
 }
 
 // FuzzCloudRequestServer is the slow end-to-end target (`make fuzz` runs
-// it for FUZZTIME_SERVER): it feeds bytes to the frame reader and the
+// it for FUZZTIME_SLOW; the fast target for the decoder is package kafka's
+// FuzzDecodeRequest): it feeds bytes to the frame reader and the
 // consume-side request decoder, and hands what decodes to the handlers,
 // over a real table (two data files in partition 0) and offsets database.
 // A fetch long-polls up to its 20 ms deadline, so it runs at tens of

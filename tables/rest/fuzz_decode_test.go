@@ -30,9 +30,12 @@ var CommitSeeds = []struct {
 	{"nope", "t", []byte(`{"requirements":[{"type":"assert-current-schema-id","current-schema-id":0}],"updates":[]}`)},
 }
 
-// FuzzCommitDecode is the fast target (`make fuzz` runs it for FUZZTIME, a
-// million executions by default) for what FuzzCommitRequestServer drives
-// through a whole handler and catalog: in process, without a catalog, the
+// FuzzCommitDecode is the in-process target for what FuzzCommitRequestServer
+// drives through a whole handler and catalog. It is among `make fuzz`'s
+// slow targets (FUZZTIME_SLOW) all the same: this package's test binary
+// links Iceberg, Arrow and the SQL catalog, and the fuzz engine's
+// per-execution coverage bookkeeping over all of it (the likely cause)
+// keeps it far below a million executions in sane time. In process, without a catalog, the
 // path names are parsed and the body decoded as a commit and as a
 // transaction; decoded requirements are validated, and decoded updates
 // dry-run, against one fixed table's metadata (and against none, as for a

@@ -50,7 +50,7 @@ func (d dryCatalog) CommitTable(ctx context.Context, id table.Identifier, _ []ta
 }
 
 // FuzzCommitRequestServer is the slow end-to-end target (`make fuzz` runs
-// it for FUZZTIME_SERVER; FuzzCommitDecode is the fast one): it sends
+// it for FUZZTIME_SLOW; FuzzCommitDecode the in-process one): it sends
 // arbitrary bodies to the commit and transaction
 // endpoints, and arbitrary namespace / table names through the path: the
 // server never panics and never answers 5xx; anything but a success is a
