@@ -76,8 +76,11 @@ bench: deps build
 # input (its own coordinator timing out on a busy machine, not a finding);
 # such a run is retried once. Any other failure, or a target name that
 # matches no fuzz test, stops make. Each target's wall time is printed; it
-# depends on the machine's load (on a heavily shared 2-core machine 1-8
-# minutes a target, see issue 14).
+# depends on the machine's load and on the size of the package's test
+# binary: on a heavily shared 2-core machine the targets in small binaries
+# took 1-8 minutes for their million, while replica, pulsar and uplink,
+# whose test binaries link the table stack (Iceberg, Arrow), ran at only
+# 70-1000 executions a second there (see issue 14).
 FUZZTIME      ?= 1000000x
 FUZZTIME_SLOW ?= 30s
 FUZZ_TARGETS := wal:FuzzDecodeRecord wal:FuzzDecodeChunk wal:FuzzDecodeMeta mqtt:FuzzPacketDecode mqtt:FuzzRouter \
