@@ -59,18 +59,52 @@ bench: deps build
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./wal/
 	$(GO) test -count=1 -timeout 60m -tags bench -run 'TestBench' -v ./e2e/
 
-# fuzz explores every decoder for FUZZTIME each (the seed corpora under
-# testdata/fuzz run in every `go test`).
-FUZZTIME ?= 30s
-FUZZ_TARGETS := wal:FuzzDecodeRecord wal:FuzzDecodeChunk wal:FuzzDecodeMeta mqtt:FuzzPacketHandling mqtt:FuzzRouter \
-	kafka/produce:FuzzRequestDecode kafka:FuzzRecordBatch kafka/consume:FuzzCloudRequest tables/rest:FuzzCommitRequest \
+# fuzz explores every decoder. FUZZTIME is Go's -fuzztime: the default
+# 1000000x means one million executions of each target in FUZZ_TARGETS
+# (counted over all fuzz workers; a target stops as soon as it has them), so
+# the coverage does not depend on how busy the machine is, only the wall
+# time does. A duration (FUZZTIME=30s) also works. FUZZ_SLOW_TARGETS get
+# their own budget FUZZTIME_SLOW (a duration) and are not part of the
+# million: the end-to-end targets drive a whole server per input (a TCP
+# connection, a catalog round trip, a long-poll fetch), and
+# tables/rest:FuzzCommitDecode, in process but in a test binary that links
+# Iceberg, Arrow and the SQL catalog, is far too slow per execution for a
+# million (loaded, it had not finished its 99-entry baseline after 45 s). The fast decoders of the end-to-end targets are
+# mqtt:FuzzPacketDecode and kafka:FuzzDecodeRequest. The seed corpora
+# under testdata/fuzz run in every `go test`. The Go fuzz engine
+# occasionally fails a run with "context deadline exceeded" and no failing
+# input (its own coordinator timing out on a busy machine, not a finding);
+# such a run is retried once. Any other failure, or a target name that
+# matches no fuzz test, stops make. Each target's wall time is printed; it
+# depends on the machine's load and on the size of the package's test
+# binary: on a heavily shared 2-core machine the targets in small binaries
+# took 1-8 minutes for their million, while replica, pulsar and uplink,
+# whose test binaries link the table stack (Iceberg, Arrow), ran at only
+# 70-1000 executions a second there (see issue 14).
+FUZZTIME      ?= 1000000x
+FUZZTIME_SLOW ?= 30s
+FUZZ_TARGETS := wal:FuzzDecodeRecord wal:FuzzDecodeChunk wal:FuzzDecodeMeta mqtt:FuzzPacketDecode mqtt:FuzzRouter \
+	kafka/produce:FuzzRequestDecode kafka:FuzzRecordBatch kafka:FuzzDecodeRequest \
 	cluster:FuzzDecodeMeta cluster:FuzzInspect replica:FuzzDecodeAppend replica:FuzzDecodeReply \
 	peer:FuzzReadFrame mqtt:FuzzDecodeForward mqtt:FuzzDecodeInterest pulsar:FuzzFrame
 FUZZ_TARGETS += pulsar:FuzzAckedRanges uplink:FuzzDecodeQuarantine auth:FuzzParsePasswd auth:FuzzSCRAM auth:FuzzToken kafka:FuzzParseSASL
+FUZZ_SLOW_TARGETS := tables/rest:FuzzCommitDecode mqtt:FuzzPacketHandlingServer kafka/consume:FuzzCloudRequestServer \
+	tables/rest:FuzzCommitRequestServer
+# fuzz1 runs target $$t for $$ft, prints its wall time, retries the engine flake once.
+fuzz1 = pkg=$${t%%:*}; fn=$${t\#\#*:}; \
+	for try in 1 2; do \
+	  echo "fuzz $$fn ($$pkg) for $$ft"; start=$$(date +%s); \
+	  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $$ft -fuzzminimizetime 2s ./$$pkg/ >.fuzz.out 2>&1; rc=$$?; \
+	  tail -n 3 .fuzz.out; echo "fuzz $$fn ($$pkg): exit $$rc after $$(( $$(date +%s) - start ))s"; \
+	  if grep -q 'no fuzz tests to fuzz' .fuzz.out; then echo "fuzz $$fn: no such target in ./$$pkg"; rc=1; fi; \
+	  [ $$rc -eq 0 ] && break; \
+	  if [ $$try -eq 1 ] && grep -q 'context deadline exceeded' .fuzz.out && ! grep -q 'Failing input written' .fuzz.out; then \
+	    echo "fuzz $$fn: engine timeout without a failing input, retrying once"; continue; fi; \
+	  cat .fuzz.out; rm -f .fuzz.out; exit 1; \
+	done; rm -f .fuzz.out
 fuzz:
-	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
-	  echo "fuzz $$fn ($$pkg) for $(FUZZTIME)"; \
-	  $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./$$pkg/ || exit 1; done
+	@for t in $(FUZZ_TARGETS); do ft=$(FUZZTIME); $(fuzz1); done
+	@for t in $(FUZZ_SLOW_TARGETS); do ft=$(FUZZTIME_SLOW); $(fuzz1); done
 
 # proto regenerates the committed Pulsar protocol code (pulsar/pb) from
 # pulsar/pb/PulsarApi.proto. Not part of build or test: the generated Go is

@@ -18,8 +18,8 @@ var errDecoderPanic = errors.New("mqtt: client input made the broker panic")
 // goroutine recovers from a panic in mochi, so that one malformed packet
 // closes one connection instead of the node. mochi v2.7.9 panics on an MQTT
 // 5 SUBSCRIBE whose last filter lacks its options byte (packets.go
-// SubscribeDecode indexes buf[offset] unchecked); FuzzPacketHandling found it,
-// testdata/fuzz/FuzzPacketHandling/b401cf28dd7072c2 reproduces it.
+// SubscribeDecode indexes buf[offset] unchecked); FuzzPacketHandlingServer found it,
+// testdata/fuzz/FuzzPacketHandlingServer/b401cf28dd7072c2 reproduces it.
 type tcpListener struct {
 	id       string
 	protocol string // tcp, or mqtts over TLS
