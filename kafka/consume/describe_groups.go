@@ -21,12 +21,7 @@ func (cs *Server) handleDescribeGroups(req *kafka.Request, r *kmsg.DescribeGroup
 	for _, id := range r.Groups {
 		dg := kmsg.NewDescribeGroupsResponseGroup()
 		dg.Group, dg.AuthorizedOperations = id, kafka.DefaultAuthorizedOps
-		switch {
-		case !mayUseGroup(req, id):
-			dg.ErrorCode = kafka.CodeGroupAuthorizationFailed
-		case !cs.isCoordinator(id):
-			dg.ErrorCode = kafka.CodeNotCoordinator
-		default:
+		if dg.ErrorCode = cs.groupCode(req, id); dg.ErrorCode == 0 {
 			cs.describeGroup(&dg)
 		}
 		resp.Groups = append(resp.Groups, dg)

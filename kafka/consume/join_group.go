@@ -42,13 +42,13 @@ func (cs *Server) handleJoinGroup(ctx context.Context, req *kafka.Request, r *km
 		resp.Protocol = kmsg.StringPtr("")
 		return resp
 	}
-	switch {
-	case r.Group == "":
+	if r.Group == "" {
 		return fail(kafka.CodeInvalidGroupID, r.MemberID)
-	case !mayUseGroup(req, r.Group):
-		return fail(kafka.CodeGroupAuthorizationFailed, r.MemberID)
-	case !cs.isCoordinator(r.Group):
-		return fail(kafka.CodeNotCoordinator, r.MemberID)
+	}
+	if code := cs.groupCode(req, r.Group); code != 0 {
+		return fail(code, r.MemberID)
+	}
+	switch {
 	case r.SessionTimeoutMillis < 1000 || r.SessionTimeoutMillis > 30*60*1000:
 		return fail(kafka.CodeInvalidSessionTimeout, r.MemberID)
 	case r.ProtocolType == "" || len(r.Protocols) == 0:

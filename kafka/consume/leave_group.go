@@ -17,12 +17,7 @@ import (
 
 func (cs *Server) handleLeaveGroup(req *kafka.Request, r *kmsg.LeaveGroupRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.LeaveGroupResponse)
-	if !mayUseGroup(req, r.Group) {
-		resp.ErrorCode = kafka.CodeGroupAuthorizationFailed
-		return resp
-	}
-	if !cs.isCoordinator(r.Group) {
-		resp.ErrorCode = kafka.CodeNotCoordinator
+	if resp.ErrorCode = cs.groupCode(req, r.Group); resp.ErrorCode != 0 {
 		return resp
 	}
 	gs := cs.groups

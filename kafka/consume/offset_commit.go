@@ -60,12 +60,10 @@ func (cs *Server) handleOffsetCommit(ctx context.Context, req *kafka.Request, r 
 		code = kafka.CodeInvalidGroupID
 	case n > maxCommitPartitions:
 		code = kafka.CodeInvalidCommitOffsetSize
-	case !mayUseGroup(req, r.Group):
-		code = kafka.CodeGroupAuthorizationFailed
-	case !cs.isCoordinator(r.Group):
-		code = kafka.CodeNotCoordinator
 	default:
-		code = cs.groups.checkCommit(r.Group, r.MemberID, r.Generation)
+		if code = cs.groupCode(req, r.Group); code == 0 {
+			code = cs.groups.checkCommit(r.Group, r.MemberID, r.Generation)
+		}
 	}
 	var offs []committedOffset
 	var denied map[string]bool

@@ -26,14 +26,12 @@ func (cs *Server) handleOffsetFetch(ctx context.Context, req *kafka.Request, r *
 	resp := r.ResponseKind().(*kmsg.OffsetFetchResponse)
 	code := int16(0)
 	var stored []committedOffset
-	switch {
-	case r.Group == "":
+	if r.Group == "" {
 		code = kafka.CodeInvalidGroupID
-	case !mayUseGroup(req, r.Group):
-		code = kafka.CodeGroupAuthorizationFailed
-	case !cs.isCoordinator(r.Group):
-		code = kafka.CodeNotCoordinator
-	default:
+	} else {
+		code = cs.groupCode(req, r.Group)
+	}
+	if code == 0 {
 		var err error
 		if stored, err = cs.offsets.fetch(ctx, r.Group); err != nil {
 			cs.log.Warn("kafka: fetch offsets", "group", r.Group, "err", err)

@@ -301,6 +301,19 @@ func mayUseGroup(req *kafka.Request, group string) bool {
 	return req.Authorize(auth.Consume, "", group)
 }
 
+// groupCode is the error of a request about group before its own checks:
+// GROUP_AUTHORIZATION_FAILED when the principal may not use it,
+// NOT_COORDINATOR when another server coordinates it, else 0.
+func (cs *Server) groupCode(req *kafka.Request, group string) int16 {
+	switch {
+	case !mayUseGroup(req, group):
+		return kafka.CodeGroupAuthorizationFailed
+	case !cs.isCoordinator(group):
+		return kafka.CodeNotCoordinator
+	}
+	return 0
+}
+
 // streamOf validates a topic name as a stream name.
 func streamOf(topic string) (string, bool) {
 	if _, _, err := tributary.ParseStream(topic); err != nil {

@@ -20,12 +20,7 @@ import (
 
 func (cs *Server) handleSyncGroup(ctx context.Context, req *kafka.Request, r *kmsg.SyncGroupRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.SyncGroupResponse)
-	if !mayUseGroup(req, r.Group) {
-		resp.ErrorCode = kafka.CodeGroupAuthorizationFailed
-		return resp
-	}
-	if !cs.isCoordinator(r.Group) {
-		resp.ErrorCode = kafka.CodeNotCoordinator
+	if resp.ErrorCode = cs.groupCode(req, r.Group); resp.ErrorCode != 0 {
 		return resp
 	}
 	gs := cs.groups
