@@ -9,9 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -103,49 +101,10 @@ acl:
 	cPlain := connects(plain.MQTT, false)
 	cLocked := connects(locked.MQTT, true)
 
-	kafkaLoad := func(addr string, secure bool) (float64, time.Duration) {
-		opts := []kgo.Opt{kgo.SeedBrokers(addr), kgo.DefaultProduceTopic("factory.telemetry"),
-			kgo.AllowAutoTopicCreation(), kgo.RequiredAcks(kgo.AllISRAcks())}
-		if secure {
-			opts = append(opts, kgo.DialTLSConfig(clientTLS), kgo.SASL(scram.Auth{User: "bench", Pass: "bench-pw"}.AsSha512Mechanism()))
-		}
-		cl, err := kgo.NewClient(opts...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cl.Close()
-		ctx := context.Background()
-		if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("warm-up")}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-		val := make([]byte, 1024)
-		var mu sync.Mutex
-		var lat []time.Duration
-		var n int64
-		var wg sync.WaitGroup
-		start := time.Now()
-		for deadline := start.Add(d); time.Now().Before(deadline); {
-			sent := time.Now()
-			wg.Add(1)
-			cl.Produce(ctx, &kgo.Record{Value: val}, func(_ *kgo.Record, err error) {
-				defer wg.Done()
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				mu.Lock()
-				if n++; n%16 == 0 {
-					lat = append(lat, time.Since(sent))
-				}
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
-		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-		return float64(n) / time.Since(start).Seconds(), lat[len(lat)*99/100]
-	}
-	kPlain, kPlainP99 := kafkaLoad(plain.Kafka, false)
-	kLocked, kLockedP99 := kafkaLoad(locked.Kafka, true)
+	kp := produceLoad(t, plain.Kafka, d)
+	kl := produceLoad(t, locked.Kafka, d, kgo.DialTLSConfig(clientTLS),
+		kgo.SASL(scram.Auth{User: "bench", Pass: "bench-pw"}.AsSha512Mechanism()))
+	kPlain, kPlainP99, kLocked, kLockedP99 := kp.recs, kp.p99, kl.recs, kl.p99
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nTLS + authentication on against off, same load, %s per run\n", d)

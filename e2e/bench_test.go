@@ -235,6 +235,61 @@ func TestBenchFreshness(t *testing.T) {
 // TestBenchKafkaProduce: kgo with default batching, acks=all, 1 KiB
 // records, against the edge node (fsync per batch) and franz-go's
 // in-memory kfake broker, in the same run.
+// produceResult is what produceLoad measured.
+type produceResult struct {
+	recs, bytes float64 // records/s, MiB/s
+	p50, p99    time.Duration
+}
+
+// produceLoad produces 1 KiB records to factory.telemetry at addr for d
+// with kgo's default batching and acks=all (opts add TLS, SASL, ...).
+func produceLoad(t *testing.T, addr string, d time.Duration, opts ...kgo.Opt) produceResult {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addr), kgo.DefaultProduceTopic("factory.telemetry"),
+		kgo.AllowAutoTopicCreation(), kgo.RequiredAcks(kgo.AllISRAcks())}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("warm-up")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	val := make([]byte, 1024)
+	for i := range val {
+		val[i] = byte('a' + i%26)
+	}
+	var mu sync.Mutex
+	var lat []time.Duration
+	var n int64
+	start := time.Now()
+	deadline := start.Add(d)
+	var wg sync.WaitGroup
+	for time.Now().Before(deadline) {
+		sent := time.Now()
+		wg.Add(1)
+		cl.Produce(ctx, &kgo.Record{Value: val}, func(_ *kgo.Record, err error) {
+			defer wg.Done()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			l := time.Since(sent)
+			mu.Lock()
+			n++
+			if n%16 == 0 {
+				lat = append(lat, l)
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	el := time.Since(start)
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return produceResult{recs: float64(n) / el.Seconds(), bytes: float64(n) * 1024 / el.Seconds() / (1 << 20),
+		p50: lat[len(lat)/2], p99: lat[len(lat)*99/100]}
+}
+
 func TestBenchKafkaProduce(t *testing.T) {
 	d := benchSeconds()
 	dir := t.TempDir()
@@ -244,57 +299,8 @@ func TestBenchKafkaProduce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fake.Close()
-	type result struct {
-		recs, bytes float64
-		p50, p99    time.Duration
-	}
-	run := func(addr string) result {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.DefaultProduceTopic("factory.telemetry"),
-			kgo.AllowAutoTopicCreation(), kgo.RequiredAcks(kgo.AllISRAcks()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer cl.Close()
-		ctx := context.Background()
-		if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("warm-up")}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-		val := make([]byte, 1024)
-		for i := range val {
-			val[i] = byte('a' + i%26)
-		}
-		var mu sync.Mutex
-		var lat []time.Duration
-		var n int64
-		start := time.Now()
-		deadline := start.Add(d)
-		var wg sync.WaitGroup
-		for time.Now().Before(deadline) {
-			sent := time.Now()
-			wg.Add(1)
-			cl.Produce(ctx, &kgo.Record{Value: val}, func(_ *kgo.Record, err error) {
-				defer wg.Done()
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				l := time.Since(sent)
-				mu.Lock()
-				n++
-				if n%16 == 0 {
-					lat = append(lat, l)
-				}
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
-		el := time.Since(start)
-		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-		return result{recs: float64(n) / el.Seconds(), bytes: float64(n) * 1024 / el.Seconds() / (1 << 20),
-			p50: lat[len(lat)/2], p99: lat[len(lat)*99/100]}
-	}
-	trib := run(p.Kafka)
-	kf := run(fake.ListenAddrs()[0])
+	trib := produceLoad(t, p.Kafka, d)
+	kf := produceLoad(t, fake.ListenAddrs()[0], d)
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nKafka produce, kgo default batching, acks=all, 1 KiB records, %s per run\n", d)
 	fmt.Fprintf(&b, "%-22s %12s %10s %10s %10s\n", "broker", "records/s", "MB/s", "p50", "p99")
