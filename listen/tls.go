@@ -61,10 +61,11 @@ func (c TLSConfig) Enabled() bool {
 }
 
 // On tells whether the named listener has a certificate (serves TLS).
-func (c TLSConfig) On(listener string) bool { return c.files(listener).CertFile != "" }
+func (c TLSConfig) On(listener string) bool { return c.Files(listener).CertFile != "" }
 
-// files returns the files that apply to listener name.
-func (c TLSConfig) files(name string) TLSFiles {
+// Files returns the files that apply to listener name: its override in
+// Listeners (as a whole), else the top-level ones.
+func (c TLSConfig) Files(name string) TLSFiles {
 	if f, ok := c.Listeners[name]; ok {
 		return f
 	}

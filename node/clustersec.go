@@ -65,10 +65,7 @@ func (c *Config) clusterSecret() ([]byte, error) {
 // (security.tls.listeners.peer, else security.tls); ok when they make
 // mutual TLS possible (a certificate and a client CA).
 func (c *Config) peerTLSFiles() (f listen.TLSFiles, ok bool) {
-	f = c.Security.TLS.TLSFiles
-	if o, set := c.Security.TLS.Listeners["peer"]; set {
-		f = o
-	}
+	f = c.Security.TLS.Files("peer")
 	return f, f.CertFile != "" && f.KeyFile != "" && f.ClientCAFile != ""
 }
 
