@@ -185,11 +185,9 @@ func anyNamespace(patterns []string, user, ns string) bool {
 		if !ok {
 			continue
 		}
-		head, _, hasDot := strings.Cut(p, ".")
-		if !hasDot {
-			head = p
-		}
-		if glob(head, ns) || (!hasDot && strings.Contains(p, "*") && strings.HasPrefix(ns, strings.TrimSuffix(head, "*"))) {
+		// The namespace part of the pattern (all of it when it has no dot:
+		// "fact*" may name streams of namespace "factory").
+		if head, _, _ := strings.Cut(p, "."); glob(head, ns) {
 			return true
 		}
 	}
