@@ -11,10 +11,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tributary-io/tributary/uplink/quarantine"
+
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/owner"
 	"github.com/tributary-io/tributary/tables"
-	"github.com/tributary-io/tributary/uplink"
 	"github.com/tributary-io/tributary/wal"
 )
 
@@ -38,7 +39,7 @@ func TestQuarantineStaleReplay(t *testing.T) {
 	}
 	defer cat.Close()
 	book := owner.New("a", w, cat, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	book.UseQuarantine(uplink.NewQuarantine(filepath.Join(old, "quarantine")))
+	book.UseQuarantine(quarantine.New(filepath.Join(old, "quarantine")))
 	const stream = "plant.quarantined"
 	p, epoch, err := book.Own(ctx, stream)
 	if err != nil {
@@ -69,7 +70,7 @@ func TestQuarantineStaleReplay(t *testing.T) {
 	if !bytes.Contains(out, fmt.Appendf(nil, "stream %s partition %d offsets 0-4 (5 records)", stream, p)) || !bytes.Contains(out, []byte("reason: stale")) {
 		t.Fatalf("quarantine list:\n%s", out)
 	}
-	files, _ := filepath.Glob(filepath.Join(old, "quarantine", "*"+uplink.QuarantineFileSuffix))
+	files, _ := filepath.Glob(filepath.Join(old, "quarantine", "*"+quarantine.FileSuffix))
 	if len(files) != 1 {
 		t.Fatalf("quarantine files %v", files)
 	}

@@ -80,7 +80,7 @@ type Log interface {
 }
 
 // Quarantine keeps records that the Book would otherwise drop from the
-// WAL without their reaching the table (uplink.Quarantine, the folder the
+// WAL without their reaching the table (quarantine.Folder, the folder the
 // uplink's fence writes to). Keep returns once the records are durable
 // there; if it fails, the Book drops nothing.
 type Quarantine interface {

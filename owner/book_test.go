@@ -9,9 +9,10 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/tributary-io/tributary/uplink/quarantine"
+
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/tables"
-	"github.com/tributary-io/tributary/uplink"
 	"github.com/tributary-io/tributary/wal"
 )
 
@@ -228,7 +229,7 @@ func TestBookClaimDropsStale(t *testing.T) {
 	l := losePartition(t)
 	ctx, cat, a, p := l.ctx, l.cat, l.a, l.p
 	qdir := filepath.Join(l.dir, "quarantine")
-	a.in.UseQuarantine(uplink.NewQuarantine(qdir))
+	a.in.UseQuarantine(quarantine.New(qdir))
 	release := a.in.Claim("s.x", p)
 	defer release()
 	if _, ok := a.wal.Partition("s.x", p); ok {

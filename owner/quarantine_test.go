@@ -9,9 +9,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/tributary-io/tributary/uplink/quarantine"
+
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/tables"
-	"github.com/tributary-io/tributary/uplink"
 )
 
 // checkQuarantined asserts that qdir holds exactly one quarantine file
@@ -20,11 +21,11 @@ import (
 // headers).
 func checkQuarantined(t *testing.T, qdir, why string, want ...*tributary.Record) {
 	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(qdir, "*"+uplink.QuarantineFileSuffix))
+	files, _ := filepath.Glob(filepath.Join(qdir, "*"+quarantine.FileSuffix))
 	if len(files) != 1 {
 		t.Fatalf("quarantine files %v, want one", files)
 	}
-	got, reason, err := uplink.ReadQuarantineReason(files[0])
+	got, reason, err := quarantine.ReadReason(files[0])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +79,7 @@ func TestBookAdoptQuarantinesStale(t *testing.T) {
 	l := losePartition(t)
 	a, p := l.a, l.p
 	qdir := filepath.Join(l.dir, "quarantine")
-	q := uplink.NewQuarantine(qdir)
+	q := quarantine.New(qdir)
 	a.in.UseQuarantine(q)
 	if r := a.publish(t, "s.x"); r.Partition == p { // a partition of its own again
 		t.Fatalf("after the fence: %+v", r)

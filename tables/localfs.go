@@ -105,7 +105,7 @@ func (fs syncFS) Rename(oldpath, newpath string) error {
 	if err := disk.Rename(src, dst); err != nil {
 		return err
 	}
-	return syncDir(disk, filepath.Dir(dst))
+	return vfs.SyncDir(disk, filepath.Dir(dst))
 }
 
 // syncFile is a file of syncFS: Close fsyncs it, closes it, and fsyncs its
@@ -132,14 +132,5 @@ func (f *syncFile) Close() error {
 	if err := errors.Join(serr, cerr); err != nil {
 		return err
 	}
-	return syncDir(f.disk, filepath.Dir(f.f.Name()))
-}
-
-func syncDir(disk vfs.FS, dir string) error {
-	d, err := disk.OpenDir(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return vfs.SyncDir(f.disk, filepath.Dir(f.f.Name()))
 }

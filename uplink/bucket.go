@@ -6,12 +6,12 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"gocloud.dev/blob"
 	_ "gocloud.dev/blob/fileblob" // file:// warehouses
 	_ "gocloud.dev/blob/gcsblob"  // gs:// warehouses (application default credentials)
 
+	"github.com/tributary-io/tributary/internal/vfs"
 	"github.com/tributary-io/tributary/tables"
 )
 
@@ -77,10 +77,10 @@ func (b *BlobBucket) WriteAll(ctx context.Context, key string, data []byte) erro
 	}
 	if b.fileDir != "" {
 		p := filepath.Join(b.fileDir, filepath.FromSlash(key))
-		if err := syncPath(p); err != nil {
+		if err := vfs.SyncDir(vfs.OS, p); err != nil {
 			return err
 		}
-		return syncPath(filepath.Dir(p))
+		return vfs.SyncDir(vfs.OS, filepath.Dir(p))
 	}
 	return nil
 }
@@ -90,15 +90,3 @@ func (b *BlobBucket) Bucket() *blob.Bucket { return b.b }
 
 // Close closes the bucket.
 func (b *BlobBucket) Close() error { return b.b.Close() }
-
-func syncPath(p string) error {
-	f, err := os.Open(p)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil && !strings.Contains(err.Error(), "invalid argument") {
-		return err
-	}
-	return nil
-}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tributary-io/tributary/uplink/quarantine"
+
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/internal/testkit"
 	"github.com/tributary-io/tributary/tables"
@@ -107,11 +109,11 @@ func TestFencedPartition(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 	// Dropped from the WAL, not lost: every record is in the quarantine.
-	files, _ := filepath.Glob(filepath.Join(qdir, "*"+QuarantineFileSuffix))
+	files, _ := filepath.Glob(filepath.Join(qdir, "*"+quarantine.FileSuffix))
 	if len(files) != 1 {
 		t.Fatalf("quarantine files %v", files)
 	}
-	q7, err := ReadQuarantine(files[0])
+	q7, err := quarantine.Read(files[0])
 	if err != nil || len(q7) != 7 {
 		t.Fatalf("quarantine: %d records, %v", len(q7), err)
 	}

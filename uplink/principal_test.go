@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tributary-io/tributary/uplink/quarantine"
+
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
@@ -99,10 +101,10 @@ func TestPrincipalLandsInTable(t *testing.T) {
 }
 
 // TestQuarantinePrincipal: quarantine files carry the principal, and a
-// file written before the field existed (testdata/v1.quarantine.jsonl,
+// file written before the field existed (quarantine/testdata/v1.quarantine.jsonl,
 // by the previous version's Record) still reads, with Principal "".
 func TestQuarantinePrincipal(t *testing.T) {
-	old, err := ReadQuarantine(filepath.Join("testdata", "v1.quarantine.jsonl"))
+	old, err := quarantine.Read(filepath.Join("quarantine", "testdata", "v1.quarantine.jsonl"))
 	if err != nil || len(old) != 2 {
 		t.Fatalf("old quarantine: %d records, %v", len(old), err)
 	}
@@ -135,7 +137,7 @@ func TestQuarantinePrincipal(t *testing.T) {
 	if strings.Count(string(raw), `"Principal":"alice"`) != 1 {
 		t.Fatalf("quarantine file:\n%s", raw)
 	}
-	got, err := ReadQuarantine(path)
+	got, err := quarantine.Read(path)
 	if err != nil || len(got) != 2 || got[0].Principal != "alice" || got[1].Principal != "" {
 		t.Fatalf("read back %+v, %v", got, err)
 	}

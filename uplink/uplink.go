@@ -78,6 +78,7 @@ import (
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/uplink/quarantine"
 	"github.com/tributary-io/tributary/wal"
 )
 
@@ -193,7 +194,7 @@ type Uplink struct {
 	commits, commitFailures, uploadFailures atomic.Int64
 	files, bytesUp, records                 atomic.Int64
 	fenced, fencedRecords, unproven         atomic.Int64
-	q                                       *Quarantine // Config.QuarantineDir
+	q                                       *quarantine.Folder // Config.QuarantineDir
 
 	metrics *metrics // histograms (metrics.go)
 
@@ -226,7 +227,7 @@ func New(cfg Config, log Log, cat Committer, bucket Bucket) *Uplink {
 	cfg.defaults()
 	return &Uplink{cfg: cfg, log: log, cat: cat, bucket: bucket,
 		backoff: map[string]*retryState{}, flushReq: make(chan chan error), metrics: newMetrics(),
-		q: NewQuarantine(cfg.QuarantineDir)}
+		q: quarantine.New(cfg.QuarantineDir)}
 }
 
 // OnFence registers l; call it before Run.
@@ -425,7 +426,7 @@ func (u *Uplink) fence(stream string, fe *tables.FencedError) error {
 		case ours && qpath != "":
 			os.Remove(qpath) // nothing was dropped: the copy is not needed
 		case qpath != "":
-			u.q.kept.Add(qn)
+			u.q.Count(qn)
 			u.cfg.Logger.Error("uplink: fenced records kept in quarantine; inspect with `tributary quarantine list`, replay with `tributary quarantine replay`",
 				"stream", stream, "partition", fe.Partition, "records", qn, "file", qpath)
 		}

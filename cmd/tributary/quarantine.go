@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/tributary-io/tributary/uplink/quarantine"
 
-	"github.com/tributary-io/tributary/uplink"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 const quarantineUsage = `usage:
@@ -46,14 +46,14 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 	}
 	dir := filepath.Join(*data, "quarantine")
 	if args[0] == "list" {
-		files, _ := filepath.Glob(filepath.Join(dir, "*"+uplink.QuarantineFileSuffix))
+		files, _ := filepath.Glob(filepath.Join(dir, "*"+quarantine.FileSuffix))
 		sort.Strings(files)
 		if len(files) == 0 {
 			fmt.Fprintf(stdout, "no quarantined records in %s\n", dir)
 			return 0
 		}
 		for _, f := range files {
-			recs, reason, err := uplink.ReadQuarantineReason(f)
+			recs, reason, err := quarantine.ReadReason(f)
 			if err != nil {
 				fmt.Fprintln(stderr, err)
 				return 1
@@ -83,10 +83,10 @@ func cmdQuarantine(args []string, stdout, stderr io.Writer) int {
 	}
 	defer cl.Close()
 	for _, f := range fs.Args() {
-		if !strings.HasSuffix(f, uplink.QuarantineFileSuffix) {
+		if !strings.HasSuffix(f, quarantine.FileSuffix) {
 			f = filepath.Join(dir, f)
 		}
-		recs, err := uplink.ReadQuarantine(f)
+		recs, err := quarantine.Read(f)
 		if err != nil {
 			fmt.Fprintln(stderr, "tributary quarantine:", err)
 			return 1

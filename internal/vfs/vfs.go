@@ -6,8 +6,10 @@
 package vfs
 
 import (
+	"errors"
 	"io"
 	"os"
+	"syscall"
 )
 
 // FS is the part of a file system a durable writer needs: create and
@@ -57,4 +59,19 @@ func (osFS) OpenDir(dir string) (File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// SyncDir fsyncs dir (or a file: anything OpenDir opens) on fsys, so that
+// the names it holds survive a power cut. A file system that cannot fsync
+// a directory at all (EINVAL) is not an error.
+func SyncDir(fsys FS, dir string) error {
+	d, err := fsys.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
+		return err
+	}
+	return nil
 }

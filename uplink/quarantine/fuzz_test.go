@@ -1,4 +1,4 @@
-package uplink
+package quarantine
 
 import (
 	"bytes"
@@ -29,7 +29,7 @@ func FuzzDecodeQuarantine(f *testing.F) {
 	f.Add([]byte(`{"Stream":"a.b"`))
 	f.Add([]byte("\n\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		recs, err := DecodeQuarantine(bytes.NewReader(b))
+		recs, err := Decode(bytes.NewReader(b))
 		if err != nil {
 			return
 		}
@@ -41,7 +41,7 @@ func FuzzDecodeQuarantine(f *testing.F) {
 			}
 			out = append(append(out, line...), '\n')
 		}
-		again, err := DecodeQuarantine(bytes.NewReader(out))
+		again, err := Decode(bytes.NewReader(out))
 		if err != nil || len(again) != len(recs) {
 			t.Fatalf("re-read: %d records, %v; want %d", len(again), err, len(recs))
 		}
