@@ -85,7 +85,7 @@ FUZZTIME      ?= 1000000x
 FUZZTIME_SLOW ?= 30s
 FUZZ_TARGETS := wal:FuzzDecodeRecord wal:FuzzDecodeChunk wal:FuzzDecodeMeta mqtt:FuzzPacketDecode mqtt:FuzzRouter \
 	kafka/produce:FuzzRequestDecode kafka:FuzzRecordBatch kafka:FuzzDecodeRequest \
-	cluster:FuzzDecodeMeta cluster:FuzzInspect replica:FuzzDecodeAppend replica:FuzzDecodeReply \
+	cluster:FuzzDecodeMeta cluster:FuzzInspect replica/wire:FuzzDecodeAppend replica/wire:FuzzDecodeReply \
 	peer:FuzzReadFrame mqtt:FuzzDecodeForward mqtt:FuzzDecodeInterest pulsar:FuzzFrame
 FUZZ_TARGETS += pulsar:FuzzAckedRanges uplink/quarantine:FuzzDecodeQuarantine auth:FuzzParsePasswd auth:FuzzSCRAM auth:FuzzToken kafka:FuzzParseSASL
 FUZZ_SLOW_TARGETS := tables/rest:FuzzCommitDecode mqtt:FuzzPacketHandlingServer kafka/consume:FuzzCloudRequestServer \

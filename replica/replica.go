@@ -44,8 +44,8 @@
 // Owner side (sender.go): Replicate groups records by partition and waits
 // on a waiter per partition. Each (partition, replica) pair has a sender
 // goroutine that reads the owner's WAL from the replica's next offset and
-// pipelines MsgAppend messages (several in flight, answered in order on
-// the link) and, when the owner's WAL released a range, MsgRelease. Replies
+// pipelines wire.MsgAppend messages (several in flight, answered in order on
+// the link) and, when the owner's WAL released a range, wire.MsgRelease. Replies
 // advance the replica's acknowledged offset and release waiters; a gap
 // reply rewinds the sender; a link error or a timeout marks the replica
 // missing (degrade or refuse) and it is retried with backoff.
@@ -57,7 +57,7 @@
 //
 // Takeover (takeover.go): a loop watches the members whose replicas this
 // node holds; once one is dead and unreachable for Grace, it asks the other
-// live members how far they hold each partition of that store (MsgQuery)
+// live members how far they hold each partition of that store (wire.MsgQuery)
 // and, unless one holds strictly more (a former replica that left the
 // owner's ring holds a stale copy; the current one holds every
 // acknowledged record), tries Catalog.TakeOver for it. The winner copies
@@ -77,6 +77,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/tributary-io/tributary/replica/wire"
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/cluster"
@@ -288,9 +290,9 @@ func Open(cfg Config) (*Replicas, error) {
 			}
 		}
 	}
-	cfg.Transport.Handle(MsgAppend, r.handleAppend)
-	cfg.Transport.Handle(MsgRelease, r.handleRelease)
-	cfg.Transport.Handle(MsgQuery, r.handleQuery)
+	cfg.Transport.Handle(wire.MsgAppend, r.handleAppend)
+	cfg.Transport.Handle(wire.MsgRelease, r.handleRelease)
+	cfg.Transport.Handle(wire.MsgQuery, r.handleQuery)
 	r.wg.Add(1)
 	go r.takeoverLoop()
 	return r, nil
@@ -462,7 +464,7 @@ func (r *Replicas) storeOf(origin string) (*store, error) {
 }
 
 func (r *Replicas) handleAppend(from string, payload []byte, reply func([]byte, error)) {
-	m, err := decodeAppend(payload)
+	m, err := wire.DecodeAppend(payload)
 	if err != nil {
 		reply(nil, err)
 		return
@@ -478,7 +480,7 @@ func (r *Replicas) handleAppend(from string, payload []byte, reply func([]byte, 
 // handleQuery answers how far this node holds a replica (never creating
 // a store for it).
 func (r *Replicas) handleQuery(from string, payload []byte, reply func([]byte, error)) {
-	q, err := decodeQuery(payload)
+	q, err := wire.DecodeQuery(payload)
 	if err != nil {
 		reply(nil, err)
 		return
@@ -496,11 +498,11 @@ func (r *Replicas) handleQuery(from string, payload []byte, reply func([]byte, e
 		ps, _ := w.Partition(q.Stream, q.Partition)
 		next = ps.Next
 	}
-	reply(appendReply{Status: statusOK, Next: next}.encode(), nil)
+	reply(wire.Reply{Status: wire.StatusOK, Next: next}.Encode(), nil)
 }
 
 func (r *Replicas) handleRelease(from string, payload []byte, reply func([]byte, error)) {
-	m, err := decodeRelease(payload)
+	m, err := wire.DecodeRelease(payload)
 	if err != nil {
 		reply(nil, err)
 		return

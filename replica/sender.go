@@ -5,14 +5,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tributary-io/tributary/replica/wire"
+
 	"github.com/tributary-io/tributary"
 )
 
 // Sender tuning.
 const (
-	maxInflight    = 8       // MsgAppend requests in flight per (partition, replica)
-	maxSendBytes   = 1 << 20 // WAL bytes per MsgAppend
-	maxSendRecords = 4096    // records per MsgAppend
+	maxInflight    = 8       // wire.MsgAppend requests in flight per (partition, replica)
+	maxSendBytes   = 1 << 20 // WAL bytes per wire.MsgAppend
+	maxSendRecords = 4096    // records per wire.MsgAppend
 	retryBackoff   = time.Second
 	senderTick     = 200 * time.Millisecond
 )
@@ -45,7 +47,7 @@ type target struct {
 	gen      int       // bumped on every rewind; stale replies do not rewind again
 	failedAt time.Time // zero while healthy
 	told     int64     // released offset last told to the replica
-	telling  bool      // a MsgRelease is in flight
+	telling  bool      // a wire.MsgRelease is in flight
 	wake     chan struct{}
 	stop     chan struct{}
 	removed  bool
@@ -379,9 +381,9 @@ func (o *outPart) pump(t *target) {
 		t.sent = end
 		t.inflight++
 		o.mu.Unlock()
-		msg := appendMsg{Stream: o.pk.stream, Partition: o.pk.partition, Epoch: epoch, Base: base, Records: recs}
+		msg := wire.Append{Stream: o.pk.stream, Partition: o.pk.partition, Epoch: epoch, Base: base, Records: recs}
 		n := int64(len(recs))
-		o.r.cfg.Transport.Go(t.id, t.addr, MsgAppend, msg.encode(), func(resp []byte, err error) {
+		o.r.cfg.Transport.Go(t.id, t.addr, wire.MsgAppend, msg.Encode(), func(resp []byte, err error) {
 			o.onReply(t, gen, n, resp, err)
 		})
 		if len(recs) == 0 {
@@ -397,7 +399,7 @@ func (o *outPart) pump(t *target) {
 	if !tell {
 		return
 	}
-	o.r.cfg.Transport.Go(t.id, t.addr, MsgRelease, releaseMsg{Stream: o.pk.stream, Partition: o.pk.partition, UpTo: base}.encode(),
+	o.r.cfg.Transport.Go(t.id, t.addr, wire.MsgRelease, wire.Release{Stream: o.pk.stream, Partition: o.pk.partition, UpTo: base}.Encode(),
 		func(_ []byte, err error) {
 			o.mu.Lock()
 			defer o.mu.Unlock()
@@ -408,11 +410,11 @@ func (o *outPart) pump(t *target) {
 		})
 }
 
-// onReply handles a MsgAppend reply.
+// onReply handles a wire.MsgAppend reply.
 func (o *outPart) onReply(t *target, gen int, n int64, resp []byte, err error) {
-	var rep appendReply
+	var rep wire.Reply
 	if err == nil {
-		rep, err = decodeAppendReply(resp)
+		rep, err = wire.DecodeReply(resp)
 	}
 	var fencedAt int64 = -1
 	o.mu.Lock()
@@ -423,12 +425,12 @@ func (o *outPart) onReply(t *target, gen int, n int64, resp []byte, err error) {
 		if gen == t.gen {
 			o.fail(t, err.Error())
 		}
-	case rep.Status == statusFenced:
+	case rep.Status == wire.StatusFenced:
 		if !o.fenced {
 			o.fenced, o.fencedAt = true, rep.Epoch
 			fencedAt = rep.Epoch
 		}
-	case rep.Status == statusGap:
+	case rep.Status == wire.StatusGap:
 		t.acked = max(t.acked, rep.Next)
 		if gen == t.gen {
 			t.gen++

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/tributary-io/tributary/replica/wire"
+
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/wal"
 )
@@ -49,8 +51,8 @@ type store struct {
 }
 
 type task struct {
-	app   *appendMsg
-	rel   *releaseMsg
+	app   *wire.Append
+	rel   *wire.Release
 	reply func([]byte, error)
 	next  int64 // for app: the partition's next after it
 }
@@ -162,7 +164,7 @@ func (s *store) apply(batch []*task) {
 				if err != nil {
 					t.reply(nil, err)
 				} else {
-					t.reply(appendReply{Status: statusOK, Next: t.next}.encode(), nil)
+					t.reply(wire.Reply{Status: wire.StatusOK, Next: t.next}.Encode(), nil)
 				}
 			}
 		})
@@ -178,7 +180,7 @@ func (s *store) apply(batch []*task) {
 		m := t.app
 		pk := pkey{m.Stream, m.Partition}
 		if e, ok := s.r.ownedEpoch(pk); ok && e > m.Epoch {
-			t.reply(appendReply{Status: statusFenced, Next: s.next[pk], Epoch: e}.encode(), nil)
+			t.reply(wire.Reply{Status: wire.StatusFenced, Next: s.next[pk], Epoch: e}.Encode(), nil)
 			continue
 		}
 		next, known := s.next[pk]
@@ -197,14 +199,14 @@ func (s *store) apply(batch []*task) {
 			rs = rs[1:] // duplicates of what the store has
 		}
 		if len(rs) > 0 && rs[0].Offset > next {
-			t.reply(appendReply{Status: statusGap, Next: next}.encode(), nil)
+			t.reply(wire.Reply{Status: wire.StatusGap, Next: next}.Encode(), nil)
 			continue
 		}
 		next += int64(len(rs))
 		s.next[pk] = next
 		t.next = next
 		if len(rs) == 0 {
-			t.reply(appendReply{Status: statusOK, Next: next}.encode(), nil)
+			t.reply(wire.Reply{Status: wire.StatusOK, Next: next}.Encode(), nil)
 			continue
 		}
 		pending = append(pending, t)

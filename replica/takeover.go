@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tributary-io/tributary/replica/wire"
+
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/wal"
 )
@@ -200,18 +202,18 @@ func (r *Replicas) takeOverAll(ctx context.Context, s *store, ws *watchState) bo
 // holders race through the catalog). Members that do not answer are
 // passed over: they cannot take over either.
 func (r *Replicas) betterHolder(ctx context.Context, origin string, p wal.PartitionState) (string, int64) {
-	q := queryMsg{Origin: origin, Stream: p.Stream, Partition: p.Partition}.encode()
+	q := wire.Query{Origin: origin, Stream: p.Stream, Partition: p.Partition}.Encode()
 	for _, m := range r.cfg.Members.Members() {
 		if m.ID == r.cfg.NodeID || m.ID == origin || m.Peer == "" || (m.State != cluster.Alive && m.State != cluster.Suspect) {
 			continue
 		}
 		cctx, cancel := context.WithTimeout(ctx, pingTimeout)
-		resp, err := r.cfg.Transport.Call(cctx, m.ID, m.Peer, MsgQuery, q)
+		resp, err := r.cfg.Transport.Call(cctx, m.ID, m.Peer, wire.MsgQuery, q)
 		cancel()
 		if err != nil {
 			continue
 		}
-		if rep, err := decodeAppendReply(resp); err == nil && rep.Next > p.Next {
+		if rep, err := wire.DecodeReply(resp); err == nil && rep.Next > p.Next {
 			return m.ID, rep.Next
 		}
 	}

@@ -1,4 +1,9 @@
-package replica
+// Package wire is the encoding of the messages package replica sends on
+// peer links: appends of committed records, their replies, releases and
+// the takeover query. Every decoder checks its input and never panics; it
+// is apart from package replica so that it is fuzzed in a small test
+// binary (replica's tests link the table stack).
+package wire
 
 import (
 	"encoding/binary"
@@ -10,17 +15,17 @@ import (
 	"github.com/tributary-io/tributary/wal"
 )
 
-// Message types on peer links (64–95 belong to this package).
+// Message types on peer links (64–95 belong to package replica).
 const (
 	// MsgAppend: owner → replica, committed records of one partition
-	// (appendMsg); the reply is an appendReply.
+	// (Append); the reply is a Reply.
 	MsgAppend uint8 = 64
 	// MsgRelease: owner → replica, the owner's uplink released a
-	// partition up to an offset (releaseMsg); the reply is empty.
+	// partition up to an offset (Release); the reply is empty.
 	MsgRelease uint8 = 65
 	// MsgQuery: a replica holder → the others, before a takeover: how far
-	// do you hold origin's partition? (queryMsg; the reply is an
-	// appendReply with Next, 0 if none).
+	// do you hold origin's partition? (Query; the reply is an
+	// Reply with Next, 0 if none).
 	MsgQuery uint8 = 66
 )
 
@@ -32,7 +37,7 @@ var ErrMalformed = errors.New("replica: malformed message")
 // wireV1 is the first byte of every message of this package.
 const wireV1 = 1
 
-// appendMsg carries consecutive committed records of one partition.
+// Append carries consecutive committed records of one partition.
 //
 // Layout of version 1 (varint = zigzag signed, uvarint = unsigned, string =
 // uvarint length + bytes):
@@ -45,7 +50,7 @@ const wireV1 = 1
 // is the owner's released offset: everything below it is in the table, so
 // a replica behind it skips ahead instead of waiting for records the owner
 // no longer has. A message without records only moves Base.
-type appendMsg struct {
+type Append struct {
 	Stream    string
 	Partition int32
 	Epoch     int64
@@ -55,50 +60,50 @@ type appendMsg struct {
 
 // Reply statuses.
 const (
-	statusOK     = 0 // Next is the replica's durable next offset
-	statusGap    = 1 // the records did not start at or below Next: resend from Next
-	statusFenced = 2 // the replica owns the partition at Epoch > the message's
+	StatusOK     = 0 // Next is the replica's durable next offset
+	StatusGap    = 1 // the records did not start at or below Next: resend from Next
+	StatusFenced = 2 // the replica owns the partition at Epoch > the message's
 )
 
-// appendReply answers an appendMsg.
+// Reply answers an Append.
 //
 //	version byte (1), status byte, Next varint, Epoch varint
-type appendReply struct {
+type Reply struct {
 	Status byte
 	Next   int64
 	Epoch  int64
 }
 
-// releaseMsg tells a replica that the owner released (stream, partition)
+// Release tells a replica that the owner released (stream, partition)
 // below UpTo: it is in the table.
 //
 //	version byte (1), Stream string, Partition varint, UpTo varint
-type releaseMsg struct {
+type Release struct {
 	Stream    string
 	Partition int32
 	UpTo      int64
 }
 
-// queryMsg asks how far a node holds Origin's replica of (Stream,
+// Query asks how far a node holds Origin's replica of (Stream,
 // Partition).
 //
 //	version byte (1), Origin string, Stream string, Partition varint
-type queryMsg struct {
+type Query struct {
 	Origin    string
 	Stream    string
 	Partition int32
 }
 
-func (m queryMsg) encode() []byte {
+func (m Query) Encode() []byte {
 	b := appendString([]byte{wireV1}, m.Origin)
 	b = appendString(b, m.Stream)
 	return binary.AppendVarint(b, int64(m.Partition))
 }
 
-func decodeQuery(b []byte) (queryMsg, error) {
+func DecodeQuery(b []byte) (Query, error) {
 	d := reader{b: b}
 	d.version()
-	var m queryMsg
+	var m Query
 	m.Origin = d.string("origin")
 	m.Stream = d.string("stream")
 	m.Partition = int32(d.ranged("partition", 0, math.MaxInt32))
@@ -112,7 +117,7 @@ func appendString(b []byte, s string) []byte {
 	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
 }
 
-func (m *appendMsg) encode() []byte {
+func (m *Append) Encode() []byte {
 	size := 32 + len(m.Stream)
 	for _, r := range m.Records {
 		size += 64 + len(r.Value) + len(r.Key) + len(r.Topic)
@@ -133,12 +138,12 @@ func (m *appendMsg) encode() []byte {
 	return b
 }
 
-// decodeAppend decodes and checks an appendMsg. It never panics, allocates
+// DecodeAppend decodes and checks an Append. It never panics, allocates
 // in proportion to len(b), and reports bad input with ErrMalformed.
-func decodeAppend(b []byte) (*appendMsg, error) {
+func DecodeAppend(b []byte) (*Append, error) {
 	d := reader{b: b}
 	d.version()
-	m := &appendMsg{}
+	m := &Append{}
 	m.Stream = d.string("stream")
 	m.Partition = int32(d.ranged("partition", 0, math.MaxInt32))
 	m.Epoch = d.ranged("epoch", 0, math.MaxInt64)
@@ -178,18 +183,18 @@ func decodeAppend(b []byte) (*appendMsg, error) {
 	return m, nil
 }
 
-func (r appendReply) encode() []byte {
+func (r Reply) Encode() []byte {
 	b := []byte{wireV1, r.Status}
 	b = binary.AppendVarint(b, r.Next)
 	return binary.AppendVarint(b, r.Epoch)
 }
 
-func decodeAppendReply(b []byte) (appendReply, error) {
+func DecodeReply(b []byte) (Reply, error) {
 	d := reader{b: b}
 	d.version()
-	var r appendReply
+	var r Reply
 	if d.err == nil {
-		if d.off >= len(b) || b[d.off] > statusFenced {
+		if d.off >= len(b) || b[d.off] > StatusFenced {
 			d.fail("status")
 		} else {
 			r.Status = b[d.off]
@@ -204,16 +209,16 @@ func decodeAppendReply(b []byte) (appendReply, error) {
 	return r, d.err
 }
 
-func (m releaseMsg) encode() []byte {
+func (m Release) Encode() []byte {
 	b := appendString([]byte{wireV1}, m.Stream)
 	b = binary.AppendVarint(b, int64(m.Partition))
 	return binary.AppendVarint(b, m.UpTo)
 }
 
-func decodeRelease(b []byte) (releaseMsg, error) {
+func DecodeRelease(b []byte) (Release, error) {
 	d := reader{b: b}
 	d.version()
-	var m releaseMsg
+	var m Release
 	m.Stream = d.string("stream")
 	m.Partition = int32(d.ranged("partition", 0, math.MaxInt32))
 	m.UpTo = d.ranged("up to", 0, math.MaxInt64)

@@ -1,4 +1,4 @@
-package replica
+package wire
 
 import (
 	"errors"
@@ -8,8 +8,8 @@ import (
 	"github.com/tributary-io/tributary"
 )
 
-func sampleAppend() *appendMsg {
-	m := &appendMsg{Stream: "factory.telemetry", Partition: 3, Epoch: 2, Base: 10}
+func sampleAppend() *Append {
+	m := &Append{Stream: "factory.telemetry", Partition: 3, Epoch: 2, Base: 10}
 	for i := int64(0); i < 3; i++ {
 		m.Records = append(m.Records, &tributary.Record{Stream: m.Stream, Partition: 3, Offset: 10 + i, Epoch: 2, Timestamp: 1700000000000000 + i,
 			Topic: "factory/line1", Value: []byte{byte(i), 'x'}, Source: "mqtt", ClientID: "dev-1", Node: "n1",
@@ -22,8 +22,8 @@ func sampleAppend() *appendMsg {
 }
 
 func TestAppendRoundTrip(t *testing.T) {
-	for _, m := range []*appendMsg{sampleAppend(), {Stream: "a.b", Partition: 0, Epoch: 0, Base: 7, Records: []*tributary.Record{}}} {
-		got, err := decodeAppend(m.encode())
+	for _, m := range []*Append{sampleAppend(), {Stream: "a.b", Partition: 0, Epoch: 0, Base: 7, Records: []*tributary.Record{}}} {
+		got, err := DecodeAppend(m.Encode())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -31,16 +31,16 @@ func TestAppendRoundTrip(t *testing.T) {
 			t.Fatalf("round trip\n got %+v\nwant %+v", got, m)
 		}
 	}
-	rep := appendReply{Status: statusFenced, Next: 42, Epoch: 3}
-	if got, err := decodeAppendReply(rep.encode()); err != nil || got != rep {
+	rep := Reply{Status: StatusFenced, Next: 42, Epoch: 3}
+	if got, err := DecodeReply(rep.Encode()); err != nil || got != rep {
 		t.Fatalf("reply round trip: %+v, %v", got, err)
 	}
-	q := queryMsg{Origin: "n1", Stream: "a.b", Partition: 3}
-	if got, err := decodeQuery(q.encode()); err != nil || got != q {
+	q := Query{Origin: "n1", Stream: "a.b", Partition: 3}
+	if got, err := DecodeQuery(q.Encode()); err != nil || got != q {
 		t.Fatalf("query round trip: %+v, %v", got, err)
 	}
-	rel := releaseMsg{Stream: "a.b", Partition: 9, UpTo: 1 << 40}
-	if got, err := decodeRelease(rel.encode()); err != nil || got != rel {
+	rel := Release{Stream: "a.b", Partition: 9, UpTo: 1 << 40}
+	if got, err := DecodeRelease(rel.Encode()); err != nil || got != rel {
 		t.Fatalf("release round trip: %+v, %v", got, err)
 	}
 }
@@ -53,38 +53,38 @@ func TestAppendRefused(t *testing.T) {
 	gap.Records[2].Offset = 20
 	cases := map[string][]byte{
 		"empty":           nil,
-		"version":         append([]byte{2}, good.encode()[1:]...),
-		"truncated":       good.encode()[:len(good.encode())-3],
-		"trailing":        append(good.encode(), 0),
-		"other partition": wrongPart.encode(),
-		"offset gap":      gap.encode(),
-		"empty stream":    (&appendMsg{Stream: ""}).encode(),
+		"version":         append([]byte{2}, good.Encode()[1:]...),
+		"truncated":       good.Encode()[:len(good.Encode())-3],
+		"trailing":        append(good.Encode(), 0),
+		"other partition": wrongPart.Encode(),
+		"offset gap":      gap.Encode(),
+		"empty stream":    (&Append{Stream: ""}).Encode(),
 		"count bomb":      {wireV1, 1, 'a', 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f},
 		"negative base":   {wireV1, 1, 'a', 0, 0, 1, 0},
 	}
 	for name, b := range cases {
-		if _, err := decodeAppend(b); !errors.Is(err, ErrMalformed) {
+		if _, err := DecodeAppend(b); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: err %v, want ErrMalformed", name, err)
 		}
 	}
-	if _, err := decodeAppendReply([]byte{wireV1, 9, 0, 0}); !errors.Is(err, ErrMalformed) {
+	if _, err := DecodeReply([]byte{wireV1, 9, 0, 0}); !errors.Is(err, ErrMalformed) {
 		t.Errorf("bad status: %v", err)
 	}
 }
 
 func FuzzDecodeAppend(f *testing.F) {
-	f.Add(sampleAppend().encode())
-	f.Add((&appendMsg{Stream: "a.b", Base: 1}).encode())
+	f.Add(sampleAppend().Encode())
+	f.Add((&Append{Stream: "a.b", Base: 1}).Encode())
 	f.Add([]byte{wireV1, 1, 'a', 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		m, err := decodeAppend(data)
+		m, err := DecodeAppend(data)
 		if err != nil {
 			if !errors.Is(err, ErrMalformed) {
 				t.Fatalf("error does not wrap ErrMalformed: %v", err)
 			}
 			return
 		}
-		m2, err := decodeAppend(m.encode())
+		m2, err := DecodeAppend(m.Encode())
 		if err != nil {
 			t.Fatalf("re-decode: %v", err)
 		}
@@ -97,26 +97,26 @@ func FuzzDecodeAppend(f *testing.F) {
 // FuzzDecodeReply covers the small messages: append replies, releases and
 // queries.
 func FuzzDecodeReply(f *testing.F) {
-	f.Add(appendReply{Status: statusGap, Next: 5}.encode())
-	f.Add(releaseMsg{Stream: "a.b", Partition: 1, UpTo: 9}.encode())
-	f.Add(queryMsg{Origin: "n2", Stream: "a.b", Partition: 1}.encode())
+	f.Add(Reply{Status: StatusGap, Next: 5}.Encode())
+	f.Add(Release{Stream: "a.b", Partition: 1, UpTo: 9}.Encode())
+	f.Add(Query{Origin: "n2", Stream: "a.b", Partition: 1}.Encode())
 	f.Fuzz(func(t *testing.T, data []byte) {
-		if r, err := decodeAppendReply(data); err == nil {
-			if r2, err := decodeAppendReply(r.encode()); err != nil || r2 != r {
+		if r, err := DecodeReply(data); err == nil {
+			if r2, err := DecodeReply(r.Encode()); err != nil || r2 != r {
 				t.Fatalf("reply round trip %+v -> %+v, %v", r, r2, err)
 			}
 		} else if !errors.Is(err, ErrMalformed) {
 			t.Fatal(err)
 		}
-		if q, err := decodeQuery(data); err == nil {
-			if q2, err := decodeQuery(q.encode()); err != nil || q2 != q {
+		if q, err := DecodeQuery(data); err == nil {
+			if q2, err := DecodeQuery(q.Encode()); err != nil || q2 != q {
 				t.Fatalf("query round trip %+v -> %+v, %v", q, q2, err)
 			}
 		} else if !errors.Is(err, ErrMalformed) {
 			t.Fatal(err)
 		}
-		if m, err := decodeRelease(data); err == nil {
-			if m2, err := decodeRelease(m.encode()); err != nil || m2 != m {
+		if m, err := DecodeRelease(data); err == nil {
+			if m2, err := DecodeRelease(m.Encode()); err != nil || m2 != m {
 				t.Fatalf("release round trip %+v -> %+v, %v", m, m2, err)
 			}
 		} else if !errors.Is(err, ErrMalformed) {
