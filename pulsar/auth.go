@@ -28,6 +28,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/tributary-io/tributary/pulsar/wire"
+
 	"github.com/golang-jwt/jwt/v5"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -98,7 +100,7 @@ func (c *conn) client() auth.Client {
 // written here, on the read goroutine: nothing is queued before CONNECT
 // is answered, and the caller closes the connection right after.
 func (c *conn) refuseConnect(err error) error {
-	b, encErr := appendCommand(nil, &pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{
+	b, encErr := wire.AppendCommand(nil, &pb.BaseCommand{Type: pb.BaseCommand_ERROR.Enum(), Error: &pb.CommandError{
 		RequestId: proto.Uint64(0), Error: pb.ServerError_AuthenticationError.Enum(),
 		Message: proto.String("authentication failed: " + err.Error())}})
 	if encErr == nil {
@@ -252,7 +254,7 @@ func (c *conn) handleAuthResponse(cmd *pb.BaseCommand) error {
 	}
 	method, data, ok := authPayload(cmd)
 	if !ok {
-		return fmt.Errorf("%w: AUTH_RESPONSE without auth data", ErrMalformedFrame)
+		return fmt.Errorf("%w: AUTH_RESPONSE without auth data", wire.ErrMalformedFrame)
 	}
 	if method != "token" {
 		a.Failed(c.client(), c.principal.Name, "refresh_method_changed")

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tributary-io/tributary/pulsar/wire"
+
 	"github.com/golang-jwt/jwt/v5"
 	"google.golang.org/protobuf/proto"
 
@@ -38,14 +40,14 @@ func testAuthority(t *testing.T) (*auth.Authority, func(sub string, exp time.Tim
 	return a, sign
 }
 
-func (c *rawClient) connectAuth(method string, data string) Frame {
+func (c *rawClient) connectAuth(method string, data string) wire.Frame {
 	c.t.Helper()
 	c.send(&pb.BaseCommand{Type: pb.BaseCommand_CONNECT.Enum(), Connect: &pb.CommandConnect{ClientVersion: proto.String("raw"),
 		ProtocolVersion: proto.Int32(19), AuthMethodName: proto.String(method), AuthData: []byte(data)}})
 	return c.recv()
 }
 
-func (c *rawClient) subscribe(sub string, req uint64) Frame {
+func (c *rawClient) subscribe(sub string, req uint64) wire.Frame {
 	c.send(&pb.BaseCommand{Type: pb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pb.CommandSubscribe{
 		Topic: proto.String(testTopic + "-partition-0"), Subscription: proto.String(sub), SubType: pb.CommandSubscribe_Shared.Enum(),
 		ConsumerId: proto.Uint64(req), RequestId: proto.Uint64(req)}})

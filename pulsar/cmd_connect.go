@@ -15,6 +15,8 @@ package pulsar
 import (
 	"fmt"
 
+	"github.com/tributary-io/tributary/pulsar/wire"
+
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tributary-io/tributary/listen"
@@ -29,7 +31,7 @@ const serverVersion = "tributary"
 
 func (c *conn) handleConnect(cmd *pb.CommandConnect) error {
 	if c.connected {
-		return fmt.Errorf("%w: second CONNECT", ErrMalformedFrame)
+		return fmt.Errorf("%w: second CONNECT", wire.ErrMalformedFrame)
 	}
 	c.connected = true
 	p, exp, err := c.authenticate(cmd)

@@ -22,6 +22,8 @@ import (
 	"encoding/binary"
 	"hash/crc32"
 
+	"github.com/tributary-io/tributary/pulsar/wire"
+
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/tributary-io/tributary/pulsar/pb"
@@ -86,13 +88,13 @@ func appendMessage(b []byte, id uint64, partition int32, d Delivery, brokerEntry
 	}
 
 	if brokerEntry {
-		b = binary.BigEndian.AppendUint16(b, magicBrokerEntry)
+		b = binary.BigEndian.AppendUint16(b, wire.MagicBrokerEntry)
 		b = binary.BigEndian.AppendUint32(b, uint32(sizeVarintField(fBEMBrokerTimestamp, publish)+sizeVarintField(fBEMIndex, off)))
 		b = appendVarintField(b, fBEMBrokerTimestamp, publish)
 		b = appendVarintField(b, fBEMIndex, off)
 	}
 
-	b = binary.BigEndian.AppendUint16(b, magicCRC)
+	b = binary.BigEndian.AppendUint16(b, wire.MagicCRC)
 	crcAt := len(b)
 	b = append(b, 0, 0, 0, 0, 0, 0, 0, 0) // checksum, metadata size
 	mdAt := len(b)
@@ -113,7 +115,7 @@ func appendMessage(b []byte, id uint64, partition int32, d Delivery, brokerEntry
 	}
 	binary.BigEndian.PutUint32(b[crcAt+4:], uint32(len(b)-mdAt))
 	b = append(b, r.Value...)
-	binary.BigEndian.PutUint32(b[crcAt:], crc32.Checksum(b[crcAt+4:], castagnoli))
+	binary.BigEndian.PutUint32(b[crcAt:], crc32.Checksum(b[crcAt+4:], wire.Castagnoli))
 	binary.BigEndian.PutUint32(b[start:], uint32(len(b)-start-4))
 	return b
 }

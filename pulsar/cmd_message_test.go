@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/tributary-io/tributary/pulsar/wire"
+
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tributary-io/tributary"
@@ -38,7 +40,7 @@ func messageFrame(t *testing.T, id uint64, partition int32, d Delivery, brokerEn
 	if brokerEntry {
 		bem = &pb.BrokerEntryMetadata{Index: proto.Uint64(uint64(d.Offset)), BrokerTimestamp: &publish}
 	}
-	b, err := appendPayloadCommand(nil, &pb.BaseCommand{Type: pb.BaseCommand_MESSAGE.Enum(), Message: msg}, bem, md, r.Value)
+	b, err := wire.AppendPayloadCommand(nil, &pb.BaseCommand{Type: pb.BaseCommand_MESSAGE.Enum(), Message: msg}, bem, md, r.Value)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +66,7 @@ func TestAppendMessageMatchesProtobuf(t *testing.T) {
 					if !bytes.Equal(got[len("prefix"):], want) {
 						t.Fatalf("record %d redelivery %d partition %d bem %v:\n got %x\nwant %x", i, redelivery, part, bem, got[6:], want)
 					}
-					if _, err := decodeFrame(got[len("prefix")+4:]); err != nil {
+					if _, err := wire.DecodeFrame(got[len("prefix")+4:]); err != nil {
 						t.Fatalf("record %d: decode: %v", i, err)
 					}
 				}

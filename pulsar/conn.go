@@ -32,6 +32,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tributary-io/tributary/pulsar/wire"
+
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tributary-io/tributary"
@@ -130,7 +132,7 @@ func (c *conn) readLoop(ctx context.Context) error {
 	br := bufio.NewReaderSize(c.nc, 64<<10)
 	var buf []byte
 	for {
-		f, b, err := readFrame(br, c.s.cfg.MaxFrameBytes, buf)
+		f, b, err := wire.ReadFrame(br, c.s.cfg.MaxFrameBytes, buf)
 		if cap(b) <= 1<<20 {
 			buf = b
 		}
@@ -146,7 +148,7 @@ func (c *conn) readLoop(ctx context.Context) error {
 
 // errMissing is a command whose type names a field that is absent.
 func errMissing(t pb.BaseCommand_Type) error {
-	return fmt.Errorf("%w: %v without its body", ErrMalformedFrame, t)
+	return fmt.Errorf("%w: %v without its body", wire.ErrMalformedFrame, t)
 }
 
 // testPanicOn, set by a test, makes handle panic on that command type (the
@@ -154,14 +156,14 @@ func errMissing(t pb.BaseCommand_Type) error {
 var testPanicOn pb.BaseCommand_Type
 
 // handle dispatches one command; an error closes the connection.
-func (c *conn) handle(ctx context.Context, f Frame) error {
+func (c *conn) handle(ctx context.Context, f wire.Frame) error {
 	cmd := f.Cmd
 	t := cmd.GetType()
 	if testPanicOn != 0 && t == testPanicOn {
 		panic("test: panic on command " + t.String())
 	}
 	if !c.connected && t != pb.BaseCommand_CONNECT {
-		return fmt.Errorf("%w: %v before CONNECT", ErrMalformedFrame, t)
+		return fmt.Errorf("%w: %v before CONNECT", wire.ErrMalformedFrame, t)
 	}
 	var ok = true
 	switch t {
@@ -229,7 +231,7 @@ func (c *conn) handle(ctx context.Context, f Frame) error {
 		}
 	case pb.BaseCommand_SEND:
 		// No producer is ever created, so a SEND is a protocol violation.
-		return fmt.Errorf("%w: SEND without a producer (producing is at the edge)", ErrMalformedFrame)
+		return fmt.Errorf("%w: SEND without a producer (producing is at the edge)", wire.ErrMalformedFrame)
 	default:
 		// Commands of features this server does not offer (schemas,
 		// transactions, stats, topic watchers): clients only send them
@@ -244,7 +246,7 @@ func (c *conn) handle(ctx context.Context, f Frame) error {
 
 // send queues a simple command.
 func (c *conn) send(cmd *pb.BaseCommand) {
-	c.enqueue(func(b []byte) ([]byte, error) { return appendCommand(b, cmd) })
+	c.enqueue(func(b []byte) ([]byte, error) { return wire.AppendCommand(b, cmd) })
 }
 
 // enqueue appends frames to the write queue with enc and wakes the writer.

@@ -1,10 +1,6 @@
 package pulsar
 
 import (
-	"encoding/binary"
-	"errors"
-	"fmt"
-	"math"
 	"sort"
 )
 
@@ -113,67 +109,4 @@ func (a *ackState) ackUpTo(off int64) bool {
 func (a *ackState) cursor() Cursor {
 	n := min(len(a.ranges), maxAckedRanges)
 	return Cursor{MarkDelete: a.markDelete, Acked: append([][2]int64(nil), a.ranges[:n]...)}
-}
-
-// errBadAckedRanges is wrapped by decodeAckedRanges.
-var errBadAckedRanges = errors.New("bad acked ranges")
-
-// encodeAckedRanges encodes the ranges above markDelete as the cursor
-// table's acked column: uvarint count, then per range uvarint gap from the
-// previous range's end (from markDelete+1 for the first) and uvarint length.
-func encodeAckedRanges(markDelete int64, ranges [][2]int64) []byte {
-	b := binary.AppendUvarint(nil, uint64(len(ranges)))
-	prev := markDelete + 1
-	for _, r := range ranges {
-		b = binary.AppendUvarint(b, uint64(r[0]-prev))
-		b = binary.AppendUvarint(b, uint64(r[1]-r[0]))
-		prev = r[1]
-	}
-	return b
-}
-
-// decodeAckedRanges is the inverse of encodeAckedRanges. It refuses
-// anything the encoder cannot produce from a valid cursor: empty or
-// adjacent ranges (other than the first, which may start at markDelete+1 in
-// cursors written by a hand), overflow, trailing bytes.
-func decodeAckedRanges(markDelete int64, b []byte) ([][2]int64, error) {
-	n, k := binary.Uvarint(b)
-	if k <= 0 {
-		return nil, fmt.Errorf("%w: count", errBadAckedRanges)
-	}
-	b = b[k:]
-	if n > uint64(len(b))/2 { // every range takes at least two bytes
-		return nil, fmt.Errorf("%w: %d ranges in %d bytes", errBadAckedRanges, n, len(b))
-	}
-	if markDelete < -1 {
-		return nil, fmt.Errorf("%w: mark-delete %d", errBadAckedRanges, markDelete)
-	}
-	out := make([][2]int64, 0, n)
-	prev := markDelete + 1
-	for i := uint64(0); i < n; i++ {
-		gap, k1 := binary.Uvarint(b)
-		if k1 <= 0 {
-			return nil, fmt.Errorf("%w: range %d gap", errBadAckedRanges, i)
-		}
-		b = b[k1:]
-		length, k2 := binary.Uvarint(b)
-		if k2 <= 0 {
-			return nil, fmt.Errorf("%w: range %d length", errBadAckedRanges, i)
-		}
-		b = b[k2:]
-		if length == 0 || (gap == 0 && i > 0) {
-			return nil, fmt.Errorf("%w: range %d empty or adjacent", errBadAckedRanges, i)
-		}
-		if gap > uint64(math.MaxInt64-prev) || length > uint64(math.MaxInt64-prev-int64(gap)) {
-			return nil, fmt.Errorf("%w: range %d overflows", errBadAckedRanges, i)
-		}
-		from := prev + int64(gap)
-		to := from + int64(length)
-		out = append(out, [2]int64{from, to})
-		prev = to
-	}
-	if len(b) != 0 {
-		return nil, fmt.Errorf("%w: %d trailing bytes", errBadAckedRanges, len(b))
-	}
-	return out, nil
 }

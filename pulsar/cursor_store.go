@@ -8,7 +8,7 @@ package pulsar
 //	                         update_time)   -- key (topic, subscription)
 //
 // acked holds the individually acknowledged ranges above mark_delete
-// (encodeAckedRanges), at most maxAckedRanges of them. The table is created
+// (wire.EncodeAckedRanges), at most maxAckedRanges of them. The table is created
 // if missing, in SQLite or PostgreSQL (tables.OpenStateDB, shared with the
 // Kafka group offsets).
 
@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/tributary-io/tributary/pulsar/wire"
 
 	"github.com/tributary-io/tributary/tables"
 )
@@ -81,7 +83,7 @@ func (s *sqlCursors) Load(ctx context.Context, topic, sub string) (Cursor, bool,
 	if err != nil {
 		return Cursor{}, false, err
 	}
-	if c.Acked, err = decodeAckedRanges(c.MarkDelete, acked); err != nil {
+	if c.Acked, err = wire.DecodeAckedRanges(c.MarkDelete, acked); err != nil {
 		return Cursor{}, false, fmt.Errorf("cursor %s %s: %w", topic, sub, err)
 	}
 	return c, true, nil
@@ -92,7 +94,7 @@ func (s *sqlCursors) Save(ctx context.Context, topic, sub string, c Cursor) erro
 		(topic, subscription, mark_delete, acked, update_time) VALUES (?, ?, ?, ?, ?)
 		ON CONFLICT (topic, subscription) DO UPDATE SET
 		mark_delete = excluded.mark_delete, acked = excluded.acked, update_time = excluded.update_time`),
-		topic, sub, c.MarkDelete, encodeAckedRanges(c.MarkDelete, c.Acked), time.Now().UnixMilli())
+		topic, sub, c.MarkDelete, wire.EncodeAckedRanges(c.MarkDelete, c.Acked), time.Now().UnixMilli())
 	return err
 }
 

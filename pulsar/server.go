@@ -32,6 +32,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tributary-io/tributary/pulsar/wire"
+
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/listen"
@@ -100,7 +102,7 @@ func (c *Config) setDefaults() {
 		c.Catalog = DefaultCatalog
 	}
 	if c.MaxFrameBytes <= 0 {
-		c.MaxFrameBytes = DefaultMaxFrameBytes
+		c.MaxFrameBytes = wire.DefaultMaxFrameBytes
 	}
 	if c.MaxConsumersPerConn <= 0 {
 		c.MaxConsumersPerConn = 1000

@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tributary-io/tributary/pulsar/wire"
+
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tributary-io/tributary"
@@ -109,7 +111,7 @@ func dialRaw(t *testing.T, addr string) *rawClient {
 
 func (c *rawClient) send(cmd *pb.BaseCommand) {
 	c.t.Helper()
-	b, err := appendCommand(nil, cmd)
+	b, err := wire.AppendCommand(nil, cmd)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -118,14 +120,14 @@ func (c *rawClient) send(cmd *pb.BaseCommand) {
 	}
 }
 
-func (c *rawClient) recvErr() (Frame, error) {
+func (c *rawClient) recvErr() (wire.Frame, error) {
 	c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
-	f, _, err := readFrame(c.br, DefaultMaxFrameBytes+framePadding, nil)
+	f, _, err := wire.ReadFrame(c.br, wire.DefaultMaxFrameBytes+wire.FramePadding, nil)
 	return f, err
 }
 
 // recv returns the next frame that is not a PING (answered).
-func (c *rawClient) recv() Frame {
+func (c *rawClient) recv() wire.Frame {
 	c.t.Helper()
 	for {
 		f, err := c.recvErr()
@@ -139,7 +141,7 @@ func (c *rawClient) recv() Frame {
 	}
 }
 
-func (c *rawClient) expect(t pb.BaseCommand_Type) Frame {
+func (c *rawClient) expect(t pb.BaseCommand_Type) wire.Frame {
 	c.t.Helper()
 	f := c.recv()
 	if f.Cmd.GetType() != t {
@@ -176,7 +178,7 @@ func (c *rawClient) expectClosed() {
 func TestServerTopics(t *testing.T) {
 	s, _ := testServer(t, 3, Config{})
 	c := dialRaw(t, s.Addr())
-	if got := c.connect(25, false); got.GetProtocolVersion() != protocolVersion || got.GetMaxMessageSize() != DefaultMaxFrameBytes {
+	if got := c.connect(25, false); got.GetProtocolVersion() != protocolVersion || got.GetMaxMessageSize() != wire.DefaultMaxFrameBytes {
 		t.Fatalf("connected %v", got)
 	}
 	c.send(&pb.BaseCommand{Type: pb.BaseCommand_PING.Enum(), Ping: &pb.CommandPing{}})
@@ -242,7 +244,7 @@ func TestServerConsume(t *testing.T) {
 			ConsumerId: proto.Uint64(consumerID), RequestId: proto.Uint64(req), InitialPosition: pb.CommandSubscribe_Earliest.Enum()}})
 	}
 	// reply returns the next frame that is not ACTIVE_CONSUMER_CHANGE.
-	reply := func(want pb.BaseCommand_Type) Frame {
+	reply := func(want pb.BaseCommand_Type) wire.Frame {
 		for {
 			f := c.recv()
 			if f.Cmd.GetType() == want {
@@ -258,7 +260,7 @@ func TestServerConsume(t *testing.T) {
 	flow := func(n uint32) {
 		c.send(&pb.BaseCommand{Type: pb.BaseCommand_FLOW.Enum(), Flow: &pb.CommandFlow{ConsumerId: proto.Uint64(1), MessagePermits: proto.Uint32(n)}})
 	}
-	msg := func() Frame { return reply(pb.BaseCommand_MESSAGE) }
+	msg := func() wire.Frame { return reply(pb.BaseCommand_MESSAGE) }
 	flow(4)
 	for off := range int64(4) {
 		f := msg()
@@ -376,7 +378,7 @@ func TestServerKeepAlive(t *testing.T) {
 	deadline := time.Now().Add(6 * ka)
 	for time.Now().Before(deadline) {
 		alive.nc.SetReadDeadline(time.Now().Add(ka))
-		f, _, err := readFrame(alive.br, DefaultMaxFrameBytes, nil)
+		f, _, err := wire.ReadFrame(alive.br, wire.DefaultMaxFrameBytes, nil)
 		var ne net.Error
 		switch {
 		case errors.As(err, &ne) && ne.Timeout():

@@ -1,4 +1,10 @@
-package pulsar
+// Package wire is the byte format of the Pulsar binary protocol as package
+// pulsar speaks it: framing (ReadFrame, DecodeFrame, AppendCommand,
+// AppendPayloadCommand) and the encoding of a cursor's acknowledged ranges
+// in the cursor store. Its decoders check their input and never panic; it
+// is apart from package pulsar so that they are fuzzed in a small test
+// binary (pulsar's tests link the table stack).
+package wire
 
 // Framing of the Pulsar binary protocol.
 //
@@ -32,12 +38,12 @@ const (
 	// DefaultMaxFrameBytes bounds a frame's total size: Pulsar's default
 	// maximum message size (5 MiB), announced to clients in CONNECTED.
 	DefaultMaxFrameBytes = 5 << 20
-	// framePadding is what a frame may carry beyond the maximum message
+	// FramePadding is what a frame may carry beyond the maximum message
 	// size (command and metadata), as Pulsar clients allow.
-	framePadding = 10 << 10
+	FramePadding = 10 << 10
 
-	magicCRC         uint16 = 0x0e01
-	magicBrokerEntry uint16 = 0x0e02
+	MagicCRC         uint16 = 0x0e01
+	MagicBrokerEntry uint16 = 0x0e02
 )
 
 // Errors of the framing layer; every one closes the connection.
@@ -47,7 +53,7 @@ var (
 	ErrChecksum       = errors.New("pulsar: payload checksum mismatch")
 )
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+var Castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Frame is one decoded frame. Metadata is nil for a simple frame;
 // BrokerEntry is nil unless the entry carried broker entry metadata.
@@ -59,10 +65,10 @@ type Frame struct {
 	Payload     []byte
 }
 
-// readFrame reads one frame of at most max bytes (after the size field)
+// ReadFrame reads one frame of at most max bytes (after the size field)
 // into buf (grown as needed) and decodes it. It returns the buffer for
 // reuse; the frame's Payload aliases it.
-func readFrame(r io.Reader, max int, buf []byte) (Frame, []byte, error) {
+func ReadFrame(r io.Reader, max int, buf []byte) (Frame, []byte, error) {
 	var hdr [4]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
 		return Frame{}, buf, err
@@ -81,12 +87,12 @@ func readFrame(r io.Reader, max int, buf []byte) (Frame, []byte, error) {
 		}
 		return Frame{}, buf, err
 	}
-	f, err := decodeFrame(buf)
+	f, err := DecodeFrame(buf)
 	return f, buf, err
 }
 
-// decodeFrame decodes a frame body (everything after the total size).
-func decodeFrame(b []byte) (Frame, error) {
+// DecodeFrame decodes a frame body (everything after the total size).
+func DecodeFrame(b []byte) (Frame, error) {
 	if len(b) < 4 {
 		return Frame{}, fmt.Errorf("%w: %d bytes", ErrMalformedFrame, len(b))
 	}
@@ -104,19 +110,19 @@ func decodeFrame(b []byte) (Frame, error) {
 	if len(b) == 0 {
 		return f, nil
 	}
-	if len(b) >= 2 && binary.BigEndian.Uint16(b) == magicBrokerEntry {
+	if len(b) >= 2 && binary.BigEndian.Uint16(b) == MagicBrokerEntry {
 		m, rest, err := sizedMessage(b[2:], "broker entry metadata", &pb.BrokerEntryMetadata{})
 		if err != nil {
 			return Frame{}, err
 		}
 		f.BrokerEntry, b = m.(*pb.BrokerEntryMetadata), rest
 	}
-	if len(b) < 6 || binary.BigEndian.Uint16(b) != magicCRC {
+	if len(b) < 6 || binary.BigEndian.Uint16(b) != MagicCRC {
 		return Frame{}, fmt.Errorf("%w: no checksum magic after the command", ErrMalformedFrame)
 	}
 	want := binary.BigEndian.Uint32(b[2:])
 	b = b[6:]
-	if got := crc32.Checksum(b, castagnoli); got != want {
+	if got := crc32.Checksum(b, Castagnoli); got != want {
 		return Frame{}, fmt.Errorf("%w: computed %08x, frame says %08x", ErrChecksum, got, want)
 	}
 	m, rest, err := sizedMessage(b, "message metadata", &pb.MessageMetadata{})
@@ -152,8 +158,8 @@ func appendSized(dst []byte, m proto.Message) ([]byte, error) {
 	return marshal.MarshalAppend(dst, m)
 }
 
-// appendCommand appends a simple frame holding cmd.
-func appendCommand(dst []byte, cmd *pb.BaseCommand) ([]byte, error) {
+// AppendCommand appends a simple frame holding cmd.
+func AppendCommand(dst []byte, cmd *pb.BaseCommand) ([]byte, error) {
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0)
 	dst, err := appendSized(dst, cmd)
@@ -164,27 +170,27 @@ func appendCommand(dst []byte, cmd *pb.BaseCommand) ([]byte, error) {
 	return dst, nil
 }
 
-// appendPayloadCommand appends a payload frame: cmd, the broker entry
+// AppendPayloadCommand appends a payload frame: cmd, the broker entry
 // metadata if bem is not nil, the checksummed metadata and the payload.
-func appendPayloadCommand(dst []byte, cmd *pb.BaseCommand, bem *pb.BrokerEntryMetadata, md *pb.MessageMetadata, payload []byte) ([]byte, error) {
+func AppendPayloadCommand(dst []byte, cmd *pb.BaseCommand, bem *pb.BrokerEntryMetadata, md *pb.MessageMetadata, payload []byte) ([]byte, error) {
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0)
 	dst, err := appendSized(dst, cmd)
 	if err == nil && bem != nil {
-		dst = binary.BigEndian.AppendUint16(dst, magicBrokerEntry)
+		dst = binary.BigEndian.AppendUint16(dst, MagicBrokerEntry)
 		dst, err = appendSized(dst, bem)
 	}
 	if err != nil {
 		return dst[:start], fmt.Errorf("encode %v: %w", cmd.GetType(), err)
 	}
-	dst = binary.BigEndian.AppendUint16(dst, magicCRC)
+	dst = binary.BigEndian.AppendUint16(dst, MagicCRC)
 	crcAt := len(dst)
 	dst = append(dst, 0, 0, 0, 0)
 	if dst, err = appendSized(dst, md); err != nil {
 		return dst[:start], fmt.Errorf("encode message metadata: %w", err)
 	}
 	dst = append(dst, payload...)
-	binary.BigEndian.PutUint32(dst[crcAt:], crc32.Checksum(dst[crcAt+4:], castagnoli))
+	binary.BigEndian.PutUint32(dst[crcAt:], crc32.Checksum(dst[crcAt+4:], Castagnoli))
 	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-4))
 	return dst, nil
 }

@@ -1,4 +1,4 @@
-package pulsar
+package wire
 
 import (
 	"bytes"
@@ -35,14 +35,14 @@ func TestFrameRoundTrip(t *testing.T) {
 			var b []byte
 			var err error
 			if tc.md == nil {
-				b, err = appendCommand([]byte("junk"), tc.cmd)
+				b, err = AppendCommand([]byte("junk"), tc.cmd)
 			} else {
-				b, err = appendPayloadCommand([]byte("junk"), tc.cmd, tc.bem, tc.md, tc.payload)
+				b, err = AppendPayloadCommand([]byte("junk"), tc.cmd, tc.bem, tc.md, tc.payload)
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
-			f, _, err := readFrame(bytes.NewReader(b[4:]), DefaultMaxFrameBytes, nil)
+			f, _, err := ReadFrame(bytes.NewReader(b[4:]), DefaultMaxFrameBytes, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -66,7 +66,7 @@ func TestFrameErrors(t *testing.T) {
 	msg := &pb.BaseCommand{Type: pb.BaseCommand_MESSAGE.Enum(), Message: &pb.CommandMessage{
 		ConsumerId: proto.Uint64(1), MessageId: &pb.MessageIdData{LedgerId: proto.Uint64(1), EntryId: proto.Uint64(2)}}}
 	md := &pb.MessageMetadata{ProducerName: proto.String("p"), SequenceId: proto.Uint64(2), PublishTime: proto.Uint64(3)}
-	good, err := appendPayloadCommand(nil, msg, nil, md, []byte("payload"))
+	good, err := AppendPayloadCommand(nil, msg, nil, md, []byte("payload"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func TestFrameErrors(t *testing.T) {
 		{"required field missing", untypedFrame, ErrMalformedFrame},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, _, err := readFrame(bytes.NewReader(tc.in), DefaultMaxFrameBytes, nil)
+			_, _, err := ReadFrame(bytes.NewReader(tc.in), DefaultMaxFrameBytes, nil)
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err %v, want %v", err, tc.want)
 			}
@@ -105,12 +105,12 @@ func TestFrameErrors(t *testing.T) {
 // metadata, checksummed metadata and payload); whatever decodes must
 // encode again and decode to the same frame.
 func FuzzFrame(f *testing.F) {
-	ping, _ := appendCommand(nil, &pb.BaseCommand{Type: pb.BaseCommand_PING.Enum(), Ping: &pb.CommandPing{}})
-	sub, _ := appendCommand(nil, &pb.BaseCommand{Type: pb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pb.CommandSubscribe{
+	ping, _ := AppendCommand(nil, &pb.BaseCommand{Type: pb.BaseCommand_PING.Enum(), Ping: &pb.CommandPing{}})
+	sub, _ := AppendCommand(nil, &pb.BaseCommand{Type: pb.BaseCommand_SUBSCRIBE.Enum(), Subscribe: &pb.CommandSubscribe{
 		Topic: proto.String("persistent://tributary/factory/telemetry-partition-0"), Subscription: proto.String("s"),
 		SubType: pb.CommandSubscribe_Key_Shared.Enum(), ConsumerId: proto.Uint64(1), RequestId: proto.Uint64(2),
 		KeySharedMeta: &pb.KeySharedMeta{KeySharedMode: pb.KeySharedMode_AUTO_SPLIT.Enum()}}})
-	msg, _ := appendPayloadCommand(nil, &pb.BaseCommand{Type: pb.BaseCommand_MESSAGE.Enum(), Message: &pb.CommandMessage{
+	msg, _ := AppendPayloadCommand(nil, &pb.BaseCommand{Type: pb.BaseCommand_MESSAGE.Enum(), Message: &pb.CommandMessage{
 		ConsumerId: proto.Uint64(1), MessageId: &pb.MessageIdData{LedgerId: proto.Uint64(1), EntryId: proto.Uint64(9)}}},
 		&pb.BrokerEntryMetadata{Index: proto.Uint64(9)},
 		&pb.MessageMetadata{ProducerName: proto.String("p"), SequenceId: proto.Uint64(9), PublishTime: proto.Uint64(1)}, []byte("x"))
@@ -118,20 +118,20 @@ func FuzzFrame(f *testing.F) {
 		f.Add(s[4:])
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		fr, err := decodeFrame(b)
+		fr, err := DecodeFrame(b)
 		if err != nil {
 			return
 		}
 		var out []byte
 		if fr.Metadata == nil {
-			out, err = appendCommand(nil, fr.Cmd)
+			out, err = AppendCommand(nil, fr.Cmd)
 		} else {
-			out, err = appendPayloadCommand(nil, fr.Cmd, fr.BrokerEntry, fr.Metadata, fr.Payload)
+			out, err = AppendPayloadCommand(nil, fr.Cmd, fr.BrokerEntry, fr.Metadata, fr.Payload)
 		}
 		if err != nil {
 			t.Fatalf("re-encode: %v", err)
 		}
-		again, err := decodeFrame(out[4:])
+		again, err := DecodeFrame(out[4:])
 		if err != nil {
 			t.Fatalf("decode re-encoded: %v", err)
 		}
