@@ -3,7 +3,10 @@ package testkit
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,10 +18,36 @@ import (
 // 0 becomes 30 s. It returns the CONNACK's reason code and, on success, the
 // client, disconnected at the end of the test (on a refusal conn is
 // closed). onPublish, when set, receives the client's messages. A CONNECT
-// without any CONNACK fails the test.
+// without any CONNACK fails the test. The client's errors and a DISCONNECT
+// from the server are kept and logged if the test fails.
 func MQTTConnect(tb testing.TB, conn net.Conn, cp paho.Connect, onPublish func(paho.PublishReceived) (bool, error)) (*paho.Client, byte) {
 	tb.Helper()
-	cfg := paho.ClientConfig{ClientID: cp.ClientID, Conn: conn, OnClientError: func(error) {}}
+	var (
+		mu     sync.Mutex
+		events []string
+	)
+	note := func(format string, args ...any) {
+		mu.Lock()
+		events = append(events, time.Now().Format("15:04:05.000 ")+fmt.Sprintf(format, args...))
+		mu.Unlock()
+	}
+	tb.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if tb.Failed() && len(events) > 0 {
+			tb.Logf("MQTT client %s (local %s):\n  %s", cp.ClientID, conn.LocalAddr(), strings.Join(events, "\n  "))
+		}
+	})
+	cfg := paho.ClientConfig{ClientID: cp.ClientID, Conn: conn,
+		OnClientError: func(err error) { note("client error: %v", err) },
+		OnServerDisconnect: func(d *paho.Disconnect) {
+			reason := ""
+			if d.Properties != nil {
+				reason = d.Properties.ReasonString
+			}
+			note("server DISCONNECT %#x %q", d.ReasonCode, reason)
+		},
+	}
 	if onPublish != nil {
 		cfg.OnPublishReceived = []func(paho.PublishReceived) (bool, error){onPublish}
 	}
