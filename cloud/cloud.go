@@ -157,7 +157,7 @@ func (s *Server) listen() error {
 	if a := *cfg.Kafka.Addr; a != "" {
 		ks, err := consume.NewServer(consume.Config{
 			Config: kafka.Config{Addr: a, AdvertisedAddr: cfg.Kafka.AdvertisedAddr, ClusterID: cfg.Catalog.Name, Auth: s.auth, Logger: s.log,
-				Limits: listen.Config{TLS: s.tls.Server("kafka")}, MaxInflightBytes: int64(cfg.Kafka.MaxInflightBytes)},
+				Limits: listen.Config{TLS: s.tls.Server("kafka")}, MaxInflightBytes: int64(cfg.Kafka.MaxInflightBytes), BodyTimeout: cfg.Kafka.BodyTimeout},
 			Peers:     cfg.Kafka.Peers,
 			MaxGroups: cfg.Kafka.MaxGroups, MaxGroupMembers: cfg.Kafka.MaxGroupMembers, MaxGroupOffsets: cfg.Kafka.MaxGroupOffsets,
 			OffsetsRetention: cfg.Kafka.OffsetsRetention,

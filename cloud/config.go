@@ -85,6 +85,10 @@ type Config struct {
 		// connections are not read until requests are answered
 		// (back-pressure). Default 512MiB, at least 100MiB.
 		MaxInflightBytes config.ByteSize `yaml:"max_inflight_bytes"`
+		// BodyTimeout bounds how long a request body may take once its
+		// size is read (plus a second per MiB); a trickling client is
+		// closed. Default 30s.
+		BodyTimeout time.Duration `yaml:"body_timeout"`
 	} `yaml:"kafka"`
 
 	Pulsar struct {
@@ -138,6 +142,9 @@ func (c *Config) ApplyDefaults() {
 	}
 	if k.MaxInflightBytes == 0 {
 		k.MaxInflightBytes = kafka.DefaultMaxInflightBytes
+	}
+	if k.BodyTimeout == 0 {
+		k.BodyTimeout = kafka.DefaultBodyTimeout
 	}
 	if c.Pulsar.Addr == nil {
 		a := "127.0.0.1:6650"
@@ -197,6 +204,9 @@ func (c *Config) Validate() error {
 	}
 	if r := c.Kafka.OffsetsRetention; r > 0 && r < time.Minute {
 		bad("kafka.offsets_retention", "%s: want at least 1m, or a negative duration to keep offsets forever", r)
+	}
+	if c.Kafka.BodyTimeout < 0 {
+		bad("kafka.body_timeout", "%v: must not be negative", c.Kafka.BodyTimeout)
 	}
 	if c.Kafka.MaxInflightBytes < kafka.DefaultMaxFrameBytes {
 		bad("kafka.max_inflight_bytes", "%d: want at least 100MiB (one request of the largest size)", c.Kafka.MaxInflightBytes)

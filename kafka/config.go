@@ -38,6 +38,13 @@ type Config struct {
 	// IdleTimeout closes connections that send nothing for this long.
 	// Default 10m (Kafka's connections.max.idle.ms).
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// BodyTimeout bounds the time a request's body may take to arrive
+	// once its size has been read, plus one second per MiB of the frame:
+	// a frame's bytes are reserved (MaxInflightBytes) before its body is
+	// read, so a client that sends a large size and then trickles the
+	// body would otherwise hold that reservation until IdleTimeout. The
+	// connection is closed (counted as malformed). Default 30s.
+	BodyTimeout time.Duration `yaml:"body_timeout"`
 	// Limits are the listener's connection caps and the deadline for the
 	// first request (package listen; zero values take its defaults).
 	Limits listen.Config `yaml:"-"`
@@ -62,6 +69,7 @@ const (
 	// MaxFrameBytes when that is larger).
 	DefaultMaxInflightBytes = 512 << 20
 	DefaultIdleTimeout      = 10 * time.Minute
+	DefaultBodyTimeout      = 30 * time.Second
 )
 
 // ErrInvalidConfig is wrapped by Config.Validate errors.
@@ -84,6 +92,9 @@ func (c *Config) SetDefaults() {
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
+	if c.BodyTimeout == 0 {
+		c.BodyTimeout = DefaultBodyTimeout
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -105,7 +116,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: max_frame_bytes %d < 1024", ErrInvalidConfig, c.MaxFrameBytes)
 	case c.MaxInflightBytes < int64(c.MaxFrameBytes):
 		return fmt.Errorf("%w: max_inflight_bytes %d < max_frame_bytes %d", ErrInvalidConfig, c.MaxInflightBytes, c.MaxFrameBytes)
-	case c.IdleTimeout < 0:
+	case c.IdleTimeout < 0 || c.BodyTimeout < 0:
 		return fmt.Errorf("%w: negative duration", ErrInvalidConfig)
 	}
 	return nil

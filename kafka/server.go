@@ -131,6 +131,7 @@ type Server struct {
 	inflight  *semaphore.Weighted
 	strangers *semaphore.Weighted
 	waitLog   atomic.Int64
+	slowLog   atomic.Int64 // rate-limits the line about slow request bodies
 
 	mu      sync.Mutex
 	ln      net.Listener
@@ -445,7 +446,7 @@ func (s *Server) serveConn(c net.Conn) {
 			}
 			continue
 		}
-		frame, n, pre, err := s.readFrame(br, maxFrame, !ready, log)
+		frame, n, pre, err := s.readFrame(c, br, maxFrame, !ready, log)
 		held, heldPre = n, pre
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !isTimeout(err) && !errors.Is(err, net.ErrClosed) && !listen.TLSHandshakeFailed(c) {
@@ -524,7 +525,9 @@ const inflightLogEvery = 5 * time.Second
 // share first. It returns the bytes reserved in each, which the caller
 // releases once the request is answered, also on an error. A connection
 // never waits while it holds a reservation, so waits cannot deadlock.
-func (s *Server) readFrame(br *bufio.Reader, max int32, stranger bool, log *slog.Logger) (frame []byte, held, heldPre int64, err error) {
+// The body must then arrive within BodyTimeout plus a second per MiB:
+// a trickling client does not keep its reservation until IdleTimeout.
+func (s *Server) readFrame(c net.Conn, br *bufio.Reader, max int32, stranger bool, log *slog.Logger) (frame []byte, held, heldPre int64, err error) {
 	n, err := ReadFrameSize(br, max)
 	if err != nil {
 		return nil, 0, 0, err
@@ -540,7 +543,22 @@ func (s *Server) readFrame(br *bufio.Reader, max int32, stranger bool, log *slog
 		return nil, 0, heldPre, net.ErrClosed
 	}
 	s.stats.inflightBytes.Add(need)
+	if br.Buffered() < int(n) {
+		s.mu.Lock() // as in serveConn: Close's deadline is not overwritten
+		if !s.closing {
+			c.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout + time.Duration(n>>20)*time.Second))
+		}
+		s.mu.Unlock()
+	}
 	frame, err = ReadFrameBody(br, n)
+	if isTimeout(err) {
+		s.stats.malformed.Add(1)
+		if logEvery(&s.slowLog, inflightLogEvery) {
+			log.Warn("kafka closing connection: request body not received within kafka.body_timeout", "frame_bytes", n,
+				"body_timeout", s.cfg.BodyTimeout)
+		}
+		err = net.ErrClosed // counted and logged here
+	}
 	return frame, need, heldPre, err
 }
 
@@ -550,7 +568,7 @@ func (s *Server) readFrame(br *bufio.Reader, max int32, stranger bool, log *slog
 func (s *Server) acquire(sem *semaphore.Weighted, need int64, n int32, log *slog.Logger) bool {
 	if !sem.TryAcquire(need) {
 		s.stats.inflightWaits.Add(1)
-		if now, last := time.Now().UnixNano(), s.waitLog.Load(); now-last >= int64(inflightLogEvery) && s.waitLog.CompareAndSwap(last, now) {
+		if logEvery(&s.waitLog, inflightLogEvery) {
 			log.Warn("kafka: in-flight request bytes at kafka.max_inflight_bytes: connection not read until requests are answered",
 				"frame_bytes", n, "inflight_bytes", s.stats.inflightBytes.Load(), "max_inflight_bytes", s.cfg.MaxInflightBytes)
 		}
@@ -559,6 +577,13 @@ func (s *Server) acquire(sem *semaphore.Weighted, need int64, n int32, log *slog
 		}
 	}
 	return true
+}
+
+// logEvery reports whether a line may be logged now: at most once every d
+// per last (the time of the last line).
+func logEvery(last *atomic.Int64, d time.Duration) bool {
+	now, prev := time.Now().UnixNano(), last.Load()
+	return now-prev >= int64(d) && last.CompareAndSwap(prev, now)
 }
 
 func isTimeout(err error) bool {

@@ -285,3 +285,61 @@ func TestInflightStrangers(t *testing.T) {
 		t.Fatalf("admitted client not served while strangers hold their share: %v", err)
 	}
 }
+
+// TestBodyTimeout: a client that announces a large frame and trickles its
+// body is closed after kafka.body_timeout (plus a second per MiB), and
+// the reservation it held is released; the next client is served.
+func TestBodyTimeout(t *testing.T) {
+	s, err := NewServer(Config{Addr: "127.0.0.1:0", MaxFrameBytes: 4 << 20, BodyTimeout: 200 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, "kafka-test", APIs{ApiVersionsKey: {0, 3}, MetadataKey: {0, 12}}, &holding{release: closedChan()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	c, err := net.Dial("tcp", s.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Write(frame(&kmsg.ApiVersionsRequest{Version: 0}))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := ReadFrame(c, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	c.Write(binary.BigEndian.AppendUint32(nil, 3<<20)) // 3 MiB announced: 0.2 s + 3 s allowed
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // one byte every 100 ms: never idle, never done
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+				if _, err := c.Write([]byte{0}); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	testkit.Eventually(t, 5*time.Second, "the reservation held", func() bool { return s.Stats().InflightBytes >= 3<<20 })
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadAll(c); err != nil {
+		t.Fatalf("trickling connection not closed: %v", err)
+	}
+	if d := time.Since(start); d < 3*time.Second || d > 6*time.Second {
+		t.Errorf("closed after %v, want about 3.2s", d)
+	}
+	if st := s.Stats(); st.InflightBytes != 0 || st.ClosedMalformed != 1 {
+		t.Errorf("after the close: %+v", st)
+	}
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}

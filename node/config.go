@@ -144,6 +144,10 @@ type Config struct {
 		// tributary_kafka_inflight_waits_total). One connection holds one
 		// request at a time. Default 512MiB, at least 100MiB.
 		MaxInflightBytes ByteSize `yaml:"max_inflight_bytes"`
+		// BodyTimeout bounds how long a request body may take once its
+		// size is read (plus a second per MiB); a trickling client is
+		// closed. Default 30s.
+		BodyTimeout time.Duration `yaml:"body_timeout"`
 	} `yaml:"kafka"`
 
 	Uplink struct {
@@ -297,6 +301,9 @@ func (c *Config) applyDefaults() {
 	if c.Kafka.MaxInflightBytes == 0 {
 		c.Kafka.MaxInflightBytes = kafka.DefaultMaxInflightBytes
 	}
+	if c.Kafka.BodyTimeout == 0 {
+		c.Kafka.BodyTimeout = kafka.DefaultBodyTimeout
+	}
 	if c.Uplink.CommitInterval == 0 {
 		c.Uplink.CommitInterval = time.Second
 	}
@@ -384,6 +391,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Kafka.MaxBatchBytes < 1024 || c.Kafka.MaxBatchBytes > 100<<20 {
 		bad("kafka.max_batch_bytes", "%d: want 1KiB to 100MiB", c.Kafka.MaxBatchBytes)
+	}
+	if c.Kafka.BodyTimeout < 0 {
+		bad("kafka.body_timeout", "%v: must not be negative", c.Kafka.BodyTimeout)
 	}
 	if c.Kafka.MaxInflightBytes < kafka.DefaultMaxFrameBytes {
 		bad("kafka.max_inflight_bytes", "%d: want at least 100MiB (one request of the largest size)", c.Kafka.MaxInflightBytes)
