@@ -180,7 +180,10 @@ func (s *Server) listen() error {
 	if a := *cfg.Pulsar.Addr; a != "" {
 		ps, err := pulsar.NewServer(pulsar.Config{Addr: a, AdvertisedAddr: cfg.Pulsar.AdvertisedAddr,
 			Peers: cfg.Pulsar.Peers, Catalog: cfg.Catalog.Name, CursorsDB: cfg.Catalog.URI, Auth: s.auth, Logger: s.log,
-			Limits: listen.Config{TLS: s.tls.Server("pulsar")}}, s.reader)
+			Limits:              listen.Config{TLS: s.tls.Server("pulsar")},
+			MaxConsumersPerConn: cfg.Pulsar.MaxConsumersPerConnection, MaxSubscriptions: cfg.Pulsar.MaxSubscriptions,
+			MaxUnackedPerConsumer: cfg.Pulsar.MaxUnackedPerConsumer, MaxAckedRanges: cfg.Pulsar.MaxAckedRanges,
+			MaxConnectionBacklog: int(cfg.Pulsar.MaxConnectionBacklog)}, s.reader)
 		if err != nil {
 			return fmt.Errorf("cloud pulsar: %w", err)
 		}

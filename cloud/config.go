@@ -11,6 +11,7 @@ import (
 	"github.com/tributary-io/tributary/config"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/kafka/consume"
+	"github.com/tributary-io/tributary/pulsar"
 	"github.com/tributary-io/tributary/tables"
 )
 
@@ -102,6 +103,25 @@ type Config struct {
 		// (this one included): LOOKUP sends each topic partition to one of
 		// them, which dispatches its subscriptions. Default: alone.
 		Peers []string `yaml:"peers"`
+		// MaxConsumersPerConnection caps the consumers of one connection.
+		// Default 1000.
+		MaxConsumersPerConnection int `yaml:"max_consumers_per_connection"`
+		// MaxSubscriptions caps the subscriptions this server holds at
+		// once. Default 10000.
+		MaxSubscriptions int `yaml:"max_subscriptions"`
+		// MaxUnackedPerConsumer: a consumer with this many messages
+		// delivered and unacknowledged gets nothing more until it
+		// acknowledges (the broker's maxUnackedMessagesPerConsumer).
+		// Default 50000.
+		MaxUnackedPerConsumer int `yaml:"max_unacked_per_consumer"`
+		// MaxAckedRanges bounds a subscription's individually
+		// acknowledged ranges (out-of-order acks); an ack that would open
+		// one more is refused. Default 10000.
+		MaxAckedRanges int `yaml:"max_acked_ranges"`
+		// MaxConnectionBacklog: a connection with more bytes than this
+		// queued for the client gets nothing more until the client reads.
+		// Default 4MiB.
+		MaxConnectionBacklog config.ByteSize `yaml:"max_connection_backlog"`
 	} `yaml:"pulsar"`
 
 	// Maintenance of the tables; the cloud server is where it belongs.
@@ -149,6 +169,14 @@ func (c *Config) ApplyDefaults() {
 	if c.Pulsar.Addr == nil {
 		a := "127.0.0.1:6650"
 		c.Pulsar.Addr = &a
+	}
+	ps := &c.Pulsar
+	ps.MaxConsumersPerConnection = defaultCount(ps.MaxConsumersPerConnection, pulsar.DefaultMaxConsumersPerConn)
+	ps.MaxSubscriptions = defaultCount(ps.MaxSubscriptions, pulsar.DefaultMaxSubscriptions)
+	ps.MaxUnackedPerConsumer = defaultCount(ps.MaxUnackedPerConsumer, pulsar.DefaultMaxUnackedPerConsumer)
+	ps.MaxAckedRanges = defaultCount(ps.MaxAckedRanges, pulsar.DefaultMaxAckedRanges)
+	if ps.MaxConnectionBacklog == 0 {
+		ps.MaxConnectionBacklog = pulsar.DefaultMaxConnectionBacklog
 	}
 	c.Maintenance.Defaults()
 	if c.ShutdownTimeout == 0 {
@@ -201,6 +229,16 @@ func (c *Config) Validate() error {
 		if v < -1 || v == 0 {
 			bad(name, "%d: want a positive count, or -1 for no cap", v)
 		}
+	}
+	for name, v := range map[string]int{"pulsar.max_consumers_per_connection": c.Pulsar.MaxConsumersPerConnection,
+		"pulsar.max_subscriptions": c.Pulsar.MaxSubscriptions, "pulsar.max_unacked_per_consumer": c.Pulsar.MaxUnackedPerConsumer,
+		"pulsar.max_acked_ranges": c.Pulsar.MaxAckedRanges} {
+		if v <= 0 {
+			bad(name, "%d: want a positive count", v)
+		}
+	}
+	if b := c.Pulsar.MaxConnectionBacklog; b < 64<<10 {
+		bad("pulsar.max_connection_backlog", "%d: want at least 64KiB", b)
 	}
 	if r := c.Kafka.OffsetsRetention; r > 0 && r < time.Minute {
 		bad("kafka.offsets_retention", "%s: want at least 1m, or a negative duration to keep offsets forever", r)

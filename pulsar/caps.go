@@ -1,18 +1,20 @@
 package pulsar
 
 // Caps on what a consumer can make a subscription hold, besides the
-// subscription and consumer counts (SetMaxSubscriptions,
-// MaxConsumersPerConn):
+// subscription and consumer counts (Caps.MaxSubscriptions,
+// Config.MaxConsumersPerConn):
 //
-//   - Unacknowledged messages per consumer: at most maxUnackedPerConsumer
-//     (the broker's maxUnackedMessagesPerConsumer default). A consumer
+//   - Unacknowledged messages per consumer: at most
+//     Caps.MaxUnackedPerConsumer (default DefaultMaxUnackedPerConsumer,
+//     the broker's maxUnackedMessagesPerConsumer default). A consumer
 //     that has that many delivered and unacknowledged gets nothing more,
 //     whatever permits it granted, until it acknowledges (the broker's
 //     "blocked consumer on unacked messages"); the others of its
 //     subscription are served. Permits and the pending set are therefore
 //     bounded by the cap, not by the client's FLOW.
-//   - Individually acknowledged ranges per subscription: maxAckedRanges
-//     (cursor.go), in memory as on disk; an ack beyond it is refused.
+//   - Individually acknowledged ranges per subscription:
+//     Caps.MaxAckedRanges (default DefaultMaxAckedRanges, cursor.go), in
+//     memory as on disk; an ack beyond it is refused.
 //
 // Each refusal or block is counted (CapStats) and logged at most every
 // capLogEvery.
@@ -25,18 +27,57 @@ import (
 )
 
 const (
-	maxUnackedPerConsumer = 50000
-	capLogEvery           = 5 * time.Second
+	// DefaultMaxUnackedPerConsumer is Caps.MaxUnackedPerConsumer's default.
+	DefaultMaxUnackedPerConsumer = 50000
+	// DefaultMaxConsumersPerConn is Config.MaxConsumersPerConn's default.
+	DefaultMaxConsumersPerConn = 1000
+	// DefaultMaxSubscriptions is Caps.MaxSubscriptions' default.
+	DefaultMaxSubscriptions = 10000
+	capLogEvery             = 5 * time.Second
 )
 
+// Caps bound what clients can make a Manager hold (the cloud's pulsar.*
+// keys); zero fields take the defaults.
+type Caps struct {
+	// MaxSubscriptions caps the subscriptions held at once; a new one
+	// beyond it is refused with ErrTooMany (TooManyRequests). Default
+	// DefaultMaxSubscriptions; -1 = no cap.
+	MaxSubscriptions int
+	// MaxUnackedPerConsumer: a consumer with this many messages delivered
+	// and unacknowledged gets nothing more until it acknowledges. Default
+	// DefaultMaxUnackedPerConsumer.
+	MaxUnackedPerConsumer int
+	// MaxAckedRanges bounds a subscription's individually acknowledged
+	// ranges (ack beyond: ErrTooMany). Default DefaultMaxAckedRanges.
+	MaxAckedRanges int
+}
+
+// withDefaults fills unset caps.
+func (c Caps) withDefaults() Caps {
+	if c.MaxSubscriptions == 0 {
+		c.MaxSubscriptions = DefaultMaxSubscriptions
+	}
+	if c.MaxUnackedPerConsumer <= 0 {
+		c.MaxUnackedPerConsumer = DefaultMaxUnackedPerConsumer
+	}
+	if c.MaxAckedRanges <= 0 {
+		c.MaxAckedRanges = DefaultMaxAckedRanges
+	}
+	return c
+}
+
 // room is how many more messages cs may be sent now: its permits, within
-// maxUnackedPerConsumer.
+// Caps.MaxUnackedPerConsumer.
 func (cs *consumerState) room(m *Manager) int64 {
-	left := int64(maxUnackedPerConsumer - len(cs.pending))
+	maxUnacked := DefaultMaxUnackedPerConsumer
+	if m != nil {
+		maxUnacked = m.caps.MaxUnackedPerConsumer
+	}
+	left := int64(maxUnacked - len(cs.pending))
 	if left <= 0 && cs.permits > 0 && m != nil {
 		m.blocked.Add(1)
 		if logLimited(&m.unackedLog) {
-			m.log.Warn("pulsar: consumer blocked: maxUnackedPerConsumer unacknowledged messages", "max", maxUnackedPerConsumer,
+			m.log.Warn("pulsar: consumer blocked: pulsar.max_unacked_per_consumer unacknowledged messages", "max", maxUnacked,
 				"blocked_total", m.blocked.Load())
 		}
 	}
@@ -44,23 +85,23 @@ func (cs *consumerState) room(m *Manager) int64 {
 }
 
 // unackedBlocked reports whether a consumer of s is at
-// maxUnackedPerConsumer; s.mu held.
+// Caps.MaxUnackedPerConsumer; s.mu held.
 func (s *Subscription) unackedBlocked() bool {
 	for _, cs := range s.consumers {
-		if len(cs.pending) >= maxUnackedPerConsumer {
+		if len(cs.pending) >= s.m.caps.MaxUnackedPerConsumer {
 			return true
 		}
 	}
 	return false
 }
 
-// refusedAcks counts and logs n acks of key refused for maxAckedRanges
+// refusedAcks counts and logs n acks of key refused for Caps.MaxAckedRanges
 // and returns the error the ACK gets.
 func (m *Manager) refusedAcks(key subKey, n int) error {
 	m.acksRefused.Add(int64(n))
 	if logLimited(&m.ackLog) {
 		m.log.Warn("pulsar: acks refused: too many acknowledged ranges (out-of-order acks)", "topic", key.topic,
-			"subscription", key.sub, "max_ranges", maxAckedRanges, "refused_total", m.acksRefused.Load())
+			"subscription", key.sub, "max_ranges", m.caps.MaxAckedRanges, "refused_total", m.acksRefused.Load())
 	}
 	return ErrTooMany
 }

@@ -9,7 +9,7 @@ package pulsar
 //     writer goroutine, so a consumer's MESSAGEs, ACTIVE_CONSUMER_CHANGE,
 //     CLOSE_CONSUMER and command replies reach the client in the order
 //     they were queued. Queuing never blocks (Consumer.Deliver must not):
-//     while more than backlogBytes are queued or being written, the
+//     while more than Config.MaxConnectionBacklog bytes are queued or being written, the
 //     connection's consumers are Backlogged (the dispatcher gives them
 //     nothing more, however many permits they have) until the writer has
 //     caught up and wakes their subscriptions; a client that stops reading
@@ -46,10 +46,11 @@ import (
 // maxQueuedBytes bounds a connection's unsent frames.
 const maxQueuedBytes = 256 << 20
 
-// backlogBytes is how much a connection may have queued or being written
-// before its consumers are Backlogged (a client with a million permits
-// that stops reading made the node hold 256 MiB a connection before).
-const backlogBytes = 4 << 20
+// DefaultMaxConnectionBacklog is Config.MaxConnectionBacklog's default:
+// how much a connection may have queued or being written before its
+// consumers are Backlogged (a client with a million permits that stops
+// reading made the node hold 256 MiB a connection before).
+const DefaultMaxConnectionBacklog = 4 << 20
 
 type conn struct {
 	s   *Server
@@ -275,12 +276,12 @@ func (c *conn) enqueue(enc func([]byte) ([]byte, error)) {
 	}
 }
 
-// Backlogged tells whether more than backlogBytes are queued or being
+// Backlogged tells whether more than Config.MaxConnectionBacklog bytes are queued or being
 // written (see the package invariants).
 func (c *conn) Backlogged() bool {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if len(c.out)+c.writing > backlogBytes {
+	if len(c.out)+c.writing > c.s.cfg.MaxConnectionBacklog {
 		c.behind = true
 	}
 	return c.behind
@@ -290,7 +291,7 @@ func (c *conn) Backlogged() bool {
 // gone.
 func (c *conn) caughtUp() {
 	c.wmu.Lock()
-	wake := c.behind && len(c.out)+c.writing <= backlogBytes
+	wake := c.behind && len(c.out)+c.writing <= c.s.cfg.MaxConnectionBacklog
 	if wake {
 		c.behind = false
 	}

@@ -12,16 +12,17 @@ type Cursor struct {
 	Acked      [][2]int64
 }
 
-// maxAckedRanges bounds the individually acknowledged ranges of a cursor
+// DefaultMaxAckedRanges bounds the individually acknowledged ranges of a
+// cursor by default (Caps.MaxAckedRanges, the cloud's
+// pulsar.max_acked_ranges)
 // (Pulsar's managedLedgerMaxUnackedRangesToPersist has the same default),
 // in memory and persisted: an individual ack that would open one more
 // range (out of order, not adjacent to an acknowledged range) is refused
 // with ErrTooMany, and the message stays unacknowledged (it is delivered
 // again after a reconnect or a redelivery request) — an ack that extends
 // or joins ranges is always taken. A cursor loaded with more (written by
-// an older version) keeps them; cursor() persists the lowest
-// maxAckedRanges.
-const maxAckedRanges = 10000
+// an older version) keeps them; cursor() persists the lowest of them.
+const DefaultMaxAckedRanges = 10000
 
 // opensRange reports whether acknowledging off (not yet acknowledged)
 // would add a range rather than extend or join existing ones.
@@ -41,6 +42,7 @@ func (a *ackState) opensRange(off int64) bool {
 type ackState struct {
 	markDelete int64
 	ranges     [][2]int64
+	maxRanges  int // the subscription's cap on ranges; 0 = DefaultMaxAckedRanges
 }
 
 func newAckState(c Cursor) ackState {
@@ -105,8 +107,13 @@ func (a *ackState) ackUpTo(off int64) bool {
 	return true
 }
 
-// cursor returns a copy to persist, bounded to maxAckedRanges.
+// cursor returns a copy to persist, bounded to max ranges (the
+// subscription's Caps.MaxAckedRanges; 0 = DefaultMaxAckedRanges).
 func (a *ackState) cursor() Cursor {
-	n := min(len(a.ranges), maxAckedRanges)
+	max := a.maxRanges
+	if max <= 0 {
+		max = DefaultMaxAckedRanges
+	}
+	n := min(len(a.ranges), max)
 	return Cursor{MarkDelete: a.markDelete, Acked: append([][2]int64(nil), a.ranges[:n]...)}
 }

@@ -8,7 +8,7 @@ package pulsar
 //	                         update_time)   -- key (topic, subscription)
 //
 // acked holds the individually acknowledged ranges above mark_delete
-// (wire.EncodeAckedRanges), at most maxAckedRanges of them. The table is created
+// (wire.EncodeAckedRanges), at most Caps.MaxAckedRanges of them. The table is created
 // if missing, in SQLite or PostgreSQL (tables.OpenStateDB, shared with the
 // Kafka group offsets).
 

@@ -84,9 +84,17 @@ type Config struct {
 	// when silent twice as long. Default 30s.
 	KeepAlive time.Duration
 	// MaxConsumersPerConn caps the consumers of one connection (default
-	// 1000); MaxSubscriptions the subscriptions this server holds at once
+	// DefaultMaxConsumersPerConn); MaxSubscriptions the subscriptions this server holds at once
 	// (default 10000). A SUBSCRIBE beyond either gets TooManyRequests.
 	MaxConsumersPerConn, MaxSubscriptions int
+	// MaxUnackedPerConsumer and MaxAckedRanges: see Caps (defaults
+	// DefaultMaxUnackedPerConsumer, DefaultMaxAckedRanges).
+	MaxUnackedPerConsumer, MaxAckedRanges int
+	// MaxConnectionBacklog: once a connection has more bytes than this
+	// queued or being written, its consumers get nothing more until the
+	// client reads (a consumer that stops reading holds at most this).
+	// Default DefaultMaxConnectionBacklog (4 MiB).
+	MaxConnectionBacklog int
 	// Limits are the listener's connection caps and CONNECT deadline
 	// (package listen; zero values take its defaults).
 	Limits listen.Config
@@ -105,10 +113,19 @@ func (c *Config) setDefaults() {
 		c.MaxFrameBytes = wire.DefaultMaxFrameBytes
 	}
 	if c.MaxConsumersPerConn <= 0 {
-		c.MaxConsumersPerConn = 1000
+		c.MaxConsumersPerConn = DefaultMaxConsumersPerConn
 	}
 	if c.MaxSubscriptions <= 0 {
-		c.MaxSubscriptions = 10000
+		c.MaxSubscriptions = DefaultMaxSubscriptions
+	}
+	if c.MaxUnackedPerConsumer <= 0 {
+		c.MaxUnackedPerConsumer = DefaultMaxUnackedPerConsumer
+	}
+	if c.MaxAckedRanges <= 0 {
+		c.MaxAckedRanges = DefaultMaxAckedRanges
+	}
+	if c.MaxConnectionBacklog <= 0 {
+		c.MaxConnectionBacklog = DefaultMaxConnectionBacklog
 	}
 	if c.KeepAlive <= 0 {
 		c.KeepAlive = DefaultKeepAlive
@@ -163,7 +180,7 @@ func NewServer(cfg Config, r *tables.Reader) (*Server, error) {
 	log := cfg.Logger.With("component", "pulsar")
 	ctx, cancel := context.WithCancel(context.Background())
 	m := NewManager(store, log)
-	m.SetMaxSubscriptions(cfg.MaxSubscriptions)
+	m.SetCaps(Caps{MaxSubscriptions: cfg.MaxSubscriptions, MaxUnackedPerConsumer: cfg.MaxUnackedPerConsumer, MaxAckedRanges: cfg.MaxAckedRanges})
 	return &Server{cfg: cfg, r: r, m: m, log: log,
 		ctx: ctx, cancel: cancel, conns: map[*conn]struct{}{}}, nil
 }

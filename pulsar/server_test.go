@@ -420,11 +420,11 @@ func TestLookupOwners(t *testing.T) {
 
 // TestServerSlowConsumerBacklog: a consumer with a million permits that
 // stops reading is given nothing more once its connection has
-// backlogBytes queued or being written (it held up to maxQueuedBytes,
+// DefaultMaxConnectionBacklog queued or being written (it held up to maxQueuedBytes,
 // 256 MiB, before); a consumer of another connection on the same Shared
 // subscription receives everything else meanwhile.
 func TestServerSlowConsumerBacklog(t *testing.T) {
-	const n = 200000 // ~20 MiB of MESSAGE frames: far more than backlogBytes
+	const n = 200000 // ~20 MiB of MESSAGE frames: far more than DefaultMaxConnectionBacklog
 	s, _ := testServer(t, n, Config{})
 	subscribe := func(c *rawClient, id uint64, permits uint32) {
 		c.connect(19, false)
@@ -453,15 +453,15 @@ func TestServerSlowConsumerBacklog(t *testing.T) {
 		peak = max(peak, queued())
 		time.Sleep(5 * time.Millisecond)
 	}
-	if peak > backlogBytes+1<<20 {
-		t.Fatalf("%d bytes queued for a consumer that does not read (backlog bound %d)", peak, backlogBytes)
+	if peak > DefaultMaxConnectionBacklog+1<<20 {
+		t.Fatalf("%d bytes queued for a consumer that does not read (backlog bound %d)", peak, DefaultMaxConnectionBacklog)
 	}
 	fast := dialRaw(t, s.Addr())
 	subscribe(fast, 2, 1_000_000)
 	got := 0
 	// Of what the slow one (and the sockets' buffers) did not take, up to
 	// the unacknowledged cap of a consumer (it acknowledges nothing).
-	for got < min(n/3, maxUnackedPerConsumer) {
+	for got < min(n/3, DefaultMaxUnackedPerConsumer) {
 		f, err := fast.recvErr()
 		if err != nil {
 			t.Fatalf("fast consumer after %d messages: %v", got, err)

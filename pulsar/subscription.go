@@ -162,12 +162,11 @@ type Manager struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // dispatch loops and the flusher
 
-	// maxSubs caps the subscriptions held at once (SetMaxSubscriptions);
-	// 0 = no cap.
-	maxSubs int
-	// acksRefused counts individual acks refused for maxAckedRanges;
+	// caps bound what clients can make the manager hold (SetCaps).
+	caps Caps
+	// acksRefused counts individual acks refused for Caps.MaxAckedRanges;
 	// ackLog rate-limits their line, unackedLog that of consumers
-	// blocked at maxUnackedPerConsumer (blocked counts those events).
+	// blocked at Caps.MaxUnackedPerConsumer (blocked counts those events).
 	acksRefused, blocked atomic.Int64
 	ackLog, unackedLog   atomic.Int64
 
@@ -182,19 +181,19 @@ type subKey struct{ topic, sub string }
 // flushInterval is how often dirty durable cursors are saved.
 const flushInterval = 100 * time.Millisecond
 
-// NewManager returns a manager persisting durable cursors in store (nil: no
-// durable subscriptions; they are kept in memory like readers). Close
-// closes the store when it is an io.Closer.
-// SetMaxSubscriptions caps the subscriptions the manager holds at once (a
-// new one beyond it is refused with ErrTooMany); call it before use.
-func (m *Manager) SetMaxSubscriptions(n int) { m.maxSubs = n }
+// SetCaps sets the manager's caps (zero fields: the defaults); call it
+// before use.
+func (m *Manager) SetCaps(c Caps) { m.caps = c.withDefaults() }
 
+// NewManager returns a manager persisting durable cursors in store (nil: no
+// durable subscriptions; they are kept in memory like readers), with the
+// default Caps. Close closes the store when it is an io.Closer.
 func NewManager(store CursorStore, log *slog.Logger) *Manager {
 	if log == nil {
 		log = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &Manager{store: store, log: log, ctx: ctx, cancel: cancel,
+	m := &Manager{store: store, log: log, ctx: ctx, cancel: cancel, caps: Caps{}.withDefaults(),
 		subs: map[subKey]*Subscription{}, dropping: map[subKey]chan struct{}{}}
 	if store != nil {
 		m.wg.Add(1)
@@ -317,9 +316,9 @@ func (m *Manager) Subscribe(ctx context.Context, src Source, o SubscribeOptions,
 				return nil, ErrClosed
 			}
 			if s = m.subs[key]; s == nil && m.dropping[key] == nil {
-				if m.maxSubs > 0 && len(m.subs) >= m.maxSubs {
+				if m.caps.MaxSubscriptions > 0 && len(m.subs) >= m.caps.MaxSubscriptions {
 					m.mu.Unlock()
-					return nil, fmt.Errorf("%w: subscriptions (at most %d on this server)", ErrTooMany, m.maxSubs)
+					return nil, fmt.Errorf("%w: subscriptions (at most %d on this server)", ErrTooMany, m.caps.MaxSubscriptions)
 				}
 				s = m.newSubscription(key, src, o, durable, start)
 				m.subs[key] = s
@@ -367,6 +366,7 @@ func (m *Manager) startCursor(ctx context.Context, src Source, o SubscribeOption
 
 func (m *Manager) newSubscription(key subKey, src Source, o SubscribeOptions, durable bool, cur ackState) *Subscription {
 	ctx, cancel := context.WithCancel(m.ctx)
+	cur.maxRanges = m.caps.MaxAckedRanges
 	s := &Subscription{
 		m: m, key: key, partition: partitionIndex(key.topic), durable: durable, src: src,
 		wake: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{}),
@@ -574,7 +574,7 @@ func (s *Subscription) Flow(c Consumer, permits uint32) {
 // when cumulative. Acks from any consumer of the subscription count. A
 // cumulative ack on a Shared or Key_Shared subscription is refused with
 // ErrNotAllowed and changes nothing (the broker logs and ignores it).
-// Individual acks that would open a range beyond maxAckedRanges are
+// Individual acks that would open a range beyond Caps.MaxAckedRanges are
 // refused (ErrTooMany, the others of the same ACK taken).
 func (s *Subscription) Ack(ctx context.Context, c Consumer, offsets []int64, cumulative bool) (err error) {
 	s.mu.Lock()
@@ -607,7 +607,7 @@ func (s *Subscription) Ack(ctx context.Context, c Consumer, offsets []int64, cum
 		changed := false
 		refused := 0
 		for _, off := range offsets {
-			if off >= 0 && len(s.cur.ranges) >= maxAckedRanges && !s.cur.acked(off) && s.cur.opensRange(off) {
+			if off >= 0 && len(s.cur.ranges) >= s.m.caps.MaxAckedRanges && !s.cur.acked(off) && s.cur.opensRange(off) {
 				refused++
 				continue
 			}
@@ -721,7 +721,7 @@ func (s *Subscription) Seek(ctx context.Context, offset int64) error {
 	}
 	offset = max(offset, 0)
 	s.epoch++
-	s.cur = ackState{markDelete: offset - 1}
+	s.cur = ackState{markDelete: offset - 1, maxRanges: s.m.caps.MaxAckedRanges}
 	s.readPos = offset
 	clear(s.owner)
 	clear(s.replay)

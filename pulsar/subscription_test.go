@@ -386,17 +386,17 @@ func TestSharedPriority(t *testing.T) {
 
 func TestCursorBound(t *testing.T) {
 	a := newAckState(Cursor{MarkDelete: -1})
-	for off := int64(1); off < 2*(maxAckedRanges+10); off += 2 {
+	for off := int64(1); off < 2*(DefaultMaxAckedRanges+10); off += 2 {
 		a.ack(off)
 	}
 	c := a.cursor()
-	if len(a.ranges) != maxAckedRanges+10 || len(c.Acked) != maxAckedRanges || c.Acked[maxAckedRanges-1] != [2]int64{2*maxAckedRanges - 1, 2 * maxAckedRanges} {
+	if len(a.ranges) != DefaultMaxAckedRanges+10 || len(c.Acked) != DefaultMaxAckedRanges || c.Acked[DefaultMaxAckedRanges-1] != [2]int64{2*DefaultMaxAckedRanges - 1, 2 * DefaultMaxAckedRanges} {
 		t.Fatalf("%d ranges in memory, %d persisted, last %v", len(a.ranges), len(c.Acked), c.Acked[len(c.Acked)-1])
 	}
 	// Reloaded, the dropped ranges are simply not acknowledged: delivered
 	// again, never lost.
 	b := newAckState(c)
-	if b.acked(2*maxAckedRanges+1) || !b.acked(2*maxAckedRanges-1) || b.acked(0) {
+	if b.acked(2*DefaultMaxAckedRanges+1) || !b.acked(2*DefaultMaxAckedRanges-1) || b.acked(0) {
 		t.Fatal("reloaded bounded cursor")
 	}
 }
