@@ -145,9 +145,12 @@ func TestListenerDefences(t *testing.T) {
 	if !closed(bad) {
 		t.Fatal("connection whose handler panicked left open")
 	}
-	if st := s.ListenerStats(); st.Panics != 1 || st.HandshakeTimeouts != 1 {
-		t.Fatalf("stats %+v", st)
-	}
+	// The connection is closed while the panic unwinds, before the
+	// listener's recovery counts it: wait for the count.
+	testkit.Eventually(t, 5*time.Second, "the panic and the handshake timeout counted", func() bool {
+		st := s.ListenerStats()
+		return st.Panics == 1 && st.HandshakeTimeouts == 1
+	})
 	good, _ := net.Dial("tcp", addr)
 	defer good.Close()
 	good.Write(frame(&kmsg.ApiVersionsRequest{Version: 0}))
