@@ -364,7 +364,9 @@ func TestServerClosesBadConnections(t *testing.T) {
 // TestServerKeepAlive: a silent client is pinged after KeepAlive and
 // disconnected after twice that; one that answers stays.
 func TestServerKeepAlive(t *testing.T) {
-	const ka = 150 * time.Millisecond
+	// A client has ka between the PING and the close to answer: long
+	// enough for a loaded machine running the race detector.
+	const ka = 400 * time.Millisecond
 	s, _ := testServer(t, 1, Config{KeepAlive: ka})
 	silent := dialRaw(t, s.Addr())
 	silent.connect(19, false)
@@ -375,7 +377,7 @@ func TestServerKeepAlive(t *testing.T) {
 
 	alive := dialRaw(t, s.Addr())
 	alive.connect(19, false)
-	deadline := time.Now().Add(6 * ka)
+	deadline := time.Now().Add(5 * ka)
 	for time.Now().Before(deadline) {
 		alive.nc.SetReadDeadline(time.Now().Add(ka))
 		f, _, err := wire.ReadFrame(alive.br, wire.DefaultMaxFrameBytes, nil)
