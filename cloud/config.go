@@ -100,6 +100,9 @@ type Config struct {
 		Peers []string `yaml:"peers"`
 	} `yaml:"pulsar"`
 
+	// MQTT is the cloud MQTT listener (subscribers served from the tables).
+	MQTT MQTTConfig `yaml:"mqtt"`
+
 	// Maintenance of the tables; the cloud server is where it belongs.
 	Maintenance config.Maintenance `yaml:"maintenance"`
 
@@ -143,6 +146,7 @@ func (c *Config) ApplyDefaults() {
 		a := "127.0.0.1:6650"
 		c.Pulsar.Addr = &a
 	}
+	c.MQTT.defaults()
 	c.Maintenance.Defaults()
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 10 * time.Second
@@ -172,7 +176,7 @@ func (c *Config) Validate() error {
 	c.Security.Validate(bad)
 	if c.Kafka.Addr != nil && c.Pulsar.Addr != nil {
 		if err := c.Security.Exposed(map[string]string{"catalog.addr": c.Catalog.Addr, "kafka.addr": *c.Kafka.Addr,
-			"pulsar.addr": *c.Pulsar.Addr}); err != nil {
+			"pulsar.addr": *c.Pulsar.Addr, "mqtt.addr": c.MQTT.Addr, "mqtt.ws_addr": c.MQTT.WSAddr}); err != nil {
 			bad("security", "%v", err)
 		}
 	}
@@ -216,6 +220,7 @@ func (c *Config) Validate() error {
 			bad(fmt.Sprintf("pulsar.peers[%d]", i), "%q: want host:port", p)
 		}
 	}
+	c.MQTT.validate(bad)
 	c.Storage.Validate(c.Catalog.Warehouse, bad)
 	c.Maintenance.Validate(bad)
 	return errors.Join(errs...)
