@@ -1,0 +1,414 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/tributary-io/tributary"
+)
+
+const cloudStream = "factory.telemetry"
+
+// publishRows publishes n QoS 1 messages from each of clients paho
+// publishers to the edge node p and waits until the table holds want rows;
+// it returns the table's rows of partition 0 by offset.
+func publishRows(t *testing.T, p *proc, clients, n, want int) []*tributary.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	l := newLedger()
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := fmt.Sprintf("dev%d-%d", i, time.Now().UnixNano()%1e6)
+			c, err := mqttClient(ctx, p.MQTT, id)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Disconnect(&paho.Disconnect{})
+			if _, err := publishN(ctx, c, l, id, 0, n); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	waitRows(t, p.dataDir, cloudStream, want)
+	return tableRows(t, p.dataDir)
+}
+
+// tableRows is the stream's partition-0 rows by offset.
+func tableRows(t *testing.T, dir string) []*tributary.Record {
+	t.Helper()
+	rows := readTable(t, dir, cloudStream)
+	sort.Slice(rows, func(i, j int) bool { return rows[i].Offset < rows[j].Offset })
+	for i, r := range rows {
+		if r.Partition != 0 || r.Offset != int64(i) {
+			t.Fatalf("row %d: partition %d offset %d (one node: partition 0, dense)", i, r.Partition, r.Offset)
+		}
+	}
+	return rows
+}
+
+// cloudClient is a paho MQTT 5 client of the cloud MQTT listener whose
+// received PUBLISH packets arrive on msgs; with manual, it acknowledges
+// only what the test Acks.
+type cloudClient struct {
+	*paho.Client
+	conn    net.Conn
+	msgs    chan *paho.Publish
+	present bool
+}
+
+func connectCloud(t *testing.T, addr string, cp paho.Connect, manual bool) *cloudClient {
+	t.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := &cloudClient{conn: conn, msgs: make(chan *paho.Publish, 100000)}
+	cc.Client = paho.NewClient(paho.ClientConfig{Conn: conn, OnClientError: func(error) {},
+		EnableManualAcknowledgment: manual,
+		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
+			cc.msgs <- pr.Packet
+			return true, nil
+		}}})
+	if cp.KeepAlive == 0 {
+		cp.KeepAlive = 30
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ca, err := cc.Connect(ctx, &cp)
+	if err != nil || ca.ReasonCode != 0 {
+		t.Fatalf("connect %s to the cloud listener: %v %+v", cp.ClientID, err, ca)
+	}
+	cc.present = ca.SessionPresent
+	t.Cleanup(func() { conn.Close() })
+	return cc
+}
+
+// subscribe subscribes to filter at QoS 1 with the user properties
+// (key, value pairs) and returns the SUBACK's reason code.
+func (cc *cloudClient) subscribe(t *testing.T, filter string, props ...string) byte {
+	t.Helper()
+	var up paho.UserProperties
+	for i := 0; i+1 < len(props); i += 2 {
+		up = append(up, paho.UserProperty{Key: props[i], Value: props[i+1]})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sa, err := cc.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 1}},
+		Properties: &paho.SubscribeProperties{User: up}})
+	if sa == nil {
+		t.Fatalf("subscribe %s: %v", filter, err)
+	}
+	return sa.Reasons[0]
+}
+
+// next is the next message, failing the test after timeout.
+func (cc *cloudClient) next(t *testing.T, timeout time.Duration) *paho.Publish {
+	t.Helper()
+	select {
+	case m := <-cc.msgs:
+		return m
+	case <-time.After(timeout):
+		t.Fatalf("no message within %s", timeout)
+		return nil
+	}
+}
+
+// offsetOf is a delivered message's offset user property.
+func offsetOf(t *testing.T, m *paho.Publish) int64 {
+	t.Helper()
+	n, err := strconv.ParseInt(m.Properties.User.Get("offset"), 10, 64)
+	if err != nil {
+		t.Fatalf("message on %s without an offset property: %v", m.Topic, m.Properties.User)
+	}
+	return n
+}
+
+// checkDelivered asserts that m is row r: topic, payload byte for byte,
+// the row's headers then offset, partition and timestamp.
+func checkDelivered(t *testing.T, m *paho.Publish, r *tributary.Record) {
+	t.Helper()
+	if m.Topic != r.Topic || !bytes.Equal(m.Payload, r.Value) {
+		t.Fatalf("offset %d: got %s %q, row %s %q", r.Offset, m.Topic, m.Payload, r.Topic, r.Value)
+	}
+	u := m.Properties.User
+	if len(u) != len(r.Headers)+3 {
+		t.Fatalf("offset %d: user properties %v, row headers %v", r.Offset, u, r.Headers)
+	}
+	for i, h := range r.Headers {
+		if u[i].Key != h.Key || u[i].Value != string(h.Value) {
+			t.Fatalf("offset %d: property %d %q=%q, header %q=%q", r.Offset, i, u[i].Key, u[i].Value, h.Key, h.Value)
+		}
+	}
+	ts := time.UnixMicro(r.Timestamp).UTC().Format(time.RFC3339Nano)
+	if u.Get("offset") != fmt.Sprint(r.Offset) || u.Get("partition") != fmt.Sprint(r.Partition) || u.Get("timestamp") != ts {
+		t.Fatalf("offset %d: offset/partition/timestamp properties %v, want %d/%d/%s", r.Offset, u, r.Offset, r.Partition, ts)
+	}
+}
+
+// TestCloudMQTTMosquittoSub: devices publish to the edge node;
+// mosquitto_sub -V mqttv5 on the cloud listener receives every row of a
+// filter from earliest, in offset order, byte-exact, with the user
+// properties; a 3.1.1 mosquitto_sub receives the live rows of a narrower
+// filter; a publish to the cloud listener is refused with 0x87.
+func TestCloudMQTTMosquittoSub(t *testing.T) {
+	if _, err := exec.LookPath("mosquitto_sub"); err != nil {
+		t.Fatalf("mosquitto_sub not found (Debian package mosquitto-clients): %v", err)
+	}
+	dir := t.TempDir()
+	p := startDev(t, dir)
+	if p.CloudMQTT == "" {
+		t.Fatal("dev has no cloud MQTT listener")
+	}
+	host, port, _ := net.SplitHostPort(p.CloudMQTT)
+	rows := publishRows(t, p, 3, 40, 120)
+	var want []*tributary.Record
+	for _, r := range rows {
+		if strings.HasPrefix(r.Topic, "factory/line1/") {
+			want = append(want, r)
+		}
+	}
+	// %x: the payload in hex (binary-safe), %P: the user properties.
+	out, err := exec.Command("mosquitto_sub", "-h", host, "-p", port, "-V", "mqttv5", "-q", "1",
+		"-t", "$stream/"+cloudStream+"/factory/line1/#", "-D", "subscribe", "user-property", "stream-offset", "earliest",
+		"-F", "%t|%x|%P", "-C", fmt.Sprint(len(want)), "-W", "20").CombinedOutput()
+	if err != nil {
+		t.Fatalf("mosquitto_sub: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("mosquitto_sub printed %d lines, want %d:\n%s", len(lines), len(want), out)
+	}
+	for i, line := range lines {
+		r := want[i]
+		parts := strings.SplitN(line, "|", 3)
+		if len(parts) != 3 {
+			t.Fatalf("line %d: %q", i, line)
+		}
+		props := ""
+		for _, h := range r.Headers {
+			props += h.Key + ":" + string(h.Value) + " "
+		}
+		props += fmt.Sprintf("offset:%d partition:0 timestamp:%s", r.Offset, time.UnixMicro(r.Timestamp).UTC().Format(time.RFC3339Nano))
+		if parts[0] != r.Topic || parts[1] != hex.EncodeToString(r.Value) || parts[2] != props {
+			t.Fatalf("message %d (offset %d):\n got %q\nwant %q", i, r.Offset, line, r.Topic+"|"+hex.EncodeToString(r.Value)+"|"+props)
+		}
+	}
+
+	// MQTT 3.1.1, default start (latest): only rows published after the
+	// subscription, of its filter.
+	sub := exec.Command("mosquitto_sub", "-h", host, "-p", port, "-V", "mqttv311", "-q", "1", "-i", "sub311", "-c",
+		"-t", "$stream/"+cloudStream+"/factory/+/live", "-F", "%t|%x", "-C", "5", "-W", "20")
+	var subOut bytes.Buffer
+	sub.Stdout, sub.Stderr = &subOut, &subOut
+	if err := sub.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "the 3.1.1 session in the catalog database", func() bool {
+		return sessionRows(t, dir, "sub311") > 0
+	})
+	pub := mosquittoPub(t)
+	for i := range 5 {
+		for _, topic := range []string{"factory/a/live", "factory/a/other"} {
+			if out, err := exec.Command(pub, "-h", "127.0.0.1", "-p", portOf(p.MQTT), "-q", "1", "-t", topic,
+				"-m", fmt.Sprintf("live %d", i)).CombinedOutput(); err != nil {
+				t.Fatalf("mosquitto_pub: %v\n%s", err, out)
+			}
+		}
+	}
+	if err := sub.Wait(); err != nil {
+		t.Fatalf("mosquitto_sub 3.1.1: %v\n%s", err, subOut.String())
+	}
+	var wantLive []string
+	for i := range 5 {
+		wantLive = append(wantLive, "factory/a/live|"+hex.EncodeToString([]byte(fmt.Sprintf("live %d", i))))
+	}
+	if got := strings.TrimSpace(subOut.String()); got != strings.Join(wantLive, "\n") {
+		t.Fatalf("3.1.1 subscriber got:\n%s\nwant:\n%s", got, strings.Join(wantLive, "\n"))
+	}
+
+	// Read-only: a QoS 1 publish gets PUBACK 0x87 and is not in the table.
+	out, _ = exec.Command(pub, "-h", host, "-p", port, "-V", "mqttv5", "-q", "1", "-t", "factory/line1/x", "-m", "nope", "-d").CombinedOutput()
+	if !strings.Contains(string(out), "RC:135") {
+		t.Fatalf("publish to the cloud listener not refused with 0x87:\n%s", out)
+	}
+	time.Sleep(500 * time.Millisecond)
+	for _, r := range readTable(t, dir, cloudStream) {
+		if string(r.Value) == "nope" {
+			t.Fatal("a publish to the cloud listener reached the table")
+		}
+	}
+}
+
+func portOf(addr string) string {
+	_, port, _ := net.SplitHostPort(addr)
+	return port
+}
+
+// sessionRows counts the stored cloud MQTT sessions of client.
+func sessionRows(t *testing.T, dir, client string) int {
+	t.Helper()
+	var n int
+	queryCatalog(t, dir, func(db *sql.DB) error {
+		return db.QueryRow(`SELECT COUNT(*) FROM tributary_mqtt_sessions WHERE client_id = ?`, client).Scan(&n)
+	})
+	return n
+}
+
+// storedPosition is the stored position of client's filter in partition 0
+// (-1 when there is none).
+func storedPosition(t *testing.T, dir, client, filter string) int64 {
+	t.Helper()
+	n := int64(-1)
+	queryCatalog(t, dir, func(db *sql.DB) error {
+		err := db.QueryRow(`SELECT next_offset FROM tributary_mqtt_positions WHERE client_id = ? AND filter = ? AND part = 0`,
+			client, filter).Scan(&n)
+		if err == sql.ErrNoRows {
+			return nil
+		}
+		return err
+	})
+	return n
+}
+
+func queryCatalog(t *testing.T, dir string, fn func(*sql.DB) error) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "catalog.db")+"?_pragma=busy_timeout(30000)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := fn(db); err != nil && !strings.Contains(err.Error(), "no such table") {
+		t.Fatal(err)
+	}
+}
+
+// startCloudMQTT starts `tributary cloud` on dir's catalog with only the
+// MQTT listener serving (and the catalog on a free port).
+func startCloudMQTT(t *testing.T, dir string, extra ...string) *proc {
+	t.Helper()
+	args := append([]string{"cloud", "--data", dir, "--catalog-addr", "127.0.0.1:0", "--kafka-addr", "", "--pulsar-addr", "",
+		"--mqtt-addr", "127.0.0.1:0", "--maintenance=false"}, extra...)
+	c := startProc(t, dir, args...)
+	if c.CloudMQTT == "" {
+		t.Fatal("tributary cloud has no MQTT listener")
+	}
+	return c
+}
+
+// TestCloudMQTTResume: a paho persistent session (clean start false,
+// session expiry) reading a stream with manual acknowledgements and a
+// Receive Maximum. (1) The client is killed (its socket closed, no
+// DISCONNECT) mid-stream: reconnecting to the same server resumes without
+// a SUBSCRIBE, from the first unacknowledged offset. (2) The cloud server
+// is killed with SIGKILL mid-stream: reconnecting to a second cloud server
+// resumes from the first unacknowledged offset too, and receives every
+// remaining row and the rows published meanwhile. Nothing acknowledged is
+// received again; every offset is received.
+func TestCloudMQTTResume(t *testing.T) {
+	dir := t.TempDir()
+	p := startDev(t, dir)
+	rows := publishRows(t, p, 2, 150, 300)
+	c1 := startCloudMQTT(t, dir)
+	c2 := startCloudMQTT(t, dir)
+	const client, filter = "resume-1", "$stream/" + cloudStream + "/factory/#"
+	expiry, rm := uint32(3600), uint16(40)
+	cp := paho.Connect{ClientID: client, CleanStart: false,
+		Properties: &paho.ConnectProperties{SessionExpiryInterval: &expiry, ReceiveMaximum: &rm}}
+	received := map[int64]int{}
+	acked := map[int64]bool{}
+	// take receives until the message at offset upto-1 has arrived,
+	// acknowledging offsets below ackBelow, then checks that no more than
+	// the Receive Maximum arrive unacknowledged.
+	take := func(cc *cloudClient, first, ackBelow, upto int64) {
+		t.Helper()
+		for want := first; want < upto; want++ {
+			m := cc.next(t, 15*time.Second)
+			off := offsetOf(t, m)
+			if off != want {
+				t.Fatalf("got offset %d, want %d (in order, no gap)", off, want)
+			}
+			if acked[off] {
+				t.Fatalf("offset %d received again after it was acknowledged", off)
+			}
+			checkDelivered(t, m, rows[off])
+			received[off]++
+			if off < ackBelow {
+				if err := cc.Ack(m); err != nil {
+					t.Fatal(err)
+				}
+				acked[off] = true
+			}
+		}
+	}
+	// Phase 1: subscribe from earliest; ack 0..99, hold 100..139.
+	cc := connectCloud(t, c1.CloudMQTT, cp, true)
+	if cc.present {
+		t.Fatal("a new session is present")
+	}
+	if code := cc.subscribe(t, filter, "stream-offset", "earliest"); code != 1 {
+		t.Fatalf("SUBACK 0x%02x, want QoS 1", code)
+	}
+	take(cc, 0, 100, 140)
+	select {
+	case m := <-cc.msgs:
+		t.Fatalf("offset %s beyond the Receive Maximum of %d unacknowledged", m.Properties.User.Get("offset"), rm)
+	case <-time.After(500 * time.Millisecond):
+	}
+	waitFor(t, 10*time.Second, "position 100 stored", func() bool { return storedPosition(t, dir, client, filter) == 100 })
+	cc.conn.Close() // the client dies
+
+	// Phase 2: same server, no SUBSCRIBE: from 100 (the unacknowledged
+	// ones again); ack 100..199, hold 200..239, then kill -9 the server.
+	cc = connectCloud(t, c1.CloudMQTT, cp, true)
+	if !cc.present {
+		t.Fatal("the persistent session is not present after reconnecting")
+	}
+	take(cc, 100, 200, 240)
+	waitFor(t, 10*time.Second, "position 200 stored", func() bool { return storedPosition(t, dir, client, filter) == 200 })
+	c1.kill()
+
+	// Rows published while the client is away.
+	more := publishRows(t, p, 1, 50, 350)
+	rows = more
+
+	// Phase 3: a second cloud server; from 200 to the end, acking all.
+	cc = connectCloud(t, c2.CloudMQTT, cp, true)
+	if !cc.present {
+		t.Fatal("the persistent session is not present on the second cloud server")
+	}
+	take(cc, 200, 350, 350)
+	for off := range int64(350) {
+		if received[off] == 0 {
+			t.Fatalf("offset %d never received", off)
+		}
+		if received[off] > 1 && off < 100 || received[off] > 2 {
+			t.Fatalf("offset %d received %d times", off, received[off])
+		}
+	}
+	waitFor(t, 10*time.Second, "position 350 stored", func() bool { return storedPosition(t, dir, client, filter) == 350 })
+}
