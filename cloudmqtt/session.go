@@ -281,12 +281,12 @@ func (se *session) subscribe(pk packets.Packet) error {
 func (se *session) subscribeOne(ctx context.Context, f packets.Subscription, start wire.Start, haveStart bool, startErr error, subID int) (byte, string) {
 	s := se.s
 	full := f.Filter
-	if len(f.ShareName) > 0 {
-		return codeSharedNotSupp, "shared subscriptions are not supported by the cloud MQTT listener"
-	}
 	t, err := wire.ParseFilter(full)
 	if err != nil {
 		return codeFilterInvalid, err.Error()
+	}
+	if t.Share != "" {
+		return codeSharedNotSupp, "shared subscriptions are not supported by the cloud MQTT listener"
 	}
 	if t.Stream == "" {
 		return codeFilterInvalid, "subscribe to $stream/<namespace.stream>/<topic filter>"

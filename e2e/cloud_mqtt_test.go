@@ -1,12 +1,15 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"database/sql"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -19,6 +22,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/internal/testkit"
 )
 
 const cloudStream = "factory.telemetry"
@@ -78,6 +82,7 @@ type cloudClient struct {
 	*paho.Client
 	conn    net.Conn
 	msgs    chan *paho.Publish
+	disc    chan *paho.Disconnect // the server's DISCONNECT
 	present bool
 }
 
@@ -87,8 +92,14 @@ func connectCloud(t *testing.T, addr string, cp paho.Connect, manual bool) *clou
 	if err != nil {
 		t.Fatal(err)
 	}
-	cc := &cloudClient{conn: conn, msgs: make(chan *paho.Publish, 100000)}
+	cc := &cloudClient{conn: conn, msgs: make(chan *paho.Publish, 100000), disc: make(chan *paho.Disconnect, 1)}
 	cc.Client = paho.NewClient(paho.ClientConfig{Conn: conn, OnClientError: func(error) {},
+		OnServerDisconnect: func(d *paho.Disconnect) {
+			select {
+			case cc.disc <- d:
+			default:
+			}
+		},
 		EnableManualAcknowledgment: manual,
 		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
 			cc.msgs <- pr.Packet
@@ -411,4 +422,355 @@ func TestCloudMQTTResume(t *testing.T) {
 		}
 	}
 	waitFor(t, 10*time.Second, "position 350 stored", func() bool { return storedPosition(t, dir, client, filter) == 350 })
+}
+
+// TestCloudMQTTReplay: start positions from the stream-offset user
+// property — earliest, an offset, per-partition offsets, an RFC 3339
+// time, latest (the default: only rows after the subscription) — and a
+// bad value refused in the SUBACK.
+func TestCloudMQTTReplay(t *testing.T) {
+	dir := t.TempDir()
+	p := startDev(t, dir)
+	rows := publishRows(t, p, 2, 50, 100)
+	const filter = "$stream/" + cloudStream + "/factory/#"
+	// The time of row 60: the first row accepted at or after it.
+	at := time.UnixMicro(rows[60].Timestamp).UTC()
+	firstAt := int64(0)
+	for firstAt < int64(len(rows)) && rows[firstAt].Timestamp < rows[60].Timestamp {
+		firstAt++
+	}
+	for _, c := range []struct {
+		start string
+		first int64
+	}{
+		{"earliest", 0},
+		{"37", 37},
+		{"0:81", 81},
+		{at.Format(time.RFC3339Nano), firstAt},
+	} {
+		cc := connectCloud(t, p.CloudMQTT, paho.Connect{ClientID: "replay-" + c.start[:2], CleanStart: true}, false)
+		if code := cc.subscribe(t, filter, "stream-offset", c.start); code != 1 {
+			t.Fatalf("stream-offset %s: SUBACK 0x%02x", c.start, code)
+		}
+		for want := c.first; want < int64(len(rows)); want++ {
+			m := cc.next(t, 15*time.Second)
+			if off := offsetOf(t, m); off != want {
+				t.Fatalf("stream-offset %s: offset %d, want %d", c.start, off, want)
+			}
+			checkDelivered(t, m, rows[want])
+		}
+		cc.Disconnect(&paho.Disconnect{})
+	}
+	// latest (no property): nothing of the past, then the new rows.
+	cc := connectCloud(t, p.CloudMQTT, paho.Connect{ClientID: "replay-latest", CleanStart: true}, false)
+	if code := cc.subscribe(t, filter); code != 1 {
+		t.Fatalf("SUBACK 0x%02x", code)
+	}
+	select {
+	case m := <-cc.msgs:
+		t.Fatalf("latest delivered offset %s of the past", m.Properties.User.Get("offset"))
+	case <-time.After(700 * time.Millisecond):
+	}
+	rows = publishRows(t, p, 1, 10, 110)
+	for want := int64(100); want < 110; want++ {
+		m := cc.next(t, 15*time.Second)
+		if off := offsetOf(t, m); off != want {
+			t.Fatalf("latest: offset %d, want %d", off, want)
+		}
+		checkDelivered(t, m, rows[want])
+	}
+	// Bad values are refused, with a reason.
+	for _, bad := range []string{"-5", "yesterday", "0:x", "2026-13-45T00:00:00Z"} {
+		if code := cc.subscribe(t, "$stream/"+cloudStream+"/bad/+", "stream-offset", bad); code < 0x80 {
+			t.Fatalf("stream-offset %q granted (0x%02x)", bad, code)
+		}
+	}
+}
+
+// cloudMQTTACL: anonymous devices may publish to the edge only; dash
+// subscribes to factory/ topics of factory.* streams; ops is an admin.
+const cloudMQTTACL = `allow_anonymous: true
+users_file: %s
+acl:
+  - principal: anonymous
+    allow: [publish]
+  - principal: dash
+    allow: [subscribe]
+    topics: ["factory/#"]
+    streams: ["factory.*"]
+  - principal: ops
+    allow: [admin]
+`
+
+// TestCloudMQTTBadInput: what a hostile or mistaken subscriber can do to
+// the cloud listener. Publishes are refused (QoS 1 with 0x87 and a reason
+// string, QoS 0 and 3.1.1 publishes by closing the connection) and never
+// reach the table; filters over every stream or topic need the ACL's
+// grant ('#' and other streams refused for dash, granted for ops);
+// wildcards in the stream part, unknown streams, plain and shared filters
+// are refused with their reason codes; 50 subscribers that never
+// acknowledge hold at most their window each (the server's memory stays
+// bounded); 2,000 idle sessions cost the server little CPU and a live
+// subscriber beside them still receives new rows at once.
+func TestCloudMQTTBadInput(t *testing.T) {
+	dir, conf := t.TempDir(), t.TempDir()
+	users := filepath.Join(conf, "passwd")
+	for _, u := range []string{"dash", "ops"} {
+		cmd := exec.Command(binPath, "passwd", users, u)
+		cmd.Stdin = strings.NewReader("pw-" + u + "\n")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("tributary passwd %s: %v %s", u, err, out)
+		}
+	}
+	sec := filepath.Join(conf, "security.yaml")
+	writeFile(t, sec, fmt.Sprintf(cloudMQTTACL, users))
+	p := startDev(t, dir, "--security", sec)
+	rows := publishRows(t, p, 4, 500, 2000)
+	login := func(user, id string, rm uint16) *cloudClient {
+		cp := paho.Connect{ClientID: id, CleanStart: true, Username: user, Password: []byte("pw-" + user),
+			UsernameFlag: true, PasswordFlag: true}
+		if rm > 0 {
+			cp.Properties = &paho.ConnectProperties{ReceiveMaximum: &rm}
+		}
+		return connectCloud(t, p.CloudMQTT, cp, true)
+	}
+	dash, ops := login("dash", "dash", 0), login("ops", "ops", 0)
+
+	t.Run("publish refused", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		pr, err := ops.Publish(ctx, &paho.Publish{Topic: "factory/evil", QoS: 1, Payload: []byte("evil-1")})
+		if err != nil && pr == nil {
+			t.Fatal(err)
+		}
+		if pr.ReasonCode != 0x87 || !strings.Contains(pr.Properties.ReasonString, "read-only") {
+			t.Fatalf("QoS 1 publish: reason 0x%02x %q, want 0x87 read-only", pr.ReasonCode, pr.Properties.ReasonString)
+		}
+		// QoS 0 (no answer possible) ends the connection with DISCONNECT 0x87.
+		q0 := login("ops", "ops-q0", 0)
+		q0.Publish(ctx, &paho.Publish{Topic: "factory/evil", QoS: 0, Payload: []byte("evil-2")})
+		select {
+		case d := <-q0.disc:
+			if d.ReasonCode != 0x87 {
+				t.Fatalf("QoS 0 publish: DISCONNECT 0x%02x, want 0x87", d.ReasonCode)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("QoS 0 publish: no DISCONNECT")
+		}
+		// MQTT 3.1.1 has no refusal: the connection is closed.
+		host, port, _ := net.SplitHostPort(p.CloudMQTT)
+		out, _ := exec.Command(mosquittoPub(t), "-h", host, "-p", port, "-V", "mqttv311", "-u", "ops", "-P", "pw-ops", "-q", "1",
+			"-t", "factory/evil", "-m", "evil-3", "-d").CombinedOutput()
+		if strings.Contains(string(out), "received PUBACK") {
+			t.Fatalf("3.1.1 publish acknowledged:\n%s", out)
+		}
+		time.Sleep(500 * time.Millisecond)
+		for _, r := range readTable(t, dir, cloudStream) {
+			if strings.HasPrefix(string(r.Value), "evil") {
+				t.Fatalf("a publish to the cloud listener reached the table: %q", r.Value)
+			}
+		}
+	})
+
+	t.Run("filters", func(t *testing.T) {
+		if code := dash.subscribe(t, "$stream/"+cloudStream+"/factory/line1/#", "stream-offset", "earliest"); code != 1 {
+			t.Fatalf("dash on factory/line1/#: 0x%02x", code)
+		}
+		m := dash.next(t, 10*time.Second)
+		if !strings.HasPrefix(m.Topic, "factory/line1/") {
+			t.Fatalf("dash got %s", m.Topic)
+		}
+		for _, c := range []struct {
+			who    *cloudClient
+			filter string
+			code   byte
+		}{
+			{dash, "$stream/" + cloudStream + "/#", 0x87},         // '#' beyond factory/#
+			{dash, "$stream/office.telemetry/factory/#", 0x87},    // a stream outside factory.*
+			{ops, "$stream/" + cloudStream + "/#", 1},             // an admin may
+			{ops, "$stream/+/#", 0x8F},                            // no wildcards in the stream part
+			{ops, "$stream/factory.*/#", 0x8F},                    //
+			{ops, "$stream/#", 0x8F},                              //
+			{ops, "$stream/nosuch.stream/#", 0x8F},                // unknown stream
+			{ops, "$stream/" + cloudStream + "/a/#/b", 0x8F},      // a bad topic filter
+		} {
+			if code := c.who.subscribe(t, c.filter); code != c.code {
+				t.Fatalf("subscribe %s: 0x%02x, want 0x%02x", c.filter, code, c.code)
+			}
+		}
+		// Shared subscriptions: not supported (paho refuses to send one
+		// after the CONNACK said so; a raw client gets 0x9E).
+		c, err := net.DialTimeout("tcp", p.CloudMQTT, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write(rawConnect("ops-raw", "ops", "pw-ops"))
+		c.Write(rawSubscribe("$share/g/$stream/" + cloudStream + "/#"))
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		br := bufio.NewReader(c)
+		if first, _ := readRawPacket(t, br); first != 0x20 {
+			t.Fatalf("first packet 0x%02x, want CONNACK", first)
+		}
+		if first, body := readRawPacket(t, br); first != 0x90 || body[len(body)-1] != 0x9E {
+			t.Fatalf("$share SUBACK 0x%02x % x, want reason 0x9E", first, body)
+		}
+	})
+
+	t.Run("never acknowledges", func(t *testing.T) {
+		before := rssKiB(t, p)
+		var subs []*cloudClient
+		for i := range 50 {
+			// Receive Maximum 65535: the server's cap (256) holds.
+			cc := login("ops", fmt.Sprintf("ops-hold-%d", i), 65535)
+			if code := cc.subscribe(t, "$stream/"+cloudStream+"/#", "stream-offset", "earliest"); code != 1 {
+				t.Fatalf("SUBACK 0x%02x", code)
+			}
+			subs = append(subs, cc)
+		}
+		for i, cc := range subs {
+			for n := range 256 {
+				if off := offsetOf(t, cc.next(t, 15*time.Second)); off != int64(n) {
+					t.Fatalf("subscriber %d: offset %d, want %d", i, off, n)
+				}
+			}
+		}
+		time.Sleep(time.Second)
+		for i, cc := range subs {
+			if len(cc.msgs) > 0 {
+				t.Fatalf("subscriber %d got %d messages beyond 256 unacknowledged", i, len(cc.msgs))
+			}
+		}
+		after := rssKiB(t, p)
+		t.Logf("RSS %d MiB before, %d MiB with 50 subscribers holding 256 unacknowledged each", before>>10, after>>10)
+		if after-before > 200<<10 {
+			t.Fatalf("RSS grew by %d MiB", (after-before)>>10)
+		}
+		for _, cc := range subs {
+			cc.conn.Close()
+		}
+	})
+
+	t.Run("idle sessions", func(t *testing.T) {
+		const idle = 2000
+		var conns []net.Conn
+		t.Cleanup(func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		})
+		_, port, _ := net.SplitHostPort(p.CloudMQTT)
+		for i := range idle {
+			// 1000 connections per source address is listen's per-IP cap.
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(2+i%3))}, Timeout: 5 * time.Second}
+			c, err := d.Dial("tcp", "127.0.0.1:"+port)
+			if err != nil {
+				t.Fatalf("connection %d: %v", i, err)
+			}
+			conns = append(conns, c)
+			id := fmt.Sprintf("idle-%d", i)
+			c.Write(rawConnect(id, "ops", "pw-ops"))
+			c.Write(rawSubscribe("$stream/" + cloudStream + "/idle/#"))
+		}
+		for i, c := range conns {
+			c.SetReadDeadline(time.Now().Add(20 * time.Second))
+			b := make([]byte, 4+5) // CONNACK (v5, no properties... at least 4 bytes) then SUBACK
+			if _, err := io.ReadAtLeast(c, b, 4); err != nil {
+				t.Fatalf("idle session %d: no CONNACK: %v", i, err)
+			}
+			if b[0] != 0x20 {
+				t.Fatalf("idle session %d: first packet 0x%02x, want CONNACK", i, b[0])
+			}
+		}
+		time.Sleep(time.Second) // the SUBACKs
+		cpu0 := cpuTicks(t, p)
+		time.Sleep(3 * time.Second)
+		used := cpuTicks(t, p) - cpu0 // 100 ticks a second
+		t.Logf("%d idle sessions: the server used %d ms of CPU in 3 s", idle, used*10)
+		if used > 150 {
+			t.Fatalf("%d idle sessions cost %d ms of CPU in 3 s", idle, used*10)
+		}
+		live := login("ops", "ops-live", 0)
+		if code := live.subscribe(t, "$stream/"+cloudStream+"/factory/#"); code != 1 {
+			t.Fatalf("SUBACK 0x%02x", code)
+		}
+		rows = publishRows(t, p, 1, 5, len(rows)+5)
+		for i := len(rows) - 5; i < len(rows); i++ {
+			if off := offsetOf(t, live.next(t, 5*time.Second)); off != int64(i) {
+				t.Fatalf("live subscriber: offset %d, want %d", off, i)
+			}
+		}
+	})
+}
+
+// rawConnect is an MQTT 5 CONNECT (clean start, keep-alive 0) with a
+// user name and password.
+func rawConnect(id, user, pw string) []byte {
+	body := append(testkit.MQTTString("MQTT"), 5, 0xC2, 0, 0, 0) // v5, user+password+clean, keep-alive 0, no properties
+	body = append(body, testkit.MQTTString(id)...)
+	body = append(body, testkit.MQTTString(user)...)
+	body = append(body, testkit.MQTTString(pw)...)
+	return testkit.MQTTPacket(0x10, body)
+}
+
+// rawSubscribe is an MQTT 5 SUBSCRIBE (packet id 1, QoS 1) of filter.
+func rawSubscribe(filter string) []byte {
+	body := append([]byte{0, 1, 0}, testkit.MQTTString(filter)...)
+	return testkit.MQTTPacket(0x82, append(body, 1))
+}
+
+// readRawPacket reads one MQTT packet: its first byte and body.
+func readRawPacket(t *testing.T, br *bufio.Reader) (byte, []byte) {
+	t.Helper()
+	first, err := br.ReadByte()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, mul := 0, 1
+	for {
+		b, err := br.ReadByte()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += int(b&0x7f) * mul
+		if b&0x80 == 0 {
+			break
+		}
+		mul <<= 7
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(br, body); err != nil {
+		t.Fatal(err)
+	}
+	return first, body
+}
+
+// rssKiB is the resident set size of p's process.
+func rssKiB(t *testing.T, p *proc) int64 {
+	t.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			n, _ := strconv.ParseInt(strings.Fields(v)[0], 10, 64)
+			return n
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+// cpuTicks is p's user + system CPU time in clock ticks.
+func cpuTicks(t *testing.T, p *proc) int64 {
+	t.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(raw)[strings.LastIndexByte(string(raw), ')')+2:])
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return u + s
 }
