@@ -585,14 +585,14 @@ func TestCloudMQTTBadInput(t *testing.T) {
 			filter string
 			code   byte
 		}{
-			{dash, "$stream/" + cloudStream + "/#", 0x87},         // '#' beyond factory/#
-			{dash, "$stream/office.telemetry/factory/#", 0x87},    // a stream outside factory.*
-			{ops, "$stream/" + cloudStream + "/#", 1},             // an admin may
-			{ops, "$stream/+/#", 0x8F},                            // no wildcards in the stream part
-			{ops, "$stream/factory.*/#", 0x8F},                    //
-			{ops, "$stream/#", 0x8F},                              //
-			{ops, "$stream/nosuch.stream/#", 0x8F},                // unknown stream
-			{ops, "$stream/" + cloudStream + "/a/#/b", 0x8F},      // a bad topic filter
+			{dash, "$stream/" + cloudStream + "/#", 0x87},      // '#' beyond factory/#
+			{dash, "$stream/office.telemetry/factory/#", 0x87}, // a stream outside factory.*
+			{ops, "$stream/" + cloudStream + "/#", 1},          // an admin may
+			{ops, "$stream/+/#", 0x8F},                         // no wildcards in the stream part
+			{ops, "$stream/factory.*/#", 0x8F},                 //
+			{ops, "$stream/#", 0x8F},                           //
+			{ops, "$stream/nosuch.stream/#", 0x8F},             // unknown stream
+			{ops, "$stream/" + cloudStream + "/a/#/b", 0x8F},   // a bad topic filter
 		} {
 			if code := c.who.subscribe(t, c.filter); code != c.code {
 				t.Fatalf("subscribe %s: 0x%02x, want 0x%02x", c.filter, code, c.code)
