@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,9 +21,11 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	"github.com/gorilla/websocket"
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/internal/testkit"
+	"github.com/tributary-io/tributary/listen"
 )
 
 const cloudStream = "factory.telemetry"
@@ -773,4 +776,49 @@ func cpuTicks(t *testing.T, p *proc) int64 {
 	u, _ := strconv.ParseInt(f[11], 10, 64)
 	s, _ := strconv.ParseInt(f[12], 10, 64)
 	return u + s
+}
+
+// TestCloudMQTTWebSocket: a browser-style client (MQTT over a WebSocket
+// with the "mqtt" subprotocol) on the cloud listener receives rows.
+func TestCloudMQTTWebSocket(t *testing.T) {
+	dir := t.TempDir()
+	p := startDev(t, dir, "--cloud-mqtt-ws-addr", "127.0.0.1:0")
+	if p.CloudMQTTWS == "" {
+		t.Fatal("no cloud MQTT WebSocket listener")
+	}
+	rows := publishRows(t, p, 1, 20, 20)
+	d := websocket.Dialer{Subprotocols: []string{"mqtt"}, HandshakeTimeout: 5 * time.Second}
+	ws, resp, err := d.Dial("ws://"+p.CloudMQTTWS+"/mqtt", http.Header{"Origin": {"http://dashboard.example"}})
+	if err != nil {
+		t.Fatalf("websocket dial: %v %v", err, resp)
+	}
+	if ws.Subprotocol() != "mqtt" {
+		t.Fatalf("subprotocol %q", ws.Subprotocol())
+	}
+	conn := listen.NewWSConn(ws)
+	msgs := make(chan *paho.Publish, 100)
+	c := paho.NewClient(paho.ClientConfig{Conn: conn, OnClientError: func(error) {},
+		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
+			msgs <- pr.Packet
+			return true, nil
+		}}})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if ca, err := c.Connect(ctx, &paho.Connect{ClientID: "browser", CleanStart: true, KeepAlive: 30}); err != nil || ca.ReasonCode != 0 {
+		t.Fatalf("connect over websocket: %v %+v", err, ca)
+	}
+	defer c.Disconnect(&paho.Disconnect{})
+	sa, err := c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "$stream/" + cloudStream + "/#", QoS: 1}},
+		Properties: &paho.SubscribeProperties{User: paho.UserProperties{{Key: "stream-offset", Value: "earliest"}}}})
+	if err != nil || sa.Reasons[0] != 1 {
+		t.Fatalf("subscribe over websocket: %v %+v", err, sa)
+	}
+	for _, r := range rows {
+		select {
+		case m := <-msgs:
+			checkDelivered(t, m, r)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("offset %d not received over websocket", r.Offset)
+		}
+	}
 }
