@@ -24,6 +24,10 @@
 // RFC 3339 time (the first row accepted at or after it). A re-subscription
 // of a filter the session has, without the property, keeps its position.
 // A partition that appears after the subscription is read from its start.
+// With the user property `stream-latest=true` the newest row of each
+// matching topic (among the last 100,000 rows of each partition, at most
+// 10,000 topics) is sent first, with the retain flag, outside the
+// positions.
 //
 // # Delivery
 //

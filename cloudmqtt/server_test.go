@@ -114,13 +114,16 @@ func dial(t *testing.T, addr, id string, expiry uint32, manual bool) *client {
 	return c
 }
 
-func (c *client) sub(t *testing.T, filter, start string) byte {
+func (c *client) sub(t *testing.T, filter, start string, props ...string) byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var up paho.UserProperties
 	if start != "" {
 		up = paho.UserProperties{{Key: "stream-offset", Value: start}}
+	}
+	for i := 0; i+1 < len(props); i += 2 {
+		up = append(up, paho.UserProperty{Key: props[i], Value: props[i+1]})
 	}
 	sa, err := c.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: filter, QoS: 2}},
 		Properties: &paho.SubscribeProperties{User: up}})
@@ -218,5 +221,32 @@ func TestRefusals(t *testing.T) {
 	pr, err := c.Publish(ctx, &paho.Publish{Topic: "a", QoS: 1, Payload: []byte("x")})
 	if pr == nil || pr.ReasonCode != codeNotAuthorized {
 		t.Fatalf("publish: %+v %v", pr, err)
+	}
+}
+
+// TestStreamLatest: stream-latest=true sends the newest row of each
+// matching topic first, with the retain flag, then (start latest) only
+// new rows; acknowledging them moves no position.
+func TestStreamLatest(t *testing.T) {
+	s, _ := testServer(t, 90)
+	c := dial(t, s.Addr(), "c3", 600, false)
+	if code := c.sub(t, "$stream/"+testStream+"/factory/+/t", "", "stream-latest", "true"); code != 1 {
+		t.Fatalf("SUBACK 0x%02x", code)
+	}
+	got := map[int64]bool{}
+	for range 3 {
+		off, m := c.offset(t)
+		if !m.Retain {
+			t.Fatalf("latest value %d without the retain flag", off)
+		}
+		got[off] = true
+	}
+	if !got[87] || !got[88] || !got[89] {
+		t.Fatalf("latest values %v, want offsets 87, 88, 89 (one per topic)", got)
+	}
+	select {
+	case m := <-c.msgs:
+		t.Fatalf("more than the latest values: %v", m.Properties.User)
+	case <-time.After(300 * time.Millisecond):
 	}
 }

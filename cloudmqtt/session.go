@@ -59,6 +59,9 @@ type sub struct {
 	subID  int
 	start  wire.Start
 	parts  map[int32]*cursor
+	// latest: the newest row of each matching topic (stream-latest=true),
+	// sent first with the retain flag, outside the cursors.
+	latest []*tributary.Record
 }
 
 // cursor is a subscription's position in one partition.
@@ -76,9 +79,10 @@ func (c *cursor) durable() int64 {
 }
 
 type inflight struct {
-	sub  *sub
-	part int32
-	off  int64
+	sub    *sub
+	part   int32
+	off    int64
+	latest bool // a stream-latest row: its ack moves no cursor
 }
 
 func newSession(s *Server, c *conn, id string, p auth.Principal, expiry time.Duration) *session {
@@ -219,11 +223,14 @@ func (se *session) subscribe(pk packets.Packet) error {
 	defer cancel()
 	var start wire.Start
 	var startErr error
-	haveStart := false
+	haveStart, latest := false, false
 	for _, u := range pk.Properties.User {
-		if u.Key == "stream-offset" {
+		switch u.Key {
+		case "stream-offset":
 			start, startErr = wire.ParseStart(u.Val)
 			haveStart = true
+		case "stream-latest":
+			latest = u.Val == "true"
 		}
 	}
 	subID := 0
@@ -233,7 +240,7 @@ func (se *session) subscribe(pk packets.Packet) error {
 	codes := make([]byte, len(pk.Filters))
 	var why []string
 	for i, f := range pk.Filters {
-		code, reason := se.subscribeOne(ctx, f, start, haveStart, startErr, subID)
+		code, reason := se.subscribeOne(ctx, f, start, haveStart, startErr, subID, latest)
 		codes[i] = code
 		if code >= 0x80 {
 			s.m.subsRefused.Inc()
@@ -278,7 +285,7 @@ func (se *session) subscribe(pk packets.Packet) error {
 
 // subscribeOne adds (or replaces) one subscription; it returns the SUBACK
 // reason code and, for a refusal, why.
-func (se *session) subscribeOne(ctx context.Context, f packets.Subscription, start wire.Start, haveStart bool, startErr error, subID int) (byte, string) {
+func (se *session) subscribeOne(ctx context.Context, f packets.Subscription, start wire.Start, haveStart bool, startErr error, subID int, latest bool) (byte, string) {
 	s := se.s
 	full := f.Filter
 	t, err := wire.ParseFilter(full)
@@ -321,14 +328,21 @@ func (se *session) subscribeOne(ctx context.Context, f packets.Subscription, sta
 	}
 	se.mu.Unlock()
 	qos := min(f.Qos, 1)
+	var newest []*tributary.Record
+	if latest {
+		if newest, err = latestPerTopic(ctx, s.r, t, parts); err != nil {
+			return codeImplementation, "read stream: " + err.Error()
+		}
+	}
 	// A re-subscription without stream-offset keeps its position.
 	if old != nil && !haveStart {
 		se.mu.Lock()
 		old.qos, old.subID = qos, subID
+		old.latest = newest
 		se.mu.Unlock()
 		return qos, ""
 	}
-	su := &sub{filter: full, t: t, qos: qos, subID: subID, start: start, parts: map[int32]*cursor{}}
+	su := &sub{filter: full, t: t, qos: qos, subID: subID, start: start, parts: map[int32]*cursor{}, latest: newest}
 	pos := map[int32]int64{}
 	for _, p := range parts {
 		n, err := startOffset(ctx, s.r, t.Stream, p, start)
@@ -388,6 +402,50 @@ func startOffset(ctx context.Context, r *tables.Reader, stream string, p int32, 
 		return rec.Offset, nil
 	}
 	return v.End, nil
+}
+
+// Bounds of stream-latest: the rows of each partition it looks at (from
+// the committed mark back) and the topics it keeps.
+const (
+	latestScanRows = 100000
+	latestTopics   = 10000
+)
+
+// latestPerTopic is the newest row of each topic matching t's filter
+// among the last latestScanRows rows of each partition (at most
+// latestTopics topics), by acceptance time.
+func latestPerTopic(ctx context.Context, r *tables.Reader, t wire.Target, parts []int32) ([]*tributary.Record, error) {
+	byTopic := map[string]*tributary.Record{}
+	for _, p := range parts {
+		v, err := r.Partition(ctx, t.Stream, p)
+		if errors.Is(err, tables.ErrNoSuchPartition) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		from := max(v.Earliest, v.End-latestScanRows)
+		err = v.Read(ctx, from, func(rec *tributary.Record) bool {
+			if !wire.Match(t.Filter, rec.Topic) {
+				return true
+			}
+			if old, ok := byTopic[rec.Topic]; ok || len(byTopic) < latestTopics {
+				if !ok || rec.Timestamp >= old.Timestamp {
+					byTopic[rec.Topic] = rec
+				}
+			}
+			return true
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	out := make([]*tributary.Record, 0, len(byTopic))
+	for _, rec := range byTopic {
+		out = append(out, rec)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Timestamp < out[j].Timestamp })
+	return out, nil
 }
 
 // dropLocked removes su and its inflight entries.
@@ -454,7 +512,7 @@ func (se *session) ack(id uint16) {
 	}
 	delete(se.inflight, id)
 	c := in.sub.parts[in.part]
-	if c != nil {
+	if c != nil && !in.latest {
 		if i, found := slices.BinarySearch(c.unacked, in.off); found {
 			c.unacked = slices.Delete(c.unacked, i, i+1)
 		}
@@ -508,6 +566,14 @@ func (se *session) round(ctx context.Context) (sent bool, err error) {
 	subs := slices.Clone(se.subs)
 	se.mu.Unlock()
 	for _, su := range subs {
+		n, pending, err := se.sendLatest(su)
+		if err != nil {
+			return sent, err
+		}
+		sent = sent || n
+		if pending {
+			continue // the rows come after the latest values
+		}
 		parts, err := se.s.r.Partitions(ctx, su.t.Stream)
 		if err != nil {
 			if errors.Is(err, tables.ErrNoSuchStream) {
@@ -524,6 +590,26 @@ func (se *session) round(ctx context.Context) (sent bool, err error) {
 		}
 	}
 	return sent, nil
+}
+
+// sendLatest sends what is left of su's latest values, as far as the
+// inflight window allows.
+func (se *session) sendLatest(su *sub) (sent, pending bool, err error) {
+	se.mu.Lock()
+	room := len(su.latest)
+	if su.qos > 0 {
+		room = min(room, se.maxIn-len(se.inflight))
+	}
+	batch := su.latest[:max(room, 0)]
+	su.latest = su.latest[len(batch):]
+	pending = len(su.latest) > 0
+	se.mu.Unlock()
+	for _, r := range batch {
+		if err := se.sendRow(su, r.Partition, r, true); err != nil {
+			return true, pending, err
+		}
+	}
+	return len(batch) > 0, pending, nil
 }
 
 // deliver sends the next batch of partition p's rows for su.
@@ -585,7 +671,7 @@ func (se *session) deliver(ctx context.Context, su *sub, p int32) (bool, error) 
 		return false, nil
 	}
 	for _, r := range recs {
-		if err := se.send(su, p, r); err != nil {
+		if err := se.sendRow(su, p, r, false); err != nil {
 			return true, err
 		}
 	}
@@ -598,10 +684,11 @@ func (se *session) deliver(ctx context.Context, su *sub, p int32) (bool, error) 
 	return true, nil
 }
 
-// send writes one row as a PUBLISH (registering it inflight first at QoS 1).
-func (se *session) send(su *sub, p int32, r *tributary.Record) error {
+// sendRow writes one row as a PUBLISH (registering it inflight first at
+// QoS 1); latest marks a stream-latest value (retain flag set).
+func (se *session) sendRow(su *sub, p int32, r *tributary.Record, latest bool) error {
 	c := se.conn
-	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: su.qos}, ProtocolVersion: c.version,
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: su.qos, Retain: latest}, ProtocolVersion: c.version,
 		TopicName: r.Topic, Payload: r.Value}
 	if c.version == 5 {
 		u := make([]packets.UserProperty, 0, len(r.Headers)+3)
@@ -628,10 +715,11 @@ func (se *session) send(su *sub, p int32, r *tributary.Record) error {
 		}
 		id := se.nextIDLocked()
 		pk.PacketID = id
-		se.inflight[id] = inflight{sub: su, part: p, off: r.Offset}
-		cu := su.parts[p]
-		cu.unacked = append(cu.unacked, r.Offset)
-		sort.Slice(cu.unacked, func(i, j int) bool { return cu.unacked[i] < cu.unacked[j] })
+		se.inflight[id] = inflight{sub: su, part: p, off: r.Offset, latest: latest}
+		if cu := su.parts[p]; cu != nil && !latest {
+			cu.unacked = append(cu.unacked, r.Offset)
+			sort.Slice(cu.unacked, func(i, j int) bool { return cu.unacked[i] < cu.unacked[j] })
+		}
 		se.mu.Unlock()
 	}
 	if err := c.write(&pk); err != nil {

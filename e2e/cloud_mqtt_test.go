@@ -429,8 +429,9 @@ func TestCloudMQTTResume(t *testing.T) {
 
 // TestCloudMQTTReplay: start positions from the stream-offset user
 // property — earliest, an offset, per-partition offsets, an RFC 3339
-// time, latest (the default: only rows after the subscription) — and a
-// bad value refused in the SUBACK.
+// time, latest (the default: only rows after the subscription) — the
+// latest value per topic (stream-latest=true), and a bad value refused in
+// the SUBACK.
 func TestCloudMQTTReplay(t *testing.T) {
 	dir := t.TempDir()
 	p := startDev(t, dir)
@@ -463,6 +464,25 @@ func TestCloudMQTTReplay(t *testing.T) {
 			checkDelivered(t, m, rows[want])
 		}
 		cc.Disconnect(&paho.Disconnect{})
+	}
+	// stream-latest=true: the newest row of each topic first (retain flag
+	// set), then from the start position (latest: nothing more of the past).
+	newest := map[string]*tributary.Record{}
+	for _, r := range rows {
+		newest[r.Topic] = r
+	}
+	lv := connectCloud(t, p.CloudMQTT, paho.Connect{ClientID: "replay-lv", CleanStart: true}, false)
+	if code := lv.subscribe(t, filter, "stream-latest", "true"); code != 1 {
+		t.Fatalf("stream-latest: SUBACK 0x%02x", code)
+	}
+	for range newest {
+		m := lv.next(t, 10*time.Second)
+		r := newest[m.Topic]
+		if r == nil || !m.Retain || offsetOf(t, m) != r.Offset {
+			t.Fatalf("stream-latest: %s offset %d retain %v, want the newest row of each topic", m.Topic, offsetOf(t, m), m.Retain)
+		}
+		checkDelivered(t, m, r)
+		delete(newest, m.Topic)
 	}
 	// latest (no property): nothing of the past, then the new rows.
 	cc := connectCloud(t, p.CloudMQTT, paho.Connect{ClientID: "replay-latest", CleanStart: true}, false)
