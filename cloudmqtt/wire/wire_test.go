@@ -137,7 +137,7 @@ func TestReadPacket(t *testing.T) {
 		t.Fatalf("connect: %+v %v", pk, err)
 	}
 	sub := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe, Qos: 1}, ProtocolVersion: 5, PacketID: 7,
-		Filters: packets.Subscriptions{{Filter: "$stream/a.b/#", Qos: 1}},
+		Filters:    packets.Subscriptions{{Filter: "$stream/a.b/#", Qos: 1}},
 		Properties: packets.Properties{User: []packets.UserProperty{{Key: "stream-offset", Val: "earliest"}}}}
 	pk, err = ReadPacket(bufio.NewReader(bytes.NewReader(encode(t, sub))), 1024, 5)
 	if err != nil || pk.PacketID != 7 || pk.Filters[0].Filter != "$stream/a.b/#" || pk.Properties.User[0].Val != "earliest" {
