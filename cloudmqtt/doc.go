@@ -10,8 +10,12 @@
 // subscribes to the rows of one stream whose original MQTT (or Kafka)
 // topic matches the filter, with the usual + and # wildcards. The stream
 // part takes no wildcards; an unknown stream is refused (SUBACK 0x8F with
-// a reason string), so is a plain topic filter and `$share/…` (0x9E:
-// shared subscriptions are not supported here). The ACL decides each
+// a reason string), so is `$share/…` (0x9E: shared subscriptions are not
+// supported here). A plain topic filter reads the streams the edge nodes
+// route matching topics to: each node records its route filters in the
+// stream tables' properties (tables.PublishRoutes), and the filter reads
+// every stream one of whose filters overlaps it (Server.resolve), among
+// those the principal may read. The ACL decides each
 // filter with auth's `subscribe` action on the topic filter and the
 // stream: a rule's topics must cover the filter (so `#` needs a rule
 // granting `#`) and its streams, when it lists any, the stream.

@@ -23,7 +23,7 @@ const testStream = "factory.telemetry"
 
 // testServer is a cloud MQTT server over a fresh catalog whose stream has
 // n committed rows in partition 0 (topics factory/<i%3>/t).
-func testServer(t *testing.T, n int) (*Server, string) {
+func testServer(t *testing.T, n int) (*Server, *tables.Catalog) {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -78,7 +78,7 @@ func testServer(t *testing.T, n int) (*Server, string) {
 			t.Error(err)
 		}
 	})
-	return s, uri
+	return s, cat
 }
 
 type client struct {
@@ -248,5 +248,49 @@ func TestStreamLatest(t *testing.T) {
 	case m := <-c.msgs:
 		t.Fatalf("more than the latest values: %v", m.Properties.User)
 	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// TestPlainFilterRoutes: a plain topic filter reads the streams whose
+// recorded MQTT routes can match it (tables.PublishRoutes), and a
+// persistent session resumes it; before any route names the topics it is
+// refused.
+func TestPlainFilterRoutes(t *testing.T) {
+	s, cat := testServer(t, 30)
+	c := dial(t, s.Addr(), "c4", 600, true)
+	if code := c.sub(t, "factory/2/#", "earliest"); code != codeFilterInvalid {
+		t.Fatalf("no routes yet: SUBACK 0x%02x", code)
+	}
+	if ok, err := cat.PublishRoutes(context.Background(), testStream, "edge-1", []string{"factory/#"}); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if ok, err := cat.PublishRoutes(context.Background(), "office.x", "edge-1", []string{"office/#"}); ok || err != nil {
+		t.Fatal("a stream without a table:", ok, err)
+	}
+	time.Sleep(150 * time.Millisecond) // the reader's metadata age
+	if code := c.sub(t, "factory/2/#", "earliest"); code != 1 {
+		t.Fatalf("SUBACK 0x%02x", code)
+	}
+	var first *paho.Publish
+	for want := int64(2); want < 30; want += 3 {
+		off, m := c.offset(t)
+		if off != want || m.Topic != "factory/2/t" {
+			t.Fatalf("offset %d %s, want %d", off, m.Topic, want)
+		}
+		if first == nil {
+			first = m
+		}
+	}
+	if err := c.Ack(first); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	c.conn.Close()
+	c = dial(t, s.Addr(), "c4", 600, true)
+	if !c.present {
+		t.Fatal("not present")
+	}
+	if off, _ := c.offset(t); off != 5 {
+		t.Fatalf("resumed plain filter at %d, want 5", off)
 	}
 }

@@ -132,12 +132,25 @@ func (se *session) load(clean bool) (present bool, err error) {
 				if err != nil {
 					continue // a filter this version refuses: dropped
 				}
-				su := &sub{filter: x.Filter, t: t, qos: x.QoS, subID: x.SubID, parts: map[int32]*cursor{}}
-				for p, n := range pos[x.Filter] {
-					su.parts[p] = &cursor{next: n, saved: n}
+				// A plain filter's streams are those it had positions in.
+				streams := []string{t.Stream}
+				if t.Stream == "" {
+					streams = streams[:0]
+					for st := range pos[x.Filter] {
+						streams = append(streams, st)
+					}
+					sort.Strings(streams)
 				}
-				se.subs = append(se.subs, su)
-				se.watchLocked(t.Stream, 1)
+				for _, st := range streams {
+					tt := t
+					tt.Stream = st
+					su := &sub{filter: x.Filter, t: tt, qos: x.QoS, subID: x.SubID, parts: map[int32]*cursor{}}
+					for p, n := range pos[x.Filter][st] {
+						su.parts[p] = &cursor{next: n, saved: n}
+					}
+					se.subs = append(se.subs, su)
+					se.watchLocked(st, 1)
+				}
 			}
 		}
 	}
@@ -154,8 +167,12 @@ func (se *session) load(clean bool) (present bool, err error) {
 // row is the session's stored row (caller holds mu or owns se).
 func (se *session) row() storedSession {
 	ss := storedSession{Principal: se.p.String(), Expiry: int64(se.expiry / time.Second), Seen: time.Now().UnixMilli()}
+	seen := map[string]bool{}
 	for _, su := range se.subs {
-		ss.Subs = append(ss.Subs, storedSub{Filter: su.filter, QoS: su.qos, SubID: su.subID})
+		if !seen[su.filter] {
+			seen[su.filter] = true
+			ss.Subs = append(ss.Subs, storedSub{Filter: su.filter, QoS: su.qos, SubID: su.subID})
+		}
 	}
 	return ss
 }
@@ -283,8 +300,9 @@ func (se *session) subscribe(pk packets.Packet) error {
 	return nil
 }
 
-// subscribeOne adds (or replaces) one subscription; it returns the SUBACK
-// reason code and, for a refusal, why.
+// subscribeOne adds (or replaces) one subscription filter — one sub per
+// stream it addresses; it returns the SUBACK reason code and, for a
+// refusal, why.
 func (se *session) subscribeOne(ctx context.Context, f packets.Subscription, start wire.Start, haveStart bool, startErr error, subID int, latest bool) (byte, string) {
 	s := se.s
 	full := f.Filter
@@ -295,79 +313,125 @@ func (se *session) subscribeOne(ctx context.Context, f packets.Subscription, sta
 	if t.Share != "" {
 		return codeSharedNotSupp, "shared subscriptions are not supported by the cloud MQTT listener"
 	}
-	if t.Stream == "" {
-		return codeFilterInvalid, "subscribe to $stream/<namespace.stream>/<topic filter>"
-	}
 	if startErr != nil {
 		return codeImplementation, startErr.Error()
 	}
-	if a := s.cfg.Auth; a != nil {
-		err := a.Authorize(auth.Request{Client: auth.Client{Protocol: "mqtt", Remote: se.conn.remote}, Principal: se.p,
-			Action: auth.Subscribe, ClientID: se.id, Topic: t.Filter, Stream: t.Stream})
+	a := s.cfg.Auth
+	rq := auth.Request{Client: auth.Client{Protocol: "mqtt", Remote: se.conn.remote}, Principal: se.p,
+		Action: auth.Subscribe, ClientID: se.id, Topic: t.Filter, Stream: t.Stream}
+	if a != nil && a.Authorize(rq) != nil {
+		return codeNotAuthorized, "not authorized"
+	}
+	streams := []string{t.Stream}
+	if t.Stream == "" {
+		// A plain topic filter: the streams the edge nodes route matching
+		// topics to, those of them the principal may read.
+		all, err := s.resolve(ctx, t.Filter)
 		if err != nil {
-			return codeNotAuthorized, "not authorized"
+			return codeImplementation, "resolve routes: " + err.Error()
 		}
-	}
-	parts, err := s.r.Partitions(ctx, t.Stream)
-	if errors.Is(err, tables.ErrNoSuchStream) {
-		return codeFilterInvalid, "no such stream " + t.Stream
-	}
-	if err != nil {
-		return codeImplementation, "read stream: " + err.Error()
+		streams = streams[:0]
+		for _, st := range all {
+			rq.Stream = st
+			if a == nil || a.Allowed(rq) {
+				streams = append(streams, st)
+			}
+		}
+		if len(streams) == 0 {
+			return codeFilterInvalid, "no stream the edge nodes route topics matching " + t.Filter + " to (or none you may read)"
+		}
 	}
 	se.mu.Lock()
-	var old *sub
+	var olds []*sub
 	for _, su := range se.subs {
 		if su.filter == full {
-			old = su
+			olds = append(olds, su)
 		}
 	}
-	if old == nil && len(se.subs) >= s.cfg.MaxSubscriptions {
+	if len(olds) == 0 && se.filtersLocked() >= s.cfg.MaxSubscriptions {
 		se.mu.Unlock()
 		return codeQuotaExceeded, fmt.Sprintf("at most %d subscriptions per session", s.cfg.MaxSubscriptions)
 	}
 	se.mu.Unlock()
 	qos := min(f.Qos, 1)
-	var newest []*tributary.Record
-	if latest {
-		if newest, err = latestPerTopic(ctx, s.r, t, parts); err != nil {
-			return codeImplementation, "read stream: " + err.Error()
+	// A re-subscription without stream-offset keeps its positions.
+	if len(olds) > 0 && !haveStart {
+		for _, old := range olds {
+			var newest []*tributary.Record
+			if latest {
+				parts, err := s.r.Partitions(ctx, old.t.Stream)
+				if err == nil {
+					newest, err = latestPerTopic(ctx, s.r, old.t, parts)
+				}
+				if err != nil {
+					return codeImplementation, "read stream: " + err.Error()
+				}
+			}
+			se.mu.Lock()
+			old.qos, old.subID, old.latest = qos, subID, newest
+			se.mu.Unlock()
 		}
-	}
-	// A re-subscription without stream-offset keeps its position.
-	if old != nil && !haveStart {
-		se.mu.Lock()
-		old.qos, old.subID = qos, subID
-		old.latest = newest
-		se.mu.Unlock()
 		return qos, ""
 	}
-	su := &sub{filter: full, t: t, qos: qos, subID: subID, start: start, parts: map[int32]*cursor{}, latest: newest}
-	pos := map[int32]int64{}
-	for _, p := range parts {
-		n, err := startOffset(ctx, s.r, t.Stream, p, start)
+	var subs []*sub
+	for _, st := range streams {
+		tt := t
+		tt.Stream = st
+		parts, err := s.r.Partitions(ctx, st)
+		if errors.Is(err, tables.ErrNoSuchStream) {
+			return codeFilterInvalid, "no such stream " + st
+		}
 		if err != nil {
 			return codeImplementation, "read stream: " + err.Error()
 		}
-		su.parts[p] = &cursor{next: n, saved: n}
-		pos[p] = n
+		su := &sub{filter: full, t: tt, qos: qos, subID: subID, start: start, parts: map[int32]*cursor{}}
+		if latest {
+			if su.latest, err = latestPerTopic(ctx, s.r, tt, parts); err != nil {
+				return codeImplementation, "read stream: " + err.Error()
+			}
+		}
+		for _, p := range parts {
+			n, err := startOffset(ctx, s.r, st, p, start)
+			if err != nil {
+				return codeImplementation, "read stream: " + err.Error()
+			}
+			su.parts[p] = &cursor{next: n, saved: n}
+		}
+		subs = append(subs, su)
 	}
 	if se.persistent() {
 		if err := s.store.DropFilter(ctx, se.id, full); err != nil {
 			return codeImplementation, "session store: " + err.Error()
 		}
-		if err := s.store.SavePositions(ctx, se.id, full, pos); err != nil {
-			return codeImplementation, "session store: " + err.Error()
+		for _, su := range subs {
+			pos := map[int32]int64{}
+			for p, c := range su.parts {
+				pos[p] = c.next
+			}
+			if err := s.store.SavePositions(ctx, se.id, full, su.t.Stream, pos); err != nil {
+				return codeImplementation, "session store: " + err.Error()
+			}
 		}
 	}
 	se.mu.Lock()
-	if old != nil {
+	for _, old := range olds {
 		se.dropLocked(old)
 	}
-	se.subs = append(se.subs, su)
-	se.watchLocked(t.Stream, 1)
+	for _, su := range subs {
+		se.subs = append(se.subs, su)
+		se.watchLocked(su.t.Stream, 1)
+	}
 	se.mu.Unlock()
 	return qos, ""
+}
+
+// filtersLocked counts the session's subscription filters.
+func (se *session) filtersLocked() int {
+	seen := map[string]bool{}
+	for _, su := range se.subs {
+		seen[su.filter] = true
+	}
+	return len(seen)
 }
 
 // startOffset is where a new subscription starts in partition p.
@@ -466,17 +530,17 @@ func (se *session) unsubscribe(pk packets.Packet) error {
 	codes := make([]byte, len(pk.Filters))
 	for i, f := range pk.Filters {
 		se.mu.Lock()
-		var found *sub
+		var found []*sub
 		for _, su := range se.subs {
 			if su.filter == f.Filter {
-				found = su
+				found = append(found, su)
 			}
 		}
-		if found != nil {
-			se.dropLocked(found)
+		for _, su := range found {
+			se.dropLocked(su)
 		}
 		se.mu.Unlock()
-		if found == nil {
+		if len(found) == 0 {
 			codes[i] = 0x11 // no subscription existed
 			continue
 		}
@@ -526,7 +590,7 @@ func (se *session) ack(id uint16) {
 func (se *session) saveLocked(su *sub, p int32, c *cursor) {
 	if d := c.durable(); d != c.saved && se.persistent() {
 		c.saved = d
-		se.s.store.Set(se.id, su.filter, p, d)
+		se.s.store.Set(se.id, su.filter, su.t.Stream, p, d)
 	}
 }
 

@@ -6,8 +6,8 @@ package cloudmqtt
 //
 //	tributary_mqtt_sessions(client_id, principal, subscriptions, expiry,
 //	                        seen, update_time)             -- key client_id
-//	tributary_mqtt_positions(client_id, filter, part, next_offset,
-//	                         update_time)   -- key (client_id, filter, part)
+//	tributary_mqtt_positions(client_id, filter, stream, part, next_offset,
+//	                 update_time)   -- key (client_id, filter, stream, part)
 //
 // subscriptions is a JSON list of the session's filters (with QoS and
 // subscription identifier); expiry is the session expiry interval in
@@ -53,8 +53,8 @@ type storedSession struct {
 }
 
 type posKey struct {
-	client, filter string
-	part           int32
+	client, filter, stream string
+	part                   int32
 }
 
 // store is the session store on the catalog database.
@@ -87,10 +87,11 @@ func openStore(uri string, log *slog.Logger) (*store, error) {
 		`CREATE TABLE IF NOT EXISTS tributary_mqtt_positions (
 		client_id TEXT NOT NULL,
 		filter TEXT NOT NULL,
+		stream TEXT NOT NULL,
 		part ` + db.BigInt() + ` NOT NULL,
 		next_offset ` + db.BigInt() + ` NOT NULL,
 		update_time ` + db.BigInt() + ` NOT NULL,
-		PRIMARY KEY (client_id, filter, part))`} {
+		PRIMARY KEY (client_id, filter, stream, part))`} {
 		if _, err := db.Exec(q); err != nil {
 			db.Close()
 			return nil, fmt.Errorf("create session tables: %w", err)
@@ -111,12 +112,12 @@ func (s *store) close(ctx context.Context) error {
 	return errors.Join(ferr, s.db.Close())
 }
 
-// Set records the position of (client, filter, part); the returned
-// channel is closed once it is written.
-func (s *store) Set(client, filter string, part int32, next int64) <-chan struct{} {
+// Set records the position of (client, filter, stream, part); the
+// returned channel is closed once it is written.
+func (s *store) Set(client, filter, stream string, part int32, next int64) <-chan struct{} {
 	ch := make(chan struct{})
 	s.mu.Lock()
-	s.dirty[posKey{client, filter, part}] = next
+	s.dirty[posKey{client, filter, stream, part}] = next
 	s.waiters = append(s.waiters, ch)
 	s.mu.Unlock()
 	select {
@@ -204,12 +205,12 @@ func (s *store) write(ctx context.Context, d map[posKey]int64) error {
 		return err
 	}
 	defer tx.Rollback()
-	q := s.db.Q(`INSERT INTO tributary_mqtt_positions (client_id, filter, part, next_offset, update_time)
-		VALUES (?, ?, ?, ?, ?) ON CONFLICT (client_id, filter, part) DO UPDATE SET
+	q := s.db.Q(`INSERT INTO tributary_mqtt_positions (client_id, filter, stream, part, next_offset, update_time)
+		VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (client_id, filter, stream, part) DO UPDATE SET
 		next_offset = excluded.next_offset, update_time = excluded.update_time`)
 	now := time.Now().UnixMilli()
 	for k, v := range d {
-		if _, err := tx.ExecContext(ctx, q, k.client, k.filter, k.part, v, now); err != nil {
+		if _, err := tx.ExecContext(ctx, q, k.client, k.filter, k.stream, k.part, v, now); err != nil {
 			return err
 		}
 	}
@@ -220,9 +221,13 @@ func (s *store) write(ctx context.Context, d map[posKey]int64) error {
 	return nil
 }
 
+// positions are a session's stored positions by filter, stream and
+// partition.
+type positions map[string]map[string]map[int32]int64
+
 // Load returns the stored session of client (nil when there is none or
-// it has expired) and its positions by filter and partition.
-func (s *store) Load(ctx context.Context, client string) (*storedSession, map[string]map[int32]int64, error) {
+// it has expired) and its positions.
+func (s *store) Load(ctx context.Context, client string) (*storedSession, positions, error) {
 	var ss storedSession
 	var subs string
 	err := s.db.QueryRowContext(ctx, s.db.Q(`SELECT principal, subscriptions, expiry, seen FROM tributary_mqtt_sessions
@@ -239,23 +244,26 @@ func (s *store) Load(ctx context.Context, client string) (*storedSession, map[st
 	if err := json.Unmarshal([]byte(subs), &ss.Subs); err != nil {
 		return nil, nil, fmt.Errorf("session %q: subscriptions: %w", client, err)
 	}
-	rows, err := s.db.QueryContext(ctx, s.db.Q(`SELECT filter, part, next_offset FROM tributary_mqtt_positions WHERE client_id = ?`), client)
+	rows, err := s.db.QueryContext(ctx, s.db.Q(`SELECT filter, stream, part, next_offset FROM tributary_mqtt_positions WHERE client_id = ?`), client)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer rows.Close()
-	pos := map[string]map[int32]int64{}
+	pos := positions{}
 	for rows.Next() {
-		var f string
+		var f, st string
 		var p int32
 		var n int64
-		if err := rows.Scan(&f, &p, &n); err != nil {
+		if err := rows.Scan(&f, &st, &p, &n); err != nil {
 			return nil, nil, err
 		}
 		if pos[f] == nil {
-			pos[f] = map[int32]int64{}
+			pos[f] = map[string]map[int32]int64{}
 		}
-		pos[f][p] = n
+		if pos[f][st] == nil {
+			pos[f][st] = map[int32]int64{}
+		}
+		pos[f][st][p] = n
 	}
 	return &ss, pos, rows.Err()
 }
@@ -287,9 +295,9 @@ func (s *store) Touch(ctx context.Context, clients []string) error {
 
 // SavePositions writes positions at once (a new subscription's start, so
 // that a reconnect before anything is acknowledged resumes from there).
-func (s *store) SavePositions(ctx context.Context, client, filter string, pos map[int32]int64) error {
+func (s *store) SavePositions(ctx context.Context, client, filter, stream string, pos map[int32]int64) error {
 	for p, n := range pos {
-		s.Set(client, filter, p, n)
+		s.Set(client, filter, stream, p, n)
 	}
 	return s.Flush(ctx)
 }

@@ -187,8 +187,10 @@ func checkDelivered(t *testing.T, m *paho.Publish, r *tributary.Record) {
 // TestCloudMQTTMosquittoSub: devices publish to the edge node;
 // mosquitto_sub -V mqttv5 on the cloud listener receives every row of a
 // filter from earliest, in offset order, byte-exact, with the user
-// properties; a 3.1.1 mosquitto_sub receives the live rows of a narrower
-// filter; a publish to the cloud listener is refused with 0x87.
+// properties; a plain topic filter (no $stream/) is resolved through the
+// routes the edge node recorded in the catalog; a 3.1.1 mosquitto_sub
+// receives the live rows of a narrower filter; a publish to the cloud
+// listener is refused with 0x87.
 func TestCloudMQTTMosquittoSub(t *testing.T) {
 	if _, err := exec.LookPath("mosquitto_sub"); err != nil {
 		t.Fatalf("mosquitto_sub not found (Debian package mosquitto-clients): %v", err)
@@ -232,6 +234,33 @@ func TestCloudMQTTMosquittoSub(t *testing.T) {
 			t.Fatalf("message %d (offset %d):\n got %q\nwant %q", i, r.Offset, line, r.Topic+"|"+hex.EncodeToString(r.Value)+"|"+props)
 		}
 	}
+
+	// A plain topic filter, resolved through the routes the edge node
+	// recorded in the catalog (dev routes factory/# to factory.telemetry).
+	var want2 []*tributary.Record
+	for _, r := range rows {
+		if strings.HasPrefix(r.Topic, "factory/line2/") {
+			want2 = append(want2, r)
+		}
+	}
+	waitFor(t, 15*time.Second, "factory/line2/# through the edge's routes", func() bool {
+		out, err := exec.Command("mosquitto_sub", "-h", host, "-p", port, "-V", "mqttv5", "-q", "1",
+			"-t", "factory/line2/#", "-D", "subscribe", "user-property", "stream-offset", "earliest",
+			"-F", "%t|%x", "-C", fmt.Sprint(len(want2)), "-W", "10").CombinedOutput()
+		if err != nil || strings.Contains(string(out), "denied") {
+			return false // refused until the route is in the catalog
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if len(lines) != len(want2) {
+			t.Fatalf("plain filter: %d lines, want %d:\n%s", len(lines), len(want2), out)
+		}
+		for i, line := range lines {
+			if w := want2[i].Topic + "|" + hex.EncodeToString(want2[i].Value); line != w {
+				t.Fatalf("plain filter message %d: %q, want %q", i, line, w)
+			}
+		}
+		return true
+	})
 
 	// MQTT 3.1.1, default start (latest): only rows published after the
 	// subscription, of its filter.
@@ -621,6 +650,9 @@ func TestCloudMQTTBadInput(t *testing.T) {
 				t.Fatalf("subscribe %s: 0x%02x, want 0x%02x", c.filter, code, c.code)
 			}
 		}
+		// A plain '#' reads every stream the edge routes topics to: for an
+		// admin, once the edge node has recorded its routes.
+		waitFor(t, 10*time.Second, "ops granted the plain filter #", func() bool { return ops.subscribe(t, "#") == 1 })
 		// Shared subscriptions: not supported (paho refuses to send one
 		// after the CONNACK said so; a raw client gets 0x9E).
 		c, err := net.DialTimeout("tcp", p.CloudMQTT, 5*time.Second)

@@ -56,6 +56,9 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("%q accepted as %+v", s, tg)
 			}
 			Match(tg.Filter, topic)
+			if ValidFilter(topic) == nil && Overlap(tg.Filter, topic) != Overlap(topic, tg.Filter) {
+				t.Fatalf("Overlap(%q, %q) is not symmetric", tg.Filter, topic)
+			}
 		}
 		if st, err := ParseStart(s); err == nil && st.Kind == Offset && len(st.Offsets) > MaxStartPartitions {
 			t.Fatalf("%q: %d partitions", s, len(st.Offsets))

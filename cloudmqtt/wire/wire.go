@@ -342,3 +342,38 @@ func ParseStart(v string) (Start, error) {
 	}
 	return Start{Kind: Time, Time: t}, nil
 }
+
+// Overlap tells whether some topic matches both filters a and b.
+func Overlap(a, b string) bool {
+	// A topic starting with '$' is not matched by a leading wildcard: a
+	// filter whose first level is '$…' overlaps no filter that starts with
+	// one.
+	if fa, fb := firstLevel(a), firstLevel(b); strings.HasPrefix(fa, "$") && (fb == "+" || fb == "#") ||
+		strings.HasPrefix(fb, "$") && (fa == "+" || fa == "#") {
+		return false
+	}
+	for {
+		al, arest, amore := strings.Cut(a, "/")
+		bl, brest, bmore := strings.Cut(b, "/")
+		if al == "#" || bl == "#" {
+			return true
+		}
+		if al != "+" && bl != "+" && al != bl {
+			return false
+		}
+		switch {
+		case !amore && !bmore:
+			return true
+		case !amore:
+			return brest == "#"
+		case !bmore:
+			return arest == "#"
+		}
+		a, b = arest, brest
+	}
+}
+
+func firstLevel(f string) string {
+	l, _, _ := strings.Cut(f, "/")
+	return l
+}

@@ -164,3 +164,19 @@ func TestReadPacket(t *testing.T) {
 		}
 	}
 }
+
+func TestOverlap(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		want bool
+	}{
+		{"#", "factory/+/temp", true}, {"factory/#", "factory/+/temp", true}, {"factory/#", "factory", true},
+		{"office/#", "factory/+/temp", false}, {"a/+/c", "a/b/+", true}, {"a/b", "a/b/c", false},
+		{"a/b/#", "a/b", true}, {"a/+", "a/b/c", false}, {"+/+", "a", false}, {"a", "a", true},
+		{"#", "$SYS/x", false}, {"$SYS/#", "$SYS/x", true}, {"+/x", "$SYS/x", false},
+	} {
+		if got, rev := Overlap(c.a, c.b), Overlap(c.b, c.a); got != c.want || rev != c.want {
+			t.Errorf("Overlap(%q, %q) = %v / %v, want %v", c.a, c.b, got, rev, c.want)
+		}
+	}
+}
