@@ -191,7 +191,7 @@ func (c *conn) connect(pk packets.Packet) (*session, bool) {
 		pr.AssignedClientID = assigned
 		pr.MaximumQos, pr.MaximumQosFlag = 1, true
 		pr.RetainAvailable, pr.RetainAvailableFlag = 0, true
-		pr.SharedSubAvailable, pr.SharedSubAvailableFlag = 0, true
+		pr.SharedSubAvailable, pr.SharedSubAvailableFlag = 1, true
 		pr.WildcardSubAvailable, pr.WildcardSubAvailableFlag = 1, true
 		pr.SubIDAvailable, pr.SubIDAvailableFlag = 1, true
 		pr.MaximumPacketSize = uint32(s.cfg.MaxPacketBytes)

@@ -10,8 +10,8 @@
 // subscribes to the rows of one stream whose original MQTT (or Kafka)
 // topic matches the filter, with the usual + and # wildcards. The stream
 // part takes no wildcards; an unknown stream is refused (SUBACK 0x8F with
-// a reason string), so is `$share/…` (0x9E: shared subscriptions are not
-// supported here). A plain topic filter reads the streams the edge nodes
+// a reason string). `$share/<group>/<filter>` splits a filter's rows among
+// the group's members on any cloud server (share.go). A plain topic filter reads the streams the edge nodes
 // route matching topics to: each node records its route filters in the
 // stream tables' properties (tables.PublishRoutes), and the filter reads
 // every stream one of whose filters overlaps it (Server.resolve), among

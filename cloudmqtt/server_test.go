@@ -294,3 +294,45 @@ func TestPlainFilterRoutes(t *testing.T) {
 		t.Fatalf("resumed plain filter at %d, want 5", off)
 	}
 }
+
+// TestShared: a $share group of two splits the rows, each row to one
+// member, none lost; when a member leaves with rows unacknowledged, the
+// other receives them.
+func TestShared(t *testing.T) {
+	s, _ := testServer(t, 200)
+	const f = "$share/g/$stream/" + testStream + "/#"
+	a := dial(t, s.Addr(), "m-a", 0, false)
+	b := dial(t, s.Addr(), "m-b", 0, true) // acknowledges nothing
+	if code := a.sub(t, f, "earliest"); code != 1 {
+		t.Fatalf("a: SUBACK 0x%02x", code)
+	}
+	if code := b.sub(t, f, "earliest"); code != 1 {
+		t.Fatalf("b: SUBACK 0x%02x", code)
+	}
+	gotA := map[int64]bool{}
+	byB := 0
+	// b holds its inflight window (16) unacknowledged and leaves: its rows
+	// go back to the group, so a, which acknowledges everything, ends up
+	// with every row, and each row exactly once.
+	deadline := time.After(20 * time.Second)
+	for len(gotA) < 200 {
+		select {
+		case m := <-a.msgs:
+			off, _ := strconv.ParseInt(m.Properties.User.Get("offset"), 10, 64)
+			if gotA[off] {
+				t.Fatalf("a got offset %d twice", off)
+			}
+			gotA[off] = true
+		case <-b.msgs:
+			byB++
+			if byB == 16 {
+				b.conn.Close()
+			}
+		case <-deadline:
+			t.Fatalf("a has %d of 200 offsets (b got %d)", len(gotA), byB)
+		}
+	}
+	if byB < 16 {
+		t.Fatalf("b received %d: the group did not split", byB)
+	}
+}

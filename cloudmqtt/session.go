@@ -69,6 +69,7 @@ type cursor struct {
 	next    int64   // next offset to read
 	unacked []int64 // offsets sent at QoS 1, not acknowledged, ascending
 	saved   int64   // durable position last given to the store (-1: none)
+	limit   int64   // shared subscription: the end (exclusive) of the claimed chunk; 0 = none
 }
 
 func (c *cursor) durable() int64 {
@@ -191,7 +192,9 @@ func (se *session) finish() {
 		}
 		se.watching = map[string]int{}
 		persistent, row := se.persistent(), se.row()
+		subs := slices.Clone(se.subs)
 		se.mu.Unlock()
+		se.releaseShares(subs)
 		s := se.s
 		s.mu.Lock()
 		if s.sessions[se.id] == se {
@@ -310,9 +313,6 @@ func (se *session) subscribeOne(ctx context.Context, f packets.Subscription, sta
 	if err != nil {
 		return codeFilterInvalid, err.Error()
 	}
-	if t.Share != "" {
-		return codeSharedNotSupp, "shared subscriptions are not supported by the cloud MQTT listener"
-	}
 	if startErr != nil {
 		return codeImplementation, startErr.Error()
 	}
@@ -391,6 +391,9 @@ func (se *session) subscribeOne(ctx context.Context, f packets.Subscription, sta
 			}
 		}
 		for _, p := range parts {
+			if t.Share != "" {
+				break // the group's chunks say where (share.go)
+			}
 			n, err := startOffset(ctx, s.r, st, p, start)
 			if err != nil {
 				return codeImplementation, "read stream: " + err.Error()
@@ -540,6 +543,7 @@ func (se *session) unsubscribe(pk packets.Packet) error {
 			se.dropLocked(su)
 		}
 		se.mu.Unlock()
+		se.releaseShares(found)
 		if len(found) == 0 {
 			codes[i] = 0x11 // no subscription existed
 			continue
@@ -588,6 +592,9 @@ func (se *session) ack(id uint16) {
 
 // saveLocked gives the store a cursor's durable position when it moved.
 func (se *session) saveLocked(su *sub, p int32, c *cursor) {
+	if su.t.Share != "" {
+		return // the group's chunks hold the position
+	}
 	if d := c.durable(); d != c.saved && se.persistent() {
 		c.saved = d
 		se.s.store.Set(se.id, su.filter, su.t.Stream, p, d)
@@ -696,6 +703,15 @@ func (se *session) deliver(ctx context.Context, su *sub, p int32) (bool, error) 
 	if err != nil {
 		return false, nil
 	}
+	end := v.End
+	if su.t.Share != "" {
+		if c = se.shareCursor(ctx, su, p, v.End); c == nil {
+			return false, nil
+		}
+		se.mu.Lock()
+		end = min(end, c.limit)
+		se.mu.Unlock()
+	}
 	if c == nil {
 		// A partition that appeared after the subscription: all of it is new.
 		n := v.Earliest
@@ -716,13 +732,16 @@ func (se *session) deliver(ctx context.Context, su *sub, p int32) (bool, error) 
 	se.mu.Lock()
 	from := c.next
 	se.mu.Unlock()
-	if from >= v.End {
+	if from >= end {
 		return false, nil
 	}
 	from = max(from, v.Earliest)
 	var recs []*tributary.Record
 	last := from - 1
 	if err := v.Read(ctx, from, func(r *tributary.Record) bool {
+		if r.Offset >= end {
+			return false
+		}
 		last = r.Offset
 		if wire.Match(su.t.Filter, r.Topic) {
 			recs = append(recs, r)

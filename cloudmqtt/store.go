@@ -97,6 +97,10 @@ func openStore(uri string, log *slog.Logger) (*store, error) {
 			return nil, fmt.Errorf("create session tables: %w", err)
 		}
 	}
+	if err := createShareTables(db); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("create shared subscription tables: %w", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &store{db: db, log: log, dirty: map[posKey]int64{}, kick: make(chan struct{}, 1), cancel: cancel,
 		done: make(chan struct{}), writes: func() {}}

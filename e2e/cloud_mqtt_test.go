@@ -459,8 +459,9 @@ func TestCloudMQTTResume(t *testing.T) {
 // TestCloudMQTTReplay: start positions from the stream-offset user
 // property — earliest, an offset, per-partition offsets, an RFC 3339
 // time, latest (the default: only rows after the subscription) — the
-// latest value per topic (stream-latest=true), and a bad value refused in
-// the SUBACK.
+// latest value per topic (stream-latest=true), a $share group of two
+// members on two cloud servers splitting the rows, and a bad value
+// refused in the SUBACK.
 func TestCloudMQTTReplay(t *testing.T) {
 	dir := t.TempDir()
 	p := startDev(t, dir)
@@ -531,6 +532,44 @@ func TestCloudMQTTReplay(t *testing.T) {
 		}
 		checkDelivered(t, m, rows[want])
 	}
+	// A $share group of two members on two cloud servers splits the rows
+	// from earliest: each row to one member, none lost.
+	c2 := startCloudMQTT(t, dir)
+	share := "$share/dash/$stream/" + cloudStream + "/factory/#"
+	m1 := connectCloud(t, p.CloudMQTT, paho.Connect{ClientID: "share-1", CleanStart: true}, false)
+	m2 := connectCloud(t, c2.CloudMQTT, paho.Connect{ClientID: "share-2", CleanStart: true}, false)
+	for _, m := range []*cloudClient{m1, m2} {
+		if code := m.subscribe(t, share, "stream-offset", "earliest"); code != 1 {
+			t.Fatalf("$share: SUBACK 0x%02x", code)
+		}
+	}
+	shared := map[int64]int{}
+	per := map[*cloudClient]int{}
+	deadline := time.After(20 * time.Second)
+	for len(shared) < len(rows) {
+		select {
+		case m := <-m1.msgs:
+			shared[offsetOf(t, m)]++
+			per[m1]++
+		case m := <-m2.msgs:
+			shared[offsetOf(t, m)]++
+			per[m2]++
+		case <-deadline:
+			t.Fatalf("$share group: %d of %d rows (members %d, %d)", len(shared), len(rows), per[m1], per[m2])
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	if len(m1.msgs)+len(m2.msgs) > 0 {
+		t.Fatal("$share group: more messages than rows")
+	}
+	for off, n := range shared {
+		if n != 1 {
+			t.Fatalf("$share group: offset %d delivered %d times", off, n)
+		}
+	}
+	if per[m1] == 0 || per[m2] == 0 {
+		t.Fatalf("$share group did not split: %d and %d", per[m1], per[m2])
+	}
 	// Bad values are refused, with a reason.
 	for _, bad := range []string{"-5", "yesterday", "0:x", "2026-13-45T00:00:00Z"} {
 		if code := cc.subscribe(t, "$stream/"+cloudStream+"/bad/+", "stream-offset", bad); code < 0x80 {
@@ -559,8 +598,8 @@ acl:
 // string, QoS 0 and 3.1.1 publishes by closing the connection) and never
 // reach the table; filters over every stream or topic need the ACL's
 // grant ('#' and other streams refused for dash, granted for ops);
-// wildcards in the stream part, unknown streams, plain and shared filters
-// are refused with their reason codes; 50 subscribers that never
+// wildcards in the stream part, unknown streams and malformed shared
+// filters are refused with their reason codes; 50 subscribers that never
 // acknowledge hold at most their window each (the server's memory stays
 // bounded); 2,000 idle sessions cost the server little CPU and a live
 // subscriber beside them still receives new rows at once.
@@ -653,22 +692,22 @@ func TestCloudMQTTBadInput(t *testing.T) {
 		// A plain '#' reads every stream the edge routes topics to: for an
 		// admin, once the edge node has recorded its routes.
 		waitFor(t, 10*time.Second, "ops granted the plain filter #", func() bool { return ops.subscribe(t, "#") == 1 })
-		// Shared subscriptions: not supported (paho refuses to send one
-		// after the CONNACK said so; a raw client gets 0x9E).
+		// A malformed shared subscription (no group name), from a raw
+		// client: 0x8F.
 		c, err := net.DialTimeout("tcp", p.CloudMQTT, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
 		c.Write(rawConnect("ops-raw", "ops", "pw-ops"))
-		c.Write(rawSubscribe("$share/g/$stream/" + cloudStream + "/#"))
+		c.Write(rawSubscribe("$share//$stream/" + cloudStream + "/#"))
 		c.SetReadDeadline(time.Now().Add(10 * time.Second))
 		br := bufio.NewReader(c)
 		if first, _ := readRawPacket(t, br); first != 0x20 {
 			t.Fatalf("first packet 0x%02x, want CONNACK", first)
 		}
-		if first, body := readRawPacket(t, br); first != 0x90 || body[len(body)-1] != 0x9E {
-			t.Fatalf("$share SUBACK 0x%02x % x, want reason 0x9E", first, body)
+		if first, body := readRawPacket(t, br); first != 0x90 || body[len(body)-1] != 0x8F {
+			t.Fatalf("$share// SUBACK 0x%02x % x, want reason 0x8F", first, body)
 		}
 	})
 
