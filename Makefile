@@ -89,6 +89,7 @@ FUZZ_TARGETS += pulsar/wire:FuzzAckedRanges uplink/quarantine:FuzzDecodeQuaranti
 # so its binary links the table stack: its million takes about 50 minutes
 # here (330 executions a second), the rest a few minutes each.
 FUZZ_TARGETS += tables/rest:FuzzCommitDecode
+FUZZ_TARGETS += cloudmqtt/wire:FuzzReadPacket cloudmqtt/wire:FuzzParse
 FUZZ_SLOW_TARGETS := mqtt:FuzzPacketHandlingServer kafka/consume:FuzzCloudRequestServer \
 	tables/rest:FuzzCommitRequestServer
 # fuzz1 runs target $$t for $$ft, prints its wall time, retries the engine flake once.

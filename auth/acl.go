@@ -135,6 +135,11 @@ func (rule Rule) allows(r Request) bool {
 		if r.Topic == "" {
 			return false
 		}
+		// The cloud MQTT listener's $stream subscriptions name the stream
+		// too: a rule listing streams must cover it.
+		if r.Stream != "" && !anyGlob(rule.Streams, r.Principal.Name, r.Stream) {
+			return false
+		}
 		if len(rule.Topics) == 0 {
 			return true
 		}

@@ -213,6 +213,7 @@ func TestACL(t *testing.T) {
 			{Principal: "group:readers", Allow: []Action{Consume}, Streams: []string{"factory.*"}, Groups: []string{"%u-*"}},
 			{Principal: "edge", Allow: []Action{Write}, Streams: []string{"factory.*"}, ClientIDs: []string{"edge-node-*"}},
 			{Principal: "ops", Allow: []Action{Admin}},
+			{Principal: "dash", Allow: []Action{Subscribe}, Topics: []string{"factory/+/temp"}, Streams: []string{"factory.*"}},
 		}})
 	P := func(n string) Principal { return Principal{Name: n, Method: MethodPassword} }
 	cases := []struct {
@@ -228,6 +229,10 @@ func TestACL(t *testing.T) {
 		{Request{Principal: P("sensor-1"), Action: Subscribe, Topic: "factory/+/temp"}, false},
 		{Request{Principal: P("sensor-1"), Action: Subscribe, Topic: "#"}, false},
 		{Request{Principal: P("sensor-1"), Action: Produce, Stream: "factory.a"}, false},
+		{Request{Principal: P("sensor-1"), Action: Subscribe, Topic: "factory/sensor-1/+", Stream: "office.x"}, true}, // no streams listed: any
+		{Request{Principal: P("dash"), Action: Subscribe, Topic: "factory/+/temp", Stream: "factory.telemetry"}, true},
+		{Request{Principal: P("dash"), Action: Subscribe, Topic: "factory/+/temp", Stream: "office.telemetry"}, false},
+		{Request{Principal: P("dash"), Action: Subscribe, Topic: "factory/#", Stream: "factory.telemetry"}, false},
 		{Request{Principal: P("sensor-#"), Action: Publish, Topic: "factory/#"}, false}, // a wildcard in a name never widens %u
 		{Request{Principal: P("analyst-1"), Action: Consume, Stream: "factory.temp", Group: "analyst-1-dash"}, true},
 		{Request{Principal: P("analyst-1"), Action: Consume, Stream: "factory.temp", Group: "other"}, false},

@@ -99,7 +99,8 @@ type Rule struct {
 	// Empty = every topic.
 	Topics []string `yaml:"topics"`
 	// Streams: namespace.stream patterns (* wildcards) for produce,
-	// consume and write, and for the streams MQTT topics route to.
+	// consume and write, for the streams MQTT topics route to, and for
+	// the stream a cloud MQTT `$stream/…` subscription names (subscribe).
 	// Empty = every stream.
 	Streams []string `yaml:"streams"`
 	// Groups: Kafka consumer groups and Pulsar subscriptions (* wildcards)

@@ -43,6 +43,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/tributary-io/tributary/auth"
+	"github.com/tributary-io/tributary/cloudmqtt"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/kafka/consume"
 	"github.com/tributary-io/tributary/listen"
@@ -66,6 +67,7 @@ type Server struct {
 	con    *cloudConsole      // the operator's console on the catalog listener
 	kafka  *consume.Server    // nil when Kafka.Addr is ""
 	pulsar *pulsar.Server     // nil when Pulsar.Addr is ""
+	mqtt   *cloudmqtt.Server  // nil when MQTT.Addr and MQTT.WSAddr are ""
 	maint  *tables.Maintainer // nil when maintenance is off
 	cancel context.CancelFunc // stops the maintainer
 	wg     sync.WaitGroup     // the maintainer loop
@@ -197,7 +199,7 @@ func (s *Server) listen() error {
 			s.con.ps.Store(ps)
 		}
 	}
-	return nil
+	return s.listenMQTT()
 }
 
 // CatalogAddr is the bound address of the REST catalog ("" when off).
@@ -259,6 +261,9 @@ func (s *Server) Collectors() []prometheus.Collector {
 	if s.pulsar != nil {
 		out = append(out, s.pulsar.Collectors()...)
 	}
+	if s.mqtt != nil {
+		out = append(out, s.mqtt.Collectors()...)
+	}
 	return out
 }
 
@@ -290,7 +295,7 @@ func (s *Server) Close(ctx context.Context) error {
 }
 
 func (s *Server) closeListeners(ctx context.Context) error {
-	var errs []error
+	errs := []error{s.closeMQTT(ctx)}
 	if s.rest != nil {
 		if err := s.rest.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("close catalog listener: %w", err))

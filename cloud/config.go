@@ -124,6 +124,9 @@ type Config struct {
 		MaxConnectionBacklog config.ByteSize `yaml:"max_connection_backlog"`
 	} `yaml:"pulsar"`
 
+	// MQTT is the cloud MQTT listener (subscribers served from the tables).
+	MQTT MQTTConfig `yaml:"mqtt"`
+
 	// Maintenance of the tables; the cloud server is where it belongs.
 	Maintenance config.Maintenance `yaml:"maintenance"`
 
@@ -178,6 +181,7 @@ func (c *Config) ApplyDefaults() {
 	if ps.MaxConnectionBacklog == 0 {
 		ps.MaxConnectionBacklog = pulsar.DefaultMaxConnectionBacklog
 	}
+	c.MQTT.defaults()
 	c.Maintenance.Defaults()
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 10 * time.Second
@@ -207,7 +211,7 @@ func (c *Config) Validate() error {
 	c.Security.Validate(bad)
 	if c.Kafka.Addr != nil && c.Pulsar.Addr != nil {
 		if err := c.Security.Exposed(map[string]string{"catalog.addr": c.Catalog.Addr, "kafka.addr": *c.Kafka.Addr,
-			"pulsar.addr": *c.Pulsar.Addr}); err != nil {
+			"pulsar.addr": *c.Pulsar.Addr, "mqtt.addr": c.MQTT.Addr, "mqtt.ws_addr": c.MQTT.WSAddr}); err != nil {
 			bad("security", "%v", err)
 		}
 	}
@@ -264,6 +268,7 @@ func (c *Config) Validate() error {
 			bad(fmt.Sprintf("pulsar.peers[%d]", i), "%q: want host:port", p)
 		}
 	}
+	c.MQTT.validate(bad)
 	c.Storage.Validate(c.Catalog.Warehouse, bad)
 	c.Maintenance.Validate(bad)
 	return errors.Join(errs...)

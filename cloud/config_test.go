@@ -25,6 +25,13 @@ func TestCloudConfigExampleAndErrors(t *testing.T) {
 		k.OffsetsRetention != 168*time.Hour || k.MaxInflightBytes != 512<<20 {
 		t.Fatalf("kafka cap defaults: %+v", k)
 	}
+	if m := d.MQTT; m.Addr != "" || m.WSAddr != "" || m.MaxInflight != 256 || m.MaxSubscriptions != 100 ||
+		m.MaxSessionExpiry != 168*time.Hour || m.WriteTimeout != 30*time.Second {
+		t.Fatalf("mqtt defaults: %+v", m)
+	}
+	if c.MQTT != d.MQTT {
+		t.Fatalf("deploy/cloud.yaml mqtt differs from the defaults: %+v", c.MQTT)
+	}
 	if k := c.Kafka; k.MaxGroups != d.Kafka.MaxGroups || k.OffsetsRetention != d.Kafka.OffsetsRetention || k.MaxInflightBytes != d.Kafka.MaxInflightBytes {
 		t.Fatalf("deploy/cloud.yaml caps differ from the defaults: %+v", k)
 	}
@@ -33,7 +40,11 @@ func TestCloudConfigExampleAndErrors(t *testing.T) {
 		{"role: cloud\ncatalog:\n  uri: http://x", "catalog.uri"},
 		{"role: cloud\nkafka:\n  peers: [nope]", "kafka.peers[0]"},
 		{"role: cloud\nmaintenance:\n  orphan_grace: 1m", "maintenance.orphan_grace"},
-		{"role: cloud\nmqtt: {}", "mqtt"},
+		{"role: cloud\nmqtt:\n  routes: []", "routes"}, // an unknown key
+		{"role: cloud\nmqtt:\n  addr: nope", "mqtt.addr"},
+		{"role: cloud\nmqtt:\n  ws_addr: 0.0.0.0:8083", "mqtt.ws_addr (0.0.0.0:8083)"}, // exposed without authentication
+		{"role: cloud\nmqtt:\n  max_inflight: 70000", "mqtt.max_inflight"},
+		{"role: cloud\nmqtt:\n  max_session_expiry: 1ms", "mqtt.max_session_expiry"},
 		{"role: cloud\nkafka:\n  max_groups: -2", "kafka.max_groups"},
 		{"role: cloud\nkafka:\n  offsets_retention: 1s", "kafka.offsets_retention"},
 		{"role: cloud\nkafka:\n  max_inflight_bytes: 1MiB", "kafka.max_inflight_bytes"},

@@ -3,7 +3,6 @@ package mqtt
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -19,7 +18,7 @@ import (
 // wsListener serves MQTT over WebSocket on a listener we bound ourselves, so
 // that the bound address (port 0) is known; mochi's own Websocket listener
 // calls ListenAndServe and can only report the configured address. The
-// connection adapter follows mochi's listeners/websocket.go (MIT).
+// connection adapter is listen.WSConn.
 type wsListener struct {
 	id       string
 	protocol string // ws, or wss over TLS
@@ -33,8 +32,6 @@ type wsListener struct {
 	closed    bool
 	establish listeners.EstablishFn
 }
-
-var errWSMessage = errors.New("mqtt: websocket message is not binary")
 
 func newWSListener(id string, ln net.Listener, recover func(net.Conn, any)) *wsListener {
 	return &wsListener{
@@ -80,7 +77,7 @@ func (l *wsListener) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	l.mu.Lock()
 	establish := l.establish
 	l.mu.Unlock()
-	conn := &wsConn{Conn: c.NetConn(), c: c}
+	conn := listen.NewWSConn(c)
 	defer func() {
 		if r := recover(); r != nil {
 			l.recover(conn, r) // see tcpListener
@@ -102,47 +99,4 @@ func (l *wsListener) Close(closeClients listeners.CloseFn) {
 		_ = l.srv.Shutdown(ctx)
 	}
 	closeClients(l.id)
-}
-
-// wsConn presents a WebSocket connection as a byte stream: reads run across
-// binary messages, each write is one binary message.
-type wsConn struct {
-	net.Conn
-	c *websocket.Conn
-	r io.Reader // current message, nil between messages
-}
-
-// NetConn is the connection under the WebSocket (listen.Ready finds the
-// listener's connection through it).
-func (ws *wsConn) NetConn() net.Conn { return ws.Conn }
-
-func (ws *wsConn) Read(p []byte) (int, error) {
-	for {
-		if ws.r == nil {
-			op, r, err := ws.c.NextReader()
-			if err != nil {
-				return 0, err
-			}
-			if op != websocket.BinaryMessage {
-				return 0, errWSMessage
-			}
-			ws.r = r
-		}
-		n, err := ws.r.Read(p)
-		if errors.Is(err, io.EOF) {
-			ws.r = nil
-			err = nil
-			if n == 0 {
-				continue // empty or finished message: read the next one
-			}
-		}
-		return n, err
-	}
-}
-
-func (ws *wsConn) Write(p []byte) (int, error) {
-	if err := ws.c.WriteMessage(websocket.BinaryMessage, p); err != nil {
-		return 0, err
-	}
-	return len(p), nil
 }

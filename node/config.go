@@ -243,6 +243,10 @@ type Config struct {
 	CloudKafkaAddr string `yaml:"cloud_kafka_addr"`
 	// CloudPulsarAddr serves Pulsar consumers reading the stream tables.
 	CloudPulsarAddr string `yaml:"cloud_pulsar_addr"`
+	// CloudMQTTAddr and CloudMQTTWSAddr serve MQTT subscribers reading the
+	// stream tables (TCP and WebSocket; package cloudmqtt).
+	CloudMQTTAddr   string `yaml:"cloud_mqtt_addr"`
+	CloudMQTTWSAddr string `yaml:"cloud_mqtt_ws_addr"`
 
 	// ShutdownTimeout bounds the final commit on shutdown. Default 30s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`

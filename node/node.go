@@ -219,6 +219,11 @@ func (n *Node) Start(ctx context.Context) error {
 			n.maint.Run(runCtx)
 		}()
 	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.publishRoutes(runCtx)
+	}()
 	if err := n.mqtt.Start(); err != nil {
 		return fmt.Errorf("start mqtt: %w", err)
 	}

@@ -32,6 +32,8 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 	pulsarAddr := fs.String("pulsar-addr", pulsar.DefaultAddr, "Pulsar consume listener (\"\" = off)")
 	pulsarAdv := fs.String("pulsar-advertised-addr", "", "host:port LOOKUP answers with (default: the listener's)")
 	pulsarPeers := fs.String("pulsar-peers", "", "comma-separated advertised Pulsar host:port of every cloud server; LOOKUP spreads topic partitions over them (default: this one alone)")
+	mqttAddr := fs.String("mqtt-addr", "", "cloud MQTT listener: MQTT 3.1.1/5 subscribers read the tables ($stream/<namespace.stream>/<filter>; \"\" = off)")
+	mqttWSAddr := fs.String("mqtt-ws-addr", "", "cloud MQTT-over-WebSocket listener (\"\" = off)")
 	data := fs.String("data", "./data", "data directory: SQLite catalog (catalog.db) and warehouse (warehouse/)")
 	catURI := fs.String("catalog", "", "backing catalog URI: sqlite:///path or postgres://... (default sqlite://DIR/catalog.db)")
 	warehouse := fs.String("warehouse", "", "warehouse URL (default file://DIR/warehouse)")
@@ -100,6 +102,12 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 	if use("pulsar-peers") {
 		cfg.Pulsar.Peers = splitList(*pulsarPeers)
 	}
+	if use("mqtt-addr") {
+		cfg.MQTT.Addr = *mqttAddr
+	}
+	if use("mqtt-ws-addr") {
+		cfg.MQTT.WSAddr = *mqttWSAddr
+	}
 	if use("catalog") && *catURI != "" {
 		cfg.Catalog.URI = *catURI
 	}
@@ -149,12 +157,13 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 	onSIGHUP(ctx, log, srv.ReloadTLS, srv.ReloadAuth)
 	code := 0
 	// The ready file before the ready line: whoever saw the line finds the file.
-	if err := writeReadyFile(*readyFile, map[string]string{"catalog": srv.CatalogAddr(), "kafka": srv.KafkaAddr(), "pulsar": srv.PulsarAddr()}); err != nil {
+	if err := writeReadyFile(*readyFile, map[string]string{"catalog": srv.CatalogAddr(), "kafka": srv.KafkaAddr(), "pulsar": srv.PulsarAddr(),
+		"mqtt": srv.MQTTAddr(), "mqtt_ws": srv.MQTTWSAddr()}); err != nil {
 		log.Error("ready file", "err", err)
 		code = 1
 		stop()
 	}
-	log.Info("ready", "catalog", srv.CatalogAddr(), "uri", srv.CatalogURL(), "tls", tlsListeners(cfg.Security.TLS, "rest", "kafka", "pulsar"), "kafka", srv.KafkaAddr(), "pulsar", srv.PulsarAddr(), "backing", tables.Redact(cfg.Catalog.URI), "warehouse", cfg.Catalog.Warehouse,
+	log.Info("ready", "catalog", srv.CatalogAddr(), "uri", srv.CatalogURL(), "tls", tlsListeners(cfg.Security.TLS, "rest", "kafka", "pulsar", "mqtt", "mqtt_ws"), "kafka", srv.KafkaAddr(), "pulsar", srv.PulsarAddr(), "mqtt", srv.MQTTAddr(), "mqtt_ws", srv.MQTTWSAddr(), "backing", tables.Redact(cfg.Catalog.URI), "warehouse", cfg.Catalog.Warehouse,
 		"auth", cfg.Catalog.Token != "", "maintenance", *cfg.Maintenance.Enabled)
 	select {
 	case <-ctx.Done():
@@ -180,6 +189,9 @@ func printCloudConfig(w io.Writer, c cloud.Config) {
 		*c.Kafka.Addr, c.Kafka.Peers, *c.Pulsar.Addr, *c.Maintenance.Enabled, c.Maintenance.Interval,
 		tlsListeners(c.Security.TLS, "rest", "kafka", "pulsar"),
 		c.Security.UsersFile != "" || c.Security.JWT.Enabled() || c.Security.TLS.RequireClientCert)
+	m := c.MQTT
+	fmt.Fprintf(w, "mqtt.addr: %s\nmqtt.ws_addr: %s\nmqtt caps: max_inflight=%d max_subscriptions=%d max_session_expiry=%s write_timeout=%s\n",
+		m.Addr, m.WSAddr, m.MaxInflight, m.MaxSubscriptions, m.MaxSessionExpiry, m.WriteTimeout)
 	k := c.Kafka
 	fmt.Fprintf(w, "kafka caps: max_groups=%d max_group_members=%d max_group_offsets=%d offsets_retention=%s max_inflight_bytes=%d\n",
 		k.MaxGroups, k.MaxGroupMembers, k.MaxGroupOffsets, k.OffsetsRetention, k.MaxInflightBytes)

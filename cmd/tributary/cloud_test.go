@@ -54,7 +54,7 @@ func TestCloudServesCatalog(t *testing.T) {
 	if err := json.Unmarshal(raw, &addrs); err != nil {
 		t.Fatalf("ready file %q: %v", raw, err)
 	}
-	if addrs["catalog"] != addr || addrs["kafka"] == "" || addrs["pulsar"] == "" || len(addrs) != 3 {
+	if addrs["catalog"] != addr || addrs["kafka"] == "" || addrs["pulsar"] == "" || addrs["mqtt"] != "" || len(addrs) != 5 {
 		t.Fatalf("ready file %v, want catalog %s and bound kafka and pulsar", addrs, addr)
 	}
 	ctx := context.Background()

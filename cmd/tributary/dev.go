@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tributary-io/tributary/cloudmqtt"
 	firmwaresim "github.com/tributary-io/tributary/firmware-sim"
 	"github.com/tributary-io/tributary/node"
 	"github.com/tributary-io/tributary/pulsar"
@@ -25,6 +26,8 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	catalogAddr := fs.String("catalog-addr", "127.0.0.1:8181", "Iceberg REST catalog for query engines (\"\" = off)")
 	cloudKafkaAddr := fs.String("cloud-kafka-addr", "127.0.0.1:19092", "cloud Kafka consume server reading the tables (\"\" = off)")
 	pulsarAddr := fs.String("pulsar-addr", pulsar.DefaultAddr, "cloud Pulsar consume server reading the tables (\"\" = off)")
+	cloudMQTTAddr := fs.String("cloud-mqtt-addr", cloudmqtt.DefaultDevAddr, "cloud MQTT listener: subscribers read the tables ($stream/<namespace.stream>/<filter>; \"\" = off)")
+	cloudMQTTWSAddr := fs.String("cloud-mqtt-ws-addr", "", "cloud MQTT-over-WebSocket listener (\"\" = off)")
 	devices := fs.Int("sim-devices", 8, "simulated devices publishing telemetry (0 = no simulator)")
 	simRate := fs.Float64("sim-rate", 2, "messages per second per simulated device")
 	simUser := fs.String("sim-username", "", "MQTT user of the simulated devices, when --security turns authentication on (client ids sim-device-N: name the user sim-device or allow them in its rules)")
@@ -67,6 +70,7 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg := node.Config{NodeID: *nodeID, DataDir: abs, HTTPAddr: *httpAddr, CatalogAddr: *catalogAddr, CloudKafkaAddr: *cloudKafkaAddr, CloudPulsarAddr: *pulsarAddr}
+	cfg.CloudMQTTAddr, cfg.CloudMQTTWSAddr = *cloudMQTTAddr, *cloudMQTTWSAddr
 	cfg.MQTT.Addr = *mqttAddr
 	cfg.MQTT.WSAddr = *wsAddr
 	cfg.Kafka.Addr = *kafkaAddr

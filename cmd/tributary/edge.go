@@ -171,6 +171,7 @@ func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *sl
 		"catalog": "", "cloud_kafka": "", "gossip": n.GossipAddr(), "peer": n.PeerAddr(), "pulsar": ""}
 	if cs != nil {
 		addrs["catalog"], addrs["cloud_kafka"], addrs["pulsar"] = cs.CatalogAddr(), cs.KafkaAddr(), cs.PulsarAddr()
+		addrs["cloud_mqtt"], addrs["cloud_mqtt_ws"] = cs.MQTTAddr(), cs.MQTTWSAddr()
 	}
 	code := 0
 	// The ready file before the ready line: whoever saw the line finds the file.
@@ -216,7 +217,7 @@ func tlsListeners(c listen.TLSConfig, names ...string) string {
 // cloud_pulsar_addr), over the node's catalog; false when it asks for none.
 // The node maintains the tables itself, so the cloud server does not.
 func cloudOf(cfg node.Config) (cloud.Config, bool) {
-	if cfg.CatalogAddr == "" && cfg.CloudKafkaAddr == "" && cfg.CloudPulsarAddr == "" {
+	if cfg.CatalogAddr == "" && cfg.CloudKafkaAddr == "" && cfg.CloudPulsarAddr == "" && cfg.CloudMQTTAddr == "" && cfg.CloudMQTTWSAddr == "" {
 		return cloud.Config{}, false
 	}
 	var c cloud.Config
@@ -225,6 +226,7 @@ func cloudOf(cfg node.Config) (cloud.Config, bool) {
 	c.Storage = cfg.Storage
 	kafkaAddr, pulsarAddr, maintain := cfg.CloudKafkaAddr, cfg.CloudPulsarAddr, false
 	c.Kafka.Addr, c.Pulsar.Addr, c.Maintenance.Enabled = &kafkaAddr, &pulsarAddr, &maintain
+	c.MQTT.Addr, c.MQTT.WSAddr = cfg.CloudMQTTAddr, cfg.CloudMQTTWSAddr
 	c.ShutdownTimeout = cfg.ShutdownTimeout
 	c.Security = cfg.Security
 	c.ApplyDefaults()

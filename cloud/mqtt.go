@@ -1,0 +1,118 @@
+package cloud
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/tributary-io/tributary/cloudmqtt"
+)
+
+// MQTTConfig is the cloud MQTT listener (package cloudmqtt): MQTT 3.1.1
+// and 5 subscribers served from the stream tables, read-only, with
+// persistent sessions in the catalog database.
+type MQTTConfig struct {
+	// Addr of the MQTT TCP listener (TLS name "mqtt"). Default "" (off);
+	// `tributary dev` serves it on 127.0.0.1:11883.
+	Addr string `yaml:"addr"`
+	// WSAddr of the MQTT-over-WebSocket listener (TLS name "mqtt_ws").
+	// Default "" (off).
+	WSAddr string `yaml:"ws_addr"`
+	// MaxInflight caps the QoS 1 messages a client has unacknowledged
+	// (its Receive Maximum, if lower, wins). Default 256.
+	MaxInflight int `yaml:"max_inflight"`
+	// MaxSubscriptions caps one session's subscriptions. Default 100.
+	MaxSubscriptions int `yaml:"max_subscriptions"`
+	// MaxSessionExpiry caps a session's expiry interval; MQTT 3.1.1
+	// persistent sessions (clean session false) get it. Default 168h.
+	MaxSessionExpiry time.Duration `yaml:"max_session_expiry"`
+	// WriteTimeout closes a connection whose write is blocked that long
+	// (a subscriber that stopped reading). Default 30s.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+}
+
+func (m *MQTTConfig) defaults() {
+	if m.MaxInflight == 0 {
+		m.MaxInflight = cloudmqtt.DefaultMaxInflight
+	}
+	if m.MaxSubscriptions == 0 {
+		m.MaxSubscriptions = cloudmqtt.DefaultMaxSubscriptions
+	}
+	if m.MaxSessionExpiry == 0 {
+		m.MaxSessionExpiry = cloudmqtt.DefaultMaxSessionExpiry
+	}
+	if m.WriteTimeout == 0 {
+		m.WriteTimeout = cloudmqtt.DefaultWriteTimeout
+	}
+}
+
+func (m *MQTTConfig) validate(bad func(field, format string, args ...any)) {
+	for field, a := range map[string]string{"mqtt.addr": m.Addr, "mqtt.ws_addr": m.WSAddr} {
+		if a == "" {
+			continue
+		}
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			bad(field, "%q: want host:port, or \"\" to turn the listener off", a)
+		}
+	}
+	if m.MaxInflight < 1 || m.MaxInflight > 65535 {
+		bad("mqtt.max_inflight", "%d: want 1..65535", m.MaxInflight)
+	}
+	if m.MaxSubscriptions < 1 {
+		bad("mqtt.max_subscriptions", "%d: want at least 1", m.MaxSubscriptions)
+	}
+	if m.MaxSessionExpiry < time.Second {
+		bad("mqtt.max_session_expiry", "%s: want at least 1s", m.MaxSessionExpiry)
+	}
+	if m.WriteTimeout < time.Second {
+		bad("mqtt.write_timeout", "%s: want at least 1s", m.WriteTimeout)
+	}
+}
+
+// listenMQTT starts the cloud MQTT listener when an address is set.
+func (s *Server) listenMQTT() error {
+	m := s.cfg.MQTT
+	if m.Addr == "" && m.WSAddr == "" {
+		return nil
+	}
+	ms, err := cloudmqtt.New(cloudmqtt.Config{Addr: m.Addr, WSAddr: m.WSAddr,
+		TLS: s.tls.Server("mqtt"), WSTLS: s.tls.Server("mqtt_ws"), SessionsDB: s.cfg.Catalog.URI, Auth: s.auth,
+		MaxInflight: m.MaxInflight, MaxSubscriptions: m.MaxSubscriptions, MaxSessionExpiry: m.MaxSessionExpiry,
+		WriteTimeout: m.WriteTimeout, Logger: s.log}, s.reader)
+	if err != nil {
+		return fmt.Errorf("cloud mqtt: %w", err)
+	}
+	s.mqtt = ms
+	if err := ms.Listen(); err != nil {
+		return err
+	}
+	s.reg.MustRegister(ms.Collectors()...)
+	return nil
+}
+
+// MQTTAddr is the bound address of the cloud MQTT TCP listener ("" when off).
+func (s *Server) MQTTAddr() string {
+	if s.mqtt == nil {
+		return ""
+	}
+	return s.mqtt.Addr()
+}
+
+// MQTTWSAddr is the bound address of the cloud MQTT WebSocket listener ("" when off).
+func (s *Server) MQTTWSAddr() string {
+	if s.mqtt == nil {
+		return ""
+	}
+	return s.mqtt.WSAddr()
+}
+
+func (s *Server) closeMQTT(ctx context.Context) error {
+	if s.mqtt == nil {
+		return nil
+	}
+	if err := s.mqtt.Close(ctx); err != nil {
+		return fmt.Errorf("close cloud mqtt: %w", err)
+	}
+	return nil
+}
