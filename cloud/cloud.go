@@ -66,6 +66,7 @@ type Server struct {
 	con    *cloudConsole      // the operator's console on the catalog listener
 	kafka  *consume.Server    // nil when Kafka.Addr is ""
 	pulsar *pulsar.Server     // nil when Pulsar.Addr is ""
+	http   *httpServer        // nil when HTTP.Addr is ""
 	maint  *tables.Maintainer // nil when maintenance is off
 	cancel context.CancelFunc // stops the maintainer
 	wg     sync.WaitGroup     // the maintainer loop
@@ -177,6 +178,9 @@ func (s *Server) listen() error {
 			s.con.ks.Store(ks)
 		}
 	}
+	if err := s.listenHTTP(); err != nil {
+		return err
+	}
 	if a := *cfg.Pulsar.Addr; a != "" {
 		ps, err := pulsar.NewServer(pulsar.Config{Addr: a, AdvertisedAddr: cfg.Pulsar.AdvertisedAddr,
 			Peers: cfg.Pulsar.Peers, Catalog: cfg.Catalog.Name, CursorsDB: cfg.Catalog.URI, Auth: s.auth, Logger: s.log,
@@ -256,6 +260,9 @@ func (s *Server) Collectors() []prometheus.Collector {
 	if s.pulsar != nil {
 		out = append(out, s.pulsar.Collectors()...)
 	}
+	if s.http != nil {
+		out = append(out, s.http.reader.Collectors()...)
+	}
 	return out
 }
 
@@ -291,6 +298,11 @@ func (s *Server) closeListeners(ctx context.Context) error {
 	if s.rest != nil {
 		if err := s.rest.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("close catalog listener: %w", err))
+		}
+	}
+	if s.http != nil {
+		if err := s.http.close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("close cloud http: %w", err))
 		}
 	}
 	if s.pulsar != nil {

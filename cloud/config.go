@@ -100,6 +100,16 @@ type Config struct {
 		Peers []string `yaml:"peers"`
 	} `yaml:"pulsar"`
 
+	// HTTP is the HTTP read API (package httpapi: long poll, Server-Sent
+	// Events, partitions, offsets by time, group offsets, /openapi.yaml).
+	HTTP struct {
+		// Addr of its listener (HTTP/1.1 and HTTP/2, h2c without TLS).
+		// Default "" (off); tributary dev serves 127.0.0.1:18080
+		// (DefaultHTTPAddr).
+		Addr           *string `yaml:"addr"`
+		config.HTTPAPI `yaml:",inline"`
+	} `yaml:"http"`
+
 	// Maintenance of the tables; the cloud server is where it belongs.
 	Maintenance config.Maintenance `yaml:"maintenance"`
 
@@ -143,6 +153,11 @@ func (c *Config) ApplyDefaults() {
 		a := "127.0.0.1:6650"
 		c.Pulsar.Addr = &a
 	}
+	if c.HTTP.Addr == nil {
+		a := ""
+		c.HTTP.Addr = &a
+	}
+	c.HTTP.Defaults()
 	c.Maintenance.Defaults()
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 10 * time.Second
@@ -216,6 +231,7 @@ func (c *Config) Validate() error {
 			bad(fmt.Sprintf("pulsar.peers[%d]", i), "%q: want host:port", p)
 		}
 	}
+	c.validateHTTP(bad)
 	c.Storage.Validate(c.Catalog.Warehouse, bad)
 	c.Maintenance.Validate(bad)
 	return errors.Join(errs...)

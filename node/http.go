@@ -146,6 +146,8 @@ func (n *Node) handler() http.Handler {
 	for _, c := range n.collectors {
 		reg.MustRegister(c)
 	}
+	prod := n.newHTTPProducer()
+	reg.MustRegister(prod.Collectors()...)
 	mux := http.NewServeMux()
 	// OpenMetrics (when the scraper asks for it) carries the exemplars.
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
@@ -172,6 +174,9 @@ func (n *Node) handler() http.Handler {
 	})
 	mux.HandleFunc("GET /cluster", n.serveCluster)
 	n.registerTestHooks(mux)
+	// HTTP produce (Confluent REST v3) and /openapi.yaml: the producer
+	// authenticates and authorizes each request itself.
+	prod.Register(top)
 	// The operator's console: GET / (the page), /console/app.js|css,
 	// /console/api (its JSON model).
 	n.console = n.newConsole()

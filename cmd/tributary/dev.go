@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tributary-io/tributary/cloud"
 	firmwaresim "github.com/tributary-io/tributary/firmware-sim"
 	"github.com/tributary-io/tributary/node"
 	"github.com/tributary-io/tributary/pulsar"
@@ -25,6 +26,7 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	catalogAddr := fs.String("catalog-addr", "127.0.0.1:8181", "Iceberg REST catalog for query engines (\"\" = off)")
 	cloudKafkaAddr := fs.String("cloud-kafka-addr", "127.0.0.1:19092", "cloud Kafka consume server reading the tables (\"\" = off)")
 	pulsarAddr := fs.String("pulsar-addr", pulsar.DefaultAddr, "cloud Pulsar consume server reading the tables (\"\" = off)")
+	cloudHTTPAddr := fs.String("cloud-http-addr", cloud.DefaultHTTPAddr, "cloud HTTP read API over the tables: long poll, Server-Sent Events, group offsets (\"\" = off); HTTP produce is on --http-addr")
 	devices := fs.Int("sim-devices", 8, "simulated devices publishing telemetry (0 = no simulator)")
 	simRate := fs.Float64("sim-rate", 2, "messages per second per simulated device")
 	simUser := fs.String("sim-username", "", "MQTT user of the simulated devices, when --security turns authentication on (client ids sim-device-N: name the user sim-device or allow them in its rules)")
@@ -66,7 +68,8 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "tributary dev:", err)
 		return 2
 	}
-	cfg := node.Config{NodeID: *nodeID, DataDir: abs, HTTPAddr: *httpAddr, CatalogAddr: *catalogAddr, CloudKafkaAddr: *cloudKafkaAddr, CloudPulsarAddr: *pulsarAddr}
+	cfg := node.Config{NodeID: *nodeID, DataDir: abs, HTTPAddr: *httpAddr, CatalogAddr: *catalogAddr, CloudKafkaAddr: *cloudKafkaAddr, CloudPulsarAddr: *pulsarAddr,
+		CloudHTTPAddr: *cloudHTTPAddr}
 	cfg.MQTT.Addr = *mqttAddr
 	cfg.MQTT.WSAddr = *wsAddr
 	cfg.Kafka.Addr = *kafkaAddr

@@ -168,9 +168,10 @@ func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *sl
 		close(simDone)
 	}
 	addrs := map[string]string{"mqtt": n.MQTTAddr(), "mqtt_ws": n.MQTTWSAddr(), "http": n.HTTPAddr(), "kafka": n.KafkaAddr(),
-		"catalog": "", "cloud_kafka": "", "gossip": n.GossipAddr(), "peer": n.PeerAddr(), "pulsar": ""}
+		"catalog": "", "cloud_kafka": "", "gossip": n.GossipAddr(), "peer": n.PeerAddr(), "pulsar": "", "cloud_http": ""}
 	if cs != nil {
 		addrs["catalog"], addrs["cloud_kafka"], addrs["pulsar"] = cs.CatalogAddr(), cs.KafkaAddr(), cs.PulsarAddr()
+		addrs["cloud_http"] = cs.HTTPAddr()
 	}
 	code := 0
 	// The ready file before the ready line: whoever saw the line finds the file.
@@ -216,7 +217,7 @@ func tlsListeners(c listen.TLSConfig, names ...string) string {
 // cloud_pulsar_addr), over the node's catalog; false when it asks for none.
 // The node maintains the tables itself, so the cloud server does not.
 func cloudOf(cfg node.Config) (cloud.Config, bool) {
-	if cfg.CatalogAddr == "" && cfg.CloudKafkaAddr == "" && cfg.CloudPulsarAddr == "" {
+	if cfg.CatalogAddr == "" && cfg.CloudKafkaAddr == "" && cfg.CloudPulsarAddr == "" && cfg.CloudHTTPAddr == "" {
 		return cloud.Config{}, false
 	}
 	var c cloud.Config
@@ -225,6 +226,8 @@ func cloudOf(cfg node.Config) (cloud.Config, bool) {
 	c.Storage = cfg.Storage
 	kafkaAddr, pulsarAddr, maintain := cfg.CloudKafkaAddr, cfg.CloudPulsarAddr, false
 	c.Kafka.Addr, c.Pulsar.Addr, c.Maintenance.Enabled = &kafkaAddr, &pulsarAddr, &maintain
+	httpAddr := cfg.CloudHTTPAddr
+	c.HTTP.Addr, c.HTTP.HTTPAPI = &httpAddr, cfg.HTTPAPI // http_api caps its reads too
 	c.ShutdownTimeout = cfg.ShutdownTimeout
 	c.Security = cfg.Security
 	c.ApplyDefaults()
