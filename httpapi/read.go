@@ -3,7 +3,6 @@ package httpapi
 import (
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -358,7 +357,7 @@ func (rd *Reader) serveRecords(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	io.WriteString(w, `{"records":[`)
-	enc := json.NewEncoder(w)
+	enc := wire.NewEncoder(w)
 	for i, rec := range recs {
 		if i > 0 {
 			io.WriteString(w, ",")

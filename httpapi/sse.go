@@ -1,12 +1,13 @@
 package httpapi
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tributary-io/tributary/httpapi/wire"
 
 	"github.com/tributary-io/tributary/tables"
 )
@@ -68,7 +69,7 @@ func (rd *Reader) serveEvents(w http.ResponseWriter, r *http.Request, v *tables.
 		// One event at a time to the connection: a client that does not
 		// read holds one event here, and its write times out.
 		for _, rec := range recs {
-			data, _ := json.Marshal(render(v.Stream, rec, params.format))
+			data := wire.Marshal(render(v.Stream, rec, params.format))
 			if !write("id: %d:%d\nevent: record\ndata: %s\n\n", rec.Partition, rec.Offset, data) {
 				return
 			}

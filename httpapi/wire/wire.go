@@ -255,7 +255,10 @@ func Encode(b []byte, format string) *Data {
 	}
 	switch format {
 	case FormatJSON:
-		if json.Valid(b) {
+		// Only compact JSON: produced again, JSON data is compacted, so
+		// anything else would not come back as the same bytes.
+		var c bytes.Buffer
+		if json.Compact(&c, b) == nil && bytes.Equal(c.Bytes(), b) {
 			return &Data{Type: JSON, Data: json.RawMessage(b)}
 		}
 	case FormatString:
@@ -266,6 +269,23 @@ func Encode(b []byte, format string) *Data {
 	}
 	s, _ := json.Marshal(base64.StdEncoding.EncodeToString(b))
 	return &Data{Type: Binary, Data: s}
+}
+
+// Marshal encodes v as JSON without escaping <, > and & (a JSON value
+// embedded as data keeps its bytes).
+func Marshal(v any) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+}
+
+// NewEncoder is a json.Encoder that does not escape <, > and &.
+func NewEncoder(w io.Writer) *json.Encoder {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc
 }
 
 // Record is one record of a read response.
