@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tributary-io/tributary/internal/batch"
+
 	"golang.org/x/sync/semaphore"
 
 	"github.com/tributary-io/tributary"
@@ -224,10 +226,12 @@ func (p *Producer) serveProduce(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(http.StatusOK)
 	enc := json.NewEncoder(w)
-	for batch := range batches(items) {
-		p.appendBatch(ctx, stream, batch)
+	runs := batch.Runs(items, batch.Caps{Items: maxBatchRecs, Bytes: maxBatchBytes}, func(it *item) int64 { return it.size },
+		func(a, b *item) bool { return a.partition == b.partition }, func(it *item) bool { return it.err != nil })
+	for run := range runs {
+		p.appendBatch(ctx, stream, run)
 		rc.SetWriteDeadline(time.Now().Add(lim.WriteTimeout))
-		for _, it := range batch {
+		for _, it := range run {
 			ahead.Release(it.size)
 			if err := enc.Encode(it.report); err != nil {
 				return // the client is gone or does not read: ctx ends the decoder
@@ -235,47 +239,6 @@ func (p *Producer) serveProduce(w http.ResponseWriter, r *http.Request) {
 		}
 		if err := rc.Flush(); err != nil {
 			return
-		}
-	}
-}
-
-// batches groups the items as they come into runs for one Append: every
-// item already queued, up to the batch caps, of one partition; an error
-// item is a batch of its own.
-func batches(items <-chan *item) func(func([]*item) bool) {
-	return func(yield func([]*item) bool) {
-		var next *item
-		for {
-			if next == nil {
-				it, ok := <-items
-				if !ok {
-					return
-				}
-				next = it
-			}
-			batch := []*item{next}
-			next = nil
-			size := batch[0].size
-		fill:
-			for batch[0].err == nil && len(batch) < maxBatchRecs && size < maxBatchBytes {
-				select {
-				case it, ok := <-items:
-					if !ok {
-						break fill // the next receive sees the close
-					}
-					if it.err != nil || it.partition != batch[0].partition {
-						next = it
-						break fill
-					}
-					batch = append(batch, it)
-					size += it.size
-				default:
-					break fill
-				}
-			}
-			if !yield(batch) {
-				return
-			}
 		}
 	}
 }
