@@ -262,6 +262,7 @@ func (s *Server) Collectors() []prometheus.Collector {
 	}
 	if s.http != nil {
 		out = append(out, s.http.reader.Collectors()...)
+		out = append(out, s.http.grpc.Collectors()...)
 	}
 	return out
 }

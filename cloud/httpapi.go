@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/tributary-io/tributary/grpcapi"
 	"github.com/tributary-io/tributary/httpapi"
 	"github.com/tributary-io/tributary/listen"
 	"github.com/tributary-io/tributary/offsets"
@@ -15,7 +16,8 @@ import (
 // DefaultHTTPAddr is the default address of the HTTP read API.
 const DefaultHTTPAddr = "127.0.0.1:18080"
 
-// httpServer is the cloud's HTTP read API (package httpapi) on its own
+// httpServer is the cloud's HTTP read API (package httpapi) and gRPC
+// ReadService (package grpcapi) on its own
 // listener (TLS name "http"), with /healthz; it stores group offsets in
 // the catalog database's offsets table, where the Kafka groups' are.
 type httpServer struct {
@@ -23,6 +25,7 @@ type httpServer struct {
 	srv     *http.Server
 	offsets *offsets.Store
 	reader  *httpapi.Reader
+	grpc    *grpcapi.Reader
 	done    chan struct{}
 	cancel  context.CancelFunc
 }
@@ -62,7 +65,11 @@ func (s *Server) listenHTTP() error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	rd.Register(mux)
-	h := &httpServer{ln: ln, srv: listen.NewHTTPServer(ln, mux), offsets: os, reader: rd, done: make(chan struct{})}
+	grd := grpcapi.NewReader(grpcapi.ReaderConfig{Auth: s.auth, Logger: s.log.With("component", "grpc-read"),
+		Limits: grpcapi.Limits{MaxStreams: s.cfg.HTTP.MaxStreams}}, s.reader)
+	grd.Register(mux) // gRPC ReadService, on HTTP/2
+	s.reg.MustRegister(grd.Collectors()...)
+	h := &httpServer{ln: ln, srv: listen.NewHTTPServer(ln, mux), offsets: os, reader: rd, grpc: grd, done: make(chan struct{})}
 	// Closing ends the long polls and event streams (their requests'
 	// contexts), which Shutdown alone would wait for.
 	base, cancel := context.WithCancel(context.Background())

@@ -67,15 +67,6 @@ var ErrStreamLimit = errors.New("stream limit reached")
 // protocol names the HTTP API in the audit log and the auth metrics.
 const protocol = "http"
 
-// principal authenticates r: a verified client certificate, else Basic
-// or Bearer credentials, else anonymous (auth.Authority.HTTP).
-func principal(a *auth.Authority, r *http.Request) (auth.Principal, error) {
-	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.PeerCertificates) > 0 && r.Header.Get("Authorization") == "" {
-		return a.Certificate(auth.Client{Protocol: protocol, Remote: r.RemoteAddr}, r.TLS.PeerCertificates[0])
-	}
-	return a.HTTP(r, protocol)
-}
-
 // authorize authenticates r and checks action on stream (and group);
 // false when the error answer has been written (401, 403). With action
 // "" it only authenticates.
@@ -83,7 +74,7 @@ func authorize(w http.ResponseWriter, r *http.Request, a *auth.Authority, action
 	if a.Open() {
 		return auth.Principal{}, true
 	}
-	p, err := principal(a, r)
+	p, err := a.HTTPClient(r, protocol)
 	if err != nil {
 		w.Header().Add("WWW-Authenticate", `Basic realm="tributary", charset="UTF-8"`)
 		w.Header().Add("WWW-Authenticate", `Bearer realm="tributary"`)

@@ -235,6 +235,7 @@ func (n *Node) Start(ctx context.Context) error {
 		}
 		n.httpLn = ln
 		n.http = listen.NewHTTPServer(ln, n.handler())
+		n.http.Protocols = httpProtocols()
 		n.log.Info("listening", "listener", "http", "addr", ln.Addr().String(), "tls", n.TLS("http"),
 			"endpoints", "/ (console) /console/api /status /cluster /metrics /healthz /readyz")
 		n.wg.Add(1)

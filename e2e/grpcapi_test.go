@@ -1,0 +1,234 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tributary-io/tributary/grpcapi/pb"
+	"github.com/tributary-io/tributary/grpcapi/pb/pbconnect"
+)
+
+// h2c is an HTTP client that speaks unencrypted HTTP/2 only, as a gRPC
+// client without TLS does.
+func h2c() *http.Client {
+	tr := &http.Transport{}
+	tr.Protocols = new(http.Protocols)
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: tr}
+}
+
+// grpcProduce sends values on one Produce call of c, reading each answer
+// before sending the next record when lockstep (else everything first),
+// and returns the answers.
+func grpcProduce(t *testing.T, c pbconnect.ProduceServiceClient, stream string, values [][]byte, lockstep bool) []*pb.ProduceResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st := c.Produce(ctx)
+	var out []*pb.ProduceResponse
+	recv := func() {
+		r, err := st.Receive()
+		if err != nil {
+			t.Fatalf("produce receive %d: %v", len(out), err)
+		}
+		out = append(out, r)
+	}
+	for i, v := range values {
+		req := &pb.ProduceRequest{Value: v, Id: uint64(i), Key: []byte(fmt.Sprint("k", i)),
+			Headers: []*pb.Header{{Key: "i", Value: []byte(fmt.Sprint(i))}}}
+		if i == 0 {
+			req.Stream = stream
+		}
+		if err := st.Send(req); err != nil {
+			t.Fatalf("produce send %d: %v", i, err)
+		}
+		if lockstep {
+			recv()
+		}
+	}
+	if err := st.CloseRequest(); err != nil {
+		t.Fatal(err)
+	}
+	for len(out) < len(values) {
+		recv()
+	}
+	if _, err := st.Receive(); err == nil {
+		t.Fatal("more answers than records")
+	}
+	st.CloseResponse()
+	return out
+}
+
+// TestGRPC: a client generated from grpcapi/pb/streams.proto speaking
+// gRPC over HTTP/2 (h2c) and a Connect JSON client produce at the edge on
+// http_addr, each record answered in order with its offset once durable;
+// the cloud's gRPC Fetch (both protocols) reads the same bytes at the same
+// offsets as the table and the cloud Kafka server, and tails new commits;
+// bad input is answered with the field and writes nothing.
+func TestGRPC(t *testing.T) {
+	dir := t.TempDir()
+	p := startDev(t, dir)
+	const stream = "rpc.events"
+	edge := "http://" + p.HTTP
+	grpcProd := pbconnect.NewProduceServiceClient(h2c(), edge, connect.WithGRPC())
+	jsonProd := pbconnect.NewProduceServiceClient(h2c(), edge, connect.WithProtoJSON())
+	var values [][]byte
+	for i := range 300 {
+		values = append(values, []byte(fmt.Sprintf("grpc-%d|\x00\xff%c", i, byte(i))))
+	}
+	got := grpcProduce(t, grpcProd, stream, values[:200], false)
+	got = append(got, grpcProduce(t, jsonProd, stream, values[200:250], true)...)
+	got = append(got, grpcProduce(t, grpcProd, stream, values[250:], true)...)
+	for i, r := range got {
+		if r.Error != nil || r.Offset != int64(i) || r.Partition != 0 || r.Stream != stream || r.TimestampUs == 0 {
+			t.Fatalf("answer %d: %v", i, r)
+		}
+	}
+	waitRows(t, dir, stream, len(values))
+	rows := tableByPartition(t, dir, stream)[0]
+	for i, row := range rows {
+		if !bytes.Equal(row.Value, values[i]) || string(row.Key) != fmt.Sprint("k", i%200) && string(row.Key) != fmt.Sprint("k", (i-200)%50) && string(row.Key) != fmt.Sprint("k", i-250) ||
+			row.Source != "grpc" || len(row.Headers) != 1 {
+			t.Fatalf("row %d: %q %q %s %v", i, row.Key, row.Value, row.Source, row.Headers)
+		}
+	}
+	// Fetch over gRPC and Connect JSON: the table's bytes at its offsets.
+	cloud := "http://" + p.CloudHTTP
+	for name, c := range map[string]pbconnect.ReadServiceClient{
+		"grpc": pbconnect.NewReadServiceClient(h2c(), cloud, connect.WithGRPC()),
+		"json": pbconnect.NewReadServiceClient(h2c(), cloud, connect.WithProtoJSON()),
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		st, err := c.Fetch(ctx, connect.NewRequest(&pb.FetchRequest{Stream: stream, Offset: 0, MaxRecords: 64}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := int64(0)
+		for st.Receive() {
+			for _, r := range st.Msg().Records {
+				row := rows[r.Offset]
+				if r.Offset != next || !bytes.Equal(r.Value, row.Value) || !bytes.Equal(r.Key, row.Key) || r.TimestampUs != row.Timestamp {
+					t.Fatalf("%s fetch offset %d (want %d): %q, table %q", name, r.Offset, next, r.Value, row.Value)
+				}
+				next++
+			}
+		}
+		if err := st.Err(); err != nil || next != int64(len(rows)) {
+			t.Fatalf("%s fetch: %v after %d of %d", name, err, next, len(rows))
+		}
+		cancel()
+	}
+	// The cloud Kafka server has the same bytes at the same offsets.
+	kc, err := kgo.NewClient(kgo.SeedBrokers(p.CloudKafka), kgo.ConsumeTopics(stream), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	kctx, kcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer kcancel()
+	for seen := 0; seen < len(rows) && kctx.Err() == nil; {
+		kc.PollFetches(kctx).EachRecord(func(r *kgo.Record) {
+			if !bytes.Equal(r.Value, values[r.Offset]) {
+				t.Fatalf("kafka offset %d: %q", r.Offset, r.Value)
+			}
+			seen++
+		})
+	}
+	// Follow: a Fetch at the end gets the next commit.
+	rc := pbconnect.NewReadServiceClient(h2c(), cloud, connect.WithGRPC())
+	fctx, fcancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer fcancel()
+	fst, err := rc.Fetch(fctx, connect.NewRequest(&pb.FetchRequest{Stream: stream, Offset: -2, Follow: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		st := grpcProd.Produce(ctx)
+		st.Send(&pb.ProduceRequest{Stream: stream, Value: []byte("tail")})
+		st.CloseRequest()
+		st.Receive()
+		st.CloseResponse()
+	}()
+	if !fst.Receive() || len(fst.Msg().Records) != 1 || fst.Msg().Records[0].Offset != 300 || string(fst.Msg().Records[0].Value) != "tail" {
+		t.Fatalf("follow: %v %v", fst.Err(), fst.Msg())
+	}
+	fcancel()
+
+	// Bad input: each refused record is answered with the field; the
+	// call goes on; nothing of it is written.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st := grpcProd.Produce(ctx)
+	neg := int32(-1)
+	other := int32(5)
+	bad := []*pb.ProduceRequest{
+		{Value: []byte("no stream")},
+		{Stream: "nodot", Value: []byte("x")},
+		{Stream: stream, Partition: &neg, Value: []byte("x")},
+		{Stream: stream, Value: bytes.Repeat([]byte("x"), 2<<20)},
+		{Stream: stream, Partition: &other, Value: []byte("x")},
+		{Stream: stream, Value: []byte("good")},
+	}
+	for _, r := range bad {
+		if err := st.Send(r); err != nil {
+			break // the oversize message may end the call
+		}
+	}
+	st.CloseRequest()
+	var answers []*pb.ProduceResponse
+	for {
+		r, err := st.Receive()
+		if err != nil {
+			var ce *connect.Error
+			if errors.As(err, &ce) {
+				t.Logf("bad-input call ended with %v", ce.Code())
+			}
+			break
+		}
+		answers = append(answers, r)
+	}
+	st.CloseResponse()
+	wantCodes := []string{"invalid_argument", "invalid_argument", "invalid_argument", "", "unavailable", ""}
+	if len(answers) < 3 {
+		t.Fatalf("answers to bad input: %v", answers)
+	}
+	for i, a := range answers {
+		if i == 3 && a.Error == nil {
+			t.Fatalf("an oversize record was accepted: %v", a)
+		}
+		if wantCodes[i] != "" && (a.Error == nil || a.Error.Code != wantCodes[i]) {
+			t.Errorf("answer %d: %v, want %s", i, a, wantCodes[i])
+		}
+	}
+	for _, c := range []struct {
+		req  *pb.FetchRequest
+		code connect.Code
+	}{
+		{&pb.FetchRequest{Stream: "rpc.none"}, connect.CodeNotFound},
+		{&pb.FetchRequest{Stream: "bad"}, connect.CodeInvalidArgument},
+		{&pb.FetchRequest{Stream: stream, Offset: -7}, connect.CodeInvalidArgument},
+		{&pb.FetchRequest{Stream: stream, Offset: 100000}, connect.CodeOutOfRange},
+		{&pb.FetchRequest{Stream: stream, Partition: 3}, connect.CodeNotFound},
+	} {
+		fs, err := rc.Fetch(ctx, connect.NewRequest(c.req))
+		if err == nil {
+			for fs.Receive() {
+			}
+			err = fs.Err()
+		}
+		if connect.CodeOf(err) != c.code {
+			t.Errorf("fetch %v: %v, want %v", c.req, err, c.code)
+		}
+	}
+}
