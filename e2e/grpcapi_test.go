@@ -232,3 +232,40 @@ func TestGRPC(t *testing.T) {
 		}
 	}
 }
+
+// TestGRPCHTTPOverTLS: with TLS on every listener, gRPC negotiates HTTP/2
+// by ALPN on both HTTP ports (Produce at the edge, Fetch in the cloud) and
+// HTTP produce and reads work over https.
+func TestGRPCHTTPOverTLS(t *testing.T) {
+	dir := t.TempDir()
+	p, _ := startSecureDev(t, dir)
+	const stream = "tls.rpc"
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: p.TLS.Clone(), ForceAttemptHTTP2: true}}
+	got := grpcProduce(t, pbconnect.NewProduceServiceClient(c, "https://"+p.HTTP, connect.WithGRPC()), stream, [][]byte{[]byte("a"), []byte("b")}, false)
+	if len(got) != 2 || got[1].Error != nil || got[1].Offset != 1 {
+		t.Fatalf("produce over TLS: %v", got)
+	}
+	resp, err := c.Post("https://"+p.HTTP+"/v3/clusters/tributary/topics/"+stream+"/records", "application/json",
+		bytes.NewReader([]byte(`{"value":{"type":"STRING","data":"c"}}`)))
+	if err != nil || resp.StatusCode != 200 || resp.ProtoMajor != 2 {
+		t.Fatalf("https produce: %v %v", err, resp)
+	}
+	resp.Body.Close()
+	waitRows(t, dir, stream, 3)
+	rc := pbconnect.NewReadServiceClient(c, "https://"+p.CloudHTTP, connect.WithGRPC())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := rc.Fetch(ctx, connect.NewRequest(&pb.FetchRequest{Stream: stream}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vals []string
+	for st.Receive() {
+		for _, r := range st.Msg().Records {
+			vals = append(vals, string(r.Value))
+		}
+	}
+	if st.Err() != nil || fmt.Sprint(vals) != "[a b c]" {
+		t.Fatalf("fetch over TLS: %v %v", st.Err(), vals)
+	}
+}

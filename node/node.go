@@ -229,7 +229,7 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	if n.cfg.HTTPAddr != "" {
 		ln, err := listen.Listen(n.cfg.HTTPAddr, listen.Config{Name: "http", HandshakeTimeout: -1, Logger: n.log,
-			TLS: n.tls.Server("http")})
+			TLS: n.tls.ServerH2("http")})
 		if err != nil {
 			return fmt.Errorf("listen http %s: %w", n.cfg.HTTPAddr, err)
 		}
