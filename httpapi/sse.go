@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bufio"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -11,6 +12,9 @@ import (
 
 	"github.com/tributary-io/tributary/tables"
 )
+
+// eventBuffer is the write buffer of an event stream.
+const eventBuffer = 256 << 10
 
 // keepAlive is how often an idle event stream gets a comment line, so
 // proxies keep it open and a vanished client is noticed.
@@ -59,15 +63,24 @@ func (rd *Reader) serveEvents(w http.ResponseWriter, r *http.Request, v *tables.
 	}
 	tick := rd.tables.MetadataMaxAge() / 2
 	lastWrite := time.Now()
+	// Events go through a buffer of eventBuffer bytes (one write per
+	// buffer, not per event); a client that does not read holds at most
+	// that and one event, and each write has WriteTimeout.
+	bw := bufio.NewWriterSize(w, eventBuffer)
 	write := func(format string, args ...any) bool {
 		rc.SetWriteDeadline(time.Now().Add(rd.cfg.Limits.WriteTimeout))
-		_, err := fmt.Fprintf(w, format, args...)
+		_, err := fmt.Fprintf(bw, format, args...)
 		return err == nil
+	}
+	flush := func() error {
+		rc.SetWriteDeadline(time.Now().Add(rd.cfg.Limits.WriteTimeout))
+		if err := bw.Flush(); err != nil {
+			return err
+		}
+		return rc.Flush()
 	}
 	for {
 		recs, next, err := rd.read(ctx, v, off, params)
-		// One event at a time to the connection: a client that does not
-		// read holds one event here, and its write times out.
 		for _, rec := range recs {
 			data := wire.Marshal(render(v.Stream, rec, params.format))
 			if !write("id: %d:%d\nevent: record\ndata: %s\n\n", rec.Partition, rec.Offset, data) {
@@ -77,23 +90,27 @@ func (rd *Reader) serveEvents(w http.ResponseWriter, r *http.Request, v *tables.
 		if err != nil {
 			rd.cfg.Logger.Warn("http events", "stream", v.Stream, "partition", v.Partition, "err", err)
 			write("event: error\ndata: %s\n\n", strings.ReplaceAll(err.Error(), "\n", " "))
-			rc.Flush()
+			flush()
 			return
 		}
 		if len(recs) == 0 && time.Since(lastWrite) >= keepAlive && !write(": keep-alive\n\n") {
 			return
 		}
-		if len(recs) > 0 || time.Since(lastWrite) >= keepAlive {
-			if rc.Flush() != nil {
+		progressed := next > off
+		if progressed {
+			off = next
+			if off < v.End && bw.Buffered() < eventBuffer/2 {
+				continue // more is committed: no wait, no flush yet
+			}
+		}
+		if bw.Buffered() > 0 || len(recs) > 0 || time.Since(lastWrite) >= keepAlive {
+			if flush() != nil {
 				return
 			}
 			lastWrite = time.Now()
 		}
-		if next > off {
-			off = next
-			if off < v.End {
-				continue // more is committed: no wait
-			}
+		if progressed && off < v.End {
+			continue
 		}
 		select {
 		case <-ctx.Done():
