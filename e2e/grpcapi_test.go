@@ -26,31 +26,54 @@ func h2c() *http.Client {
 	return &http.Client{Transport: tr}
 }
 
-// grpcProduce sends values on one Produce call of c, reading each answer
-// before sending the next record when lockstep (else everything first),
-// and returns the answers.
-func grpcProduce(t *testing.T, c pbconnect.ProduceServiceClient, stream string, values [][]byte, lockstep bool) []*pb.ProduceResponse {
+// grpcResult is one record's answer with its request's id.
+type grpcResult struct {
+	req uint64
+	*pb.ProduceResult
+}
+
+// grpcProduce sends values on one Produce call of c, one record per
+// request and each answer read before the next request when lockstep,
+// else in requests of 50 records all sent first; it returns every
+// record's result in order.
+func grpcProduce(t *testing.T, c pbconnect.ProduceServiceClient, stream string, values [][]byte, lockstep bool) []grpcResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st := c.Produce(ctx)
-	var out []*pb.ProduceResponse
+	var out []grpcResult
+	answers := 0
 	recv := func() {
 		r, err := st.Receive()
 		if err != nil {
-			t.Fatalf("produce receive %d: %v", len(out), err)
+			t.Fatalf("produce receive %d: %v", answers, err)
 		}
-		out = append(out, r)
+		if r.Id != uint64(answers) || r.Error != nil {
+			t.Fatalf("answer %d: %v", answers, r)
+		}
+		answers++
+		for _, res := range r.Results {
+			out = append(out, grpcResult{r.Id, res})
+		}
 	}
-	for i, v := range values {
-		req := &pb.ProduceRequest{Value: v, Id: uint64(i), Key: []byte(fmt.Sprint("k", i)),
-			Headers: []*pb.Header{{Key: "i", Value: []byte(fmt.Sprint(i))}}}
+	per := 50
+	if lockstep {
+		per = 1
+	}
+	requests := 0
+	for i := 0; i < len(values); i += per {
+		req := &pb.ProduceRequest{Id: uint64(requests)}
 		if i == 0 {
 			req.Stream = stream
+		}
+		for j := i; j < min(i+per, len(values)); j++ {
+			req.Records = append(req.Records, &pb.ProduceRecord{Value: values[j], Key: []byte(fmt.Sprint("k", j)),
+				Headers: []*pb.Header{{Key: "i", Value: []byte(fmt.Sprint(j))}}})
 		}
 		if err := st.Send(req); err != nil {
 			t.Fatalf("produce send %d: %v", i, err)
 		}
+		requests++
 		if lockstep {
 			recv()
 		}
@@ -58,13 +81,16 @@ func grpcProduce(t *testing.T, c pbconnect.ProduceServiceClient, stream string, 
 	if err := st.CloseRequest(); err != nil {
 		t.Fatal(err)
 	}
-	for len(out) < len(values) {
+	for answers < requests {
 		recv()
 	}
 	if r, err := st.Receive(); !errors.Is(err, io.EOF) {
 		t.Fatalf("end of the call: %v %v (want a clean end after the last answer)", r, err)
 	}
 	st.CloseResponse()
+	if len(out) != len(values) {
+		t.Fatalf("%d results for %d records", len(out), len(values))
+	}
 	return out
 }
 
@@ -89,14 +115,14 @@ func TestGRPC(t *testing.T) {
 	got = append(got, grpcProduce(t, jsonProd, stream, values[200:250], true)...)
 	got = append(got, grpcProduce(t, grpcProd, stream, values[250:], true)...)
 	for i, r := range got {
-		if r.Error != nil || r.Offset != int64(i) || r.Partition != 0 || r.Stream != stream || r.TimestampUs == 0 {
+		if r.Error != nil || r.Offset != int64(i) || r.Partition != 0 || r.TimestampUs == 0 {
 			t.Fatalf("answer %d: %v", i, r)
 		}
 	}
 	waitRows(t, dir, stream, len(values))
 	rows := tableByPartition(t, dir, stream)[0]
 	for i, row := range rows {
-		if !bytes.Equal(row.Value, values[i]) || string(row.Key) != fmt.Sprint("k", i%200) && string(row.Key) != fmt.Sprint("k", (i-200)%50) && string(row.Key) != fmt.Sprint("k", i-250) ||
+		if !bytes.Equal(row.Value, values[i]) || string(row.Key) != fmt.Sprint("k", i%200) && string(row.Key) != fmt.Sprint("k", i-200) && string(row.Key) != fmt.Sprint("k", i-250) ||
 			row.Source != "grpc" || len(row.Headers) != 1 {
 			t.Fatalf("row %d: %q %q %s %v", i, row.Key, row.Value, row.Source, row.Headers)
 		}
@@ -156,7 +182,7 @@ func TestGRPC(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		st := grpcProd.Produce(ctx)
-		st.Send(&pb.ProduceRequest{Stream: stream, Value: []byte("tail")})
+		st.Send(&pb.ProduceRequest{Stream: stream, Records: []*pb.ProduceRecord{{Value: []byte("tail")}}})
 		st.CloseRequest()
 		st.Receive()
 		st.CloseResponse()
@@ -166,51 +192,67 @@ func TestGRPC(t *testing.T) {
 	}
 	fcancel()
 
-	// Bad input: each refused record is answered with the field; the
-	// call goes on; nothing of it is written.
+	// Bad input: each refused request or record is answered with the
+	// field; the call goes on; nothing of it is written.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	st := grpcProd.Produce(ctx)
 	neg := int32(-1)
 	other := int32(5)
+	one := func(v []byte) []*pb.ProduceRecord { return []*pb.ProduceRecord{{Value: v}} }
 	bad := []*pb.ProduceRequest{
-		{Value: []byte("no stream")},
-		{Stream: "nodot", Value: []byte("x")},
-		{Stream: stream, Partition: &neg, Value: []byte("x")},
-		{Stream: stream, Value: bytes.Repeat([]byte("x"), 2<<20)},
-		{Stream: stream, Partition: &other, Value: []byte("x")},
-		{Stream: stream, Value: []byte("good")},
+		{Records: one([]byte("no stream"))},
+		{Stream: "nodot", Records: one([]byte("x"))},
+		{Stream: stream, Partition: &neg, Records: one([]byte("x"))},
+		{Stream: stream},
+		{Stream: stream, Records: []*pb.ProduceRecord{{Value: []byte("good")}, {Value: bytes.Repeat([]byte("x"), 1<<20+1)}}},
+		{Stream: stream, Partition: &other, Records: one([]byte("x"))},
+		{Stream: stream, Records: one(bytes.Repeat([]byte("y"), 9<<20))}, // over the request cap: ends the call
 	}
-	for _, r := range bad {
+	for i, r := range bad {
+		r.Id = uint64(i)
 		if err := st.Send(r); err != nil {
-			break // the oversize message may end the call
+			break
 		}
 	}
 	st.CloseRequest()
 	var answers []*pb.ProduceResponse
+	var end error
 	for {
 		r, err := st.Receive()
 		if err != nil {
-			var ce *connect.Error
-			if errors.As(err, &ce) {
-				t.Logf("bad-input call ended with %v", ce.Code())
-			}
+			end = err
 			break
 		}
 		answers = append(answers, r)
 	}
 	st.CloseResponse()
-	wantCodes := []string{"invalid_argument", "invalid_argument", "invalid_argument", "", "unavailable", ""}
-	if len(answers) < 3 {
-		t.Fatalf("answers to bad input: %v", answers)
+	code := func(e *pb.Error) string {
+		if e == nil {
+			return ""
+		}
+		return e.Code
 	}
-	for i, a := range answers {
-		if i == 3 && a.Error == nil {
-			t.Fatalf("an oversize record was accepted: %v", a)
+	if len(answers) != 6 || connect.CodeOf(end) != connect.CodeResourceExhausted {
+		t.Fatalf("answers to bad input: %v, end %v", answers, end)
+	}
+	for i, want := range []string{"invalid_argument", "invalid_argument", "invalid_argument"} {
+		if len(answers[i].Results) != 1 || code(answers[i].Results[0].Error) != want {
+			t.Errorf("answer %d: %v, want %s", i, answers[i], want)
 		}
-		if wantCodes[i] != "" && (a.Error == nil || a.Error.Code != wantCodes[i]) {
-			t.Errorf("answer %d: %v, want %s", i, a, wantCodes[i])
-		}
+	}
+	if code(answers[3].Error) != "invalid_argument" || len(answers[3].Results) != 0 {
+		t.Errorf("request without records: %v", answers[3])
+	}
+	if r := answers[4].Results; len(r) != 2 || r[0].Error != nil || r[0].Offset != 301 || code(r[1].Error) != "invalid_argument" {
+		t.Errorf("good and oversize record: %v", answers[4])
+	}
+	if r := answers[5].Results; len(r) != 1 || code(r[0].Error) != "unavailable" {
+		t.Errorf("a partition this node does not write: %v", answers[5])
+	}
+	waitRows(t, dir, stream, 302)
+	if rows := tableByPartition(t, dir, stream)[0]; len(rows) != 302 || string(rows[301].Value) != "good" {
+		t.Fatalf("table after the bad input: %d rows", len(rows))
 	}
 	for _, c := range []struct {
 		req  *pb.FetchRequest
@@ -243,7 +285,7 @@ func TestGRPCHTTPOverTLS(t *testing.T) {
 	const stream = "tls.rpc"
 	c := &http.Client{Transport: &http.Transport{TLSClientConfig: p.TLS.Clone(), ForceAttemptHTTP2: true}}
 	got := grpcProduce(t, pbconnect.NewProduceServiceClient(c, "https://"+p.HTTP, connect.WithGRPC()), stream, [][]byte{[]byte("a"), []byte("b")}, false)
-	if len(got) != 2 || got[1].Error != nil || got[1].Offset != 1 {
+	if got[1].Error != nil || got[1].Offset != 1 {
 		t.Fatalf("produce over TLS: %v", got)
 	}
 	resp, err := c.Post("https://"+p.HTTP+"/v3/clusters/tributary/topics/"+stream+"/records", "application/json",

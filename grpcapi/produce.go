@@ -78,9 +78,13 @@ func (p *Producer) Stats() *Stats { return &p.stats }
 
 // Register mounts ProduceService on mux.
 func (p *Producer) Register(mux *http.ServeMux) {
-	path, h := pbconnect.NewProduceServiceHandler(p, connect.WithReadMaxBytes(int(p.cfg.Limits.MaxRecordBytes)+64<<10))
+	path, h := pbconnect.NewProduceServiceHandler(p, connect.WithReadMaxBytes(int(maxRequestBytes(p.cfg.Limits))))
 	mux.Handle(path, withIdentity(p.cfg.Auth, h))
 }
+
+// maxRequestBytes caps one ProduceRequest: 4 records of the largest size
+// (or 8 MiB of smaller ones); beyond, the call ends (RESOURCE_EXHAUSTED).
+func maxRequestBytes(l Limits) int64 { return max(4*l.MaxRecordBytes, 8<<20) + 64<<10 }
 
 // Caps of the pipeline between receiving and the WAL, per call.
 const (
@@ -90,19 +94,26 @@ const (
 	queueDepth    = 4096
 )
 
-// item is one received record on its way to the WAL.
+// item is one received record on its way to the WAL (or, with none, a
+// request refused as a whole).
 type item struct {
-	id        uint64
+	req       uint64 // the request's id
 	stream    string
 	partition int32
+	last      bool // the last item of its request
+	none      bool // a request with no record: refused as a whole (err)
 	rec       *tributary.Record
 	size      int64
 	err       *pb.Error // refused before the WAL
 }
 
-// Produce receives records on a goroutine and appends them in runs (what
-// was received while the previous run was being made durable), answering
-// each in order.
+// maxRequestRecords caps the records of one ProduceRequest.
+const maxRequestRecords = 10000
+
+// Produce receives requests on a goroutine and appends their records in
+// runs (what was received while the previous run was being made
+// durable), answering each request, in order, once all of its records
+// are.
 func (p *Producer) Produce(ctx context.Context, st *connect.BidiStream[pb.ProduceRequest, pb.ProduceResponse]) error {
 	id, err := guard(ctx)
 	if err != nil {
@@ -123,16 +134,27 @@ func (p *Producer) Produce(ctx context.Context, st *connect.BidiStream[pb.Produc
 	}()
 	runs := batch.Runs(items, batch.Caps{Items: maxRunRecs, Bytes: maxRunBytes}, func(it *item) int64 { return it.size },
 		func(a, b *item) bool { return a.stream == b.stream && a.partition == b.partition }, func(it *item) bool { return it.err != nil })
+	var resp *pb.ProduceResponse // the request being answered
 	for run := range runs {
 		p.append(ctx, run)
 		for _, it := range run {
 			ahead.Release(it.size)
-			resp := &pb.ProduceResponse{Id: it.id, Stream: it.stream, Error: it.err}
-			if it.err == nil {
-				resp.Partition, resp.Offset, resp.TimestampUs = it.rec.Partition, it.rec.Offset, it.rec.Timestamp
+			if resp == nil {
+				resp = &pb.ProduceResponse{Id: it.req, Stream: it.stream}
 			}
-			if err := st.Send(resp); err != nil {
-				return err
+			switch {
+			case it.none:
+				resp.Error = it.err
+			case it.err != nil:
+				resp.Results = append(resp.Results, &pb.ProduceResult{Error: it.err})
+			default:
+				resp.Results = append(resp.Results, &pb.ProduceResult{Partition: it.rec.Partition, Offset: it.rec.Offset, TimestampUs: it.rec.Timestamp})
+			}
+			if it.last {
+				if err := st.Send(resp); err != nil {
+					return err
+				}
+				resp = nil
 			}
 		}
 	}
@@ -145,6 +167,19 @@ func (p *Producer) receive(ctx context.Context, st *connect.BidiStream[pb.Produc
 	items chan<- *item, ahead *semaphore.Weighted) error {
 	stream := ""
 	allowed := map[string]error{}
+	send := func(it *item) error {
+		if it.err != nil {
+			p.stats.Refused.Add(1)
+		} else if err := ahead.Acquire(ctx, it.size); err != nil {
+			return err
+		}
+		select {
+		case items <- it:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	for {
 		req, err := st.Receive()
 		if errors.Is(err, io.EOF) {
@@ -156,59 +191,72 @@ func (p *Producer) receive(ctx context.Context, st *connect.BidiStream[pb.Produc
 		if req.Stream != "" {
 			stream = req.Stream
 		}
-		it := &item{id: req.Id, stream: stream, partition: -1}
-		size := int64(len(req.Value) + len(req.Key))
-		for _, h := range req.Headers {
-			size += int64(len(h.Key) + len(h.Value))
+		// What refuses the whole request.
+		var whole *pb.Error
+		invalid := func(format string, args ...any) *pb.Error {
+			return &pb.Error{Code: connect.CodeInvalidArgument.String(), Message: fmt.Sprintf(format, args...)}
 		}
 		switch {
 		case stream == "":
-			it.err = &pb.Error{Code: connect.CodeInvalidArgument.String(), Message: "stream: not set (the first message names it)"}
+			whole = invalid("stream: not set (the first request names it)")
 		case req.Partition != nil && *req.Partition < 0:
-			it.err = &pb.Error{Code: connect.CodeInvalidArgument.String(), Message: fmt.Sprintf("partition: %d, want >= 0", *req.Partition)}
-		case size > p.cfg.Limits.MaxRecordBytes:
-			it.err = &pb.Error{Code: connect.CodeInvalidArgument.String(), Message: fmt.Sprintf("record of %d bytes: max_record_bytes %d", size, p.cfg.Limits.MaxRecordBytes)}
-		case len(req.Headers) > 1000:
-			it.err = &pb.Error{Code: connect.CodeInvalidArgument.String(), Message: "headers: at most 1000"}
+			whole = invalid("partition: %d, want >= 0", *req.Partition)
+		case len(req.Records) == 0:
+			whole = invalid("records: none")
+		case len(req.Records) > maxRequestRecords:
+			whole = invalid("records: %d, at most %d per request", len(req.Records), maxRequestRecords)
 		}
-		if it.err == nil {
+		if whole == nil {
 			if _, _, err := tributary.ParseStream(stream); err != nil {
-				it.err = &pb.Error{Code: connect.CodeInvalidArgument.String(), Message: "stream: " + err.Error()}
+				whole = invalid("stream: %v", err)
 			}
 		}
-		if it.err == nil {
+		if whole == nil {
 			e, seen := allowed[stream]
 			if !seen {
 				e = authorize(p.cfg.Auth, id, auth.Produce, stream)
 				allowed[stream] = e
 			}
 			if e != nil {
-				it.err = &pb.Error{Code: connect.CodePermissionDenied.String(), Message: e.Error(), Reason: tributary.ReasonUnauthorized.String()}
+				whole = &pb.Error{Code: connect.CodePermissionDenied.String(), Message: e.Error(), Reason: tributary.ReasonUnauthorized.String()}
 			}
 		}
-		if it.err == nil {
-			if req.Partition != nil {
-				it.partition = *req.Partition
-			}
-			rec := &tributary.Record{Stream: stream, Topic: stream, Key: req.Key, Value: req.Value, Source: "grpc",
-				Principal: id.p.Name, ProducerID: -1, ProducerEpoch: -1, ProducerTimestamp: req.TimestampMs}
-			if rec.Value == nil {
-				rec.Value = []byte{}
-			}
-			for _, h := range req.Headers {
-				rec.Headers = append(rec.Headers, tributary.Header{Key: h.Key, Value: h.Value})
-			}
-			it.rec, it.size = rec, min(size+256, maxAheadBytes)
-			if err := ahead.Acquire(ctx, it.size); err != nil {
+		if whole != nil && len(req.Records) == 0 {
+			if err := send(&item{req: req.Id, stream: stream, last: true, none: true, err: whole}); err != nil {
 				return err
 			}
-		} else {
-			p.stats.Refused.Add(1)
+			continue
 		}
-		select {
-		case items <- it:
-		case <-ctx.Done():
-			return ctx.Err()
+		part := int32(-1)
+		if req.Partition != nil {
+			part = *req.Partition
+		}
+		for i, r := range req.Records {
+			it := &item{req: req.Id, stream: stream, partition: part, last: i == len(req.Records)-1, err: whole}
+			size := int64(len(r.Value) + len(r.Key))
+			for _, h := range r.Headers {
+				size += int64(len(h.Key) + len(h.Value))
+			}
+			switch {
+			case it.err != nil:
+			case size > p.cfg.Limits.MaxRecordBytes:
+				it.err = invalid("records[%d]: %d bytes, max_record_bytes %d", i, size, p.cfg.Limits.MaxRecordBytes)
+			case len(r.Headers) > 1000:
+				it.err = invalid("records[%d].headers: at most 1000", i)
+			default:
+				rec := &tributary.Record{Stream: stream, Topic: stream, Key: r.Key, Value: r.Value, Source: "grpc",
+					Principal: id.p.Name, ProducerID: -1, ProducerEpoch: -1, ProducerTimestamp: r.TimestampMs}
+				if rec.Value == nil {
+					rec.Value = []byte{}
+				}
+				for _, h := range r.Headers {
+					rec.Headers = append(rec.Headers, tributary.Header{Key: h.Key, Value: h.Value})
+				}
+				it.rec, it.size = rec, min(size+256, maxAheadBytes)
+			}
+			if err := send(it); err != nil {
+				return err
+			}
 		}
 	}
 }

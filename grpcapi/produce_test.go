@@ -109,24 +109,41 @@ func TestProduceCodes(t *testing.T) {
 		{ErrUnknownStream, "not_found", ""},
 	} {
 		sink.err = tc.err
-		got, err := call(t, c, []*pb.ProduceRequest{{Stream: "a.b", Value: []byte("1"), Id: 7}, {Value: []byte("2")}})
-		if err != nil || len(got) != 2 || got[0].Id != 7 || got[1].Error == nil || got[1].Error.Code != tc.code || got[1].Error.Reason != tc.reason {
+		got, err := call(t, c, []*pb.ProduceRequest{{Stream: "a.b", Records: []*pb.ProduceRecord{{Value: []byte("1")}, {Value: []byte("2")}}, Id: 7}})
+		if err != nil || len(got) != 1 || got[0].Id != 7 || len(got[0].Results) != 2 || got[0].Results[1].Error == nil ||
+			got[0].Results[1].Error.Code != tc.code || got[0].Results[1].Error.Reason != tc.reason {
 			t.Errorf("%v: %v %v", tc.err, got, err)
 		}
 	}
 	sink.err = nil
 	var reqs []*pb.ProduceRequest
-	for i := range 3000 {
-		reqs = append(reqs, &pb.ProduceRequest{Stream: "a.b", Value: []byte(fmt.Sprint(i)), Id: uint64(i)})
+	for i := range 30 {
+		req := &pb.ProduceRequest{Id: uint64(i)}
+		if i == 0 {
+			req.Stream = "a.b"
+		}
+		for j := range 100 {
+			req.Records = append(req.Records, &pb.ProduceRecord{Value: []byte(fmt.Sprint(i*100 + j))})
+		}
+		reqs = append(reqs, req)
 	}
+	reqs = append(reqs, &pb.ProduceRequest{Id: 99}) // no records: refused whole
 	got, err := call(t, c, reqs)
-	if err != nil || len(got) != 3000 {
-		t.Fatalf("3000 records: %d answers, %v", len(got), err)
+	if err != nil || len(got) != 31 {
+		t.Fatalf("31 requests: %d answers, %v", len(got), err)
 	}
-	for i, r := range got {
-		if r.Error != nil || r.Offset != int64(i) || r.Id != uint64(i) || string(sink.recs[i].Value) != fmt.Sprint(i) {
+	for i, r := range got[:30] {
+		if r.Error != nil || r.Id != uint64(i) || len(r.Results) != 100 {
 			t.Fatalf("answer %d: %v", i, r)
 		}
+		for j, res := range r.Results {
+			if n := i*100 + j; res.Error != nil || res.Offset != int64(n) || string(sink.recs[n].Value) != fmt.Sprint(n) {
+				t.Fatalf("answer %d result %d: %v", i, j, res)
+			}
+		}
+	}
+	if e := got[30].Error; got[30].Id != 99 || e == nil || e.Code != "invalid_argument" || len(got[30].Results) != 0 {
+		t.Fatalf("empty request: %v", got[30])
 	}
 }
 
@@ -156,7 +173,7 @@ func TestProduceAuth(t *testing.T) {
 	}
 	sink := &fakeSink{}
 	c := client(server(t, sink, a))
-	req := []*pb.ProduceRequest{{Stream: "a.b", Value: []byte("x")}}
+	req := []*pb.ProduceRequest{{Stream: "a.b", Records: []*pb.ProduceRecord{{Value: []byte("x")}}}}
 	if _, err := call(t, c, req); connect.CodeOf(err) != connect.CodeUnauthenticated {
 		t.Fatalf("anonymous: %v", err)
 	}
@@ -166,11 +183,11 @@ func TestProduceAuth(t *testing.T) {
 		return r.Header.Get("Authorization")
 	}
 	got, err := call(t, c, req, "Authorization", basic("bob"))
-	if err != nil || len(got) != 1 || got[0].Error == nil || got[0].Error.Code != "permission_denied" {
+	if err != nil || len(got) != 1 || len(got[0].Results) != 1 || got[0].Results[0].Error == nil || got[0].Results[0].Error.Code != "permission_denied" {
 		t.Fatalf("bob: %v %v", got, err)
 	}
 	got, err = call(t, c, req, "Authorization", basic("alice"))
-	if err != nil || len(got) != 1 || got[0].Error != nil {
+	if err != nil || len(got) != 1 || len(got[0].Results) != 1 || got[0].Results[0].Error != nil {
 		t.Fatalf("alice: %v %v", got, err)
 	}
 	if len(sink.recs) != 1 || sink.recs[0].Principal != "alice" || sink.recs[0].Source != "grpc" {

@@ -81,30 +81,97 @@ func (x *Header) GetValue() []byte {
 	return nil
 }
 
-// ProduceRequest is one record to append.
+// ProduceRecord is one record to append.
+type ProduceRecord struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key: absent is a null key.
+	Key     []byte    `protobuf:"bytes,1,opt,name=key,proto3,oneof" json:"key,omitempty"`
+	Value   []byte    `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Headers []*Header `protobuf:"bytes,3,rep,name=headers,proto3" json:"headers,omitempty"`
+	// timestamp_ms is the producer's timestamp (the Kafka record
+	// timestamp); 0 = none.
+	TimestampMs   int64 `protobuf:"varint,4,opt,name=timestamp_ms,json=timestampMs,proto3" json:"timestamp_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProduceRecord) Reset() {
+	*x = ProduceRecord{}
+	mi := &file_grpcapi_pb_streams_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProduceRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProduceRecord) ProtoMessage() {}
+
+func (x *ProduceRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_grpcapi_pb_streams_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProduceRecord.ProtoReflect.Descriptor instead.
+func (*ProduceRecord) Descriptor() ([]byte, []int) {
+	return file_grpcapi_pb_streams_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ProduceRecord) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *ProduceRecord) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *ProduceRecord) GetHeaders() []*Header {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *ProduceRecord) GetTimestampMs() int64 {
+	if x != nil {
+		return x.TimestampMs
+	}
+	return 0
+}
+
+// ProduceRequest is a batch of records for one stream partition (at most
+// 10000; one batch may be one record).
 type ProduceRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// stream is namespace.stream; an empty stream repeats the previous
-	// message's.
+	// request's.
 	Stream string `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
 	// partition is one this edge node writes; absent: its own partition.
-	Partition *int32 `protobuf:"varint,2,opt,name=partition,proto3,oneof" json:"partition,omitempty"`
-	// key: absent is a null key.
-	Key     []byte    `protobuf:"bytes,3,opt,name=key,proto3,oneof" json:"key,omitempty"`
-	Value   []byte    `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
-	Headers []*Header `protobuf:"bytes,5,rep,name=headers,proto3" json:"headers,omitempty"`
-	// timestamp_ms is the producer's timestamp (the Kafka record
-	// timestamp); 0 = none.
-	TimestampMs int64 `protobuf:"varint,6,opt,name=timestamp_ms,json=timestampMs,proto3" json:"timestamp_ms,omitempty"`
+	Partition *int32           `protobuf:"varint,2,opt,name=partition,proto3,oneof" json:"partition,omitempty"`
+	Records   []*ProduceRecord `protobuf:"bytes,3,rep,name=records,proto3" json:"records,omitempty"`
 	// id is the client's, echoed in the answer.
-	Id            uint64 `protobuf:"varint,7,opt,name=id,proto3" json:"id,omitempty"`
+	Id            uint64 `protobuf:"varint,4,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ProduceRequest) Reset() {
 	*x = ProduceRequest{}
-	mi := &file_grpcapi_pb_streams_proto_msgTypes[1]
+	mi := &file_grpcapi_pb_streams_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -116,7 +183,7 @@ func (x *ProduceRequest) String() string {
 func (*ProduceRequest) ProtoMessage() {}
 
 func (x *ProduceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_grpcapi_pb_streams_proto_msgTypes[1]
+	mi := &file_grpcapi_pb_streams_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -129,7 +196,7 @@ func (x *ProduceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProduceRequest.ProtoReflect.Descriptor instead.
 func (*ProduceRequest) Descriptor() ([]byte, []int) {
-	return file_grpcapi_pb_streams_proto_rawDescGZIP(), []int{1}
+	return file_grpcapi_pb_streams_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ProduceRequest) GetStream() string {
@@ -146,32 +213,11 @@ func (x *ProduceRequest) GetPartition() int32 {
 	return 0
 }
 
-func (x *ProduceRequest) GetKey() []byte {
+func (x *ProduceRequest) GetRecords() []*ProduceRecord {
 	if x != nil {
-		return x.Key
+		return x.Records
 	}
 	return nil
-}
-
-func (x *ProduceRequest) GetValue() []byte {
-	if x != nil {
-		return x.Value
-	}
-	return nil
-}
-
-func (x *ProduceRequest) GetHeaders() []*Header {
-	if x != nil {
-		return x.Headers
-	}
-	return nil
-}
-
-func (x *ProduceRequest) GetTimestampMs() int64 {
-	if x != nil {
-		return x.TimestampMs
-	}
-	return 0
 }
 
 func (x *ProduceRequest) GetId() uint64 {
@@ -181,25 +227,94 @@ func (x *ProduceRequest) GetId() uint64 {
 	return 0
 }
 
-// ProduceResponse answers one ProduceRequest, in order, once the record
-// is durable in the WAL (and on the replicas the cluster requires), or
-// with the error that refused it (nothing was appended).
-type ProduceResponse struct {
+// ProduceResult is one record's outcome: where it is durable, or the
+// error that refused it (nothing of it was appended).
+type ProduceResult struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
-	Id        uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Stream    string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
-	Partition int32                  `protobuf:"varint,3,opt,name=partition,proto3" json:"partition,omitempty"`
-	Offset    int64                  `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	Partition int32                  `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	Offset    int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
 	// timestamp_us is when the edge accepted the record (unix µs).
-	TimestampUs   int64  `protobuf:"varint,5,opt,name=timestamp_us,json=timestampUs,proto3" json:"timestamp_us,omitempty"`
-	Error         *Error `protobuf:"bytes,6,opt,name=error,proto3" json:"error,omitempty"`
+	TimestampUs   int64  `protobuf:"varint,3,opt,name=timestamp_us,json=timestampUs,proto3" json:"timestamp_us,omitempty"`
+	Error         *Error `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProduceResult) Reset() {
+	*x = ProduceResult{}
+	mi := &file_grpcapi_pb_streams_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProduceResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProduceResult) ProtoMessage() {}
+
+func (x *ProduceResult) ProtoReflect() protoreflect.Message {
+	mi := &file_grpcapi_pb_streams_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProduceResult.ProtoReflect.Descriptor instead.
+func (*ProduceResult) Descriptor() ([]byte, []int) {
+	return file_grpcapi_pb_streams_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ProduceResult) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *ProduceResult) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ProduceResult) GetTimestampUs() int64 {
+	if x != nil {
+		return x.TimestampUs
+	}
+	return 0
+}
+
+func (x *ProduceResult) GetError() *Error {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// ProduceResponse answers one ProduceRequest, in order, once each of its
+// records is durable in the WAL (and on the replicas the cluster
+// requires) or refused: one result per record, in the request's order.
+// error is set when the request as a whole was refused (no records).
+type ProduceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Stream        string                 `protobuf:"bytes,2,opt,name=stream,proto3" json:"stream,omitempty"`
+	Results       []*ProduceResult       `protobuf:"bytes,3,rep,name=results,proto3" json:"results,omitempty"`
+	Error         *Error                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ProduceResponse) Reset() {
 	*x = ProduceResponse{}
-	mi := &file_grpcapi_pb_streams_proto_msgTypes[2]
+	mi := &file_grpcapi_pb_streams_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -211,7 +326,7 @@ func (x *ProduceResponse) String() string {
 func (*ProduceResponse) ProtoMessage() {}
 
 func (x *ProduceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_grpcapi_pb_streams_proto_msgTypes[2]
+	mi := &file_grpcapi_pb_streams_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -224,7 +339,7 @@ func (x *ProduceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProduceResponse.ProtoReflect.Descriptor instead.
 func (*ProduceResponse) Descriptor() ([]byte, []int) {
-	return file_grpcapi_pb_streams_proto_rawDescGZIP(), []int{2}
+	return file_grpcapi_pb_streams_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ProduceResponse) GetId() uint64 {
@@ -241,25 +356,11 @@ func (x *ProduceResponse) GetStream() string {
 	return ""
 }
 
-func (x *ProduceResponse) GetPartition() int32 {
+func (x *ProduceResponse) GetResults() []*ProduceResult {
 	if x != nil {
-		return x.Partition
+		return x.Results
 	}
-	return 0
-}
-
-func (x *ProduceResponse) GetOffset() int64 {
-	if x != nil {
-		return x.Offset
-	}
-	return 0
-}
-
-func (x *ProduceResponse) GetTimestampUs() int64 {
-	if x != nil {
-		return x.TimestampUs
-	}
-	return 0
+	return nil
 }
 
 func (x *ProduceResponse) GetError() *Error {
@@ -286,7 +387,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_grpcapi_pb_streams_proto_msgTypes[3]
+	mi := &file_grpcapi_pb_streams_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -298,7 +399,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_grpcapi_pb_streams_proto_msgTypes[3]
+	mi := &file_grpcapi_pb_streams_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -311,7 +412,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_grpcapi_pb_streams_proto_rawDescGZIP(), []int{3}
+	return file_grpcapi_pb_streams_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Error) GetCode() string {
@@ -361,7 +462,7 @@ type Record struct {
 
 func (x *Record) Reset() {
 	*x = Record{}
-	mi := &file_grpcapi_pb_streams_proto_msgTypes[4]
+	mi := &file_grpcapi_pb_streams_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -373,7 +474,7 @@ func (x *Record) String() string {
 func (*Record) ProtoMessage() {}
 
 func (x *Record) ProtoReflect() protoreflect.Message {
-	mi := &file_grpcapi_pb_streams_proto_msgTypes[4]
+	mi := &file_grpcapi_pb_streams_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -386,7 +487,7 @@ func (x *Record) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Record.ProtoReflect.Descriptor instead.
 func (*Record) Descriptor() ([]byte, []int) {
-	return file_grpcapi_pb_streams_proto_rawDescGZIP(), []int{4}
+	return file_grpcapi_pb_streams_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Record) GetStream() string {
@@ -472,7 +573,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_grpcapi_pb_streams_proto_msgTypes[5]
+	mi := &file_grpcapi_pb_streams_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -484,7 +585,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_grpcapi_pb_streams_proto_msgTypes[5]
+	mi := &file_grpcapi_pb_streams_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -497,7 +598,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_grpcapi_pb_streams_proto_rawDescGZIP(), []int{5}
+	return file_grpcapi_pb_streams_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *FetchRequest) GetStream() string {
@@ -554,7 +655,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_grpcapi_pb_streams_proto_msgTypes[6]
+	mi := &file_grpcapi_pb_streams_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -566,7 +667,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_grpcapi_pb_streams_proto_msgTypes[6]
+	mi := &file_grpcapi_pb_streams_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -579,7 +680,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_grpcapi_pb_streams_proto_rawDescGZIP(), []int{6}
+	return file_grpcapi_pb_streams_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *FetchResponse) GetRecords() []*Record {
@@ -603,25 +704,30 @@ const file_grpcapi_pb_streams_proto_rawDesc = "" +
 	"\x18grpcapi/pb/streams.proto\x12\ftributary.v1\"0\n" +
 	"\x06Header\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value\"\xf1\x01\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\"\x97\x01\n" +
+	"\rProduceRecord\x12\x15\n" +
+	"\x03key\x18\x01 \x01(\fH\x00R\x03key\x88\x01\x01\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\x12.\n" +
+	"\aheaders\x18\x03 \x03(\v2\x14.tributary.v1.HeaderR\aheaders\x12!\n" +
+	"\ftimestamp_ms\x18\x04 \x01(\x03R\vtimestampMsB\x06\n" +
+	"\x04_key\"\xa0\x01\n" +
 	"\x0eProduceRequest\x12\x16\n" +
 	"\x06stream\x18\x01 \x01(\tR\x06stream\x12!\n" +
-	"\tpartition\x18\x02 \x01(\x05H\x00R\tpartition\x88\x01\x01\x12\x15\n" +
-	"\x03key\x18\x03 \x01(\fH\x01R\x03key\x88\x01\x01\x12\x14\n" +
-	"\x05value\x18\x04 \x01(\fR\x05value\x12.\n" +
-	"\aheaders\x18\x05 \x03(\v2\x14.tributary.v1.HeaderR\aheaders\x12!\n" +
-	"\ftimestamp_ms\x18\x06 \x01(\x03R\vtimestampMs\x12\x0e\n" +
-	"\x02id\x18\a \x01(\x04R\x02idB\f\n" +
+	"\tpartition\x18\x02 \x01(\x05H\x00R\tpartition\x88\x01\x01\x125\n" +
+	"\arecords\x18\x03 \x03(\v2\x1b.tributary.v1.ProduceRecordR\arecords\x12\x0e\n" +
+	"\x02id\x18\x04 \x01(\x04R\x02idB\f\n" +
 	"\n" +
-	"_partitionB\x06\n" +
-	"\x04_key\"\xbd\x01\n" +
+	"_partition\"\x93\x01\n" +
+	"\rProduceResult\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\x05R\tpartition\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12!\n" +
+	"\ftimestamp_us\x18\x03 \x01(\x03R\vtimestampUs\x12)\n" +
+	"\x05error\x18\x04 \x01(\v2\x13.tributary.v1.ErrorR\x05error\"\x9b\x01\n" +
 	"\x0fProduceResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x16\n" +
-	"\x06stream\x18\x02 \x01(\tR\x06stream\x12\x1c\n" +
-	"\tpartition\x18\x03 \x01(\x05R\tpartition\x12\x16\n" +
-	"\x06offset\x18\x04 \x01(\x03R\x06offset\x12!\n" +
-	"\ftimestamp_us\x18\x05 \x01(\x03R\vtimestampUs\x12)\n" +
-	"\x05error\x18\x06 \x01(\v2\x13.tributary.v1.ErrorR\x05error\"s\n" +
+	"\x06stream\x18\x02 \x01(\tR\x06stream\x125\n" +
+	"\aresults\x18\x03 \x03(\v2\x1b.tributary.v1.ProduceResultR\aresults\x12)\n" +
+	"\x05error\x18\x04 \x01(\v2\x13.tributary.v1.ErrorR\x05error\"s\n" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\tR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x16\n" +
@@ -666,30 +772,35 @@ func file_grpcapi_pb_streams_proto_rawDescGZIP() []byte {
 	return file_grpcapi_pb_streams_proto_rawDescData
 }
 
-var file_grpcapi_pb_streams_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_grpcapi_pb_streams_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_grpcapi_pb_streams_proto_goTypes = []any{
 	(*Header)(nil),          // 0: tributary.v1.Header
-	(*ProduceRequest)(nil),  // 1: tributary.v1.ProduceRequest
-	(*ProduceResponse)(nil), // 2: tributary.v1.ProduceResponse
-	(*Error)(nil),           // 3: tributary.v1.Error
-	(*Record)(nil),          // 4: tributary.v1.Record
-	(*FetchRequest)(nil),    // 5: tributary.v1.FetchRequest
-	(*FetchResponse)(nil),   // 6: tributary.v1.FetchResponse
+	(*ProduceRecord)(nil),   // 1: tributary.v1.ProduceRecord
+	(*ProduceRequest)(nil),  // 2: tributary.v1.ProduceRequest
+	(*ProduceResult)(nil),   // 3: tributary.v1.ProduceResult
+	(*ProduceResponse)(nil), // 4: tributary.v1.ProduceResponse
+	(*Error)(nil),           // 5: tributary.v1.Error
+	(*Record)(nil),          // 6: tributary.v1.Record
+	(*FetchRequest)(nil),    // 7: tributary.v1.FetchRequest
+	(*FetchResponse)(nil),   // 8: tributary.v1.FetchResponse
 }
 var file_grpcapi_pb_streams_proto_depIdxs = []int32{
-	0, // 0: tributary.v1.ProduceRequest.headers:type_name -> tributary.v1.Header
-	3, // 1: tributary.v1.ProduceResponse.error:type_name -> tributary.v1.Error
-	0, // 2: tributary.v1.Record.headers:type_name -> tributary.v1.Header
-	4, // 3: tributary.v1.FetchResponse.records:type_name -> tributary.v1.Record
-	1, // 4: tributary.v1.ProduceService.Produce:input_type -> tributary.v1.ProduceRequest
-	5, // 5: tributary.v1.ReadService.Fetch:input_type -> tributary.v1.FetchRequest
-	2, // 6: tributary.v1.ProduceService.Produce:output_type -> tributary.v1.ProduceResponse
-	6, // 7: tributary.v1.ReadService.Fetch:output_type -> tributary.v1.FetchResponse
-	6, // [6:8] is the sub-list for method output_type
-	4, // [4:6] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	0, // 0: tributary.v1.ProduceRecord.headers:type_name -> tributary.v1.Header
+	1, // 1: tributary.v1.ProduceRequest.records:type_name -> tributary.v1.ProduceRecord
+	5, // 2: tributary.v1.ProduceResult.error:type_name -> tributary.v1.Error
+	3, // 3: tributary.v1.ProduceResponse.results:type_name -> tributary.v1.ProduceResult
+	5, // 4: tributary.v1.ProduceResponse.error:type_name -> tributary.v1.Error
+	0, // 5: tributary.v1.Record.headers:type_name -> tributary.v1.Header
+	6, // 6: tributary.v1.FetchResponse.records:type_name -> tributary.v1.Record
+	2, // 7: tributary.v1.ProduceService.Produce:input_type -> tributary.v1.ProduceRequest
+	7, // 8: tributary.v1.ReadService.Fetch:input_type -> tributary.v1.FetchRequest
+	4, // 9: tributary.v1.ProduceService.Produce:output_type -> tributary.v1.ProduceResponse
+	8, // 10: tributary.v1.ReadService.Fetch:output_type -> tributary.v1.FetchResponse
+	9, // [9:11] is the sub-list for method output_type
+	7, // [7:9] is the sub-list for method input_type
+	7, // [7:7] is the sub-list for extension type_name
+	7, // [7:7] is the sub-list for extension extendee
+	0, // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_grpcapi_pb_streams_proto_init() }
@@ -698,14 +809,15 @@ func file_grpcapi_pb_streams_proto_init() {
 		return
 	}
 	file_grpcapi_pb_streams_proto_msgTypes[1].OneofWrappers = []any{}
-	file_grpcapi_pb_streams_proto_msgTypes[4].OneofWrappers = []any{}
+	file_grpcapi_pb_streams_proto_msgTypes[2].OneofWrappers = []any{}
+	file_grpcapi_pb_streams_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_grpcapi_pb_streams_proto_rawDesc), len(file_grpcapi_pb_streams_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -50,7 +50,8 @@ const (
 
 // ProduceServiceClient is a client for the tributary.v1.ProduceService service.
 type ProduceServiceClient interface {
-	// Produce appends records; each is answered, in order, once durable.
+	// Produce appends batches of records; each batch is answered, in
+	// order, once its records are durable (one result per record).
 	Produce(context.Context) *connect.BidiStreamForClient[pb.ProduceRequest, pb.ProduceResponse]
 }
 
@@ -86,7 +87,8 @@ func (c *produceServiceClient) Produce(ctx context.Context) *connect.BidiStreamF
 
 // ProduceServiceHandler is an implementation of the tributary.v1.ProduceService service.
 type ProduceServiceHandler interface {
-	// Produce appends records; each is answered, in order, once durable.
+	// Produce appends batches of records; each batch is answered, in
+	// order, once its records are durable (one result per record).
 	Produce(context.Context, *connect.BidiStream[pb.ProduceRequest, pb.ProduceResponse]) error
 }
 
