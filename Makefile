@@ -90,6 +90,7 @@ FUZZ_TARGETS += pulsar/wire:FuzzAckedRanges uplink/quarantine:FuzzDecodeQuaranti
 # here (330 executions a second), the rest a few minutes each.
 FUZZ_TARGETS += tables/rest:FuzzCommitDecode
 FUZZ_TARGETS += cloudmqtt/wire:FuzzReadPacket cloudmqtt/wire:FuzzParse
+FUZZ_TARGETS += httpapi/wire:FuzzProduceRecord
 FUZZ_SLOW_TARGETS := mqtt:FuzzPacketHandlingServer kafka/consume:FuzzCloudRequestServer \
 	tables/rest:FuzzCommitRequestServer
 # fuzz1 runs target $$t for $$ft, prints its wall time, retries the engine flake once.
@@ -108,14 +109,21 @@ fuzz:
 	@for t in $(FUZZ_TARGETS); do ft=$(FUZZTIME); $(fuzz1); done
 	@for t in $(FUZZ_SLOW_TARGETS); do ft=$(FUZZTIME_SLOW); $(fuzz1); done
 
-# proto regenerates the committed Pulsar protocol code (pulsar/pb) from
-# pulsar/pb/PulsarApi.proto. Not part of build or test: the generated Go is
-# committed. Needs protoc (Debian: protobuf-compiler) and protoc-gen-go.
+# proto regenerates the committed protocol code: Pulsar's (pulsar/pb) from
+# pulsar/pb/PulsarApi.proto, and the gRPC API's (grpcapi/pb, with the
+# Connect handlers and clients in grpcapi/pb/pbconnect) from
+# grpcapi/pb/streams.proto. Not part of build or test: the generated Go is
+# committed. Needs protoc (Debian: protobuf-compiler); protoc-gen-go and
+# protoc-gen-connect-go are installed with go install.
 PROTOC_GEN_GO := v1.36.12
+PROTOC_GEN_CONNECT_GO := v1.21.1
 proto:
 	@command -v protoc >/dev/null 2>&1 || { echo "need protoc (apt-get install protobuf-compiler)"; exit 1; }
 	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO)
 	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc -I . --go_out=. --go_opt=paths=source_relative pulsar/pb/PulsarApi.proto
+	$(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO)
+	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc -I . --go_out=. --go_opt=paths=source_relative \
+		--connect-go_out=. --connect-go_opt=paths=source_relative grpcapi/pb/streams.proto
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

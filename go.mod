@@ -3,6 +3,7 @@ module github.com/tributary-io/tributary
 go 1.26.0
 
 require (
+	connectrpc.com/connect v1.21.1
 	github.com/IBM/sarama v1.61.1
 	github.com/apache/arrow-go/v18 v18.8.0
 	github.com/apache/iceberg-go v0.7.0

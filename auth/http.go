@@ -24,6 +24,16 @@ func (a *Authority) HTTP(r *http.Request, protocol string) (Principal, error) {
 	return a.Anonymous(c)
 }
 
+// HTTPClient is HTTP for the data APIs (HTTP and gRPC produce and read):
+// a request over TLS with a verified client certificate and no
+// Authorization header is its certificate's principal; otherwise HTTP.
+func (a *Authority) HTTPClient(r *http.Request, protocol string) (Principal, error) {
+	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.PeerCertificates) > 0 && r.Header.Get("Authorization") == "" {
+		return a.Certificate(Client{Protocol: protocol, Remote: r.RemoteAddr}, r.TLS.PeerCertificates[0])
+	}
+	return a.HTTP(r, protocol)
+}
+
 // Guard serves next to requests that authenticate (HTTP) and, unless
 // action is "", are authorized for action; GET and HEAD need no more,
 // any other method (a page that changes state) needs Admin. When the

@@ -26,13 +26,14 @@ func newMetrics() *metrics {
 // rate() has a series from the start (the Prometheus practice for counters
 // whose first increment is an event worth seeing).
 func (m *metrics) init() *metrics {
-	for _, p := range []string{"mqtt", "kafka", "pulsar", "rest", "http"} {
+	for _, p := range []string{"mqtt", "kafka", "pulsar", "rest", "http", "grpc"} {
 		for _, r := range []string{"unknown_user", "bad_password", "no_credentials", "bad_token", "token_expired"} {
 			m.failures.WithLabelValues(p, r)
 		}
 	}
 	for _, pa := range [][2]string{{"mqtt", "publish"}, {"mqtt", "subscribe"}, {"mqtt", "connect"}, {"kafka", "produce"},
-		{"kafka", "consume"}, {"pulsar", "consume"}, {"rest", "consume"}, {"rest", "write"}, {"rest", "admin"}, {"http", "admin"}} {
+		{"kafka", "consume"}, {"pulsar", "consume"}, {"rest", "consume"}, {"rest", "write"}, {"rest", "admin"}, {"http", "admin"},
+		{"http", "produce"}, {"http", "consume"}, {"grpc", "produce"}, {"grpc", "consume"}} {
 		m.denials.WithLabelValues(pa[0], pa[1])
 	}
 	return m

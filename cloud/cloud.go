@@ -68,6 +68,7 @@ type Server struct {
 	kafka  *consume.Server    // nil when Kafka.Addr is ""
 	pulsar *pulsar.Server     // nil when Pulsar.Addr is ""
 	mqtt   *cloudmqtt.Server  // nil when MQTT.Addr and MQTT.WSAddr are ""
+	http   *httpServer        // nil when HTTP.Addr is ""
 	maint  *tables.Maintainer // nil when maintenance is off
 	cancel context.CancelFunc // stops the maintainer
 	wg     sync.WaitGroup     // the maintainer loop
@@ -179,6 +180,9 @@ func (s *Server) listen() error {
 			s.con.ks.Store(ks)
 		}
 	}
+	if err := s.listenHTTP(); err != nil {
+		return err
+	}
 	if a := *cfg.Pulsar.Addr; a != "" {
 		ps, err := pulsar.NewServer(pulsar.Config{Addr: a, AdvertisedAddr: cfg.Pulsar.AdvertisedAddr,
 			Peers: cfg.Pulsar.Peers, Catalog: cfg.Catalog.Name, CursorsDB: cfg.Catalog.URI, Auth: s.auth, Logger: s.log,
@@ -264,6 +268,10 @@ func (s *Server) Collectors() []prometheus.Collector {
 	if s.mqtt != nil {
 		out = append(out, s.mqtt.Collectors()...)
 	}
+	if s.http != nil {
+		out = append(out, s.http.reader.Collectors()...)
+		out = append(out, s.http.grpc.Collectors()...)
+	}
 	return out
 }
 
@@ -299,6 +307,11 @@ func (s *Server) closeListeners(ctx context.Context) error {
 	if s.rest != nil {
 		if err := s.rest.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("close catalog listener: %w", err))
+		}
+	}
+	if s.http != nil {
+		if err := s.http.close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("close cloud http: %w", err))
 		}
 	}
 	if s.pulsar != nil {

@@ -126,6 +126,15 @@ type Config struct {
 
 	// MQTT is the cloud MQTT listener (subscribers served from the tables).
 	MQTT MQTTConfig `yaml:"mqtt"`
+	// HTTP is the HTTP read API (package httpapi: long poll, Server-Sent
+	// Events, partitions, offsets by time, group offsets, /openapi.yaml).
+	HTTP struct {
+		// Addr of its listener (HTTP/1.1 and HTTP/2, h2c without TLS).
+		// Default "" (off); tributary dev serves 127.0.0.1:18080
+		// (DefaultHTTPAddr).
+		Addr           *string `yaml:"addr"`
+		config.HTTPAPI `yaml:",inline"`
+	} `yaml:"http"`
 
 	// Maintenance of the tables; the cloud server is where it belongs.
 	Maintenance config.Maintenance `yaml:"maintenance"`
@@ -182,6 +191,11 @@ func (c *Config) ApplyDefaults() {
 		ps.MaxConnectionBacklog = pulsar.DefaultMaxConnectionBacklog
 	}
 	c.MQTT.defaults()
+	if c.HTTP.Addr == nil {
+		a := ""
+		c.HTTP.Addr = &a
+	}
+	c.HTTP.Defaults()
 	c.Maintenance.Defaults()
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 10 * time.Second
@@ -269,6 +283,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	c.MQTT.validate(bad)
+	c.validateHTTP(bad)
 	c.Storage.Validate(c.Catalog.Warehouse, bad)
 	c.Maintenance.Validate(bad)
 	return errors.Join(errs...)

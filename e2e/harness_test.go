@@ -71,6 +71,8 @@ type proc struct {
 	// WebSocket; "" when off): `tributary dev --cloud-mqtt-addr`, or
 	// `tributary cloud --mqtt-addr`.
 	CloudMQTT, CloudMQTTWS string
+	// CloudHTTP is the cloud HTTP read API host:port ("" when off).
+	CloudHTTP string
 	// Gossip and Peer are the cluster listeners ("" for a single node).
 	Gossip, Peer string
 	// TLS is the client TLS of the process's listeners (nil: plain text).
@@ -85,7 +87,7 @@ type proc struct {
 func startDev(t *testing.T, dataDir string, extra ...string) *proc {
 	t.Helper()
 	args := append([]string{"dev", "--data", dataDir, "--mqtt-addr", "127.0.0.1:0", "--mqtt-ws-addr", "",
-		"--http-addr", "127.0.0.1:0", "--kafka-addr", "127.0.0.1:0", "--catalog-addr", "127.0.0.1:0", "--cloud-kafka-addr", "127.0.0.1:0", "--pulsar-addr", "127.0.0.1:0", "--cloud-mqtt-addr", "127.0.0.1:0", "--sim-devices", "0", "--commit-interval", "200ms"}, extra...)
+		"--http-addr", "127.0.0.1:0", "--kafka-addr", "127.0.0.1:0", "--catalog-addr", "127.0.0.1:0", "--cloud-kafka-addr", "127.0.0.1:0", "--pulsar-addr", "127.0.0.1:0", "--cloud-mqtt-addr", "127.0.0.1:0", "--cloud-http-addr", "127.0.0.1:0", "--sim-devices", "0", "--commit-interval", "200ms"}, extra...)
 	return startProc(t, dataDir, args...)
 }
 
@@ -182,13 +184,14 @@ func startProc(t *testing.T, dataDir string, args ...string) *proc {
 				t.Fatalf("ready file %s: %v:\n%s", readyFile, err, raw)
 			}
 			if args[0] == "cloud" {
-				p.Catalog, p.CloudKafka, p.Pulsar = a["catalog"], a["kafka"], a["pulsar"]
+				p.Catalog, p.CloudKafka, p.Pulsar, p.CloudHTTP = a["catalog"], a["kafka"], a["pulsar"], a["http"]
 				p.CloudMQTT, p.CloudMQTTWS = a["mqtt"], a["mqtt_ws"]
 			} else {
 				p.MQTT, p.HTTP, p.Kafka, p.Catalog, p.CloudKafka, p.Pulsar = a["mqtt"], a["http"], a["kafka"], a["catalog"], a["cloud_kafka"], a["pulsar"]
 				p.MQTTWS = a["mqtt_ws"]
 				p.CloudMQTT, p.CloudMQTTWS = a["cloud_mqtt"], a["cloud_mqtt_ws"]
 				p.Gossip, p.Peer = a["gossip"], a["peer"]
+				p.CloudHTTP = a["cloud_http"]
 			}
 			return p
 		}

@@ -231,6 +231,29 @@ func (t *TLS) Server(listener string) *tls.Config {
 	}
 }
 
+// ServerH2 is Server offering HTTP/2 by ALPN ("h2", then "http/1.1"),
+// for the HTTP ports that serve gRPC (which needs HTTP/2); nil when the
+// listener has no certificate.
+func (t *TLS) ServerH2(listener string) *tls.Config {
+	c := t.Server(listener)
+	if c == nil {
+		return nil
+	}
+	protos := []string{"h2", "http/1.1"}
+	get := c.GetConfigForClient
+	c.NextProtos = protos
+	c.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+		sc, err := get(h)
+		if err != nil || sc == nil {
+			return sc, err
+		}
+		sc = sc.Clone()
+		sc.NextProtos = protos
+		return sc, nil
+	}
+	return c
+}
+
 // Client is the *tls.Config of this process's own dials for the named
 // listener (peer links): it presents this process's certificate and
 // verifies the server's chain against the listener's client CA (the

@@ -227,6 +227,9 @@ type Config struct {
 	// HTTPAddr serves /healthz, /readyz, /status and /metrics. Default
 	// 127.0.0.1:8080; "" turns it off.
 	HTTPAddr string `yaml:"http_addr"`
+	// HTTPAPI caps the HTTP produce API served on http_addr
+	// (POST /v3/clusters/{catalog}/topics/{stream}/records).
+	HTTPAPI config.HTTPAPI `yaml:"http_api"`
 
 	// CatalogAddr, CloudKafkaAddr and CloudPulsarAddr, when any is set,
 	// run a cloud server (package cloud) in the same process over the
@@ -247,6 +250,10 @@ type Config struct {
 	// stream tables (TCP and WebSocket; package cloudmqtt).
 	CloudMQTTAddr   string `yaml:"cloud_mqtt_addr"`
 	CloudMQTTWSAddr string `yaml:"cloud_mqtt_ws_addr"`
+	// CloudHTTPAddr serves the HTTP read API (long poll, Server-Sent
+	// Events, group offsets) over the stream tables; tributary dev serves
+	// 127.0.0.1:18080.
+	CloudHTTPAddr string `yaml:"cloud_http_addr"`
 
 	// ShutdownTimeout bounds the final commit on shutdown. Default 30s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
@@ -308,6 +315,7 @@ func (c *Config) applyDefaults() {
 	if c.Kafka.BodyTimeout == 0 {
 		c.Kafka.BodyTimeout = kafka.DefaultBodyTimeout
 	}
+	c.HTTPAPI.Defaults()
 	if c.Uplink.CommitInterval == 0 {
 		c.Uplink.CommitInterval = time.Second
 	}
@@ -371,6 +379,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	c.Storage.Validate(c.Catalog.Warehouse, bad)
+	c.HTTPAPI.Validate("http_api", bad)
 	c.Security.Validate(bad)
 	if err := c.Security.Exposed(map[string]string{"mqtt.addr": c.MQTT.Addr, "mqtt.ws_addr": c.MQTT.WSAddr,
 		"kafka.addr": c.Kafka.Addr, "http_addr": c.HTTPAddr}); err != nil {

@@ -146,6 +146,9 @@ func (n *Node) handler() http.Handler {
 	for _, c := range n.collectors {
 		reg.MustRegister(c)
 	}
+	prod, gprod := n.newHTTPProducer(), n.newGRPCProducer()
+	reg.MustRegister(prod.Collectors()...)
+	reg.MustRegister(gprod.Collectors()...)
 	mux := http.NewServeMux()
 	// OpenMetrics (when the scraper asks for it) carries the exemplars.
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
@@ -172,6 +175,10 @@ func (n *Node) handler() http.Handler {
 	})
 	mux.HandleFunc("GET /cluster", n.serveCluster)
 	n.registerTestHooks(mux)
+	// HTTP produce (Confluent REST v3) and /openapi.yaml: the producer
+	// authenticates and authorizes each request itself.
+	prod.Register(top)
+	gprod.Register(top) // gRPC ProduceService (h2c or TLS; httpProtocols)
 	// The operator's console: GET / (the page), /console/app.js|css,
 	// /console/api (its JSON model).
 	n.console = n.newConsole()

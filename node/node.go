@@ -234,12 +234,13 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	if n.cfg.HTTPAddr != "" {
 		ln, err := listen.Listen(n.cfg.HTTPAddr, listen.Config{Name: "http", HandshakeTimeout: -1, Logger: n.log,
-			TLS: n.tls.Server("http")})
+			TLS: n.tls.ServerH2("http")})
 		if err != nil {
 			return fmt.Errorf("listen http %s: %w", n.cfg.HTTPAddr, err)
 		}
 		n.httpLn = ln
 		n.http = listen.NewHTTPServer(ln, n.handler())
+		n.http.Protocols = httpProtocols()
 		n.log.Info("listening", "listener", "http", "addr", ln.Addr().String(), "tls", n.TLS("http"),
 			"endpoints", "/ (console) /console/api /status /cluster /metrics /healthz /readyz")
 		n.wg.Add(1)

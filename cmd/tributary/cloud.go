@@ -34,6 +34,7 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 	pulsarPeers := fs.String("pulsar-peers", "", "comma-separated advertised Pulsar host:port of every cloud server; LOOKUP spreads topic partitions over them (default: this one alone)")
 	mqttAddr := fs.String("mqtt-addr", "", "cloud MQTT listener: MQTT 3.1.1/5 subscribers read the tables ($stream/<namespace.stream>/<filter>; \"\" = off)")
 	mqttWSAddr := fs.String("mqtt-ws-addr", "", "cloud MQTT-over-WebSocket listener (\"\" = off)")
+	httpAddr := fs.String("http-addr", "", "HTTP read API listener, e.g. 127.0.0.1:18080: long poll, Server-Sent Events, group offsets, /openapi.yaml (default \"\": off)")
 	data := fs.String("data", "./data", "data directory: SQLite catalog (catalog.db) and warehouse (warehouse/)")
 	catURI := fs.String("catalog", "", "backing catalog URI: sqlite:///path or postgres://... (default sqlite://DIR/catalog.db)")
 	warehouse := fs.String("warehouse", "", "warehouse URL (default file://DIR/warehouse)")
@@ -95,6 +96,9 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 	}
 	if use("pulsar-addr") {
 		cfg.Pulsar.Addr = pulsarAddr
+	}
+	if use("http-addr") {
+		cfg.HTTP.Addr = httpAddr
 	}
 	if use("pulsar-advertised-addr") {
 		cfg.Pulsar.AdvertisedAddr = *pulsarAdv
@@ -158,12 +162,12 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 	code := 0
 	// The ready file before the ready line: whoever saw the line finds the file.
 	if err := writeReadyFile(*readyFile, map[string]string{"catalog": srv.CatalogAddr(), "kafka": srv.KafkaAddr(), "pulsar": srv.PulsarAddr(),
-		"mqtt": srv.MQTTAddr(), "mqtt_ws": srv.MQTTWSAddr()}); err != nil {
+		"mqtt": srv.MQTTAddr(), "mqtt_ws": srv.MQTTWSAddr(), "http": srv.HTTPAddr()}); err != nil {
 		log.Error("ready file", "err", err)
 		code = 1
 		stop()
 	}
-	log.Info("ready", "catalog", srv.CatalogAddr(), "uri", srv.CatalogURL(), "tls", tlsListeners(cfg.Security.TLS, "rest", "kafka", "pulsar", "mqtt", "mqtt_ws"), "kafka", srv.KafkaAddr(), "pulsar", srv.PulsarAddr(), "mqtt", srv.MQTTAddr(), "mqtt_ws", srv.MQTTWSAddr(), "backing", tables.Redact(cfg.Catalog.URI), "warehouse", cfg.Catalog.Warehouse,
+	log.Info("ready", "catalog", srv.CatalogAddr(), "uri", srv.CatalogURL(), "tls", tlsListeners(cfg.Security.TLS, "rest", "kafka", "pulsar", "mqtt", "mqtt_ws"), "kafka", srv.KafkaAddr(), "pulsar", srv.PulsarAddr(), "mqtt", srv.MQTTAddr(), "mqtt_ws", srv.MQTTWSAddr(), "http", srv.HTTPAddr(), "backing", tables.Redact(cfg.Catalog.URI), "warehouse", cfg.Catalog.Warehouse,
 		"auth", cfg.Catalog.Token != "", "maintenance", *cfg.Maintenance.Enabled)
 	select {
 	case <-ctx.Done():
@@ -195,6 +199,9 @@ func printCloudConfig(w io.Writer, c cloud.Config) {
 	k := c.Kafka
 	fmt.Fprintf(w, "kafka caps: max_groups=%d max_group_members=%d max_group_offsets=%d offsets_retention=%s max_inflight_bytes=%d\n",
 		k.MaxGroups, k.MaxGroupMembers, k.MaxGroupOffsets, k.OffsetsRetention, k.MaxInflightBytes)
+	h := c.HTTP
+	fmt.Fprintf(w, "http.addr: %s\nhttp caps: max_record_bytes=%d max_streams=%d idle_timeout=%s write_timeout=%s\n",
+		*h.Addr, h.MaxRecordBytes, h.MaxStreams, h.IdleTimeout, h.WriteTimeout)
 }
 
 // splitList splits a comma-separated flag value, dropping empty items.

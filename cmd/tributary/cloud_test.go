@@ -24,7 +24,7 @@ func TestCloudServesCatalog(t *testing.T) {
 	pr, pw := io.Pipe()
 	done := make(chan int, 1)
 	go func() {
-		done <- run([]string{"cloud", "--catalog-addr", "127.0.0.1:0", "--kafka-addr", "127.0.0.1:0", "--pulsar-addr", "127.0.0.1:0", "--data", dir, "--ready-file", readyFile, "--node-token", "edge-secret"}, io.Discard, pw)
+		done <- run([]string{"cloud", "--catalog-addr", "127.0.0.1:0", "--kafka-addr", "127.0.0.1:0", "--pulsar-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0", "--data", dir, "--ready-file", readyFile, "--node-token", "edge-secret"}, io.Discard, pw)
 		pw.Close()
 	}()
 	// The human ready line is still logged, with the same address.
@@ -54,8 +54,8 @@ func TestCloudServesCatalog(t *testing.T) {
 	if err := json.Unmarshal(raw, &addrs); err != nil {
 		t.Fatalf("ready file %q: %v", raw, err)
 	}
-	if addrs["catalog"] != addr || addrs["kafka"] == "" || addrs["pulsar"] == "" || addrs["mqtt"] != "" || len(addrs) != 5 {
-		t.Fatalf("ready file %v, want catalog %s and bound kafka and pulsar", addrs, addr)
+	if addrs["catalog"] != addr || addrs["kafka"] == "" || addrs["pulsar"] == "" || addrs["http"] == "" || addrs["mqtt"] != "" || len(addrs) != 6 {
+		t.Fatalf("ready file %v, want catalog %s and bound kafka, pulsar and http", addrs, addr)
 	}
 	ctx := context.Background()
 	// An edge node commits with the node token (tributary.* properties).

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tributary-io/tributary/cloud"
 	"github.com/tributary-io/tributary/cloudmqtt"
 	firmwaresim "github.com/tributary-io/tributary/firmware-sim"
 	"github.com/tributary-io/tributary/node"
@@ -28,6 +29,7 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	pulsarAddr := fs.String("pulsar-addr", pulsar.DefaultAddr, "cloud Pulsar consume server reading the tables (\"\" = off)")
 	cloudMQTTAddr := fs.String("cloud-mqtt-addr", cloudmqtt.DefaultDevAddr, "cloud MQTT listener: subscribers read the tables ($stream/<namespace.stream>/<filter>; \"\" = off)")
 	cloudMQTTWSAddr := fs.String("cloud-mqtt-ws-addr", "", "cloud MQTT-over-WebSocket listener (\"\" = off)")
+	cloudHTTPAddr := fs.String("cloud-http-addr", cloud.DefaultHTTPAddr, "cloud HTTP read API over the tables: long poll, Server-Sent Events, group offsets (\"\" = off); HTTP produce is on --http-addr")
 	devices := fs.Int("sim-devices", 8, "simulated devices publishing telemetry (0 = no simulator)")
 	simRate := fs.Float64("sim-rate", 2, "messages per second per simulated device")
 	simUser := fs.String("sim-username", "", "MQTT user of the simulated devices, when --security turns authentication on (client ids sim-device-N: name the user sim-device or allow them in its rules)")
@@ -69,7 +71,8 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "tributary dev:", err)
 		return 2
 	}
-	cfg := node.Config{NodeID: *nodeID, DataDir: abs, HTTPAddr: *httpAddr, CatalogAddr: *catalogAddr, CloudKafkaAddr: *cloudKafkaAddr, CloudPulsarAddr: *pulsarAddr}
+	cfg := node.Config{NodeID: *nodeID, DataDir: abs, HTTPAddr: *httpAddr, CatalogAddr: *catalogAddr, CloudKafkaAddr: *cloudKafkaAddr, CloudPulsarAddr: *pulsarAddr,
+		CloudHTTPAddr: *cloudHTTPAddr}
 	cfg.CloudMQTTAddr, cfg.CloudMQTTWSAddr = *cloudMQTTAddr, *cloudMQTTWSAddr
 	cfg.MQTT.Addr = *mqttAddr
 	cfg.MQTT.WSAddr = *wsAddr

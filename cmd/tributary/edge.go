@@ -168,10 +168,11 @@ func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *sl
 		close(simDone)
 	}
 	addrs := map[string]string{"mqtt": n.MQTTAddr(), "mqtt_ws": n.MQTTWSAddr(), "http": n.HTTPAddr(), "kafka": n.KafkaAddr(),
-		"catalog": "", "cloud_kafka": "", "gossip": n.GossipAddr(), "peer": n.PeerAddr(), "pulsar": ""}
+		"catalog": "", "cloud_kafka": "", "gossip": n.GossipAddr(), "peer": n.PeerAddr(), "pulsar": "", "cloud_http": ""}
 	if cs != nil {
 		addrs["catalog"], addrs["cloud_kafka"], addrs["pulsar"] = cs.CatalogAddr(), cs.KafkaAddr(), cs.PulsarAddr()
 		addrs["cloud_mqtt"], addrs["cloud_mqtt_ws"] = cs.MQTTAddr(), cs.MQTTWSAddr()
+		addrs["cloud_http"] = cs.HTTPAddr()
 	}
 	code := 0
 	// The ready file before the ready line: whoever saw the line finds the file.
@@ -217,7 +218,7 @@ func tlsListeners(c listen.TLSConfig, names ...string) string {
 // cloud_pulsar_addr), over the node's catalog; false when it asks for none.
 // The node maintains the tables itself, so the cloud server does not.
 func cloudOf(cfg node.Config) (cloud.Config, bool) {
-	if cfg.CatalogAddr == "" && cfg.CloudKafkaAddr == "" && cfg.CloudPulsarAddr == "" && cfg.CloudMQTTAddr == "" && cfg.CloudMQTTWSAddr == "" {
+	if cfg.CatalogAddr == "" && cfg.CloudKafkaAddr == "" && cfg.CloudPulsarAddr == "" && cfg.CloudMQTTAddr == "" && cfg.CloudMQTTWSAddr == "" && cfg.CloudHTTPAddr == "" {
 		return cloud.Config{}, false
 	}
 	var c cloud.Config
@@ -227,6 +228,8 @@ func cloudOf(cfg node.Config) (cloud.Config, bool) {
 	kafkaAddr, pulsarAddr, maintain := cfg.CloudKafkaAddr, cfg.CloudPulsarAddr, false
 	c.Kafka.Addr, c.Pulsar.Addr, c.Maintenance.Enabled = &kafkaAddr, &pulsarAddr, &maintain
 	c.MQTT.Addr, c.MQTT.WSAddr = cfg.CloudMQTTAddr, cfg.CloudMQTTWSAddr
+	httpAddr := cfg.CloudHTTPAddr
+	c.HTTP.Addr, c.HTTP.HTTPAPI = &httpAddr, cfg.HTTPAPI // http_api caps its reads too
 	c.ShutdownTimeout = cfg.ShutdownTimeout
 	c.Security = cfg.Security
 	c.ApplyDefaults()

@@ -43,6 +43,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/offsets"
 )
 
 // capLogEvery rate-limits the log line of each cap.
@@ -142,7 +143,7 @@ func (l *commitLocks) of(group string) *sync.Mutex {
 
 // commitOffsets stores offs for group within the caps: 0, or the code
 // every partition of the request gets (nothing stored).
-func (cs *Server) commitOffsets(ctx context.Context, group string, offs []committedOffset) int16 {
+func (cs *Server) commitOffsets(ctx context.Context, group string, offs []offsets.Offset) int16 {
 	if len(offs) == 0 {
 		return 0
 	}
@@ -164,7 +165,7 @@ func (cs *Server) commitOffsets(ctx context.Context, group string, offs []commit
 	if c := cs.ccfg.MaxGroupOffsets; c > 0 && (!known || bound+len(offs) > c) {
 		limit = c // the bound could pass the cap: count exactly
 	}
-	n, err := cs.offsets.commit(ctx, group, offs, limit)
+	n, err := cs.offsets.Commit(ctx, group, offs, limit)
 	gs.mu.Lock()
 	defer gs.mu.Unlock()
 	switch {
@@ -177,7 +178,7 @@ func (cs *Server) commitOffsets(ctx context.Context, group string, offs []commit
 	default:
 		gs.stored[group] = n // refused: n (counted with the refused ones) is an upper bound
 	}
-	if errors.Is(err, errTooManyOffsets) {
+	if errors.Is(err, offsets.ErrTooMany) {
 		gs.caps.offsets.Add(1)
 		if logLimited(&gs.caps.lastOffs) {
 			cs.log.Warn("kafka offset commit refused: kafka.max_group_offsets reached (POLICY_VIOLATION)", "group", group,
@@ -195,13 +196,13 @@ func (cs *Server) commitOffsets(ctx context.Context, group string, offs []commit
 // loadStoredGroups fills groups.stored with the groups this server
 // coordinates that have committed offsets; gs.mu held.
 func (cs *Server) loadStoredGroups(ctx context.Context) error {
-	counts, err := cs.offsets.groups(ctx)
+	counts, err := cs.offsets.Groups(ctx)
 	if err != nil {
 		return fmt.Errorf("load consumer groups: %w", err)
 	}
 	for g, sg := range counts {
 		if cs.isCoordinator(g) {
-			cs.groups.stored[g] = sg.offsets
+			cs.groups.stored[g] = sg.Offsets
 		}
 	}
 	return nil
@@ -226,14 +227,14 @@ func (cs *Server) expireOffsetsLoop(ctx context.Context) {
 // returns how many groups it expired.
 func (cs *Server) expireOffsets(ctx context.Context, now time.Time) (int, error) {
 	before := now.Add(-cs.ccfg.OffsetsRetention)
-	stored, err := cs.offsets.groups(ctx)
+	stored, err := cs.offsets.Groups(ctx)
 	if err != nil {
 		return 0, err
 	}
 	gs := cs.groups
 	n := 0
 	for g, sg := range stored {
-		if !sg.lastCommit.Before(before) || !cs.isCoordinator(g) {
+		if !sg.LastCommit.Before(before) || !cs.isCoordinator(g) {
 			continue
 		}
 		mu := cs.commitLocks.of(g)
@@ -243,7 +244,7 @@ func (cs *Server) expireOffsets(ctx context.Context, now time.Time) (int, error)
 		gs.mu.Unlock()
 		if !live {
 			var deleted bool
-			if deleted, err = cs.offsets.expire(ctx, g, before); err == nil && deleted {
+			if deleted, err = cs.offsets.Expire(ctx, g, before); err == nil && deleted {
 				gs.mu.Lock()
 				delete(gs.stored, g)
 				gs.mu.Unlock()

@@ -119,7 +119,7 @@ func TestGroupCaps(t *testing.T) {
 	if st := cs.CapStats(); st.Groups != 3 || st.GroupsRefused != 2 || st.MembersRefused != 1 || st.OffsetsRefused != 1 {
 		t.Fatalf("stats %+v", st)
 	}
-	got, err := cs.offsets.fetch(context.Background(), "g1")
+	got, err := cs.offsets.Fetch(context.Background(), "g1")
 	if err != nil || len(got) != 5 {
 		t.Fatalf("g1 holds %d offsets (%v), want 5", len(got), err)
 	}

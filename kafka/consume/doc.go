@@ -24,7 +24,7 @@
 //     OffsetFetch of all topics) leave those out.
 //  4. Committed group offsets are durable. An OffsetCommit is answered
 //     after its offsets are committed to tributary_group_offsets in the
-//     catalog's SQL database (offsets_store.go); the server itself is
+//     catalog's SQL database (package offsets); the server itself is
 //     stateless, and any server resumes every group from there.
 //     Group membership is soft state in the coordinator's memory.
 //
@@ -48,7 +48,7 @@
 // sync_group.go, heartbeat.go, leave_group.go over the state machine of
 // groups.go), DescribeGroups and ListGroups (describe_groups.go,
 // list_groups.go), OffsetCommit and OffsetFetch (offset_commit.go,
-// offset_fetch.go over offsets_store.go), and Produce (produce.go),
+// offset_fetch.go over package offsets), and Produce (produce.go),
 // advertised for librdkafka but refused. ApiVersions is
 // kafka.HandleApiVersions. Consumer-group lag for /metrics is lag.go.
 package consume

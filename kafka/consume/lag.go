@@ -23,21 +23,13 @@ type GroupLag struct {
 // from the durable offsets and the tables' marks. It reads shared storage
 // only, so any cloud server gives the same answer.
 func (cs *Server) GroupLags(ctx context.Context) ([]GroupLag, error) {
-	rows, err := cs.offsets.db.QueryContext(ctx, `SELECT group_id, topic, partition, committed_offset FROM tributary_group_offsets`)
+	all, err := cs.offsets.All(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("group lag: %w", err)
 	}
-	defer rows.Close()
-	var out []GroupLag
-	for rows.Next() {
-		var g GroupLag
-		if err := rows.Scan(&g.Group, &g.Topic, &g.Partition, &g.Committed); err != nil {
-			return nil, fmt.Errorf("group lag: %w", err)
-		}
-		out = append(out, g)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("group lag: %w", err)
+	out := make([]GroupLag, 0, len(all))
+	for _, o := range all {
+		out = append(out, GroupLag{Group: o.Group, Topic: o.Topic, Partition: o.Partition, Committed: o.Offset.Offset})
 	}
 	marks := map[string]map[int32]int64{}
 	for i := range out {

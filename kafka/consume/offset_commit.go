@@ -28,7 +28,7 @@ package consume
 //     server hold more than kafka.max_groups groups, or this group more
 //     than kafka.max_group_offsets committed offsets, is POLICY_VIOLATION
 //     on every partition, nothing stored.
-//   - The offsets are stored durably (offsets_store.go) before the
+//   - The offsets are stored durably (package offsets) before the
 //     response, in one transaction; a storage failure answers every
 //     partition with UNKNOWN_SERVER_ERROR and stores none.
 
@@ -38,6 +38,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/offsets"
 )
 
 // Caps of OffsetCommit (see above).
@@ -65,7 +66,7 @@ func (cs *Server) handleOffsetCommit(ctx context.Context, req *kafka.Request, r 
 			code = cs.groups.checkCommit(r.Group, r.MemberID, r.Generation)
 		}
 	}
-	var offs []committedOffset
+	var offs []offsets.Offset
 	var denied map[string]bool
 	if code == 0 {
 		denied = deniedTopics(req, r.Topics, func(t kmsg.OffsetCommitRequestTopic) string { return t.Topic })
@@ -82,7 +83,7 @@ func (cs *Server) handleOffsetCommit(ctx context.Context, req *kafka.Request, r 
 					tooBig[[2]any{rt.Topic, rp.Partition}] = true
 					continue
 				}
-				offs = append(offs, committedOffset{topic: rt.Topic, partition: rp.Partition, offset: rp.Offset, metadata: md})
+				offs = append(offs, offsets.Offset{Topic: rt.Topic, Partition: rp.Partition, Offset: rp.Offset, Metadata: md})
 			}
 		}
 		code = cs.commitOffsets(ctx, r.Group, offs)

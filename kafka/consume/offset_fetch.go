@@ -20,12 +20,13 @@ import (
 
 	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/offsets"
 )
 
 func (cs *Server) handleOffsetFetch(ctx context.Context, req *kafka.Request, r *kmsg.OffsetFetchRequest) kmsg.Response {
 	resp := r.ResponseKind().(*kmsg.OffsetFetchResponse)
 	code := int16(0)
-	var stored []committedOffset
+	var stored []offsets.Offset
 	if r.Group == "" {
 		code = kafka.CodeInvalidGroupID
 	} else {
@@ -33,7 +34,7 @@ func (cs *Server) handleOffsetFetch(ctx context.Context, req *kafka.Request, r *
 	}
 	if code == 0 {
 		var err error
-		if stored, err = cs.offsets.fetch(ctx, r.Group); err != nil {
+		if stored, err = cs.offsets.Fetch(ctx, r.Group); err != nil {
 			cs.log.Warn("kafka: fetch offsets", "group", r.Group, "err", err)
 			code = kafka.CodeUnknownServerError
 		}
@@ -45,23 +46,23 @@ func (cs *Server) handleOffsetFetch(ctx context.Context, req *kafka.Request, r *
 		t string
 		p int32
 	}
-	byTP := map[tp]committedOffset{}
+	byTP := map[tp]offsets.Offset{}
 	for _, o := range stored {
-		byTP[tp{o.topic, o.partition}] = o
+		byTP[tp{o.Topic, o.Partition}] = o
 	}
 	if r.Topics == nil && r.Version >= 2 {
 		var cur *kmsg.OffsetFetchResponseTopic
 		for _, o := range stored {
-			if !req.Allowed(auth.Consume, o.topic, "") {
+			if !req.Allowed(auth.Consume, o.Topic, "") {
 				continue // a listing shows only the topics the principal may consume
 			}
-			if cur == nil || cur.Topic != o.topic {
+			if cur == nil || cur.Topic != o.Topic {
 				resp.Topics = append(resp.Topics, kmsg.NewOffsetFetchResponseTopic())
 				cur = &resp.Topics[len(resp.Topics)-1]
-				cur.Topic = o.topic
+				cur.Topic = o.Topic
 			}
 			sp := kmsg.NewOffsetFetchResponseTopicPartition()
-			sp.Partition, sp.Offset, sp.Metadata, sp.LeaderEpoch = o.partition, o.offset, kmsg.StringPtr(o.metadata), -1
+			sp.Partition, sp.Offset, sp.Metadata, sp.LeaderEpoch = o.Partition, o.Offset, kmsg.StringPtr(o.Metadata), -1
 			cur.Partitions = append(cur.Partitions, sp)
 		}
 		return resp
@@ -80,7 +81,7 @@ func (cs *Server) handleOffsetFetch(ctx context.Context, req *kafka.Request, r *
 			if denied[rt.Topic] {
 				sp.ErrorCode = kafka.CodeTopicAuthorizationFailed
 			} else if o, ok := byTP[tp{rt.Topic, p}]; ok {
-				sp.Offset, sp.Metadata = o.offset, kmsg.StringPtr(o.metadata)
+				sp.Offset, sp.Metadata = o.Offset, kmsg.StringPtr(o.Metadata)
 			}
 			st.Partitions = append(st.Partitions, sp)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/listen"
+	"github.com/tributary-io/tributary/offsets"
 	"github.com/tributary-io/tributary/tables"
 )
 
@@ -111,7 +112,7 @@ type Server struct {
 	cat     *tables.Catalog
 	tc      *tables.Reader
 	groups  *groups
-	offsets *offsetStore
+	offsets *offsets.Store
 	// commitLocks serialise each group's commits (caps.go).
 	commitLocks commitLocks
 }
@@ -151,7 +152,10 @@ func NewServer(cfg Config, cat *tables.Catalog) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	os, err := openOffsetStore(cfg.OffsetsDB)
+	os, err := offsets.Open(cfg.OffsetsDB)
+	if errors.Is(err, tables.ErrStateDBURI) {
+		return nil, fmt.Errorf("%w: offsets database: %v", kafka.ErrInvalidConfig, err)
+	}
 	if err != nil {
 		return nil, err
 	}
