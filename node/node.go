@@ -158,8 +158,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		n.wal.Close()
 		return nil, err
 	}
+	payloads, err := cfg.Payloads()
+	if err != nil { // Validate refused it already
+		n.bucket.Close()
+		n.cat.Close()
+		n.wal.Close()
+		return nil, err
+	}
 	n.up = uplink.New(uplink.Config{Interval: cfg.Uplink.CommitInterval, MaxBatchBytes: int64(cfg.Uplink.MaxBatchBytes),
-		Node: cfg.NodeID, Logger: log, QuarantineDir: filepath.Join(cfg.DataDir, "quarantine")}, n.wal, n.cat, n.bucket)
+		Node: cfg.NodeID, Logger: log, QuarantineDir: filepath.Join(cfg.DataDir, "quarantine"), Payloads: payloads}, n.wal, n.cat, n.bucket)
 	n.up.OnFence(n.book)                    // a fenced partition is no longer written here
 	n.book.UseQuarantine(n.up.Quarantine()) // stale records a take-over drops are kept, as the fence's are
 	n.up.OnRelease(n.kb.store)              // idempotent producers' state outlives released records

@@ -132,6 +132,12 @@ func planCompaction(files []liveFile, target, maxBytes int64) [][]liveFile {
 
 func (m *pass) compact(ctx context.Context) error {
 	m.progress(Progress{Step: "compact"})
+	if IsDLQ(m.stream) {
+		// Dead-letter files hold increasing, not consecutive, offsets and
+		// columns beyond the envelope: they are left as written (dlq.go).
+		m.progress(Progress{Step: "compact", Done: true, Note: "dead-letter table: not compacted"})
+		return nil
+	}
 	t, err := m.load(ctx)
 	if err != nil {
 		return err
@@ -293,10 +299,25 @@ func (m *pass) writeCompacted(ctx context.Context, t *table.Table, g []liveFile)
 	if !ok {
 		return nil, fmt.Errorf("table file system of %s cannot write", t.Location())
 	}
+	// Typed columns are derived again from value with the table's current
+	// columns, exactly as the uplink derived them (typedcols.go).
+	var sh *Shaped
+	if hasTyped(t.Schema()) {
+		sh = decodeBatch(recs)
+		if err := sh.check(t.Schema()); err != nil {
+			return nil, err
+		}
+	}
 	var outs []FileMeta
 	for _, run := range CutRuns(gran, recs) {
 		var buf bytes.Buffer
-		st, err := WriteParquet(&buf, run)
+		var st FileStats
+		var err error
+		if sh != nil {
+			st, err = WriteParquetShaped(&buf, run, sh)
+		} else {
+			st, err = WriteParquet(&buf, run)
+		}
 		if err != nil {
 			return nil, err
 		}

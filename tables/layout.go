@@ -124,14 +124,19 @@ func GranularityOf(spec iceberg.PartitionSpec) (Granularity, error) {
 // monotonic (a record copied from another node keeps its own); a bucket
 // that comes back after another simply starts another run.
 func CutRuns(g Granularity, recs []*tributary.Record) [][]*tributary.Record {
-	var runs [][]*tributary.Record
-	for start := 0; start < len(recs); {
-		b := g.Bucket(recs[start].Timestamp)
+	return cutRuns(g, recs, func(r *tributary.Record) int64 { return r.Timestamp })
+}
+
+// cutRuns cuts xs where the bucket of ts(x) changes.
+func cutRuns[T any](g Granularity, xs []T, ts func(T) int64) [][]T {
+	var runs [][]T
+	for start := 0; start < len(xs); {
+		b := g.Bucket(ts(xs[start]))
 		end := start + 1
-		for end < len(recs) && g.Bucket(recs[end].Timestamp) == b {
+		for end < len(xs) && g.Bucket(ts(xs[end])) == b {
 			end++
 		}
-		runs = append(runs, recs[start:end:end])
+		runs = append(runs, xs[start:end:end])
 		start = end
 	}
 	return runs
@@ -214,14 +219,9 @@ func FileOrigin(url string) Origin {
 // (by Marks, HighWaters, LoadTable, …), loading or creating the table if it
 // was not loaded yet.
 func (c *Catalog) Granularity(ctx context.Context, stream string) (Granularity, error) {
-	c.mu.Lock()
-	t := c.tables[stream]
-	c.mu.Unlock()
-	if t == nil {
-		var err error
-		if t, err = c.EnsureTable(ctx, stream); err != nil {
-			return 0, err
-		}
+	t, err := c.lastLoaded(ctx, stream)
+	if err != nil {
+		return 0, err
 	}
 	g, err := GranularityOf(t.Spec())
 	if err != nil {
