@@ -534,4 +534,123 @@ func TestTypedConsumersByteExact(t *testing.T) {
 	if !topics["factory.telemetry"] || topics["factory.telemetry_dlq"] {
 		t.Errorf("cloud Kafka topics: %v", topics)
 	}
+
+	// Nobody produces into a dead-letter table at the edge.
+	prod, err := kgo.NewClient(kgo.SeedBrokers(p.Kafka), kgo.AllowAutoTopicCreation(), kgo.RecordDeliveryTimeout(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	if err := prod.ProduceSync(ctx, &kgo.Record{Topic: "factory.telemetry_dlq", Value: []byte("x")}).FirstErr(); err == nil {
+		t.Errorf("a produce to factory.telemetry_dlq was accepted")
+	}
+	dl := readTable(t, dir, "factory.telemetry_dlq")
+	for _, r := range dl {
+		if string(r.Value) == "x" {
+			t.Errorf("the dead-letter table has a produced record: %+v", r)
+		}
+	}
+}
+
+const telemetrySchemaV1 = `{
+  "$schema": "http://json-schema.org/draft-07/schema#",
+  "type": "object",
+  "required": ["device", "temp_c"],
+  "properties": {
+    "device": {"type": "string"},
+    "temp_c": {"type": "number"},
+    "ts": {"type": "string", "format": "date-time"},
+    "loc": {"type": "object", "additionalProperties": false, "properties": {"x": {"type": "integer"}}}
+  }
+}`
+
+// TestTypedSchema (issue 17, test 4): a stream in schema mode with a JSON
+// Schema file: valid payloads are typed as declared, invalid ones are in
+// the dead-letter table with the reason; `tributary config check` reports
+// a refused schema change and accepts an allowed one, which a restarted
+// node applies.
+func TestTypedSchema(t *testing.T) {
+	dir := t.TempDir()
+	schemaFile := filepath.Join(dir, "telemetry.schema.json")
+	if err := os.WriteFile(schemaFile, []byte(telemetrySchemaV1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := edgeConfig(t, dir, "schema-edge", "")
+	raw, _ := os.ReadFile(cfg)
+	raw = bytes.Replace(raw, []byte(`stream: factory.telemetry}`), []byte(`stream: factory.telemetry, payload: schema, schema_file: `+schemaFile+`}`), 1)
+	if err := os.WriteFile(cfg, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startEdge(t, dir, cfg)
+	cases := []struct{ payload, reason string }{
+		{`{"device":"s1","temp_c":21.5,"ts":"2025-01-02T03:04:05Z","loc":{"x":3},"undeclared":1}`, ""},
+		{`{"device":"s2","temp_c":22}`, ""},
+		{`{"temp_c":1}`, "required device is missing"},
+		{`{"device":"s3","temp_c":"hot"}`, "temp_c is string, want a number"},
+		{`{"device":"s4","temp_c":1,"ts":"yesterday"}`, "ts is string, want an RFC 3339"},
+		{`{"device":"s5","temp_c":1,"loc":{"y":1}}`, "loc.y is not declared"},
+		{`not json`, "not JSON"},
+	}
+	var payloads [][]byte
+	for _, c := range cases {
+		payloads = append(payloads, []byte(c.payload))
+	}
+	publishPayloads(t, p.MQTT, "schema", payloads)
+	waitFor(t, 30*time.Second, "WAL drained", func() bool { return walDrained(t, p) })
+	cat := filepath.Join(dir, "catalog.db")
+	tbl := loadSQLiteTable(t, cat, "factory.telemetry", nil)
+	types := schemaTypes(tbl)
+	for col, typ := range map[string]string{"device": "string", "temp_c": "double", "ts": "timestamptz", "loc": "struct<"} {
+		if !strings.HasPrefix(types[col], typ) {
+			t.Errorf("column %s: %q, want %s", col, types[col], typ)
+		}
+	}
+	if _, ok := types["undeclared"]; ok {
+		t.Errorf("an undeclared member became a column: %v", types)
+	}
+	got := duckQuery(t, `SELECT "offset", device, temp_c, loc.x AS x FROM FILES ORDER BY "offset"`, snapshotFiles(t, tbl))
+	if len(got) != len(cases) || fmt.Sprintf("%v %v %v", got[0]["device"], got[0]["temp_c"], got[0]["x"]) != "s1 21.5 3" || fmt.Sprint(got[1]["temp_c"]) != "22" {
+		t.Fatalf("typed rows: %v", got)
+	}
+	dead := duckQuery(t, `SELECT "offset", error FROM FILES ORDER BY "offset"`, snapshotFiles(t, loadSQLiteTable(t, cat, "factory.telemetry_dlq", nil)))
+	if len(dead) != len(cases)-2 {
+		t.Fatalf("dead letters: %v", dead)
+	}
+	for i, d := range dead {
+		c := cases[i+2]
+		if fmt.Sprint(d["offset"]) != fmt.Sprint(i+2) || !strings.Contains(fmt.Sprint(d["error"]), c.reason) || got[i+2]["device"] != nil {
+			t.Errorf("offset %d: dead letter %v, typed %v, want %q", i+2, d, got[i+2], c.reason)
+		}
+	}
+	p.stop()
+
+	// A refused change: temp_c from number to integer, loc dropped.
+	refusedSchema := strings.Replace(telemetrySchemaV1, `"temp_c": {"type": "number"}`, `"temp_c": {"type": "integer"}`, 1)
+	refusedSchema = strings.Replace(refusedSchema, `,
+    "loc": {"type": "object", "additionalProperties": false, "properties": {"x": {"type": "integer"}}}`, "", 1)
+	if err := os.WriteFile(schemaFile, []byte(refusedSchema), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runConfigCheck(t, cfg)
+	if code == 0 || !strings.Contains(stderr, "refused change: temp_c: the table's column is double, the schema says long") ||
+		!strings.Contains(stderr, "refused change: loc: the table has this column") || !strings.Contains(stderr, "2 schema change(s) refused") {
+		t.Fatalf("config check of a refused change: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	// An allowed change: an optional field added.
+	allowed := strings.Replace(telemetrySchemaV1, `"device": {"type": "string"},`, `"device": {"type": "string"}, "fw": {"type": "integer"},`, 1)
+	if err := os.WriteFile(schemaFile, []byte(allowed), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr = runConfigCheck(t, cfg)
+	if code != 0 || !strings.Contains(stdout, "adds column fw long") {
+		t.Fatalf("config check of an allowed change: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	p = startEdge(t, dir, cfg)
+	publishPayloads(t, p.MQTT, "schema", [][]byte{[]byte(`{"device":"s6","temp_c":20,"fw":7}`)})
+	waitFor(t, 30*time.Second, "WAL drained", func() bool { return walDrained(t, p) })
+	tbl = loadSQLiteTable(t, cat, "factory.telemetry", nil)
+	got = duckQuery(t, `SELECT count(fw) AS with_fw, sum(fw) AS fw, count(*) AS n FROM FILES`, snapshotFiles(t, tbl))
+	if len(got) != 1 || fmt.Sprintf("%v %v %v", got[0]["with_fw"], got[0]["fw"], got[0]["n"]) != "1 7 8" {
+		t.Fatalf("after the allowed change: %v", got)
+	}
 }

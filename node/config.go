@@ -24,9 +24,12 @@ import (
 type Route struct {
 	Filter string `yaml:"filter"`
 	Stream string `yaml:"stream"`
-	// Payload is raw (the envelope only; default) or infer (JSON object
-	// payloads also land as typed columns: README "Typed columns").
+	// Payload is raw (the envelope only; default), infer (JSON object
+	// payloads also land as typed columns: README "Typed columns") or
+	// schema (as declared by SchemaFile, a JSON Schema).
 	Payload string `yaml:"payload"`
+	// SchemaFile (schema): the stream's JSON Schema (Draft-07 subset).
+	SchemaFile string `yaml:"schema_file"`
 	// Timestamps (infer): a new string field whose first value is an RFC
 	// 3339 date-time becomes a timestamptz column. Default false.
 	Timestamps bool `yaml:"timestamps"`
@@ -49,14 +52,27 @@ func (c *Config) Payloads() (map[string]typed.Policy, error) {
 		if r.MaxColumns < 0 {
 			return nil, fmt.Errorf("mqtt.routes[%d].max_columns: %d: want 0 (default %d) or more", i, r.MaxColumns, typed.DefaultMaxColumns)
 		}
-		pol := typed.Policy{Mode: m, Timestamps: r.Timestamps, MaxColumns: r.MaxColumns}
+		pol := typed.Policy{Mode: m, Timestamps: r.Timestamps, MaxColumns: r.MaxColumns, SchemaFile: r.SchemaFile}
+		if (m == typed.Declared) != (r.SchemaFile != "") {
+			return nil, fmt.Errorf("mqtt.routes[%d]: schema_file goes with payload: schema, and payload: schema needs a schema_file", i)
+		}
 		if j, ok := set[r.Stream]; ok {
-			if prev := out[r.Stream]; prev != pol && (r.Payload != "" || r.Timestamps || r.MaxColumns != 0) {
+			if prev := out[r.Stream]; (prev.Mode != pol.Mode || prev.Timestamps != pol.Timestamps || prev.MaxColumns != pol.MaxColumns || prev.SchemaFile != pol.SchemaFile) &&
+				(r.Payload != "" || r.Timestamps || r.MaxColumns != 0) {
 				return nil, fmt.Errorf("mqtt.routes[%d]: stream %s has payload %+v here and %+v in mqtt.routes[%d]: one stream, one setting", i, r.Stream, pol, prev, j)
 			}
 			continue
 		}
 		if r.Payload != "" || r.Timestamps || r.MaxColumns != 0 {
+			if m == typed.Declared {
+				raw, err := os.ReadFile(r.SchemaFile)
+				if err != nil {
+					return nil, fmt.Errorf("mqtt.routes[%d].schema_file: %w", i, err)
+				}
+				if pol.Columns, err = typed.ParseJSONSchema(raw); err != nil {
+					return nil, fmt.Errorf("mqtt.routes[%d].schema_file %s: %w", i, r.SchemaFile, err)
+				}
+			}
 			set[r.Stream] = i
 			out[r.Stream] = pol
 		}

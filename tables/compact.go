@@ -13,6 +13,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/tables/typed"
 )
 
 // liveFile is a data file of the current snapshot with the facts
@@ -267,11 +268,15 @@ func (m *pass) writeCompacted(ctx context.Context, t *table.Table, g []liveFile)
 		return nil, fmt.Errorf("read p%d [%d,%d]: %w", part, first, last, err)
 	}
 	recs := make([]*tributary.Record, 0, want)
+	typedRows := map[int64]bool{} // offsets whose row has a typed value
 	for b, err := range batches {
 		if err != nil {
 			return nil, fmt.Errorf("read p%d [%d,%d]: %w", part, first, last, err)
 		}
 		rs, err := RecordsFromArrow(b)
+		if err == nil {
+			markTyped(b, rs, typedRows)
+		}
 		b.Release()
 		if err != nil {
 			return nil, err
@@ -300,10 +305,16 @@ func (m *pass) writeCompacted(ctx context.Context, t *table.Table, g []liveFile)
 		return nil, fmt.Errorf("table file system of %s cannot write", t.Location())
 	}
 	// Typed columns are derived again from value with the table's current
-	// columns, exactly as the uplink derived them (typedcols.go).
+	// columns, for the rows that were typed (typedcols.go); the others
+	// (dead letters) stay null.
 	var sh *Shaped
 	if hasTyped(t.Schema()) {
 		sh = decodeBatch(recs)
+		for i, r := range recs {
+			if !typedRows[r.Offset] && sh.errs[i] == "" {
+				sh.errs[i], sh.vals[i] = "not typed when written", typed.Value{}
+			}
+		}
 		if err := sh.check(t.Schema()); err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package tables
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -139,6 +140,9 @@ type Shaped struct {
 	base        int64 // offset of vals[0]
 	vals        []typed.Value
 	errs        []string // per record: why its payload is not typed ("" = typed)
+	// strict: a member without a column is an error (infer); otherwise
+	// it stays in value only (schema: undeclared members).
+	strict bool
 }
 
 // Err is why the payload of the record at offset off is not typed, or "".
@@ -174,8 +178,38 @@ func (c *Catalog) Shape(ctx context.Context, stream string, pol typed.Policy, re
 		return nil, err
 	}
 	sh := decodeBatch(recs)
-	opts := typed.Options{Timestamps: pol.Timestamps, MaxColumns: pol.MaxColumns, Reserved: envelopeNames}
-	t, added, err := c.evolveTyped(ctx, stream, t, sh, opts)
+	var plan func(root *typed.Type) []typed.Addition
+	switch pol.Mode {
+	case typed.Declared:
+		// The payload must satisfy the declared schema; the table gets the
+		// declared columns it lacks (Diff's additions: its refusals are
+		// config check's to report, and a payload that does not fit a
+		// column the table keeps is a dead letter).
+		for i, v := range sh.vals {
+			if sh.errs[i] == "" {
+				if err := typed.Validate(v, pol.Columns); err != nil {
+					sh.errs[i], sh.vals[i] = err.Error(), typed.Value{}
+				}
+			}
+		}
+		plan = func(root *typed.Type) []typed.Addition {
+			adds, _ := typed.Diff(root, pol.Columns)
+			return adds
+		}
+	default:
+		opts := typed.Options{Timestamps: pol.Timestamps, MaxColumns: pol.MaxColumns, Reserved: envelopeNames}
+		sh.strict = true
+		plan = func(root *typed.Type) []typed.Addition {
+			s := typed.NewSchema(root, opts)
+			for i, v := range sh.vals {
+				if sh.errs[i] == "" {
+					_ = s.Extend(v) // a conflict is decided by Check, against the committed schema
+				}
+			}
+			return s.Additions()
+		}
+	}
+	t, added, err := c.evolveTyped(ctx, stream, t, sh, plan)
 	if err != nil {
 		return nil, err
 	}
@@ -206,7 +240,7 @@ func (sh *Shaped) check(sch *iceberg.Schema) error {
 	root := typedRoot(sch)
 	for i := range sh.vals {
 		if sh.errs[i] == "" {
-			if err := typed.Check(sh.vals[i], root, envelopeNames, true); err != nil {
+			if err := typed.Check(sh.vals[i], root, envelopeNames, sh.strict); err != nil {
 				sh.errs[i] = err.Error()
 				if sh.EvolveError != "" {
 					sh.errs[i] += " (" + sh.EvolveError + ")"
@@ -221,6 +255,38 @@ func (sh *Shaped) check(sch *iceberg.Schema) error {
 	return err
 }
 
+// SchemaChanges compares a stream's table with the columns a schema file
+// declares: the fields the node will add, and the changes it cannot make
+// (typed.Diff). A stream without a table has only additions.
+func (c *Catalog) SchemaChanges(ctx context.Context, stream string, declared *typed.Type) ([]typed.Addition, []string, error) {
+	t, err := c.LoadTable(ctx, stream)
+	if errors.Is(err, ErrNoSuchStream) {
+		adds, _ := typed.Diff(&typed.Type{Kind: typed.Struct}, declared)
+		return adds, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	adds, refused := typed.Diff(typedRoot(t.Schema()), declared)
+	return adds, refused, nil
+}
+
+// markTyped records in typedRows the offsets of recs (decoded from b, in
+// its row order) whose row in b has a value in a typed column.
+func markTyped(b arrow.RecordBatch, recs []*tributary.Record, typedRows map[int64]bool) {
+	for ci, f := range b.Schema().Fields() {
+		if isEnvelope(f.Name) {
+			continue
+		}
+		col := b.Column(ci)
+		for i, r := range recs {
+			if col.IsValid(i) {
+				typedRows[r.Offset] = true
+			}
+		}
+	}
+}
+
 // hasTyped reports whether sch has columns beyond the envelope.
 func hasTyped(sch *iceberg.Schema) bool {
 	for _, f := range sch.Fields() {
@@ -231,20 +297,15 @@ func hasTyped(sch *iceberg.Schema) bool {
 	return false
 }
 
-// evolveTyped adds to t the columns the decoded payloads of sh need and
-// returns the table as committed and how many columns were added. It is
-// evolveTable's loop: on a conflict it reloads and plans again.
-func (c *Catalog) evolveTyped(ctx context.Context, stream string, t *table.Table, sh *Shaped, opts typed.Options) (*table.Table, int, error) {
+// evolveTyped adds to t the columns plan finds missing from the table's
+// typed columns (inferred from sh's payloads, or declared) and returns the
+// table as committed and how many fields were added. It is evolveTable's
+// loop: on a conflict it reloads and plans again.
+func (c *Catalog) evolveTyped(ctx context.Context, stream string, t *table.Table, sh *Shaped, plan func(root *typed.Type) []typed.Addition) (*table.Table, int, error) {
 	added := 0
 	var lastErr error
 	for attempt := 1; attempt <= MaxCommitAttempts; attempt++ {
-		s := typed.NewSchema(typedRoot(t.Schema()), opts)
-		for i, v := range sh.vals {
-			if sh.errs[i] == "" {
-				_ = s.Extend(v) // a conflict is decided by Check, against the committed schema
-			}
-		}
-		adds := s.Additions()
+		adds := plan(typedRoot(t.Schema()))
 		if len(adds) == 0 {
 			return t, added, nil
 		}

@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// FuzzDecode: Decode never panics, accepts only what encoding/json
+// FuzzDecode: Decode and ParseJSONSchema never panic; Decode accepts only what encoding/json
 // accepts, and what it accepts Extend and Check take without panicking;
 // after Extend a payload always passes Check (the schema now has its
 // columns).
@@ -18,6 +18,9 @@ func FuzzDecode(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
+		if root, err := ParseJSONSchema(b); err == nil {
+			_, _ = Diff(root, root)
+		}
 		v, err := Decode(b)
 		if err != nil {
 			return

@@ -13,6 +13,8 @@ type Type struct {
 	Kind   Kind
 	Fields []*Field // Struct
 	Elem   *Type    // List
+	// Closed (a declared Struct): members other than Fields are invalid.
+	Closed bool
 }
 
 // Field is one named field of a struct type. New marks a field that a
@@ -21,6 +23,8 @@ type Field struct {
 	Name string
 	Type *Type
 	New  bool
+	// Required (a declared field): a payload without it is invalid.
+	Required bool
 }
 
 // Field returns t's field called name, or nil.

@@ -36,6 +36,9 @@ const (
 	// Infer: JSON object payloads also land as typed columns, inferred
 	// from the payloads; a new field adds a column.
 	Infer Mode = "infer"
+	// Declared ("schema"): JSON object payloads are validated against a declared JSON
+	// Schema (ParseJSONSchema) and land as its typed columns.
+	Declared Mode = "schema"
 )
 
 // ParseMode checks a configured mode ("" is Raw).
@@ -45,8 +48,10 @@ func ParseMode(s string) (Mode, error) {
 		return Raw, nil
 	case Infer:
 		return Infer, nil
+	case Declared:
+		return Declared, nil
 	}
-	return "", fmt.Errorf("payload mode %q: want raw or infer", s)
+	return "", fmt.Errorf("payload mode %q: want raw, infer or schema", s)
 }
 
 // Policy is one stream's payload configuration.
@@ -56,7 +61,11 @@ type Policy struct {
 	Timestamps bool
 	// MaxColumns caps the typed fields (DefaultMaxColumns if 0).
 	MaxColumns int
+	// SchemaFile and Columns (schema mode): the JSON Schema file and the
+	// columns it declares (ParseJSONSchema).
+	SchemaFile string
+	Columns    *Type
 }
 
 // Typed reports whether payloads become columns.
-func (p Policy) Typed() bool { return p.Mode == Infer }
+func (p Policy) Typed() bool { return p.Mode == Infer || p.Mode == Declared }
