@@ -28,15 +28,18 @@ import (
 //
 //  1. QoS 1 ingest, 100 closed-loop devices, into a raw and into an infer
 //     stream (two dev nodes, one after the other): the ratio infer/raw;
+//
 //  2. bytes stored per message for raw and infer (one Parquet file of the
 //     infer run's records, as compaction would write them), with the infer
 //     file's bytes split into value, typed columns and the rest of the
 //     envelope, each against the raw JSON bytes;
+//
 //  3. CPU per message of encoding raw, and of inference + typed encoding;
+//
 //  4. DuckDB over 1M such rows: a typed column against json_extract over
 //     value, for SELECT device, avg(temp_c) … GROUP BY device.
 //
-//	go test -tags bench -run TestBenchTyped -v ./e2e/
+//     go test -tags bench -run TestBenchTyped -v ./e2e/
 func TestBenchTyped(t *testing.T) {
 	d := benchSeconds()
 	load0 := loadAvg()
