@@ -293,3 +293,62 @@ func TestTypedColumnsConcurrentNodes(t *testing.T) {
 	}
 	_ = arrow.PrimitiveTypes.Int64
 }
+
+// An hour-partitioned table with typed columns: a batch spanning two
+// hours is cut into one file per hour, each with its typed columns.
+func TestTypedColumnsHourPartitions(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	c, err := Open(ctx, Config{URI: "sqlite://" + filepath.Join(dir, "catalog.db"), Warehouse: "file://" + filepath.Join(dir, "warehouse"), Granularity: "hour"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const stream = "factory.hourly"
+	recs := payloadRecords(0, 0, `{"device":"a","v":1}`, `{"device":"b","v":2}`, `{"device":"c","v":3}`, `{"device":"d","v":"x"}`)
+	base := int64(1_700_000_000_000_000) / 3_600_000_000 * 3_600_000_000
+	for i, r := range recs {
+		r.Stream = stream
+		r.Timestamp = base + int64(i/2)*3_600_000_000 + int64(i) // two hours
+	}
+	if _, err := c.EnsureTable(ctx, stream); err != nil {
+		t.Fatal(err)
+	}
+	sh, err := c.Shape(ctx, stream, inferPolicy, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := c.Granularity(ctx, stream)
+	if err != nil || g != GranularityHour {
+		t.Fatalf("granularity %v %v", g, err)
+	}
+	var files []FileMeta
+	for _, run := range CutRuns(g, recs) {
+		var buf bytes.Buffer
+		st, err := WriteParquetShaped(&buf, run, sh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		url := fmt.Sprintf("%s/data/p0-%d.parquet", c.TableLocation(stream), st.FirstOffset)
+		key, _ := c.KeyOf(url)
+		path := filepath.Join(c.Warehouse()[len("file://"):], key)
+		os.MkdirAll(filepath.Dir(path), 0o755)
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, FileMeta{URL: url, Size: int64(buf.Len()), Stats: st})
+	}
+	if len(files) != 2 {
+		t.Fatalf("%d files, want one per hour", len(files))
+	}
+	if _, err := c.CommitAppend(ctx, stream, []PartitionAppend{{Partition: 0, From: 0, To: 4, Files: files}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	tb, _ := c.LoadTable(ctx, stream)
+	got := scanColumns(t, tb, "device", "v")
+	for off, want := range map[int64]string{0: "a 1", 1: "b 2", 2: "c 3", 3: "null null"} {
+		if g := strings.Join(got[off], " "); g != want {
+			t.Errorf("offset %d: %s, want %s", off, g, want)
+		}
+	}
+}
