@@ -45,6 +45,9 @@ func (c *Config) Payloads() (map[string]typed.Policy, error) {
 	out := map[string]typed.Policy{}
 	set := map[string]int{} // stream -> index of the route that set it
 	for i, r := range c.MQTT.Routes {
+		if r.Payload == "" && !r.Timestamps && r.MaxColumns == 0 && r.SchemaFile == "" {
+			continue // says nothing: another route of the stream may
+		}
 		m, err := typed.ParseMode(r.Payload)
 		if err != nil {
 			return nil, fmt.Errorf("mqtt.routes[%d].payload: %w", i, err)
@@ -52,30 +55,27 @@ func (c *Config) Payloads() (map[string]typed.Policy, error) {
 		if r.MaxColumns < 0 {
 			return nil, fmt.Errorf("mqtt.routes[%d].max_columns: %d: want 0 (default %d) or more", i, r.MaxColumns, typed.DefaultMaxColumns)
 		}
-		pol := typed.Policy{Mode: m, Timestamps: r.Timestamps, MaxColumns: r.MaxColumns, SchemaFile: r.SchemaFile}
 		if (m == typed.Declared) != (r.SchemaFile != "") {
 			return nil, fmt.Errorf("mqtt.routes[%d]: schema_file goes with payload: schema, and payload: schema needs a schema_file", i)
 		}
+		pol := typed.Policy{Mode: m, Timestamps: r.Timestamps, MaxColumns: r.MaxColumns, SchemaFile: r.SchemaFile}
 		if j, ok := set[r.Stream]; ok {
-			if prev := out[r.Stream]; (prev.Mode != pol.Mode || prev.Timestamps != pol.Timestamps || prev.MaxColumns != pol.MaxColumns || prev.SchemaFile != pol.SchemaFile) &&
-				(r.Payload != "" || r.Timestamps || r.MaxColumns != 0) {
-				return nil, fmt.Errorf("mqtt.routes[%d]: stream %s has payload %+v here and %+v in mqtt.routes[%d]: one stream, one setting", i, r.Stream, pol, prev, j)
+			if prev := out[r.Stream]; prev.Mode != pol.Mode || prev.Timestamps != pol.Timestamps || prev.MaxColumns != pol.MaxColumns || prev.SchemaFile != pol.SchemaFile {
+				return nil, fmt.Errorf("mqtt.routes[%d]: stream %s has other payload settings in mqtt.routes[%d]: one stream, one setting", i, r.Stream, j)
 			}
 			continue
 		}
-		if r.Payload != "" || r.Timestamps || r.MaxColumns != 0 {
-			if m == typed.Declared {
-				raw, err := os.ReadFile(r.SchemaFile)
-				if err != nil {
-					return nil, fmt.Errorf("mqtt.routes[%d].schema_file: %w", i, err)
-				}
-				if pol.Columns, err = typed.ParseJSONSchema(raw); err != nil {
-					return nil, fmt.Errorf("mqtt.routes[%d].schema_file %s: %w", i, r.SchemaFile, err)
-				}
+		if m == typed.Declared {
+			raw, err := os.ReadFile(r.SchemaFile)
+			if err != nil {
+				return nil, fmt.Errorf("mqtt.routes[%d].schema_file: %w", i, err)
 			}
-			set[r.Stream] = i
-			out[r.Stream] = pol
+			if pol.Columns, err = typed.ParseJSONSchema(raw); err != nil {
+				return nil, fmt.Errorf("mqtt.routes[%d].schema_file %s: %w", i, r.SchemaFile, err)
+			}
 		}
+		set[r.Stream] = i
+		out[r.Stream] = pol
 	}
 	for s, pol := range out {
 		if !pol.Typed() {

@@ -17,7 +17,9 @@ import (
 
 // Typed columns: a stream in infer mode has, after the envelope, one
 // column per payload field (package typed has the rules), added by schema
-// evolution the first time a batch carries the field.
+// evolution the first time a batch carries the field; in schema mode, one
+// per field its JSON Schema declares, added before the first batch that
+// finds the table without it.
 //
 // Invariants:
 //
@@ -34,10 +36,11 @@ import (
 //     column id (after the envelope's, which end at 15); a column is never
 //     dropped or retyped by Tributary, so a file written with an older
 //     schema stays readable (its missing columns read as null).
-//   - The payload decides alone. Whether a record's payload is typed is a
-//     pure function of its bytes and the table's columns (typed.Check), so
-//     compaction, which re-derives the typed columns from value with the
-//     table's current schema, writes what the uplink wrote.
+//   - Compaction keeps what was written. It re-derives the typed columns
+//     from value with the table's current columns for the rows that had a
+//     typed value, and leaves the others (dead letters) null: a typed row's
+//     values are a function of its bytes and the columns (typed.Check),
+//     and columns are only ever added.
 //   - Nothing is lost. A payload that is not typed still has its envelope
 //     row (typed columns null) and a dead-letter row (dlq.go).
 
