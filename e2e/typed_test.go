@@ -29,6 +29,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	firmwaresim "github.com/tributary-io/tributary/firmware-sim"
+	"github.com/tributary-io/tributary/tables"
 )
 
 // snapshotFiles are the local paths of the data files of tbl's current
@@ -232,6 +233,12 @@ func metricLabeled(t *testing.T, p *proc, name, labels string) float64 {
 // fails unless every one is acknowledged.
 func publishPayloads(t *testing.T, addr, client string, payloads [][]byte) {
 	t.Helper()
+	publishTo(t, addr, client, "factory/line1/"+client+"/telemetry", payloads)
+}
+
+// publishTo is publishPayloads to topic.
+func publishTo(t *testing.T, addr, client, topic string, payloads [][]byte) {
+	t.Helper()
 	ctx := context.Background()
 	cl, err := mqttClient(ctx, addr, client)
 	if err != nil {
@@ -240,7 +247,7 @@ func publishPayloads(t *testing.T, addr, client string, payloads [][]byte) {
 	defer cl.Disconnect(&paho.Disconnect{ReasonCode: 0})
 	for i, pl := range payloads {
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		pr, err := cl.Publish(pctx, &paho.Publish{Topic: "factory/line1/" + client + "/telemetry", QoS: 1, Payload: pl})
+		pr, err := cl.Publish(pctx, &paho.Publish{Topic: topic, QoS: 1, Payload: pl})
 		cancel()
 		if err != nil || pr.ReasonCode >= 0x80 {
 			t.Fatalf("publish %d (%.40q): %v %v", i, pl, err, pr)
@@ -652,5 +659,85 @@ func TestTypedSchema(t *testing.T) {
 	got = duckQuery(t, `SELECT count(fw) AS with_fw, sum(fw) AS fw, count(*) AS n FROM FILES`, snapshotFiles(t, tbl))
 	if len(got) != 1 || fmt.Sprintf("%v %v %v", got[0]["with_fw"], got[0]["fw"], got[0]["n"]) != "1 7 8" {
 		t.Fatalf("after the allowed change: %v", got)
+	}
+}
+
+// TestTypedPartitionSpecs (issue 17, test 6): on an edge whose tables are
+// hour-partitioned, a typed stream partitioned by the ingest hour and one
+// partitioned by the hour of its event-time field both work: files per
+// partition as the spec says, typed columns and event_time queryable.
+func TestTypedPartitionSpecs(t *testing.T) {
+	dir := t.TempDir()
+	cfg := edgeConfig(t, dir, "spec-edge", "catalog:\n  partition_granularity: hour\n")
+	raw, _ := os.ReadFile(cfg)
+	raw = bytes.Replace(raw, []byte(`    - {filter: "factory/#", stream: factory.telemetry}`),
+		[]byte(`    - {filter: "factory/#", stream: factory.telemetry, payload: infer, timestamps: true}
+    - {filter: "events/#", stream: factory.events, payload: infer, timestamps: true, event_time: ts, partition_by: event_time}`), 1)
+	if err := os.WriteFile(cfg, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := startEdge(t, dir, cfg)
+	base := time.Date(2025, 6, 1, 8, 0, 0, 0, time.UTC)
+	var events [][]byte
+	perHour := map[string]int{}
+	for i := range 30 {
+		ts := base.Add(time.Duration(i%3)*time.Hour + time.Duration(i)*time.Minute)
+		events = append(events, []byte(fmt.Sprintf(`{"device":"e%d","temp_c":%d.5,"ts":%q}`, i%4, 20+i%5, ts.Format(time.RFC3339Nano))))
+		perHour[ts.Truncate(time.Hour).Format("2006-01-02 15")]++
+	}
+	events = append(events, []byte(`{"device":"late","temp_c":1.5}`), []byte(`garbage`))
+	publishTo(t, p.MQTT, "ev", "events/site1", events)
+	publishPayloads(t, p.MQTT, "tel", jsonPayloads(`{"device":"t","temp_c":%d.25}`, 0, 20))
+	waitFor(t, 30*time.Second, "WAL drained", func() bool { return walDrained(t, p) })
+	cat := filepath.Join(dir, "catalog.db")
+
+	tel := loadSQLiteTable(t, cat, "factory.telemetry", nil)
+	if s := tel.Spec().String(); !strings.Contains(s, "hour") || tables.PartitionSource(tel.Spec()) != tables.FieldTimestamp {
+		t.Errorf("factory.telemetry spec %s: want hour(timestamp)", s)
+	}
+	got := duckQuery(t, `SELECT count(*) AS n, avg(temp_c) AS t FROM FILES`, snapshotFiles(t, tel))
+	if len(got) != 1 || fmt.Sprint(got[0]["n"]) != "20" || fmt.Sprint(got[0]["t"]) != "9.75" {
+		t.Errorf("factory.telemetry: %v", got)
+	}
+
+	ev := loadSQLiteTable(t, cat, "factory.events", nil)
+	etID := fieldID(ev, "event_time")
+	evSpec := ev.Spec()
+	if etID <= 15 || evSpec.NumFields() != 1 || tables.PartitionSource(ev.Spec()) != etID || !strings.Contains(ev.Spec().String(), "hour") {
+		t.Fatalf("factory.events spec %s (event_time id %d): want hour(event_time)", ev.Spec(), etID)
+	}
+	tasks, err := ev.Scan().PlanFiles(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	byPart := map[string]int64{}
+	for _, task := range tasks {
+		if task.File.SpecID() != int32(evSpec.ID()) {
+			continue // files committed before the spec became event time's (none here)
+		}
+		for _, v := range task.File.Partition() {
+			byPart[fmt.Sprint(v)] += task.File.Count()
+		}
+	}
+	for h, n := range perHour {
+		hh, _ := time.Parse("2006-01-02 15", h)
+		if byPart[fmt.Sprint(int32(hh.Unix()/3600))] != int64(n) {
+			t.Errorf("event hour %s: %d rows in its partition, payloads say %d (partitions %v)", h, byPart[fmt.Sprint(int32(hh.Unix()/3600))], n, byPart)
+		}
+	}
+	if byPart["<nil>"] != 2 {
+		t.Errorf("rows without an event time: %d in the null partition, want 2 (%v)", byPart["<nil>"], byPart)
+	}
+	rows := duckQuery(t, `SELECT strftime(event_time AT TIME ZONE 'UTC', '%Y-%m-%d %H') AS h, count(*) AS n FROM FILES WHERE event_time IS NOT NULL GROUP BY h ORDER BY h`, snapshotFiles(t, ev))
+	if len(rows) != len(perHour) {
+		t.Fatalf("duckdb hours %v, payloads %v", rows, perHour)
+	}
+	for _, r := range rows {
+		if fmt.Sprint(r["n"]) != fmt.Sprint(perHour[fmt.Sprint(r["h"])]) {
+			t.Errorf("duckdb hour %v: %v rows, payloads %d", r["h"], r["n"], perHour[fmt.Sprint(r["h"])])
+		}
+	}
+	if st := statusTyped(t, p); len(st) != 2 {
+		t.Errorf("status typed: %+v", st)
 	}
 }

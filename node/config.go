@@ -30,6 +30,12 @@ type Route struct {
 	Payload string `yaml:"payload"`
 	// SchemaFile (schema): the stream's JSON Schema (Draft-07 subset).
 	SchemaFile string `yaml:"schema_file"`
+	// EventTime (infer, schema) names the top-level payload field, an RFC
+	// 3339 date-time, copied into the event_time column. Default "" (none).
+	EventTime string `yaml:"event_time"`
+	// PartitionBy is timestamp (the ingest time; default) or event_time
+	// (the table's day or hour partition spec uses event_time instead).
+	PartitionBy string `yaml:"partition_by"`
 	// Timestamps (infer): a new string field whose first value is an RFC
 	// 3339 date-time becomes a timestamptz column. Default false.
 	Timestamps bool `yaml:"timestamps"`
@@ -45,7 +51,7 @@ func (c *Config) Payloads() (map[string]typed.Policy, error) {
 	out := map[string]typed.Policy{}
 	set := map[string]int{} // stream -> index of the route that set it
 	for i, r := range c.MQTT.Routes {
-		if r.Payload == "" && !r.Timestamps && r.MaxColumns == 0 && r.SchemaFile == "" {
+		if r.Payload == "" && !r.Timestamps && r.MaxColumns == 0 && r.SchemaFile == "" && r.EventTime == "" && r.PartitionBy == "" {
 			continue // says nothing: another route of the stream may
 		}
 		m, err := typed.ParseMode(r.Payload)
@@ -58,9 +64,26 @@ func (c *Config) Payloads() (map[string]typed.Policy, error) {
 		if (m == typed.Declared) != (r.SchemaFile != "") {
 			return nil, fmt.Errorf("mqtt.routes[%d]: schema_file goes with payload: schema, and payload: schema needs a schema_file", i)
 		}
-		pol := typed.Policy{Mode: m, Timestamps: r.Timestamps, MaxColumns: r.MaxColumns, SchemaFile: r.SchemaFile}
+		switch r.PartitionBy {
+		case "", "timestamp":
+		case "event_time":
+			if r.EventTime == "" {
+				return nil, fmt.Errorf("mqtt.routes[%d].partition_by: event_time needs event_time (the payload field)", i)
+			}
+		default:
+			return nil, fmt.Errorf("mqtt.routes[%d].partition_by: %q: want timestamp or event_time", i, r.PartitionBy)
+		}
+		if r.EventTime != "" && m == typed.Raw {
+			return nil, fmt.Errorf("mqtt.routes[%d].event_time: needs payload: infer or schema", i)
+		}
+		if r.EventTime != "" && !typed.Usable(r.EventTime, true, nil) {
+			return nil, fmt.Errorf("mqtt.routes[%d].event_time: %q cannot name a payload field", i, r.EventTime)
+		}
+		pol := typed.Policy{Mode: m, Timestamps: r.Timestamps, MaxColumns: r.MaxColumns, SchemaFile: r.SchemaFile,
+			EventTime: r.EventTime, PartitionByEventTime: r.PartitionBy == "event_time"}
 		if j, ok := set[r.Stream]; ok {
-			if prev := out[r.Stream]; prev.Mode != pol.Mode || prev.Timestamps != pol.Timestamps || prev.MaxColumns != pol.MaxColumns || prev.SchemaFile != pol.SchemaFile {
+			if prev := out[r.Stream]; prev.Mode != pol.Mode || prev.Timestamps != pol.Timestamps || prev.MaxColumns != pol.MaxColumns ||
+				prev.SchemaFile != pol.SchemaFile || prev.EventTime != pol.EventTime || prev.PartitionByEventTime != pol.PartitionByEventTime {
 				return nil, fmt.Errorf("mqtt.routes[%d]: stream %s has other payload settings in mqtt.routes[%d]: one stream, one setting", i, r.Stream, j)
 			}
 			continue

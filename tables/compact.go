@@ -268,14 +268,15 @@ func (m *pass) writeCompacted(ctx context.Context, t *table.Table, g []liveFile)
 		return nil, fmt.Errorf("read p%d [%d,%d]: %w", part, first, last, err)
 	}
 	recs := make([]*tributary.Record, 0, want)
-	typedRows := map[int64]bool{} // offsets whose row has a typed value
+	typedRows := map[int64]bool{}   // offsets whose row has a typed value
+	eventTimes := map[int64]int64{} // offsets' event_time values
 	for b, err := range batches {
 		if err != nil {
 			return nil, fmt.Errorf("read p%d [%d,%d]: %w", part, first, last, err)
 		}
 		rs, err := RecordsFromArrow(b)
 		if err == nil {
-			markTyped(b, rs, typedRows)
+			markTyped(b, rs, typedRows, eventTimes)
 		}
 		b.Release()
 		if err != nil {
@@ -318,9 +319,23 @@ func (m *pass) writeCompacted(ctx context.Context, t *table.Table, g []liveFile)
 		if err := sh.check(t.Schema()); err != nil {
 			return nil, err
 		}
+		if _, ok := t.Schema().FindFieldByName(ColEventTime); ok {
+			sh.eventTimes = make([]int64, len(recs))
+			for i, r := range recs {
+				sh.eventTimes[i] = noEventTime
+				if us, ok := eventTimes[r.Offset]; ok {
+					sh.eventTimes[i] = us
+				}
+			}
+		}
+		sh.byEventTime = PartitionSource(t.Spec()) != FieldTimestamp
+	}
+	runs := CutRuns(gran, recs)
+	if sh != nil {
+		runs = sh.CutRuns(gran, recs)
 	}
 	var outs []FileMeta
-	for _, run := range CutRuns(gran, recs) {
+	for _, run := range runs {
 		var buf bytes.Buffer
 		var st FileStats
 		var err error

@@ -145,5 +145,5 @@ func (c *Catalog) CommitDeadLetters(ctx context.Context, stream string, p int32,
 // cutDeadLetters cuts dls at the table's partition buckets, as CutRuns
 // cuts records.
 func cutDeadLetters(g Granularity, dls []DeadLetter) [][]DeadLetter {
-	return cutRuns(g, dls, func(d DeadLetter) int64 { return d.Record.Timestamp })
+	return cutRuns(dls, func(d DeadLetter) int64 { return int64(g.Bucket(d.Record.Timestamp)) })
 }

@@ -30,6 +30,11 @@ type FileStats struct {
 	NullProdTS   int64
 	// NullPrincipals counts records without a principal (anonymous).
 	NullPrincipals int64
+	// EventTimes: the file has an event_time column (typedcols.go), with
+	// these bounds (unix micros) over its non-null values.
+	EventTimes                 bool
+	MinEventTime, MaxEventTime int64
+	NullEventTimes             int64
 }
 
 // RowGroupRows is the number of rows per Parquet row group: small enough that

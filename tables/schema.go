@@ -55,12 +55,16 @@ const (
 
 	ColDLQError         = "error"
 	ColDLQSchemaVersion = "schema_version"
+
+	// ColEventTime is the event-time column of a typed stream that names
+	// an event-time field (typedcols.go): that field's time, timestamptz.
+	ColEventTime = "event_time"
 )
 
 // envelopeNames are the envelope's column names (and the dead-letter
 // table's): a payload member of such a name is not a typed column.
 var envelopeNames = []string{ColPartition, ColOffset, ColTimestamp, ColTopic, ColKey, ColValue, ColHeaders,
-	ColSource, ColClientID, ColNode, ColProducerTimestamp, ColPrincipal, ColDLQError, ColDLQSchemaVersion}
+	ColSource, ColClientID, ColNode, ColProducerTimestamp, ColPrincipal, ColDLQError, ColDLQSchemaVersion, ColEventTime}
 
 // DLQSuffix ends the name of a stream's dead-letter table:
 // <namespace>.<stream>_dlq. Stream names with it are reserved.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -146,7 +147,15 @@ type Shaped struct {
 	// strict: a member without a column is an error (infer); otherwise
 	// it stays in value only (schema: undeclared members).
 	strict bool
+	// eventTimes are the records' event times (unix micros; noEventTime
+	// for none), when the table has an event_time column; byEventTime
+	// says its partition spec uses it.
+	eventTimes  []int64
+	byEventTime bool
 }
+
+// noEventTime marks a record without an event time.
+const noEventTime = math.MinInt64
 
 // Err is why the payload of the record at offset off is not typed, or "".
 func (s *Shaped) Err(off int64) string {
@@ -212,15 +221,104 @@ func (c *Catalog) Shape(ctx context.Context, stream string, pol typed.Policy, re
 			return s.Additions()
 		}
 	}
+	if pol.EventTime != "" {
+		columns := plan
+		plan = func(root *typed.Type) []typed.Addition {
+			adds := columns(root)
+			if _, ok := t.Schema().FindFieldByName(ColEventTime); !ok {
+				adds = append(adds, typed.Addition{Path: []string{ColEventTime}, Type: &typed.Type{Kind: typed.Timestamp}})
+			}
+			return adds
+		}
+	}
 	t, added, err := c.evolveTyped(ctx, stream, t, sh, plan)
 	if err != nil {
 		return nil, err
 	}
 	sh.Added = added
+	if pol.PartitionByEventTime {
+		if t, err = c.partitionByEventTime(ctx, stream, t); err != nil {
+			return nil, err
+		}
+	}
 	if err := sh.check(t.Schema()); err != nil {
 		return nil, fmt.Errorf("shape %s: %w", stream, err)
 	}
+	if _, ok := t.Schema().FindFieldByName(ColEventTime); ok && pol.EventTime != "" {
+		sh.eventTimes = make([]int64, len(sh.vals))
+		for i, v := range sh.vals {
+			sh.eventTimes[i] = noEventTime
+			if sh.errs[i] == "" {
+				if us, ok := typed.ParseTime(member(v, pol.EventTime)); ok {
+					sh.eventTimes[i] = us
+				}
+			}
+		}
+	}
+	sh.byEventTime = PartitionSource(t.Spec()) != FieldTimestamp
 	return sh, nil
+}
+
+// partitionByEventTime makes t's partition spec the day or hour (its
+// granularity) of the event_time column, replacing the ingest timestamp's,
+// unless it is already; evolveTable's loop. Files written before keep their
+// old spec (Iceberg partition evolution).
+func (c *Catalog) partitionByEventTime(ctx context.Context, stream string, t *table.Table) (*table.Table, error) {
+	var lastErr error
+	for attempt := 1; attempt <= MaxCommitAttempts; attempt++ {
+		et, ok := t.Schema().FindFieldByName(ColEventTime)
+		if !ok || PartitionSource(t.Spec()) == et.ID {
+			return t, nil
+		}
+		g, err := GranularityOf(t.Spec())
+		if err != nil {
+			return nil, fmt.Errorf("partition %s by event time: %w", stream, err)
+		}
+		tx := t.NewTransaction()
+		us := tx.UpdateSpec(true)
+		spec := t.Spec()
+		for _, pf := range spec.Fields() {
+			us.RemoveField(pf.Name)
+		}
+		var tr iceberg.Transform = iceberg.DayTransform{}
+		if g == GranularityHour {
+			tr = iceberg.HourTransform{}
+		}
+		us.AddField(ColEventTime, tr, ColEventTime+"_"+g.String())
+		if err := us.Commit(); err != nil {
+			return nil, fmt.Errorf("partition %s by event time: %w", stream, err)
+		}
+		nt, err := tx.Commit(ctx)
+		if err == nil {
+			c.remember(stream, nt)
+			t = nt
+			continue
+		}
+		lastErr = err
+		if err := retryPause(ctx, attempt); err != nil {
+			return nil, fmt.Errorf("partition %s by event time: %w", stream, err)
+		}
+		if t, err = c.LoadTable(ctx, stream); err != nil {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("partition %s by event time: giving up after %d attempts: %w", stream, MaxCommitAttempts, lastErr)
+}
+
+// CutRuns cuts recs (a run of the records sh was made from) as the
+// table's files must be cut: at the buckets of g of the ingest timestamp
+// (CutRuns), or of the event time when the table is partitioned by it
+// (records without one apart).
+func (sh *Shaped) CutRuns(g Granularity, recs []*tributary.Record) [][]*tributary.Record {
+	if !sh.byEventTime || sh.eventTimes == nil {
+		return CutRuns(g, recs)
+	}
+	return cutRuns(recs, func(r *tributary.Record) int64 {
+		if us := sh.eventTimes[r.Offset-sh.base]; us != noEventTime {
+			return int64(g.Bucket(us))
+		}
+		return noEventTime
+	})
 }
 
 // decodeBatch decodes the payloads of recs.
@@ -275,9 +373,20 @@ func (c *Catalog) SchemaChanges(ctx context.Context, stream string, declared *ty
 }
 
 // markTyped records in typedRows the offsets of recs (decoded from b, in
-// its row order) whose row in b has a value in a typed column.
-func markTyped(b arrow.RecordBatch, recs []*tributary.Record, typedRows map[int64]bool) {
+// its row order) whose row in b has a value in a typed column, and in
+// eventTimes their event_time values.
+func markTyped(b arrow.RecordBatch, recs []*tributary.Record, typedRows map[int64]bool, eventTimes map[int64]int64) {
 	for ci, f := range b.Schema().Fields() {
+		if f.Name == ColEventTime {
+			if col, ok := b.Column(ci).(*array.Timestamp); ok {
+				for i, r := range recs {
+					if col.IsValid(i) {
+						eventTimes[r.Offset] = int64(col.Value(i))
+					}
+				}
+			}
+			continue
+		}
 		if isEnvelope(f.Name) {
 			continue
 		}
@@ -290,10 +399,11 @@ func markTyped(b arrow.RecordBatch, recs []*tributary.Record, typedRows map[int6
 	}
 }
 
-// hasTyped reports whether sch has columns beyond the envelope.
+// hasTyped reports whether sch has columns beyond the envelope (typed
+// columns or event_time).
 func hasTyped(sch *iceberg.Schema) bool {
 	for _, f := range sch.Fields() {
-		if !isEnvelope(f.Name) {
+		if !isEnvelope(f.Name) || f.Name == ColEventTime {
 			return true
 		}
 	}
@@ -349,9 +459,20 @@ func (c *Catalog) evolveTyped(ctx context.Context, stream string, t *table.Table
 // WriteParquetShaped is WriteParquet for a shaped batch: recs (a run of
 // the records sh was made from) with the table's typed columns.
 func WriteParquetShaped(w io.Writer, recs []*tributary.Record, sh *Shaped) (FileStats, error) {
-	return writeParquet(w, recs, sh.arrow, true, func(b *array.RecordBuilder, lo, hi int) {
+	st, err := writeParquet(w, recs, sh.arrow, true, func(b *array.RecordBuilder, lo, hi int) {
 		sc := b.Schema()
 		for fi, f := range sc.Fields() {
+			if f.Name == ColEventTime {
+				eb := b.Field(fi).(*array.TimestampBuilder)
+				for _, r := range recs[lo:hi] {
+					if us := sh.eventTime(r.Offset); us != noEventTime {
+						eb.Append(arrow.Timestamp(us))
+					} else {
+						eb.AppendNull()
+					}
+				}
+				continue
+			}
 			if isEnvelope(f.Name) {
 				continue
 			}
@@ -367,6 +488,30 @@ func WriteParquetShaped(w io.Writer, recs []*tributary.Record, sh *Shaped) (File
 			}
 		}
 	})
+	if err != nil || len(sh.arrow.FieldIndices(ColEventTime)) == 0 {
+		return st, err
+	}
+	st.EventTimes = true
+	seen := false
+	for _, r := range recs {
+		switch us := sh.eventTime(r.Offset); {
+		case us == noEventTime:
+			st.NullEventTimes++
+		case !seen:
+			st.MinEventTime, st.MaxEventTime, seen = us, us, true
+		default:
+			st.MinEventTime, st.MaxEventTime = min(st.MinEventTime, us), max(st.MaxEventTime, us)
+		}
+	}
+	return st, nil
+}
+
+// eventTime is the event time of the record at offset off, or noEventTime.
+func (sh *Shaped) eventTime(off int64) int64 {
+	if sh.eventTimes == nil {
+		return noEventTime
+	}
+	return sh.eventTimes[off-sh.base]
 }
 
 // member returns the value of obj's member name (Null if absent).

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -351,4 +352,104 @@ func TestTypedColumnsHourPartitions(t *testing.T) {
 			t.Errorf("offset %d: %s, want %s", off, g, want)
 		}
 	}
+}
+
+// A stream partitioned by event time: the table gets an event_time column
+// and an hour(event_time) spec; a batch is cut into one file per event
+// hour (payloads without one apart, partition null); compaction keeps the
+// event times.
+func TestTypedColumnsEventTimePartitions(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	c, err := Open(ctx, Config{URI: "sqlite://" + filepath.Join(dir, "catalog.db"), Warehouse: "file://" + filepath.Join(dir, "warehouse"), Granularity: "hour"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const stream = "factory.events"
+	pol := typed.Policy{Mode: typed.Infer, Timestamps: true, EventTime: "ts", PartitionByEventTime: true}
+	commit := func(from int64, payloads ...string) int {
+		recs := payloadRecords(0, from, payloads...)
+		for _, r := range recs {
+			r.Stream = stream
+		}
+		if _, err := c.EnsureTable(ctx, stream); err != nil {
+			t.Fatal(err)
+		}
+		sh, err := c.Shape(ctx, stream, pol, recs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, _ := c.Granularity(ctx, stream)
+		var files []FileMeta
+		for _, run := range sh.CutRuns(g, recs) {
+			var buf bytes.Buffer
+			st, err := WriteParquetShaped(&buf, run, sh)
+			if err != nil {
+				t.Fatal(err)
+			}
+			url := DataFileURL(c.TableLocation(stream), st, Origin{})
+			key, _ := c.KeyOf(url)
+			path := filepath.Join(c.Warehouse()[len("file://"):], key)
+			os.MkdirAll(filepath.Dir(path), 0o755)
+			if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			files = append(files, FileMeta{URL: url, Size: int64(buf.Len()), Stats: st})
+		}
+		to := from + int64(len(recs))
+		if _, err := c.CommitAppend(ctx, stream, []PartitionAppend{{Partition: 0, From: from, To: to, Files: files}}, nil); err != nil {
+			t.Fatal(err)
+		}
+		return len(files)
+	}
+	n := commit(0,
+		`{"device":"a","ts":"2025-01-02T03:10:00Z"}`,
+		`{"device":"b","ts":"2025-01-02T03:50:00.5Z"}`,
+		`{"device":"c","ts":"2025-01-02T05:00:00Z"}`,
+		`{"device":"d"}`,
+		`not json`)
+	if n != 3 {
+		t.Fatalf("%d files, want 3 (hour 3, hour 5, no event time)", n)
+	}
+	commit(5, `{"device":"e","ts":"2025-01-02T03:20:00Z"}`)
+	commit(6, `{"device":"f","ts":"2025-01-02T03:30:00Z"}`)
+	tb, _ := c.LoadTable(ctx, stream)
+	et, ok := tb.Schema().FindFieldByName(ColEventTime)
+	if !ok || PartitionSource(tb.Spec()) != et.ID || et.Type.String() != "timestamptz" {
+		t.Fatalf("spec %s, event_time %+v", tb.Spec(), et)
+	}
+	check := func(when string) {
+		tb, _ := c.LoadTable(ctx, stream)
+		got := scanColumns(t, tb, "device", ColEventTime)
+		for off, want := range map[int64]string{0: "a 2025-01-02 03:10:00Z", 2: "c 2025-01-02 05:00:00Z", 3: "d null", 4: "null null", 5: "e 2025-01-02 03:20:00Z", 6: "f 2025-01-02 03:30:00Z"} {
+			if g := strings.Join(got[off], " "); !strings.HasPrefix(strings.ReplaceAll(g, "T", " "), strings.TrimSuffix(want, "Z")) {
+				t.Errorf("%s: offset %d: %q, want %q", when, off, g, want)
+			}
+		}
+		tasks, err := tb.Scan().PlanFiles(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hours := map[string]int64{}
+		for _, task := range tasks {
+			for _, v := range task.File.Partition() {
+				hours[fmt.Sprint(v)] += task.File.Count()
+			}
+		}
+		h3 := fmt.Sprint(GranularityHour.Bucket(time.Date(2025, 1, 2, 3, 0, 0, 0, time.UTC).UnixMicro()))
+		h5 := fmt.Sprint(GranularityHour.Bucket(time.Date(2025, 1, 2, 5, 0, 0, 0, time.UTC).UnixMicro()))
+		if hours[h3] != 4 || hours[h5] != 1 || hours["<nil>"] != 2 {
+			t.Errorf("%s: rows by event hour %v, want %s:4 %s:1 null:2", when, hours, h3, h5)
+		}
+	}
+	check("written")
+	res, err := c.Maintain(ctx, stream, MaintainOptions{Policy: Policy{TargetFileSize: 1 << 30, MaxCompactBytes: 1 << 30}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.CompactGroups != 1 || res.CompactInputs != 2 {
+		t.Fatalf("compaction: %+v, want the two adjacent hour-3 files merged", res)
+	}
+	check("compacted")
 }

@@ -15,9 +15,18 @@
 //     (and only releases it) or commits it once.
 //
 //  3. Contiguous files. Every data file holds consecutive offsets of one
-//     partition and one partition bucket of the table (a day or an hour:
-//     tables.CutRuns), so min/max statistics prune Kafka and Pulsar reads
-//     to a file and the catalog accepts it.
+//     partition and one partition bucket of the table (a day or an hour of
+//     the ingest timestamp, or of the event time for a typed stream
+//     partitioned by it: tables.CutRuns, Shaped.CutRuns), so min/max
+//     statistics prune Kafka and Pulsar reads to a file and the catalog
+//     accepts it.
+//
+//  6. Typed streams lose nothing. For a stream with typed columns
+//     (Config.Payloads), the batch's new columns are committed to the
+//     table before its files are written (tables.Catalog.Shape), and its
+//     dead letters — payloads that cannot be typed, still in the batch
+//     with null typed columns — are committed to <stream>_dlq, exactly once
+//     by that table's own marks, before the batch itself.
 //
 //  4. Fenced partitions stop. Every append carries the ownership epoch its
 //     records were accepted at (one epoch per append: a batch is cut where
@@ -435,6 +444,11 @@ func (u *Uplink) syncStream(ctx context.Context, stream string, parts []wal.Part
 	return fmt.Errorf("sync %s: batch stale three times in a row", stream)
 }
 
+// MaxTypedBatchBytes caps the WAL bytes of one batch of a typed stream
+// (below Config.MaxBatchBytes): Shape holds the batch's decoded payloads,
+// about six times the JSON bytes, in memory.
+const MaxTypedBatchBytes = 8 << 20
+
 // maxEpochCuts bounds the extra commits of one pass for batches cut at an
 // epoch change (there is rarely more than one).
 const maxEpochCuts = 4
@@ -549,7 +563,13 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 		if mark >= p.Next {
 			continue
 		}
-		recs, err := u.log.Read(stream, p.Partition, mark, 0, u.cfg.MaxBatchBytes)
+		maxBytes := u.cfg.MaxBatchBytes
+		if pol.Typed() {
+			// The batch's payloads are decoded in memory at once (several
+			// times their size): smaller batches when catching up.
+			maxBytes = min(maxBytes, MaxTypedBatchBytes)
+		}
+		recs, err := u.log.Read(stream, p.Partition, mark, 0, maxBytes)
 		if err != nil {
 			return false, fmt.Errorf("sync %s: read wal: %w", stream, err)
 		}
@@ -719,7 +739,11 @@ func (u *Uplink) upload(ctx context.Context, stream string, recs []*tributary.Re
 		return nil, fmt.Errorf("sync %s: %w", stream, err)
 	}
 	var files []tables.FileMeta
-	for _, run := range tables.CutRuns(g, recs) {
+	runs := tables.CutRuns(g, recs)
+	if sh != nil {
+		runs = sh.CutRuns(g, recs) // by event time, if the table is partitioned by it
+	}
+	for _, run := range runs {
 		var buf bytes.Buffer
 		var st tables.FileStats
 		if sh != nil {

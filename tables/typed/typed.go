@@ -65,6 +65,12 @@ type Policy struct {
 	// columns it declares (ParseJSONSchema).
 	SchemaFile string
 	Columns    *Type
+	// EventTime names the top-level payload field (an RFC 3339 date-time)
+	// whose time is the event_time column; PartitionByEventTime makes the
+	// table's day or hour partition spec use it instead of the ingest
+	// timestamp.
+	EventTime            string
+	PartitionByEventTime bool
 }
 
 // Typed reports whether payloads become columns.
