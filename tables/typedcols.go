@@ -190,7 +190,7 @@ func (c *Catalog) Shape(ctx context.Context, stream string, pol typed.Policy, re
 		return nil, err
 	}
 	sh := decodeBatch(recs)
-	var plan func(root *typed.Type) []typed.Addition
+	var plan func(sch *iceberg.Schema) []typed.Addition
 	switch pol.Mode {
 	case typed.Declared:
 		// The payload must satisfy the declared schema; the table gets the
@@ -204,15 +204,15 @@ func (c *Catalog) Shape(ctx context.Context, stream string, pol typed.Policy, re
 				}
 			}
 		}
-		plan = func(root *typed.Type) []typed.Addition {
-			adds, _ := typed.Diff(root, pol.Columns)
+		plan = func(sch *iceberg.Schema) []typed.Addition {
+			adds, _ := typed.Diff(typedRoot(sch), pol.Columns)
 			return adds
 		}
 	default:
 		opts := typed.Options{Timestamps: pol.Timestamps, MaxColumns: pol.MaxColumns, Reserved: envelopeNames}
 		sh.strict = true
-		plan = func(root *typed.Type) []typed.Addition {
-			s := typed.NewSchema(root, opts)
+		plan = func(sch *iceberg.Schema) []typed.Addition {
+			s := typed.NewSchema(typedRoot(sch), opts)
 			for i, v := range sh.vals {
 				if sh.errs[i] == "" {
 					_ = s.Extend(v) // a conflict is decided by Check, against the committed schema
@@ -223,9 +223,9 @@ func (c *Catalog) Shape(ctx context.Context, stream string, pol typed.Policy, re
 	}
 	if pol.EventTime != "" {
 		columns := plan
-		plan = func(root *typed.Type) []typed.Addition {
-			adds := columns(root)
-			if _, ok := t.Schema().FindFieldByName(ColEventTime); !ok {
+		plan = func(sch *iceberg.Schema) []typed.Addition {
+			adds := columns(sch)
+			if _, ok := sch.FindFieldByName(ColEventTime); !ok {
 				adds = append(adds, typed.Addition{Path: []string{ColEventTime}, Type: &typed.Type{Kind: typed.Timestamp}})
 			}
 			return adds
@@ -414,11 +414,11 @@ func hasTyped(sch *iceberg.Schema) bool {
 // typed columns (inferred from sh's payloads, or declared) and returns the
 // table as committed and how many fields were added. It is evolveTable's
 // loop: on a conflict it reloads and plans again.
-func (c *Catalog) evolveTyped(ctx context.Context, stream string, t *table.Table, sh *Shaped, plan func(root *typed.Type) []typed.Addition) (*table.Table, int, error) {
+func (c *Catalog) evolveTyped(ctx context.Context, stream string, t *table.Table, sh *Shaped, plan func(sch *iceberg.Schema) []typed.Addition) (*table.Table, int, error) {
 	added := 0
 	var lastErr error
 	for attempt := 1; attempt <= MaxCommitAttempts; attempt++ {
-		adds := plan(typedRoot(t.Schema()))
+		adds := plan(t.Schema())
 		if len(adds) == 0 {
 			return t, added, nil
 		}
