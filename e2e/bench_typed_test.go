@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -214,15 +213,7 @@ func columnBytes(t *testing.T, b []byte) map[string]int64 {
 // duckTime is the best of three DuckDB runs of sql over files, in ms.
 func duckTime(t *testing.T, sql string, files []string) float64 {
 	t.Helper()
-	ensureDuckDB(t)
-	cmd := exec.Command("node", append([]string{"timeq.mjs", "3", sql}, files...)...)
-	cmd.Dir = duckdbDir
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("duckdb %s: %v\n%s", sql, err, stderr.String())
-	}
+	out := duckScript(t, "timeq.mjs", append([]string{"3", sql}, files...)...)
 	var r struct {
 		MS   float64 `json:"ms"`
 		Rows int     `json:"rows"`

@@ -51,15 +51,7 @@ func snapshotFiles(t *testing.T, tbl *table.Table) []string {
 // read_parquet of them, union_by_name) and returns the rows.
 func duckQuery(t *testing.T, sql string, files []string) []map[string]any {
 	t.Helper()
-	ensureDuckDB(t)
-	cmd := exec.Command("node", append([]string{"query.mjs", sql}, files...)...)
-	cmd.Dir = duckdbDir
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("duckdb %s: %v\n%s", sql, err, stderr.String())
-	}
+	out := duckScript(t, "query.mjs", append([]string{sql}, files...)...)
 	var rows []map[string]any
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -71,6 +63,22 @@ func duckQuery(t *testing.T, sql string, files []string) []map[string]any {
 		rows = append(rows, r)
 	}
 	return rows
+}
+
+// duckScript runs one of the DuckDB scripts of duckdbDir with args and
+// returns its standard output.
+func duckScript(t *testing.T, script string, args ...string) []byte {
+	t.Helper()
+	ensureDuckDB(t)
+	cmd := exec.Command("node", append([]string{script}, args...)...)
+	cmd.Dir = duckdbDir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("duckdb %s %.200q: %v\n%s", script, args, err, stderr.String())
+	}
+	return out
 }
 
 // schemaTypes maps the column names of tbl's current schema to their

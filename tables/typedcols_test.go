@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/iceberg-go/table"
 
@@ -32,37 +31,70 @@ func payloadRecords(part int32, from int64, payloads ...string) []*tributary.Rec
 }
 
 // commitShaped does what the uplink does with a typed batch: shape it,
-// write its file, commit its dead letters, then the batch.
+// write its files, commit its dead letters, then the batch.
 func commitShaped(t *testing.T, c *Catalog, stream string, recs []*tributary.Record) *Shaped {
 	t.Helper()
+	return commitShapedWith(t, c, stream, inferPolicy, recs)
+}
+
+func commitShapedWith(t *testing.T, c *Catalog, stream string, pol typed.Policy, recs []*tributary.Record) *Shaped {
+	t.Helper()
 	ctx := context.Background()
-	sh, err := c.Shape(ctx, stream, inferPolicy, recs)
+	sh, err := c.Shape(ctx, stream, pol, recs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var buf bytes.Buffer
-	st, err := WriteParquetShaped(&buf, recs, sh)
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := fmt.Sprintf("%s/data/p%d-%d.parquet", c.TableLocation(stream), st.Partition, st.FirstOffset)
-	key, _ := c.KeyOf(url)
-	path := filepath.Join(c.Warehouse()[len("file://"):], key)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	files := writeShaped(t, c, stream, sh, recs)
 	to := recs[len(recs)-1].Offset + 1
 	if _, err := c.CommitDeadLetters(ctx, stream, recs[0].Partition, to, Origin{}, sh.DeadLetters(recs)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.CommitAppend(ctx, stream, []PartitionAppend{{Partition: recs[0].Partition, From: recs[0].Offset, To: to,
-		Files: []FileMeta{{URL: url, Size: int64(buf.Len()), Stats: st}}}}, nil); err != nil {
+		Files: files}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	return sh
+}
+
+// writeShaped writes a shaped batch's files below the table, cut as the
+// uplink cuts them (Shaped.CutRuns at the table's granularity).
+func writeShaped(t *testing.T, c *Catalog, stream string, sh *Shaped, recs []*tributary.Record) []FileMeta {
+	t.Helper()
+	g, err := c.Granularity(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []FileMeta
+	for _, run := range sh.CutRuns(g, recs) {
+		var buf bytes.Buffer
+		st, err := WriteParquetShaped(&buf, run, sh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		url := DataFileURL(c.TableLocation(stream), st, Origin{})
+		key, _ := c.KeyOf(url)
+		path := filepath.Join(c.Warehouse()[len("file://"):], key)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, FileMeta{URL: url, Size: int64(buf.Len()), Stats: st})
+	}
+	return files
+}
+
+// openHourlyCatalog is openTestCatalog with hour-partitioned tables.
+func openHourlyCatalog(t *testing.T) *Catalog {
+	t.Helper()
+	dir := t.TempDir()
+	c, err := Open(context.Background(), Config{URI: "sqlite://" + filepath.Join(dir, "catalog.db"), Warehouse: "file://" + filepath.Join(dir, "warehouse"), Granularity: "hour"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
 
 // scanColumns reads the whole table with iceberg-go and returns, by
@@ -292,19 +324,26 @@ func TestTypedColumnsConcurrentNodes(t *testing.T) {
 	if rows != 10 {
 		t.Errorf("%d rows, want 10", rows)
 	}
-	_ = arrow.PrimitiveTypes.Int64
+}
+
+func snapshotFiles(t *testing.T, tb *table.Table) []string {
+	t.Helper()
+	tasks, err := tb.Scan().PlanFiles(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, task := range tasks {
+		out = append(out, task.File.FilePath())
+	}
+	return out
 }
 
 // An hour-partitioned table with typed columns: a batch spanning two
 // hours is cut into one file per hour, each with its typed columns.
 func TestTypedColumnsHourPartitions(t *testing.T) {
-	dir := t.TempDir()
+	c := openHourlyCatalog(t)
 	ctx := context.Background()
-	c, err := Open(ctx, Config{URI: "sqlite://" + filepath.Join(dir, "catalog.db"), Warehouse: "file://" + filepath.Join(dir, "warehouse"), Granularity: "hour"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	const stream = "factory.hourly"
 	recs := payloadRecords(0, 0, `{"device":"a","v":1}`, `{"device":"b","v":2}`, `{"device":"c","v":3}`, `{"device":"d","v":"x"}`)
 	base := int64(1_700_000_000_000_000) / 3_600_000_000 * 3_600_000_000
@@ -315,37 +354,17 @@ func TestTypedColumnsHourPartitions(t *testing.T) {
 	if _, err := c.EnsureTable(ctx, stream); err != nil {
 		t.Fatal(err)
 	}
-	sh, err := c.Shape(ctx, stream, inferPolicy, recs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := c.Granularity(ctx, stream)
-	if err != nil || g != GranularityHour {
+	if g, err := c.Granularity(ctx, stream); err != nil || g != GranularityHour {
 		t.Fatalf("granularity %v %v", g, err)
 	}
-	var files []FileMeta
-	for _, run := range CutRuns(g, recs) {
-		var buf bytes.Buffer
-		st, err := WriteParquetShaped(&buf, run, sh)
-		if err != nil {
-			t.Fatal(err)
-		}
-		url := fmt.Sprintf("%s/data/p0-%d.parquet", c.TableLocation(stream), st.FirstOffset)
-		key, _ := c.KeyOf(url)
-		path := filepath.Join(c.Warehouse()[len("file://"):], key)
-		os.MkdirAll(filepath.Dir(path), 0o755)
-		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, FileMeta{URL: url, Size: int64(buf.Len()), Stats: st})
-	}
-	if len(files) != 2 {
+	sh := commitShaped(t, c, stream, recs)
+	tb, _ := c.LoadTable(ctx, stream)
+	if files, _ := tb.Scan().PlanFiles(ctx); len(files) != 2 {
 		t.Fatalf("%d files, want one per hour", len(files))
 	}
-	if _, err := c.CommitAppend(ctx, stream, []PartitionAppend{{Partition: 0, From: 0, To: 4, Files: files}}, nil); err != nil {
-		t.Fatal(err)
+	if len(sh.DeadLetters(recs)) != 1 {
+		t.Errorf("dead letters %v", sh.DeadLetters(recs))
 	}
-	tb, _ := c.LoadTable(ctx, stream)
 	got := scanColumns(t, tb, "device", "v")
 	for off, want := range map[int64]string{0: "a 1", 1: "b 2", 2: "c 3", 3: "null null"} {
 		if g := strings.Join(got[off], " "); g != want {
@@ -359,13 +378,8 @@ func TestTypedColumnsHourPartitions(t *testing.T) {
 // hour (payloads without one apart, partition null); compaction keeps the
 // event times.
 func TestTypedColumnsEventTimePartitions(t *testing.T) {
-	dir := t.TempDir()
+	c := openHourlyCatalog(t)
 	ctx := context.Background()
-	c, err := Open(ctx, Config{URI: "sqlite://" + filepath.Join(dir, "catalog.db"), Warehouse: "file://" + filepath.Join(dir, "warehouse"), Granularity: "hour"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
 	const stream = "factory.events"
 	pol := typed.Policy{Mode: typed.Infer, Timestamps: true, EventTime: "ts", PartitionByEventTime: true}
 	commit := func(from int64, payloads ...string) int {
@@ -376,32 +390,14 @@ func TestTypedColumnsEventTimePartitions(t *testing.T) {
 		if _, err := c.EnsureTable(ctx, stream); err != nil {
 			t.Fatal(err)
 		}
-		sh, err := c.Shape(ctx, stream, pol, recs)
-		if err != nil {
-			t.Fatal(err)
+		before, _ := c.LoadTable(ctx, stream)
+		n := 0
+		if s := before.CurrentSnapshot(); s != nil {
+			n = len(snapshotFiles(t, before))
 		}
-		g, _ := c.Granularity(ctx, stream)
-		var files []FileMeta
-		for _, run := range sh.CutRuns(g, recs) {
-			var buf bytes.Buffer
-			st, err := WriteParquetShaped(&buf, run, sh)
-			if err != nil {
-				t.Fatal(err)
-			}
-			url := DataFileURL(c.TableLocation(stream), st, Origin{})
-			key, _ := c.KeyOf(url)
-			path := filepath.Join(c.Warehouse()[len("file://"):], key)
-			os.MkdirAll(filepath.Dir(path), 0o755)
-			if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			files = append(files, FileMeta{URL: url, Size: int64(buf.Len()), Stats: st})
-		}
-		to := from + int64(len(recs))
-		if _, err := c.CommitAppend(ctx, stream, []PartitionAppend{{Partition: 0, From: from, To: to, Files: files}}, nil); err != nil {
-			t.Fatal(err)
-		}
-		return len(files)
+		commitShapedWith(t, c, stream, pol, recs)
+		after, _ := c.LoadTable(ctx, stream)
+		return len(snapshotFiles(t, after)) - n
 	}
 	n := commit(0,
 		`{"device":"a","ts":"2025-01-02T03:10:00Z"}`,
