@@ -102,6 +102,7 @@ type Schema struct {
 	Root    *Type // Struct
 	opts    Options
 	columns int
+	widens  bool // the last dry run of extend found a pending field to widen
 }
 
 // NewSchema starts from root, the typed columns a table has (a Struct;
@@ -143,9 +144,13 @@ func (s *Schema) Extend(v Value) error {
 	if v.Kind != Object {
 		return notObject(v)
 	}
+	s.widens = false
 	n, err := s.extend(s.Root, v, "", false)
 	if err != nil {
 		return err
+	}
+	if n == 0 && !s.widens {
+		return nil // nothing to apply (the common case: every field known)
 	}
 	if n > 0 && s.columns+n > s.opts.MaxColumns {
 		return fmt.Errorf("%w: %d typed columns, this payload would add %d (max %d)", ErrTooManyColumns, s.columns, n, s.opts.MaxColumns)
@@ -200,8 +205,11 @@ func (s *Schema) merge(f *Field, v Value, path string, apply bool) (int, error) 
 	if err != nil {
 		return 0, err
 	}
-	if widened != nil && apply {
-		f.Type = widened
+	if widened != nil {
+		s.widens = true
+		if apply {
+			f.Type = widened
+		}
 	}
 	return n, nil
 }
@@ -229,8 +237,11 @@ func (s *Schema) mergeType(t *Type, v Value, path string, pending, apply bool) (
 			if err != nil {
 				return 0, nil, err
 			}
-			if w != nil && apply {
-				t.Elem = w
+			if w != nil {
+				s.widens = true
+				if apply {
+					t.Elem = w
+				}
 			}
 			added += n
 		}
