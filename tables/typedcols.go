@@ -138,7 +138,8 @@ type Shaped struct {
 	// columns (a new struct counts once).
 	Added int
 	// EvolveError says why the table refused the columns the batch
-	// needed ("" = it did not): those payloads are dead letters.
+	// needed, or the event-time spec ("" = it did not): payloads that
+	// needed a refused column are dead letters.
 	EvolveError string
 	arrow       *arrow.Schema
 	base        int64 // offset of vals[0]
@@ -237,7 +238,7 @@ func (c *Catalog) Shape(ctx context.Context, stream string, pol typed.Policy, re
 	}
 	sh.Added = added
 	if pol.PartitionByEventTime {
-		if t, err = c.partitionByEventTime(ctx, stream, t); err != nil {
+		if t, err = c.partitionByEventTime(ctx, stream, t, sh); err != nil {
 			return nil, err
 		}
 	}
@@ -262,8 +263,10 @@ func (c *Catalog) Shape(ctx context.Context, stream string, pol typed.Policy, re
 // partitionByEventTime makes t's partition spec the day or hour (its
 // granularity) of the event_time column, replacing the ingest timestamp's,
 // unless it is already; evolveTable's loop. Files written before keep their
-// old spec (Iceberg partition evolution).
-func (c *Catalog) partitionByEventTime(ctx context.Context, stream string, t *table.Table) (*table.Table, error) {
+// old spec (Iceberg partition evolution). A spec update the table refuses
+// (not a conflict) leaves the spec as it is, said in sh.EvolveError: the
+// line goes on.
+func (c *Catalog) partitionByEventTime(ctx context.Context, stream string, t *table.Table, sh *Shaped) (*table.Table, error) {
 	var lastErr error
 	for attempt := 1; attempt <= MaxCommitAttempts; attempt++ {
 		et, ok := t.Schema().FindFieldByName(ColEventTime)
@@ -272,7 +275,8 @@ func (c *Catalog) partitionByEventTime(ctx context.Context, stream string, t *ta
 		}
 		g, err := GranularityOf(t.Spec())
 		if err != nil {
-			return nil, fmt.Errorf("partition %s by event time: %w", stream, err)
+			sh.EvolveError = fmt.Sprintf("partition %s by event time: %v", stream, err)
+			return t, nil
 		}
 		tx := t.NewTransaction()
 		us := tx.UpdateSpec(true)
@@ -286,7 +290,8 @@ func (c *Catalog) partitionByEventTime(ctx context.Context, stream string, t *ta
 		}
 		us.AddField(ColEventTime, tr, ColEventTime+"_"+g.String())
 		if err := us.Commit(); err != nil {
-			return nil, fmt.Errorf("partition %s by event time: %w", stream, err)
+			sh.EvolveError = fmt.Sprintf("partition %s by event time: %v", stream, err)
+			return t, nil
 		}
 		nt, err := tx.Commit(ctx)
 		if err == nil {

@@ -591,7 +591,7 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 			}
 			u.count(u.added, u.metrics.added, stream, int64(sh.Added))
 			if sh.EvolveError != "" {
-				u.cfg.Logger.Error("uplink: the table refused the typed columns a batch needed; its payloads that need them go to the dead-letter table",
+				u.cfg.Logger.Error("uplink: the table refused a schema or spec change a typed batch needed; payloads that need a refused column go to the dead-letter table",
 					"stream", stream, "partition", p.Partition, "err", sh.EvolveError)
 			}
 			dead[p.Partition] = sh.DeadLetters(recs)
