@@ -472,6 +472,16 @@ func TestTypedGarbage(t *testing.T) {
 	if st := statusTyped(t, p); len(st) != 1 || st[0].DeadLetters != int64(want) || st[0].DeadLetterTable != "factory.telemetry_dlq" || st[0].DeadLettersPerMin <= 0 {
 		t.Errorf("status typed: %+v", st)
 	}
+	// The console shows them with the refusals (and charts their rate).
+	found := false
+	for _, c := range consoleModel(t, p).Overview.Refusals {
+		if c.Label == "dead letters (stored, not typed): factory.telemetry" {
+			found = c.Value == int64(want)
+		}
+	}
+	if !found {
+		t.Errorf("console refusals %+v: no dead-letter count of %d for factory.telemetry", consoleModel(t, p).Overview.Refusals, want)
+	}
 	// The node is unaffected: more good payloads are typed.
 	publishPayloads(t, p.MQTT, "garbage", jsonPayloads(`{"device":"g3","seq":%d}`, 100, 5))
 	waitRows(t, dir, "factory.telemetry", len(cases)+5)
