@@ -46,6 +46,25 @@ func fromKgo(r *kgo.Record) delivered {
 	return d
 }
 
+// pollKgo polls cl until it has n records or d has passed; fetch errors
+// fail the test.
+func pollKgo(t *testing.T, cl *kgo.Client, n int, d time.Duration) []delivered {
+	t.Helper()
+	var got []delivered
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	for len(got) < n && ctx.Err() == nil {
+		fs := cl.PollFetches(ctx)
+		fs.EachError(func(s string, p int32, err error) {
+			if ctx.Err() == nil {
+				t.Errorf("kgo fetch %s/%d: %v", s, p, err)
+			}
+		})
+		fs.EachRecord(func(r *kgo.Record) { got = append(got, fromKgo(r)) })
+	}
+	return got
+}
+
 // tableByPartition reads the stream through iceberg-go and indexes it.
 func tableByPartition(t *testing.T, dir, stream string) map[int32][]*tributary.Record {
 	t.Helper()
@@ -172,18 +191,7 @@ func TestConsumeGroupsReadTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []delivered
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	for len(got) < 1000 && pctx.Err() == nil {
-		fs := cl.PollFetches(pctx)
-		fs.EachError(func(s string, p int32, err error) {
-			if pctx.Err() == nil {
-				t.Errorf("kgo fetch %s/%d: %v", s, p, err)
-			}
-		})
-		fs.EachRecord(func(r *kgo.Record) { got = append(got, fromKgo(r)) })
-	}
-	cancel()
+	got := pollKgo(t, cl, 1000, 30*time.Second)
 	cl.Close()
 	checkExactlyOnce(t, "kgo", want, got)
 

@@ -261,22 +261,41 @@ func readTable(t *testing.T, dataDir, stream string) []*tributary.Record {
 // settings for a warehouse on S3).
 func readTableProps(t *testing.T, dataDir, stream string, props map[string]string) []*tributary.Record {
 	t.Helper()
-	ctx := context.Background()
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dataDir, "catalog.db")+"?_pragma=busy_timeout(30000)")
+	tbl, db := sqliteTable(t, filepath.Join(dataDir, "catalog.db"), stream, props)
+	defer db.Close()
+	return scanAll(t, tbl)
+}
+
+// loadSQLiteTable loads a stream's table with iceberg-go from a SQLite
+// catalog file, with catalog properties props (the catalog is closed when
+// the test ends).
+func loadSQLiteTable(t *testing.T, catalogDB, stream string, props map[string]string) *table.Table {
+	t.Helper()
+	tbl, db := sqliteTable(t, catalogDB, stream, props)
+	t.Cleanup(func() { db.Close() })
+	return tbl
+}
+
+// sqliteTable is loadSQLiteTable returning the catalog's database, for
+// the caller to close.
+func sqliteTable(t *testing.T, catalogDB, stream string, props map[string]string) (*table.Table, *sql.DB) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+catalogDB+"?_pragma=busy_timeout(30000)")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
 	cat, err := sqlcat.NewCatalog("tributary", db, sqlcat.SQLite, props)
 	if err != nil {
+		db.Close()
 		t.Fatal(err)
 	}
 	ns, name, _ := strings.Cut(stream, ".")
-	tbl, err := cat.LoadTable(ctx, table.Identifier{ns, name})
+	tbl, err := cat.LoadTable(context.Background(), table.Identifier{ns, name})
 	if err != nil {
+		db.Close()
 		t.Fatalf("load %s: %v", stream, err)
 	}
-	return scanAll(t, tbl)
+	return tbl, db
 }
 
 // scanAll reads every row of a table with iceberg-go's scan.

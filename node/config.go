@@ -15,12 +15,97 @@ import (
 	"github.com/tributary-io/tributary/config"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/tables/typed"
 )
 
-// Route maps an MQTT topic filter to a stream.
+// Route maps an MQTT topic filter to a stream, and says how the stream's
+// payloads become columns (the setting is the stream's, whichever door a
+// record comes in by: routes naming one stream must not disagree).
 type Route struct {
 	Filter string `yaml:"filter"`
 	Stream string `yaml:"stream"`
+	// Payload is raw (the envelope only; default), infer (JSON object
+	// payloads also land as typed columns: README "Typed columns") or
+	// schema (as declared by SchemaFile, a JSON Schema).
+	Payload string `yaml:"payload"`
+	// SchemaFile (schema): the stream's JSON Schema (Draft-07 subset).
+	SchemaFile string `yaml:"schema_file"`
+	// EventTime (infer, schema) names the top-level payload field, an RFC
+	// 3339 date-time, copied into the event_time column. Default "" (none).
+	EventTime string `yaml:"event_time"`
+	// PartitionBy is timestamp (the ingest time; default) or event_time
+	// (the table's day or hour partition spec uses event_time instead).
+	PartitionBy string `yaml:"partition_by"`
+	// Timestamps (infer): a new string field whose first value is an RFC
+	// 3339 date-time becomes a timestamptz column. Default false.
+	Timestamps bool `yaml:"timestamps"`
+	// MaxColumns (infer) caps the stream's typed columns, at every level
+	// of nesting; a payload that would add more goes to the dead-letter
+	// table. Default 512.
+	MaxColumns int `yaml:"max_columns"`
+}
+
+// Payloads returns each routed stream's payload policy (streams set raw
+// by every route are left out). Routes of one stream must agree.
+func (c *Config) Payloads() (map[string]typed.Policy, error) {
+	out := map[string]typed.Policy{}
+	set := map[string]int{} // stream -> index of the route that set it
+	for i, r := range c.MQTT.Routes {
+		if r.Payload == "" && !r.Timestamps && r.MaxColumns == 0 && r.SchemaFile == "" && r.EventTime == "" && r.PartitionBy == "" {
+			continue // says nothing: another route of the stream may
+		}
+		m, err := typed.ParseMode(r.Payload)
+		if err != nil {
+			return nil, fmt.Errorf("mqtt.routes[%d].payload: %w", i, err)
+		}
+		if r.MaxColumns < 0 {
+			return nil, fmt.Errorf("mqtt.routes[%d].max_columns: %d: want 0 (default %d) or more", i, r.MaxColumns, typed.DefaultMaxColumns)
+		}
+		if (m == typed.Declared) != (r.SchemaFile != "") {
+			return nil, fmt.Errorf("mqtt.routes[%d]: schema_file goes with payload: schema, and payload: schema needs a schema_file", i)
+		}
+		switch r.PartitionBy {
+		case "", "timestamp":
+		case "event_time":
+			if r.EventTime == "" {
+				return nil, fmt.Errorf("mqtt.routes[%d].partition_by: event_time needs event_time (the payload field)", i)
+			}
+		default:
+			return nil, fmt.Errorf("mqtt.routes[%d].partition_by: %q: want timestamp or event_time", i, r.PartitionBy)
+		}
+		if r.EventTime != "" && m == typed.Raw {
+			return nil, fmt.Errorf("mqtt.routes[%d].event_time: needs payload: infer or schema", i)
+		}
+		if r.EventTime != "" && !typed.Usable(r.EventTime, true, nil) {
+			return nil, fmt.Errorf("mqtt.routes[%d].event_time: %q cannot name a payload field", i, r.EventTime)
+		}
+		pol := typed.Policy{Mode: m, Timestamps: r.Timestamps, MaxColumns: r.MaxColumns, SchemaFile: r.SchemaFile,
+			EventTime: r.EventTime, PartitionByEventTime: r.PartitionBy == "event_time"}
+		if j, ok := set[r.Stream]; ok {
+			if prev := out[r.Stream]; prev.Mode != pol.Mode || prev.Timestamps != pol.Timestamps || prev.MaxColumns != pol.MaxColumns ||
+				prev.SchemaFile != pol.SchemaFile || prev.EventTime != pol.EventTime || prev.PartitionByEventTime != pol.PartitionByEventTime {
+				return nil, fmt.Errorf("mqtt.routes[%d]: stream %s has other payload settings in mqtt.routes[%d]: one stream, one setting", i, r.Stream, j)
+			}
+			continue
+		}
+		if m == typed.Declared {
+			raw, err := os.ReadFile(r.SchemaFile)
+			if err != nil {
+				return nil, fmt.Errorf("mqtt.routes[%d].schema_file: %w", i, err)
+			}
+			if pol.Columns, err = typed.ParseJSONSchema(raw); err != nil {
+				return nil, fmt.Errorf("mqtt.routes[%d].schema_file %s: %w", i, r.SchemaFile, err)
+			}
+		}
+		set[r.Stream] = i
+		out[r.Stream] = pol
+	}
+	for s, pol := range out {
+		if !pol.Typed() {
+			delete(out, s)
+		}
+	}
+	return out, nil
 }
 
 // Config is an edge node's configuration. Every field has a default
@@ -394,9 +479,18 @@ func (c *Config) Validate() error {
 	if _, _, err := tributary.ParseStream(c.MQTT.DefaultStream); err != nil {
 		bad("mqtt.default_stream", "%v", err)
 	}
+	if tables.IsDLQ(c.MQTT.DefaultStream) {
+		bad("mqtt.default_stream", "%q: names ending in %s are the dead-letter tables of typed streams", c.MQTT.DefaultStream, tables.DLQSuffix)
+	}
+	if _, err := c.Payloads(); err != nil {
+		bad("mqtt.routes", "%v", err)
+	}
 	for i, r := range c.MQTT.Routes {
 		if _, _, err := tributary.ParseStream(r.Stream); err != nil {
 			bad(fmt.Sprintf("mqtt.routes[%d].stream", i), "%v", err)
+		}
+		if tables.IsDLQ(r.Stream) {
+			bad(fmt.Sprintf("mqtt.routes[%d].stream", i), "%q: names ending in %s are the dead-letter tables of typed streams", r.Stream, tables.DLQSuffix)
 		}
 		if r.Filter == "" {
 			bad(fmt.Sprintf("mqtt.routes[%d].filter", i), "empty topic filter")

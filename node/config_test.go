@@ -161,3 +161,40 @@ func TestClusterSecurityConfig(t *testing.T) {
 		}
 	}
 }
+
+func TestPayloadsConfig(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "s.json")
+	os.WriteFile(good, []byte(`{"type":"object","properties":{"a":{"type":"integer"}}}`), 0o644)
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte(`{"type":"object","properties":{"a":{"type":"integer","minimum":1}}}`), 0o644)
+	c, err := ParseConfig([]byte("mqtt:\n  routes:\n    - {filter: a/#, stream: a.b, payload: infer, timestamps: true}\n    - {filter: b/#, stream: a.b}\n" +
+		"    - {filter: c/#, stream: a.c, payload: schema, schema_file: " + good + "}\n    - {filter: d/#, stream: a.d, payload: raw}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pols, err := c.Payloads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pols) != 2 || !pols["a.b"].Timestamps || pols["a.c"].Columns == nil || pols["a.c"].Columns.String() != "struct<a: long>" {
+		t.Errorf("payloads %+v", pols)
+	}
+	for y, want := range map[string]string{
+		"    - {filter: a, stream: a.b, payload: guess}":                                               "payload mode",
+		"    - {filter: a, stream: a.b, payload: infer}\n    - {filter: b, stream: a.b, payload: raw}": "one stream, one setting",
+		"    - {filter: a, stream: a.b, payload: schema}":                                              "needs a schema_file",
+		"    - {filter: a, stream: a.b, payload: schema, schema_file: /no/such/file}":                  "no such file",
+		"    - {filter: a, stream: a.b, payload: schema, schema_file: " + bad + "}":                    `"minimum" is not supported`,
+		"    - {filter: a, stream: a.b_dlq}":                                                           "dead-letter",
+		"    - {filter: a, stream: a.b, payload: infer, max_columns: -1}":                              "max_columns",
+	} {
+		_, err := ParseConfig([]byte("mqtt:\n  routes:\n" + y + "\n"))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", y, err, want)
+		}
+	}
+	if _, err := ParseConfig([]byte("mqtt:\n  default_stream: x.y_dlq\n")); err == nil || !strings.Contains(err.Error(), "dead-letter") {
+		t.Errorf("default_stream _dlq: %v", err)
+	}
+}

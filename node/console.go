@@ -61,6 +61,11 @@ func (n *Node) consoleSnapshot() console.Snapshot {
 		"MQTT publish not authorized": int64(ms.RefusedUnauthorized),
 		"MQTT connect refused (auth)": int64(ms.RefusedConnects),
 	}
+	for stream, d := range us.DeadLetters {
+		// Accepted and stored, but not typed: charted with the refusals
+		// so that the console shows each typed stream's dead-letter rate.
+		s.Refusals["dead letters (stored, not typed): "+stream] = d
+	}
 	if n.kafka != nil {
 		ks := n.kafka.Stats()
 		s.Listeners["kafka"] = n.kafka.Addr()

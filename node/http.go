@@ -12,6 +12,7 @@ import (
 
 	"github.com/tributary-io/tributary/kafka/produce"
 	"github.com/tributary-io/tributary/listen"
+	"github.com/tributary-io/tributary/tables"
 )
 
 // Status is what /status reports.
@@ -22,8 +23,10 @@ type Status struct {
 	WAL       WALStatus      `json:"wal"`
 	Uplink    UplinkStatus   `json:"uplink"`
 	Streams   []StreamStatus `json:"streams"`
-	MQTT      any            `json:"mqtt"`
-	Kafka     any            `json:"kafka,omitempty"`
+	// Typed lists the streams with typed columns (payload infer).
+	Typed []TypedStatus `json:"typed,omitempty"`
+	MQTT  any           `json:"mqtt"`
+	Kafka any           `json:"kafka,omitempty"`
 }
 
 // WALStatus is the WAL part of Status.
@@ -60,6 +63,18 @@ type StreamStatus struct {
 	NextOffset  int64  `json:"next_offset"`
 	Uncommitted int64  `json:"uncommitted"`
 	WALBytes    int64  `json:"wal_bytes"`
+}
+
+// TypedStatus is one typed stream of Status: its payload mode, the
+// records this node committed to its dead-letter table (and their rate
+// since the node started) and the columns it added.
+type TypedStatus struct {
+	Stream            string  `json:"stream"`
+	Mode              string  `json:"mode"`
+	DeadLetterTable   string  `json:"dead_letter_table"`
+	DeadLetters       int64   `json:"dead_letters"`
+	DeadLettersPerMin float64 `json:"dead_letters_per_minute"`
+	TypedColumnsAdded int64   `json:"typed_columns_added"`
 }
 
 // Status reports the node's state.
@@ -100,6 +115,17 @@ func (n *Node) Status() Status {
 	if oldest > 0 {
 		st.WAL.OldestAgeSeconds = time.Since(time.UnixMicro(oldest)).Seconds()
 	}
+	up := time.Since(n.started).Minutes()
+	for stream, pol := range n.up.Payloads() {
+		d := us.DeadLetters[stream]
+		ts := TypedStatus{Stream: stream, Mode: string(pol.Mode), DeadLetterTable: tables.DLQStream(stream), DeadLetters: d,
+			TypedColumnsAdded: us.TypedColumns[stream]}
+		if up > 0 {
+			ts.DeadLettersPerMin = float64(d) / up
+		}
+		st.Typed = append(st.Typed, ts)
+	}
+	sort.Slice(st.Typed, func(i, j int) bool { return st.Typed[i].Stream < st.Typed[j].Stream })
 	sort.Slice(st.Streams, func(i, j int) bool {
 		if st.Streams[i].Stream != st.Streams[j].Stream {
 			return st.Streams[i].Stream < st.Streams[j].Stream

@@ -91,6 +91,9 @@ func (kb *kafkaBackend) Topics(ctx context.Context) ([]kafka.TopicInfo, error) {
 	}
 	var out []kafka.TopicInfo
 	for _, s := range streams {
+		if tables.IsDLQ(s) {
+			continue // dead-letter tables are written by the uplink only
+		}
 		t, err := kb.n.cat.LoadTable(ctx, s)
 		if err != nil {
 			continue
@@ -102,6 +105,9 @@ func (kb *kafkaBackend) Topics(ctx context.Context) ([]kafka.TopicInfo, error) {
 }
 
 func (kb *kafkaBackend) Topic(ctx context.Context, stream string) (kafka.TopicInfo, error) {
+	if tables.IsDLQ(stream) {
+		return kafka.TopicInfo{}, kafka.ErrUnknownStream // a dead-letter table, written by the uplink only
+	}
 	if ti, ok := kb.known(stream); ok {
 		// This node's own partition is authoritative for producing here;
 		// peers' partitions come from the catalog when it answers.
@@ -121,6 +127,9 @@ func (kb *kafkaBackend) Topic(ctx context.Context, stream string) (kafka.TopicIn
 }
 
 func (kb *kafkaBackend) EnsureStream(ctx context.Context, stream string) (kafka.TopicInfo, error) {
+	if tables.IsDLQ(stream) {
+		return kafka.TopicInfo{}, fmt.Errorf("create %s: %w: names ending in %s are the dead-letter tables of typed streams", stream, kafka.ErrUnknownStream, tables.DLQSuffix)
+	}
 	if _, ok := kb.n.book.Streams()[stream]; !ok {
 		streams, err := kb.n.cat.ListStreams(ctx)
 		if err != nil {

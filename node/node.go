@@ -97,6 +97,29 @@ type Node struct {
 	wg      sync.WaitGroup
 }
 
+// CatalogConfig is how the node opens its catalog: URI, warehouse,
+// credentials and TLS (also used by `tributary config check`).
+func (c Config) CatalogConfig() (tables.Config, error) {
+	catTLS, err := catalogTLS(c.Catalog.CAFile)
+	if err != nil {
+		return tables.Config{}, err
+	}
+	props := map[string]string{}
+	switch {
+	case c.Catalog.Token != "":
+		props["token"] = c.Catalog.Token
+	case c.Catalog.Credential != "":
+		props["credential"] = c.Catalog.Credential
+	}
+	if strings.HasPrefix(c.Catalog.Warehouse, "s3://") {
+		for k, v := range c.S3Options().IcebergProperties() {
+			props[k] = v
+		}
+	}
+	return tables.Config{Name: c.Catalog.Name, URI: c.Catalog.URI, Warehouse: c.Catalog.Warehouse,
+		Granularity: c.Catalog.PartitionGranularity, Properties: props, TLS: catTLS}, nil
+}
+
 // New opens the WAL, the catalog and the object store.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	cfg.applyDefaults()
@@ -114,7 +137,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if n.tls, err = listen.NewTLS(cfg.Security.TLS, log.With("component", "tls")); err != nil {
 		return nil, err
 	}
-	catTLS, err := catalogTLS(cfg.Catalog.CAFile)
+	catCfg, err := cfg.CatalogConfig()
 	if err != nil {
 		return nil, err
 	}
@@ -122,21 +145,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open wal: %w", err)
 	}
-	catProps := map[string]string{}
-	switch {
-	case cfg.Catalog.Token != "":
-		catProps["token"] = cfg.Catalog.Token
-	case cfg.Catalog.Credential != "":
-		catProps["credential"] = cfg.Catalog.Credential
-	}
-	if strings.HasPrefix(cfg.Catalog.Warehouse, "s3://") {
-		for k, v := range cfg.S3Options().IcebergProperties() {
-			catProps[k] = v
-		}
-	}
-	n.cat, err = tables.Open(ctx, tables.Config{Name: cfg.Catalog.Name, URI: cfg.Catalog.URI,
-		Warehouse: cfg.Catalog.Warehouse, Granularity: cfg.Catalog.PartitionGranularity, Properties: catProps,
-		TLS: catTLS})
+	n.cat, err = tables.Open(ctx, catCfg)
 	if err != nil {
 		n.wal.Close()
 		return nil, err
@@ -158,8 +167,15 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		n.wal.Close()
 		return nil, err
 	}
+	payloads, err := cfg.Payloads()
+	if err != nil { // Validate refused it already
+		n.bucket.Close()
+		n.cat.Close()
+		n.wal.Close()
+		return nil, err
+	}
 	n.up = uplink.New(uplink.Config{Interval: cfg.Uplink.CommitInterval, MaxBatchBytes: int64(cfg.Uplink.MaxBatchBytes),
-		Node: cfg.NodeID, Logger: log, QuarantineDir: filepath.Join(cfg.DataDir, "quarantine")}, n.wal, n.cat, n.bucket)
+		Node: cfg.NodeID, Logger: log, QuarantineDir: filepath.Join(cfg.DataDir, "quarantine"), Payloads: payloads}, n.wal, n.cat, n.bucket)
 	n.up.OnFence(n.book)                    // a fenced partition is no longer written here
 	n.book.UseQuarantine(n.up.Quarantine()) // stale records a take-over drops are kept, as the fence's are
 	n.up.OnRelease(n.kb.store)              // idempotent producers' state outlives released records

@@ -224,6 +224,19 @@ func (c *Catalog) remember(stream string, t *table.Table) {
 	c.mu.Unlock()
 }
 
+// lastLoaded returns a stream's table as last loaded or committed (by
+// Marks, HighWaters, LoadTable, …), loading or creating it if it was not
+// loaded yet.
+func (c *Catalog) lastLoaded(ctx context.Context, stream string) (*table.Table, error) {
+	c.mu.Lock()
+	t := c.tables[stream]
+	c.mu.Unlock()
+	if t != nil {
+		return t, nil
+	}
+	return c.EnsureTable(ctx, stream)
+}
+
 // retryPause waits before attempt+1 of a reload-decide-commit loop: a
 // short pause, longer with each attempt, lets a concurrent committer
 // finish. It fails only when ctx ends.

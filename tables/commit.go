@@ -168,12 +168,30 @@ func (c *Catalog) dataFile(t *table.Table, f FileMeta) (iceberg.DataFile, error)
 	if err != nil {
 		return nil, err
 	}
-	if g.Bucket(st.MinTimestamp) != g.Bucket(st.MaxTimestamp) {
-		return nil, fmt.Errorf("%w: %s (%s %d to %d)", ErrSpansBuckets, f.URL, g, g.Bucket(st.MinTimestamp), g.Bucket(st.MaxTimestamp))
-	}
 	partData := map[int]any{}
-	for _, pf := range spec.Fields() {
-		partData[pf.FieldID] = g.partitionValue(st.MinTimestamp)
+	if PartitionSource(spec) == FieldTimestamp {
+		if g.Bucket(st.MinTimestamp) != g.Bucket(st.MaxTimestamp) {
+			return nil, fmt.Errorf("%w: %s (%s %d to %d)", ErrSpansBuckets, f.URL, g, g.Bucket(st.MinTimestamp), g.Bucket(st.MaxTimestamp))
+		}
+		for _, pf := range spec.Fields() {
+			partData[pf.FieldID] = g.partitionValue(st.MinTimestamp)
+		}
+	} else {
+		// Partitioned by event time: a file's rows all have one bucket, or
+		// all have none (null: payloads without one).
+		var v any
+		switch {
+		case !st.EventTimes || st.NullEventTimes == st.Records:
+		case st.NullEventTimes > 0:
+			return nil, fmt.Errorf("%w: %s mixes rows with and without an event time", ErrSpansBuckets, f.URL)
+		case g.Bucket(st.MinEventTime) != g.Bucket(st.MaxEventTime):
+			return nil, fmt.Errorf("%w: %s (event time %s %d to %d)", ErrSpansBuckets, f.URL, g, g.Bucket(st.MinEventTime), g.Bucket(st.MaxEventTime))
+		default:
+			v = g.partitionValue(st.MinEventTime)
+		}
+		for _, pf := range spec.Fields() {
+			partData[pf.FieldID] = v
+		}
 	}
 	b, err := iceberg.NewDataFileBuilder(spec, iceberg.EntryContentData, f.URL, iceberg.ParquetFile,
 		partData, nil, nil, st.Records, f.Size)

@@ -13,6 +13,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/tables/typed"
 )
 
 // liveFile is a data file of the current snapshot with the facts
@@ -132,6 +133,12 @@ func planCompaction(files []liveFile, target, maxBytes int64) [][]liveFile {
 
 func (m *pass) compact(ctx context.Context) error {
 	m.progress(Progress{Step: "compact"})
+	if IsDLQ(m.stream) {
+		// Dead-letter files hold increasing, not consecutive, offsets and
+		// columns beyond the envelope: they are left as written (dlq.go).
+		m.progress(Progress{Step: "compact", Done: true, Note: "dead-letter table: not compacted"})
+		return nil
+	}
 	t, err := m.load(ctx)
 	if err != nil {
 		return err
@@ -261,11 +268,16 @@ func (m *pass) writeCompacted(ctx context.Context, t *table.Table, g []liveFile)
 		return nil, fmt.Errorf("read p%d [%d,%d]: %w", part, first, last, err)
 	}
 	recs := make([]*tributary.Record, 0, want)
+	typedRows := map[int64]bool{}   // offsets whose row has a typed value
+	eventTimes := map[int64]int64{} // offsets' event_time values
 	for b, err := range batches {
 		if err != nil {
 			return nil, fmt.Errorf("read p%d [%d,%d]: %w", part, first, last, err)
 		}
 		rs, err := RecordsFromArrow(b)
+		if err == nil {
+			markTyped(b, rs, typedRows, eventTimes)
+		}
 		b.Release()
 		if err != nil {
 			return nil, err
@@ -293,10 +305,45 @@ func (m *pass) writeCompacted(ctx context.Context, t *table.Table, g []liveFile)
 	if !ok {
 		return nil, fmt.Errorf("table file system of %s cannot write", t.Location())
 	}
+	// Typed columns are derived again from value with the table's current
+	// columns, for the rows that were typed (typedcols.go); the others
+	// (dead letters) stay null.
+	var sh *Shaped
+	if hasTyped(t.Schema()) {
+		sh = decodeBatch(recs)
+		for i, r := range recs {
+			if !typedRows[r.Offset] && sh.errs[i] == "" {
+				sh.errs[i], sh.vals[i] = "not typed when written", typed.Value{}
+			}
+		}
+		if err := sh.check(t.Schema()); err != nil {
+			return nil, err
+		}
+		if _, ok := t.Schema().FindFieldByName(ColEventTime); ok {
+			sh.eventTimes = make([]int64, len(recs))
+			for i, r := range recs {
+				sh.eventTimes[i] = noEventTime
+				if us, ok := eventTimes[r.Offset]; ok {
+					sh.eventTimes[i] = us
+				}
+			}
+		}
+		sh.byEventTime = PartitionSource(t.Spec()) != FieldTimestamp
+	}
+	runs := CutRuns(gran, recs)
+	if sh != nil {
+		runs = sh.CutRuns(gran, recs)
+	}
 	var outs []FileMeta
-	for _, run := range CutRuns(gran, recs) {
+	for _, run := range runs {
 		var buf bytes.Buffer
-		st, err := WriteParquet(&buf, run)
+		var st FileStats
+		var err error
+		if sh != nil {
+			st, err = WriteParquetShaped(&buf, run, sh)
+		} else {
+			st, err = WriteParquet(&buf, run)
+		}
 		if err != nil {
 			return nil, err
 		}

@@ -1,6 +1,9 @@
 // Package tables is streams as Iceberg tables: the envelope schema and its
 // evolution (columns added since the first release, such as principal,
-// reach existing tables by an Iceberg schema update: evolve.go), catalog
+// reach existing tables by an Iceberg schema update: evolve.go), typed
+// columns from JSON payloads (inferred or declared, added by the same kind
+// of update, with an event_time column and spec: typedcols.go; the rules
+// are package typed's) and the dead-letter tables (dlq.go), catalog
 // access, partition allocation and ownership (owners, epochs, TakeOver and
 // fencing: see ownership.go), the data file layout every writer shares
 // (which records share a file and what it is called: CutRuns by the

@@ -46,10 +46,10 @@ import (
 
 // missingColumns returns the envelope columns md's current schema lacks,
 // in order, or ErrSchema if they cannot be added with their IDs.
-func missingColumns(md table.Metadata) ([]iceberg.NestedField, error) {
+func missingColumns(md table.Metadata, added []iceberg.NestedField) ([]iceberg.NestedField, error) {
 	sch := md.CurrentSchema()
 	var missing []iceberg.NestedField
-	for _, f := range addedColumns() {
+	for _, f := range added {
 		if got, ok := sch.FindFieldByName(f.Name); ok {
 			if got.ID != f.ID || !got.Type.Equals(f.Type) || got.Required {
 				return nil, fmt.Errorf("%w: column %s is %d %s (required %v), the envelope's is %d %s (optional)",
@@ -72,10 +72,11 @@ func missingColumns(md table.Metadata) ([]iceberg.NestedField, error) {
 }
 
 // evolve stages in tx, a new transaction on t, the addition of the
-// envelope columns t lacks. It reports whether there were any.
+// envelope columns t lacks (a dead-letter table's: addedColumnsOf). It
+// reports whether there were any.
 func evolve(tx *table.Transaction, t *table.Table) (bool, error) {
 	md := t.Metadata()
-	missing, err := missingColumns(md)
+	missing, err := missingColumns(md, addedColumnsOf(t.Identifier()))
 	if err != nil || len(missing) == 0 {
 		return false, err
 	}

@@ -55,7 +55,7 @@ func writeOldParquet(w io.Writer, recs []*tributary.Record) (FileStats, error) {
 	if err != nil {
 		return st, err
 	}
-	rec, _ := buildRecord(memory.DefaultAllocator, recs)
+	rec, _ := buildRecord(memory.DefaultAllocator, arrowSchema, recs, 0, len(recs), nil)
 	defer rec.Release()
 	ob := array.NewRecordBatch(old, rec.Columns()[:len(old.Fields())], rec.NumRows())
 	defer ob.Release()

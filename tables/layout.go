@@ -95,16 +95,14 @@ func (g Granularity) partitionValue(micros int64) any {
 }
 
 // GranularityOf returns the granularity of a partition spec: that of its
-// transform of the timestamp column, which must be its only field.
+// day or hour transform of the timestamp column (or of a typed stream's
+// event_time column: PartitionSource), which must be its only field.
 func GranularityOf(spec iceberg.PartitionSpec) (Granularity, error) {
 	var g Granularity
 	if n := spec.NumFields(); n != 1 {
 		return 0, fmt.Errorf("%w: %d partition fields, want 1", ErrUnsupportedSpec, n)
 	}
 	for _, pf := range spec.Fields() {
-		if pf.SourceID() != FieldTimestamp {
-			return 0, fmt.Errorf("%w: partition field %s", ErrUnsupportedSpec, pf.Name)
-		}
 		switch pf.Transform.(type) {
 		case iceberg.DayTransform:
 			g = GranularityDay
@@ -117,6 +115,16 @@ func GranularityOf(spec iceberg.PartitionSpec) (Granularity, error) {
 	return g, nil
 }
 
+// PartitionSource is the field id of the column a spec (one that
+// GranularityOf accepts) partitions by: FieldTimestamp, or a typed
+// stream's event_time column.
+func PartitionSource(spec iceberg.PartitionSpec) int {
+	for _, pf := range spec.Fields() {
+		return pf.SourceID()
+	}
+	return FieldTimestamp
+}
+
 // CutRuns cuts recs, consecutive offsets of one partition, into runs whose
 // timestamps each fall in one bucket of g: a new run starts wherever a
 // record's bucket differs from its predecessor's. The runs share recs'
@@ -124,14 +132,19 @@ func GranularityOf(spec iceberg.PartitionSpec) (Granularity, error) {
 // monotonic (a record copied from another node keeps its own); a bucket
 // that comes back after another simply starts another run.
 func CutRuns(g Granularity, recs []*tributary.Record) [][]*tributary.Record {
-	var runs [][]*tributary.Record
-	for start := 0; start < len(recs); {
-		b := g.Bucket(recs[start].Timestamp)
+	return cutRuns(recs, func(r *tributary.Record) int64 { return int64(g.Bucket(r.Timestamp)) })
+}
+
+// cutRuns cuts xs where key(x) changes.
+func cutRuns[T any](xs []T, key func(T) int64) [][]T {
+	var runs [][]T
+	for start := 0; start < len(xs); {
+		b := key(xs[start])
 		end := start + 1
-		for end < len(recs) && g.Bucket(recs[end].Timestamp) == b {
+		for end < len(xs) && key(xs[end]) == b {
 			end++
 		}
-		runs = append(runs, recs[start:end:end])
+		runs = append(runs, xs[start:end:end])
 		start = end
 	}
 	return runs
@@ -214,14 +227,9 @@ func FileOrigin(url string) Origin {
 // (by Marks, HighWaters, LoadTable, …), loading or creating the table if it
 // was not loaded yet.
 func (c *Catalog) Granularity(ctx context.Context, stream string) (Granularity, error) {
-	c.mu.Lock()
-	t := c.tables[stream]
-	c.mu.Unlock()
-	if t == nil {
-		var err error
-		if t, err = c.EnsureTable(ctx, stream); err != nil {
-			return 0, err
-		}
+	t, err := c.lastLoaded(ctx, stream)
+	if err != nil {
+		return 0, err
 	}
 	g, err := GranularityOf(t.Spec())
 	if err != nil {

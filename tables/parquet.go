@@ -30,6 +30,11 @@ type FileStats struct {
 	NullProdTS   int64
 	// NullPrincipals counts records without a principal (anonymous).
 	NullPrincipals int64
+	// EventTimes: the file has an event_time column (typedcols.go), with
+	// these bounds (unix micros) over its non-null values.
+	EventTimes                 bool
+	MinEventTime, MaxEventTime int64
+	NullEventTimes             int64
 }
 
 // RowGroupRows is the number of rows per Parquet row group: small enough that
@@ -64,6 +69,18 @@ func parquetProps() *parquet.WriterProperties {
 // WriteParquet encodes recs, which must be consecutive offsets of one
 // partition of one stream, as a zstd Parquet file carrying Iceberg field ids.
 func WriteParquet(w io.Writer, recs []*tributary.Record) (FileStats, error) {
+	return writeParquet(w, recs, arrowSchema, true, nil)
+}
+
+// columnFiller appends the values of the columns beyond the envelope
+// (typed columns, the dead-letter table's) for recs[lo:hi] to b.
+type columnFiller func(b *array.RecordBuilder, lo, hi int)
+
+// writeParquet encodes recs with schema sc: the envelope columns from the
+// records, the others (if any) by fill. contiguous demands consecutive
+// offsets of one partition (stream tables); otherwise one partition and
+// increasing offsets (dead-letter tables).
+func writeParquet(w io.Writer, recs []*tributary.Record, sc *arrow.Schema, contiguous bool, fill columnFiller) (FileStats, error) {
 	if len(recs) == 0 {
 		return FileStats{}, fmt.Errorf("write parquet: no records")
 	}
@@ -73,8 +90,10 @@ func WriteParquet(w io.Writer, recs []*tributary.Record) (FileStats, error) {
 		MinTimestamp: recs[0].Timestamp, MaxTimestamp: recs[0].Timestamp,
 	}
 	for i, r := range recs {
-		if r.Partition != st.Partition || r.Offset != st.FirstOffset+int64(i) {
-			return FileStats{}, fmt.Errorf("write parquet: record %d is %d@%d, want contiguous offsets of partition %d",
+		bad := r.Partition != st.Partition || (contiguous && r.Offset != st.FirstOffset+int64(i)) ||
+			(!contiguous && i > 0 && r.Offset <= recs[i-1].Offset)
+		if bad {
+			return FileStats{}, fmt.Errorf("write parquet: record %d is %d@%d, want increasing offsets of partition %d",
 				i, r.Offset, r.Partition, st.Partition)
 		}
 		st.MinTimestamp = min(st.MinTimestamp, r.Timestamp)
@@ -82,13 +101,13 @@ func WriteParquet(w io.Writer, recs []*tributary.Record) (FileStats, error) {
 	}
 
 	mem := memory.DefaultAllocator
-	fw, err := pqarrow.NewFileWriter(arrowSchema, w, parquetProps(), pqarrow.DefaultWriterProps())
+	fw, err := pqarrow.NewFileWriter(sc, w, parquetProps(), pqarrow.DefaultWriterProps())
 	if err != nil {
 		return FileStats{}, fmt.Errorf("write parquet: %w", err)
 	}
 	for start := 0; start < len(recs); start += RowGroupRows {
 		end := min(start+RowGroupRows, len(recs))
-		rec, nulls := buildRecord(mem, recs[start:end])
+		rec, nulls := buildRecord(mem, sc, recs, start, end, fill)
 		st.NullKeys += nulls[0]
 		st.NullHeaders += nulls[1]
 		st.NullProdTS += nulls[2]
@@ -106,28 +125,41 @@ func WriteParquet(w io.Writer, recs []*tributary.Record) (FileStats, error) {
 	return st, nil
 }
 
-// buildRecord turns records into one Arrow record batch of the envelope
-// schema. nulls counts null keys, headers, producer timestamps and
-// principals.
-func buildRecord(mem memory.Allocator, recs []*tributary.Record) (arrow.RecordBatch, [4]int64) {
+// envelopeIndex is where each envelope column is in schema sc (whose
+// first columns are the envelope, possibly in another order in a table
+// evolved outside Tributary: looked up by name).
+func envelopeIndex(sc *arrow.Schema, name string) int {
+	ix := sc.FieldIndices(name)
+	if len(ix) == 0 {
+		panic(fmt.Sprintf("arrow schema without envelope column %s", name))
+	}
+	return ix[0]
+}
+
+// buildRecord turns recs[lo:hi] into one Arrow record batch of schema sc:
+// the envelope columns, then fill's. nulls counts null keys, headers,
+// producer timestamps and principals.
+func buildRecord(mem memory.Allocator, sc *arrow.Schema, all []*tributary.Record, lo, hi int, fill columnFiller) (arrow.RecordBatch, [4]int64) {
+	recs := all[lo:hi]
 	var nulls [4]int64
-	b := array.NewRecordBuilder(mem, arrowSchema)
+	b := array.NewRecordBuilder(mem, sc)
 	defer b.Release()
-	partB := b.Field(0).(*array.Int32Builder)
-	offB := b.Field(1).(*array.Int64Builder)
-	tsB := b.Field(2).(*array.TimestampBuilder)
-	topicB := b.Field(3).(*array.StringBuilder)
-	keyB := b.Field(4).(*array.BinaryBuilder)
-	valB := b.Field(5).(*array.BinaryBuilder)
-	hdrB := b.Field(10).(*array.ListBuilder)
+	field := func(name string) array.Builder { return b.Field(envelopeIndex(sc, name)) }
+	partB := field(ColPartition).(*array.Int32Builder)
+	offB := field(ColOffset).(*array.Int64Builder)
+	tsB := field(ColTimestamp).(*array.TimestampBuilder)
+	topicB := field(ColTopic).(*array.StringBuilder)
+	keyB := field(ColKey).(*array.BinaryBuilder)
+	valB := field(ColValue).(*array.BinaryBuilder)
+	hdrB := field(ColHeaders).(*array.ListBuilder)
 	hdrS := hdrB.ValueBuilder().(*array.StructBuilder)
 	hdrK := hdrS.FieldBuilder(0).(*array.StringBuilder)
 	hdrV := hdrS.FieldBuilder(1).(*array.BinaryBuilder)
-	srcB := b.Field(6).(*array.StringBuilder)
-	cliB := b.Field(7).(*array.StringBuilder)
-	nodeB := b.Field(8).(*array.StringBuilder)
-	ptsB := b.Field(9).(*array.TimestampBuilder)
-	prinB := b.Field(11).(*array.StringBuilder)
+	srcB := field(ColSource).(*array.StringBuilder)
+	cliB := field(ColClientID).(*array.StringBuilder)
+	nodeB := field(ColNode).(*array.StringBuilder)
+	ptsB := field(ColProducerTimestamp).(*array.TimestampBuilder)
+	prinB := field(ColPrincipal).(*array.StringBuilder)
 	for _, b := range []array.Builder{partB, offB, tsB, topicB, keyB, valB, hdrB, srcB, cliB, nodeB, ptsB, prinB} {
 		b.Reserve(len(recs))
 	}
@@ -177,6 +209,9 @@ func buildRecord(mem memory.Allocator, recs []*tributary.Record) (arrow.RecordBa
 		} else {
 			prinB.Append(r.Principal)
 		}
+	}
+	if fill != nil {
+		fill(b, lo, hi)
 	}
 	return b.NewRecordBatch(), nulls
 }

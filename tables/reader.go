@@ -96,6 +96,8 @@ func NewReader(cat *Catalog, cfg ReaderConfig) *Reader {
 func (tc *Reader) MetadataMaxAge() time.Duration { return tc.maxAge }
 
 // ListStreams lists the stream tables, sorted, cached for a second.
+// Dead-letter tables (dlq.go) are not streams: they are for SQL, and are
+// not listed.
 func (tc *Reader) ListStreams(ctx context.Context) ([]string, error) {
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
@@ -106,6 +108,7 @@ func (tc *Reader) ListStreams(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	l = slices.DeleteFunc(l, IsDLQ)
 	sort.Strings(l)
 	tc.list, tc.listAt = l, time.Now()
 	return l, nil

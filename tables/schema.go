@@ -2,8 +2,10 @@ package tables
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
 )
 
 // Field IDs of the envelope every stream table has (DESIGN.md "Table layout").
@@ -28,6 +30,10 @@ const (
 	fieldHeaderValue       = 14
 	FieldPrincipal         = 15 // added by evolution (issue 13)
 
+	// Columns of a dead-letter table after the envelope (dlq.go).
+	FieldDLQError         = 16
+	FieldDLQSchemaVersion = 17
+
 	// PartitionFieldDay is the field ID of the day(timestamp) partition field.
 	PartitionFieldDay = 1000
 )
@@ -46,7 +52,48 @@ const (
 	ColNode              = "node"
 	ColProducerTimestamp = "producer_timestamp"
 	ColPrincipal         = "principal"
+
+	ColDLQError         = "error"
+	ColDLQSchemaVersion = "schema_version"
+
+	// ColEventTime is the event-time column of a typed stream that names
+	// an event-time field (typedcols.go): that field's time, timestamptz.
+	ColEventTime = "event_time"
 )
+
+// envelopeNames are the envelope's column names (and the dead-letter
+// table's): a payload member of such a name is not a typed column.
+var envelopeNames = []string{ColPartition, ColOffset, ColTimestamp, ColTopic, ColKey, ColValue, ColHeaders,
+	ColSource, ColClientID, ColNode, ColProducerTimestamp, ColPrincipal, ColDLQError, ColDLQSchemaVersion, ColEventTime}
+
+// DLQSuffix ends the name of a stream's dead-letter table:
+// <namespace>.<stream>_dlq. Stream names with it are reserved.
+const DLQSuffix = "_dlq"
+
+// DLQStream is the dead-letter table of stream.
+func DLQStream(stream string) string { return stream + DLQSuffix }
+
+// IsDLQ reports whether stream names a dead-letter table.
+func IsDLQ(stream string) bool { return strings.HasSuffix(stream, DLQSuffix) }
+
+// dlqColumns are the columns a dead-letter table has after the envelope.
+func dlqColumns() []iceberg.NestedField {
+	return []iceberg.NestedField{
+		{ID: FieldDLQError, Name: ColDLQError, Type: iceberg.PrimitiveTypes.String, Required: false,
+			Doc: "why the payload has no typed columns in the stream table"},
+		{ID: FieldDLQSchemaVersion, Name: ColDLQSchemaVersion, Type: iceberg.PrimitiveTypes.Int32, Required: false,
+			Doc: "schema id of the stream table the payload was checked against"},
+	}
+}
+
+// addedColumnsOf are the columns added after the first release to the
+// table id: the envelope's, and a dead-letter table's own.
+func addedColumnsOf(id table.Identifier) []iceberg.NestedField {
+	if len(id) > 0 && IsDLQ(id[len(id)-1]) {
+		return append(addedColumns(), dlqColumns()...)
+	}
+	return addedColumns()
+}
 
 // EnvelopeSchema is the Iceberg schema of a stream table: InitialSchema
 // followed by the columns added since (addedColumns). It is the schema of

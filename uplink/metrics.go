@@ -14,6 +14,8 @@ type metrics struct {
 	upload prometheus.Histogram     // one Parquet file written to the object store
 	commit *prometheus.HistogramVec // one catalog commit, by stream
 	fresh  *prometheus.HistogramVec // accept -> committed, per record, by stream
+	dlq    *prometheus.CounterVec   // dead letters committed, by stream
+	added  *prometheus.CounterVec   // typed columns added, by stream
 }
 
 func newMetrics() *metrics {
@@ -28,6 +30,12 @@ func newMetrics() *metrics {
 			Help: "End-to-end freshness: time from the edge node accepting a record to the table commit that made it queryable, per record, by stream. " +
 				"Exemplars name the partition and offset of the stalest record of a commit.",
 			Buckets: []float64{.05, .1, .25, .5, 1, 2, 3, 5, 10, 30, 60, 120, 300, 900, 3600, 4 * 3600, 24 * 3600}}, []string{"stream"}),
+		dlq: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tributary_dlq_records_total",
+			Help: "Records of a typed stream whose payload is not typed (not JSON, not an object, a type conflict, too deep, ...), committed to the stream's dead-letter table, by stream."},
+			[]string{"stream"}),
+		added: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tributary_typed_columns_added_total",
+			Help: "Typed columns this node added to stream tables by schema evolution, by stream."},
+			[]string{"stream"}),
 	}
 }
 
@@ -57,7 +65,7 @@ func (m *metrics) committed(stream string, recs []*tributary.Record, now time.Ti
 // Collectors returns the uplink's histograms, to register with a
 // Prometheus registry.
 func (u *Uplink) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{u.metrics.upload, u.metrics.commit, u.metrics.fresh}
+	return []prometheus.Collector{u.metrics.upload, u.metrics.commit, u.metrics.fresh, u.metrics.dlq, u.metrics.added}
 }
 
 // UploadHistogram, CommitHistogram and FreshnessHistogram are the three

@@ -15,9 +15,18 @@
 //     (and only releases it) or commits it once.
 //
 //  3. Contiguous files. Every data file holds consecutive offsets of one
-//     partition and one partition bucket of the table (a day or an hour:
-//     tables.CutRuns), so min/max statistics prune Kafka and Pulsar reads
-//     to a file and the catalog accepts it.
+//     partition and one partition bucket of the table (a day or an hour of
+//     the ingest timestamp, or of the event time for a typed stream
+//     partitioned by it: tables.CutRuns, Shaped.CutRuns), so min/max
+//     statistics prune Kafka and Pulsar reads to a file and the catalog
+//     accepts it.
+//
+//  6. Typed streams lose nothing. For a stream with typed columns
+//     (Config.Payloads), the batch's new columns are committed to the
+//     table before its files are written (tables.Catalog.Shape), and its
+//     dead letters — payloads that cannot be typed, still in the batch
+//     with null typed columns — are committed to <stream>_dlq, exactly once
+//     by that table's own marks, before the batch itself.
 //
 //  4. Fenced partitions stop. Every append carries the ownership epoch its
 //     records were accepted at (one epoch per append: a batch is cut where
@@ -68,6 +77,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -76,8 +86,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/tables/typed"
 	"github.com/tributary-io/tributary/uplink/quarantine"
 	"github.com/tributary-io/tributary/wal"
 )
@@ -97,6 +110,12 @@ type Committer interface {
 	// Granularity is the partition granularity of the stream's table as
 	// the last Marks loaded it: data files are cut at its buckets.
 	Granularity(ctx context.Context, stream string) (tables.Granularity, error)
+	// Shape decodes a batch's payloads for a typed stream, adding the
+	// columns their new fields need to the table first (tables/typedcols.go).
+	Shape(ctx context.Context, stream string, pol typed.Policy, recs []*tributary.Record) (*tables.Shaped, error)
+	// CommitDeadLetters commits the dead letters of a batch ending at to
+	// to the stream's dead-letter table, exactly once by its own mark.
+	CommitDeadLetters(ctx context.Context, stream string, p int32, to int64, o tables.Origin, dls []tables.DeadLetter) (int, error)
 	TableLocation(stream string) string
 	KeyOf(fileURL string) (string, error)
 }
@@ -133,6 +152,9 @@ type Config struct {
 	// are dropped from the WAL (see quarantine.go). Required for a fence to
 	// drop anything: without it a fenced partition is kept and reported.
 	QuarantineDir string
+	// Payloads says, per stream, how payloads become typed columns
+	// (streams not named are raw: the envelope only).
+	Payloads map[string]typed.Policy
 }
 
 func (c *Config) defaults() {
@@ -171,8 +193,11 @@ type Stats struct {
 	// UnprovenMarks counts passes that found a partition's mark covering
 	// offsets the table's files do not hold (records kept, not released).
 	UnprovenMarks int64
-	LastCommit    time.Time
-	LastError     string
+	// DeadLetters counts, per typed stream, the records committed to its
+	// dead-letter table; TypedColumns the columns added to its table.
+	DeadLetters, TypedColumns map[string]int64
+	LastCommit                time.Time
+	LastError                 string
 	// Failing lists the streams currently in backoff.
 	Failing []string
 }
@@ -190,6 +215,8 @@ type Uplink struct {
 	mu      sync.Mutex
 	backoff map[string]*retryState // per stream
 	stats   Stats
+	dlq     map[string]int64 // per typed stream (Stats.DeadLetters)
+	added   map[string]int64 // per typed stream (Stats.TypedColumns)
 
 	commits, commitFailures, uploadFailures atomic.Int64
 	files, bytesUp, records                 atomic.Int64
@@ -225,9 +252,28 @@ type ReleaseListener interface {
 // New makes an uplink; call Run to start it.
 func New(cfg Config, log Log, cat Committer, bucket Bucket) *Uplink {
 	cfg.defaults()
-	return &Uplink{cfg: cfg, log: log, cat: cat, bucket: bucket,
+	u := &Uplink{cfg: cfg, log: log, cat: cat, bucket: bucket,
 		backoff: map[string]*retryState{}, flushReq: make(chan chan error), metrics: newMetrics(),
-		q: quarantine.New(cfg.QuarantineDir)}
+		q: quarantine.New(cfg.QuarantineDir), dlq: map[string]int64{}, added: map[string]int64{}}
+	for stream, pol := range cfg.Payloads {
+		if pol.Typed() {
+			u.metrics.dlq.WithLabelValues(stream)
+			u.metrics.added.WithLabelValues(stream)
+			u.dlq[stream], u.added[stream] = 0, 0
+		}
+	}
+	return u
+}
+
+// Payloads returns the typed streams' payload policies (Config.Payloads).
+func (u *Uplink) Payloads() map[string]typed.Policy {
+	out := map[string]typed.Policy{}
+	for s, p := range u.cfg.Payloads {
+		if p.Typed() {
+			out[s] = p
+		}
+	}
+	return out
 }
 
 // OnFence registers l; call it before Run.
@@ -360,6 +406,7 @@ func (u *Uplink) Stats() Stats {
 	for k := range u.backoff {
 		s.Failing = append(s.Failing, k)
 	}
+	s.DeadLetters, s.TypedColumns = maps.Clone(u.dlq), maps.Clone(u.added)
 	u.mu.Unlock()
 	sort.Strings(s.Failing)
 	s.Commits, s.CommitFailures, s.UploadFailures = u.commits.Load(), u.commitFailures.Load(), u.uploadFailures.Load()
@@ -397,6 +444,11 @@ func (u *Uplink) syncStream(ctx context.Context, stream string, parts []wal.Part
 	}
 	return fmt.Errorf("sync %s: batch stale three times in a row", stream)
 }
+
+// MaxTypedBatchBytes caps the WAL bytes of one batch of a typed stream
+// (below Config.MaxBatchBytes): Shape holds the batch's decoded payloads,
+// about six times the JSON bytes, in memory.
+const MaxTypedBatchBytes = 8 << 20
 
 // maxEpochCuts bounds the extra commits of one pass for batches cut at an
 // epoch change (there is rarely more than one).
@@ -465,6 +517,8 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 	}
 	var appends []tables.PartitionAppend
 	batch := map[int32][]*tributary.Record{}
+	dead := map[int32][]tables.DeadLetter{}
+	pol := u.cfg.Payloads[stream]
 	for _, p := range parts {
 		mark := marks[p.Partition]
 		if o, ok := owners[p.Partition]; ok && o.Epoch > p.Epoch {
@@ -510,7 +564,13 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 		if mark >= p.Next {
 			continue
 		}
-		recs, err := u.log.Read(stream, p.Partition, mark, 0, u.cfg.MaxBatchBytes)
+		maxBytes := u.cfg.MaxBatchBytes
+		if pol.Typed() {
+			// The batch's payloads are decoded in memory at once (several
+			// times their size): smaller batches when catching up.
+			maxBytes = min(maxBytes, MaxTypedBatchBytes)
+		}
+		recs, err := u.log.Read(stream, p.Partition, mark, 0, maxBytes)
 		if err != nil {
 			return false, fmt.Errorf("sync %s: read wal: %w", stream, err)
 		}
@@ -524,7 +584,20 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 				break
 			}
 		}
-		files, err := u.upload(ctx, stream, recs)
+		var sh *tables.Shaped
+		if pol.Typed() {
+			if sh, err = u.cat.Shape(ctx, stream, pol, recs); err != nil {
+				u.commitFailures.Add(1)
+				return false, fmt.Errorf("sync %s: %w", stream, err)
+			}
+			u.count(u.added, u.metrics.added, stream, int64(sh.Added))
+			if sh.EvolveError != "" {
+				u.cfg.Logger.Error("uplink: the table refused a schema or spec change a typed batch needed; payloads that need a refused column go to the dead-letter table",
+					"stream", stream, "partition", p.Partition, "err", sh.EvolveError)
+			}
+			dead[p.Partition] = sh.DeadLetters(recs)
+		}
+		files, err := u.upload(ctx, stream, recs, sh)
 		if err != nil {
 			return false, err
 		}
@@ -535,6 +608,16 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 	}
 	if len(appends) == 0 {
 		return false, nil
+	}
+	// Dead letters first, by their table's own mark: a crash before the
+	// append below redoes the batch, and the mark skips what is in.
+	for _, a := range appends {
+		if dls := dead[a.Partition]; len(dls) > 0 {
+			if _, err := u.cat.CommitDeadLetters(ctx, stream, a.Partition, a.To, tables.OriginOf(u.cfg.Node, a.Epoch), dls); err != nil {
+				u.commitFailures.Add(1)
+				return false, fmt.Errorf("sync %s: %w", stream, err)
+			}
+		}
 	}
 	commitStart := time.Now()
 	res, err := u.cat.CommitAppend(ctx, stream, appends, map[string]string{"tributary.node": u.cfg.Node})
@@ -551,6 +634,9 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 		for _, p := range res.Committed {
 			if p == a.Partition {
 				u.records.Add(a.To - a.From)
+				if n := int64(len(dead[a.Partition])); n > 0 {
+					u.count(u.dlq, u.metrics.dlq, stream, n)
+				}
 				u.metrics.committed(stream, batch[a.Partition], time.Now())
 			}
 		}
@@ -606,6 +692,17 @@ func (u *Uplink) proven(ctx context.Context, stream string, p int32, from, to in
 	return "", nil
 }
 
+// count adds n to a per-stream counter and its metric.
+func (u *Uplink) count(m map[string]int64, c *prometheus.CounterVec, stream string, n int64) {
+	if n == 0 {
+		return
+	}
+	u.mu.Lock()
+	m[stream] += n
+	u.mu.Unlock()
+	c.WithLabelValues(stream).Add(float64(n))
+}
+
 // release releases [from, to) of a partition after the listeners have seen
 // its records (recs, or read from the WAL when nil).
 func (u *Uplink) release(stream string, partition int32, from, to int64, recs []*tributary.Record) error {
@@ -637,15 +734,24 @@ func (u *Uplink) release(stream string, partition int32, from, to int64, recs []
 // hour, the table's granularity: tables.CutRuns) and writes the files to
 // the bucket, named by tables.DataFileURL with this node and the records'
 // epoch as their origin (recs are of one epoch).
-func (u *Uplink) upload(ctx context.Context, stream string, recs []*tributary.Record) ([]tables.FileMeta, error) {
+func (u *Uplink) upload(ctx context.Context, stream string, recs []*tributary.Record, sh *tables.Shaped) ([]tables.FileMeta, error) {
 	g, err := u.cat.Granularity(ctx, stream)
 	if err != nil {
 		return nil, fmt.Errorf("sync %s: %w", stream, err)
 	}
 	var files []tables.FileMeta
-	for _, run := range tables.CutRuns(g, recs) {
+	runs := tables.CutRuns(g, recs)
+	if sh != nil {
+		runs = sh.CutRuns(g, recs) // by event time, if the table is partitioned by it
+	}
+	for _, run := range runs {
 		var buf bytes.Buffer
-		st, err := tables.WriteParquet(&buf, run)
+		var st tables.FileStats
+		if sh != nil {
+			st, err = tables.WriteParquetShaped(&buf, run, sh)
+		} else {
+			st, err = tables.WriteParquet(&buf, run)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("sync %s: %w", stream, err)
 		}

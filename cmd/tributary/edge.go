@@ -8,14 +8,17 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sort"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/tributary-io/tributary/cloud"
 	firmwaresim "github.com/tributary-io/tributary/firmware-sim"
 	"github.com/tributary-io/tributary/listen"
 	"github.com/tributary-io/tributary/node"
 	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/tables/typed"
 )
 
 func cmdEdge(args []string, stdout, stderr io.Writer) int {
@@ -88,9 +91,70 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
+	if refused := checkSchemaChanges(cfg, stdout); len(refused) > 0 {
+		for _, r := range refused {
+			fmt.Fprintln(stderr, r)
+		}
+		fmt.Fprintf(stderr, "%s: %d schema change(s) refused: the tables keep their columns, and payloads that do not fit them go to the dead-letter tables\n", args[1], len(refused))
+		return 1
+	}
 	fmt.Fprintf(stdout, "%s: ok (edge)\n", args[1])
 	printConfig(stdout, cfg)
 	return 0
+}
+
+// checkSchemaChanges compares each schema-mode stream's schema file with
+// its table (when the catalog answers within 10 s), prints the columns a
+// node would add and returns the changes it refuses, each naming the
+// route, the stream and the column.
+func checkSchemaChanges(cfg node.Config, stdout io.Writer) []string {
+	pols, err := cfg.Payloads()
+	if err != nil {
+		return []string{err.Error()} // not reached: ParseConfig validated them
+	}
+	var streams []string
+	for s, p := range pols {
+		if p.Mode == typed.Declared {
+			streams = append(streams, s)
+		}
+	}
+	if len(streams) == 0 {
+		return nil
+	}
+	sort.Strings(streams)
+	if path, ok := strings.CutPrefix(cfg.Catalog.URI, "sqlite://"); ok {
+		if _, err := os.Stat(path); err != nil {
+			fmt.Fprintf(stdout, "schema files: no catalog at %s yet, nothing to compare\n", path)
+			return nil
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	catCfg, err := cfg.CatalogConfig()
+	var cat *tables.Catalog
+	if err == nil {
+		cat, err = tables.Open(ctx, catCfg)
+	}
+	if err != nil {
+		fmt.Fprintf(stdout, "schema files: not compared with the tables (catalog: %v)\n", err)
+		return nil
+	}
+	defer cat.Close()
+	var refused []string
+	for _, s := range streams {
+		adds, ref, err := cat.SchemaChanges(ctx, s, pols[s].Columns)
+		if err != nil {
+			fmt.Fprintf(stdout, "schema file of %s: not compared with its table (%v)\n", s, err)
+			continue
+		}
+		for _, a := range adds {
+			fmt.Fprintf(stdout, "schema file of %s: adds column %s %s\n", s, strings.Join(a.Path, "."), a.Type)
+		}
+		for _, r := range ref {
+			refused = append(refused, fmt.Sprintf("schema file %s of %s: refused change: %s", pols[s].SchemaFile, s, r))
+		}
+	}
+	return refused
 }
 
 func printConfig(w io.Writer, c node.Config) {

@@ -1,0 +1,590 @@
+package tables
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/tables/typed"
+)
+
+// Typed columns: a stream in infer mode has, after the envelope, one
+// column per payload field (package typed has the rules), added by schema
+// evolution the first time a batch carries the field; in schema mode, one
+// per field its JSON Schema declares, added before the first batch that
+// finds the table without it.
+//
+// Invariants:
+//
+//   - Columns land before the files that carry them. Shape commits the
+//     batch's new columns (an Iceberg AddColumn of optional columns, in the
+//     reload-check-commit loop evolveTable uses) before any data file of the
+//     batch is written, and the files are written with the table's schema
+//     as committed: their field ids are the table's. Nodes that add
+//     different fields at once conflict on the schema; the loser reloads,
+//     finds the winner's columns, and adds only what is still missing. A
+//     field added as another type by a concurrent node makes this batch's
+//     payloads conflict: they go to the dead-letter table, nothing is lost.
+//   - Ids are never reused. Typed columns get ids after the table's last
+//     column id (after the envelope's, which end at 15); a column is never
+//     dropped or retyped by Tributary, so a file written with an older
+//     schema stays readable (its missing columns read as null).
+//   - Compaction keeps what was written. It re-derives the typed columns
+//     from value with the table's current columns for the rows that had a
+//     typed value, and leaves the others (dead letters) null: a typed row's
+//     values are a function of its bytes and the columns (typed.Check),
+//     and columns are only ever added.
+//   - Nothing is lost. A payload that is not typed still has its envelope
+//     row (typed columns null) and a dead-letter row (dlq.go).
+
+// typedRoot returns the typed columns of sch: every top-level column that
+// is not the envelope's, of a type typed knows (others are left null).
+func typedRoot(sch *iceberg.Schema) *typed.Type {
+	root := &typed.Type{Kind: typed.Struct}
+	for _, f := range sch.Fields() {
+		if isEnvelope(f.Name) {
+			continue
+		}
+		if t := typedOf(f.Type); t != nil {
+			root.Fields = append(root.Fields, &typed.Field{Name: f.Name, Type: t})
+		}
+	}
+	return root
+}
+
+func isEnvelope(name string) bool {
+	for _, n := range envelopeNames {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+// typedOf maps an Iceberg column type to typed's, or nil.
+func typedOf(t iceberg.Type) *typed.Type {
+	switch t := t.(type) {
+	case *iceberg.StructType:
+		st := &typed.Type{Kind: typed.Struct}
+		for _, f := range t.FieldList {
+			if ft := typedOf(f.Type); ft != nil {
+				st.Fields = append(st.Fields, &typed.Field{Name: f.Name, Type: ft})
+			}
+		}
+		return st
+	case *iceberg.ListType:
+		if e := typedOf(t.Element); e != nil {
+			return &typed.Type{Kind: typed.List, Elem: e}
+		}
+		return nil
+	}
+	switch {
+	case t.Equals(iceberg.PrimitiveTypes.Bool):
+		return &typed.Type{Kind: typed.Bool}
+	case t.Equals(iceberg.PrimitiveTypes.Int64):
+		return &typed.Type{Kind: typed.Long}
+	case t.Equals(iceberg.PrimitiveTypes.Float64):
+		return &typed.Type{Kind: typed.Double}
+	case t.Equals(iceberg.PrimitiveTypes.String):
+		return &typed.Type{Kind: typed.String}
+	case t.Equals(iceberg.PrimitiveTypes.TimestampTz):
+		return &typed.Type{Kind: typed.Timestamp}
+	}
+	return nil
+}
+
+// icebergOf maps a typed type to an Iceberg one; nested ids are
+// placeholders (AddColumn assigns the table's).
+func icebergOf(t *typed.Type, next *int) iceberg.Type {
+	*next++
+	switch t.Kind {
+	case typed.Struct:
+		st := &iceberg.StructType{}
+		for _, f := range t.Fields {
+			id := *next
+			st.FieldList = append(st.FieldList, iceberg.NestedField{ID: id, Name: f.Name, Type: icebergOf(f.Type, next)})
+		}
+		return st
+	case typed.List:
+		id := *next
+		return &iceberg.ListType{ElementID: id, Element: icebergOf(t.Elem, next), ElementRequired: false}
+	case typed.Bool:
+		return iceberg.PrimitiveTypes.Bool
+	case typed.Long:
+		return iceberg.PrimitiveTypes.Int64
+	case typed.Double:
+		return iceberg.PrimitiveTypes.Float64
+	case typed.Timestamp:
+		return iceberg.PrimitiveTypes.TimestampTz
+	}
+	return iceberg.PrimitiveTypes.String
+}
+
+// Shaped is a batch of records with their payloads decoded against the
+// table's typed columns: what the uplink writes to the stream table and to
+// its dead-letter table.
+type Shaped struct {
+	// Schema is the table's schema the batch's files are written with.
+	Schema *iceberg.Schema
+	// Added is the number of fields this batch added to the table's
+	// columns (a new struct counts once).
+	Added int
+	// EvolveError says why the table refused the columns the batch
+	// needed, or the event-time spec ("" = it did not): payloads that
+	// needed a refused column are dead letters.
+	EvolveError string
+	arrow       *arrow.Schema
+	base        int64 // offset of vals[0]
+	vals        []typed.Value
+	errs        []string // per record: why its payload is not typed ("" = typed)
+	// strict: a member without a column is an error (infer); otherwise
+	// it stays in value only (schema: undeclared members).
+	strict bool
+	// eventTimes are the records' event times (unix micros; noEventTime
+	// for none), when the table has an event_time column; byEventTime
+	// says its partition spec uses it.
+	eventTimes  []int64
+	byEventTime bool
+}
+
+// noEventTime marks a record without an event time.
+const noEventTime = math.MinInt64
+
+// Err is why the payload of the record at offset off is not typed, or "".
+func (s *Shaped) Err(off int64) string {
+	if s == nil || off < s.base || off-s.base >= int64(len(s.errs)) {
+		return ""
+	}
+	return s.errs[off-s.base]
+}
+
+// DeadLetters returns recs' records whose payloads are not typed, with why.
+func (s *Shaped) DeadLetters(recs []*tributary.Record) []DeadLetter {
+	var out []DeadLetter
+	for _, r := range recs {
+		if e := s.Err(r.Offset); e != "" {
+			out = append(out, DeadLetter{Record: r, Error: e, SchemaVersion: int32(s.Schema.ID)})
+		}
+	}
+	return out
+}
+
+// Shape decodes the payloads of recs (consecutive offsets of one
+// partition) for a stream in a typed mode, adds the columns their new
+// fields need to the table (see the invariants above) and decides for
+// each payload whether it is typed.
+func (c *Catalog) Shape(ctx context.Context, stream string, pol typed.Policy, recs []*tributary.Record) (*Shaped, error) {
+	if len(recs) == 0 {
+		return nil, fmt.Errorf("shape %s: no records", stream)
+	}
+	// The table as the uplink's Marks just reloaded it.
+	t, err := c.lastLoaded(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	sh := decodeBatch(recs)
+	var plan func(sch *iceberg.Schema) []typed.Addition
+	switch pol.Mode {
+	case typed.Declared:
+		// The payload must satisfy the declared schema; the table gets the
+		// declared columns it lacks (Diff's additions: its refusals are
+		// config check's to report, and a payload that does not fit a
+		// column the table keeps is a dead letter).
+		for i, v := range sh.vals {
+			if sh.errs[i] == "" {
+				if err := typed.Validate(v, pol.Columns); err != nil {
+					sh.errs[i], sh.vals[i] = err.Error(), typed.Value{}
+				}
+			}
+		}
+		plan = func(sch *iceberg.Schema) []typed.Addition {
+			adds, _ := typed.Diff(typedRoot(sch), pol.Columns)
+			return adds
+		}
+	default:
+		opts := typed.Options{Timestamps: pol.Timestamps, MaxColumns: pol.MaxColumns, Reserved: envelopeNames}
+		sh.strict = true
+		plan = func(sch *iceberg.Schema) []typed.Addition {
+			s := typed.NewSchema(typedRoot(sch), opts)
+			for i, v := range sh.vals {
+				if sh.errs[i] == "" {
+					_ = s.Extend(v) // a conflict is decided by Check, against the committed schema
+				}
+			}
+			return s.Additions()
+		}
+	}
+	if pol.EventTime != "" {
+		columns := plan
+		plan = func(sch *iceberg.Schema) []typed.Addition {
+			adds := columns(sch)
+			if _, ok := sch.FindFieldByName(ColEventTime); !ok {
+				adds = append(adds, typed.Addition{Path: []string{ColEventTime}, Type: &typed.Type{Kind: typed.Timestamp}})
+			}
+			return adds
+		}
+	}
+	t, added, err := c.evolveTyped(ctx, stream, t, sh, plan)
+	if err != nil {
+		return nil, err
+	}
+	sh.Added = added
+	if pol.PartitionByEventTime {
+		if t, err = c.partitionByEventTime(ctx, stream, t, sh); err != nil {
+			return nil, err
+		}
+	}
+	if err := sh.check(t.Schema()); err != nil {
+		return nil, fmt.Errorf("shape %s: %w", stream, err)
+	}
+	if _, ok := t.Schema().FindFieldByName(ColEventTime); ok && pol.EventTime != "" {
+		sh.eventTimes = make([]int64, len(sh.vals))
+		for i, v := range sh.vals {
+			sh.eventTimes[i] = noEventTime
+			if sh.errs[i] == "" {
+				if us, ok := typed.ParseTime(member(v, pol.EventTime)); ok {
+					sh.eventTimes[i] = us
+				}
+			}
+		}
+	}
+	sh.byEventTime = PartitionSource(t.Spec()) != FieldTimestamp
+	return sh, nil
+}
+
+// partitionByEventTime makes t's partition spec the day or hour (its
+// granularity) of the event_time column, replacing the ingest timestamp's,
+// unless it is already; evolveTable's loop. Files written before keep their
+// old spec (Iceberg partition evolution). A spec update the table refuses
+// (not a conflict) leaves the spec as it is, said in sh.EvolveError: the
+// line goes on.
+func (c *Catalog) partitionByEventTime(ctx context.Context, stream string, t *table.Table, sh *Shaped) (*table.Table, error) {
+	var lastErr error
+	for attempt := 1; attempt <= MaxCommitAttempts; attempt++ {
+		et, ok := t.Schema().FindFieldByName(ColEventTime)
+		if !ok || PartitionSource(t.Spec()) == et.ID {
+			return t, nil
+		}
+		g, err := GranularityOf(t.Spec())
+		if err != nil {
+			sh.EvolveError = fmt.Sprintf("partition %s by event time: %v", stream, err)
+			return t, nil
+		}
+		tx := t.NewTransaction()
+		us := tx.UpdateSpec(true)
+		spec := t.Spec()
+		for _, pf := range spec.Fields() {
+			us.RemoveField(pf.Name)
+		}
+		var tr iceberg.Transform = iceberg.DayTransform{}
+		if g == GranularityHour {
+			tr = iceberg.HourTransform{}
+		}
+		us.AddField(ColEventTime, tr, ColEventTime+"_"+g.String())
+		if err := us.Commit(); err != nil {
+			sh.EvolveError = fmt.Sprintf("partition %s by event time: %v", stream, err)
+			return t, nil
+		}
+		nt, err := tx.Commit(ctx)
+		if err == nil {
+			c.remember(stream, nt)
+			t = nt
+			continue
+		}
+		lastErr = err
+		if err := retryPause(ctx, attempt); err != nil {
+			return nil, fmt.Errorf("partition %s by event time: %w", stream, err)
+		}
+		if t, err = c.LoadTable(ctx, stream); err != nil {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("partition %s by event time: giving up after %d attempts: %w", stream, MaxCommitAttempts, lastErr)
+}
+
+// CutRuns cuts recs (a run of the records sh was made from) as the
+// table's files must be cut: at the buckets of g of the ingest timestamp
+// (CutRuns), or of the event time when the table is partitioned by it
+// (records without one apart).
+func (sh *Shaped) CutRuns(g Granularity, recs []*tributary.Record) [][]*tributary.Record {
+	if !sh.byEventTime || sh.eventTimes == nil {
+		return CutRuns(g, recs)
+	}
+	return cutRuns(recs, func(r *tributary.Record) int64 {
+		if us := sh.eventTimes[r.Offset-sh.base]; us != noEventTime {
+			return int64(g.Bucket(us))
+		}
+		return noEventTime
+	})
+}
+
+// decodeBatch decodes the payloads of recs.
+func decodeBatch(recs []*tributary.Record) *Shaped {
+	sh := &Shaped{base: recs[0].Offset, vals: make([]typed.Value, len(recs)), errs: make([]string, len(recs))}
+	for i, r := range recs {
+		v, err := typed.Parse(r.Value)
+		if err != nil {
+			sh.errs[i] = err.Error()
+			continue
+		}
+		sh.vals[i] = v
+	}
+	return sh
+}
+
+// check decides, for each decoded payload, whether it fits the typed
+// columns of sch, and makes sch the schema the batch is written with.
+func (sh *Shaped) check(sch *iceberg.Schema) error {
+	root := typedRoot(sch)
+	for i := range sh.vals {
+		if sh.errs[i] == "" {
+			if err := typed.Check(sh.vals[i], root, envelopeNames, sh.strict); err != nil {
+				sh.errs[i] = err.Error()
+				if sh.EvolveError != "" {
+					sh.errs[i] += " (" + sh.EvolveError + ")"
+				}
+				sh.vals[i] = typed.Value{}
+			}
+		}
+	}
+	sh.Schema = sch
+	var err error
+	sh.arrow, err = table.SchemaToArrowSchema(sch, nil, true, false)
+	return err
+}
+
+// SchemaChanges compares a stream's table with the columns a schema file
+// declares: the fields the node will add, and the changes it cannot make
+// (typed.Diff). A stream without a table has only additions.
+func (c *Catalog) SchemaChanges(ctx context.Context, stream string, declared *typed.Type) ([]typed.Addition, []string, error) {
+	t, err := c.LoadTable(ctx, stream)
+	if errors.Is(err, ErrNoSuchStream) {
+		adds, _ := typed.Diff(&typed.Type{Kind: typed.Struct}, declared)
+		return adds, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	adds, refused := typed.Diff(typedRoot(t.Schema()), declared)
+	return adds, refused, nil
+}
+
+// markTyped records in typedRows the offsets of recs (decoded from b, in
+// its row order) whose row in b has a value in a typed column, and in
+// eventTimes their event_time values.
+func markTyped(b arrow.RecordBatch, recs []*tributary.Record, typedRows map[int64]bool, eventTimes map[int64]int64) {
+	for ci, f := range b.Schema().Fields() {
+		if f.Name == ColEventTime {
+			if col, ok := b.Column(ci).(*array.Timestamp); ok {
+				for i, r := range recs {
+					if col.IsValid(i) {
+						eventTimes[r.Offset] = int64(col.Value(i))
+					}
+				}
+			}
+			continue
+		}
+		if isEnvelope(f.Name) {
+			continue
+		}
+		col := b.Column(ci)
+		for i, r := range recs {
+			if col.IsValid(i) {
+				typedRows[r.Offset] = true
+			}
+		}
+	}
+}
+
+// hasTyped reports whether sch has columns beyond the envelope (typed
+// columns or event_time).
+func hasTyped(sch *iceberg.Schema) bool {
+	for _, f := range sch.Fields() {
+		if !isEnvelope(f.Name) || f.Name == ColEventTime {
+			return true
+		}
+	}
+	return false
+}
+
+// evolveTyped adds to t the columns plan finds missing from the table's
+// typed columns (inferred from sh's payloads, or declared) and returns the
+// table as committed and how many fields were added. It is evolveTable's
+// loop: on a conflict it reloads and plans again.
+func (c *Catalog) evolveTyped(ctx context.Context, stream string, t *table.Table, sh *Shaped, plan func(sch *iceberg.Schema) []typed.Addition) (*table.Table, int, error) {
+	added := 0
+	var lastErr error
+	for attempt := 1; attempt <= MaxCommitAttempts; attempt++ {
+		adds := plan(t.Schema())
+		if len(adds) == 0 {
+			return t, added, nil
+		}
+		tx := t.NewTransaction()
+		var uopts []table.UpdateSchemaOption
+		if nm := t.Metadata().NameMapping(); nm != nil {
+			uopts = append(uopts, table.WithNameMapping(nm))
+		}
+		us := tx.UpdateSchema(true, false, uopts...)
+		for _, a := range adds {
+			next := 0
+			us.AddColumn(a.Path, icebergOf(a.Type, &next), "inferred from payloads", false, nil)
+		}
+		if err := us.Commit(); err != nil {
+			// The update itself is refused (not a conflict): the batch is
+			// written with the columns the table has, and the payloads
+			// that needed the new ones are dead letters. The line goes on.
+			sh.EvolveError = fmt.Sprintf("add columns to %s: %v", stream, err)
+			return t, added, nil
+		}
+		nt, err := tx.Commit(ctx)
+		if err == nil {
+			c.remember(stream, nt)
+			t, added = nt, added+len(adds)
+			continue // plan again on what was committed: nothing is left to add
+		}
+		lastErr = err
+		if err := retryPause(ctx, attempt); err != nil {
+			return nil, 0, fmt.Errorf("add columns to %s: %w", stream, err)
+		}
+		if t, err = c.LoadTable(ctx, stream); err != nil {
+			return nil, 0, err
+		}
+	}
+	return nil, 0, fmt.Errorf("add columns to %s: giving up after %d attempts: %w", stream, MaxCommitAttempts, lastErr)
+}
+
+// WriteParquetShaped is WriteParquet for a shaped batch: recs (a run of
+// the records sh was made from) with the table's typed columns.
+func WriteParquetShaped(w io.Writer, recs []*tributary.Record, sh *Shaped) (FileStats, error) {
+	st, err := writeParquet(w, recs, sh.arrow, true, func(b *array.RecordBuilder, lo, hi int) {
+		sc := b.Schema()
+		for fi, f := range sc.Fields() {
+			if f.Name == ColEventTime {
+				eb := b.Field(fi).(*array.TimestampBuilder)
+				for _, r := range recs[lo:hi] {
+					if us := sh.eventTime(r.Offset); us != noEventTime {
+						eb.Append(arrow.Timestamp(us))
+					} else {
+						eb.AppendNull()
+					}
+				}
+				continue
+			}
+			if isEnvelope(f.Name) {
+				continue
+			}
+			fb := b.Field(fi)
+			fb.Reserve(hi - lo)
+			for _, r := range recs[lo:hi] {
+				i := r.Offset - sh.base
+				if sh.errs[i] != "" {
+					fb.AppendNull()
+					continue
+				}
+				appendValue(fb, member(sh.vals[i], f.Name))
+			}
+		}
+	})
+	if err != nil || len(sh.arrow.FieldIndices(ColEventTime)) == 0 {
+		return st, err
+	}
+	st.EventTimes = true
+	seen := false
+	for _, r := range recs {
+		switch us := sh.eventTime(r.Offset); {
+		case us == noEventTime:
+			st.NullEventTimes++
+		case !seen:
+			st.MinEventTime, st.MaxEventTime, seen = us, us, true
+		default:
+			st.MinEventTime, st.MaxEventTime = min(st.MinEventTime, us), max(st.MaxEventTime, us)
+		}
+	}
+	return st, nil
+}
+
+// eventTime is the event time of the record at offset off, or noEventTime.
+func (sh *Shaped) eventTime(off int64) int64 {
+	if sh.eventTimes == nil {
+		return noEventTime
+	}
+	return sh.eventTimes[off-sh.base]
+}
+
+// member returns the value of obj's member name (Null if absent).
+func member(obj typed.Value, name string) typed.Value {
+	for _, m := range obj.Members {
+		if m.Name == name {
+			return m.Value
+		}
+	}
+	return typed.Value{}
+}
+
+// appendValue appends v to b, a builder of a typed column; a value that
+// does not fit the column's type (Check let it through only if it fits:
+// this is a column typed does not know) is null.
+func appendValue(b array.Builder, v typed.Value) {
+	if v.Kind == typed.Null {
+		b.AppendNull()
+		return
+	}
+	switch b := b.(type) {
+	case *array.Int64Builder:
+		if v.Kind == typed.Long {
+			b.Append(v.Long)
+			return
+		}
+	case *array.Float64Builder:
+		switch v.Kind {
+		case typed.Double:
+			b.Append(v.Double)
+			return
+		case typed.Long:
+			b.Append(float64(v.Long))
+			return
+		}
+	case *array.StringBuilder:
+		if v.Kind == typed.String {
+			b.Append(v.Str)
+			return
+		}
+	case *array.BooleanBuilder:
+		if v.Kind == typed.Bool {
+			b.Append(v.Bool)
+			return
+		}
+	case *array.TimestampBuilder:
+		if us, ok := typed.ParseTime(v); ok {
+			b.Append(arrow.Timestamp(us))
+			return
+		}
+	case *array.StructBuilder:
+		if v.Kind == typed.Object {
+			b.Append(true)
+			st := b.Type().(*arrow.StructType)
+			for j, f := range st.Fields() {
+				appendValue(b.FieldBuilder(j), member(v, f.Name))
+			}
+			return
+		}
+	case *array.ListBuilder:
+		if v.Kind == typed.Array {
+			b.Append(true)
+			vb := b.ValueBuilder()
+			for _, e := range v.Elems {
+				appendValue(vb, e)
+			}
+			return
+		}
+	}
+	b.AppendNull()
+}
