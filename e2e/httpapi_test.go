@@ -595,7 +595,8 @@ func TestHTTPBadInput(t *testing.T) {
 		}
 	}
 	for _, u := range []string{fmt.Sprintf("http://%s/v3/clusters/other/topics/%s/records", p.HTTP, stream),
-		fmt.Sprintf("http://%s/v3/clusters/tributary/topics/no-dot/records", p.HTTP)} {
+		fmt.Sprintf("http://%s/v3/clusters/tributary/topics/no-dot/records", p.HTTP),
+		fmt.Sprintf("http://%s/v3/clusters/tributary/topics/factory.telemetry_dlq/records", p.HTTP)} { // a dead-letter table
 		resp, err := http.Post(u, "application/json", strings.NewReader(`{"value":{"data":1}}`))
 		if err != nil {
 			t.Fatal(err)

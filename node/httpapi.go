@@ -3,12 +3,14 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/grpcapi"
 	"github.com/tributary-io/tributary/httpapi"
 	kafka "github.com/tributary-io/tributary/kafka/produce"
+	"github.com/tributary-io/tributary/tables"
 )
 
 // httpSink is the HTTP produce API's Sink: the node's ingest, with the
@@ -46,6 +48,9 @@ func (s grpcSink) Produce(ctx context.Context, stream string, partition int32, r
 // that may not be created is kafka.ErrUnknownStream or
 // kafka.ErrStreamLimit.
 func (n *Node) produce(ctx context.Context, stream string, partition int32, recs []*tributary.Record) error {
+	if tables.IsDLQ(stream) { // written by the uplink only, whether or not the table exists yet
+		return fmt.Errorf("%s: %w: names ending in %s are the dead-letter tables of typed streams", stream, kafka.ErrUnknownStream, tables.DLQSuffix)
+	}
 	if _, ok := n.book.Streams()[stream]; !ok {
 		var err error
 		if *n.cfg.Kafka.AutoCreate {
