@@ -30,6 +30,7 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	simUser := fs.String("sim-username", "", "MQTT user of the simulated devices, when --security turns authentication on (client ids sim-device-N: name the user sim-device or allow them in its rules)")
 	simPassword := fs.String("sim-password", "", "the simulated devices' MQTT password or JWT (default $TRIBUTARY_SIM_PASSWORD)")
 	commit := fs.Duration("commit-interval", time.Second, "commit interval of each stream")
+	blockingAcks := fs.Bool("mqtt-blocking-acks", false, "acknowledge each QoS 1/2 publish before reading the connection's next one (mqtt.blocking_acks; for comparison)")
 	walBudget := fs.String("wal-budget", "1GiB", "WAL disk budget; beyond it QoS 1/2 publishes are refused")
 	maintain := fs.Bool("maintenance", true, "run table maintenance (compaction, manifest merging, snapshot expiry, orphan cleanup)")
 	maintainEvery := fs.Duration("maintenance-interval", time.Minute, "interval between table maintenance passes")
@@ -69,6 +70,7 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	cfg := node.Config{NodeID: *nodeID, DataDir: abs, HTTPAddr: *httpAddr, CatalogAddr: *catalogAddr, CloudKafkaAddr: *cloudKafkaAddr, CloudPulsarAddr: *pulsarAddr}
 	cfg.MQTT.Addr = *mqttAddr
 	cfg.MQTT.WSAddr = *wsAddr
+	cfg.MQTT.BlockingAcks = *blockingAcks
 	cfg.Kafka.Addr = *kafkaAddr
 	cfg.MQTT.Routes = []node.Route{{Filter: "factory/#", Stream: "factory.telemetry"}}
 	cfg.Uplink.CommitInterval = *commit
