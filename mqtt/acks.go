@@ -132,6 +132,10 @@ type pendingPub struct {
 	again  bool          // a re-sent QoS 2 publish already PUBREC'd: answer PUBREC again
 }
 
+// errReject is packets.ErrRejectPacket as an error value made once:
+// returning the Code struct itself boxes it anew for every publish.
+var errReject error = packets.ErrRejectPacket
+
 func newPipeline(s *Server) *pipeline {
 	return &pipeline{s: s, rm: int(s.cfg.ReceiveMaximum), sessions: map[string]*ackSession{}}
 }
@@ -254,14 +258,14 @@ func (p *pipeline) publish(cl *mochi.Client, pk packets.Packet, rec *tributary.R
 	if a.conn != cl {
 		if a.conn != nil || cl.Closed() || cl.IsTakenOver() {
 			a.mu.Unlock()
-			return packets.ErrRejectPacket // an old connection of a taken-over id
+			return errReject // an old connection of a taken-over id
 		}
 		a.conn, a.ready = cl, true // established before the pipeline knew it
 	}
 	if _, ok := a.byID[pk.PacketID]; ok {
 		a.mu.Unlock()
 		s.resent.Add(1)
-		return packets.ErrRejectPacket // still pending: its ack is coming
+		return errReject // still pending: its ack is coming
 	}
 	if _, ok := a.pubrecs[pk.PacketID]; ok && pk.FixedHeader.Qos == 2 {
 		// Durable and PUBREC'd, not released: answer PUBREC again, in order
@@ -272,23 +276,23 @@ func (p *pipeline) publish(cl *mochi.Client, pk packets.Packet, rec *tributary.R
 		p.kick(a)
 		a.mu.Unlock()
 		s.resent.Add(1)
-		return packets.ErrRejectPacket
+		return errReject
 	}
 	for p.full(a, cl) {
 		if cl.Properties.ProtocolVersion >= 5 {
 			a.mu.Unlock()
 			s.refusedRM.Add(1)
 			_ = s.broker.DisconnectClient(cl, packets.ErrReceiveMaximum) // [MQTT-3.3.4-9]
-			return packets.ErrRejectPacket
+			return errReject
 		}
 		a.mu.Unlock()
 		if !p.waitSpace(a, cl) {
-			return packets.ErrRejectPacket
+			return errReject
 		}
 		a.mu.Lock()
 		if a.conn != cl {
 			a.mu.Unlock()
-			return packets.ErrRejectPacket
+			return errReject
 		}
 	}
 	e := &pendingPub{pk: pk, stream: rec.Stream, gen: a.gen, start: time.Now()}
@@ -298,7 +302,7 @@ func (p *pipeline) publish(cl *mochi.Client, pk packets.Packet, rec *tributary.R
 	if err := ps.AppendPipelined(s.ctx, rec, func(err error) { p.complete(a, e, err) }); err != nil {
 		p.complete(a, e, err)
 	}
-	return packets.ErrRejectPacket
+	return errReject
 }
 
 // refuseInOrder queues a refusal decided at once (code for an MQTT 5
@@ -398,9 +402,16 @@ func (p *pipeline) kick(a *ackSession) {
 	go p.work(a)
 }
 
-// work answers a's ready head entries in order, into the current connection.
+// maxBatch bounds the entries a worker answers with one write.
+const maxBatch = 256
+
+// work answers a's ready head entries in order, into the current
+// connection: all that are ready at once, their acknowledgements in one
+// write (one syscall for the many messages of one group commit).
 func (p *pipeline) work(a *ackSession) {
 	defer p.workers.Done()
+	var batch []*pendingPub
+	var buf []byte
 	for {
 		a.mu.Lock()
 		if !a.ready || a.conn == nil || a.conn.Closed() || len(a.queue) == 0 || !a.queue[0].done {
@@ -408,22 +419,27 @@ func (p *pipeline) work(a *ackSession) {
 			a.mu.Unlock()
 			return
 		}
-		e := a.queue[0]
-		a.queue[0] = nil
-		a.queue = a.queue[1:]
+		batch = batch[:0]
+		now := time.Now().Unix()
+		for len(a.queue) > 0 && a.queue[0].done && len(batch) < maxBatch {
+			e := a.queue[0]
+			a.queue[0] = nil
+			a.queue = a.queue[1:]
+			if a.byID[e.pk.PacketID] == e {
+				delete(a.byID, e.pk.PacketID)
+			}
+			if e.err == nil && !e.again && e.pk.FixedHeader.Qos == 2 {
+				// Remembered before the PUBREC is written: the PUBREL may
+				// come at once.
+				a.pubrecs[e.pk.PacketID] = packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrec},
+					PacketID: e.pk.PacketID, Created: now}
+			}
+			batch = append(batch, e)
+		}
 		if len(a.queue) == 0 {
 			a.queue = nil
 		}
-		if a.byID[e.pk.PacketID] == e {
-			delete(a.byID, e.pk.PacketID)
-		}
 		cl := a.conn
-		if e.err == nil && e.pk.FixedHeader.Qos == 2 {
-			// Remembered before the PUBREC is written: the PUBREL may come
-			// at once.
-			a.pubrecs[e.pk.PacketID] = packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Pubrec},
-				PacketID: e.pk.PacketID, Created: time.Now().Unix()}
-		}
 		if a.local == nil {
 			a.local = p.s.broker.NewClient(nil, "local", a.id, true)
 		}
@@ -434,28 +450,41 @@ func (p *pipeline) work(a *ackSession) {
 		case a.space <- struct{}{}:
 		default:
 		}
-		p.answer(cl, local, e)
+		buf = p.answer(cl, local, batch, buf[:0])
 		a.inject.Unlock()
+		clear(batch)
 	}
 }
 
-// answer writes e's outcome into cl: a refusal, or the acknowledgement
-// and then the delivery of the durable packet through local.
-func (p *pipeline) answer(cl, local *mochi.Client, e *pendingPub) {
+// answer writes the outcomes of batch into cl, in order: refusals, and
+// the acknowledgements of the durable packets (consecutive ones in one
+// write, encoded in buf); then it delivers the durable packets through
+// local. It returns buf for reuse.
+func (p *pipeline) answer(cl, local *mochi.Client, batch []*pendingPub, buf []byte) []byte {
 	s := p.s
-	switch {
-	case e.again:
-		p.ack(cl, e.pk)
-	case e.deny != nil:
-		_ = writeRefusal(cl, e.pk, *e.deny)
-	case e.err != nil:
-		_ = s.refuse(cl, e.pk, e.stream, e.err)
-	default:
-		s.pubackLatency.Observe(time.Since(e.start).Seconds())
-		s.accepted[min(e.pk.FixedHeader.Qos, 2)].Add(1)
-		s.payloadBytes.Add(uint64(len(e.pk.Payload)))
+	for _, e := range batch {
+		switch {
+		case e.again:
+			buf = appendAck(buf, e.pk)
+		case e.deny != nil:
+			buf = p.flush(cl, buf)
+			_ = writeRefusal(cl, e.pk, *e.deny)
+		case e.err != nil:
+			buf = p.flush(cl, buf)
+			_ = s.refuse(cl, e.pk, e.stream, e.err)
+		default:
+			s.pubackLatency.Observe(time.Since(e.start).Seconds())
+			s.accepted[min(e.pk.FixedHeader.Qos, 2)].Add(1)
+			s.payloadBytes.Add(uint64(len(e.pk.Payload)))
+			buf = appendAck(buf, e.pk)
+		}
+	}
+	buf = p.flush(cl, buf)
+	for _, e := range batch {
+		if e.again || e.deny != nil || e.err != nil {
+			continue
+		}
 		s.budget.ok(s)
-		p.ack(cl, e.pk)
 		pk := e.pk
 		// The alias was resolved when the packet was read; aliases are the
 		// connection's, not the delivery's.
@@ -467,17 +496,41 @@ func (p *pipeline) answer(cl, local *mochi.Client, e *pendingPub) {
 			s.log.Warn("durable publish not delivered", "client", cl.ID, "topic", pk.TopicName, "error", err)
 		}
 	}
+	return buf
 }
 
-// ack writes the success PUBACK (QoS 1) or PUBREC (QoS 2) of pk.
-func (p *pipeline) ack(cl *mochi.Client, pk packets.Packet) {
-	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Puback}, PacketID: pk.PacketID}
+// appendAck appends the success PUBACK (QoS 1) or PUBREC (QoS 2) of pk:
+// reason code 0 and no properties, which MQTT 5 lets the sender omit
+// (3.4.2.1), so both versions read the same four bytes.
+func appendAck(buf []byte, pk packets.Packet) []byte {
+	typ := byte(packets.Puback << 4)
 	if pk.FixedHeader.Qos == 2 {
-		ack.FixedHeader.Type = packets.Pubrec
+		typ = packets.Pubrec << 4
 	}
-	if err := cl.WritePacket(ack); err != nil {
-		p.s.log.Debug("acknowledgement not written", "client", cl.ID, "packet_id", pk.PacketID, "error", err)
+	return append(buf, typ, 2, byte(pk.PacketID>>8), byte(pk.PacketID))
+}
+
+// flush writes buf, whole packets, to cl's connection under the client's
+// write lock (the lock mochi's WritePacket takes; packets mochi holds in
+// its own buffer are whole too, so nothing interleaves inside a packet).
+func (p *pipeline) flush(cl *mochi.Client, buf []byte) []byte {
+	if len(buf) == 0 {
+		return buf
 	}
+	cl.Lock()
+	var err error
+	if cl.Closed() || cl.Net.Conn == nil {
+		err = mochi.ErrConnectionClosed
+	} else {
+		_, err = cl.Net.Conn.Write(buf)
+	}
+	cl.Unlock()
+	if err != nil {
+		p.s.log.Debug("acknowledgements not written", "client", cl.ID, "bytes", len(buf), "error", err)
+	} else {
+		atomic.AddInt64(&p.s.broker.Info.BytesSent, int64(len(buf)))
+	}
+	return buf[:0]
 }
 
 // wait waits for the workers to finish (Close, after the clients stopped).

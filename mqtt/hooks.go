@@ -136,14 +136,14 @@ func (h *publishHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pa
 			// for the next group commit and let the read loop go on. It is
 			// delivered now; if it then cannot be made durable it is
 			// counted and logged as dropped, like a refused QoS 0 publish.
-			stream := rec.Stream
+			stream, size := rec.Stream, uint64(len(pk.Payload)) // not pk: the closure would move it to the heap
 			if err := as.AppendAsync(s.ctx, rec, func(err error) {
 				if err != nil {
 					s.dropQoS0(cl, stream, err)
 					return
 				}
 				s.accepted[0].Add(1)
-				s.payloadBytes.Add(uint64(len(pk.Payload)))
+				s.payloadBytes.Add(size)
 			}); err != nil {
 				return pk, s.refuse(cl, pk, rec.Stream, err)
 			}
