@@ -88,8 +88,12 @@ func (w *WAL) committer() {
 		w.mu.Unlock()
 		if len(ops) > 0 {
 			start := time.Now()
+			ops, releases := w.deferReleases(ops)
 			w.commit(ops)
 			lastOps, lastDur = len(ops), time.Since(start)
+			if len(releases) > 0 {
+				w.commit(releases)
+			}
 			continue
 		}
 		if closed {
@@ -97,6 +101,62 @@ func (w *WAL) committer() {
 		}
 		<-w.wake
 	}
+}
+
+// deferReleases takes the releases out of a group that also appends, to
+// be committed in a transaction of their own right after it: deleting
+// released chunks (and freeing their pages) then never lengthens the
+// commit that acknowledgements wait for.
+//
+// Moved after the group, a release must release exactly what it would
+// have in its place: it clamps upTo to the partition's next offset, which
+// after the group counts the appends queued before it — and also those
+// queued after it. So a release followed in the group by an append to
+// the same partition stays where it is. Ensures and drops release
+// everything below their offset themselves, so a release moved after
+// them is a no-op, as it would be before them; a release of a partition
+// unknown by then is a no-op either way.
+func (w *WAL) deferReleases(ops []*op) (rest, releases []*op) {
+	appends := false
+	for _, o := range ops {
+		if o.kind == opAppend || o.kind == opAppendAt {
+			appends = true
+			break
+		}
+	}
+	if !appends {
+		return ops, nil
+	}
+	later := map[pkey]bool{} // partitions appended to after position i
+	keep := make([]bool, len(ops))
+	n := 0
+	for i := len(ops) - 1; i >= 0; i-- {
+		o := ops[i]
+		switch o.kind {
+		case opAppend, opAppendAt:
+			for _, r := range o.recs {
+				later[pkey{r.Stream, r.Partition}] = true
+			}
+		case opRelease:
+			if !later[o.pk] {
+				keep[i] = true
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return ops, nil
+	}
+	rest = make([]*op, 0, len(ops)-n)
+	releases = make([]*op, 0, n)
+	for i, o := range ops {
+		if keep[i] {
+			releases = append(releases, o)
+		} else {
+			rest = append(rest, o)
+		}
+	}
+	return rest, releases
 }
 
 // gather lets a group fill up before it is committed. When many appenders

@@ -38,7 +38,9 @@
 // committer takes everything queued, applies it in queue order inside one
 // bbolt read-write transaction and commits it with one fsync (group commit);
 // while that commit is in flight, newly arriving ops queue up and all go into
-// the next one. There is no artificial delay: a lone append is committed at
+// the next one. Releases taken with appends are committed in a transaction
+// of their own right after the appends' (see deferReleases), so deleting
+// released chunks never lengthens the commit acknowledgements wait for. There is no artificial delay: a lone append is committed at
 // once, and under load groups grow by themselves because each fsync takes
 // long enough for many appends to arrive.
 //
