@@ -50,9 +50,10 @@ type PipelinedSink interface {
 //     connection starts clean, or the session ends, the pending publishes
 //     are forgotten: durable ones stay in the WAL but are neither
 //     acknowledged nor delivered (as a blocking publish whose client left).
-//  6. Delivery is mochi's own: once acknowledged, the durable packet is
-//     injected (Server.InjectPacket) through an inline client carrying the
-//     publisher's client id, so mochi's retain and delivery code runs with
+//  6. Delivery is mochi's own: once durable, just before its
+//     acknowledgement is written (mochi's order: retained, acked,
+//     delivered), the packet is injected (Server.InjectPacket) through an
+//     inline client carrying the publisher's client id, so mochi's retain and delivery code runs with
 //     the right origin (NoLocal), the MQTT 5 properties and the cluster
 //     routing (called here, as the cluster hook does for blocking
 //     acknowledgements). A durable publish is delivered once, also when
@@ -81,9 +82,10 @@ type PipelinedSink interface {
 // packets.ErrRejectPacket, so mochi neither acks nor delivers it now. The
 // sink's done marks the entry durable (or failed) and starts the session's
 // worker goroutine if none runs. The worker pops durable entries from the
-// FIFO head while the session has a ready connection: a failure is refused
-// (refuse, as in the blocking design), a success gets its PUBACK or PUBREC
-// and is delivered. Refusals decided at once (ACL, retained quota) go
+// FIFO head while the session has a ready connection, all that are ready
+// at once: a failure is refused (refuse, as in the blocking design), a
+// success is delivered and gets its PUBACK or PUBREC, the batch's
+// acknowledgements in one write. Refusals decided at once (ACL, retained quota) go
 // through the FIFO too when earlier publishes are pending, so acks stay in
 // order.
 type pipeline struct {
@@ -96,6 +98,11 @@ type pipeline struct {
 	wmu     sync.Mutex // guards closed and the Add of workers
 	closed  bool
 	workers sync.WaitGroup
+
+	// locals are inline clients a worker borrows to deliver as a publisher
+	// (its client id set for the delivery): one per session would cost
+	// each session mochi's client state (about 10 KB).
+	locals sync.Pool
 }
 
 // ackSession is the pending publishes of one client id.
@@ -112,7 +119,6 @@ type ackSession struct {
 	space chan struct{} // signalled when an entry leaves byID
 	// pubrecs are the QoS 2 PUBRECs written and not yet released.
 	pubrecs map[uint16]packets.Packet
-	local   *mochi.Client // inline client with this id: delivers as the publisher
 
 	// inject is held while a completion is written into conn; a takeover
 	// takes it once after switching conn, so no write into the old
@@ -137,7 +143,9 @@ type pendingPub struct {
 var errReject error = packets.ErrRejectPacket
 
 func newPipeline(s *Server) *pipeline {
-	return &pipeline{s: s, rm: int(s.cfg.ReceiveMaximum), sessions: map[string]*ackSession{}}
+	p := &pipeline{s: s, rm: int(s.cfg.ReceiveMaximum), sessions: map[string]*ackSession{}}
+	p.locals.New = func() any { return s.broker.NewClient(nil, "local", "", true) }
+	return p
 }
 
 // session returns the state of cl's id, creating it.
@@ -440,28 +448,47 @@ func (p *pipeline) work(a *ackSession) {
 			a.queue = nil
 		}
 		cl := a.conn
-		if a.local == nil {
-			a.local = p.s.broker.NewClient(nil, "local", a.id, true)
-		}
-		local := a.local
 		a.inject.Lock()
 		a.mu.Unlock()
 		select {
 		case a.space <- struct{}{}:
 		default:
 		}
+		local := p.locals.Get().(*mochi.Client)
+		local.ID = a.id
 		buf = p.answer(cl, local, batch, buf[:0])
+		local.ID = ""
+		p.locals.Put(local)
 		a.inject.Unlock()
 		clear(batch)
 	}
 }
 
-// answer writes the outcomes of batch into cl, in order: refusals, and
-// the acknowledgements of the durable packets (consecutive ones in one
-// write, encoded in buf); then it delivers the durable packets through
-// local. It returns buf for reuse.
+// answer delivers the durable packets of batch through local, in order,
+// then writes the outcomes of batch into cl, in order: refusals, and the
+// acknowledgements of the durable packets (consecutive ones in one write,
+// encoded in buf). Delivering first keeps mochi's order, in which a
+// retained message is stored before its PUBACK is written (so a client's
+// next retained publish, sent on that PUBACK, is checked against it). It
+// returns buf for reuse.
 func (p *pipeline) answer(cl, local *mochi.Client, batch []*pendingPub, buf []byte) []byte {
 	s := p.s
+	for _, e := range batch {
+		if e.again || e.deny != nil || e.err != nil {
+			continue
+		}
+		pk := e.pk
+		// The alias was resolved when the packet was read; aliases are the
+		// connection's, not the delivery's.
+		pk.Properties.TopicAliasFlag, pk.Properties.TopicAlias = false, 0
+		if c := s.cluster.Load(); c != nil {
+			pk = c.route(pk) // what the cluster hook does for a network client's publish
+		}
+		if err := s.broker.InjectPacket(local, pk); err != nil {
+			s.log.Warn("durable publish not delivered", "client", cl.ID, "topic", pk.TopicName, "error", err)
+		}
+	}
+	ok := false
 	for _, e := range batch {
 		switch {
 		case e.again:
@@ -477,26 +504,13 @@ func (p *pipeline) answer(cl, local *mochi.Client, batch []*pendingPub, buf []by
 			s.accepted[min(e.pk.FixedHeader.Qos, 2)].Add(1)
 			s.payloadBytes.Add(uint64(len(e.pk.Payload)))
 			buf = appendAck(buf, e.pk)
+			ok = true
 		}
 	}
-	buf = p.flush(cl, buf)
-	for _, e := range batch {
-		if e.again || e.deny != nil || e.err != nil {
-			continue
-		}
+	if ok {
 		s.budget.ok(s)
-		pk := e.pk
-		// The alias was resolved when the packet was read; aliases are the
-		// connection's, not the delivery's.
-		pk.Properties.TopicAliasFlag, pk.Properties.TopicAlias = false, 0
-		if c := s.cluster.Load(); c != nil {
-			pk = c.route(pk) // what the cluster hook does for a network client's publish
-		}
-		if err := s.broker.InjectPacket(local, pk); err != nil {
-			s.log.Warn("durable publish not delivered", "client", cl.ID, "topic", pk.TopicName, "error", err)
-		}
 	}
-	return buf
+	return p.flush(cl, buf)
 }
 
 // appendAck appends the success PUBACK (QoS 1) or PUBREC (QoS 2) of pk:
