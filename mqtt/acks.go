@@ -97,6 +97,7 @@ type pipeline struct {
 
 	wmu     sync.Mutex // guards closed and the Add of workers
 	closed  bool
+	stop    chan struct{} // closed by wait: lingering workers leave
 	workers sync.WaitGroup
 
 	// locals are inline clients a worker borrows to deliver as a publisher
@@ -116,6 +117,8 @@ type ackSession struct {
 	queue []*pendingPub // FIFO in read order; head at queue[0]
 	byID  map[uint16]*pendingPub
 	run   bool          // a worker is running
+	idle  bool          // the worker waits (lingers) for more work on wake
+	wake  chan struct{}
 	space chan struct{} // signalled when an entry leaves byID
 	// pubrecs are the QoS 2 PUBRECs written and not yet released.
 	pubrecs map[uint16]packets.Packet
@@ -143,7 +146,7 @@ type pendingPub struct {
 var errReject error = packets.ErrRejectPacket
 
 func newPipeline(s *Server) *pipeline {
-	p := &pipeline{s: s, rm: int(s.cfg.ReceiveMaximum), sessions: map[string]*ackSession{}}
+	p := &pipeline{s: s, rm: int(s.cfg.ReceiveMaximum), sessions: map[string]*ackSession{}, stop: make(chan struct{})}
 	p.locals.New = func() any { return s.broker.NewClient(nil, "local", "", true) }
 	return p
 }
@@ -155,7 +158,7 @@ func (p *pipeline) session(id string) *ackSession {
 	a, ok := p.sessions[id]
 	if !ok {
 		a = &ackSession{id: id, byID: map[uint16]*pendingPub{}, pubrecs: map[uint16]packets.Packet{},
-			space: make(chan struct{}, 1)}
+			space: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
 		p.sessions[id] = a
 	}
 	return a
@@ -397,7 +400,17 @@ func (p *pipeline) complete(a *ackSession, e *pendingPub, err error) {
 
 // kick starts a's worker if the head is ready (callers hold a.mu).
 func (p *pipeline) kick(a *ackSession) {
-	if a.run || !a.ready || len(a.queue) == 0 || !a.queue[0].done {
+	if !a.ready || len(a.queue) == 0 || !a.queue[0].done {
+		return
+	}
+	if a.run {
+		if a.idle {
+			a.idle = false
+			select {
+			case a.wake <- struct{}{}:
+			default:
+			}
+		}
 		return
 	}
 	p.wmu.Lock()
@@ -413,6 +426,14 @@ func (p *pipeline) kick(a *ackSession) {
 // maxBatch bounds the entries a worker answers with one write.
 const maxBatch = 256
 
+// linger is how long a session's worker waits for the next completion
+// before it ends: a busy session keeps its goroutine (and the stack it grew
+// in mochi's delivery code, which a fresh goroutine copies up again on
+// every message: a sixth of the CPU of one message at a time), an idle one
+// costs nothing. Each session has its own worker so that a client that
+// stops reading blocks only its own acknowledgements.
+const linger = 100 * time.Millisecond
+
 // work answers a's ready head entries in order, into the current
 // connection: all that are ready at once, their acknowledgements in one
 // write (one syscall for the many messages of one group commit).
@@ -420,12 +441,37 @@ func (p *pipeline) work(a *ackSession) {
 	defer p.workers.Done()
 	var batch []*pendingPub
 	var buf []byte
+	idle := time.NewTimer(linger)
+	defer idle.Stop()
 	for {
 		a.mu.Lock()
-		if !a.ready || a.conn == nil || a.conn.Closed() || len(a.queue) == 0 || !a.queue[0].done {
-			a.run = false
+		if !a.ready || a.conn == nil || a.conn.Closed() {
+			a.run, a.idle = false, false
 			a.mu.Unlock()
 			return
+		}
+		if len(a.queue) == 0 || !a.queue[0].done {
+			a.idle = true
+			a.mu.Unlock()
+			idle.Reset(linger)
+			select {
+			case <-a.wake:
+				continue
+			case <-idle.C:
+			case <-p.stop:
+			}
+			a.mu.Lock()
+			if a.idle { // not kicked meanwhile
+				a.run, a.idle = false, false
+				a.mu.Unlock()
+				return
+			}
+			a.mu.Unlock()
+			select { // the kick's signal, if it is still there
+			case <-a.wake:
+			default:
+			}
+			continue
 		}
 		batch = batch[:0]
 		now := time.Now().Unix()
@@ -550,7 +596,10 @@ func (p *pipeline) flush(cl *mochi.Client, buf []byte) []byte {
 // wait waits for the workers to finish (Close, after the clients stopped).
 func (p *pipeline) wait() {
 	p.wmu.Lock()
-	p.closed = true
+	if !p.closed {
+		p.closed = true
+		close(p.stop)
+	}
 	p.wmu.Unlock()
 	p.workers.Wait()
 }
