@@ -227,7 +227,7 @@ func (p *pipeline) disconnected(cl *mochi.Client, expire bool) {
 	if expire {
 		a.forget()
 	}
-	empty := len(a.queue) == 0
+	empty := len(a.queue) == 0 && len(a.pubrecs) == 0 // a kept session keeps its PUBRECs
 	a.mu.Unlock()
 	if empty {
 		p.drop(a)
@@ -254,7 +254,7 @@ func (p *pipeline) drop(a *ackSession) {
 	defer p.mu.Unlock()
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.conn == nil && len(a.queue) == 0 && p.sessions[a.id] == a {
+	if a.conn == nil && len(a.queue) == 0 && len(a.pubrecs) == 0 && p.sessions[a.id] == a {
 		delete(p.sessions, a.id)
 	}
 }

@@ -497,3 +497,40 @@ func TestPipelinedMosquittoPub(t *testing.T) {
 		}
 	}
 }
+
+// TestPipelinedQoS2AcrossReconnect: a QoS 2 publish PUBREC'd and not yet
+// released survives the connection: after a reconnect to the kept session
+// the re-sent PUBLISH gets PUBREC again and is not logged again, and the
+// PUBREL gets a successful PUBCOMP.
+func TestPipelinedQoS2AcrossReconnect(t *testing.T) {
+	ts := startServer(t, nil)
+	conn, r := connectRaw(t, ts.tcp, rawConnectSession("q2", false))
+	if _, err := conn.Write(rawPublish(5, 2, 7, "q2/t", []byte("once"))); err != nil {
+		t.Fatal(err)
+	}
+	if ids, codes := readAcks(t, conn, r, 1); ids[0] != 7 || codes[0] != 0 {
+		t.Fatalf("pubrec %v %x", ids, codes)
+	}
+	conn.Close()
+	testkit.Eventually(t, 5*time.Second, "disconnected", func() bool { return ts.Stats().Clients == 0 })
+	conn, r = connectRaw(t, ts.tcp, rawConnectSession("q2", false))
+	p := rawPublish(5, 2, 7, "q2/t", []byte("once"))
+	p[0] |= 0x08 // DUP
+	if _, err := conn.Write(p); err != nil {
+		t.Fatal(err)
+	}
+	if ids, codes := readAcks(t, conn, r, 1); ids[0] != 7 || codes[0] != 0 {
+		t.Fatalf("pubrec again %v %x", ids, codes)
+	}
+	if _, err := conn.Write(packet(0x62, binary.BigEndian.AppendUint16(nil, 7))); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	first, body, err := readPacket(r)
+	if err != nil || first != 0x70 || len(body) < 2 || binary.BigEndian.Uint16(body) != 7 || len(body) > 2 && body[2] != 0 {
+		t.Fatalf("pubcomp: %v %x %x", err, first, body)
+	}
+	if got := len(ts.sink.byTopic("q2/t")); got != 1 {
+		t.Fatalf("%d records, want 1", got)
+	}
+}
