@@ -116,8 +116,8 @@ type ackSession struct {
 	gen   uint64        // bumped when the pending publishes are forgotten
 	queue []*pendingPub // FIFO in read order; head at queue[0]
 	byID  map[uint16]*pendingPub
-	run   bool          // a worker is running
-	idle  bool          // the worker waits (lingers) for more work on wake
+	run   bool // a worker is running
+	idle  bool // the worker waits (lingers) for more work on wake
 	wake  chan struct{}
 	space chan struct{} // signalled when an entry leaves byID
 	// pubrecs are the QoS 2 PUBRECs written and not yet released.
