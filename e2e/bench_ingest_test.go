@@ -128,7 +128,7 @@ func profileTop(t *testing.T, p *proc, secs int, out string) string {
 }
 
 // walRun is what a node's WAL did during one load run.
-type walRun struct{ commits, records, seconds float64 }
+type walRun struct{ commits, records, seconds, disk float64 }
 
 func (w walRun) mean() time.Duration {
 	return time.Duration(w.seconds / max(w.commits, 1) * float64(time.Second))
@@ -141,12 +141,13 @@ func walDuring(t *testing.T, p *proc, run func() firmwaresim.Summary) (firmwares
 	get := func() walRun {
 		v, _ := scrapeMetrics(t, p)
 		return walRun{v["tributary_wal_fsync_duration_seconds_count"], v["tributary_wal_appended_records_total"],
-			v["tributary_wal_fsync_duration_seconds_sum"]}
+			v["tributary_wal_fsync_duration_seconds_sum"], v["tributary_wal_disk_write_seconds_total"]}
 	}
 	before := get()
 	s := run()
 	after := get()
-	return s, walRun{after.commits - before.commits, after.records - before.records, after.seconds - before.seconds}
+	return s, walRun{after.commits - before.commits, after.records - before.records, after.seconds - before.seconds,
+		after.disk - before.disk}
 }
 
 // TestBenchMQTTIngest is issue 15's benchmark: in ONE run, with the same
@@ -234,8 +235,8 @@ func TestBenchMQTTIngest(t *testing.T) {
 		fmt.Fprintf(&b, "  %-26s %10.0f msg/s  p50 %9s  p99 %9s  acked %9d  failed %d", name, s.MsgsPerSec(),
 			s.Latency.P50.Round(10*time.Microsecond), s.Latency.P99.Round(10*time.Microsecond), s.Acked, s.Failed)
 		if len(w) > 0 {
-			fmt.Fprintf(&b, "  | WAL %.0f commits/s, %.1f records/commit, mean commit %s", w[0].commits/d.Seconds(),
-				w[0].records/max(w[0].commits, 1), w[0].mean().Round(10*time.Microsecond))
+			fmt.Fprintf(&b, "  | WAL %.0f commits/s, %.1f records/commit, mean commit %s (disk writes and fsyncs %.0f%%)", w[0].commits/d.Seconds(),
+				w[0].records/max(w[0].commits, 1), w[0].mean().Round(10*time.Microsecond), 100*w[0].disk/max(w[0].seconds, 1e-9))
 		}
 		b.WriteString("\n")
 	}
