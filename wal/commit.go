@@ -162,21 +162,31 @@ func (w *WAL) deferReleases(ops []*op) (rest, releases []*op) {
 // gather lets a group fill up before it is committed. When many appenders
 // wait for each commit, their next appends arrive together just after it,
 // and committing the first arrival alone would split them into a small
-// group and a large one that waits a whole extra commit. So when the queue
-// holds fewer than three quarters of the last group's ops, wait for more,
-// at most a quarter of the last commit's duration (and never more than
+// group and a large one that waits a whole extra commit. Worse, with each
+// appender one op in flight the split is stable: the ops that arrived
+// during a commit (already queued when it ends) go alone, and the last
+// group's appenders, acknowledged a moment later, form the next group —
+// two half groups taking turns, each paying a whole commit. So gather
+// waits until the queue holds what was queued when it started plus three
+// quarters of the last group (whose appenders are about to come back), at
+// most a quarter of the last commit's duration (and never more than
 // maxGatherWait). A lone appender (last group of one) never waits.
+// Measured with BenchmarkAppendParallel (closed loop, one op in flight
+// per goroutine): p16 16 -> 26 records per commit, p64 70 -> 94-109.
 func (w *WAL) gather(lastOps int, lastDur time.Duration) {
 	if lastOps < 4 {
 		return
 	}
-	target := lastOps * 3 / 4
+	target := -1
 	wait := min(lastDur/4, maxGatherWait)
 	deadline := time.Now().Add(wait)
 	for {
 		w.mu.Lock()
 		n, closed := len(w.queue), w.closed
 		w.mu.Unlock()
+		if target < 0 {
+			target = n + lastOps*3/4
+		}
 		left := time.Until(deadline)
 		if n == 0 || n >= target || closed || left <= 0 {
 			return
