@@ -82,47 +82,22 @@ func startMosquitto(t *testing.T) string {
 
 func load(t *testing.T, addr string, qos byte, devices int, rate float64, d time.Duration, progress func(firmwaresim.Summary)) firmwaresim.Summary {
 	t.Helper()
+	return loadInFlight(t, addr, qos, devices, 1, rate, d, progress)
+}
+
+// loadInFlight is load with up to inFlight unacknowledged QoS 1/2
+// publishes per device.
+func loadInFlight(t *testing.T, addr string, qos byte, devices, inFlight int, rate float64, d time.Duration, progress func(firmwaresim.Summary)) firmwaresim.Summary {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d+60*time.Second)
 	defer cancel()
-	sum, err := firmwaresim.Run(ctx, firmwaresim.Config{Broker: "tcp://" + addr, Devices: devices, Rate: rate, QoS: qos,
+	sum, err := firmwaresim.Run(ctx, firmwaresim.Config{Broker: "tcp://" + addr, Devices: devices, InFlight: inFlight, Rate: rate, QoS: qos,
 		PayloadSize: 256, Duration: d, ClientIDPrefix: fmt.Sprintf("bench%d", time.Now().UnixNano()%1e6),
 		Progress: progress, ProgressEvery: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("load against %s: %v", addr, err)
 	}
 	return sum
-}
-
-func TestBenchMQTTIngest(t *testing.T) {
-	d := benchSeconds()
-	mosq := startMosquitto(t)
-	dir := t.TempDir()
-	p := startDev(t, dir, "--commit-interval", "1s")
-
-	type row struct {
-		name string
-		s    firmwaresim.Summary
-	}
-	var rows []row
-	for _, qos := range []byte{1, firmwaresim.QoS0} {
-		q := "QoS 1"
-		if qos == firmwaresim.QoS0 {
-			q = "QoS 0"
-		}
-		rows = append(rows, row{"tributary " + q, load(t, p.MQTT, qos, 100, 0, d, nil)})
-		rows = append(rows, row{"mosquitto " + q, load(t, mosq, qos, 100, 0, d, nil)})
-	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "\nMQTT ingest, 100 publishers, 256-byte payloads, closed loop (1 in flight each), %s per run\n", d)
-	fmt.Fprintf(&b, "%-18s %12s %10s %10s %10s\n", "broker", "msgs/s", "p50", "p99", "acked")
-	for _, r := range rows {
-		fmt.Fprintf(&b, "%-18s %12.0f %10s %10s %10d\n", r.name, r.s.MsgsPerSec(), r.s.Latency.P50.Round(10*time.Microsecond),
-			r.s.Latency.P99.Round(10*time.Microsecond), r.s.Acked)
-	}
-	fmt.Fprintf(&b, "ratio tributary/mosquitto: QoS 1 %.2f, QoS 0 %.2f (tributary fsyncs every QoS 1 message before PUBACK; mosquitto keeps them in memory)\n",
-		rows[0].s.MsgsPerSec()/rows[1].s.MsgsPerSec(), rows[2].s.MsgsPerSec()/rows[3].s.MsgsPerSec())
-	t.Log(b.String())
-	fmt.Print(b.String())
 }
 
 // TestBenchFreshness: at 10,000 msg/s (100 devices × 100 msg/s) the time

@@ -26,9 +26,51 @@ type memSink struct {
 	gate    chan struct{} // non-nil: Append waits until it is closed
 	waiting int           // Appends currently held at the gate
 	calls   int
+
+	// AppendPipelined: calls are numbered and appended in call order,
+	// like the WAL's committer, each waiting at the gate on its own.
+	seq, nextSeq int
+	turn         *sync.Cond
+}
+
+// AppendPipelined makes memSink a PipelinedSink: the server acknowledges
+// asynchronously, in the order calls were made.
+func (m *memSink) AppendPipelined(ctx context.Context, rec *tributary.Record, done func(error)) error {
+	m.mu.Lock()
+	if m.turn == nil {
+		m.turn = sync.NewCond(&m.mu)
+	}
+	n := m.seq
+	m.seq++
+	m.mu.Unlock()
+	go func() {
+		err := m.pass(ctx)
+		m.mu.Lock()
+		for m.nextSeq != n {
+			m.turn.Wait()
+		}
+		if err == nil {
+			err = m.store([]*tributary.Record{rec})
+		}
+		m.nextSeq++
+		m.turn.Broadcast()
+		m.mu.Unlock()
+		done(err)
+	}()
+	return nil
 }
 
 func (m *memSink) Append(ctx context.Context, recs ...*tributary.Record) error {
+	if err := m.pass(ctx); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.store(recs)
+}
+
+// pass counts the call and waits at the gate, if there is one.
+func (m *memSink) pass(ctx context.Context) error {
 	m.mu.Lock()
 	m.calls++
 	gate := m.gate
@@ -36,20 +78,21 @@ func (m *memSink) Append(ctx context.Context, recs ...*tributary.Record) error {
 		m.waiting++
 	}
 	m.mu.Unlock()
-	if gate != nil {
-		select {
-		case <-gate:
-		case <-ctx.Done():
-		}
-		m.mu.Lock()
-		m.waiting--
-		m.mu.Unlock()
-		if err := ctx.Err(); err != nil {
-			return err
-		}
+	if gate == nil {
+		return nil
+	}
+	select {
+	case <-gate:
+	case <-ctx.Done():
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.waiting--
+	m.mu.Unlock()
+	return ctx.Err()
+}
+
+// store appends recs or fails (callers hold m.mu).
+func (m *memSink) store(recs []*tributary.Record) error {
 	if m.fail != nil {
 		return m.fail
 	}

@@ -25,15 +25,54 @@ type publishHook struct {
 func (h *publishHook) ID() string { return "tributary-wal" }
 
 func (h *publishHook) Provides(b byte) bool {
-	return b == mochi.OnPublish || b == mochi.OnPacketRead
+	switch b {
+	case mochi.OnPublish, mochi.OnPacketRead:
+		return true
+	case mochi.OnSessionEstablish, mochi.OnSessionEstablished, mochi.OnDisconnect, mochi.OnClientExpired:
+		return h.s.pipe != nil // the asynchronous acknowledgements follow sessions (acks.go)
+	}
+	return false
 }
 
-// OnPacketRead refuses publishes that mochi's processPublish would ignore
+// OnSessionEstablish runs before mochi takes an existing session of the
+// id over: pending acknowledgements stop going to the old connection.
+func (h *publishHook) OnSessionEstablish(cl *mochi.Client, pk packets.Packet) {
+	if !cl.Net.Inline {
+		h.s.pipe.establish(cl)
+	}
+}
+
+// OnSessionEstablished runs once the connection has its CONNACK.
+func (h *publishHook) OnSessionEstablished(cl *mochi.Client, pk packets.Packet) {
+	if !cl.Net.Inline {
+		h.s.pipe.established(cl, pk.Connect.Clean)
+	}
+}
+
+func (h *publishHook) OnDisconnect(cl *mochi.Client, err error, expire bool) {
+	if !cl.Net.Inline {
+		h.s.pipe.disconnected(cl, expire)
+	}
+}
+
+func (h *publishHook) OnClientExpired(cl *mochi.Client) {
+	if !cl.Net.Inline {
+		h.s.pipe.expired(cl)
+	}
+}
+
+// OnPacketRead hands a PUBREL to the pipeline (acks.go: the PUBREC it
+// releases enters mochi's inflight table on this, the read goroutine),
+// and refuses publishes that mochi's processPublish would ignore
 // without acking or telling anyone: topic names mochi reserves ($SYS/...,
 // a bare $share or $share/group; see mochi's processPublish and
 // IsValidFilter).
 // Wildcards are left to mochi, which refuses them in PublishValidate.
 func (h *publishHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.FixedHeader.Type == packets.Pubrel && h.s.pipe != nil && !cl.Net.Inline {
+		h.s.pipe.released(cl, pk.PacketID)
+		return pk, nil
+	}
 	if pk.FixedHeader.Type != packets.Publish || cl.Net.Inline || pk.TopicName == "" ||
 		mochi.IsValidFilter(pk.TopicName, true) || strings.ContainsAny(pk.TopicName, "+#") {
 		return pk, nil
@@ -50,7 +89,11 @@ func (h *publishHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets
 
 // OnPublish runs on the client's read goroutine before mochi writes the
 // PUBACK/PUBREC, retains or delivers, and after it resolved the topic
-// alias: it checks the ACL, then blocks until the record is durable.
+// alias: it checks the ACL, then either hands a QoS 1/2 record to the
+// pipeline (acks.go) and lets the read loop go on, or (blocking
+// acknowledgements) blocks until the record is durable. The pipeline
+// delivers durable packets through an inline client, which this hook
+// lets through like the node's own.
 func (h *publishHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
 	if cl.Net.Inline {
 		return pk, nil // the node's own messages: not logged, see package comment
@@ -58,10 +101,19 @@ func (h *publishHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pa
 	s := h.s
 	p, err := s.auth.authorize(cl, auth.Publish, pk.TopicName)
 	if err != nil {
+		if s.pipe != nil && pk.FixedHeader.Qos > 0 && cl.Properties.ProtocolVersion >= 5 &&
+			s.pipe.refuseInOrder(cl, pk, "", auth.ErrDenied, &packets.ErrNotAuthorized) {
+			s.refusedAuth.Add(1)
+			return pk, packets.ErrRejectPacket
+		}
 		return pk, s.deny(cl, pk)
 	}
 	if pk.FixedHeader.Retain && !s.retained.admit(pk.TopicName, len(pk.Payload)) {
-		return pk, s.refuse(cl, pk, s.router.StreamFor(pk.TopicName), errRetainedQuota)
+		stream := s.router.StreamFor(pk.TopicName)
+		if s.pipe != nil && pk.FixedHeader.Qos > 0 && s.pipe.refuseInOrder(cl, pk, stream, errRetainedQuota, nil) {
+			return pk, packets.ErrRejectPacket
+		}
+		return pk, s.refuse(cl, pk, stream, errRetainedQuota)
 	}
 	rec := &tributary.Record{
 		Stream:    s.router.StreamFor(pk.TopicName),
@@ -84,19 +136,22 @@ func (h *publishHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pa
 			// for the next group commit and let the read loop go on. It is
 			// delivered now; if it then cannot be made durable it is
 			// counted and logged as dropped, like a refused QoS 0 publish.
-			stream := rec.Stream
+			stream, size := rec.Stream, uint64(len(pk.Payload)) // not pk: the closure would move it to the heap
 			if err := as.AppendAsync(s.ctx, rec, func(err error) {
 				if err != nil {
 					s.dropQoS0(cl, stream, err)
 					return
 				}
 				s.accepted[0].Add(1)
-				s.payloadBytes.Add(uint64(len(pk.Payload)))
+				s.payloadBytes.Add(size)
 			}); err != nil {
 				return pk, s.refuse(cl, pk, rec.Stream, err)
 			}
 			return pk, nil
 		}
+	}
+	if s.pipe != nil {
+		return pk, s.pipe.publish(cl, pk, rec, s.sink.(PipelinedSink))
 	}
 	start := time.Now()
 	err = s.sink.Append(s.ctx, rec)

@@ -5,8 +5,8 @@
 // Invariants:
 //
 //   - Ack only after durable. A QoS 1 PUBACK or QoS 2 PUBREC with a success
-//     code is written only after Sink.Append returned nil for the record, i.e.
-//     after it was fsynced.
+//     code is written only after Sink.Append returned nil for the record (or
+//     PipelinedSink.AppendPipelined reported nil), i.e. after it was fsynced.
 //   - Refused is never delivered. A publish whose Append failed is neither
 //     retained nor delivered to any subscriber, and is never acknowledged as a
 //     success: MQTT 5 clients get PUBACK/PUBREC with reason 0x97 (quota
@@ -69,10 +69,15 @@
 // Outline: New builds a mochi server with explicit capabilities, the limits
 // hook, the auth hook and the publish hook. mochi runs OnPublish on the connection's read goroutine
 // after the ACL check and topic-alias resolution and before it writes the
-// acknowledgement, so the hook simply blocks in Sink.Append: each connection
-// waits one group commit per message, while concurrent connections share
-// commits. On success the hook returns the packet and mochi acks, retains and
-// delivers as usual. On failure the hook writes the refusal itself with
+// acknowledgement. With a PipelinedSink (the node's) the hook hands a QoS
+// 1/2 record to the pipeline of asynchronous acknowledgements (acks.go) and
+// the connection reads on, so its many messages in flight share one group
+// commit; once durable, the packet is injected back into the session's
+// current connection and mochi acks, retains and delivers it. Otherwise
+// (Config.BlockingAcks, or a plain Sink) the hook blocks in Sink.Append:
+// each connection waits one group commit per message, while concurrent
+// connections share commits; on success the hook returns the packet and
+// mochi acks, retains and delivers as usual. On failure the hook writes the refusal itself with
 // Client.WritePacket (mochi v2.7.9 answers a packets.Code refusal with a
 // PUBACK even for QoS 2) or stops the client, and returns
 // packets.ErrRejectPacket, which makes mochi skip ack, retain and delivery.
@@ -190,7 +195,12 @@ type Config struct {
 	// closes a client whose socket takes nothing for that long, it bounds
 	// what a subscriber that stops reading makes the node hold.
 	MaxQueuedMessages int
-	Logger            *slog.Logger // nil = slog.Default()
+	// BlockingAcks makes OnPublish wait for each QoS 1/2 record to be
+	// durable before the connection reads on (one fsync after another per
+	// connection), even with a PipelinedSink; false = acknowledge
+	// asynchronously when the sink allows it (acks.go).
+	BlockingAcks bool
+	Logger       *slog.Logger // nil = slog.Default()
 }
 
 // ListenerStats are the connection counters of each listener (caps,
@@ -224,11 +234,17 @@ type Stats struct {
 	RefusedConnects uint64
 	// RefusedUnauthorized: publishes the ACL denied (any QoS; not appended).
 	RefusedUnauthorized uint64
-	Retained            int    // retained topics held now
-	RetainedBytes       int    // their payload bytes
-	BytesIn             int64  // bytes received from the network (all packets)
-	PayloadBytes        uint64 // payload bytes made durable
-	Panics              uint64 // connections closed because input made mochi panic
+	// RefusedReceiveMaximum: MQTT 5 clients disconnected (0x93) for more
+	// QoS 1/2 publishes unacknowledged than the Receive Maximum.
+	RefusedReceiveMaximum uint64
+	// Resent: QoS 1/2 publishes re-sent while the original was still
+	// pending, answered by the original's acknowledgement, not logged twice.
+	Resent        uint64
+	Retained      int    // retained topics held now
+	RetainedBytes int    // their payload bytes
+	BytesIn       int64  // bytes received from the network (all packets)
+	PayloadBytes  uint64 // payload bytes made durable
+	Panics        uint64 // connections closed because input made mochi panic
 }
 
 // Server is the MQTT broker of one node.
@@ -259,6 +275,9 @@ type Server struct {
 	refusedSessions atomic.Uint64
 	refusedConnects atomic.Uint64 // auth.go
 	refusedAuth     atomic.Uint64 // publishes the ACL denied
+	refusedRM       atomic.Uint64 // acks.go
+	resent          atomic.Uint64 // acks.go
+	pipe            *pipeline     // asynchronous acknowledgements; nil = blocking (acks.go)
 	auth            *authHook
 	retained        *retained
 	capLog          rateLimiter // cap refusals
@@ -352,6 +371,9 @@ func New(cfg Config, sink Sink) (*Server, error) {
 		SysTopicResendInterval: 10,
 	})
 	s.retained = newRetained(cfg.MaxRetained, cfg.MaxRetainedBytes)
+	if _, ok := sink.(PipelinedSink); ok && !cfg.BlockingAcks {
+		s.pipe = newPipeline(s)
+	}
 	if err := s.broker.AddHook(&limitsHook{s: s}, nil); err != nil {
 		cancel()
 		return nil, fmt.Errorf("add limits hook: %w", err)
@@ -492,6 +514,9 @@ func (s *Server) Close(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("close broker: %w", err)
 		}
+		if s.pipe != nil {
+			s.pipe.wait() // no connection is left to answer into
+		}
 		s.log.Info("mqtt stopped")
 		return nil
 	case <-ctx.Done():
@@ -502,20 +527,22 @@ func (s *Server) Close(ctx context.Context) error {
 // Stats returns a snapshot of the counters.
 func (s *Server) Stats() Stats {
 	st := Stats{
-		Clients:             atomic.LoadInt64(&s.broker.Info.ClientsConnected),
-		Refused:             s.refused.Load(),
-		RefusedBudget:       s.refusedBudget.Load(),
-		RefusedReplication:  s.refusedRepl.Load(),
-		RefusedFenced:       s.refusedFenced.Load(),
-		DroppedQoS0:         s.droppedQoS0.Load(),
-		RefusedTopic:        s.refusedTopic.Load(),
-		RefusedRetained:     s.refusedRet.Load(),
-		RefusedSessions:     s.refusedSessions.Load(),
-		RefusedConnects:     s.refusedConnects.Load(),
-		RefusedUnauthorized: s.refusedAuth.Load(),
-		BytesIn:             atomic.LoadInt64(&s.broker.Info.BytesReceived),
-		PayloadBytes:        s.payloadBytes.Load(),
-		Panics:              s.panics.Load(),
+		Clients:               atomic.LoadInt64(&s.broker.Info.ClientsConnected),
+		Refused:               s.refused.Load(),
+		RefusedBudget:         s.refusedBudget.Load(),
+		RefusedReplication:    s.refusedRepl.Load(),
+		RefusedFenced:         s.refusedFenced.Load(),
+		DroppedQoS0:           s.droppedQoS0.Load(),
+		RefusedTopic:          s.refusedTopic.Load(),
+		RefusedRetained:       s.refusedRet.Load(),
+		RefusedSessions:       s.refusedSessions.Load(),
+		RefusedConnects:       s.refusedConnects.Load(),
+		RefusedUnauthorized:   s.refusedAuth.Load(),
+		RefusedReceiveMaximum: s.refusedRM.Load(),
+		Resent:                s.resent.Load(),
+		BytesIn:               atomic.LoadInt64(&s.broker.Info.BytesReceived),
+		PayloadBytes:          s.payloadBytes.Load(),
+		Panics:                s.panics.Load(),
 	}
 	for i := range st.Accepted {
 		st.Accepted[i] = s.accepted[i].Load()

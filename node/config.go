@@ -201,6 +201,12 @@ type Config struct {
 		// Defaults 1024 and 30s; write_timeout -1 = none.
 		MaxQueuedMessages int           `yaml:"max_queued_messages"`
 		WriteTimeout      time.Duration `yaml:"write_timeout"`
+		// BlockingAcks makes each connection wait for the fsync of one
+		// QoS 1/2 publish before it reads the next (the design before
+		// asynchronous acknowledgements; for comparison). Default false:
+		// a connection keeps reading while its publishes wait for the
+		// group commit, and their acknowledgements follow in order.
+		BlockingAcks bool `yaml:"blocking_acks"`
 		// RemovedUsers is the old plain-text users map, kept only so that
 		// a file still carrying it gets an error that says where users
 		// live now (security.users_file).

@@ -113,3 +113,35 @@ func (in *ingest) AppendAsync(ctx context.Context, r *tributary.Record, done fun
 	})
 	return nil
 }
+
+// AppendPipelined queues a QoS 1/2 record and calls done once it is as
+// durable as Append makes it: fsynced in the WAL and, in a cluster,
+// replicated as the policy requires. The MQTT front door acknowledges
+// from done, so one connection can have many records in one group commit.
+func (in *ingest) AppendPipelined(ctx context.Context, r *tributary.Record, done func(error)) error {
+	if err := in.stamp(ctx, r); err != nil {
+		return err
+	}
+	if err := in.repl.check(); err != nil {
+		return err
+	}
+	n := int64(len(r.Value)) + 256
+	if err := in.async.Acquire(ctx, n); err != nil {
+		return err
+	}
+	recs := []*tributary.Record{r}
+	in.wal.AppendAsync(recs, func(err error) {
+		in.async.Release(n)
+		if err != nil {
+			done(err)
+			return
+		}
+		in.count.add(recs)
+		if in.repl.r.Load() == nil {
+			done(nil)
+			return
+		}
+		go func() { done(in.repl.wait(ctx, recs)) }() // never on the WAL's committer
+	})
+	return nil
+}

@@ -205,7 +205,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		MaxPacketSize: uint32(cfg.MQTT.MaxPacketSize), ReceiveMaximum: cfg.MQTT.ReceiveMaximum,
 		MaxKeepAlive: uint16(cfg.MQTT.MaxKeepAlive / time.Second), Logger: log,
 		MaxRetained: cfg.MQTT.MaxRetained, MaxRetainedBytes: int(cfg.MQTT.MaxRetainedBytes), MaxSessions: cfg.MQTT.MaxSessions,
-		MaxQueuedMessages: cfg.MQTT.MaxQueuedMessages,
+		MaxQueuedMessages: cfg.MQTT.MaxQueuedMessages, BlockingAcks: cfg.MQTT.BlockingAcks,
 		Limits: listen.Config{MaxConns: cfg.MQTT.MaxConnections, MaxConnsPerIP: cfg.MQTT.MaxConnectionsPerIP,
 			HandshakeTimeout: cfg.MQTT.ConnectTimeout, WriteTimeout: cfg.MQTT.WriteTimeout, TLS: n.tls.Server("mqtt")},
 		WSTLS: n.tls.Server("mqtt_ws")}, n.ingest)

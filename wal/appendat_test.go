@@ -7,6 +7,7 @@ import (
 	"math"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -238,7 +239,8 @@ func TestDropInGroup(t *testing.T) {
 		}
 	}
 	if st := w.Stats(); st.Commits != 2 {
-		t.Fatalf("%d commits, want the four ops in one", st.Commits)
+		// The release, committed after the group, finds nothing to do.
+		t.Fatalf("%d commits, want the three other ops in one", st.Commits)
 	}
 	ps, ok := w.Partition("g", 0)
 	if !ok || ps.Released != 40 || ps.Next != 41 || ps.Epoch != 2 {
@@ -322,6 +324,72 @@ func TestDropPartitionBelow(t *testing.T) {
 	}
 	if n, kept, err := w.DropPartitionBelow("e", 0, 2); err != nil || kept || n != 0 {
 		t.Fatalf("unknown: dropped %d kept %v %v", n, kept, err)
+	}
+	checkBytes(t, w, "end")
+}
+
+// TestReleaseAfterAppendGroup: a release queued with appends is committed
+// in a transaction of its own right after theirs, and releases exactly
+// what it would have released in its place in the queue: the records
+// appended before it in the same group, none appended after it.
+func TestReleaseAfterAppendGroup(t *testing.T) {
+	w := openTest(t, Options{NoSync: true})
+	appendN(t, w, "r", 0, 5, 1000)
+	appendN(t, w, "r", 1, 5, 1000)
+	before := w.Stats().Commits
+	var order []string
+	var mu sync.Mutex
+	results := make(chan error, 6)
+	done := func(name string) func(error) {
+		return func(err error) {
+			mu.Lock()
+			order = append(order, name)
+			mu.Unlock()
+			results <- err
+		}
+	}
+	w.mu.Lock()
+	w.queue = append(w.queue,
+		// Partition 0: two appends, then a release beyond next: it
+		// releases the five committed records and the two appended.
+		&op{kind: opAppend, recs: []*tributary.Record{rec("r", 0, "a"), rec("r", 0, "b")}, done: done("append0")},
+		&op{kind: opRelease, pk: pkey{"r", 0}, n: 100, done: done("release0")},
+		// Partition 1: a release beyond next, then an append: it stays in
+		// the group and releases the five committed records, not the one
+		// appended after it.
+		&op{kind: opRelease, pk: pkey{"r", 1}, n: 100, done: done("release1")},
+		&op{kind: opAppend, recs: []*tributary.Record{rec("r", 1, "c")}, done: done("append1")},
+		// A release of a partition created in this group, after its
+		// creation: it sees the record.
+		&op{kind: opAppend, recs: []*tributary.Record{rec("r", 2, "d")}, done: done("append2")},
+		&op{kind: opRelease, pk: pkey{"r", 2}, n: 1, done: done("release2")},
+	)
+	w.mu.Unlock()
+	w.signal()
+	for range 6 {
+		if err := <-results; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := w.Stats().Commits - before; got != 2 {
+		t.Fatalf("%d commits, want 2 (appends, then releases)", got)
+	}
+	mu.Lock()
+	if fmt.Sprint(order) != "[append0 release1 append1 append2 release0 release2]" {
+		t.Fatalf("completion order %v: releases must follow the appends' commit", order)
+	}
+	mu.Unlock()
+	for _, c := range []struct {
+		part           int32
+		released, next int64
+	}{{0, 7, 7}, {1, 5, 6}, {2, 1, 1}} {
+		ps, ok := w.Partition("r", c.part)
+		if !ok || ps.Released != c.released || ps.Next != c.next {
+			t.Fatalf("partition %d: %+v, want released %d next %d", c.part, ps, c.released, c.next)
+		}
+	}
+	if got := readOffsets(t, w, "r", 1, 0, 0, 0); fmt.Sprint(got) != "[5]" {
+		t.Fatalf("partition 1 reads %v", got)
 	}
 	checkBytes(t, w, "end")
 }

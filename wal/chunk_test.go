@@ -274,6 +274,8 @@ func TestChunkOneGroup(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The release stays in the group (an append to its partition follows
+	// it: see deferReleases), and the pending records are written first.
 	if got := fmt.Sprint(chunkLayout(t, w, "s", 0)); got != "[[2 10] [10 12]]" {
 		t.Fatalf("chunks: %s", got)
 	}

@@ -30,9 +30,16 @@ func (m *metrics) observe(d time.Duration, ops int) {
 }
 
 // Collectors returns the WAL's histograms, to register with a Prometheus
-// registry: tributary_wal_fsync_duration_seconds and tributary_wal_group_ops.
+// registry: tributary_wal_fsync_duration_seconds and tributary_wal_group_ops,
+// and tributary_wal_disk_write_seconds_total, the time bbolt's commits spent
+// writing pages and the meta page and fsyncing each (its TxStats
+// WriteTime): set against the sum of the first, it is the share of a group
+// commit that is the disk's.
 func (w *WAL) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{w.metrics.fsync, w.metrics.group}
+	disk := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tributary_wal_disk_write_seconds_total",
+		Help: "Time the WAL's commits spent writing their pages and fsyncing (bbolt's two fsyncs per commit), the disk's share of tributary_wal_fsync_duration_seconds."},
+		func() float64 { st := w.db.Stats(); return st.TxStats.GetWriteTime().Seconds() })
+	return []prometheus.Collector{w.metrics.fsync, w.metrics.group, disk}
 }
 
 // FsyncHistogram and GroupHistogram are the two histograms, for hosts that

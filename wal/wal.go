@@ -38,7 +38,9 @@
 // committer takes everything queued, applies it in queue order inside one
 // bbolt read-write transaction and commits it with one fsync (group commit);
 // while that commit is in flight, newly arriving ops queue up and all go into
-// the next one. There is no artificial delay: a lone append is committed at
+// the next one. Releases taken with appends are committed in a transaction
+// of their own right after the appends' (see deferReleases), so deleting
+// released chunks never lengthens the commit acknowledgements wait for. There is no artificial delay: a lone append is committed at
 // once, and under load groups grow by themselves because each fsync takes
 // long enough for many appends to arrive.
 //
@@ -105,9 +107,57 @@ var ErrInvalid = errors.New("wal: invalid argument")
 // maxStreamLen bounds stream names so that bucket names stay small.
 const maxStreamLen = 1024
 
-// initialMmapSize avoids remapping (which waits for readers) while the file
-// is small.
-const initialMmapSize = 128 << 20
+// The file and its memory map are sized so that a commit rarely has to
+// grow either (see Open):
+//
+//   - bbolt remaps when the data outgrows the map, and a remap waits for
+//     every read transaction (the uplink's reads, which decode up to a
+//     batch of records inside one) while holding the writer. The map is
+//     sized from the budget — twice MaxBytes, between minMmapSize and
+//     maxMmapSize, and maxMmapSize without a budget — so that within the
+//     budget it practically never happens. A map is address space, not
+//     memory: pages the file does not use are never touched.
+//   - bbolt grows the file by truncating it and fsyncing the whole file
+//     (metadata included) inside the commit that needs the room. The file
+//     is pre-sized to presize when it is opened and then grows allocSize at
+//     a time (bbolt's default is 16 MiB), so such a commit is rare.
+const (
+	minMmapSize = 128 << 20
+	maxMmapSize = 4 << 30
+	presize     = 64 << 20
+	allocSize   = 128 << 20
+)
+
+// mmapSize is the initial memory map for a budget of maxBytes (0 = none).
+func mmapSize(maxBytes int64) int {
+	if maxBytes <= 0 {
+		return maxMmapSize
+	}
+	return int(min(max(2*maxBytes, minMmapSize), maxMmapSize))
+}
+
+// presizeFile extends a WAL file shorter than presize (a new one: bbolt
+// has just written its first pages) to presize and fsyncs it, so that the
+// first commits need no grow of their own. The extension is a hole: it
+// takes no disk space until bbolt writes pages there.
+func presizeFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Size() >= presize {
+		return nil
+	}
+	if err := f.Truncate(presize); err != nil {
+		return err
+	}
+	return f.Sync()
+}
 
 // Options configure Open.
 type Options struct {
@@ -205,10 +255,17 @@ func Open(opts Options) (*WAL, error) {
 		NoSync:          opts.NoSync,
 		NoFreelistSync:  true,
 		FreelistType:    bolt.FreelistMapType,
-		InitialMmapSize: initialMmapSize,
+		InitialMmapSize: mmapSize(opts.MaxBytes),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", opts.Path, err)
+	}
+	db.AllocSize = allocSize
+	if !opts.NoSync {
+		if err := presizeFile(opts.Path); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("open %s: presize: %w", opts.Path, err)
+		}
 	}
 	w := &WAL{
 		db:     db,

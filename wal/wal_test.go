@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -480,5 +482,47 @@ func TestAppendAsyncOrder(t *testing.T) {
 		if r.Offset != int64(i) || order[i] != int64(i) {
 			t.Fatalf("record %d got offset %d, completion %d", i, r.Offset, order[i])
 		}
+	}
+}
+
+// TestFileSizing: the map is sized from the budget; a new file is
+// pre-sized with a hole (apparent size, no disk blocks), reopens with its
+// records, and an existing larger file is left as it is.
+func TestFileSizing(t *testing.T) {
+	for _, c := range []struct {
+		budget int64
+		want   int
+	}{{0, maxMmapSize}, {1 << 20, minMmapSize}, {1 << 30, 2 << 30}, {1 << 40, maxMmapSize}} {
+		if got := mmapSize(c.budget); got != c.want {
+			t.Errorf("mmapSize(%d) = %d, want %d", c.budget, got, c.want)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "wal.db")
+	w := openTest(t, Options{Path: path})
+	if err := w.Append(context.Background(), rec("s", 0, "v")); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() < presize {
+		t.Fatalf("file of %d bytes, want at least %d", fi.Size(), presize)
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Blocks*512 >= presize/2 {
+		t.Fatalf("%d bytes of disk blocks for a new WAL: the pre-size is not a hole", st.Blocks*512)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, presize+4096); err != nil { // "an existing larger file"
+		t.Fatal(err)
+	}
+	w = openTest(t, Options{Path: path})
+	if got := readOffsets(t, w, "s", 0, 0, 0, 0); fmt.Sprint(got) != "[0]" {
+		t.Fatalf("after reopen: %v", got)
+	}
+	if fi, _ := os.Stat(path); fi.Size() != presize+4096 {
+		t.Fatalf("existing file resized to %d", fi.Size())
 	}
 }

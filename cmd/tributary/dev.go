@@ -36,6 +36,7 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	simPassword := fs.String("sim-password", "", "the simulated devices' MQTT password or JWT (default $TRIBUTARY_SIM_PASSWORD)")
 	commit := fs.Duration("commit-interval", time.Second, "commit interval of each stream")
 	payload := fs.String("payload", "infer", "how factory.telemetry's payloads become columns: infer (typed columns inferred from the JSON, RFC 3339 strings as timestamps; bad payloads also in factory.telemetry_dlq) or raw (the envelope only)")
+	blockingAcks := fs.Bool("mqtt-blocking-acks", false, "acknowledge each QoS 1/2 publish before reading the connection's next one (mqtt.blocking_acks; for comparison)")
 	walBudget := fs.String("wal-budget", "1GiB", "WAL disk budget; beyond it QoS 1/2 publishes are refused")
 	maintain := fs.Bool("maintenance", true, "run table maintenance (compaction, manifest merging, snapshot expiry, orphan cleanup)")
 	maintainEvery := fs.Duration("maintenance-interval", time.Minute, "interval between table maintenance passes")
@@ -77,6 +78,7 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	cfg.CloudMQTTAddr, cfg.CloudMQTTWSAddr = *cloudMQTTAddr, *cloudMQTTWSAddr
 	cfg.MQTT.Addr = *mqttAddr
 	cfg.MQTT.WSAddr = *wsAddr
+	cfg.MQTT.BlockingAcks = *blockingAcks
 	cfg.Kafka.Addr = *kafkaAddr
 	cfg.MQTT.Routes = []node.Route{{Filter: "factory/#", Stream: "factory.telemetry", Payload: *payload, Timestamps: *payload == "infer"}}
 	cfg.Uplink.CommitInterval = *commit
