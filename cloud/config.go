@@ -140,7 +140,7 @@ type Config struct {
 	Maintenance config.Maintenance `yaml:"maintenance"`
 
 	// Security: TLS on every listener (names rest — the catalog port with
-	// /metrics and the console —, kafka, pulsar), authentication and the
+	// /metrics and the console —, kafka, pulsar, mqtt, mqtt_ws), authentication and the
 	// ACL (the same keys as the edge config's section). Default: no TLS,
 	// anonymous clients with every right, on loopback addresses only.
 	Security config.Security `yaml:"security"`

@@ -245,12 +245,20 @@ func (c *conn) write(pk *packets.Packet) error {
 	if err != nil {
 		return err
 	}
+	return c.writeBytes(b)
+}
+
+// writeBytes writes encoded packets (with the listener's write deadline).
+func (c *conn) writeBytes(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.closed {
 		return net.ErrClosed
 	}
-	_, err = c.nc.Write(b)
+	_, err := c.nc.Write(b)
 	return err
 }
 

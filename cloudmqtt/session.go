@@ -1,6 +1,7 @@
 package cloudmqtt
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -48,7 +49,11 @@ type session struct {
 	subs     []*sub
 	inflight map[uint16]inflight
 	nextPID  uint16
-	watching map[string]int // streams registered with the watcher, by count
+	// waitSince: since when a partly free window waits to be refilled;
+	// deferred: the pump should look again after refillDelay.
+	waitSince time.Time
+	deferred  bool
+	watching  map[string]int // streams registered with the watcher, by count
 }
 
 // sub is one subscription.
@@ -618,17 +623,27 @@ func (se *session) pump(ctx context.Context) {
 		if sent {
 			continue
 		}
+		se.mu.Lock()
+		wait := 5 * time.Second
+		if se.deferred {
+			se.deferred, wait = false, refillDelay
+		}
+		se.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			return
 		case <-se.wake:
-		case <-time.After(5 * time.Second):
+		case <-time.After(wait):
 		}
 	}
 }
 
-// batchRows bounds the rows one partition gets per round.
-const batchRows = 128
+// batchRows bounds the rows one partition gets per round; refillDelay is
+// how long a partly acknowledged window waits to be refilled in one batch.
+const (
+	batchRows   = 128
+	refillDelay = 2 * time.Millisecond
+)
 
 // round makes one pass over every subscription's partitions; sent tells
 // whether anything moved.
@@ -675,10 +690,14 @@ func (se *session) sendLatest(su *sub) (sent, pending bool, err error) {
 	su.latest = su.latest[len(batch):]
 	pending = len(su.latest) > 0
 	se.mu.Unlock()
+	var out bytes.Buffer
 	for _, r := range batch {
-		if err := se.sendRow(su, r.Partition, r, true); err != nil {
+		if err := se.sendRow(su, r.Partition, r, true, &out); err != nil {
 			return true, pending, err
 		}
+	}
+	if err := se.conn.writeBytes(out.Bytes()); err != nil {
+		return true, pending, err
 	}
 	return len(batch) > 0, pending, nil
 }
@@ -694,6 +713,21 @@ func (se *session) deliver(ctx context.Context, su *sub, p int32) (bool, error) 
 	room := batchRows
 	if su.qos > 0 {
 		room = min(room, se.maxIn-len(se.inflight))
+		// Refill the window in batches, not one PUBLISH per PUBACK: wait
+		// until half of it (or a batch) is free again, for at most
+		// refillDelay (a client may wait for more before acknowledging).
+		// (Small windows are refilled at once: the round trip bounds them.)
+		if se.maxIn >= 64 && len(se.inflight) > 0 && room > 0 && room < min(batchRows, se.maxIn/2) {
+			if se.waitSince.IsZero() {
+				se.waitSince = time.Now()
+			}
+			if time.Since(se.waitSince) < refillDelay {
+				se.deferred, room = true, 0
+			}
+		}
+		if room > 0 {
+			se.waitSince = time.Time{}
+		}
 	}
 	se.mu.Unlock()
 	if room <= 0 {
@@ -753,10 +787,14 @@ func (se *session) deliver(ctx context.Context, su *sub, p int32) (bool, error) 
 	if last < from {
 		return false, nil
 	}
+	var out bytes.Buffer
 	for _, r := range recs {
-		if err := se.sendRow(su, p, r, false); err != nil {
+		if err := se.sendRow(su, p, r, false, &out); err != nil {
 			return true, err
 		}
+	}
+	if err := se.conn.writeBytes(out.Bytes()); err != nil {
+		return true, err
 	}
 	se.mu.Lock()
 	if c.next < last+1 {
@@ -767,9 +805,10 @@ func (se *session) deliver(ctx context.Context, su *sub, p int32) (bool, error) 
 	return true, nil
 }
 
-// sendRow writes one row as a PUBLISH (registering it inflight first at
-// QoS 1); latest marks a stream-latest value (retain flag set).
-func (se *session) sendRow(su *sub, p int32, r *tributary.Record, latest bool) error {
+// sendRow encodes one row as a PUBLISH into out, registering it inflight
+// first at QoS 1 (the caller writes out: one write per batch); latest
+// marks a stream-latest value (retain flag set).
+func (se *session) sendRow(su *sub, p int32, r *tributary.Record, latest bool, out *bytes.Buffer) error {
 	c := se.conn
 	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: su.qos, Retain: latest}, ProtocolVersion: c.version,
 		TopicName: r.Topic, Payload: r.Value}
@@ -800,14 +839,17 @@ func (se *session) sendRow(su *sub, p int32, r *tributary.Record, latest bool) e
 		pk.PacketID = id
 		se.inflight[id] = inflight{sub: su, part: p, off: r.Offset, latest: latest}
 		if cu := su.parts[p]; cu != nil && !latest {
-			cu.unacked = append(cu.unacked, r.Offset)
-			sort.Slice(cu.unacked, func(i, j int) bool { return cu.unacked[i] < cu.unacked[j] })
+			if i, found := slices.BinarySearch(cu.unacked, r.Offset); !found {
+				cu.unacked = slices.Insert(cu.unacked, i, r.Offset)
+			}
 		}
 		se.mu.Unlock()
 	}
-	if err := c.write(&pk); err != nil {
+	b, err := wire.Encode(&pk)
+	if err != nil {
 		return err
 	}
+	out.Write(b)
 	se.s.m.delivered.Inc()
 	return nil
 }
