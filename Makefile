@@ -87,7 +87,7 @@ FUZZ_TARGETS := wal:FuzzDecodeRecord wal:FuzzDecodeChunk wal:FuzzDecodeMeta mqtt
 	kafka/produce:FuzzRequestDecode kafka:FuzzRecordBatch kafka:FuzzDecodeRequest \
 	cluster:FuzzDecodeMeta cluster:FuzzInspect replica:FuzzDecodeAppend replica:FuzzDecodeReply \
 	peer:FuzzReadFrame mqtt:FuzzDecodeForward mqtt:FuzzDecodeInterest pulsar:FuzzFrame
-FUZZ_TARGETS += pulsar:FuzzAckedRanges uplink:FuzzDecodeQuarantine auth:FuzzParsePasswd auth:FuzzSCRAM auth:FuzzToken kafka:FuzzParseSASL \
+FUZZ_TARGETS += subscription:FuzzAckedRanges uplink:FuzzDecodeQuarantine auth:FuzzParsePasswd auth:FuzzSCRAM auth:FuzzToken kafka:FuzzParseSASL \
 	httpapi/wire:FuzzProduceRecord
 FUZZ_SLOW_TARGETS := tables/rest:FuzzCommitDecode mqtt:FuzzPacketHandlingServer kafka/consume:FuzzCloudRequestServer \
 	tables/rest:FuzzCommitRequestServer

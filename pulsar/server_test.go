@@ -21,6 +21,7 @@ import (
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/pulsar/pb"
+	"github.com/tributary-io/tributary/subscription"
 	"github.com/tributary-io/tributary/tables"
 )
 
@@ -459,7 +460,7 @@ func TestServerSlowConsumerBacklog(t *testing.T) {
 	got := 0
 	// Of what the slow one (and the sockets' buffers) did not take, up to
 	// the unacknowledged cap of a consumer (it acknowledges nothing).
-	for got < min(n/3, maxUnackedPerConsumer) {
+	for got < min(n/3, subscription.MaxUnackedPerConsumer) {
 		f, err := fast.recvErr()
 		if err != nil {
 			t.Fatalf("fast consumer after %d messages: %v", got, err)

@@ -1,4 +1,4 @@
-package pulsar
+package subscription
 
 import (
 	"context"
@@ -48,20 +48,20 @@ func TestAckedRangesCap(t *testing.T) {
 }
 
 // TestUnackedPerConsumer: a consumer that grants any number of permits
-// and never acknowledges holds at most maxUnackedPerConsumer messages;
+// and never acknowledges holds at most MaxUnackedPerConsumer messages;
 // acknowledging lets the rest flow.
 func TestUnackedPerConsumer(t *testing.T) {
 	m := newTestManager(t, nil)
 	src := &fakeSource{}
-	keys := make([]string, maxUnackedPerConsumer+100)
+	keys := make([]string, MaxUnackedPerConsumer+100)
 	src.add(keys...)
 	c := &fakeConsumer{name: "c"}
 	s := subscribe(t, m, src, SubscribeOptions{Type: Exclusive, Initial: Earliest}, c)
 	s.Flow(c, 1<<30)
-	waitCount(t, c, maxUnackedPerConsumer)
+	waitCount(t, c, MaxUnackedPerConsumer)
 	settle(t, s)
-	if got := len(c.offsets()); got != maxUnackedPerConsumer {
-		t.Fatalf("delivered %d unacknowledged, max %d", got, maxUnackedPerConsumer)
+	if got := len(c.offsets()); got != MaxUnackedPerConsumer {
+		t.Fatalf("delivered %d unacknowledged, max %d", got, MaxUnackedPerConsumer)
 	}
 	if m.CapStats().ConsumerBlocked == 0 {
 		t.Fatal("blocked consumer not counted")
@@ -69,5 +69,5 @@ func TestUnackedPerConsumer(t *testing.T) {
 	if err := s.Ack(context.Background(), c, seq(0, 100), false); err != nil {
 		t.Fatal(err)
 	}
-	waitCount(t, c, maxUnackedPerConsumer+100)
+	waitCount(t, c, MaxUnackedPerConsumer+100)
 }
