@@ -336,4 +336,3 @@ func (c *consumer) receive(ctx context.Context, st *connect.BidiStream[pb.Subscr
 		}
 	}
 }
-
