@@ -817,8 +817,9 @@ type SubscribeRequest struct {
 	InitialPosition InitialPosition  `protobuf:"varint,5,opt,name=initial_position,json=initialPosition,proto3,enum=tributary.v1.InitialPosition" json:"initial_position,omitempty"`
 	ConsumerName    string           `protobuf:"bytes,6,opt,name=consumer_name,json=consumerName,proto3" json:"consumer_name,omitempty"`
 	// Flow control: at most max_outstanding_messages (default 1000, at most
-	// 50000) and max_outstanding_bytes (default 16 MiB) delivered and not
-	// yet acknowledged.
+	// 50000) delivered and not yet acknowledged; while their bytes are at
+	// max_outstanding_bytes (default 16 MiB) or more, acknowledgements give
+	// no permits back.
 	MaxOutstandingMessages int32 `protobuf:"varint,7,opt,name=max_outstanding_messages,json=maxOutstandingMessages,proto3" json:"max_outstanding_messages,omitempty"`
 	MaxOutstandingBytes    int64 `protobuf:"varint,8,opt,name=max_outstanding_bytes,json=maxOutstandingBytes,proto3" json:"max_outstanding_bytes,omitempty"`
 	// ack_deadline_ms: a message not acknowledged this long after its
