@@ -84,7 +84,7 @@ FUZZ_TARGETS := wal:FuzzDecodeRecord wal:FuzzDecodeChunk wal:FuzzDecodeMeta mqtt
 	kafka/produce:FuzzRequestDecode kafka:FuzzRecordBatch kafka:FuzzDecodeRequest \
 	cluster:FuzzDecodeMeta cluster:FuzzInspect replica/wire:FuzzDecodeAppend replica/wire:FuzzDecodeReply \
 	peer:FuzzReadFrame mqtt:FuzzDecodeForward mqtt:FuzzDecodeInterest pulsar/wire:FuzzFrame
-FUZZ_TARGETS += pulsar/wire:FuzzAckedRanges uplink/quarantine:FuzzDecodeQuarantine auth:FuzzParsePasswd auth:FuzzSCRAM auth:FuzzToken kafka:FuzzParseSASL
+FUZZ_TARGETS += subscription/wire:FuzzAckedRanges uplink/quarantine:FuzzDecodeQuarantine auth:FuzzParsePasswd auth:FuzzSCRAM auth:FuzzToken kafka:FuzzParseSASL
 # tables/rest:FuzzCommitDecode decodes with iceberg-go's own JSON types,
 # so its binary links the table stack: its million takes about 50 minutes
 # here (330 executions a second), the rest a few minutes each.

@@ -180,9 +180,6 @@ func (s *Server) listen() error {
 			s.con.ks.Store(ks)
 		}
 	}
-	if err := s.listenHTTP(); err != nil {
-		return err
-	}
 	if a := *cfg.Pulsar.Addr; a != "" {
 		ps, err := pulsar.NewServer(pulsar.Config{Addr: a, AdvertisedAddr: cfg.Pulsar.AdvertisedAddr,
 			Peers: cfg.Pulsar.Peers, Catalog: cfg.Catalog.Name, CursorsDB: cfg.Catalog.URI, Auth: s.auth, Logger: s.log,
@@ -203,7 +200,11 @@ func (s *Server) listen() error {
 			s.con.ps.Store(ps)
 		}
 	}
-	return s.listenMQTT()
+	if err := s.listenMQTT(); err != nil {
+		return err
+	}
+	// After Pulsar: gRPC Subscribe serves the Pulsar server's subscriptions.
+	return s.listenHTTP()
 }
 
 // CatalogAddr is the bound address of the REST catalog ("" when off).

@@ -11,6 +11,7 @@ import (
 	"github.com/tributary-io/tributary/httpapi"
 	"github.com/tributary-io/tributary/listen"
 	"github.com/tributary-io/tributary/offsets"
+	"github.com/tributary-io/tributary/subscription"
 )
 
 // DefaultHTTPAddr is the default address of the HTTP read API.
@@ -26,6 +27,7 @@ type httpServer struct {
 	offsets *offsets.Store
 	reader  *httpapi.Reader
 	grpc    *grpcapi.Reader
+	subs    *subscription.Manager // its own (nil when it shares the Pulsar server's)
 	done    chan struct{}
 	cancel  context.CancelFunc
 }
@@ -65,11 +67,26 @@ func (s *Server) listenHTTP() error {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
 	rd.Register(mux)
+	// gRPC Subscribe serves the same subscriptions as the Pulsar server
+	// (its manager), or a manager of its own over the same cursor table.
+	var subs, ownSubs *subscription.Manager
+	if s.pulsar != nil {
+		subs = s.pulsar.Manager()
+	} else {
+		store, err := subscription.OpenCursorStore(s.cfg.Catalog.URI)
+		if err != nil {
+			ln.Close()
+			os.Close()
+			return fmt.Errorf("cloud http: %w", err)
+		}
+		subs = subscription.NewManager(store, s.log.With("component", "subscriptions"))
+		ownSubs = subs
+	}
 	grd := grpcapi.NewReader(grpcapi.ReaderConfig{Auth: s.auth, Logger: s.log.With("component", "grpc-read"),
-		Limits: grpcapi.Limits{MaxStreams: s.cfg.HTTP.MaxStreams}}, s.reader)
+		Limits: grpcapi.Limits{MaxStreams: s.cfg.HTTP.MaxStreams}, Catalog: s.cfg.Catalog.Name, Subscriptions: subs}, s.reader)
 	grd.Register(mux) // gRPC ReadService, on HTTP/2
 	s.reg.MustRegister(grd.Collectors()...)
-	h := &httpServer{ln: ln, srv: listen.NewHTTPServer(ln, mux), offsets: os, reader: rd, grpc: grd, done: make(chan struct{})}
+	h := &httpServer{ln: ln, srv: listen.NewHTTPServer(ln, mux), offsets: os, reader: rd, grpc: grd, subs: ownSubs, done: make(chan struct{})}
 	// Closing ends the long polls and event streams (their requests'
 	// contexts), which Shutdown alone would wait for.
 	base, cancel := context.WithCancel(context.Background())
@@ -108,5 +125,9 @@ func (h *httpServer) close(ctx context.Context) error {
 		h.srv.Close()
 	}
 	<-h.done
-	return errors.Join(err, h.offsets.Close())
+	err = errors.Join(err, h.offsets.Close())
+	if h.subs != nil {
+		err = errors.Join(err, h.subs.Close(ctx))
+	}
+	return err
 }

@@ -205,8 +205,16 @@ func TestBenchHTTP(t *testing.T) {
 			Latest int64 `json:"latest_offset"`
 		} `json:"partitions"`
 	}
-	waitFor(t, 3*time.Minute, "rows committed for the read runs", func() bool {
-		return getJSON(t, "http://"+p.CloudHTTP+"/v1/streams/factory.telemetry/partitions", &hw) == 200 &&
+	// Reads run once everything produced is in the tables (the uplink is
+	// idle), so no read competes with Parquet encoding.
+	var status struct {
+		WAL struct {
+			Records int64 `json:"records"`
+		} `json:"wal"`
+	}
+	waitFor(t, 5*time.Minute, "the WAL drained into the tables", func() bool {
+		return getJSON(t, "http://"+p.HTTP+"/status", &status) == 200 && status.WAL.Records == 0 &&
+			getJSON(t, "http://"+p.CloudHTTP+"/v1/streams/factory.telemetry/partitions", &hw) == 200 &&
 			len(hw.Partitions) == 1 && hw.Partitions[0].Latest >= int64(n)
 	})
 	_, kTotal, kBytes := consumeAll(t, p.CloudKafka, "factory.telemetry", n)

@@ -14,6 +14,7 @@ import (
 	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/grpcapi/pb"
 	"github.com/tributary-io/tributary/grpcapi/pb/pbconnect"
+	"github.com/tributary-io/tributary/subscription"
 	"github.com/tributary-io/tributary/tables"
 )
 
@@ -30,6 +31,12 @@ type ReaderConfig struct {
 	Auth   *auth.Authority
 	Limits Limits
 	Logger *slog.Logger
+	// Catalog is the catalog name, the tenant of the Pulsar topic names
+	// subscriptions are kept under.
+	Catalog string
+	// Subscriptions is the cloud's subscription manager, the Pulsar
+	// server's when it runs (nil: Subscribe is Unimplemented).
+	Subscriptions *subscription.Manager
 }
 
 // Reader serves ReadService in the cloud.

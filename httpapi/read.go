@@ -357,12 +357,14 @@ func (rd *Reader) serveRecords(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	io.WriteString(w, `{"records":[`)
-	enc := wire.NewEncoder(w)
+	var buf []byte
 	for i, rec := range recs {
+		buf = buf[:0]
 		if i > 0 {
-			io.WriteString(w, ",")
+			buf = append(buf, ',')
 		}
-		if enc.Encode(render(v.Stream, rec, params.format)) != nil {
+		buf = appendRecord(buf, v.Stream, rec, params.format)
+		if _, err := w.Write(buf); err != nil {
 			return
 		}
 	}

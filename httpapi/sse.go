@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tributary-io/tributary/httpapi/wire"
-
 	"github.com/tributary-io/tributary/tables"
 )
 
@@ -79,11 +77,19 @@ func (rd *Reader) serveEvents(w http.ResponseWriter, r *http.Request, v *tables.
 		}
 		return rc.Flush()
 	}
+	var ev []byte // one event
 	for {
 		recs, next, err := rd.read(ctx, v, off, params)
 		for _, rec := range recs {
-			data := wire.Marshal(render(v.Stream, rec, params.format))
-			if !write("id: %d:%d\nevent: record\ndata: %s\n\n", rec.Partition, rec.Offset, data) {
+			ev = append(ev[:0], "id: "...)
+			ev = strconv.AppendInt(ev, int64(rec.Partition), 10)
+			ev = append(ev, ':')
+			ev = strconv.AppendInt(ev, rec.Offset, 10)
+			ev = append(ev, "\nevent: record\ndata: "...)
+			ev = appendRecord(ev, v.Stream, rec, params.format)
+			ev = append(ev, "\n\n"...)
+			rc.SetWriteDeadline(time.Now().Add(rd.cfg.Limits.WriteTimeout))
+			if _, err := bw.Write(ev); err != nil {
 				return
 			}
 		}

@@ -8,6 +8,8 @@ package pulsar
 import (
 	"context"
 
+	"github.com/tributary-io/tributary/subscription"
+
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tributary-io/tributary/pulsar/pb"
@@ -20,7 +22,7 @@ func (c *conn) handleGetLastMessageID(ctx context.Context, cmd *pb.CommandGetLas
 		c.sendError(req, pb.ServerError_ConsumerNotFound, "no such consumer")
 		return
 	}
-	end, err := newSource(c.s.r, k.topic.stream, k.partition()).End(ctx)
+	end, err := subscription.NewTableSource(c.s.r, k.topic.stream, k.partition()).End(ctx)
 	if err != nil {
 		c.sendError(req, pb.ServerError_PersistenceError, err.Error())
 		return

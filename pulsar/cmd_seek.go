@@ -16,6 +16,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/tributary-io/tributary/subscription"
+
 	"github.com/tributary-io/tributary/pulsar/pb"
 )
 
@@ -37,7 +39,7 @@ func (c *conn) handleSeek(ctx context.Context, cmd *pb.CommandSeek) {
 		err = k.sub.Seek(ctx, 0)
 	case id.GetLedgerId() == latestID:
 		var end int64
-		if end, err = newSource(c.s.r, k.topic.stream, k.partition()).End(ctx); err == nil {
+		if end, err = subscription.NewTableSource(c.s.r, k.topic.stream, k.partition()).End(ctx); err == nil {
 			err = k.sub.Seek(ctx, end)
 		}
 	default:

@@ -23,6 +23,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tributary-io/tributary/subscription"
+
 	"github.com/tributary-io/tributary/pulsar/pb"
 )
 
@@ -52,7 +54,7 @@ func (c *conn) handleSubscribe(ctx context.Context, cmd *pb.CommandSubscribe) {
 		c.sendError(req, errorCode(err), fmt.Sprintf("subscribe %s to %s: %v", cmd.GetSubscription(), cmd.GetTopic(), err))
 		return
 	}
-	src := newSource(c.s.r, t.stream, t.partition)
+	src := subscription.NewTableSource(c.s.r, t.stream, t.partition)
 	o := SubscribeOptions{
 		Topic:                      t.String(c.s.cfg.Catalog),
 		Subscription:               cmd.GetSubscription(),

@@ -53,8 +53,10 @@
 //
 // # Subscriptions
 //
-// A Manager owns every subscription of the server (subscription.go). Each
-// Subscription runs one dispatch goroutine (dispatch.go) that reads its
+// The subscriptions are package subscription's (moved there so the gRPC
+// API serves the same ones; subscription.go here names its types): a
+// Manager owns every subscription of the server. Each
+// Subscription runs one dispatch goroutine that reads its
 // Source from the read position as its consumers' permits allow (at most
 // 500 entries a read), tails new commits by asking End at most every 50 ms
 // while some consumer has permits, and makes every Consumer callback
@@ -66,8 +68,8 @@
 // k best-priority consumers sorted by name), announces it with
 // ACTIVE_CONSUMER_CHANGE and rewinds everything unacknowledged to a new
 // active consumer. Shared gives turns of up to 20 messages round-robin
-// among the best-priority consumers with permits. Key_Shared (keyshared.go)
-// hashes the message key with Murmur3_32 (murmur3.go: seed 0, sign bit
+// among the best-priority consumers with permits. Key_Shared
+// hashes the message key with Murmur3_32 (seed 0, sign bit
 // cleared; no key hashes as the empty key) into 65536 slots split among
 // the consumers in auto-split ranges; it never gives a slot to a consumer
 // while another holds an unacknowledged message of it, holds back later
@@ -78,16 +80,16 @@
 // are redelivered with their redelivery count increased (on Exclusive and
 // Failover a redelivery request rewinds everything unacknowledged, as the
 // broker does); cumulative acks are refused on Shared and Key_Shared.
-// Cursors (cursor.go) are a mark-delete offset plus the individually
+// Cursors are a mark-delete offset plus the individually
 // acknowledged ranges above it. Durable ones live in table
-// tributary_pulsar_cursors of the catalog database (cursor_store.go, via
+// tributary_pulsar_cursors of the catalog database (via
 // tables.OpenStateDB) and are saved at most every 100 ms, when the last
 // consumer leaves, on Seek and on Close. A cursor holds at most 10,000
 // ranges, in memory too: an individual ack that would open one more is
 // refused (TooManyRequests in ACK_RESPONSE; the message is delivered
 // again, never lost), and a consumer holding 50,000 unacknowledged
-// messages gets nothing more until it acknowledges, whatever its permits
-// (caps.go). A
+// messages gets nothing more until it acknowledges, whatever its permits.
+// A
 // subscription whose last consumer leaves is dropped from memory (a
 // durable one after saving; a reader's cursor ends with it), so any
 // server reopens it from the store.

@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/tributary-io/tributary/pulsar/wire"
+	"github.com/tributary-io/tributary/subscription"
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/auth"
@@ -184,6 +185,10 @@ func NewServer(cfg Config, r *tables.Reader) (*Server, error) {
 	return &Server{cfg: cfg, r: r, m: m, log: log,
 		ctx: ctx, cancel: cancel, conns: map[*conn]struct{}{}}, nil
 }
+
+// Manager is the server's subscription manager, for another front
+// door to serve the same subscriptions (the cloud's gRPC Subscribe).
+func (s *Server) Manager() *subscription.Manager { return s.m }
 
 // Listen listens on cfg.Addr and serves connections in the background.
 func (s *Server) Listen() error {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/pulsar/pb"
+	"github.com/tributary-io/tributary/subscription"
 	"github.com/tributary-io/tributary/tables"
 )
 
@@ -463,7 +464,7 @@ func TestServerSlowConsumerBacklog(t *testing.T) {
 	got := 0
 	// Of what the slow one (and the sockets' buffers) did not take, up to
 	// the unacknowledged cap of a consumer (it acknowledges nothing).
-	for got < min(n/3, DefaultMaxUnackedPerConsumer) {
+	for got < min(n/3, subscription.DefaultMaxUnackedPerConsumer) {
 		f, err := fast.recvErr()
 		if err != nil {
 			t.Fatalf("fast consumer after %d messages: %v", got, err)

@@ -28,6 +28,112 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// SubscriptionType is a subscription's type, Pulsar's four: a
+// subscription of a given name is one whether it is read over Pulsar or
+// gRPC.
+type SubscriptionType int32
+
+const (
+	// One consumer at a time.
+	SubscriptionType_SUBSCRIPTION_TYPE_EXCLUSIVE SubscriptionType = 0
+	// Messages spread over the consumers; each delivered to one.
+	SubscriptionType_SUBSCRIPTION_TYPE_SHARED SubscriptionType = 1
+	// One active consumer, the others standing by.
+	SubscriptionType_SUBSCRIPTION_TYPE_FAILOVER SubscriptionType = 2
+	// Messages spread by key: a key's messages go to one consumer, in order.
+	SubscriptionType_SUBSCRIPTION_TYPE_KEY_SHARED SubscriptionType = 3
+)
+
+// Enum value maps for SubscriptionType.
+var (
+	SubscriptionType_name = map[int32]string{
+		0: "SUBSCRIPTION_TYPE_EXCLUSIVE",
+		1: "SUBSCRIPTION_TYPE_SHARED",
+		2: "SUBSCRIPTION_TYPE_FAILOVER",
+		3: "SUBSCRIPTION_TYPE_KEY_SHARED",
+	}
+	SubscriptionType_value = map[string]int32{
+		"SUBSCRIPTION_TYPE_EXCLUSIVE":  0,
+		"SUBSCRIPTION_TYPE_SHARED":     1,
+		"SUBSCRIPTION_TYPE_FAILOVER":   2,
+		"SUBSCRIPTION_TYPE_KEY_SHARED": 3,
+	}
+)
+
+func (x SubscriptionType) Enum() *SubscriptionType {
+	p := new(SubscriptionType)
+	*p = x
+	return p
+}
+
+func (x SubscriptionType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SubscriptionType) Descriptor() protoreflect.EnumDescriptor {
+	return file_grpcapi_pb_streams_proto_enumTypes[0].Descriptor()
+}
+
+func (SubscriptionType) Type() protoreflect.EnumType {
+	return &file_grpcapi_pb_streams_proto_enumTypes[0]
+}
+
+func (x SubscriptionType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SubscriptionType.Descriptor instead.
+func (SubscriptionType) EnumDescriptor() ([]byte, []int) {
+	return file_grpcapi_pb_streams_proto_rawDescGZIP(), []int{0}
+}
+
+// InitialPosition is where a subscription without a cursor starts.
+type InitialPosition int32
+
+const (
+	InitialPosition_INITIAL_POSITION_LATEST   InitialPosition = 0
+	InitialPosition_INITIAL_POSITION_EARLIEST InitialPosition = 1
+)
+
+// Enum value maps for InitialPosition.
+var (
+	InitialPosition_name = map[int32]string{
+		0: "INITIAL_POSITION_LATEST",
+		1: "INITIAL_POSITION_EARLIEST",
+	}
+	InitialPosition_value = map[string]int32{
+		"INITIAL_POSITION_LATEST":   0,
+		"INITIAL_POSITION_EARLIEST": 1,
+	}
+)
+
+func (x InitialPosition) Enum() *InitialPosition {
+	p := new(InitialPosition)
+	*p = x
+	return p
+}
+
+func (x InitialPosition) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (InitialPosition) Descriptor() protoreflect.EnumDescriptor {
+	return file_grpcapi_pb_streams_proto_enumTypes[1].Descriptor()
+}
+
+func (InitialPosition) Type() protoreflect.EnumType {
+	return &file_grpcapi_pb_streams_proto_enumTypes[1]
+}
+
+func (x InitialPosition) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use InitialPosition.Descriptor instead.
+func (InitialPosition) EnumDescriptor() ([]byte, []int) {
+	return file_grpcapi_pb_streams_proto_rawDescGZIP(), []int{1}
+}
+
 // Header is a record header (Kafka header, MQTT 5 user property).
 type Header struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -697,6 +803,251 @@ func (x *FetchResponse) GetHighWatermark() int64 {
 	return 0
 }
 
+// SubscribeRequest: the first one of a call opens the subscription (the
+// fields up to ack_deadline_ms are read from it only); every one may
+// acknowledge and negatively acknowledge offsets.
+type SubscribeRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Stream    string                 `protobuf:"bytes,1,opt,name=stream,proto3" json:"stream,omitempty"`
+	Partition int32                  `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	// subscription is the name, shared with Pulsar consumers of the same
+	// topic partition.
+	Subscription    string           `protobuf:"bytes,3,opt,name=subscription,proto3" json:"subscription,omitempty"`
+	Type            SubscriptionType `protobuf:"varint,4,opt,name=type,proto3,enum=tributary.v1.SubscriptionType" json:"type,omitempty"`
+	InitialPosition InitialPosition  `protobuf:"varint,5,opt,name=initial_position,json=initialPosition,proto3,enum=tributary.v1.InitialPosition" json:"initial_position,omitempty"`
+	ConsumerName    string           `protobuf:"bytes,6,opt,name=consumer_name,json=consumerName,proto3" json:"consumer_name,omitempty"`
+	// Flow control: at most max_outstanding_messages (default 1000, at most
+	// 50000) delivered and not yet acknowledged; while their bytes are at
+	// max_outstanding_bytes (default 16 MiB) or more, acknowledgements give
+	// no permits back.
+	MaxOutstandingMessages int32 `protobuf:"varint,7,opt,name=max_outstanding_messages,json=maxOutstandingMessages,proto3" json:"max_outstanding_messages,omitempty"`
+	MaxOutstandingBytes    int64 `protobuf:"varint,8,opt,name=max_outstanding_bytes,json=maxOutstandingBytes,proto3" json:"max_outstanding_bytes,omitempty"`
+	// ack_deadline_ms: a message not acknowledged this long after its
+	// delivery is delivered again (default 30000, at least 100).
+	AckDeadlineMs int32   `protobuf:"varint,9,opt,name=ack_deadline_ms,json=ackDeadlineMs,proto3" json:"ack_deadline_ms,omitempty"`
+	AckOffsets    []int64 `protobuf:"varint,10,rep,packed,name=ack_offsets,json=ackOffsets,proto3" json:"ack_offsets,omitempty"`
+	// nack_offsets are delivered again now.
+	NackOffsets   []int64 `protobuf:"varint,11,rep,packed,name=nack_offsets,json=nackOffsets,proto3" json:"nack_offsets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscribeRequest) Reset() {
+	*x = SubscribeRequest{}
+	mi := &file_grpcapi_pb_streams_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscribeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscribeRequest) ProtoMessage() {}
+
+func (x *SubscribeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_grpcapi_pb_streams_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscribeRequest.ProtoReflect.Descriptor instead.
+func (*SubscribeRequest) Descriptor() ([]byte, []int) {
+	return file_grpcapi_pb_streams_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *SubscribeRequest) GetStream() string {
+	if x != nil {
+		return x.Stream
+	}
+	return ""
+}
+
+func (x *SubscribeRequest) GetPartition() int32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *SubscribeRequest) GetSubscription() string {
+	if x != nil {
+		return x.Subscription
+	}
+	return ""
+}
+
+func (x *SubscribeRequest) GetType() SubscriptionType {
+	if x != nil {
+		return x.Type
+	}
+	return SubscriptionType_SUBSCRIPTION_TYPE_EXCLUSIVE
+}
+
+func (x *SubscribeRequest) GetInitialPosition() InitialPosition {
+	if x != nil {
+		return x.InitialPosition
+	}
+	return InitialPosition_INITIAL_POSITION_LATEST
+}
+
+func (x *SubscribeRequest) GetConsumerName() string {
+	if x != nil {
+		return x.ConsumerName
+	}
+	return ""
+}
+
+func (x *SubscribeRequest) GetMaxOutstandingMessages() int32 {
+	if x != nil {
+		return x.MaxOutstandingMessages
+	}
+	return 0
+}
+
+func (x *SubscribeRequest) GetMaxOutstandingBytes() int64 {
+	if x != nil {
+		return x.MaxOutstandingBytes
+	}
+	return 0
+}
+
+func (x *SubscribeRequest) GetAckDeadlineMs() int32 {
+	if x != nil {
+		return x.AckDeadlineMs
+	}
+	return 0
+}
+
+func (x *SubscribeRequest) GetAckOffsets() []int64 {
+	if x != nil {
+		return x.AckOffsets
+	}
+	return nil
+}
+
+func (x *SubscribeRequest) GetNackOffsets() []int64 {
+	if x != nil {
+		return x.NackOffsets
+	}
+	return nil
+}
+
+// ReceivedRecord is a delivered record; delivery_attempt is 1 the first
+// time, and counts up on each redelivery.
+type ReceivedRecord struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Record          *Record                `protobuf:"bytes,1,opt,name=record,proto3" json:"record,omitempty"`
+	DeliveryAttempt uint32                 `protobuf:"varint,2,opt,name=delivery_attempt,json=deliveryAttempt,proto3" json:"delivery_attempt,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ReceivedRecord) Reset() {
+	*x = ReceivedRecord{}
+	mi := &file_grpcapi_pb_streams_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReceivedRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReceivedRecord) ProtoMessage() {}
+
+func (x *ReceivedRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_grpcapi_pb_streams_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReceivedRecord.ProtoReflect.Descriptor instead.
+func (*ReceivedRecord) Descriptor() ([]byte, []int) {
+	return file_grpcapi_pb_streams_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ReceivedRecord) GetRecord() *Record {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *ReceivedRecord) GetDeliveryAttempt() uint32 {
+	if x != nil {
+		return x.DeliveryAttempt
+	}
+	return 0
+}
+
+// SubscribeResponse carries deliveries; the first answer (without
+// records) confirms the subscription. active tells an Exclusive or
+// Failover consumer whether it is the one receiving messages.
+type SubscribeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       []*ReceivedRecord      `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	Active        bool                   `protobuf:"varint,2,opt,name=active,proto3" json:"active,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SubscribeResponse) Reset() {
+	*x = SubscribeResponse{}
+	mi := &file_grpcapi_pb_streams_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SubscribeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SubscribeResponse) ProtoMessage() {}
+
+func (x *SubscribeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_grpcapi_pb_streams_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SubscribeResponse.ProtoReflect.Descriptor instead.
+func (*SubscribeResponse) Descriptor() ([]byte, []int) {
+	return file_grpcapi_pb_streams_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SubscribeResponse) GetRecords() []*ReceivedRecord {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+func (x *SubscribeResponse) GetActive() bool {
+	if x != nil {
+		return x.Active
+	}
+	return false
+}
+
 var File_grpcapi_pb_streams_proto protoreflect.FileDescriptor
 
 const file_grpcapi_pb_streams_proto_rawDesc = "" +
@@ -754,11 +1105,40 @@ const file_grpcapi_pb_streams_proto_rawDesc = "" +
 	"\x06follow\x18\x06 \x01(\bR\x06follow\"f\n" +
 	"\rFetchResponse\x12.\n" +
 	"\arecords\x18\x01 \x03(\v2\x14.tributary.v1.RecordR\arecords\x12%\n" +
-	"\x0ehigh_watermark\x18\x02 \x01(\x03R\rhighWatermark2\\\n" +
+	"\x0ehigh_watermark\x18\x02 \x01(\x03R\rhighWatermark\"\xe9\x03\n" +
+	"\x10SubscribeRequest\x12\x16\n" +
+	"\x06stream\x18\x01 \x01(\tR\x06stream\x12\x1c\n" +
+	"\tpartition\x18\x02 \x01(\x05R\tpartition\x12\"\n" +
+	"\fsubscription\x18\x03 \x01(\tR\fsubscription\x122\n" +
+	"\x04type\x18\x04 \x01(\x0e2\x1e.tributary.v1.SubscriptionTypeR\x04type\x12H\n" +
+	"\x10initial_position\x18\x05 \x01(\x0e2\x1d.tributary.v1.InitialPositionR\x0finitialPosition\x12#\n" +
+	"\rconsumer_name\x18\x06 \x01(\tR\fconsumerName\x128\n" +
+	"\x18max_outstanding_messages\x18\a \x01(\x05R\x16maxOutstandingMessages\x122\n" +
+	"\x15max_outstanding_bytes\x18\b \x01(\x03R\x13maxOutstandingBytes\x12&\n" +
+	"\x0fack_deadline_ms\x18\t \x01(\x05R\rackDeadlineMs\x12\x1f\n" +
+	"\vack_offsets\x18\n" +
+	" \x03(\x03R\n" +
+	"ackOffsets\x12!\n" +
+	"\fnack_offsets\x18\v \x03(\x03R\vnackOffsets\"i\n" +
+	"\x0eReceivedRecord\x12,\n" +
+	"\x06record\x18\x01 \x01(\v2\x14.tributary.v1.RecordR\x06record\x12)\n" +
+	"\x10delivery_attempt\x18\x02 \x01(\rR\x0fdeliveryAttempt\"c\n" +
+	"\x11SubscribeResponse\x126\n" +
+	"\arecords\x18\x01 \x03(\v2\x1c.tributary.v1.ReceivedRecordR\arecords\x12\x16\n" +
+	"\x06active\x18\x02 \x01(\bR\x06active*\x93\x01\n" +
+	"\x10SubscriptionType\x12\x1f\n" +
+	"\x1bSUBSCRIPTION_TYPE_EXCLUSIVE\x10\x00\x12\x1c\n" +
+	"\x18SUBSCRIPTION_TYPE_SHARED\x10\x01\x12\x1e\n" +
+	"\x1aSUBSCRIPTION_TYPE_FAILOVER\x10\x02\x12 \n" +
+	"\x1cSUBSCRIPTION_TYPE_KEY_SHARED\x10\x03*M\n" +
+	"\x0fInitialPosition\x12\x1b\n" +
+	"\x17INITIAL_POSITION_LATEST\x10\x00\x12\x1d\n" +
+	"\x19INITIAL_POSITION_EARLIEST\x10\x012\\\n" +
 	"\x0eProduceService\x12J\n" +
-	"\aProduce\x12\x1c.tributary.v1.ProduceRequest\x1a\x1d.tributary.v1.ProduceResponse(\x010\x012Q\n" +
+	"\aProduce\x12\x1c.tributary.v1.ProduceRequest\x1a\x1d.tributary.v1.ProduceResponse(\x010\x012\xa3\x01\n" +
 	"\vReadService\x12B\n" +
-	"\x05Fetch\x12\x1a.tributary.v1.FetchRequest\x1a\x1b.tributary.v1.FetchResponse0\x01B.Z,github.com/tributary-io/tributary/grpcapi/pbb\x06proto3"
+	"\x05Fetch\x12\x1a.tributary.v1.FetchRequest\x1a\x1b.tributary.v1.FetchResponse0\x01\x12P\n" +
+	"\tSubscribe\x12\x1e.tributary.v1.SubscribeRequest\x1a\x1f.tributary.v1.SubscribeResponse(\x010\x01B.Z,github.com/tributary-io/tributary/grpcapi/pbb\x06proto3"
 
 var (
 	file_grpcapi_pb_streams_proto_rawDescOnce sync.Once
@@ -772,35 +1152,47 @@ func file_grpcapi_pb_streams_proto_rawDescGZIP() []byte {
 	return file_grpcapi_pb_streams_proto_rawDescData
 }
 
-var file_grpcapi_pb_streams_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_grpcapi_pb_streams_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_grpcapi_pb_streams_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_grpcapi_pb_streams_proto_goTypes = []any{
-	(*Header)(nil),          // 0: tributary.v1.Header
-	(*ProduceRecord)(nil),   // 1: tributary.v1.ProduceRecord
-	(*ProduceRequest)(nil),  // 2: tributary.v1.ProduceRequest
-	(*ProduceResult)(nil),   // 3: tributary.v1.ProduceResult
-	(*ProduceResponse)(nil), // 4: tributary.v1.ProduceResponse
-	(*Error)(nil),           // 5: tributary.v1.Error
-	(*Record)(nil),          // 6: tributary.v1.Record
-	(*FetchRequest)(nil),    // 7: tributary.v1.FetchRequest
-	(*FetchResponse)(nil),   // 8: tributary.v1.FetchResponse
+	(SubscriptionType)(0),     // 0: tributary.v1.SubscriptionType
+	(InitialPosition)(0),      // 1: tributary.v1.InitialPosition
+	(*Header)(nil),            // 2: tributary.v1.Header
+	(*ProduceRecord)(nil),     // 3: tributary.v1.ProduceRecord
+	(*ProduceRequest)(nil),    // 4: tributary.v1.ProduceRequest
+	(*ProduceResult)(nil),     // 5: tributary.v1.ProduceResult
+	(*ProduceResponse)(nil),   // 6: tributary.v1.ProduceResponse
+	(*Error)(nil),             // 7: tributary.v1.Error
+	(*Record)(nil),            // 8: tributary.v1.Record
+	(*FetchRequest)(nil),      // 9: tributary.v1.FetchRequest
+	(*FetchResponse)(nil),     // 10: tributary.v1.FetchResponse
+	(*SubscribeRequest)(nil),  // 11: tributary.v1.SubscribeRequest
+	(*ReceivedRecord)(nil),    // 12: tributary.v1.ReceivedRecord
+	(*SubscribeResponse)(nil), // 13: tributary.v1.SubscribeResponse
 }
 var file_grpcapi_pb_streams_proto_depIdxs = []int32{
-	0, // 0: tributary.v1.ProduceRecord.headers:type_name -> tributary.v1.Header
-	1, // 1: tributary.v1.ProduceRequest.records:type_name -> tributary.v1.ProduceRecord
-	5, // 2: tributary.v1.ProduceResult.error:type_name -> tributary.v1.Error
-	3, // 3: tributary.v1.ProduceResponse.results:type_name -> tributary.v1.ProduceResult
-	5, // 4: tributary.v1.ProduceResponse.error:type_name -> tributary.v1.Error
-	0, // 5: tributary.v1.Record.headers:type_name -> tributary.v1.Header
-	6, // 6: tributary.v1.FetchResponse.records:type_name -> tributary.v1.Record
-	2, // 7: tributary.v1.ProduceService.Produce:input_type -> tributary.v1.ProduceRequest
-	7, // 8: tributary.v1.ReadService.Fetch:input_type -> tributary.v1.FetchRequest
-	4, // 9: tributary.v1.ProduceService.Produce:output_type -> tributary.v1.ProduceResponse
-	8, // 10: tributary.v1.ReadService.Fetch:output_type -> tributary.v1.FetchResponse
-	9, // [9:11] is the sub-list for method output_type
-	7, // [7:9] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	2,  // 0: tributary.v1.ProduceRecord.headers:type_name -> tributary.v1.Header
+	3,  // 1: tributary.v1.ProduceRequest.records:type_name -> tributary.v1.ProduceRecord
+	7,  // 2: tributary.v1.ProduceResult.error:type_name -> tributary.v1.Error
+	5,  // 3: tributary.v1.ProduceResponse.results:type_name -> tributary.v1.ProduceResult
+	7,  // 4: tributary.v1.ProduceResponse.error:type_name -> tributary.v1.Error
+	2,  // 5: tributary.v1.Record.headers:type_name -> tributary.v1.Header
+	8,  // 6: tributary.v1.FetchResponse.records:type_name -> tributary.v1.Record
+	0,  // 7: tributary.v1.SubscribeRequest.type:type_name -> tributary.v1.SubscriptionType
+	1,  // 8: tributary.v1.SubscribeRequest.initial_position:type_name -> tributary.v1.InitialPosition
+	8,  // 9: tributary.v1.ReceivedRecord.record:type_name -> tributary.v1.Record
+	12, // 10: tributary.v1.SubscribeResponse.records:type_name -> tributary.v1.ReceivedRecord
+	4,  // 11: tributary.v1.ProduceService.Produce:input_type -> tributary.v1.ProduceRequest
+	9,  // 12: tributary.v1.ReadService.Fetch:input_type -> tributary.v1.FetchRequest
+	11, // 13: tributary.v1.ReadService.Subscribe:input_type -> tributary.v1.SubscribeRequest
+	6,  // 14: tributary.v1.ProduceService.Produce:output_type -> tributary.v1.ProduceResponse
+	10, // 15: tributary.v1.ReadService.Fetch:output_type -> tributary.v1.FetchResponse
+	13, // 16: tributary.v1.ReadService.Subscribe:output_type -> tributary.v1.SubscribeResponse
+	14, // [14:17] is the sub-list for method output_type
+	11, // [11:14] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_grpcapi_pb_streams_proto_init() }
@@ -816,13 +1208,14 @@ func file_grpcapi_pb_streams_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_grpcapi_pb_streams_proto_rawDesc), len(file_grpcapi_pb_streams_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   9,
+			NumEnums:      2,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
 		GoTypes:           file_grpcapi_pb_streams_proto_goTypes,
 		DependencyIndexes: file_grpcapi_pb_streams_proto_depIdxs,
+		EnumInfos:         file_grpcapi_pb_streams_proto_enumTypes,
 		MessageInfos:      file_grpcapi_pb_streams_proto_msgTypes,
 	}.Build()
 	File_grpcapi_pb_streams_proto = out.File

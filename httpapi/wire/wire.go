@@ -281,13 +281,6 @@ func Marshal(v any) []byte {
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
 
-// NewEncoder is a json.Encoder that does not escape <, > and &.
-func NewEncoder(w io.Writer) *json.Encoder {
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	return enc
-}
-
 // Record is one record of a read response.
 type Record struct {
 	Stream    string      `json:"stream"`

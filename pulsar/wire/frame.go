@@ -1,8 +1,7 @@
 // Package wire is the byte format of the Pulsar binary protocol as package
 // pulsar speaks it: framing (ReadFrame, DecodeFrame, AppendCommand,
-// AppendPayloadCommand) and the encoding of a cursor's acknowledged ranges
-// in the cursor store. Its decoders check their input and never panic; it
-// is apart from package pulsar so that they are fuzzed in a small test
+// AppendPayloadCommand). Its decoders check their input and never panic;
+// it is apart from package pulsar so that they are fuzzed in a small test
 // binary (pulsar's tests link the table stack).
 package wire
 

@@ -46,6 +46,8 @@ const (
 	ProduceServiceProduceProcedure = "/tributary.v1.ProduceService/Produce"
 	// ReadServiceFetchProcedure is the fully-qualified name of the ReadService's Fetch RPC.
 	ReadServiceFetchProcedure = "/tributary.v1.ReadService/Fetch"
+	// ReadServiceSubscribeProcedure is the fully-qualified name of the ReadService's Subscribe RPC.
+	ReadServiceSubscribeProcedure = "/tributary.v1.ReadService/Subscribe"
 )
 
 // ProduceServiceClient is a client for the tributary.v1.ProduceService service.
@@ -126,6 +128,10 @@ func (UnimplementedProduceServiceHandler) Produce(context.Context, *connect.Bidi
 type ReadServiceClient interface {
 	// Fetch streams a partition from an offset.
 	Fetch(context.Context, *connect.Request[pb.FetchRequest]) (*connect.ServerStreamForClient[pb.FetchResponse], error)
+	// Subscribe reads through a subscription (the same as Pulsar's):
+	// deliveries within the flow-control window, acknowledgements,
+	// redelivery of what is not acknowledged in time.
+	Subscribe(context.Context) *connect.BidiStreamForClient[pb.SubscribeRequest, pb.SubscribeResponse]
 }
 
 // NewReadServiceClient constructs a client for the tributary.v1.ReadService service. By default, it
@@ -145,12 +151,19 @@ func NewReadServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(readServiceMethods.ByName("Fetch")),
 			connect.WithClientOptions(opts...),
 		),
+		subscribe: connect.NewClient[pb.SubscribeRequest, pb.SubscribeResponse](
+			httpClient,
+			baseURL+ReadServiceSubscribeProcedure,
+			connect.WithSchema(readServiceMethods.ByName("Subscribe")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // readServiceClient implements ReadServiceClient.
 type readServiceClient struct {
-	fetch *connect.Client[pb.FetchRequest, pb.FetchResponse]
+	fetch     *connect.Client[pb.FetchRequest, pb.FetchResponse]
+	subscribe *connect.Client[pb.SubscribeRequest, pb.SubscribeResponse]
 }
 
 // Fetch calls tributary.v1.ReadService.Fetch.
@@ -158,10 +171,19 @@ func (c *readServiceClient) Fetch(ctx context.Context, req *connect.Request[pb.F
 	return c.fetch.CallServerStream(ctx, req)
 }
 
+// Subscribe calls tributary.v1.ReadService.Subscribe.
+func (c *readServiceClient) Subscribe(ctx context.Context) *connect.BidiStreamForClient[pb.SubscribeRequest, pb.SubscribeResponse] {
+	return c.subscribe.CallBidiStream(ctx)
+}
+
 // ReadServiceHandler is an implementation of the tributary.v1.ReadService service.
 type ReadServiceHandler interface {
 	// Fetch streams a partition from an offset.
 	Fetch(context.Context, *connect.Request[pb.FetchRequest], *connect.ServerStream[pb.FetchResponse]) error
+	// Subscribe reads through a subscription (the same as Pulsar's):
+	// deliveries within the flow-control window, acknowledgements,
+	// redelivery of what is not acknowledged in time.
+	Subscribe(context.Context, *connect.BidiStream[pb.SubscribeRequest, pb.SubscribeResponse]) error
 }
 
 // NewReadServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -177,10 +199,18 @@ func NewReadServiceHandler(svc ReadServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(readServiceMethods.ByName("Fetch")),
 		connect.WithHandlerOptions(opts...),
 	)
+	readServiceSubscribeHandler := connect.NewBidiStreamHandler(
+		ReadServiceSubscribeProcedure,
+		svc.Subscribe,
+		connect.WithSchema(readServiceMethods.ByName("Subscribe")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/tributary.v1.ReadService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ReadServiceFetchProcedure:
 			readServiceFetchHandler.ServeHTTP(w, r)
+		case ReadServiceSubscribeProcedure:
+			readServiceSubscribeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -192,4 +222,8 @@ type UnimplementedReadServiceHandler struct{}
 
 func (UnimplementedReadServiceHandler) Fetch(context.Context, *connect.Request[pb.FetchRequest], *connect.ServerStream[pb.FetchResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("tributary.v1.ReadService.Fetch is not implemented"))
+}
+
+func (UnimplementedReadServiceHandler) Subscribe(context.Context, *connect.BidiStream[pb.SubscribeRequest, pb.SubscribeResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("tributary.v1.ReadService.Subscribe is not implemented"))
 }

@@ -1,4 +1,4 @@
-package pulsar
+package subscription
 
 import (
 	"context"
@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tributary-io/tributary/pulsar/wire"
+	"github.com/tributary-io/tributary/subscription/wire"
 
 	"github.com/tributary-io/tributary/internal/testkit"
 )

@@ -1,3 +1,8 @@
+// Package wire is the stored form of a subscription cursor's
+// individually acknowledged ranges (the cursor table's acked column). Its
+// decoder checks its input and never panics; it is apart from package
+// subscription so that it is fuzzed in a small test binary
+// (subscription's tests link the table stack).
 package wire
 
 import (

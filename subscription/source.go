@@ -1,6 +1,6 @@
-package pulsar
+package subscription
 
-// source: a topic partition's committed rows, read through tables.Reader.
+// TableSource: a topic partition's committed rows, read through tables.Reader.
 //
 // Offsets are the table's offset column; nothing at or beyond the
 // partition's committed mark is returned. A partition that has no data
@@ -16,18 +16,21 @@ import (
 	"github.com/tributary-io/tributary/tables"
 )
 
-type source struct {
+// TableSource is a Source over a stream partition's table rows, read
+// through r (the consume servers' shared reader).
+type TableSource struct {
 	r         *tables.Reader
 	stream    string
 	partition int32
 }
 
-func newSource(r *tables.Reader, stream string, p int32) *source {
-	return &source{r: r, stream: stream, partition: p}
+// NewTableSource is the Source of partition p of stream.
+func NewTableSource(r *tables.Reader, stream string, p int32) *TableSource {
+	return &TableSource{r: r, stream: stream, partition: p}
 }
 
 // view is the partition now, or nil when it does not exist yet.
-func (s *source) view(ctx context.Context) (*tables.Partition, error) {
+func (s *TableSource) view(ctx context.Context) (*tables.Partition, error) {
 	v, err := s.r.Partition(ctx, s.stream, s.partition)
 	if errors.Is(err, tables.ErrNoSuchPartition) {
 		return nil, nil
@@ -36,7 +39,7 @@ func (s *source) view(ctx context.Context) (*tables.Partition, error) {
 }
 
 // Read returns up to limit entries from offset from on.
-func (s *source) Read(ctx context.Context, from int64, limit int) ([]Entry, error) {
+func (s *TableSource) Read(ctx context.Context, from int64, limit int) ([]Entry, error) {
 	v, err := s.view(ctx)
 	if v == nil || err != nil || limit <= 0 {
 		return nil, err
@@ -53,7 +56,7 @@ func (s *source) Read(ctx context.Context, from int64, limit int) ([]Entry, erro
 }
 
 // End is the next offset not yet committed.
-func (s *source) End(ctx context.Context) (int64, error) {
+func (s *TableSource) End(ctx context.Context) (int64, error) {
 	v, err := s.view(ctx)
 	if v == nil || err != nil {
 		return 0, err
@@ -62,7 +65,7 @@ func (s *source) End(ctx context.Context) (int64, error) {
 }
 
 // OffsetForTime is the first offset accepted at or after t, or End.
-func (s *source) OffsetForTime(ctx context.Context, t time.Time) (int64, error) {
+func (s *TableSource) OffsetForTime(ctx context.Context, t time.Time) (int64, error) {
 	v, err := s.view(ctx)
 	if v == nil || err != nil {
 		return 0, err

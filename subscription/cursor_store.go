@@ -1,4 +1,4 @@
-package pulsar
+package subscription
 
 // Durable cursors live in a SQL table of the catalog database, so that
 // cloud servers keep no state of their own: whichever server serves a topic
@@ -20,7 +20,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tributary-io/tributary/pulsar/wire"
+	"github.com/tributary-io/tributary/subscription/wire"
 
 	"github.com/tributary-io/tributary/tables"
 )
