@@ -312,3 +312,42 @@ func TestGRPCHTTPOverTLS(t *testing.T) {
 		t.Fatalf("fetch over TLS: %v %v", st.Err(), vals)
 	}
 }
+
+// TestGRPCSlowReaders: ten following Fetch calls over 24 MiB of records
+// that never receive hold the node's memory within bounds (HTTP/2 flow
+// control stops each at one response), and the server still answers.
+func TestGRPCSlowReaders(t *testing.T) {
+	dir := t.TempDir()
+	p := startDev(t, dir)
+	const big = "rpc.big"
+	c := pbconnect.NewProduceServiceClient(h2c(), "http://"+p.HTTP, connect.WithGRPC())
+	var vals [][]byte
+	for range 48 {
+		vals = append(vals, bytes.Repeat([]byte("z"), 512<<10))
+	}
+	grpcProduce(t, c, big, vals, true)
+	waitRows(t, dir, big, 48)
+	rss0, _, _ := readRSS(p.cmd.Process.Pid)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rc := pbconnect.NewReadServiceClient(h2c(), "http://"+p.CloudHTTP, connect.WithGRPC())
+	for range 10 {
+		st, err := rc.Fetch(ctx, connect.NewRequest(&pb.FetchRequest{Stream: big, MaxBytes: 4 << 20, Follow: true}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+	}
+	time.Sleep(3 * time.Second)
+	rss1, _, _ := readRSS(p.cmd.Process.Pid)
+	t.Logf("node RSS %d MiB before, %d MiB with 10 Fetch calls that do not receive", rss0>>20, rss1>>20)
+	if rss1 > wireMemoryBound {
+		t.Fatalf("node RSS %d MiB with the slow readers, bound %d MiB", rss1>>20, wireMemoryBound>>20)
+	}
+	fctx, fcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer fcancel()
+	st, err := rc.Fetch(fctx, connect.NewRequest(&pb.FetchRequest{Stream: big, Offset: 47}))
+	if err != nil || !st.Receive() || st.Msg().Records[0].Offset != 47 {
+		t.Fatalf("a fetch next to the slow readers: %v %v", err, st.Err())
+	}
+}

@@ -23,7 +23,7 @@ const (
 	DefaultMaxRecords = 500
 	MaxRecords        = 10000
 	DefaultMaxBytes   = 1 << 20
-	MaxBytes          = 16 << 20
+	MaxBytes          = 4 << 20
 )
 
 // ReaderConfig configures a Reader.
