@@ -536,7 +536,12 @@ func TestCloudMQTTReplay(t *testing.T) {
 	// from earliest: each row to one member, none lost.
 	c2 := startCloudMQTT(t, dir)
 	share := "$share/dash/$stream/" + cloudStream + "/factory/#"
-	m1 := connectCloud(t, p.CloudMQTT, paho.Connect{ClientID: "share-1", CleanStart: true}, false)
+	// share-1 acknowledges by hand and holds its first 16 rows until
+	// share-2 has received one: otherwise share-1 can drain every chunk
+	// before share-2's SUBSCRIBE arrives, and the group need not split.
+	rm := uint16(16)
+	m1 := connectCloud(t, p.CloudMQTT, paho.Connect{ClientID: "share-1", CleanStart: true,
+		Properties: &paho.ConnectProperties{ReceiveMaximum: &rm}}, true)
 	m2 := connectCloud(t, c2.CloudMQTT, paho.Connect{ClientID: "share-2", CleanStart: true}, false)
 	for _, m := range []*cloudClient{m1, m2} {
 		if code := m.subscribe(t, share, "stream-offset", "earliest"); code != 1 {
@@ -545,15 +550,30 @@ func TestCloudMQTTReplay(t *testing.T) {
 	}
 	shared := map[int64]int{}
 	per := map[*cloudClient]int{}
+	var held []*paho.Publish // share-1's, until share-2 has one
+	ack := func(m *paho.Publish) {
+		if err := m1.Ack(m); err != nil {
+			t.Fatalf("share-1 ack: %v", err)
+		}
+	}
 	deadline := time.After(20 * time.Second)
 	for len(shared) < len(rows) {
 		select {
 		case m := <-m1.msgs:
 			shared[offsetOf(t, m)]++
 			per[m1]++
+			if per[m2] == 0 {
+				held = append(held, m)
+			} else {
+				ack(m)
+			}
 		case m := <-m2.msgs:
 			shared[offsetOf(t, m)]++
 			per[m2]++
+			for _, h := range held {
+				ack(h)
+			}
+			held = nil
 		case <-deadline:
 			t.Fatalf("$share group: %d of %d rows (members %d, %d)", len(shared), len(rows), per[m1], per[m2])
 		}
