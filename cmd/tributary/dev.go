@@ -176,9 +176,10 @@ func printDev(w io.Writer, cfg node.Config, data string, devices int, simRate fl
 
 Publish:      mosquitto_pub -h 127.0.0.1 -p %s%s -t factory/line1/temp -m '{"c":21.5}' -q 1
               echo 'k1:{"c":22}' | kcat -b %s%s -P -t factory.telemetry -K:
+              curl -H 'Content-Type: application/json' %s%s/v3/clusters/%s/topics/factory.telemetry/records -d '{"value":{"data":{"c":23}}}'
 Look at rows: bin/tributary tables scan factory.telemetry --data %s --limit 5
 Other topics go to stream %s. Ctrl-C stops with a final commit.
-
+%s
 `, cfg.DataDir, cfg.Catalog.Name,
 		scheme("mqtt", "", "mqtts://"), cfg.MQTT.Addr+scheme("mqtt", " (TCP)", ""),
 		scheme("mqtt_ws", "", "wss://"), cfg.MQTT.WSAddr,
@@ -188,5 +189,22 @@ Other topics go to stream %s. Ctrl-C stops with a final commit.
 		ck, kafkaTLS, ck, kcat,
 		scheme("pulsar", "pulsar://", "pulsar+ssl://"), cfg.CloudPulsarAddr, cfg.Catalog.Name,
 		devices, simRate,
-		portOf(cfg.MQTT.Addr), mosq, cfg.Kafka.Addr, kcat, data, cfg.MQTT.DefaultStream)
+		portOf(cfg.MQTT.Addr), mosq, cfg.Kafka.Addr, kcat,
+		scheme("http", "http://", "https://"), cfg.HTTPAddr, cfg.Catalog.Name,
+		data, cfg.MQTT.DefaultStream, devCloudReads(cfg, scheme, mosq))
+}
+
+// devCloudReads is printDev's part for the cloud's other read doors (MQTT
+// subscribers, the HTTP read API with gRPC), each when it is on.
+func devCloudReads(cfg node.Config, scheme func(listener, plain, secure string) string, mosq string) string {
+	var b strings.Builder
+	if a := cfg.CloudMQTTAddr; a != "" {
+		fmt.Fprintf(&b, "Subscribe:    mosquitto_sub -h 127.0.0.1 -p %s%s -V mqttv5 -t '$stream/factory.telemetry/#' -D subscribe user-property stream-offset earliest   (%s%s, MQTT from the tables)\n",
+			portOf(a), mosq, scheme("mqtt", "", "mqtts://"), a)
+	}
+	if a := cfg.CloudHTTPAddr; a != "" {
+		fmt.Fprintf(&b, "Read (HTTP):  curl -N -H 'Accept: text/event-stream' '%s%s/v1/streams/factory.telemetry/partitions/0/records?offset=earliest'   (gRPC Fetch and Subscribe on the same port)\n",
+			scheme("http", "http://", "https://"), a)
+	}
+	return b.String()
 }
