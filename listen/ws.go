@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
 
 	"github.com/gorilla/websocket"
 )
@@ -16,11 +17,16 @@ var ErrWSMessage = errors.New("websocket message is not binary")
 // across binary messages, each write is one binary message. Both MQTT
 // listeners (the edge's and the cloud's) serve their WebSocket clients
 // through it. The adapter follows mochi-mqtt's listeners/websocket.go
-// (MIT).
+// (MIT). Like any net.Conn it is safe for concurrent use: gorilla allows
+// one reader and one writer at a time, so reads and writes each hold a
+// lock (an MQTT client writes from its keep-alive pinger and its sender
+// at once).
 type WSConn struct {
 	net.Conn
-	c *websocket.Conn
-	r io.Reader // current message, nil between messages
+	c   *websocket.Conn
+	rmu sync.Mutex
+	r   io.Reader // current message, nil between messages; under rmu
+	wmu sync.Mutex
 }
 
 // NewWSConn wraps an upgraded WebSocket connection.
@@ -31,6 +37,8 @@ func NewWSConn(c *websocket.Conn) *WSConn { return &WSConn{Conn: c.NetConn(), c:
 func (ws *WSConn) NetConn() net.Conn { return ws.Conn }
 
 func (ws *WSConn) Read(p []byte) (int, error) {
+	ws.rmu.Lock()
+	defer ws.rmu.Unlock()
 	for {
 		if ws.r == nil {
 			op, r, err := ws.c.NextReader()
@@ -55,6 +63,8 @@ func (ws *WSConn) Read(p []byte) (int, error) {
 }
 
 func (ws *WSConn) Write(p []byte) (int, error) {
+	ws.wmu.Lock()
+	defer ws.wmu.Unlock()
 	if err := ws.c.WriteMessage(websocket.BinaryMessage, p); err != nil {
 		return 0, err
 	}
