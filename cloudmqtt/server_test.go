@@ -1,17 +1,17 @@
 package cloudmqtt
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/tributary-io/tributary/internal/tabletest"
 
 	"github.com/eclipse/paho.golang/paho"
 
@@ -42,27 +42,7 @@ func testServer(t *testing.T, n int) (*Server, *tables.Catalog) {
 			Topic: fmt.Sprintf("factory/%d/t", i%3), Value: []byte(fmt.Sprintf("value %d\x00\xff", i)), Source: "mqtt",
 			ClientID: "c", Node: "edge-1", Headers: []tributary.Header{{Key: "h", Value: []byte(strconv.Itoa(i))}}}
 	}
-	var buf bytes.Buffer
-	st, err := tables.WriteParquet(&buf, recs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := cat.TableLocation(testStream) + "/data/p0-0.parquet"
-	key, err := cat.KeyOf(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "warehouse", key)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cat.CommitAppend(ctx, testStream, []tables.PartitionAppend{{Partition: 0, From: 0, To: int64(n),
-		Files: []tables.FileMeta{{URL: url, Size: int64(buf.Len()), Stats: st}}}}, nil); err != nil {
-		t.Fatal(err)
-	}
+	tabletest.Commit(t, cat, testStream, recs)
 	s, err := New(Config{Addr: "127.0.0.1:0", SessionsDB: uri, MaxInflight: 16,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, tables.NewReader(cat, tables.ReaderConfig{}))
 	if err != nil {

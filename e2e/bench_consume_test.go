@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -16,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tributary-io/tributary/internal/tabletest"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -96,7 +97,6 @@ func consumeAll(t *testing.T, addr, topic string, n int) (ttfb, total time.Durat
 // benchRecordsPerFile per data file, calling each with every record.
 func writeBenchTable(t *testing.T, cat *tables.Catalog, dir string, n int, rng *rand.Rand, each func(*tributary.Record)) {
 	t.Helper()
-	ctx := context.Background()
 	for from := 0; from < n; from += benchRecordsPerFile {
 		recs := make([]*tributary.Record, min(benchRecordsPerFile, n-from))
 		for i := range recs {
@@ -105,22 +105,7 @@ func writeBenchTable(t *testing.T, cat *tables.Catalog, dir string, n int, rng *
 				each(recs[i])
 			}
 		}
-		var buf bytes.Buffer
-		st, err := tables.WriteParquet(&buf, recs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		url := fmt.Sprintf("%s/data/p0-%d.parquet", cat.TableLocation("bench.fetch"), from)
-		key, _ := cat.KeyOf(url)
-		path := filepath.Join(dir, "warehouse", key)
-		os.MkdirAll(filepath.Dir(path), 0o755)
-		if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := cat.CommitAppend(ctx, "bench.fetch", []tables.PartitionAppend{{Partition: 0, From: int64(from), To: int64(from + len(recs)),
-			Files: []tables.FileMeta{{URL: url, Size: int64(buf.Len()), Stats: st}}}}, nil); err != nil {
-			t.Fatal(err)
-		}
+		tabletest.Commit(t, cat, "bench.fetch", recs)
 	}
 }
 

@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
@@ -19,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tributary-io/tributary/internal/tabletest"
 
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -504,25 +505,7 @@ func commitRows(t *testing.T, cat *tables.Catalog, dir, stream string, p int32, 
 			Topic: stream, Key: []byte(fmt.Sprintf("p%d-%d", p, off)), Value: []byte(fmt.Sprintf("value %d of %d", off, p)),
 			Source: "kafka", ClientID: "e2e", Node: fmt.Sprintf("node-%d", p)}
 	}
-	var buf bytes.Buffer
-	st, err := tables.WriteParquet(&buf, recs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := fmt.Sprintf("%s/data/p%d-%d.parquet", cat.TableLocation(stream), p, from)
-	key, err := cat.KeyOf(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "warehouse", key)
-	os.MkdirAll(filepath.Dir(path), 0o755)
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cat.CommitAppend(context.Background(), stream, []tables.PartitionAppend{{Partition: p, From: from, To: from + int64(n),
-		Files: []tables.FileMeta{{URL: url, Size: int64(buf.Len()), Stats: st}}}}, nil); err != nil {
-		t.Fatal(err)
-	}
+	tabletest.Commit(t, cat, stream, recs)
 }
 
 // killableDialer lets a test cut a kgo client off the network as a kill

@@ -12,10 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/tributary-io/tributary/internal/tabletest"
 
 	"github.com/tributary-io/tributary/pulsar/wire"
 
@@ -54,27 +55,7 @@ func testServer(t *testing.T, n int, cfg Config) (*Server, []*tributary.Record) 
 			recs[i].Key = []byte(fmt.Sprintf("k%d", i%4))
 		}
 	}
-	var buf bytes.Buffer
-	st, err := tables.WriteParquet(&buf, recs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := cat.TableLocation(stream) + "/data/p0-0.parquet"
-	key, err := cat.KeyOf(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "warehouse", key)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cat.CommitAppend(ctx, stream, []tables.PartitionAppend{{Partition: 0, From: 0, To: int64(n),
-		Files: []tables.FileMeta{{URL: url, Size: int64(buf.Len()), Stats: st}}}}, nil); err != nil {
-		t.Fatal(err)
-	}
+	tabletest.Commit(t, cat, stream, recs)
 	cfg.Addr, cfg.CursorsDB = "127.0.0.1:0", uri
 	s, err := NewServer(cfg, tables.NewReader(cat, tables.ReaderConfig{}))
 	if err != nil {

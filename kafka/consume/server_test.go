@@ -7,11 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tributary-io/tributary/internal/tabletest"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -82,25 +83,7 @@ func (e *cloudEnv) commit(p int32, n int, valueSize int) {
 		}
 		recs[i] = r
 	}
-	var buf bytes.Buffer
-	st, err := tables.WriteParquet(&buf, recs)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	url := fmt.Sprintf("%s/data/p%d-%d.parquet", e.cat.TableLocation(cloudStream), p, from)
-	key, _ := e.cat.KeyOf(url)
-	path := filepath.Join(e.dir, "warehouse", key)
-	os.MkdirAll(filepath.Dir(path), 0o755)
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-		e.t.Fatal(err)
-	}
-	_, err = e.cat.CommitAppend(context.Background(), cloudStream, []tables.PartitionAppend{{
-		Partition: p, From: from, To: from + int64(n),
-		Files: []tables.FileMeta{{URL: url, Size: int64(buf.Len()), Stats: st}},
-	}}, nil)
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	tabletest.Commit(e.t, e.cat, cloudStream, recs)
 	e.next[p] = from + int64(n)
 	e.rows[p] = append(e.rows[p], recs...)
 }

@@ -11,6 +11,7 @@ import (
 	restcat "github.com/apache/iceberg-go/catalog/rest"
 	"github.com/apache/iceberg-go/table"
 
+	"github.com/tributary-io/tributary/internal/tabletest"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/tables/rest"
 )
@@ -147,7 +148,7 @@ func seedStream(t *testing.T, c *tables.Catalog, stream string) {
 		t.Fatal(err)
 	}
 	if _, err := c.CommitAppend(ctx, stream, []tables.PartitionAppend{{Partition: p, From: 0, To: 3,
-		Files: []tables.FileMeta{writeFile(t, c, stream, "", testRecords(p, 0, 3, 1))}}}, nil); err != nil {
+		Files: []tables.FileMeta{tabletest.WriteFile(t, c, stream, "", testRecords(p, 0, 3, 1))}}}, nil); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,6 +17,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tributary-io/tributary/internal/tabletest"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
@@ -149,27 +150,6 @@ func testRecords(part int32, from, n int, ts int64) []*tributary.Record {
 
 // writeFile writes recs as Parquet below the stream's table location,
 // named with suffix, like the uplink does.
-func writeFile(t *testing.T, c *tables.Catalog, stream, suffix string, recs []*tributary.Record) tables.FileMeta {
-	t.Helper()
-	var buf bytes.Buffer
-	st, err := tables.WriteParquet(&buf, recs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	url := fmt.Sprintf("%s/data/p%d-%d%s.parquet", c.TableLocation(stream), st.Partition, st.FirstOffset, suffix)
-	key, err := c.KeyOf(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(strings.TrimPrefix(c.Warehouse(), "file://"), key)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return tables.FileMeta{URL: url, Size: int64(buf.Len()), Stats: st}
-}
 
 func sameRecord(a, b *tributary.Record) error {
 	switch {
@@ -312,7 +292,7 @@ func TestIcebergGoClient(t *testing.T) {
 	}
 	ts := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC).UnixMicro()
 	recs := testRecords(p, 0, 3000, ts)
-	a := tables.PartitionAppend{Partition: p, From: 0, To: 2000, Files: []tables.FileMeta{writeFile(t, c, stream, "", recs[:2000])}}
+	a := tables.PartitionAppend{Partition: p, From: 0, To: 2000, Files: []tables.FileMeta{tabletest.WriteFile(t, c, stream, "", recs[:2000])}}
 	res, err := c.CommitAppend(ctx, stream, []tables.PartitionAppend{a}, map[string]string{"tributary.node": "n1"})
 	if err != nil || len(res.Committed) != 1 {
 		t.Fatalf("commit: %v %+v", err, res)
@@ -320,7 +300,7 @@ func TestIcebergGoClient(t *testing.T) {
 	if res, err := c.CommitAppend(ctx, stream, []tables.PartitionAppend{a}, nil); err != nil || len(res.Already) != 1 {
 		t.Fatalf("recommit: %v %+v", err, res)
 	}
-	b := tables.PartitionAppend{Partition: p, From: 2000, To: 3000, Files: []tables.FileMeta{writeFile(t, c, stream, "", recs[2000:])}}
+	b := tables.PartitionAppend{Partition: p, From: 2000, To: 3000, Files: []tables.FileMeta{tabletest.WriteFile(t, c, stream, "", recs[2000:])}}
 	if _, err := c.CommitAppend(ctx, stream, []tables.PartitionAppend{b}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +395,7 @@ func TestConcurrentCommittersNeverDuplicate(t *testing.T) {
 	files := make([]tables.FileMeta, n)
 	for i := range n {
 		clients[i] = e.client(t, i%2, nil)
-		files[i] = writeFile(t, clients[i], stream, fmt.Sprintf("-c%d", i), recs)
+		files[i] = tabletest.WriteFile(t, clients[i], stream, fmt.Sprintf("-c%d", i), recs)
 	}
 	var wg sync.WaitGroup
 	for i := range n {
@@ -487,7 +467,7 @@ func TestEvolveOverREST(t *testing.T) {
 		t.Fatalf("principal column %+v (present %v), %d schemas", f, ok, len(tb.Metadata().Schemas()))
 	}
 	recs := testRecords(0, 0, 8, time.Now().UnixMicro())
-	f := writeFile(t, first, stream, "", recs)
+	f := tabletest.WriteFile(t, first, stream, "", recs)
 	if _, err := first.CommitAppend(ctx, stream, []tables.PartitionAppend{{Partition: 0, From: 0, To: 8, Files: []tables.FileMeta{f}}}, nil); err != nil {
 		t.Fatal(err)
 	}
