@@ -64,7 +64,7 @@ func (h *clusterHook) OnClientExpired(cl *mochi.Client) {
 // publishes (forwarded ones among them) are never forwarded.
 func (h *clusterHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Packet, error) {
 	c := h.s.cluster.Load()
-	if c == nil || cl.Net.Inline {
+	if c == nil || cl.Net.Inline || pk.Ignore { // Ignore: held by the pipeline, routed once durable
 		return pk, nil
 	}
 	return c.route(pk), nil
