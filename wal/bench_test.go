@@ -6,9 +6,12 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tributary-io/tributary"
 )
@@ -175,4 +178,60 @@ func BenchmarkAppendWhileReleasing(b *testing.B) {
 		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+}
+
+// BenchmarkAppendClosedLoop is N clients with one message in flight each
+// and a round trip between an acknowledgement and their next append (the
+// network, the client, the front door), as MQTT devices publishing QoS 1
+// one at a time. It reports records/s against the commit bound (N ÷ the
+// mean commit duration): grouping decides how close it gets.
+func BenchmarkAppendClosedLoop(b *testing.B) {
+	for _, c := range []struct {
+		name    string
+		clients int
+		rtt     time.Duration
+	}{{"c10-rtt0", 10, 0}, {"c10-rtt200us", 10, 200 * time.Microsecond}, {"c10-rtt500us", 10, 500 * time.Microsecond}} {
+		b.Run(c.name, func(b *testing.B) {
+			w, err := Open(Options{Path: filepath.Join(b.TempDir(), "wal.db")})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer w.Close()
+			value := make([]byte, 256)
+			var next sync.WaitGroup
+			var count atomic.Int64
+			b.ResetTimer()
+			for range c.clients {
+				next.Add(1)
+				go func() {
+					defer next.Done()
+					for count.Add(1) <= int64(b.N) {
+						r := &tributary.Record{Stream: "bench.s", Topic: "t", Value: value, Source: "mqtt"}
+						if err := w.Append(context.Background(), r); err != nil {
+							b.Error(err)
+							return
+						}
+						if c.rtt > 0 {
+							time.Sleep(c.rtt)
+						}
+					}
+				}()
+			}
+			next.Wait()
+			b.StopTimer()
+			st := w.Stats()
+			var m dto.Metric
+			if err := w.metrics.fsync.Write(&m); err != nil {
+				b.Fatal(err)
+			}
+			rate := float64(b.N) / b.Elapsed().Seconds()
+			b.ReportMetric(rate, "records/s")
+			if n := m.GetHistogram().GetSampleCount(); n > 0 {
+				mean := m.GetHistogram().GetSampleSum() / float64(n)
+				b.ReportMetric(mean*1e6, "commit-µs")
+				b.ReportMetric(rate/(float64(c.clients)/mean), "x-commit-bound")
+				b.ReportMetric(float64(st.AppendedRecords)/float64(st.Commits), "records/commit")
+			}
+		})
+	}
 }
