@@ -15,7 +15,9 @@ import (
 //
 // # Invariants
 //
-//  1. Incarnation. Every Open of a WAL bumps its incarnation (stored under
+//  1. Incarnation. Every Open of a WAL bumps its incarnation (to at least
+//     the Unix time in milliseconds, so that a WAL recreated from scratch
+//     still starts above its predecessor; stored under
 //     "\x00incarnation" in the meta bucket, in the same transaction as the
 //     recovery, so it is durable before the first append), and so does a
 //     failed commit whose group was tapped (stored with the next commit).
@@ -98,7 +100,9 @@ func (w *WAL) bumpIncarnation(tx *bolt.Tx) error {
 	} else if v != nil {
 		return fmt.Errorf("%w: incarnation of %d bytes", ErrCorrupt, len(v))
 	}
-	w.inc = inc + 1
+	// The clock keeps the incarnation increasing even if the file is lost
+	// and recreated (a replica would refuse its appends as stale).
+	w.inc = max(inc+1, time.Now().UnixMilli())
 	if err := meta.Put(incarnationKey, be.AppendUint64(nil, uint64(w.inc))); err != nil {
 		return err
 	}
