@@ -149,10 +149,16 @@ func (t peerTransport) Ping(ctx context.Context, id, addr string) error {
 	return err
 }
 
-// Log is the node's main WAL (*wal.WAL).
+// Log is the node's main WAL (*wal.WAL). Open makes the Replicas its Tap
+// (SetTap), so each group's chunks go to the replicas while the WAL
+// fsyncs them; ReadChunks catches a replica up.
 type Log interface {
 	Partition(stream string, partition int32) (wal.PartitionState, bool)
 	Read(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]*tributary.Record, error)
+	ReadChunks(stream string, partition int32, from int64, maxBytes int) ([][]byte, error)
+	Partitions() []wal.PartitionState
+	Incarnation() int64
+	SetTap(wal.Tap)
 	EnsurePartition(stream string, partition int32, minNext int64) error
 	AppendAt(ctx context.Context, recs ...*tributary.Record) (skipped int, err error)
 }
@@ -235,6 +241,15 @@ type Replicas struct {
 	replicated, stored, takeovers atomic.Int64
 	fenced                        atomic.Int64
 	lastWarn                      atomic.Int64 // unix nanos of the last degrade warning
+	truncated                     atomic.Int64 // records of an old incarnation dropped (replica side)
+
+	// The dispatcher runs ReplicateAsync completions in order (sender.go).
+	cbMu   sync.Mutex
+	cbq    []func()
+	cbWake chan struct{}
+	cbStop chan struct{}
+	// cbExited: the dispatcher has exited (under cbMu).
+	cbExited bool
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -248,6 +263,10 @@ type Stats struct {
 	StoredRecords     int64 // records stored as a replica for others
 	Takeovers         int64 // partitions this node took over
 	Fenced            int64 // partitions a replica reported as taken over
+	// TruncatedRecords are records this node dropped from its replicas
+	// because their owner restarted (a new incarnation of its WAL) without
+	// having made them durable.
+	TruncatedRecords int64
 }
 
 // Open registers the message handlers, opens the stores left on disk and
@@ -273,7 +292,8 @@ func Open(cfg Config) (*Replicas, error) {
 		cfg.Logger = slog.Default()
 	}
 	r := &Replicas{cfg: cfg, log: cfg.Logger.With("component", "replica"), stores: map[string]*store{},
-		out: map[pkey]*outPart{}, taken: map[pkey]int64{}, watch: map[string]*watchState{}, stop: make(chan struct{})}
+		out: map[pkey]*outPart{}, taken: map[pkey]int64{}, watch: map[string]*watchState{}, stop: make(chan struct{}),
+		cbWake: make(chan struct{}, 1), cbStop: make(chan struct{})}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("replica: %w", err)
 	}
@@ -293,8 +313,10 @@ func Open(cfg Config) (*Replicas, error) {
 	cfg.Transport.Handle(wire.MsgAppend, r.handleAppend)
 	cfg.Transport.Handle(wire.MsgRelease, r.handleRelease)
 	cfg.Transport.Handle(wire.MsgQuery, r.handleQuery)
-	r.wg.Add(1)
+	r.wg.Add(2)
 	go r.takeoverLoop()
+	go r.dispatcher()
+	cfg.Log.SetTap(r)
 	return r, nil
 }
 
@@ -311,6 +333,7 @@ func (r *Replicas) Close(ctx context.Context) error {
 		return nil
 	}
 	r.closed = true
+	r.cfg.Log.SetTap(nil)
 	outs := make([]*outPart, 0, len(r.out))
 	for _, o := range r.out {
 		outs = append(outs, o)
@@ -324,6 +347,7 @@ func (r *Replicas) Close(ctx context.Context) error {
 	for _, o := range outs {
 		o.close()
 	}
+	close(r.cbStop)
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
 	select {
@@ -341,7 +365,7 @@ func (r *Replicas) Close(ctx context.Context) error {
 // Stats returns the current figures.
 func (r *Replicas) Stats() Stats {
 	st := Stats{Degraded: r.degraded.Load(), ReplicatedRecords: r.replicated.Load(), StoredRecords: r.stored.Load(),
-		Takeovers: r.takeovers.Load(), Fenced: r.fenced.Load()}
+		Takeovers: r.takeovers.Load(), Fenced: r.fenced.Load(), TruncatedRecords: r.truncated.Load()}
 	r.mu.Lock()
 	outs := make([]*outPart, 0, len(r.out))
 	for _, o := range r.out {
