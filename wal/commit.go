@@ -62,6 +62,7 @@ type work struct {
 	pend      []span
 	pendBytes int
 	put       [][]byte // chunk values put in this group, in offset order (for the Tap)
+	putFirst  int64    // offset of put's first record
 }
 
 // span is a record's encoding in the committer's arena.
@@ -509,7 +510,7 @@ func (w *WAL) flush(g *group, wk *work) error {
 		if err := b.Put(offsetKey(first+int64(i)), v); err != nil {
 			return fmt.Errorf("put %s/%d@%d: %w", wk.pk.stream, wk.pk.partition, first+int64(i), err)
 		}
-		wk.put = append(wk.put, v)
+		wk.noteput(first+int64(i), v)
 		i += len(recs)
 	}
 	wk.pend = wk.pend[:0]

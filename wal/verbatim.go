@@ -58,6 +58,7 @@ type TappedPartition struct {
 	Start       int64 // the partition's Next when the incarnation began
 	Epoch       int64 // highest epoch of the partition
 	Released    int64 // the partition's released offset
+	First       int64 // the offset of the first record of Chunks
 	Next        int64 // the partition's Next once the group commits
 	Chunks      [][]byte
 }
@@ -138,7 +139,7 @@ func (w *WAL) tapGroup(g *group) {
 			continue
 		}
 		parts = append(parts, TappedPartition{Stream: wk.pk.stream, Partition: wk.pk.partition, Incarnation: w.inc,
-			Start: wk.st.start, Epoch: wk.st.epoch, Released: wk.st.released, Next: wk.st.next, Chunks: wk.put})
+			Start: wk.st.start, Epoch: wk.st.epoch, Released: wk.st.released, First: wk.putFirst, Next: wk.st.next, Chunks: wk.put})
 	}
 	if len(parts) == 0 {
 		return
@@ -318,7 +319,7 @@ func (w *WAL) applyVerbatim(g *group, o *op) (opErr, txErr error) {
 		if err := b.Put(offsetKey(p.first), p.v); err != nil {
 			return nil, fmt.Errorf("put %s/%d@%d: %w", v.Stream, v.Partition, p.first, err)
 		}
-		wk.put = append(wk.put, p.v)
+		wk.noteput(p.first, p.v)
 	}
 	if wk.st.next == wk.st.released {
 		ch, _ := decodeChunk(puts[0].v)
@@ -535,4 +536,12 @@ func (w *WAL) clearIncDirty() {
 	w.mu.Lock()
 	w.incDirty = false
 	w.mu.Unlock()
+}
+
+// noteput records a chunk value put in the group, for the Tap.
+func (wk *work) noteput(first int64, v []byte) {
+	if len(wk.put) == 0 {
+		wk.putFirst = first
+	}
+	wk.put = append(wk.put, v)
 }

@@ -119,7 +119,7 @@ func TestTapVerbatim(t *testing.T) {
 	if tap.committed[0] != 0 || tap.committed[1] != 5 {
 		t.Fatalf("committed Next when tapped: %v, want [0 5] (tapped before the commit)", tap.committed)
 	}
-	if len(parts[1].Chunks) < 2 || parts[1].Next != 2005 || parts[1].Incarnation != owner.Incarnation() {
+	if len(parts[1].Chunks) < 2 || parts[1].First != 5 || parts[1].Next != 2005 || parts[1].Incarnation != owner.Incarnation() {
 		t.Fatalf("second group: %d chunks, next %d, incarnation %d", len(parts[1].Chunks), parts[1].Next, parts[1].Incarnation)
 	}
 	for _, p := range parts {
