@@ -37,6 +37,10 @@ type outPart struct {
 	// again) lifts the fence.
 	fencedAt int64
 	closed   bool
+	// seen: the main WAL has held the partition (a submit, which follows
+	// a commit, or a pump found it), so its absence means it was dropped,
+	// not that its first group is still being committed.
+	seen bool
 }
 
 // target is the replication state of one partition on one replica.
@@ -314,6 +318,7 @@ func (o *outPart) submit(end, epoch int64, ring []Member, wait bool, call *async
 	}
 	o.next = max(o.next, end)
 	o.epoch = max(o.epoch, epoch)
+	o.seen = true
 	o.align(ring)
 	var w *waiter
 	if wait {
@@ -547,6 +552,15 @@ func (o *outPart) flushOut(t *target) {
 // that is new, behind or recovering), up to the in-flight limit.
 func (o *outPart) pump(t *target) {
 	st, ok := o.r.cfg.Log.Partition(o.pk.stream, o.pk.partition)
+	o.mu.Lock()
+	if ok {
+		o.seen = true
+	}
+	seen := o.seen
+	o.mu.Unlock()
+	if !ok && !seen {
+		return // a new partition whose first group is tapped, not yet committed
+	}
 	if !ok {
 		// The WAL dropped the partition: the uplink was fenced out of it.
 		o.mu.Lock()
