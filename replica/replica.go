@@ -38,22 +38,48 @@
 //     and the normal uplink uploads them; the old owner's uploads are fenced
 //     by the epoch in the catalog. Replica copies are released once the
 //     table's mark covers them (losers) or once copied (the winner).
+//  7. Copies agree after a crash. Records reach a replica before the
+//     owner has fsynced them, so an owner killed in between leaves its
+//     replicas holding records it never made durable (and never
+//     acknowledged: an acknowledgement waits for both fsyncs). Every open
+//     of the owner's WAL is a new incarnation; the replicas drop, before
+//     storing anything of the new one, what they hold at or above the
+//     owner's durable end at that open, and refuse appends of an older
+//     incarnation (StatusStale). Acknowledged records are below that end,
+//     so they are never dropped. If the owner dies for good, the taker
+//     keeps everything its copy holds: all acknowledged records, and
+//     possibly unacknowledged ones the owner sent, which then are the
+//     partition's history (the old owner, fenced, drops its own copy).
 //
 // # Outline
 //
-// Owner side (sender.go): Replicate groups records by partition and waits
-// on a waiter per partition. Each (partition, replica) pair has a sender
-// goroutine that reads the owner's WAL from the replica's next offset and
-// pipelines wire.MsgAppend messages (several in flight, answered in order on
-// the link) and, when the owner's WAL released a range, wire.MsgRelease. Replies
-// advance the replica's acknowledged offset and release waiters; a gap
-// reply rewinds the sender; a link error or a timeout marks the replica
-// missing (degrade or refuse) and it is retried with backoff.
+// Owner side (sender.go): the Replicas are the main WAL's wal.Tap. The
+// committer hands each group's chunk values to Tapped before it fsyncs
+// them, and they are queued at once, verbatim, as a wire.MsgAppend for
+// every replica that is in step (has been sent everything before the
+// group): the replicas' fsyncs overlap the owner's. Replicate (and
+// ReplicateAsync, whose callback runs on one dispatcher goroutine) then
+// waits on a waiter per partition for the replicas' answers. Each
+// (partition, replica) pair has a sender goroutine, the only one that
+// hands that replica's appends to the link (in offset order); it also
+// catches a replica up that is new, behind or recovering by reading chunks
+// back from the WAL (ReadChunks), and passes on the owner's releases
+// (wire.MsgRelease). Replies advance the replica's acknowledged offset and
+// release waiters; a gap reply rewinds the sender; a link error, a
+// timeout or a stale-incarnation reply marks the replica missing (degrade
+// or refuse) and it is retried with backoff. A restarted owner greets
+// every replica of every partition of its WAL (takeover loop tick) with
+// its new incarnation and durable start (wal.PartitionState.Start), even
+// with nothing new to send.
 //
 // Replica side (store.go): one store per origin node, a wal.WAL under
 // Config.Dir/<origin>/ opened on first use, with the node's disk budget.
-// Its worker applies the origin's messages in arrival order with group
-// commit, replying asynchronously so the link keeps pipelining.
+// Its worker applies the origin's messages in arrival order, storing the
+// chunks verbatim (wal.AppendVerbatimAsync: checksums and offsets checked,
+// group commit) and releasing asynchronously, replying as each is durable
+// so the link keeps pipelining. Per partition it keeps the owner's
+// incarnation (the WAL's Tag): the first message of a newer one drops the
+// records above the owner's durable start first (invariant 7).
 //
 // Takeover (takeover.go): a loop watches the members whose replicas this
 // node holds; once one is dead and unreachable for Grace, it asks the other

@@ -13,7 +13,7 @@ import (
 
 // Sender tuning.
 const (
-	maxInflight    = 8       // wire.MsgAppend requests in flight per (partition, replica)
+	maxInflight    = 16      // wire.MsgAppend requests in flight per (partition, replica)
 	maxSendBytes   = 1 << 20 // WAL bytes per wire.MsgAppend
 	maxSendRecords = 4096    // records per wire.MsgAppend
 	retryBackoff   = time.Second
