@@ -1,8 +1,10 @@
 package replica
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -138,4 +140,71 @@ func TestStoreScript(t *testing.T) {
 	step("stale after a restart", app(7, 6, chunk(7, 8, "i7")), wire.StatusStale, 7)
 	step("current after a restart", app(9, 7, chunk(7, 8, "i9")), wire.StatusOK, 8)
 	values("after the restart of b", "i5-0", "i5-1", "i5-2", "i5-3", "i5-4", "i5-5", "i7-6", "i9-7")
+}
+
+// asyncIngest appends count records as ingest's pipelined path does
+// (AppendAsync, then ReplicateAsync from the WAL's callback) and returns
+// the outcome of each.
+func (n *testNode) asyncIngest(count int) []error {
+	errs := make([]error, count)
+	var wg sync.WaitGroup
+	for i := range count {
+		wg.Add(1)
+		rec := &tributary.Record{Stream: "s.t", Topic: "t", Value: []byte(fmt.Sprintf("%s-async-%d", n.id, i)), Source: "mqtt", Node: n.id}
+		n.main.AppendAsync([]*tributary.Record{rec}, func(err error) {
+			if err != nil {
+				errs[i] = err
+				wg.Done()
+				return
+			}
+			n.r.ReplicateAsync([]*tributary.Record{rec}, func(err error) { errs[i] = err; wg.Done() })
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+// TestReplicateAsync: the callback form completes when the replica holds
+// the records, degrades or refuses by policy when it is cut off, and
+// fails with ErrClosed after Close.
+func TestReplicateAsync(t *testing.T) {
+	tc := newTestCluster(t, 2, Degrade, "a", "b")
+	a, b := tc.nodes["a"], tc.nodes["b"]
+	for i, err := range a.asyncIngest(50) {
+		if err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+	}
+	if _, next := b.stored(t, "a", 0); next != 50 {
+		t.Fatalf("b holds up to %d, want 50 once every callback ran", next)
+	}
+	tc.net.setCut("addr-b", true)
+	for i, err := range a.asyncIngest(5) {
+		if err != nil {
+			t.Fatalf("degrade, record %d: %v", i, err)
+		}
+	}
+	if !a.r.Stats().Degraded {
+		t.Fatal("not degraded with the replica cut off")
+	}
+
+	tr := newTestCluster(t, 2, Refuse, "x", "y")
+	x := tr.nodes["x"]
+	tr.net.setCut("addr-y", true)
+	for i, err := range x.asyncIngest(3) {
+		if !errors.Is(err, ErrNotReplicated) {
+			t.Fatalf("refuse, record %d: %v", i, err)
+		}
+	}
+	x.r.Close(context.Background())
+	done := make(chan error, 1)
+	x.r.ReplicateAsync([]*tributary.Record{{Stream: "s.t", Offset: 99}}, func(err error) { done <- err })
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrClosed) {
+			t.Fatalf("after Close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("ReplicateAsync after Close never called back")
+	}
 }

@@ -613,9 +613,6 @@ func (o *outPart) pump(t *target) {
 		t.greeted = true
 		msg := wire.Append{Stream: o.pk.stream, Partition: o.pk.partition, Epoch: epoch, Base: base,
 			Incarnation: inc, From: st.Start, Chunks: chunks}
-		if chunks == nil {
-			msg.Chunks = [][]byte{}
-		}
 		t.out = append(t.out, outMsg{payload: msg.Encode(), gen: gen, n: max(end-from, 0)})
 		o.mu.Unlock()
 		if len(chunks) == 0 {
