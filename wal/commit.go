@@ -226,7 +226,7 @@ func (w *WAL) commit(ops []*op) {
 	g, rejections, err := w.apply(live, results)
 	if err != nil {
 		if w.tapped {
-			w.newIncarnation()
+			w.breakDown(err)
 		}
 		w.log.Error("wal commit failed", "ops", len(live), "err", err)
 		w.mu.Lock()
@@ -339,16 +339,11 @@ func (w *WAL) apply(ops []*op, results []error) (*group, int64, error) {
 		tx.Rollback()
 		return nil, rejections, nil
 	}
-	if err := w.putIncarnation(tx); err != nil {
-		tx.Rollback()
-		return nil, 0, fmt.Errorf("put incarnation: %w", err)
-	}
 	w.tapped = false
 	w.tapGroup(g)
 	if err := tx.Commit(); err != nil {
 		return nil, 0, fmt.Errorf("commit: %w", err)
 	}
-	w.clearIncDirty()
 	return g, rejections, nil
 }
 

@@ -19,17 +19,17 @@ import (
 //     the Unix time in milliseconds, so that a WAL recreated from scratch
 //     still starts above its predecessor; stored under
 //     "\x00incarnation" in the meta bucket, in the same transaction as the
-//     recovery, so it is durable before the first append), and so does a
-//     failed commit whose group was tapped (stored with the next commit).
-//     Each partition remembers its Next at the start of the incarnation
+//     recovery, so it is durable before the first append). Each partition remembers its Next at the start of the incarnation
 //     (PartitionState.Start): everything below it was durable before the
 //     incarnation began; everything at or above it was written (and
 //     perhaps tapped) in it.
 //  2. Tapped before fsynced. Tap.Tapped sees exactly the chunk values the
 //     group's transaction puts, in offset order per partition, before the
-//     transaction commits; a tapped group may still fail (then the
-//     incarnation is bumped, invariant 1) or never become durable (kill
-//     -9: the next Open bumps it).
+//     transaction commits. A tapped group may never become durable (kill
+//     -9: the next Open is a new incarnation) or fail to commit: then every
+//     later write fails with ErrBroken until the WAL is reopened, so that
+//     no offset the replicas may hold is given to another record within
+//     one incarnation.
 //  3. Verbatim. AppendVerbatimAsync stores chunk values as given (a chunk
 //     that overlaps what the partition holds is cut to its new records,
 //     whose bytes are kept), after checking each chunk's checksum and that
@@ -62,6 +62,10 @@ type TappedPartition struct {
 	Next        int64 // the partition's Next once the group commits
 	Chunks      [][]byte
 }
+
+// ErrBroken is wrapped by every write after a group handed to the Tap
+// failed to commit (see breakDown); reopen the WAL.
+var ErrBroken = errors.New("wal: a replicated group failed to commit; reopen the WAL")
 
 // ErrStale refuses a verbatim append of an incarnation older than the one
 // the partition last stored.
@@ -151,29 +155,18 @@ func (w *WAL) tapGroup(g *group) {
 	}
 }
 
-// newIncarnation starts a new incarnation after a tapped group failed to
-// commit: its offsets will be reused, so replicas must drop what they got
-// of it (committer only). It is stored with the next commit.
-func (w *WAL) newIncarnation() {
+// breakDown stops the WAL's writes after a tapped group failed to commit
+// (committer only): the replicas may hold it, and its offsets must not be
+// given to other records in this incarnation, so every later write fails
+// with ErrBroken until the WAL is reopened (a new incarnation, whose
+// replicas drop what they hold above its durable end).
+func (w *WAL) breakDown(err error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.inc++
-	w.incDirty = true
-	for _, st := range w.parts {
-		st.start = st.next
+	if w.broken == nil {
+		w.broken = fmt.Errorf("%w: %v", ErrBroken, err)
+		w.log.Error("wal: a group the replicas already have failed to commit: refusing writes until the WAL is reopened", "err", err)
 	}
-	w.log.Warn("wal: a replicated group failed to commit; new incarnation", "incarnation", w.inc)
-}
-
-// putIncarnation stores an incarnation bumped since the last commit.
-func (w *WAL) putIncarnation(tx *bolt.Tx) error {
-	w.mu.Lock()
-	dirty, inc := w.incDirty, w.inc
-	w.mu.Unlock()
-	if !dirty {
-		return nil
-	}
-	return tx.Bucket(metaBucket).Put(incarnationKey, be.AppendUint64(nil, uint64(inc)))
 }
 
 // Verbatim is one AppendVerbatimAsync call: chunks of one partition as the
@@ -527,15 +520,9 @@ func (w *WAL) ReleaseAsync(stream string, partition int32, upTo int64, done func
 // tapState is the committer's tap bookkeeping (embedded in WAL).
 type tapState struct {
 	tap      atomic.Pointer[Tap]
-	inc      int64 // under mu
-	incDirty bool  // under mu: inc not yet stored
-	tapped   bool  // committer: the group being applied was tapped
-}
-
-func (w *WAL) clearIncDirty() {
-	w.mu.Lock()
-	w.incDirty = false
-	w.mu.Unlock()
+	inc    int64 // under mu
+	broken error // under mu: set by breakDown, returned by every later write
+	tapped bool  // committer: the group being applied was tapped
 }
 
 // noteput records a chunk value put in the group, for the Tap.

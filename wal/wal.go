@@ -760,6 +760,11 @@ func (w *WAL) enqueue(o *op) error {
 		w.mu.Unlock()
 		return ErrClosed
 	}
+	if w.broken != nil {
+		err := w.broken
+		w.mu.Unlock()
+		return err
+	}
 	w.queue = append(w.queue, o)
 	w.mu.Unlock()
 	w.signal()
