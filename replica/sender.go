@@ -326,8 +326,9 @@ func (o *outPart) submit(end, epoch int64, ring []Member, wait bool, call *async
 		for _, t := range o.targets {
 			w.targets = append(w.targets, t)
 		}
-		o.waiters = append(o.waiters, w)
-		o.settle()
+		if !o.try(w) { // only the new waiter can have changed
+			o.waiters = append(o.waiters, w)
+		}
 	}
 	for _, t := range o.targets {
 		wakeUp(t.wake)
@@ -462,35 +463,43 @@ func (o *outPart) rewind(t *target) {
 func (o *outPart) settle() {
 	keep := o.waiters[:0]
 	for _, w := range o.waiters {
-		done, degraded := true, false
-		for _, t := range w.targets {
-			switch {
-			case t.acked >= w.upTo:
-			case t.failed():
-				degraded = true
-			default:
-				done = false
-			}
-		}
-		if o.fenced {
-			done, w.err = true, ErrFenced
-		}
-		if o.closed && !done {
-			done, w.err = true, ErrClosed
-		}
-		if !done {
+		if !o.try(w) {
 			keep = append(keep, w)
-			continue
-		}
-		w.degraded = degraded
-		if w.call != nil {
-			o.r.finish(w)
-		} else {
-			close(w.done)
 		}
 	}
 	clear(o.waiters[len(keep):])
 	o.waiters = keep
+}
+
+// try completes w if every target has answered for it, reporting whether
+// it did (o.mu held).
+func (o *outPart) try(w *waiter) bool {
+	done, degraded := true, false
+	for _, t := range w.targets {
+		switch {
+		case t.acked >= w.upTo:
+		case t.failed():
+			degraded = true
+		default:
+			done = false
+		}
+	}
+	if o.fenced {
+		done, w.err = true, ErrFenced
+	}
+	if o.closed && !done {
+		done, w.err = true, ErrClosed
+	}
+	if !done {
+		return false
+	}
+	w.degraded = degraded
+	if w.call != nil {
+		o.r.finish(w)
+	} else {
+		close(w.done)
+	}
+	return true
 }
 
 // lag is the records of the partition not yet on every replica.
