@@ -519,7 +519,7 @@ func (w *WAL) ReleaseAsync(stream string, partition int32, upTo int64, done func
 
 // tapState is the committer's tap bookkeeping (embedded in WAL).
 type tapState struct {
-	tap      atomic.Pointer[Tap]
+	tap    atomic.Pointer[Tap]
 	inc    int64 // under mu
 	broken error // under mu: set by breakDown, returned by every later write
 	tapped bool  // committer: the group being applied was tapped
