@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -28,6 +29,12 @@ type replCluster struct {
 	base   string
 	shared string
 	commit time.Duration
+	// grace is the takeover grace ("" = 2s).
+	grace string
+	// pinGossip restarts a node on the gossip address it had, so that its
+	// peers see the same member come back at once (not a new one whose
+	// address conflicts with the old one until that is declared dead).
+	pinGossip bool
 	// extra, when set, is YAML appended to node id's config: first keys
 	// of the cluster section (indented two spaces), then other sections.
 	extra func(id string) string
@@ -72,6 +79,12 @@ func (c *replCluster) start(id string, join ...string) *proc {
 	if js == "" {
 		js = "    []\n"
 	}
+	gossip := "127.0.0.1:0"
+	c.mu.Lock()
+	if old := c.nodes[id]; c.pinGossip && old != nil {
+		gossip = old.Gossip
+	}
+	c.mu.Unlock()
 	cfg := fmt.Sprintf(`node_id: %s
 data_dir: %s
 catalog:
@@ -87,13 +100,13 @@ maintenance:
   enabled: false
 http_addr: 127.0.0.1:0
 cluster:
-  gossip_addr: 127.0.0.1:0
+  gossip_addr: %s
   gossip_profile: local
   replication_factor: 2
   replication_timeout: 2s
-  takeover_grace: 2s
+  takeover_grace: %s
   join:
-%s`, id, dir, c.shared, c.shared, c.commit, js)
+%s`, id, dir, c.shared, c.shared, c.commit, gossip, cmp.Or(c.grace, "2s"), js)
 	if c.extra != nil {
 		cfg += c.extra(id)
 	}

@@ -137,11 +137,9 @@ func (in *ingest) AppendPipelined(ctx context.Context, r *tributary.Record, done
 			return
 		}
 		in.count.add(recs)
-		if in.repl.r.Load() == nil {
-			done(nil)
-			return
-		}
-		go func() { done(in.repl.wait(ctx, recs)) }() // never on the WAL's committer
+		// The replicas got the records while the WAL fsynced them (its
+		// Tap); their answer completes the acknowledgement.
+		in.repl.waitAsync(recs, done)
 	})
 	return nil
 }

@@ -141,7 +141,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n.wal, err = wal.Open(wal.Options{Path: cfg.WAL.Path, MaxBytes: int64(cfg.WAL.MaxBytes), Logger: log})
+	n.wal, err = wal.Open(wal.Options{Path: cfg.WAL.Path, MaxBytes: int64(cfg.WAL.MaxBytes), Logger: log,
+		TestTapDelay: testTapDelay(log)})
 	if err != nil {
 		return nil, fmt.Errorf("open wal: %w", err)
 	}

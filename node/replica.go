@@ -2,10 +2,12 @@ package node
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -43,6 +45,16 @@ func (x *replication) wait(ctx context.Context, recs []*tributary.Record) error 
 		return r.Replicate(ctx, recs)
 	}
 	return nil
+}
+
+// waitAsync calls done once recs, durable in the WAL, are durable on the
+// replicas, without a goroutine of its own.
+func (x *replication) waitAsync(recs []*tributary.Record, done func(error)) {
+	if r := x.r.Load(); r != nil {
+		r.ReplicateAsync(recs, done)
+		return
+	}
+	done(nil)
 }
 
 // notify replicates recs without waiting (QoS 0).
@@ -130,6 +142,28 @@ func (n *Node) registerReplicaMetrics(reg *prometheus.Registry) {
 		func(s replica.Stats) int64 { return s.Takeovers })
 	counter("tributary_replication_fenced_total", "Partitions a replica reported as taken over by another node.",
 		func(s replica.Stats) int64 { return s.Fenced })
+	counter("tributary_replica_truncated_records_total", "Records this node dropped from its replicas because their owner restarted without having made them durable.",
+		func(s replica.Stats) int64 { return s.TruncatedRecords })
+}
+
+// TestTapDelayEnv, tests only, is a duration (e.g. "20ms") the WAL waits
+// between handing a group to the replicas and fsyncing it, so that
+// end-to-end tests can kill a node in that window (wal.Options.TestTapDelay).
+// Never set it in production.
+const TestTapDelayEnv = "TRIBUTARY_TEST_TAP_DELAY"
+
+func testTapDelay(log *slog.Logger) time.Duration {
+	v := os.Getenv(TestTapDelayEnv)
+	if v == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 || d > time.Second {
+		log.Error("ignoring a bad test tap delay", "env", TestTapDelayEnv, "value", v)
+		return 0
+	}
+	log.Warn("test hook: the WAL waits between replicating a group and fsyncing it", "env", TestTapDelayEnv, "delay", d)
+	return d
 }
 
 // TestHooksEnv, set to 1 in a node's environment, adds POST

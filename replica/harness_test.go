@@ -262,6 +262,8 @@ type testCluster struct {
 	mu      sync.Mutex
 	members map[string]Member
 	nodes   map[string]*testNode
+	// tapDelay is the main WALs' TestTapDelay for nodes started from now.
+	tapDelay time.Duration
 }
 
 func newTestCluster(t *testing.T, factor int, policy Policy, ids ...string) *testCluster {
@@ -278,7 +280,7 @@ func newTestCluster(t *testing.T, factor int, policy Policy, ids ...string) *tes
 
 func (tc *testCluster) start(id string, factor int, policy Policy, dir string) *testNode {
 	t := tc.t
-	main, err := wal.Open(wal.Options{Path: filepath.Join(dir, "wal", "wal.db"), NoSync: true})
+	main, err := wal.Open(wal.Options{Path: filepath.Join(dir, "wal", "wal.db"), NoSync: true, TestTapDelay: tc.tapDelay})
 	if err != nil {
 		t.Fatal(err)
 	}

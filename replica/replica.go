@@ -38,22 +38,48 @@
 //     and the normal uplink uploads them; the old owner's uploads are fenced
 //     by the epoch in the catalog. Replica copies are released once the
 //     table's mark covers them (losers) or once copied (the winner).
+//  7. Copies agree after a crash. Records reach a replica before the
+//     owner has fsynced them, so an owner killed in between leaves its
+//     replicas holding records it never made durable (and never
+//     acknowledged: an acknowledgement waits for both fsyncs). Every open
+//     of the owner's WAL is a new incarnation; the replicas drop, before
+//     storing anything of the new one, what they hold at or above the
+//     owner's durable end at that open, and refuse appends of an older
+//     incarnation (StatusStale). Acknowledged records are below that end,
+//     so they are never dropped. If the owner dies for good, the taker
+//     keeps everything its copy holds: all acknowledged records, and
+//     possibly unacknowledged ones the owner sent, which then are the
+//     partition's history (the old owner, fenced, drops its own copy).
 //
 // # Outline
 //
-// Owner side (sender.go): Replicate groups records by partition and waits
-// on a waiter per partition. Each (partition, replica) pair has a sender
-// goroutine that reads the owner's WAL from the replica's next offset and
-// pipelines wire.MsgAppend messages (several in flight, answered in order on
-// the link) and, when the owner's WAL released a range, wire.MsgRelease. Replies
-// advance the replica's acknowledged offset and release waiters; a gap
-// reply rewinds the sender; a link error or a timeout marks the replica
-// missing (degrade or refuse) and it is retried with backoff.
+// Owner side (sender.go): the Replicas are the main WAL's wal.Tap. The
+// committer hands each group's chunk values to Tapped before it fsyncs
+// them, and they are queued at once, verbatim, as a wire.MsgAppend for
+// every replica that is in step (has been sent everything before the
+// group): the replicas' fsyncs overlap the owner's. Replicate (and
+// ReplicateAsync, whose callback runs on one dispatcher goroutine) then
+// waits on a waiter per partition for the replicas' answers. Each
+// (partition, replica) pair has a sender goroutine, the only one that
+// hands that replica's appends to the link (in offset order); it also
+// catches a replica up that is new, behind or recovering by reading chunks
+// back from the WAL (ReadChunks), and passes on the owner's releases
+// (wire.MsgRelease). Replies advance the replica's acknowledged offset and
+// release waiters; a gap reply rewinds the sender; a link error, a
+// timeout or a stale-incarnation reply marks the replica missing (degrade
+// or refuse) and it is retried with backoff. A restarted owner greets
+// every replica of every partition of its WAL (takeover loop tick) with
+// its new incarnation and durable start (wal.PartitionState.Start), even
+// with nothing new to send.
 //
 // Replica side (store.go): one store per origin node, a wal.WAL under
 // Config.Dir/<origin>/ opened on first use, with the node's disk budget.
-// Its worker applies the origin's messages in arrival order with group
-// commit, replying asynchronously so the link keeps pipelining.
+// Its worker applies the origin's messages in arrival order, storing the
+// chunks verbatim (wal.AppendVerbatimAsync: checksums and offsets checked,
+// group commit) and releasing asynchronously, replying as each is durable
+// so the link keeps pipelining. Per partition it keeps the owner's
+// incarnation (the WAL's Tag): the first message of a newer one drops the
+// records above the owner's durable start first (invariant 7).
 //
 // Takeover (takeover.go): a loop watches the members whose replicas this
 // node holds; once one is dead and unreachable for Grace, it asks the other
@@ -149,10 +175,16 @@ func (t peerTransport) Ping(ctx context.Context, id, addr string) error {
 	return err
 }
 
-// Log is the node's main WAL (*wal.WAL).
+// Log is the node's main WAL (*wal.WAL). Open makes the Replicas its Tap
+// (SetTap), so each group's chunks go to the replicas while the WAL
+// fsyncs them; ReadChunks catches a replica up.
 type Log interface {
 	Partition(stream string, partition int32) (wal.PartitionState, bool)
 	Read(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]*tributary.Record, error)
+	ReadChunks(stream string, partition int32, from int64, maxBytes int) ([][]byte, error)
+	Partitions() []wal.PartitionState
+	Incarnation() int64
+	SetTap(wal.Tap)
 	EnsurePartition(stream string, partition int32, minNext int64) error
 	AppendAt(ctx context.Context, recs ...*tributary.Record) (skipped int, err error)
 }
@@ -235,6 +267,15 @@ type Replicas struct {
 	replicated, stored, takeovers atomic.Int64
 	fenced                        atomic.Int64
 	lastWarn                      atomic.Int64 // unix nanos of the last degrade warning
+	truncated                     atomic.Int64 // records of an old incarnation dropped (replica side)
+
+	// The dispatcher runs ReplicateAsync completions in order (sender.go).
+	cbMu   sync.Mutex
+	cbq    []func()
+	cbWake chan struct{}
+	cbStop chan struct{}
+	// cbExited: the dispatcher has exited (under cbMu).
+	cbExited bool
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -248,6 +289,10 @@ type Stats struct {
 	StoredRecords     int64 // records stored as a replica for others
 	Takeovers         int64 // partitions this node took over
 	Fenced            int64 // partitions a replica reported as taken over
+	// TruncatedRecords are records this node dropped from its replicas
+	// because their owner restarted (a new incarnation of its WAL) without
+	// having made them durable.
+	TruncatedRecords int64
 }
 
 // Open registers the message handlers, opens the stores left on disk and
@@ -273,7 +318,8 @@ func Open(cfg Config) (*Replicas, error) {
 		cfg.Logger = slog.Default()
 	}
 	r := &Replicas{cfg: cfg, log: cfg.Logger.With("component", "replica"), stores: map[string]*store{},
-		out: map[pkey]*outPart{}, taken: map[pkey]int64{}, watch: map[string]*watchState{}, stop: make(chan struct{})}
+		out: map[pkey]*outPart{}, taken: map[pkey]int64{}, watch: map[string]*watchState{}, stop: make(chan struct{}),
+		cbWake: make(chan struct{}, 1), cbStop: make(chan struct{})}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("replica: %w", err)
 	}
@@ -293,8 +339,10 @@ func Open(cfg Config) (*Replicas, error) {
 	cfg.Transport.Handle(wire.MsgAppend, r.handleAppend)
 	cfg.Transport.Handle(wire.MsgRelease, r.handleRelease)
 	cfg.Transport.Handle(wire.MsgQuery, r.handleQuery)
-	r.wg.Add(1)
+	r.wg.Add(2)
 	go r.takeoverLoop()
+	go r.dispatcher()
+	cfg.Log.SetTap(r)
 	return r, nil
 }
 
@@ -311,6 +359,7 @@ func (r *Replicas) Close(ctx context.Context) error {
 		return nil
 	}
 	r.closed = true
+	r.cfg.Log.SetTap(nil)
 	outs := make([]*outPart, 0, len(r.out))
 	for _, o := range r.out {
 		outs = append(outs, o)
@@ -324,6 +373,7 @@ func (r *Replicas) Close(ctx context.Context) error {
 	for _, o := range outs {
 		o.close()
 	}
+	close(r.cbStop)
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
 	select {
@@ -341,7 +391,7 @@ func (r *Replicas) Close(ctx context.Context) error {
 // Stats returns the current figures.
 func (r *Replicas) Stats() Stats {
 	st := Stats{Degraded: r.degraded.Load(), ReplicatedRecords: r.replicated.Load(), StoredRecords: r.stored.Load(),
-		Takeovers: r.takeovers.Load(), Fenced: r.fenced.Load()}
+		Takeovers: r.takeovers.Load(), Fenced: r.fenced.Load(), TruncatedRecords: r.truncated.Load()}
 	r.mu.Lock()
 	outs := make([]*outPart, 0, len(r.out))
 	for _, o := range r.out {

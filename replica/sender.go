@@ -8,11 +8,12 @@ import (
 	"github.com/tributary-io/tributary/replica/wire"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/wal"
 )
 
 // Sender tuning.
 const (
-	maxInflight    = 8       // wire.MsgAppend requests in flight per (partition, replica)
+	maxInflight    = 16      // wire.MsgAppend requests in flight per (partition, replica)
 	maxSendBytes   = 1 << 20 // WAL bytes per wire.MsgAppend
 	maxSendRecords = 4096    // records per wire.MsgAppend
 	retryBackoff   = time.Second
@@ -36,6 +37,10 @@ type outPart struct {
 	// again) lifts the fence.
 	fencedAt int64
 	closed   bool
+	// seen: the main WAL has held the partition (a submit, which follows
+	// a commit, or a pump found it), so its absence means it was dropped,
+	// not that its first group is still being committed.
+	seen bool
 }
 
 // target is the replication state of one partition on one replica.
@@ -48,6 +53,8 @@ type target struct {
 	failedAt time.Time // zero while healthy
 	told     int64     // released offset last told to the replica
 	telling  bool      // a wire.MsgRelease is in flight
+	out      []outMsg  // appends queued for the link, in offset order (counted in inflight)
+	greeted  bool      // an append of this incarnation was queued (pump sends one even with nothing new)
 	wake     chan struct{}
 	stop     chan struct{}
 	removed  bool
@@ -55,12 +62,23 @@ type target struct {
 
 func (t *target) failed() bool { return t.removed || !t.failedAt.IsZero() }
 
-// waiter is one Replicate call's wait for one partition.
+// outMsg is an encoded wire.MsgAppend waiting for the target's sender,
+// the only goroutine that hands a target's appends to the link (so they
+// reach it in offset order).
+type outMsg struct {
+	payload []byte
+	gen     int
+	n       int64 // records
+}
+
+// waiter is one Replicate call's wait for one partition: Replicate waits
+// on done, ReplicateAsync gets call's callback.
 type waiter struct {
 	o        *outPart
 	upTo     int64
 	targets  []*target
 	done     chan struct{}
+	call     *asyncCall
 	degraded bool
 	err      error
 }
@@ -91,26 +109,30 @@ func (r *Replicas) Notify(recs []*tributary.Record) {
 	r.replicate(context.Background(), recs, false)
 }
 
+// ends is the end offset and epoch of each partition of recs.
+func ends(recs []*tributary.Record) map[pkey][2]int64 {
+	out := make(map[pkey][2]int64, 1)
+	for _, rec := range recs {
+		pk := pkey{rec.Stream, rec.Partition}
+		e := out[pk]
+		out[pk] = [2]int64{max(e[0], rec.Offset+1), max(e[1], rec.Epoch)}
+	}
+	return out
+}
+
 func (r *Replicas) replicate(ctx context.Context, recs []*tributary.Record, wait bool) error {
 	if r.cfg.Factor <= 1 || len(recs) == 0 {
 		return nil
 	}
-	ends := map[pkey]int64{}
-	epochs := map[pkey]int64{}
-	for _, rec := range recs {
-		pk := pkey{rec.Stream, rec.Partition}
-		ends[pk] = max(ends[pk], rec.Offset+1)
-		epochs[pk] = max(epochs[pk], rec.Epoch)
-	}
 	ring := r.ring()
 	short := len(ring) < r.cfg.Factor-1
 	var ws []*waiter
-	for pk, end := range ends {
+	for pk, e := range ends(recs) {
 		o, err := r.outPartOf(pk)
 		if err != nil {
 			return err
 		}
-		w, err := o.submit(end, epochs[pk], ring, wait)
+		w, err := o.submit(e[0], e[1], ring, wait, nil)
 		if err != nil {
 			return err
 		}
@@ -138,6 +160,11 @@ func (r *Replicas) replicate(ctx context.Context, recs []*tributary.Record, wait
 		}
 		degraded = degraded || w.degraded
 	}
+	return r.outcome(degraded, short)
+}
+
+// outcome applies the policy to a replication that was degraded.
+func (r *Replicas) outcome(degraded, short bool) error {
 	why := "replica unreachable or slow"
 	if short {
 		why = "too few live members"
@@ -147,6 +174,119 @@ func (r *Replicas) replicate(ctx context.Context, recs []*tributary.Record, wait
 		return ErrNotReplicated
 	}
 	return nil
+}
+
+// asyncCall is one ReplicateAsync call: its waiters, of which left are
+// not done yet. Completions run on the dispatcher goroutine only.
+type asyncCall struct {
+	left     int
+	short    bool
+	degraded bool
+	err      error
+	done     func(error)
+	timer    *time.Timer
+	ws       []*waiter
+}
+
+// ReplicateAsync is Replicate with a callback instead of a wait, so that
+// a pipelined front door needs no goroutine per record: done is called
+// exactly once, on the replicas' dispatcher goroutine (or the caller's,
+// when there is nothing to wait for), and must not block long.
+func (r *Replicas) ReplicateAsync(recs []*tributary.Record, done func(error)) {
+	if r.cfg.Factor <= 1 || len(recs) == 0 {
+		done(nil)
+		return
+	}
+	ring := r.ring()
+	parts := ends(recs)
+	call := &asyncCall{short: len(ring) < r.cfg.Factor-1, done: done, left: len(parts)}
+	for pk, e := range parts {
+		var w *waiter
+		o, err := r.outPartOf(pk)
+		if err == nil {
+			w, err = o.submit(e[0], e[1], ring, true, call)
+		}
+		if err != nil {
+			// This partition's share fails now; submitted ones finish as usual.
+			r.dispatch(func() { call.finish(r, &waiter{err: err}) })
+			continue
+		}
+		call.ws = append(call.ws, w)
+	}
+	ws := call.ws
+	r.dispatch(func() {
+		if call.left > 0 {
+			call.timer = time.AfterFunc(r.cfg.Timeout, func() { r.expire(ws) })
+		}
+	})
+}
+
+// finish queues a completed waiter's share of its call (o.mu held).
+func (r *Replicas) finish(w *waiter) {
+	r.dispatch(func() { w.call.finish(r, w) })
+}
+
+func (c *asyncCall) finish(r *Replicas, w *waiter) {
+	c.left--
+	c.degraded = c.degraded || w.degraded
+	if c.err == nil {
+		c.err = w.err
+	}
+	if c.left > 0 {
+		return
+	}
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	err := c.err
+	if err == nil {
+		err = r.outcome(c.degraded || c.short, c.short)
+	}
+	c.done(err)
+}
+
+// dispatch queues f for the dispatcher goroutine, which runs the queued
+// functions in order.
+func (r *Replicas) dispatch(f func()) {
+	r.cbMu.Lock()
+	if r.cbExited { // after Close: run it here
+		r.cbMu.Unlock()
+		f()
+		return
+	}
+	r.cbq = append(r.cbq, f)
+	r.cbMu.Unlock()
+	wakeUp(r.cbWake)
+}
+
+// dispatcher runs what dispatch queued until Close has closed every
+// partition (whose waiters then finish with ErrClosed) and the queue is
+// empty.
+func (r *Replicas) dispatcher() {
+	defer r.wg.Done()
+	for {
+		r.cbMu.Lock()
+		q := r.cbq
+		r.cbq = nil
+		r.cbMu.Unlock()
+		for _, f := range q {
+			f()
+		}
+		if len(q) > 0 {
+			continue
+		}
+		select {
+		case <-r.cbWake:
+		case <-r.cbStop:
+			r.cbMu.Lock()
+			if len(r.cbq) == 0 {
+				r.cbExited = true
+				r.cbMu.Unlock()
+				return
+			}
+			r.cbMu.Unlock()
+		}
+	}
 }
 
 // expire marks the targets the waiters still wait for as failed.
@@ -166,17 +306,10 @@ func (r *Replicas) expire(ws []*waiter) {
 
 // submit records that the WAL holds the partition up to end, brings the
 // targets in line with ring and, when wait, registers a waiter.
-func (o *outPart) submit(end, epoch int64, ring []Member, wait bool) (*waiter, error) {
+func (o *outPart) submit(end, epoch int64, ring []Member, wait bool, call *asyncCall) (*waiter, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.fenced && epoch > o.fencedAt {
-		o.r.log.Info("partition owned again at a higher epoch: replicating it again", "stream", o.pk.stream, "partition", o.pk.partition,
-			"epoch", epoch, "fenced_at", o.fencedAt)
-		o.fenced = false
-		for _, t := range o.targets {
-			o.rewind(t)
-		}
-	}
+	o.unfence(epoch)
 	if o.fenced {
 		return nil, ErrFenced
 	}
@@ -185,6 +318,39 @@ func (o *outPart) submit(end, epoch int64, ring []Member, wait bool) (*waiter, e
 	}
 	o.next = max(o.next, end)
 	o.epoch = max(o.epoch, epoch)
+	o.seen = true
+	o.align(ring)
+	var w *waiter
+	if wait {
+		w = &waiter{o: o, upTo: end, done: make(chan struct{}), call: call}
+		for _, t := range o.targets {
+			w.targets = append(w.targets, t)
+		}
+		if !o.try(w) { // only the new waiter can have changed
+			o.waiters = append(o.waiters, w)
+		}
+	}
+	for _, t := range o.targets {
+		wakeUp(t.wake)
+	}
+	return w, nil
+}
+
+// unfence lifts the fence when the node writes the partition at a higher
+// epoch than it was fenced at (o.mu held).
+func (o *outPart) unfence(epoch int64) {
+	if o.fenced && epoch > o.fencedAt {
+		o.r.log.Info("partition owned again at a higher epoch: replicating it again", "stream", o.pk.stream, "partition", o.pk.partition,
+			"epoch", epoch, "fenced_at", o.fencedAt)
+		o.fenced = false
+		for _, t := range o.targets {
+			o.rewind(t)
+		}
+	}
+}
+
+// align brings the targets in line with ring (o.mu held).
+func (o *outPart) align(ring []Member) {
 	want := map[string]bool{}
 	for _, m := range ring {
 		want[m.ID] = true
@@ -205,19 +371,53 @@ func (o *outPart) submit(end, epoch int64, ring []Member, wait bool) (*waiter, e
 			o.remove(t)
 		}
 	}
-	var w *waiter
-	if wait {
-		w = &waiter{o: o, upTo: end, done: make(chan struct{})}
-		for _, t := range o.targets {
-			w.targets = append(w.targets, t)
-		}
-		o.waiters = append(o.waiters, w)
-		o.settle()
+}
+
+// Tapped implements wal.Tap: the main WAL hands over each group's chunks
+// before fsyncing them, and they go to every target that is in step (it
+// has been sent everything before the group) at once, so that the
+// replicas' fsyncs overlap the owner's. A target that is behind, failed
+// or has maxInflight appends in flight gets the records later from the
+// WAL (pump).
+func (r *Replicas) Tapped(parts []wal.TappedPartition) {
+	if r.cfg.Factor <= 1 {
+		return
 	}
+	ring := r.ring()
+	for i := range parts {
+		o, err := r.outPartOf(pkey{parts[i].Stream, parts[i].Partition})
+		if err != nil {
+			return
+		}
+		o.tapped(&parts[i], ring)
+	}
+}
+
+func (o *outPart) tapped(p *wal.TappedPartition, ring []Member) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.unfence(p.Epoch)
+	if o.fenced || o.closed {
+		return
+	}
+	o.next = max(o.next, p.Next)
+	o.epoch = max(o.epoch, p.Epoch)
+	o.align(ring)
+	var msg []byte
 	for _, t := range o.targets {
+		if t.failed() || t.sent != p.First || t.inflight >= maxInflight {
+			continue
+		}
+		if msg == nil {
+			msg = (&wire.Append{Stream: p.Stream, Partition: p.Partition, Epoch: o.epoch, Base: p.Released,
+				Incarnation: p.Incarnation, From: p.Start, Chunks: p.Chunks}).Encode()
+		}
+		t.sent = p.Next
+		t.inflight++
+		t.greeted = true
+		t.out = append(t.out, outMsg{payload: msg, gen: t.gen, n: p.Next - p.First})
 		wakeUp(t.wake)
 	}
-	return w, nil
 }
 
 func wakeUp(c chan struct{}) {
@@ -252,6 +452,8 @@ func (o *outPart) fail(t *target, why string) {
 // rewind makes a target resend from what it acknowledged (o.mu held).
 func (o *outPart) rewind(t *target) {
 	t.gen++
+	t.inflight -= len(t.out)
+	t.out = nil
 	if t.sent > t.acked {
 		t.sent = t.acked
 	}
@@ -261,31 +463,43 @@ func (o *outPart) rewind(t *target) {
 func (o *outPart) settle() {
 	keep := o.waiters[:0]
 	for _, w := range o.waiters {
-		done, degraded := true, false
-		for _, t := range w.targets {
-			switch {
-			case t.acked >= w.upTo:
-			case t.failed():
-				degraded = true
-			default:
-				done = false
-			}
-		}
-		if o.fenced {
-			done, w.err = true, ErrFenced
-		}
-		if o.closed && !done {
-			done, w.err = true, ErrClosed
-		}
-		if !done {
+		if !o.try(w) {
 			keep = append(keep, w)
-			continue
 		}
-		w.degraded = degraded
-		close(w.done)
 	}
 	clear(o.waiters[len(keep):])
 	o.waiters = keep
+}
+
+// try completes w if every target has answered for it, reporting whether
+// it did (o.mu held).
+func (o *outPart) try(w *waiter) bool {
+	done, degraded := true, false
+	for _, t := range w.targets {
+		switch {
+		case t.acked >= w.upTo:
+		case t.failed():
+			degraded = true
+		default:
+			done = false
+		}
+	}
+	if o.fenced {
+		done, w.err = true, ErrFenced
+	}
+	if o.closed && !done {
+		done, w.err = true, ErrClosed
+	}
+	if !done {
+		return false
+	}
+	w.degraded = degraded
+	if w.call != nil {
+		o.r.finish(w)
+	} else {
+		close(w.done)
+	}
+	return true
 }
 
 // lag is the records of the partition not yet on every replica.
@@ -324,19 +538,38 @@ func (o *outPart) run(t *target) {
 		case <-t.wake:
 		case <-tick.C:
 		}
+		o.flushOut(t)
 		o.pump(t)
+		o.flushOut(t)
 	}
 }
 
-// released is the main WAL's released offset of the partition.
-func (o *outPart) released() (int64, bool) {
-	p, ok := o.r.cfg.Log.Partition(o.pk.stream, o.pk.partition)
-	return p.Released, ok
+// flushOut hands the target's queued appends to the link, in order.
+func (o *outPart) flushOut(t *target) {
+	o.mu.Lock()
+	msgs := t.out
+	t.out = nil
+	o.mu.Unlock()
+	for _, m := range msgs {
+		o.r.cfg.Transport.Go(t.id, t.addr, wire.MsgAppend, m.payload, func(resp []byte, err error) {
+			o.onReply(t, m.gen, m.n, resp, err)
+		})
+	}
 }
 
-// pump sends what the target lacks, up to the in-flight limit.
+// pump queues what the target lacks, read back from the WAL (a target
+// that is new, behind or recovering), up to the in-flight limit.
 func (o *outPart) pump(t *target) {
-	base, ok := o.released()
+	st, ok := o.r.cfg.Log.Partition(o.pk.stream, o.pk.partition)
+	o.mu.Lock()
+	if ok {
+		o.seen = true
+	}
+	seen := o.seen
+	o.mu.Unlock()
+	if !ok && !seen {
+		return // a new partition whose first group is tapped, not yet committed
+	}
 	if !ok {
 		// The WAL dropped the partition: the uplink was fenced out of it.
 		o.mu.Lock()
@@ -348,45 +581,50 @@ func (o *outPart) pump(t *target) {
 		o.mu.Unlock()
 		return
 	}
+	base, inc := st.Released, o.r.cfg.Log.Incarnation()
 	for {
 		o.mu.Lock()
 		if o.fenced || t.removed || !t.failedAt.IsZero() && time.Since(t.failedAt) < retryBackoff {
 			o.mu.Unlock()
 			return
 		}
+		o.next = max(o.next, st.Next)
 		t.sent = max(t.sent, base)
-		probe := t.inflight == 0 && !t.failedAt.IsZero() // retry a failed replica with what there is
-		if t.inflight >= maxInflight || t.sent >= o.next && !probe {
+		// Retry a failed replica with what there is; greet a new one.
+		probe := t.inflight == 0 && (!t.failedAt.IsZero() || !t.greeted)
+		if t.inflight >= maxInflight || t.sent >= st.Next && !probe {
 			break // o.mu held
 		}
 		from, gen, epoch := t.sent, t.gen, o.epoch
 		o.mu.Unlock()
-		recs, err := o.r.cfg.Log.Read(o.pk.stream, o.pk.partition, from, maxSendRecords, maxSendBytes)
+		chunks, err := o.r.cfg.Log.ReadChunks(o.pk.stream, o.pk.partition, from, maxSendBytes)
+		end := from
+		if err == nil && len(chunks) > 0 {
+			var first int64
+			if first, _, err = wal.ChunkOffsets(chunks[0]); err == nil && first > from {
+				base = max(base, first) // released meanwhile: all below is in the table
+			}
+			if err == nil {
+				_, end, err = wal.ChunkOffsets(chunks[len(chunks)-1])
+			}
+		}
 		if err != nil {
 			o.r.log.Warn("replica: read wal", "stream", o.pk.stream, "partition", o.pk.partition, "from", from, "err", err)
 			return
-		}
-		end := from
-		if len(recs) > 0 {
-			end = recs[len(recs)-1].Offset + 1
-			if recs[0].Offset > from {
-				base = recs[0].Offset // released meanwhile: all below is in the table
-			}
 		}
 		o.mu.Lock()
 		if t.removed || o.fenced || gen != t.gen || t.sent != from {
 			o.mu.Unlock()
 			return
 		}
-		t.sent = end
+		t.sent = max(end, from)
 		t.inflight++
+		t.greeted = true
+		msg := wire.Append{Stream: o.pk.stream, Partition: o.pk.partition, Epoch: epoch, Base: base,
+			Incarnation: inc, From: st.Start, Chunks: chunks}
+		t.out = append(t.out, outMsg{payload: msg.Encode(), gen: gen, n: max(end-from, 0)})
 		o.mu.Unlock()
-		msg := wire.Append{Stream: o.pk.stream, Partition: o.pk.partition, Epoch: epoch, Base: base, Records: recs}
-		n := int64(len(recs))
-		o.r.cfg.Transport.Go(t.id, t.addr, wire.MsgAppend, msg.Encode(), func(resp []byte, err error) {
-			o.onReply(t, gen, n, resp, err)
-		})
-		if len(recs) == 0 {
+		if len(chunks) == 0 {
 			return // a probe: wait for its answer
 		}
 	}
@@ -429,6 +667,10 @@ func (o *outPart) onReply(t *target, gen int, n int64, resp []byte, err error) {
 		if !o.fenced {
 			o.fenced, o.fencedAt = true, rep.Epoch
 			fencedAt = rep.Epoch
+		}
+	case rep.Status == wire.StatusStale:
+		if gen == t.gen {
+			o.fail(t, "the replica holds a newer incarnation of this node's WAL")
 		}
 	case rep.Status == wire.StatusGap:
 		t.acked = max(t.acked, rep.Next)

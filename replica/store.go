@@ -10,7 +10,6 @@ import (
 
 	"github.com/tributary-io/tributary/replica/wire"
 
-	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/wal"
 )
 
@@ -27,10 +26,14 @@ type pkey struct {
 // reply's Next means "everything the owner sent below Next is durable
 // here" (or was below the owner's released base, hence in the table).
 // One worker goroutine applies the origin's messages in arrival order:
-// it takes everything queued and hands the accepted records of all of it
-// to the WAL with one AppendAtAsync (calls are applied in order and share
+// it hands each message's chunks, as the owner's WAL encoded them, to the
+// WAL with AppendVerbatimAsync (calls are applied in order and share
 // group commits), replying to each message only when its records are
-// durable; meanwhile it goes on with the next messages.
+// durable, and releases with ReleaseAsync; meanwhile it goes on with the
+// next messages. Per partition it remembers the owner's incarnation (the
+// WAL's Tag): the first message of a newer one makes the WAL drop the
+// records above the owner's durable start, one of an older one (a dead
+// connection's last words) is answered StatusStale.
 type store struct {
 	r      *Replicas
 	origin string
@@ -43,6 +46,7 @@ type store struct {
 	open  sync.Once
 	oerr  error
 	next  map[pkey]int64 // worker only: next per partition, counting appends queued in the WAL
+	inc   map[pkey]int64 // worker only: the origin's incarnation per partition (wal Tag), counting queued appends
 	// resync is set when a queued append failed: the worker reloads next.
 	resync atomic.Bool
 	done   chan struct{}
@@ -59,7 +63,7 @@ type task struct {
 
 func newStore(r *Replicas, origin string) *store {
 	return &store{r: r, origin: origin, dir: filepath.Join(r.cfg.Dir, origin), wake: make(chan struct{}, 1),
-		next: map[pkey]int64{}, done: make(chan struct{}), stop: make(chan struct{})}
+		next: map[pkey]int64{}, inc: map[pkey]int64{}, done: make(chan struct{}), stop: make(chan struct{})}
 }
 
 // wal opens the store's WAL on first use.
@@ -73,6 +77,7 @@ func (s *store) wal() (*wal.WAL, error) {
 		}
 		for _, p := range w.Partitions() {
 			s.next[pkey{p.Stream, p.Partition}] = p.Next
+			s.inc[pkey{p.Stream, p.Partition}] = p.Tag
 		}
 		s.w = w
 	})
@@ -130,9 +135,11 @@ func (s *store) worker() {
 	}
 }
 
-// apply handles a batch of the origin's messages in order: appends are
-// collected and committed together; a release, or an append whose base
-// is ahead of the store, first commits what was collected.
+// apply handles a batch of the origin's messages in order, each append
+// handed to the WAL as its own AppendVerbatimAsync (calls are applied in
+// order and share group commits) and each release as a ReleaseAsync, so
+// the worker never waits for an fsync but for a message that moves a
+// partition ahead of the store (EnsurePartition).
 func (s *store) apply(batch []*task) {
 	w, err := s.wal()
 	if err != nil {
@@ -143,76 +150,125 @@ func (s *store) apply(batch []*task) {
 	}
 	if s.resync.Swap(false) {
 		for _, p := range w.Partitions() { // back to the durable state after a failed append
-			s.next[pkey{p.Stream, p.Partition}] = p.Next
+			pk := pkey{p.Stream, p.Partition}
+			s.next[pk], s.inc[pk] = p.Next, p.Tag
 		}
-	}
-	var pending []*task
-	var recs []*tributary.Record
-	flush := func() {
-		if len(pending) == 0 {
-			return
-		}
-		tasks, n := pending, len(recs)
-		w.AppendAtAsync(recs, func(_ int, err error) {
-			if err != nil {
-				s.resync.Store(true)
-				s.r.log.Warn("replica: append failed", "origin", s.origin, "records", n, "err", err)
-			} else {
-				s.r.stored.Add(int64(n))
-			}
-			for _, t := range tasks {
-				if err != nil {
-					t.reply(nil, err)
-				} else {
-					t.reply(wire.Reply{Status: wire.StatusOK, Next: t.next}.Encode(), nil)
-				}
-			}
-		})
-		pending, recs = nil, nil
 	}
 	for _, t := range batch {
 		if t.rel != nil {
-			flush()
-			err := w.Release(t.rel.Stream, t.rel.Partition, t.rel.UpTo)
-			t.reply(nil, err)
+			reply := t.reply
+			w.ReleaseAsync(t.rel.Stream, t.rel.Partition, t.rel.UpTo, func(err error) { reply(nil, err) })
 			continue
 		}
-		m := t.app
-		pk := pkey{m.Stream, m.Partition}
-		if e, ok := s.r.ownedEpoch(pk); ok && e > m.Epoch {
-			t.reply(wire.Reply{Status: wire.StatusFenced, Next: s.next[pk], Epoch: e}.Encode(), nil)
-			continue
-		}
-		next, known := s.next[pk]
-		if !known || next < m.Base {
-			// Everything below Base is in the table: skip ahead.
-			flush()
-			if err := w.EnsurePartition(m.Stream, m.Partition, m.Base); err != nil {
-				t.reply(nil, err)
-				continue
-			}
-			next = max(next, m.Base)
-			s.next[pk] = next
-		}
-		rs := m.Records
-		for len(rs) > 0 && rs[0].Offset < next {
-			rs = rs[1:] // duplicates of what the store has
-		}
-		if len(rs) > 0 && rs[0].Offset > next {
-			t.reply(wire.Reply{Status: wire.StatusGap, Next: next}.Encode(), nil)
-			continue
-		}
-		next += int64(len(rs))
-		s.next[pk] = next
-		t.next = next
-		if len(rs) == 0 {
-			t.reply(wire.Reply{Status: wire.StatusOK, Next: next}.Encode(), nil)
-			continue
-		}
-		pending = append(pending, t)
-		recs = append(recs, rs...)
+		s.append(w, t)
 	}
-	flush()
+}
+
+// append handles one wire.MsgAppend (worker only).
+func (s *store) append(w *wal.WAL, t *task) {
+	m := t.app
+	pk := pkey{m.Stream, m.Partition}
+	if e, ok := s.r.ownedEpoch(pk); ok && e > m.Epoch {
+		t.reply(wire.Reply{Status: wire.StatusFenced, Next: s.next[pk], Epoch: e}.Encode(), nil)
+		return
+	}
+	chunks := chunksOf(m)
+	next, known := s.next[pk]
+	if m.Incarnation > 0 {
+		switch inc := s.inc[pk]; {
+		case m.Incarnation < inc:
+			t.reply(wire.Reply{Status: wire.StatusStale, Next: next}.Encode(), nil)
+			return
+		case m.Incarnation > inc:
+			// The owner restarted: the WAL drops what its earlier
+			// incarnations left above its durable start (never below
+			// Released) and records the new one, before anything else
+			// of the partition.
+			if known {
+				ps, _ := w.Partition(m.Stream, m.Partition)
+				next = min(next, max(m.From, ps.Released))
+			}
+			s.inc[pk] = m.Incarnation
+			v := wal.Verbatim{Stream: m.Stream, Partition: m.Partition, Epoch: m.Epoch, Incarnation: m.Incarnation, From: m.From}
+			w.AppendVerbatimAsync(v, func(res wal.VerbatimResult, err error) {
+				if err != nil {
+					s.resync.Store(true)
+					s.r.log.Warn("replica: drop of an older incarnation failed", "origin", s.origin, "stream", v.Stream, "partition", v.Partition, "err", err)
+					return
+				}
+				if res.Dropped > 0 {
+					s.r.truncated.Add(res.Dropped)
+					s.r.log.Info("replica: dropped records its owner never made durable (the owner restarted)", "origin", s.origin,
+						"stream", v.Stream, "partition", v.Partition, "from", v.From, "records", res.Dropped, "incarnation", v.Incarnation)
+				}
+			})
+		}
+	}
+	if !known || next < m.Base {
+		// Everything below Base is in the table: skip ahead.
+		if err := w.EnsurePartition(m.Stream, m.Partition, m.Base); err != nil {
+			t.reply(nil, err)
+			return
+		}
+		next = max(next, m.Base)
+	}
+	s.next[pk] = next
+	// Skip the chunks the store holds; the WAL cuts one that overlaps.
+	for len(chunks) > 0 {
+		first, end, err := wal.ChunkOffsets(chunks[0])
+		if err != nil {
+			t.reply(nil, fmt.Errorf("replica: %w", err))
+			return
+		}
+		if end > next {
+			if first > next {
+				t.reply(wire.Reply{Status: wire.StatusGap, Next: next}.Encode(), nil)
+				return
+			}
+			break
+		}
+		chunks = chunks[1:]
+	}
+	if len(chunks) == 0 {
+		t.reply(wire.Reply{Status: wire.StatusOK, Next: next}.Encode(), nil)
+		return
+	}
+	_, end, err := wal.ChunkOffsets(chunks[len(chunks)-1])
+	if err != nil {
+		t.reply(nil, fmt.Errorf("replica: %w", err))
+		return
+	}
+	s.next[pk] = end
+	added := end - next
+	v := wal.Verbatim{Stream: m.Stream, Partition: m.Partition, Epoch: m.Epoch, Incarnation: m.Incarnation, From: m.From, Chunks: chunks}
+	w.AppendVerbatimAsync(v, func(res wal.VerbatimResult, err error) {
+		var gap *wal.GapError
+		switch {
+		case errors.As(err, &gap):
+			s.resync.Store(true)
+			t.reply(wire.Reply{Status: wire.StatusGap, Next: gap.Next}.Encode(), nil)
+		case err != nil:
+			s.resync.Store(true)
+			s.r.log.Warn("replica: append failed", "origin", s.origin, "stream", v.Stream, "partition", v.Partition, "err", err)
+			t.reply(nil, err)
+		default:
+			s.r.stored.Add(added)
+			t.reply(wire.Reply{Status: wire.StatusOK, Next: res.Next}.Encode(), nil)
+		}
+	})
+}
+
+// chunksOf is an append's chunks: as sent (version 2), or its records as
+// one chunk (version 1, from a node of the previous version).
+func chunksOf(m *wire.Append) [][]byte {
+	if len(m.Records) == 0 {
+		return m.Chunks
+	}
+	recs := make([][]byte, len(m.Records))
+	for i, r := range m.Records {
+		recs[i] = wal.EncodeRecord(nil, r)
+	}
+	return [][]byte{wal.EncodeChunk(nil, m.Records[0].Offset, recs)}
 }
 
 // close stops the worker and closes the WAL.

@@ -50,6 +50,7 @@ func (r *Replicas) takeoverLoop() {
 		case <-tick.C:
 		}
 		r.checkTakeovers(ctx)
+		r.greet()
 	}
 }
 
@@ -288,7 +289,7 @@ func (r *Replicas) takeOver(ctx context.Context, origin string, w *wal.WAL, p wa
 	// Replicate the copied records onward without waiting.
 	if next := r.mainNext(pk); next > 0 {
 		if o, err := r.outPartOf(pk); err == nil {
-			o.submit(next, epoch, r.ring(), false)
+			o.submit(next, epoch, r.ring(), false, nil)
 		}
 	}
 	return nil
@@ -358,6 +359,34 @@ func (r *Replicas) releaseLost(ctx context.Context, s *store, ws *watchState) {
 		if upTo >= p.Next {
 			delete(ws.lost, pk)
 			r.log.Info("replica copy released: the table holds all of it", "member", s.origin, "stream", pk.stream, "partition", pk.partition)
+		}
+	}
+}
+
+// greet starts replicating every partition of the main WAL that has no
+// sender yet (after a restart, before anything new is appended to it):
+// its first message tells the replicas the WAL's new incarnation and
+// durable end, so they drop what the previous one never made durable.
+func (r *Replicas) greet() {
+	if r.cfg.Factor <= 1 {
+		return
+	}
+	var ring []Member
+	for _, p := range r.cfg.Log.Partitions() {
+		pk := pkey{p.Stream, p.Partition}
+		r.mu.Lock()
+		_, ok := r.out[pk]
+		r.mu.Unlock()
+		if ok {
+			continue
+		}
+		if ring == nil {
+			if ring = r.ring(); len(ring) == 0 {
+				return // no replica known yet: next tick
+			}
+		}
+		if o, err := r.outPartOf(pk); err == nil {
+			o.submit(p.Next, p.Epoch, ring, false, nil)
 		}
 	}
 }

@@ -22,6 +22,7 @@ const (
 	opRelease
 	opEnsure
 	opDrop
+	opVerbatim
 )
 
 // op states: an Append whose context ends may cancel its op only while it is
@@ -43,6 +44,8 @@ type op struct {
 	// count is set by the committer before done is called: records skipped
 	// by an opAppendAt, records dropped by an opDrop (-1: kept).
 	count int64
+	verb  *Verbatim      // opVerbatim (verbatim.go)
+	vres  VerbatimResult // opVerbatim: its outcome
 }
 
 // work is a partition's state while a group is being applied.
@@ -58,6 +61,8 @@ type work struct {
 	// offsets are [st.next-len(pend), st.next), their bytes arena spans.
 	pend      []span
 	pendBytes int
+	put       [][]byte // chunk values put in this group, in offset order (for the Tap)
+	putFirst  int64    // offset of put's first record
 }
 
 // span is a record's encoding in the committer's arena.
@@ -119,7 +124,7 @@ func (w *WAL) committer() {
 func (w *WAL) deferReleases(ops []*op) (rest, releases []*op) {
 	appends := false
 	for _, o := range ops {
-		if o.kind == opAppend || o.kind == opAppendAt {
+		if o.kind == opAppend || o.kind == opAppendAt || o.kind == opVerbatim {
 			appends = true
 			break
 		}
@@ -137,6 +142,8 @@ func (w *WAL) deferReleases(ops []*op) (rest, releases []*op) {
 			for _, r := range o.recs {
 				later[pkey{r.Stream, r.Partition}] = true
 			}
+		case opVerbatim:
+			later[o.pk] = true
 		case opRelease:
 			if !later[o.pk] {
 				keep[i] = true
@@ -218,6 +225,9 @@ func (w *WAL) commit(ops []*op) {
 	results := make([]error, len(live))
 	g, rejections, err := w.apply(live, results)
 	if err != nil {
+		if w.tapped {
+			w.breakDown(err)
+		}
 		w.log.Error("wal commit failed", "ops", len(live), "err", err)
 		w.mu.Lock()
 		w.stats.CommitErrors++
@@ -293,6 +303,8 @@ func (w *WAL) apply(ops []*op, results []error) (*group, int64, error) {
 			err = w.applyEnsure(g, o)
 		case opDrop:
 			err = w.applyDrop(g, o)
+		case opVerbatim:
+			opErr, err = w.applyVerbatim(g, o)
 		}
 		if err != nil {
 			tx.Rollback()
@@ -327,6 +339,8 @@ func (w *WAL) apply(ops []*op, results []error) (*group, int64, error) {
 		tx.Rollback()
 		return nil, rejections, nil
 	}
+	w.tapped = false
+	w.tapGroup(g)
 	if err := tx.Commit(); err != nil {
 		return nil, 0, fmt.Errorf("commit: %w", err)
 	}
@@ -491,6 +505,7 @@ func (w *WAL) flush(g *group, wk *work) error {
 		if err := b.Put(offsetKey(first+int64(i)), v); err != nil {
 			return fmt.Errorf("put %s/%d@%d: %w", wk.pk.stream, wk.pk.partition, first+int64(i), err)
 		}
+		wk.noteput(first+int64(i), v)
 		i += len(recs)
 	}
 	wk.pend = wk.pend[:0]

@@ -165,6 +165,10 @@ type Options struct {
 	MaxBytes int64        // disk budget: logical bytes of unreleased records; 0 = unlimited
 	NoSync   bool         // tests/benchmarks only: skip fsync
 	Logger   *slog.Logger // nil = slog.Default()
+	// TestTapDelay, tests only: how long the committer waits after handing
+	// a group to the Tap before committing it, to widen the window between
+	// a replica receiving records and the owner fsyncing them.
+	TestTapDelay time.Duration
 }
 
 // PartitionState describes one (stream, partition) of the WAL.
@@ -179,6 +183,13 @@ type PartitionState struct {
 	// survives Release (not DropPartition), so a node restarting without
 	// its catalog still knows the ownership epoch it last wrote at.
 	Epoch int64
+	// Start is Next when the WAL's incarnation began (see Incarnation):
+	// everything below it was durable before; 0 for a partition created
+	// since.
+	Start int64
+	// Tag is the incarnation of the origin whose verbatim appends
+	// (AppendVerbatimAsync) the partition last stored; 0 if none.
+	Tag int64
 }
 
 // Stats are counters and gauges of a WAL.
@@ -208,6 +219,8 @@ type pkey struct {
 type partState struct {
 	next, released, bytes, oldest int64
 	epoch                         int64 // highest tributary.Record.Epoch ever appended
+	start                         int64 // next when the incarnation began
+	tag                           int64 // origin incarnation of verbatim appends
 }
 
 // WAL is a durable write-ahead log. Its methods are safe for concurrent use.
@@ -231,6 +244,8 @@ type WAL struct {
 
 	arena  []byte // committer only: records encoded in the current group
 	chunks []byte // committer only: chunks written in the current group
+
+	tapState // verbatim.go
 }
 
 var metaBucket = []byte("meta")
@@ -299,8 +314,8 @@ func (w *WAL) recover() error {
 		if err := checkFormat(meta); err != nil {
 			return err
 		}
-		return meta.ForEach(func(k, v []byte) error {
-			if string(k) == string(formatKey) {
+		err = meta.ForEach(func(k, v []byte) error {
+			if len(k) > 0 && k[0] == 0 { // formatKey, incarnationKey
 				return nil
 			}
 			pk, ok := decodePKey(k)
@@ -325,6 +340,10 @@ func (w *WAL) recover() error {
 			w.recs += st.next - st.released
 			return nil
 		})
+		if err != nil {
+			return err
+		}
+		return w.bumpIncarnation(tx)
 	})
 }
 
@@ -450,7 +469,7 @@ func (w *WAL) Partition(stream string, partition int32) (st PartitionState, ok b
 
 func (st *partState) state(pk pkey) PartitionState {
 	return PartitionState{Stream: pk.stream, Partition: pk.partition, Released: st.released, Next: st.next,
-		Bytes: st.bytes, OldestTimestamp: st.oldest, Epoch: st.epoch}
+		Bytes: st.bytes, OldestTimestamp: st.oldest, Epoch: st.epoch, Start: st.start, Tag: st.tag}
 }
 
 // Read returns the records of (stream, partition) with offsets >= from, in
@@ -740,6 +759,11 @@ func (w *WAL) enqueue(o *op) error {
 	if w.closed {
 		w.mu.Unlock()
 		return ErrClosed
+	}
+	if w.broken != nil {
+		err := w.broken
+		w.mu.Unlock()
+		return err
 	}
 	w.queue = append(w.queue, o)
 	w.mu.Unlock()

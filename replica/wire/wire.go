@@ -34,10 +34,14 @@ const (
 // ErrMalformed is wrapped by every decoding error.
 var ErrMalformed = errors.New("replica: malformed message")
 
-// wireV1 is the first byte of every message of this package.
-const wireV1 = 1
+// wireV1 is the first byte of every message of this package but Append,
+// which also has version wireV2.
+const (
+	wireV1 = 1
+	wireV2 = 2
+)
 
-// Append carries consecutive committed records of one partition.
+// Append carries consecutive records of one partition.
 //
 // Layout of version 1 (varint = zigzag signed, uvarint = unsigned, string =
 // uvarint length + bytes):
@@ -46,16 +50,35 @@ const wireV1 = 1
 //	Stream string, Partition varint, Epoch varint, Base varint
 //	record count uvarint, then per record: uvarint length + wal.EncodeRecord bytes
 //
-// Records belong to (Stream, Partition) and have consecutive offsets. Base
-// is the owner's released offset: everything below it is in the table, so
-// a replica behind it skips ahead instead of waiting for records the owner
-// no longer has. A message without records only moves Base.
+// Layout of version 2, which carries the owner's WAL chunks as they are
+// (sent while the owner fsyncs them, or read back to catch a replica up):
+//
+//	version byte (2)
+//	Stream string, Partition varint, Epoch varint, Base varint
+//	Incarnation varint (>= 1), From varint
+//	chunk count uvarint, then per chunk: uvarint length + the chunk value
+//
+// Records (version 1) belong to (Stream, Partition) and have consecutive
+// offsets; chunks (version 2) are opaque here: the replica's WAL checks
+// their checksums and offsets (wal.AppendVerbatimAsync). Base is the
+// owner's released offset: everything below it is in the table, so a
+// replica behind it skips ahead instead of waiting for records the owner
+// no longer has. Incarnation is the owner WAL's incarnation and From its
+// partition's Start (wal.PartitionState): a replica that stored an older
+// incarnation drops its records at or above From first, since the owner
+// never made them durable. A message without records or chunks only moves
+// Base (and passes on the incarnation). Encode writes version 1 when
+// Records is set and version 2 otherwise; DecodeAppend reads both (a node
+// of the previous version sends version 1 and cannot read version 2).
 type Append struct {
-	Stream    string
-	Partition int32
-	Epoch     int64
-	Base      int64
-	Records   []*tributary.Record
+	Stream      string
+	Partition   int32
+	Epoch       int64
+	Base        int64
+	Records     []*tributary.Record // version 1
+	Incarnation int64               // version 2
+	From        int64               // version 2
+	Chunks      [][]byte            // version 2
 }
 
 // Reply statuses.
@@ -63,6 +86,7 @@ const (
 	StatusOK     = 0 // Next is the replica's durable next offset
 	StatusGap    = 1 // the records did not start at or below Next: resend from Next
 	StatusFenced = 2 // the replica owns the partition at Epoch > the message's
+	StatusStale  = 3 // the replica stored a newer incarnation of the owner than the message's
 )
 
 // Reply answers an Append.
@@ -118,6 +142,30 @@ func appendString(b []byte, s string) []byte {
 }
 
 func (m *Append) Encode() []byte {
+	if m.Records != nil {
+		return m.encodeV1()
+	}
+	size := 48 + len(m.Stream)
+	for _, c := range m.Chunks {
+		size += 4 + len(c)
+	}
+	b := make([]byte, 0, size)
+	b = append(b, wireV2)
+	b = appendString(b, m.Stream)
+	b = binary.AppendVarint(b, int64(m.Partition))
+	b = binary.AppendVarint(b, m.Epoch)
+	b = binary.AppendVarint(b, m.Base)
+	b = binary.AppendVarint(b, m.Incarnation)
+	b = binary.AppendVarint(b, m.From)
+	b = binary.AppendUvarint(b, uint64(len(m.Chunks)))
+	for _, c := range m.Chunks {
+		b = binary.AppendUvarint(b, uint64(len(c)))
+		b = append(b, c...)
+	}
+	return b
+}
+
+func (m *Append) encodeV1() []byte {
 	size := 32 + len(m.Stream)
 	for _, r := range m.Records {
 		size += 64 + len(r.Value) + len(r.Key) + len(r.Topic)
@@ -142,12 +190,20 @@ func (m *Append) Encode() []byte {
 // in proportion to len(b), and reports bad input with ErrMalformed.
 func DecodeAppend(b []byte) (*Append, error) {
 	d := reader{b: b}
-	d.version()
+	v2 := len(b) > 0 && b[0] == wireV2
+	if v2 {
+		d.off = 1
+	} else {
+		d.version()
+	}
 	m := &Append{}
 	m.Stream = d.string("stream")
 	m.Partition = int32(d.ranged("partition", 0, math.MaxInt32))
 	m.Epoch = d.ranged("epoch", 0, math.MaxInt64)
 	m.Base = d.ranged("base", 0, math.MaxInt64)
+	if v2 {
+		return d.chunks(m)
+	}
 	n := d.uvarint("record count")
 	if d.err == nil && n > uint64(len(b)-d.off)/2 { // each record takes at least two bytes
 		d.fail("record count")
@@ -183,6 +239,37 @@ func DecodeAppend(b []byte) (*Append, error) {
 	return m, nil
 }
 
+// chunks decodes the rest of a version 2 Append.
+func (d *reader) chunks(m *Append) (*Append, error) {
+	m.Incarnation = d.ranged("incarnation", 1, math.MaxInt64)
+	m.From = d.ranged("from", 0, math.MaxInt64)
+	n := d.uvarint("chunk count")
+	if d.err == nil && n > uint64(len(d.b)-d.off)/2 { // each chunk takes at least two bytes
+		d.fail("chunk count")
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	if m.Stream == "" {
+		return nil, fmt.Errorf("%w: empty stream", ErrMalformed)
+	}
+	m.Chunks = make([][]byte, 0, n)
+	for i := uint64(0); i < n; i++ {
+		c := d.take("chunk", d.uvarint("chunk length"))
+		if d.err == nil && len(c) == 0 {
+			d.fail("chunk length")
+		}
+		if d.err != nil {
+			return nil, d.err
+		}
+		m.Chunks = append(m.Chunks, c)
+	}
+	if d.off != len(d.b) {
+		return nil, fmt.Errorf("%w: %d trailing bytes", ErrMalformed, len(d.b)-d.off)
+	}
+	return m, nil
+}
+
 func (r Reply) Encode() []byte {
 	b := []byte{wireV1, r.Status}
 	b = binary.AppendVarint(b, r.Next)
@@ -194,7 +281,7 @@ func DecodeReply(b []byte) (Reply, error) {
 	d.version()
 	var r Reply
 	if d.err == nil {
-		if d.off >= len(b) || b[d.off] > StatusFenced {
+		if d.off >= len(b) || b[d.off] > StatusStale {
 			d.fail("status")
 		} else {
 			r.Status = b[d.off]

@@ -21,8 +21,15 @@ func sampleAppend() *Append {
 	return m
 }
 
+// sampleChunks is a version 2 Append: two chunk values (opaque here).
+func sampleChunks() *Append {
+	return &Append{Stream: "factory.telemetry", Partition: 3, Epoch: 2, Base: 10, Incarnation: 1764600000000, From: 12,
+		Chunks: [][]byte{{1, 0, 0, 0, 0, 0, 0, 0, 10, 1, 1, 'x', 0, 0, 0, 0}, {1, 2, 3}}}
+}
+
 func TestAppendRoundTrip(t *testing.T) {
-	for _, m := range []*Append{sampleAppend(), {Stream: "a.b", Partition: 0, Epoch: 0, Base: 7, Records: []*tributary.Record{}}} {
+	for _, m := range []*Append{sampleAppend(), {Stream: "a.b", Partition: 0, Epoch: 0, Base: 7, Records: []*tributary.Record{}},
+		sampleChunks(), {Stream: "a.b", Base: 3, Incarnation: 1, Chunks: [][]byte{}}} {
 		got, err := DecodeAppend(m.Encode())
 		if err != nil {
 			t.Fatal(err)
@@ -62,6 +69,20 @@ func TestAppendRefused(t *testing.T) {
 		"count bomb":      {wireV1, 1, 'a', 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f},
 		"negative base":   {wireV1, 1, 'a', 0, 0, 1, 0},
 	}
+	v2 := sampleChunks().Encode()
+	for name, b := range map[string][]byte{
+		"v2 truncated":         v2[:len(v2)-1],
+		"v2 trailing":          append(v2, 0),
+		"v2 zero incarnation":  (&Append{Stream: "a.b", Chunks: [][]byte{}}).Encode(),
+		"v2 negative from":     (&Append{Stream: "a.b", Incarnation: 1, From: -1, Chunks: [][]byte{}}).Encode(),
+		"v2 empty chunk":       (&Append{Stream: "a.b", Incarnation: 1, Chunks: [][]byte{{}}}).Encode(),
+		"v2 empty stream":      (&Append{Incarnation: 1, Chunks: [][]byte{{1}}}).Encode(),
+		"v2 chunk count bomb":  {wireV2, 1, 'a', 0, 0, 0, 2, 0, 0xff, 0xff, 0xff, 0xff, 0x0f},
+		"v2 chunk length bomb": {wireV2, 1, 'a', 0, 0, 0, 2, 0, 1, 0xff, 0xff, 0xff, 0xff, 0x0f},
+		"version 3":            append([]byte{3}, v2[1:]...),
+	} {
+		cases[name] = b
+	}
 	for name, b := range cases {
 		if _, err := DecodeAppend(b); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: err %v, want ErrMalformed", name, err)
@@ -74,7 +95,9 @@ func TestAppendRefused(t *testing.T) {
 
 func FuzzDecodeAppend(f *testing.F) {
 	f.Add(sampleAppend().Encode())
-	f.Add((&Append{Stream: "a.b", Base: 1}).Encode())
+	f.Add((&Append{Stream: "a.b", Base: 1, Records: []*tributary.Record{}}).Encode())
+	f.Add(sampleChunks().Encode())
+	f.Add((&Append{Stream: "a.b", Base: 1, Incarnation: 2, Chunks: [][]byte{}}).Encode())
 	f.Add([]byte{wireV1, 1, 'a', 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := DecodeAppend(data)
@@ -98,6 +121,7 @@ func FuzzDecodeAppend(f *testing.F) {
 // queries.
 func FuzzDecodeReply(f *testing.F) {
 	f.Add(Reply{Status: StatusGap, Next: 5}.Encode())
+	f.Add(Reply{Status: StatusStale, Next: 5}.Encode())
 	f.Add(Release{Stream: "a.b", Partition: 1, UpTo: 9}.Encode())
 	f.Add(Query{Origin: "n2", Stream: "a.b", Partition: 1}.Encode())
 	f.Fuzz(func(t *testing.T, data []byte) {
