@@ -43,6 +43,10 @@ type op struct {
 	// count is set by the committer before done is called: records skipped
 	// by an opAppendAt, records dropped by an opDrop (-1: kept).
 	count int64
+	// after is the op this one follows (AppendAsyncAfter, chain.go);
+	// failed is set as soon as the committer refuses or fails this op.
+	after  *op
+	failed atomic.Bool
 }
 
 // work is a partition's state while a group is being applied.
@@ -224,6 +228,7 @@ func (w *WAL) commit(ops []*op) {
 		w.stats.Ops += int64(len(live))
 		w.mu.Unlock()
 		for _, o := range live {
+			o.failed.Store(true)
 			o.done(err)
 		}
 		return
@@ -300,6 +305,9 @@ func (w *WAL) apply(ops []*op, results []error) (*group, int64, error) {
 		}
 		if errors.Is(opErr, ErrBudgetExceeded) {
 			rejections++
+		}
+		if opErr != nil {
+			o.failed.Store(true) // before a later op of the group that follows it is applied
 		}
 		results[i] = opErr
 	}
@@ -381,6 +389,9 @@ type undo struct {
 // above it refuses the whole op with a *GapError. A partition the op
 // creates starts at the offset of its first record in the op.
 func (w *WAL) applyAppend(g *group, o *op) (opErr, txErr error) {
+	if predecessorFailed(o) {
+		return ErrPredecessorFailed, nil
+	}
 	now := time.Now().UnixMicro()
 	var undos []undo
 	start := len(w.arena)
