@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"sync/atomic"
 
 	"golang.org/x/sync/semaphore"
 
@@ -71,6 +72,15 @@ func (in *ingest) partition(ctx context.Context, stream string) (int32, error) {
 // partition this node does not own is refused (owner.ErrNotOwned,
 // owner.ErrAdopting) and nothing is appended.
 func (in *ingest) appendOwned(ctx context.Context, recs ...*tributary.Record) error {
+	if err := in.stampOwned(ctx, recs); err != nil {
+		return err
+	}
+	return in.append(ctx, recs)
+}
+
+// stampOwned stamps records whose partition the caller chose with this
+// node's epoch of it, or refuses a partition this node does not own.
+func (in *ingest) stampOwned(ctx context.Context, recs []*tributary.Record) error {
 	var last struct {
 		stream string
 		p      int32
@@ -86,7 +96,37 @@ func (in *ingest) appendOwned(ctx context.Context, recs ...*tributary.Record) er
 		}
 		r.Epoch, r.Node = e, in.node
 	}
-	return in.append(ctx, recs)
+	return nil
+}
+
+// appendOwnedAsync is appendOwned queued after the append after names
+// (wal.AppendAsyncAfter): it stamps and checks at once (an error: nothing
+// queued, done not called) and calls done, never before it returns, once
+// the records are as durable as Append makes them.
+func (in *ingest) appendOwnedAsync(ctx context.Context, after wal.Ticket, recs []*tributary.Record, done func(error)) (wal.Ticket, error) {
+	if err := in.stampOwned(ctx, recs); err != nil {
+		return wal.Ticket{}, err
+	}
+	if err := in.repl.check(); err != nil {
+		return wal.Ticket{}, err
+	}
+	var queued atomic.Bool
+	t := in.wal.AppendAsyncAfter(after, recs, func(err error) {
+		if err == nil {
+			in.count.add(recs)
+		}
+		if err != nil || in.repl.r.Load() == nil {
+			if err == nil || queued.Load() {
+				done(err) // on the committer
+			} else {
+				go done(err) // refused at once, inside AppendAsyncAfter
+			}
+			return
+		}
+		go func() { done(in.repl.wait(ctx, recs)) }() // never on the WAL's committer
+	})
+	queued.Store(true)
+	return t, nil
 }
 
 // maxAsyncBytes bounds the payload bytes queued by AppendAsync and not yet

@@ -63,7 +63,9 @@ func TestReplicationRefusePolicy(t *testing.T) {
 	}
 	k1, k2 := rec(), rec()
 	k1.Source, k1.Partition, k2.Source, k2.Partition = "kafka", p, "kafka", p
-	if err := n.kb.Append(ctx, k1, k2); err != nil {
+	appended := make(chan error, 1)
+	n.kb.AppendAsync(ctx, nil, []*tributary.Record{k1, k2}, func(err error) { appended <- err })
+	if err := <-appended; err != nil {
 		t.Fatal(err)
 	}
 	if got := n.replicaStats().ReplicatedRecords; got < before+2 {

@@ -36,6 +36,55 @@ type fakeBackend struct {
 	unrepl   atomic.Bool // true: Append fails as too few replicas (refuse policy)
 	lost     atomic.Bool // true: Append fails with ErrNotLeader (ownership moved)
 	appendFn func()      // called inside Append (delays, fault injection)
+	// refuse, when set, decides each append in turn (its records):
+	// non-nil refuses it (fault injection in the middle of a pipeline).
+	refuse func([]*tributary.Record) error
+
+	queueOnce sync.Once
+	queued    atomic.Int64     // AppendAsync calls
+	queue     chan *fakeAppend // AppendAsync's, applied in order by one goroutine, as the WAL's committer does
+}
+
+// fakeAppend is one queued AppendAsync; failed is set once it was not
+// appended (read by the applier only).
+type fakeAppend struct {
+	ctx    context.Context
+	after  *fakeAppend
+	recs   []*tributary.Record
+	done   func(error)
+	failed bool
+}
+
+// AppendAsync queues the append to the fake's applier, which applies
+// appends one at a time in queue order (Append's checks, then after's
+// chain) and calls done after each.
+func (f *fakeBackend) AppendAsync(ctx context.Context, after Ticket, recs []*tributary.Record, done func(error)) Ticket {
+	f.queueOnce.Do(func() {
+		f.queue = make(chan *fakeAppend, 1024)
+		go func() {
+			for a := range f.queue {
+				var err error
+				if a.after != nil && a.after.failed {
+					err = fmt.Errorf("fake: %w", ErrPredecessorFailed)
+				} else if f.refuse != nil {
+					err = f.refuse(a.recs)
+				}
+				if err == nil {
+					err = f.Append(a.ctx, a.recs...)
+				}
+				a.failed = err != nil
+				a.after = nil
+				a.done(err)
+			}
+		}()
+	})
+	f.queued.Add(1)
+	a := &fakeAppend{ctx: ctx, recs: recs, done: done}
+	if t, ok := after.(*fakeAppend); ok {
+		a.after = t
+	}
+	f.queue <- a
+	return a
 }
 
 func newFakeBackend(node string) *fakeBackend {

@@ -6,13 +6,21 @@ package produce
 //   - Only message format v2 record batches (v3+), exactly one batch per
 //     partition; v13 (topic ids) is not offered.
 //   - acks must be -1, 0 or 1 (else INVALID_REQUIRED_ACKS). For every acks
-//     value the batch is appended to the WAL — durable, fsynced — before the
-//     next request of the connection is read; with acks 1 and -1 the
-//     response is written only after that append returned. With acks=0 no
-//     response is written, and a partition error closes the connection (as
-//     Kafka does), so the client refreshes its metadata.
-//   - Partitions of one request are appended concurrently, so they share
-//     WAL group commits.
+//     value the batch is appended to the WAL — durable, fsynced; with acks
+//     1 and -1 the response is written only after that append returned.
+//     With acks=0 no response is written, and a partition error closes the
+//     connection (as Kafka does), so the client refreshes its metadata.
+//   - Pipelined (kafka.Starter): a request's batches are decoded (its
+//     partitions concurrently) and their appends queued to the WAL on the
+//     connection's read goroutine, which then reads the next request while
+//     these wait for their fsync; the appends of a connection reach the
+//     WAL in request order and share its group commits, and the responses
+//     are written in request order. An idempotent producer's batch is
+//     chained to its previous one (producers.go): if that one is refused
+//     (the WAL's budget, say), this one is refused too with
+//     OUT_OF_ORDER_SEQUENCE_NUMBER, as Kafka answers a batch that does not
+//     follow the last appended one, and nothing of it is stored; the
+//     client resends both in order.
 //   - Each record becomes one tributary.Record (Source "kafka", Topic and Stream the
 //     topic name, ClientID the request header's client id, key/value nil
 //     vs empty kept, headers in order and byte-exact, ProducerTimestamp the
@@ -72,14 +80,37 @@ type partResult struct {
 	throttle   bool
 }
 
-func (s *Server) handleProduce(ctx context.Context, req *kafka.Request, r *kmsg.ProduceRequest) (kmsg.Response, bool) {
-	resp := r.ResponseKind().(*kmsg.ProduceResponse)
-	type slot struct {
-		topic     string
-		partition int32
-		res       partResult
+// StartRequest (kafka.Starter) starts a Produce request on the connection's read
+// goroutine: see startProduce. Every other request is Handle's.
+func (s *Server) StartRequest(ctx context.Context, req *kafka.Request) (func() (kmsg.Response, bool), bool) {
+	r, ok := req.Body.(*kmsg.ProduceRequest)
+	if !ok {
+		return nil, false
 	}
-	var slots [][]slot // per topic, per partition
+	return s.startProduce(ctx, req, r), true
+}
+
+func (s *Server) handleProduce(ctx context.Context, req *kafka.Request, r *kmsg.ProduceRequest) (kmsg.Response, bool) {
+	return s.startProduce(ctx, req, r)()
+}
+
+// produceSlot is one partition of a Produce request and its outcome.
+type produceSlot struct {
+	topic     string
+	partition int32
+	res       partResult
+	batch     *kafka.Batch // decoded, to be appended
+	reserve   int64        // decoding bytes held until the append ends
+}
+
+// startProduce looks the request's topics up, decodes its partitions'
+// batches (concurrently) and queues their appends in partition order
+// before it returns, so that the appends of a connection's pipelined
+// requests reach the WAL in request order; the returned finish waits
+// for them and builds the response.
+func (s *Server) startProduce(ctx context.Context, req *kafka.Request, r *kmsg.ProduceRequest) func() (kmsg.Response, bool) {
+	start := time.Now()
+	var slots [][]produceSlot // per topic, per partition
 	reqErr := partResult{}
 	switch {
 	case r.Acks != -1 && r.Acks != 0 && r.Acks != 1:
@@ -89,9 +120,9 @@ func (s *Server) handleProduce(ctx context.Context, req *kafka.Request, r *kmsg.
 	}
 
 	topics := make(map[string]topicLookup) // per request: one lookup per topic
-	var wg sync.WaitGroup
+	var decoded sync.WaitGroup
 	for _, rt := range r.Topics {
-		ps := make([]slot, len(rt.Partitions))
+		ps := make([]produceSlot, len(rt.Partitions))
 		slots = append(slots, ps)
 		var tl topicLookup
 		if reqErr.code == 0 {
@@ -111,15 +142,31 @@ func (s *Server) handleProduce(ctx context.Context, req *kafka.Request, r *kmsg.
 				ps[i].res = res
 				continue
 			}
-			wg.Add(1)
-			go func(sl *slot, records []byte) {
-				defer wg.Done()
-				sl.res = s.producePartition(ctx, req, sl.topic, sl.partition, records)
+			decoded.Add(1)
+			go func(sl *produceSlot, records []byte) {
+				defer decoded.Done()
+				s.decodePartition(ctx, req, sl, records)
 			}(&ps[i], rp.Records)
 		}
 	}
-	wg.Wait()
+	decoded.Wait()
+	var appended sync.WaitGroup
+	for ti := range slots {
+		for i := range slots[ti] {
+			if sl := &slots[ti][i]; sl.batch != nil {
+				appended.Add(1)
+				s.appendPartition(ctx, req, sl, start, appended.Done)
+			}
+		}
+	}
+	return func() (kmsg.Response, bool) {
+		appended.Wait()
+		return s.produceResponse(r, slots)
+	}
+}
 
+func (s *Server) produceResponse(r *kmsg.ProduceRequest, slots [][]produceSlot) (kmsg.Response, bool) {
+	resp := r.ResponseKind().(*kmsg.ProduceResponse)
 	anyErr := false
 	for ti, rt := range r.Topics {
 		st := kmsg.NewProduceResponseTopic()
@@ -204,15 +251,10 @@ func (s *Server) checkPartition(tl topicLookup, rp kmsg.ProduceRequestTopicParti
 	return partResult{}, true
 }
 
-// producePartition decodes one batch, checks idempotence and appends it.
-func (s *Server) producePartition(ctx context.Context, req *kafka.Request, topic string, partition int32, raw []byte) (res partResult) {
-	clientID := req.ClientID
-	start := time.Now()
-	defer func() {
-		if res.code == 0 {
-			s.latency.Observe(time.Since(start).Seconds())
-		}
-	}()
+// decodePartition decodes one partition's batch into sl.batch, holding
+// its decompressed size in the decoding budget (sl.reserve, released when
+// its append ends), or sets sl.res to the refusal.
+func (s *Server) decodePartition(ctx context.Context, req *kafka.Request, sl *produceSlot, raw []byte) {
 	// Room for the decompressed records first: an uncompressed batch is as
 	// large as sent, a compressed one may reach MaxDecompressedBytes.
 	reserve := s.cfg.MaxDecompressedBytes
@@ -220,45 +262,85 @@ func (s *Server) producePartition(ctx context.Context, req *kafka.Request, topic
 		reserve = min(reserve, int64(len(raw)))
 	}
 	if err := s.decoding.Acquire(ctx, reserve); err != nil {
-		return partResult{code: kafka.CodeKafkaStorageError, msg: "shutting down"}
+		sl.res = partResult{code: kafka.CodeKafkaStorageError, msg: "shutting down"}
+		return
 	}
 	b, err := kafka.ParseBatch(raw, kafka.BatchLimits{MaxDecompressed: s.cfg.MaxDecompressedBytes, MaxHeadersPerRecord: s.cfg.MaxHeadersPerRecord})
-	if err == nil && int64(b.BodyBytes) < reserve {
+	if err != nil {
+		s.decoding.Release(reserve)
+		s.log.Info("kafka: refusing batch", "head", fmt.Sprintf("%x", raw[:min(len(raw), 80)]), "client", req.ClientID, "stream", sl.topic, "partition", sl.partition, "err", err)
+		sl.res = partResult{code: batchErrorCode(err), msg: err.Error()}
+		return
+	}
+	if int64(b.BodyBytes) < reserve {
 		s.decoding.Release(reserve - int64(b.BodyBytes))
 		reserve = int64(b.BodyBytes)
 	}
-	defer s.decoding.Release(reserve)
-	if err != nil {
-		s.log.Info("kafka: refusing batch", "head", fmt.Sprintf("%x", raw[:min(len(raw), 80)]), "client", clientID, "stream", topic, "partition", partition, "err", err)
-		return partResult{code: batchErrorCode(err), msg: err.Error()}
+	sl.batch, sl.reserve = b, reserve
+}
+
+// appendPartition checks a decoded batch's idempotence and queues its
+// append; done is called once sl.res holds the outcome. It runs on the
+// connection's read goroutine, in request and partition order.
+//
+// An idempotent producer's sequence range is reserved (producerEntry's
+// pending runs) before the append is queued, under the entry's lock, and
+// the append is chained to the producer's previous one (Backend's
+// Ticket), so that a batch is never stored unless the one before it was;
+// the lock is not held while the append waits for its fsync.
+func (s *Server) appendPartition(ctx context.Context, req *kafka.Request, sl *produceSlot, start time.Time, done func()) {
+	b := sl.batch
+	finish := func(res partResult) {
+		s.decoding.Release(sl.reserve)
+		sl.batch, sl.res = nil, res
+		if res.code == 0 {
+			s.latency.Observe(time.Since(start).Seconds())
+		}
+		done()
 	}
 	if b.Idempotent() && !s.prod.claim(b.ProducerID, req.Principal.Name) {
 		s.log.Warn("kafka: refusing a producer id bound to another principal", "producer_id", b.ProducerID,
-			"principal", req.Principal.String(), "client", clientID, "stream", topic, "partition", partition)
-		return partResult{code: kafka.CodeInvalidProducerIDMapping, msg: fmt.Sprintf("producer id %d was not assigned to this principal", b.ProducerID)}
+			"principal", req.Principal.String(), "client", req.ClientID, "stream", sl.topic, "partition", sl.partition)
+		finish(partResult{code: kafka.CodeInvalidProducerIDMapping, msg: fmt.Sprintf("producer id %d was not assigned to this principal", b.ProducerID)})
+		return
 	}
-	recs := s.walRecords(clientID, req.Principal.Name, topic, partition, b)
+	recs := s.walRecords(req.ClientID, req.Principal.Name, sl.topic, sl.partition, b)
 	if !b.Idempotent() {
-		return s.appendBatch(ctx, recs)
+		s.b.AppendAsync(ctx, nil, recs, func(err error) { finish(s.appendResult(recs, err)) })
+		return
 	}
-	e := s.prod.lock(producerKey{topic, partition, b.ProducerID})
+	e := s.prod.lock(producerKey{sl.topic, sl.partition, b.ProducerID})
 	defer e.mu.Unlock()
 	last := b.LastSequence()
-	off, dup, code := e.check(b.ProducerEpoch, b.BaseSequence, last)
+	off, dup, inflight, code := e.check(b.ProducerEpoch, b.BaseSequence, last)
 	switch {
 	case code != 0:
-		return partResult{code: code, msg: fmt.Sprintf("producer %d epoch %d sequences %d-%d: known epoch %d, last sequence %d",
-			b.ProducerID, b.ProducerEpoch, b.BaseSequence, last, e.epoch, e.lastSeq)}
+		finish(partResult{code: code, msg: fmt.Sprintf("producer %d epoch %d sequences %d-%d: known epoch %d, last sequence %d",
+			b.ProducerID, b.ProducerEpoch, b.BaseSequence, last, e.epoch, e.lastSeq)})
+		return
 	case dup:
 		s.stats.dups.Add(1)
-		return partResult{baseOffset: off}
+		finish(partResult{baseOffset: off})
+		return
+	case inflight:
+		// A resend (from another connection) of a batch still being
+		// written: retriable, and the retry finds it appended.
+		finish(partResult{code: kafka.CodeKafkaStorageError, msg: fmt.Sprintf("producer %d sequences %d-%d are being written, retry", b.ProducerID, b.BaseSequence, last)})
+		return
 	}
-	res = s.appendBatch(ctx, recs)
-	if res.code == 0 {
-		e.add(ProducerRun{Stream: topic, Partition: partition, ProducerID: b.ProducerID, ProducerEpoch: b.ProducerEpoch,
-			FirstSeq: b.BaseSequence, LastSeq: last, FirstOffset: res.baseOffset, Principal: req.Principal.Name})
-	}
-	return res
+	run := ProducerRun{Stream: sl.topic, Partition: sl.partition, ProducerID: b.ProducerID, ProducerEpoch: b.ProducerEpoch,
+		FirstSeq: b.BaseSequence, LastSeq: last, Principal: req.Principal.Name}
+	p := e.reserve(run)
+	p.ticket = s.b.AppendAsync(ctx, e.tail, recs, func(err error) {
+		e.mu.Lock()
+		if err == nil {
+			run.FirstOffset = recs[0].Offset
+		}
+		e.settle(p, run, err == nil)
+		e.mu.Unlock()
+		finish(s.appendResult(recs, err))
+	})
+	e.tail = p.ticket
 }
 
 // LoadProducerRuns folds runs (oldest first per key) into the
@@ -268,8 +350,15 @@ func (s *Server) producePartition(ctx context.Context, req *kafka.Request, topic
 // had appended gets the original offset rather than a second copy.
 func (s *Server) LoadProducerRuns(runs []ProducerRun) { s.prod.load(runs) }
 
-func (s *Server) appendBatch(ctx context.Context, recs []*tributary.Record) partResult {
-	if err := s.b.Append(ctx, recs...); err != nil {
+// appendResult is a partition's outcome of its append.
+func (s *Server) appendResult(recs []*tributary.Record, err error) partResult {
+	if err != nil {
+		if errors.Is(err, ErrPredecessorFailed) {
+			// The producer's previous batch was refused, so this one is
+			// out of sequence, as Kafka answers it; the client resends
+			// both in order.
+			return partResult{code: kafka.CodeOutOfOrderSequence, msg: "the producer's previous batch was not appended"}
+		}
 		switch tributary.ReasonOf(err) {
 		case tributary.ReasonFenced:
 			return partResult{code: kafka.CodeNotLeaderOrFollower, msg: err.Error()}
