@@ -94,6 +94,9 @@ type Stats struct {
 	// InflightWaits counts frames whose reading waited for
 	// MaxInflightBytes (back-pressure on that connection).
 	InflightWaits int64
+	// Pipelined counts requests read while an earlier request of the
+	// same connection was not yet answered.
+	Pipelined int64
 }
 
 // Handler answers the requests of a Server: the produce side
@@ -142,7 +145,7 @@ type Server struct {
 
 	stats struct {
 		conns, accepted, requests, malformed, authFailed, unauthenticated atomic.Int64
-		inflightBytes, inflightWaits                                      atomic.Int64
+		inflightBytes, inflightWaits, pipelined                           atomic.Int64
 	}
 }
 
@@ -274,6 +277,7 @@ func (s *Server) Stats() Stats {
 		Unauthenticated: s.stats.unauthenticated.Load(),
 		InflightBytes:   s.stats.inflightBytes.Load(),
 		InflightWaits:   s.stats.inflightWaits.Load(),
+		Pipelined:       s.stats.pipelined.Load(),
 	}
 }
 
@@ -362,14 +366,14 @@ func (r *Request) authRequest(action auth.Action, stream, group string) auth.Req
 
 // Starter is implemented by a Handler that answers some requests in two
 // steps, so that one connection can have several of them in progress
-// (Produce waiting for its fsync). Start runs on the connection's read
+// (Produce waiting for its fsync). StartRequest runs on the connection's read
 // goroutine, in request order, and must not wait long: whatever order
 // matters (appends queued to the log) is decided there. When ok is false
 // the request is not the Starter's and Handle answers it. finish is
 // called once, on the connection's writer goroutine in request order,
 // and returns the response as Handle would; it may wait (for the fsync).
 type Starter interface {
-	Start(ctx context.Context, req *Request) (finish func() (resp kmsg.Response, closeAfter bool), ok bool)
+	StartRequest(ctx context.Context, req *Request) (finish func() (resp kmsg.Response, closeAfter bool), ok bool)
 }
 
 // reply is one request's place in a connection's response order.
@@ -506,6 +510,9 @@ func (s *Server) serveConn(c net.Conn) {
 			return
 		}
 		s.stats.requests.Add(1)
+		if len(slots) > 1 { // this request's slot and an earlier one's
+			s.stats.pipelined.Add(1)
+		}
 		if sess.expired(time.Now()) {
 			log.Info("kafka closing connection: SASL session expired", "principal", sess.principal.String())
 			return
@@ -538,7 +545,7 @@ func (s *Server) serveConn(c net.Conn) {
 			req.Principal, req.Remote, req.auth = sess.principal, remote, s.cfg.Auth
 			started := false
 			if starter != nil && ready {
-				r.finish, started = starter.Start(s.ctx, req)
+				r.finish, started = starter.StartRequest(s.ctx, req)
 			}
 			if !started {
 				r.resp, r.closeAfter = s.handler.Handle(s.ctx, req)
