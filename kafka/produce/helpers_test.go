@@ -40,9 +40,10 @@ type fakeBackend struct {
 	// non-nil refuses it (fault injection in the middle of a pipeline).
 	refuse func([]*tributary.Record) error
 
-	queueOnce sync.Once
-	queued    atomic.Int64     // AppendAsync calls
-	queue     chan *fakeAppend // AppendAsync's, applied in order by one goroutine, as the WAL's committer does
+	queueOnce  sync.Once
+	queued     atomic.Int64     // AppendAsync calls
+	topicCalls atomic.Int64     // Topic calls
+	queue      chan *fakeAppend // AppendAsync's, applied in order by one goroutine, as the WAL's committer does
 }
 
 // fakeAppend is one queued AppendAsync; failed is set once it was not
@@ -113,6 +114,7 @@ func (f *fakeBackend) Topics(ctx context.Context) ([]TopicInfo, error) {
 }
 
 func (f *fakeBackend) Topic(ctx context.Context, stream string) (TopicInfo, error) {
+	f.topicCalls.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ps, ok := f.streams[stream]

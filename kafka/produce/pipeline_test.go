@@ -168,3 +168,22 @@ func TestKgoPipelinedWithRefusals(t *testing.T) {
 	}
 	t.Logf("%d appends, %d refused, stats %+v", appends.Load(), refusals.Load(), s.Stats())
 }
+
+// TestProduceTopicCached: a connection producing to one topic looks it up
+// about once a second, not once per request (a lookup reads the table's
+// metadata from the catalog).
+func TestProduceTopicCached(t *testing.T) {
+	be := newFakeBackend("edge-1")
+	be.addStream("factory.cached", "edge-1")
+	s := startServer(t, Config{}, be)
+	rc := kafkatest.Dial(t, s.Addr())
+	batch := kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1}, kafkatest.Rec{Value: []byte("v")})
+	for i := range 200 {
+		if p := produceOne(rc, "factory.cached", 0, batch); p.ErrorCode != 0 || p.BaseOffset != int64(i) {
+			t.Fatalf("produce %d: code %d offset %d", i, p.ErrorCode, p.BaseOffset)
+		}
+	}
+	if n := be.topicCalls.Load(); n > 3 {
+		t.Fatalf("%d topic lookups for 200 produce requests", n)
+	}
+}

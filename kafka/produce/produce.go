@@ -128,7 +128,7 @@ func (s *Server) startProduce(ctx context.Context, req *kafka.Request, r *kmsg.P
 		if reqErr.code == 0 {
 			var ok bool
 			if tl, ok = topics[rt.Topic]; !ok {
-				tl = s.produceTopic(ctx, req, rt.Topic)
+				tl = s.produceTopic(ctx, req, rt.Topic, true)
 				topics[rt.Topic] = tl
 			}
 		}
@@ -138,7 +138,15 @@ func (s *Server) startProduce(ctx context.Context, req *kafka.Request, r *kmsg.P
 				ps[i].res = reqErr
 				continue
 			}
-			if res, ok := s.checkPartition(tl, rp); !ok {
+			res, ok := s.checkPartition(tl, rp)
+			if !ok && tl.cached && (res.code == kafka.CodeNotLeaderOrFollower || res.code == kafka.CodeUnknownTopicOrPartition) {
+				// Refused from a remembered lookup: look again (the
+				// partition may have moved here, or been added).
+				tl = s.produceTopic(ctx, req, rt.Topic, false)
+				topics[rt.Topic] = tl
+				res, ok = s.checkPartition(tl, rp)
+			}
+			if !ok {
 				ps[i].res = res
 				continue
 			}
@@ -200,21 +208,74 @@ func (s *Server) produceResponse(r *kmsg.ProduceRequest, slots [][]produceSlot) 
 	return resp, false
 }
 
-// topicLookup is a topic's info or the error code for all its partitions.
-type topicLookup struct {
-	info TopicInfo
-	code int16
-	msg  string
+// topicCache remembers the topics Produce found for topicCacheTTL: looking
+// a stream up reads its table's metadata from the catalog (measured at a
+// fifth of the node's CPU under load, once per request), while the
+// partitions' owners change rarely, and an append to a partition this node
+// no longer owns is refused by the backend (NOT_LEADER_OR_FOLLOWER) all
+// the same; a partition refused from a cached lookup (owned elsewhere,
+// unknown) is looked up again, so a partition that moved here is taken at
+// once. Metadata requests are not served from it.
+type topicCache struct {
+	mu sync.Mutex
+	m  map[string]cachedTopic
 }
 
-func (s *Server) produceTopic(ctx context.Context, req *kafka.Request, topic string) topicLookup {
+type cachedTopic struct {
+	info TopicInfo
+	at   time.Time
+}
+
+// topicCacheTTL is how long a Produce topic lookup is reused;
+// topicCacheMax bounds the entries (beyond, the cache starts again).
+const (
+	topicCacheTTL = time.Second
+	topicCacheMax = 4096
+)
+
+func (c *topicCache) get(topic string) (TopicInfo, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[topic]
+	if !ok || time.Since(e.at) > topicCacheTTL {
+		return TopicInfo{}, false
+	}
+	return e.info, true
+}
+
+func (c *topicCache) put(topic string, ti TopicInfo) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= topicCacheMax {
+		c.m = make(map[string]cachedTopic)
+	}
+	c.m[topic] = cachedTopic{info: ti, at: time.Now()}
+}
+
+// topicLookup is a topic's info or the error code for all its partitions.
+type topicLookup struct {
+	info   TopicInfo
+	code   int16
+	msg    string
+	cached bool // info comes from s.topics
+}
+
+// produceTopic looks topic up for Produce, from s.topics when cached
+// allows (a refusal from a cached lookup is looked up again).
+func (s *Server) produceTopic(ctx context.Context, req *kafka.Request, topic string, cached bool) topicLookup {
 	if _, _, err := tributary.ParseStream(topic); err != nil {
 		return topicLookup{code: kafka.CodeInvalidTopic, msg: err.Error()}
 	}
 	if !req.Authorize(auth.Produce, topic, "") { // before the lookup: existence is not told, nothing is created
 		return topicLookup{code: kafka.CodeTopicAuthorizationFailed, msg: "not authorized to produce to " + topic}
 	}
+	if ti, ok := s.topics.get(topic); ok && cached {
+		return topicLookup{info: ti, cached: true}
+	}
 	ti, code, _ := s.lookupTopic(ctx, topic, s.cfg.AutoCreate)
+	if code == 0 {
+		s.topics.put(topic, ti)
+	}
 	var msg string
 	switch code {
 	case kafka.CodeUnknownTopicOrPartition:

@@ -146,6 +146,8 @@ type Server struct {
 	b    Backend
 	log  *slog.Logger
 	prod *producers
+	// topics are Produce's recent topic lookups (produce.go).
+	topics topicCache
 	// decoding bounds the decompressed bytes of batches being decoded.
 	decoding *semaphore.Weighted
 	latency  prometheus.Histogram
