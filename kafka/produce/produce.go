@@ -440,10 +440,12 @@ func (s *Server) appendResult(recs []*tributary.Record, err error) partResult {
 
 func (s *Server) walRecords(clientID, principal, topic string, partition int32, b *kafka.Batch) []*tributary.Record {
 	recs := make([]*tributary.Record, len(b.Records))
+	all := make([]tributary.Record, len(b.Records)) // one allocation for the batch's records
 	node := s.b.NodeID()
 	for i := range b.Records {
 		br := &b.Records[i]
-		rec := &tributary.Record{
+		rec := &all[i]
+		*rec = tributary.Record{
 			Stream:            topic,
 			Partition:         partition,
 			Topic:             topic,
