@@ -15,7 +15,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
 
-	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/internal/kbatch"
 )
 
 // Record batch (message format v2) decoding, for the produce side
@@ -41,8 +41,8 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Batch errors; errorCode maps them to Kafka codes.
 var (
-	ErrCorruptBatch  = errors.New("kafka: corrupt record batch")
-	ErrInvalidBatch  = errors.New("kafka: invalid record batch")
+	ErrCorruptBatch  = kbatch.ErrCorrupt
+	ErrInvalidBatch  = kbatch.ErrInvalid
 	ErrBatchTooLarge = errors.New("kafka: record batch too large")
 )
 
@@ -61,11 +61,7 @@ type Batch struct {
 }
 
 // BatchRecord is one record of a Batch.
-type BatchRecord struct {
-	TimestampDelta int64
-	Key, Value     []byte // nil = null
-	Headers        []tributary.Header
-}
+type BatchRecord = kbatch.Record
 
 // Idempotent reports whether the batch carries a producer id.
 func (b *Batch) Idempotent() bool { return b.ProducerID >= 0 }
@@ -91,7 +87,7 @@ const DefaultMaxHeadersPerRecord = 1000
 // ErrTooManyHeaders refuses a record with more headers than allowed: a few
 // kilobytes of compressed empty headers would otherwise expand to millions
 // of header values in memory (and in the WAL).
-var ErrTooManyHeaders = fmt.Errorf("%w: too many headers in a record", ErrInvalidBatch)
+var ErrTooManyHeaders = kbatch.ErrTooManyHeaders
 
 // ParseBatch decodes exactly one v2 record batch from raw, checking the
 // CRC and decompressing at most lim.MaxDecompressed bytes.
@@ -160,91 +156,10 @@ func ParseBatch(raw []byte, lim BatchLimits) (*Batch, error) {
 	return b, nil
 }
 
-// reader is a bounds-checked cursor over record bytes.
-type reader struct {
-	b   []byte
-	bad bool
-}
-
-func (r *reader) varint() int64 {
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.bad = true
-		r.b = nil
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) byte() byte {
-	if len(r.b) < 1 {
-		r.bad = true
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
-
-// bytes reads varint-length bytes; -1 = nil (null), 0 = empty non-nil.
-func (r *reader) bytes() []byte {
-	l := r.varint()
-	switch {
-	case r.bad:
-		return nil
-	case l == -1:
-		return nil
-	case l < -1 || l > int64(len(r.b)):
-		r.bad = true
-		r.b = nil
-		return nil
-	}
-	v := r.b[:l:l]
-	r.b = r.b[l:]
-	return v
-}
-
-// parseRecord decodes one record from the front of b and returns its size.
+// parseRecord decodes one record from the front of b and returns its size
+// (kbatch.ParseRecord, shared with the WAL, which stores batches).
 func parseRecord(b []byte, rec *BatchRecord, wantDelta int32, maxHeaders int) (int, error) {
-	r := reader{b: b}
-	l := r.varint()
-	if r.bad || l < 6 || l > int64(len(r.b)) {
-		return 0, fmt.Errorf("%w: record length %d", ErrCorruptBatch, l)
-	}
-	size := len(b) - len(r.b) + int(l)
-	r.b = r.b[:l]
-	r.byte() // Attributes: unused in v2
-	rec.TimestampDelta = r.varint()
-	if d := r.varint(); !r.bad && d != int64(wantDelta) {
-		return 0, fmt.Errorf("%w: offset delta %d, want %d", ErrInvalidBatch, d, wantDelta)
-	}
-	rec.Key = r.bytes()
-	rec.Value = r.bytes()
-	nh := r.varint()
-	if r.bad || nh < 0 || nh > int64(len(r.b))/2 {
-		return 0, fmt.Errorf("%w: header count %d", ErrCorruptBatch, nh)
-	}
-	if nh > int64(maxHeaders) {
-		return 0, fmt.Errorf("%w: %d (at most %d)", ErrTooManyHeaders, nh, maxHeaders)
-	}
-	if nh > 0 {
-		rec.Headers = make([]tributary.Header, nh)
-		for i := range rec.Headers {
-			k := r.bytes()
-			if k == nil && !r.bad {
-				return 0, fmt.Errorf("%w: null header key", ErrCorruptBatch)
-			}
-			rec.Headers[i] = tributary.Header{Key: string(k), Value: r.bytes()}
-		}
-	}
-	if r.bad {
-		return 0, fmt.Errorf("%w: truncated record", ErrCorruptBatch)
-	}
-	if len(r.b) != 0 {
-		return 0, fmt.Errorf("%w: %d bytes after record fields", ErrCorruptBatch, len(r.b))
-	}
-	return size, nil
+	return kbatch.ParseRecord(b, (*kbatch.Record)(rec), wantDelta, maxHeaders)
 }
 
 // zstdDecoders holds one shared decoder per bound: DecodeAll is safe for
@@ -401,7 +316,7 @@ func unxerial(in []byte, max int64) ([]byte, error) {
 // Sequence arithmetic: sequences run 0..MaxInt32 and wrap to 0.
 
 // AddSeq is s+n in sequence arithmetic.
-func AddSeq(s, n int32) int32 { return int32((int64(s) + int64(n)) % (math.MaxInt32 + 1)) }
+func AddSeq(s, n int32) int32 { return kbatch.AddSeq(s, n) }
 
 // NextSeq is the sequence after s.
 func NextSeq(s int32) int32 { return AddSeq(s, 1) }
