@@ -79,6 +79,48 @@ type Batch struct {
 // count is the number of records of a batch (checked by enqueue).
 func (b *Batch) count() int { return int(int32(be.Uint32(b.Records[57:]))) }
 
+// Count is the number of records of b (whose Records hold at least a
+// batch header).
+func (b *Batch) Count() int {
+	if len(b.Records) < kbatch.HeaderLen {
+		return 0
+	}
+	return b.count()
+}
+
+// Decode returns b's records from index skip on as Read returns them
+// once b is stored (Offset and Timestamp as set): for a caller that needs
+// a few of them as records (the node's recent-records view, a test).
+func (b *Batch) Decode(skip int) ([]*tributary.Record, error) {
+	if err := checkBatch(b); err != nil {
+		return nil, err
+	}
+	e := batchEntry{stream: b.Stream, topic: b.Topic, source: b.Source, clientID: b.ClientID, node: b.Node,
+		principal: b.Principal, partition: b.Partition, offset: b.Offset, epoch: b.Epoch, timestamp: b.Timestamp,
+		count: b.count(), batch: b.Records}
+	return e.records(skip)
+}
+
+// ValueBytes is the sum of b's records' value sizes, counted without
+// decoding them into records.
+func (b *Batch) ValueBytes() int64 {
+	if checkBatch(b) != nil {
+		return 0
+	}
+	body := b.Records[kbatch.HeaderLen:]
+	var n int64
+	for i := range b.count() {
+		var r kbatch.Record
+		m, err := kbatch.ParseRecord(body, &r, int32(i), math.MaxInt32)
+		if err != nil {
+			break
+		}
+		n += int64(len(r.Value))
+		body = body[m:]
+	}
+	return n
+}
+
 // checkBatch checks what the WAL relies on of a batch.
 func checkBatch(b *Batch) error {
 	if err := checkStream(b.Stream); err != nil {
@@ -184,7 +226,13 @@ func decodeBatchEntry(b []byte, skip int) ([]*tributary.Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := append([]byte(nil), e.batch...) // one copy: the records' bytes alias it
+	return e.records(skip)
+}
+
+// records decodes e's records from index skip on; they do not alias e's
+// batch (what they hold is copied into one buffer).
+func (e *batchEntry) records(skip int) ([]*tributary.Record, error) {
+	r := e.batch
 	firstTS := int64(be.Uint64(r[27:]))
 	pid := int64(be.Uint64(r[43:]))
 	pepoch := int16(be.Uint16(r[51:]))
@@ -194,35 +242,50 @@ func decodeBatchEntry(b []byte, skip int) ([]*tributary.Record, error) {
 		return nil, fmt.Errorf("%w: %d records in %d bytes", ErrCorrupt, e.count, len(body))
 	}
 	skip = min(max(skip, 0), e.count)
-	recs := make([]tributary.Record, e.count-skip)
-	out := make([]*tributary.Record, e.count-skip)
+	kept := make([]kbatch.Record, e.count-skip)
+	size := 0
 	for i := range e.count {
-		var kr kbatch.Record
 		var dst *kbatch.Record
 		if i >= skip {
-			dst = &kr
+			dst = &kept[i-skip]
 		}
 		n, err := kbatch.ParseRecord(body, dst, int32(i), math.MaxInt32)
 		if err != nil {
 			return nil, fmt.Errorf("%w: batch entry record %d: %v", ErrCorrupt, i, err)
 		}
+		if dst != nil {
+			size += n // at least what the record's bytes take
+		}
 		body = body[n:]
-		if i < skip {
-			continue
+	}
+	if len(body) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after a batch entry's last record", ErrCorrupt, len(body))
+	}
+	buf := make([]byte, 0, size)
+	own := func(v []byte) []byte { // a copy in buf, nil and empty kept apart
+		if v == nil {
+			return nil
+		}
+		start := len(buf)
+		buf = append(buf, v...)
+		return buf[start:len(buf):len(buf)]
+	}
+	recs := make([]tributary.Record, len(kept))
+	out := make([]*tributary.Record, len(kept))
+	for j := range kept {
+		kr, i := &kept[j], skip+j
+		for h := range kr.Headers {
+			kr.Headers[h].Value = own(kr.Headers[h].Value)
 		}
 		seq := int32(-1)
 		if pid >= 0 {
 			seq = kbatch.AddSeq(baseSeq, int32(i))
 		}
-		rec := &recs[i-skip]
-		*rec = tributary.Record{Stream: e.stream, Partition: e.partition, Offset: e.offset + int64(i), Epoch: e.epoch,
-			Timestamp: e.timestamp, Topic: e.topic, Key: kr.Key, Value: kr.Value, Headers: kr.Headers,
+		recs[j] = tributary.Record{Stream: e.stream, Partition: e.partition, Offset: e.offset + int64(i), Epoch: e.epoch,
+			Timestamp: e.timestamp, Topic: e.topic, Key: own(kr.Key), Value: own(kr.Value), Headers: kr.Headers,
 			Source: e.source, ClientID: e.clientID, Node: e.node, Principal: e.principal,
 			ProducerID: pid, ProducerEpoch: pepoch, Sequence: seq, ProducerTimestamp: firstTS + kr.TimestampDelta}
-		out[i-skip] = rec
-	}
-	if len(body) != 0 {
-		return nil, fmt.Errorf("%w: %d bytes after a batch entry's last record", ErrCorrupt, len(body))
+		out[j] = &recs[j]
 	}
 	return out, nil
 }
