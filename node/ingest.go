@@ -99,31 +99,38 @@ func (in *ingest) stampOwned(ctx context.Context, recs []*tributary.Record) erro
 	return nil
 }
 
-// appendOwnedAsync is appendOwned queued after the append after names
-// (wal.AppendAsyncAfter): it stamps and checks at once (an error: nothing
-// queued, done not called) and calls done, never before it returns, once
-// the records are as durable as Append makes them.
-func (in *ingest) appendOwnedAsync(ctx context.Context, after wal.Ticket, recs []*tributary.Record, done func(error)) (wal.Ticket, error) {
-	if err := in.stampOwned(ctx, recs); err != nil {
+// appendBatchAsync appends a Kafka record batch to a partition the
+// caller chose (Kafka produce) as one WAL entry, queued after the append
+// after names (wal.AppendBatchAsyncAfter): it stamps it with this node's
+// epoch of the partition and checks at once (an error: nothing queued,
+// done not called; a partition this node does not own is refused with
+// owner.ErrNotOwned, owner.ErrAdopting) and calls done, never before it
+// returns, once the batch is as durable as Append makes records.
+func (in *ingest) appendBatchAsync(ctx context.Context, after wal.Ticket, b *wal.Batch, done func(error)) (wal.Ticket, error) {
+	e, err := in.book.Writable(ctx, b.Stream, b.Partition)
+	if err != nil {
 		return wal.Ticket{}, err
 	}
+	b.Epoch, b.Node = e, in.node
 	if err := in.repl.check(); err != nil {
 		return wal.Ticket{}, err
 	}
 	var queued atomic.Bool
-	t := in.wal.AppendAsyncAfter(after, recs, func(err error) {
+	t := in.wal.AppendBatchAsyncAfter(after, b, func(err error) {
 		if err == nil {
-			in.count.add(recs)
+			in.count.addBatch(b)
 		}
 		if err != nil || in.repl.r.Load() == nil {
 			if err == nil || queued.Load() {
 				done(err) // on the committer
 			} else {
-				go done(err) // refused at once, inside AppendAsyncAfter
+				go done(err) // refused at once, inside AppendBatchAsyncAfter
 			}
 			return
 		}
-		go func() { done(in.repl.wait(ctx, recs)) }() // never on the WAL's committer
+		// Replication needs the partition, its last offset and epoch.
+		last := []*tributary.Record{{Stream: b.Stream, Partition: b.Partition, Offset: b.Offset + int64(b.Count()) - 1, Epoch: b.Epoch}}
+		go func() { done(in.repl.wait(ctx, last)) }() // never on the WAL's committer
 	})
 	queued.Store(true)
 	return t, nil

@@ -149,12 +149,12 @@ func (kb *kafkaBackend) EnsureStream(ctx context.Context, stream string) (kafka.
 	return kb.Topic(ctx, stream)
 }
 
-// AppendAsync queues records the Kafka server addressed to a partition
-// this node owns (its own, or one it took over); any other partition is
-// refused with owner.ErrNotOwned (tributary.ErrFenced:
+// AppendAsync queues a record batch the Kafka server addressed to a
+// partition this node owns (its own, or one it took over); any other
+// partition is refused with owner.ErrNotOwned (tributary.ErrFenced:
 // NOT_LEADER_OR_FOLLOWER). Its tickets are the WAL's (wal.Ticket), or
 // refusedTicket for an append refused before it reached the WAL.
-func (kb *kafkaBackend) AppendAsync(ctx context.Context, after kafka.Ticket, recs []*tributary.Record, done func(error)) kafka.Ticket {
+func (kb *kafkaBackend) AppendAsync(ctx context.Context, after kafka.Ticket, b *wal.Batch, done func(error)) kafka.Ticket {
 	var prev wal.Ticket
 	switch t := after.(type) {
 	case refusedTicket:
@@ -163,7 +163,7 @@ func (kb *kafkaBackend) AppendAsync(ctx context.Context, after kafka.Ticket, rec
 	case wal.Ticket:
 		prev = t
 	}
-	t, err := kb.n.ingest.appendOwnedAsync(ctx, prev, recs, done)
+	t, err := kb.n.ingest.appendBatchAsync(ctx, prev, b, done)
 	if err != nil {
 		go done(err) // never before AppendAsync returns (Backend)
 		return refusedTicket{}

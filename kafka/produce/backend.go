@@ -97,24 +97,25 @@ type Backend interface {
 	// calls it only when auto-creation is enabled) and allocates this
 	// node's partition of it.
 	EnsureStream(ctx context.Context, stream string) (TopicInfo, error)
-	// AppendAsync queues recs (one partition's batch) to be made durable
-	// and returns at once; done is called exactly once, never before
-	// AppendAsync has returned, when they are (nil: Offset assigned,
-	// dense per partition in slice order) or with why nothing was
-	// appended: tributary.ErrBudget and tributary.ErrNotReplicated mean
+	// AppendAsync queues b (one partition's record batch, stored as one
+	// WAL entry) to be made durable and returns at once; done is called
+	// exactly once, never before AppendAsync has returned, when it is
+	// (nil: b.Offset is its first record's offset, the records' offsets
+	// dense per partition) or with why nothing was appended:
+	// tributary.ErrBudget and tributary.ErrNotReplicated mean
 	// back-pressure; ErrNotLeader (tributary.ErrFenced) means this node
-	// does not own the partition (any more). AppendAsync fills
-	// Record.Epoch (partition ownership epoch) itself. Appends are
-	// applied in the order AppendAsync is called.
+	// does not own the partition (any more). AppendAsync fills b.Epoch
+	// (partition ownership epoch) and b.Node itself. Appends are applied
+	// in the order AppendAsync is called.
 	//
 	// after is the Ticket of an earlier append this one follows (nil:
 	// none): if that one was not appended, this one is refused with an
 	// error wrapping ErrPredecessorFailed and nothing of it is stored.
 	// The returned Ticket names this append for the next one.
 	//
-	// The records carry ProducerID/ProducerEpoch/Sequence, so the
+	// The batch carries producer id, epoch and sequences, so the
 	// idempotence state is written in the same transaction as the data.
-	AppendAsync(ctx context.Context, after Ticket, recs []*tributary.Record, done func(error)) Ticket
+	AppendAsync(ctx context.Context, after Ticket, b *wal.Batch, done func(error)) Ticket
 	// AllocateProducerID returns a producer id never returned before by
 	// any node of the cluster, across restarts.
 	AllocateProducerID(ctx context.Context) (int64, error)

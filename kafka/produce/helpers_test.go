@@ -51,27 +51,32 @@ type fakeBackend struct {
 type fakeAppend struct {
 	ctx    context.Context
 	after  *fakeAppend
-	recs   []*tributary.Record
+	batch  *wal.Batch
 	done   func(error)
 	failed bool
 }
 
 // AppendAsync queues the append to the fake's applier, which applies
 // appends one at a time in queue order (Append's checks, then after's
-// chain) and calls done after each.
-func (f *fakeBackend) AppendAsync(ctx context.Context, after Ticket, recs []*tributary.Record, done func(error)) Ticket {
+// chain) and calls done after each. It keeps the batch's records as the
+// WAL's Read gives them (wal.Batch.Decode).
+func (f *fakeBackend) AppendAsync(ctx context.Context, after Ticket, b *wal.Batch, done func(error)) Ticket {
 	f.queueOnce.Do(func() {
 		f.queue = make(chan *fakeAppend, 1024)
 		go func() {
 			for a := range f.queue {
-				var err error
-				if a.after != nil && a.after.failed {
+				a.batch.Node = f.node
+				recs, err := a.batch.Decode(0)
+				if err == nil && a.after != nil && a.after.failed {
 					err = fmt.Errorf("fake: %w", ErrPredecessorFailed)
-				} else if f.refuse != nil {
-					err = f.refuse(a.recs)
+				} else if err == nil && f.refuse != nil {
+					err = f.refuse(recs)
 				}
 				if err == nil {
-					err = f.Append(a.ctx, a.recs...)
+					err = f.Append(a.ctx, recs...)
+				}
+				if err == nil {
+					a.batch.Offset = recs[0].Offset
 				}
 				a.failed = err != nil
 				a.after = nil
@@ -80,7 +85,7 @@ func (f *fakeBackend) AppendAsync(ctx context.Context, after Ticket, recs []*tri
 		}()
 	})
 	f.queued.Add(1)
-	a := &fakeAppend{ctx: ctx, recs: recs, done: done}
+	a := &fakeAppend{ctx: ctx, batch: b, done: done}
 	if t, ok := after.(*fakeAppend); ok {
 		a.after = t
 	}

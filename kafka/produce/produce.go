@@ -21,11 +21,15 @@ package produce
 //     OUT_OF_ORDER_SEQUENCE_NUMBER, as Kafka answers a batch that does not
 //     follow the last appended one, and nothing of it is stored; the
 //     client resends both in order.
-//   - Each record becomes one tributary.Record (Source "kafka", Topic and Stream the
-//     topic name, ClientID the request header's client id, key/value nil
-//     vs empty kept, headers in order and byte-exact, ProducerTimestamp the
-//     batch's first timestamp plus the record's delta, producer id, epoch and
-//     per-record sequence from the batch).
+//   - A batch is checked whole (kafka.CheckBatch: CRC, decompression within
+//     bounds, every record parsed) without building per-record objects, and
+//     appended as ONE WAL entry (wal.Batch: the batch uncompressed, Source
+//     "kafka", Topic and Stream the topic name, ClientID the request
+//     header's client id, the principal). Read from the WAL, each of its
+//     records is one tributary.Record exactly as before: key/value nil vs
+//     empty kept, headers in order and byte-exact, ProducerTimestamp the
+//     batch's first timestamp plus the record's delta, producer id, epoch
+//     and per-record sequence from the batch.
 //   - Each record carries the connection's principal (Record.Principal; ""
 //     for an anonymous client).
 //   - Errors, per partition: INVALID_TOPIC_EXCEPTION (17) for names that are
@@ -70,6 +74,7 @@ import (
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/wal"
 )
 
 // partResult is the outcome of producing one partition.
@@ -99,7 +104,8 @@ type produceSlot struct {
 	topic     string
 	partition int32
 	res       partResult
-	batch     *kafka.Batch // decoded, to be appended
+	batch     *kafka.Batch // checked, to be appended
+	stored    []byte       // the batch uncompressed, as the WAL stores it
 	reserve   int64        // decoding bytes held until the append ends
 }
 
@@ -326,7 +332,7 @@ func (s *Server) decodePartition(ctx context.Context, req *kafka.Request, sl *pr
 		sl.res = partResult{code: kafka.CodeKafkaStorageError, msg: "shutting down"}
 		return
 	}
-	b, err := kafka.ParseBatch(raw, kafka.BatchLimits{MaxDecompressed: s.cfg.MaxDecompressedBytes, MaxHeadersPerRecord: s.cfg.MaxHeadersPerRecord})
+	b, stored, err := kafka.CheckBatch(raw, kafka.BatchLimits{MaxDecompressed: s.cfg.MaxDecompressedBytes, MaxHeadersPerRecord: s.cfg.MaxHeadersPerRecord})
 	if err != nil {
 		s.decoding.Release(reserve)
 		s.log.Info("kafka: refusing batch", "head", fmt.Sprintf("%x", raw[:min(len(raw), 80)]), "client", req.ClientID, "stream", sl.topic, "partition", sl.partition, "err", err)
@@ -337,7 +343,7 @@ func (s *Server) decodePartition(ctx context.Context, req *kafka.Request, sl *pr
 		s.decoding.Release(reserve - int64(b.BodyBytes))
 		reserve = int64(b.BodyBytes)
 	}
-	sl.batch, sl.reserve = b, reserve
+	sl.batch, sl.stored, sl.reserve = b, stored, reserve
 }
 
 // appendPartition checks a decoded batch's idempotence and queues its
@@ -353,7 +359,7 @@ func (s *Server) appendPartition(ctx context.Context, req *kafka.Request, sl *pr
 	b := sl.batch
 	finish := func(res partResult) {
 		s.decoding.Release(sl.reserve)
-		sl.batch, sl.res = nil, res
+		sl.batch, sl.stored, sl.res = nil, nil, res
 		if res.code == 0 {
 			s.latency.Observe(time.Since(start).Seconds())
 		}
@@ -365,9 +371,10 @@ func (s *Server) appendPartition(ctx context.Context, req *kafka.Request, sl *pr
 		finish(partResult{code: kafka.CodeInvalidProducerIDMapping, msg: fmt.Sprintf("producer id %d was not assigned to this principal", b.ProducerID)})
 		return
 	}
-	recs := s.walRecords(req.ClientID, req.Principal.Name, sl.topic, sl.partition, b)
+	wb := &wal.Batch{Stream: sl.topic, Partition: sl.partition, Topic: sl.topic, Source: "kafka",
+		ClientID: req.ClientID, Principal: req.Principal.Name, Records: sl.stored}
 	if !b.Idempotent() {
-		s.b.AppendAsync(ctx, nil, recs, func(err error) { finish(s.appendResult(recs, err)) })
+		s.b.AppendAsync(ctx, nil, wb, func(err error) { finish(s.appendResult(wb, err)) })
 		return
 	}
 	e := s.prod.lock(producerKey{sl.topic, sl.partition, b.ProducerID})
@@ -392,14 +399,14 @@ func (s *Server) appendPartition(ctx context.Context, req *kafka.Request, sl *pr
 	run := ProducerRun{Stream: sl.topic, Partition: sl.partition, ProducerID: b.ProducerID, ProducerEpoch: b.ProducerEpoch,
 		FirstSeq: b.BaseSequence, LastSeq: last, Principal: req.Principal.Name}
 	p := e.reserve(run)
-	p.ticket = s.b.AppendAsync(ctx, e.tail, recs, func(err error) {
+	p.ticket = s.b.AppendAsync(ctx, e.tail, wb, func(err error) {
 		e.mu.Lock()
 		if err == nil {
-			run.FirstOffset = recs[0].Offset
+			run.FirstOffset = wb.Offset
 		}
 		e.settle(p, run, err == nil)
 		e.mu.Unlock()
-		finish(s.appendResult(recs, err))
+		finish(s.appendResult(wb, err))
 	})
 	e.tail = p.ticket
 }
@@ -412,7 +419,7 @@ func (s *Server) appendPartition(ctx context.Context, req *kafka.Request, sl *pr
 func (s *Server) LoadProducerRuns(runs []ProducerRun) { s.prod.load(runs) }
 
 // appendResult is a partition's outcome of its append.
-func (s *Server) appendResult(recs []*tributary.Record, err error) partResult {
+func (s *Server) appendResult(b *wal.Batch, err error) partResult {
 	if err != nil {
 		if errors.Is(err, ErrPredecessorFailed) {
 			// The producer's previous batch was refused, so this one is
@@ -430,43 +437,12 @@ func (s *Server) appendResult(recs []*tributary.Record, err error) partResult {
 			s.stats.backpressured.Add(1)
 			return partResult{code: kafka.CodeNotEnoughReplicas, msg: "too few edge replicas to store the batch, retry later", throttle: true}
 		}
-		s.log.Warn("kafka append", "stream", recs[0].Stream, "partition", recs[0].Partition, "err", err)
+		s.log.Warn("kafka append", "stream", b.Stream, "partition", b.Partition, "err", err)
 		return partResult{code: kafka.CodeKafkaStorageError, msg: "append failed: " + err.Error()}
 	}
 	s.stats.batches.Add(1)
-	s.stats.records.Add(int64(len(recs)))
-	return partResult{baseOffset: recs[0].Offset}
-}
-
-func (s *Server) walRecords(clientID, principal, topic string, partition int32, b *kafka.Batch) []*tributary.Record {
-	recs := make([]*tributary.Record, len(b.Records))
-	all := make([]tributary.Record, len(b.Records)) // one allocation for the batch's records
-	node := s.b.NodeID()
-	for i := range b.Records {
-		br := &b.Records[i]
-		rec := &all[i]
-		*rec = tributary.Record{
-			Stream:            topic,
-			Partition:         partition,
-			Topic:             topic,
-			Key:               br.Key,
-			Value:             br.Value,
-			Headers:           br.Headers,
-			Source:            "kafka",
-			ClientID:          clientID,
-			Principal:         principal,
-			Node:              node,
-			ProducerID:        b.ProducerID,
-			ProducerEpoch:     b.ProducerEpoch,
-			Sequence:          -1,
-			ProducerTimestamp: b.FirstTimestamp + br.TimestampDelta,
-		}
-		if b.Idempotent() {
-			rec.Sequence = kafka.AddSeq(b.BaseSequence, int32(i))
-		}
-		recs[i] = rec
-	}
-	return recs
+	s.stats.records.Add(int64(b.Count()))
+	return partResult{baseOffset: b.Offset}
 }
 
 func batchErrorCode(err error) int16 {
