@@ -244,7 +244,10 @@ func kcatPath(t *testing.T) string {
 // the node is killed with SIGKILL (three times, at random moments) and
 // restarted on the same address; kgo retries its in-flight batches against
 // the restarted node, which deduplicates the ones already durable from the
-// producer state it rebuilt. Every record ends up in the table exactly once.
+// producer state it rebuilt. kgo has up to five produce requests in flight
+// on its connection, which the node pipelines (counted by
+// tributary_kafka_pipelined_requests_total), so the kills land among
+// pipelined appends. Every record ends up in the table exactly once.
 func TestKafkaCrashIdempotent(t *testing.T) {
 	dir := t.TempDir()
 	addr := freeLoopbackPort(t)
@@ -297,10 +300,13 @@ func TestKafkaCrashIdempotent(t *testing.T) {
 		return len(k.ack)
 	}
 	var dups int64
+	var pipelined float64 // requests read while an earlier one of the connection waited
 	for round := range 3 {
 		before := acked()
 		waitFor(t, 60*time.Second, "records acknowledged", func() bool { return acked() > before+500 })
 		time.Sleep(time.Duration(rand.IntN(200)) * time.Millisecond) // a random kill point
+		v, _ := scrapeMetrics(t, p)
+		pipelined += v["tributary_kafka_pipelined_requests_total"]
 		p.kill()
 		time.Sleep(200 * time.Millisecond) // the producer retries against a dead node meanwhile
 		p = startDev(t, dir, "--kafka-addr", addr)
@@ -321,7 +327,10 @@ func TestKafkaCrashIdempotent(t *testing.T) {
 	if got := checkKafkaRows(t, k, rows, false); got != n {
 		t.Fatalf("%d rows, want %d (every record exactly once)", got, n)
 	}
-	t.Logf("%d records exactly once; %d duplicate batches were answered from rebuilt producer state", n, dups)
+	if pipelined == 0 {
+		t.Fatal("no produce request was pipelined: the kills did not land among pipelined requests")
+	}
+	t.Logf("%d records exactly once; %d duplicate batches were answered from rebuilt producer state; %.0f requests pipelined", n, dups, pipelined)
 }
 
 func freeLoopbackPort(t *testing.T) string {

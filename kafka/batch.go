@@ -15,7 +15,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
 
-	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/internal/kbatch"
 )
 
 // Record batch (message format v2) decoding, for the produce side
@@ -41,8 +41,8 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Batch errors; errorCode maps them to Kafka codes.
 var (
-	ErrCorruptBatch  = errors.New("kafka: corrupt record batch")
-	ErrInvalidBatch  = errors.New("kafka: invalid record batch")
+	ErrCorruptBatch  = kbatch.ErrCorrupt
+	ErrInvalidBatch  = kbatch.ErrInvalid
 	ErrBatchTooLarge = errors.New("kafka: record batch too large")
 )
 
@@ -58,21 +58,19 @@ type Batch struct {
 	Records         []BatchRecord
 	// BodyBytes is the size of the records after decompression.
 	BodyBytes int
+	// Count is the number of records.
+	Count int
 }
 
 // BatchRecord is one record of a Batch.
-type BatchRecord struct {
-	TimestampDelta int64
-	Key, Value     []byte // nil = null
-	Headers        []tributary.Header
-}
+type BatchRecord = kbatch.Record
 
 // Idempotent reports whether the batch carries a producer id.
 func (b *Batch) Idempotent() bool { return b.ProducerID >= 0 }
 
 // LastSequence is the sequence of the batch's last record.
 func (b *Batch) LastSequence() int32 {
-	return AddSeq(b.BaseSequence, int32(len(b.Records)-1))
+	return AddSeq(b.BaseSequence, int32(b.Count-1))
 }
 
 // BatchLimits bound what decoding one batch may allocate.
@@ -91,30 +89,60 @@ const DefaultMaxHeadersPerRecord = 1000
 // ErrTooManyHeaders refuses a record with more headers than allowed: a few
 // kilobytes of compressed empty headers would otherwise expand to millions
 // of header values in memory (and in the WAL).
-var ErrTooManyHeaders = fmt.Errorf("%w: too many headers in a record", ErrInvalidBatch)
+var ErrTooManyHeaders = kbatch.ErrTooManyHeaders
 
 // ParseBatch decodes exactly one v2 record batch from raw, checking the
 // CRC and decompressing at most lim.MaxDecompressed bytes.
 func ParseBatch(raw []byte, lim BatchLimits) (*Batch, error) {
+	b, _, err := parseBatch(raw, lim, true)
+	return b, err
+}
+
+// CheckBatch checks raw as ParseBatch does — every record is parsed —
+// without keeping its records (b.Records is nil, b.Count is set, nothing
+// is allocated per record), and returns it as an uncompressed batch: raw
+// itself if it is not compressed, else a new batch of the decompressed
+// records with the same header, codec 0 and its CRC-32C recomputed. That
+// is the form the WAL stores (wal.Batch).
+func CheckBatch(raw []byte, lim BatchLimits) (b *Batch, uncompressed []byte, err error) {
+	b, body, err := parseBatch(raw, lim, false)
+	if err != nil {
+		return nil, nil, err
+	}
+	if b.Attributes&0x07 == 0 {
+		return b, raw, nil
+	}
+	out := make([]byte, batchHeaderLen, batchHeaderLen+len(body))
+	copy(out, raw[:batchHeaderLen])
+	out = append(out, body...)
+	binary.BigEndian.PutUint32(out[8:], uint32(len(out)-12))
+	binary.BigEndian.PutUint16(out[21:], uint16(b.Attributes&^0x07))
+	binary.BigEndian.PutUint32(out[crcOffset:], crc32.Checksum(out[crcStart:], castagnoli))
+	return b, out, nil
+}
+
+// parseBatch is ParseBatch, keeping the records (keep) or only checking
+// them; it also returns the decompressed records' bytes.
+func parseBatch(raw []byte, lim BatchLimits, keep bool) (*Batch, []byte, error) {
 	if lim.MaxHeadersPerRecord <= 0 {
 		lim.MaxHeadersPerRecord = DefaultMaxHeadersPerRecord
 	}
 	maxDecompressed := lim.MaxDecompressed
 	if len(raw) < batchHeaderLen {
-		return nil, fmt.Errorf("%w: %d bytes, shorter than a batch header", ErrCorruptBatch, len(raw))
+		return nil, nil, fmt.Errorf("%w: %d bytes, shorter than a batch header", ErrCorruptBatch, len(raw))
 	}
 	length := int32(binary.BigEndian.Uint32(raw[8:]))
 	if length < batchHeaderLen-12 || int64(length) != int64(len(raw)-12) {
 		if int64(length) < int64(len(raw)-12) && length >= batchHeaderLen-12 {
-			return nil, fmt.Errorf("%w: more than one batch in a partition's records", ErrInvalidBatch)
+			return nil, nil, fmt.Errorf("%w: more than one batch in a partition's records", ErrInvalidBatch)
 		}
-		return nil, fmt.Errorf("%w: batch length %d, have %d bytes", ErrCorruptBatch, length, len(raw)-12)
+		return nil, nil, fmt.Errorf("%w: batch length %d, have %d bytes", ErrCorruptBatch, length, len(raw)-12)
 	}
 	if magic := int8(raw[16]); magic != 2 {
-		return nil, fmt.Errorf("%w: message format (magic) %d, only 2 is supported", ErrInvalidBatch, magic)
+		return nil, nil, fmt.Errorf("%w: message format (magic) %d, only 2 is supported", ErrInvalidBatch, magic)
 	}
 	if want, got := binary.BigEndian.Uint32(raw[crcOffset:]), crc32.Checksum(raw[crcStart:], castagnoli); want != got {
-		return nil, fmt.Errorf("%w: crc32c %08x, computed %08x", ErrCorruptBatch, want, got)
+		return nil, nil, fmt.Errorf("%w: crc32c %08x, computed %08x", ErrCorruptBatch, want, got)
 	}
 	b := &Batch{
 		Attributes:      int16(binary.BigEndian.Uint16(raw[21:])),
@@ -126,125 +154,51 @@ func ParseBatch(raw []byte, lim BatchLimits) (*Batch, error) {
 	}
 	count := int32(binary.BigEndian.Uint32(raw[57:]))
 	if b.Attributes&0x20 != 0 {
-		return nil, fmt.Errorf("%w: control batches cannot be produced", ErrInvalidBatch)
+		return nil, nil, fmt.Errorf("%w: control batches cannot be produced", ErrInvalidBatch)
 	}
 	if b.Attributes&0x10 != 0 {
-		return nil, fmt.Errorf("%w: transactional batches are not supported", ErrInvalidBatch)
+		return nil, nil, fmt.Errorf("%w: transactional batches are not supported", ErrInvalidBatch)
 	}
 	if count <= 0 || count != b.LastOffsetDelta+1 {
-		return nil, fmt.Errorf("%w: %d Records with last offset delta %d", ErrInvalidBatch, count, b.LastOffsetDelta)
+		return nil, nil, fmt.Errorf("%w: %d Records with last offset delta %d", ErrInvalidBatch, count, b.LastOffsetDelta)
 	}
 	if b.Idempotent() && (b.BaseSequence < 0 || b.ProducerEpoch < 0) {
-		return nil, fmt.Errorf("%w: producer id %d with epoch %d sequence %d", ErrInvalidBatch, b.ProducerID, b.ProducerEpoch, b.BaseSequence)
+		return nil, nil, fmt.Errorf("%w: producer id %d with epoch %d sequence %d", ErrInvalidBatch, b.ProducerID, b.ProducerEpoch, b.BaseSequence)
 	}
 	body, err := decompress(b.Attributes&0x07, raw[batchHeaderLen:], maxDecompressed)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	b.BodyBytes = len(body)
+	b.BodyBytes, b.Count = len(body), int(count)
 	// Every record takes at least 7 bytes, which bounds the allocation.
 	if int64(count) > int64(len(body))/7 {
-		return nil, fmt.Errorf("%w: %d Records in %d bytes", ErrCorruptBatch, count, len(body))
+		return nil, nil, fmt.Errorf("%w: %d Records in %d bytes", ErrCorruptBatch, count, len(body))
 	}
-	b.Records = make([]BatchRecord, count)
-	for i := range b.Records {
-		n, err := parseRecord(body, &b.Records[i], int32(i), lim.MaxHeadersPerRecord)
+	if keep {
+		b.Records = make([]BatchRecord, count)
+	}
+	rest := body
+	for i := range int(count) {
+		var rec *BatchRecord
+		if keep {
+			rec = &b.Records[i]
+		}
+		n, err := parseRecord(rest, rec, int32(i), lim.MaxHeadersPerRecord)
 		if err != nil {
-			return nil, fmt.Errorf("record %d: %w", i, err)
+			return nil, nil, fmt.Errorf("record %d: %w", i, err)
 		}
-		body = body[n:]
+		rest = rest[n:]
 	}
-	if len(body) != 0 {
-		return nil, fmt.Errorf("%w: %d bytes after the last record", ErrCorruptBatch, len(body))
+	if len(rest) != 0 {
+		return nil, nil, fmt.Errorf("%w: %d bytes after the last record", ErrCorruptBatch, len(rest))
 	}
-	return b, nil
+	return b, body, nil
 }
 
-// reader is a bounds-checked cursor over record bytes.
-type reader struct {
-	b   []byte
-	bad bool
-}
-
-func (r *reader) varint() int64 {
-	v, n := binary.Varint(r.b)
-	if n <= 0 {
-		r.bad = true
-		r.b = nil
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
-
-func (r *reader) byte() byte {
-	if len(r.b) < 1 {
-		r.bad = true
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
-
-// bytes reads varint-length bytes; -1 = nil (null), 0 = empty non-nil.
-func (r *reader) bytes() []byte {
-	l := r.varint()
-	switch {
-	case r.bad:
-		return nil
-	case l == -1:
-		return nil
-	case l < -1 || l > int64(len(r.b)):
-		r.bad = true
-		r.b = nil
-		return nil
-	}
-	v := r.b[:l:l]
-	r.b = r.b[l:]
-	return v
-}
-
-// parseRecord decodes one record from the front of b and returns its size.
+// parseRecord decodes one record from the front of b and returns its size
+// (kbatch.ParseRecord, shared with the WAL, which stores batches).
 func parseRecord(b []byte, rec *BatchRecord, wantDelta int32, maxHeaders int) (int, error) {
-	r := reader{b: b}
-	l := r.varint()
-	if r.bad || l < 6 || l > int64(len(r.b)) {
-		return 0, fmt.Errorf("%w: record length %d", ErrCorruptBatch, l)
-	}
-	size := len(b) - len(r.b) + int(l)
-	r.b = r.b[:l]
-	r.byte() // Attributes: unused in v2
-	rec.TimestampDelta = r.varint()
-	if d := r.varint(); !r.bad && d != int64(wantDelta) {
-		return 0, fmt.Errorf("%w: offset delta %d, want %d", ErrInvalidBatch, d, wantDelta)
-	}
-	rec.Key = r.bytes()
-	rec.Value = r.bytes()
-	nh := r.varint()
-	if r.bad || nh < 0 || nh > int64(len(r.b))/2 {
-		return 0, fmt.Errorf("%w: header count %d", ErrCorruptBatch, nh)
-	}
-	if nh > int64(maxHeaders) {
-		return 0, fmt.Errorf("%w: %d (at most %d)", ErrTooManyHeaders, nh, maxHeaders)
-	}
-	if nh > 0 {
-		rec.Headers = make([]tributary.Header, nh)
-		for i := range rec.Headers {
-			k := r.bytes()
-			if k == nil && !r.bad {
-				return 0, fmt.Errorf("%w: null header key", ErrCorruptBatch)
-			}
-			rec.Headers[i] = tributary.Header{Key: string(k), Value: r.bytes()}
-		}
-	}
-	if r.bad {
-		return 0, fmt.Errorf("%w: truncated record", ErrCorruptBatch)
-	}
-	if len(r.b) != 0 {
-		return 0, fmt.Errorf("%w: %d bytes after record fields", ErrCorruptBatch, len(r.b))
-	}
-	return size, nil
+	return kbatch.ParseRecord(b, (*kbatch.Record)(rec), wantDelta, maxHeaders)
 }
 
 // zstdDecoders holds one shared decoder per bound: DecodeAll is safe for
@@ -401,7 +355,7 @@ func unxerial(in []byte, max int64) ([]byte, error) {
 // Sequence arithmetic: sequences run 0..MaxInt32 and wrap to 0.
 
 // AddSeq is s+n in sequence arithmetic.
-func AddSeq(s, n int32) int32 { return int32((int64(s) + int64(n)) % (math.MaxInt32 + 1)) }
+func AddSeq(s, n int32) int32 { return kbatch.AddSeq(s, n) }
 
 // NextSeq is the sequence after s.
 func NextSeq(s int32) int32 { return AddSeq(s, 1) }

@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	"github.com/tributary-io/tributary"
@@ -80,8 +81,19 @@ func FuzzRecordBatch(f *testing.F) {
 			binary.BigEndian.PutUint32(data[crcOffset:], crc32c(data[crcStart:]))
 		}
 		b, err := ParseBatch(data, BatchLimits{MaxDecompressed: fuzzMaxDecompressed})
+		cb, stored, cerr := CheckBatch(data, BatchLimits{MaxDecompressed: fuzzMaxDecompressed})
+		if (err == nil) != (cerr == nil) {
+			t.Fatalf("ParseBatch %v, CheckBatch %v", err, cerr)
+		}
 		if err != nil {
 			return
+		}
+		// The uncompressed form CheckBatch returns (what the WAL stores)
+		// is a valid batch of the same records.
+		sb, err := ParseBatch(stored, BatchLimits{MaxDecompressed: fuzzMaxDecompressed})
+		if err != nil || cb.Count != len(b.Records) || sb.Attributes&0x07 != 0 || !reflect.DeepEqual(sb.Records, b.Records) ||
+			sb.ProducerID != b.ProducerID || sb.BaseSequence != b.BaseSequence || sb.FirstTimestamp != b.FirstTimestamp {
+			t.Fatalf("uncompressed form: %v", err)
 		}
 		if len(b.Records) == 0 || int32(len(b.Records)) != b.LastOffsetDelta+1 {
 			t.Fatalf("%d records, last offset delta %d", len(b.Records), b.LastOffsetDelta)

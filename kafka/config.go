@@ -30,11 +30,19 @@ type Config struct {
 	// across all its connections: frames read but not yet answered. A
 	// connection whose next frame would exceed it is not read further
 	// (back-pressure through TCP) until other requests are answered;
-	// nothing is refused. Each connection serves one request at a time,
-	// so one connection holds at most MaxFrameBytes (1 MiB before its
-	// first request, and before SASL when authentication is required).
-	// Default 512 MiB; at least MaxFrameBytes.
+	// nothing is refused. A connection holds the frames of the requests
+	// it has in progress (MaxPipelinedRequests; before its first request,
+	// and before SASL when authentication is required, one frame of at
+	// most 1 MiB at a time). Default 512 MiB; at least MaxFrameBytes.
 	MaxInflightBytes int64 `yaml:"max_inflight_bytes"`
+	// MaxPipelinedRequests bounds the requests of one connection that
+	// are read and not yet answered: a connection keeps reading (and
+	// starts later Produce requests, whose appends queue behind the
+	// earlier ones') while earlier requests wait for their fsync;
+	// responses are written in request order. Clients send up to 5
+	// (kgo, the Java client) or more (librdkafka) in flight. Default 16,
+	// at most 1024.
+	MaxPipelinedRequests int `yaml:"max_pipelined_requests"`
 	// IdleTimeout closes connections that send nothing for this long.
 	// Default 10m (Kafka's connections.max.idle.ms).
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
@@ -69,7 +77,11 @@ const (
 	// MaxFrameBytes when that is larger).
 	DefaultMaxInflightBytes = 512 << 20
 	DefaultIdleTimeout      = 10 * time.Minute
-	DefaultBodyTimeout      = 30 * time.Second
+	// DefaultMaxPipelinedRequests is MaxPipelinedRequests' default.
+	DefaultMaxPipelinedRequests = 16
+	// MaxPipelinedRequestsLimit is MaxPipelinedRequests' largest value.
+	MaxPipelinedRequestsLimit = 1024
+	DefaultBodyTimeout        = 30 * time.Second
 )
 
 // ErrInvalidConfig is wrapped by Config.Validate errors.
@@ -91,6 +103,9 @@ func (c *Config) SetDefaults() {
 	}
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.MaxPipelinedRequests == 0 {
+		c.MaxPipelinedRequests = DefaultMaxPipelinedRequests
 	}
 	if c.BodyTimeout == 0 {
 		c.BodyTimeout = DefaultBodyTimeout
@@ -116,6 +131,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: max_frame_bytes %d < 1024", ErrInvalidConfig, c.MaxFrameBytes)
 	case c.MaxInflightBytes < int64(c.MaxFrameBytes):
 		return fmt.Errorf("%w: max_inflight_bytes %d < max_frame_bytes %d", ErrInvalidConfig, c.MaxInflightBytes, c.MaxFrameBytes)
+	case c.MaxPipelinedRequests < 1 || c.MaxPipelinedRequests > MaxPipelinedRequestsLimit:
+		return fmt.Errorf("%w: max_pipelined_requests %d not in [1, %d]", ErrInvalidConfig, c.MaxPipelinedRequests, MaxPipelinedRequestsLimit)
 	case c.IdleTimeout < 0 || c.BodyTimeout < 0:
 		return fmt.Errorf("%w: negative duration", ErrInvalidConfig)
 	}

@@ -94,6 +94,9 @@ type Stats struct {
 	// InflightWaits counts frames whose reading waited for
 	// MaxInflightBytes (back-pressure on that connection).
 	InflightWaits int64
+	// Pipelined counts requests read while an earlier request of the
+	// same connection was not yet answered.
+	Pipelined int64
 }
 
 // Handler answers the requests of a Server: the produce side
@@ -106,7 +109,8 @@ type Handler interface {
 }
 
 // Server is the connection machinery of a Kafka listener: accept loop,
-// one goroutine per connection reading size-prefixed frames in order,
+// per connection a goroutine reading size-prefixed frames in order and
+// one writing the responses in that order (serveConn),
 // request decoding against an API table, response framing, graceful
 // close. What a request means is its Handler's.
 type Server struct {
@@ -141,7 +145,7 @@ type Server struct {
 
 	stats struct {
 		conns, accepted, requests, malformed, authFailed, unauthenticated atomic.Int64
-		inflightBytes, inflightWaits                                      atomic.Int64
+		inflightBytes, inflightWaits, pipelined                           atomic.Int64
 	}
 }
 
@@ -273,6 +277,7 @@ func (s *Server) Stats() Stats {
 		Unauthenticated: s.stats.unauthenticated.Load(),
 		InflightBytes:   s.stats.inflightBytes.Load(),
 		InflightWaits:   s.stats.inflightWaits.Load(),
+		Pipelined:       s.stats.pipelined.Load(),
 	}
 }
 
@@ -359,27 +364,76 @@ func (r *Request) authRequest(action auth.Action, stream, group string) auth.Req
 		Action: action, Stream: stream, Group: group}
 }
 
-// serveConn handles one connection's requests strictly in order: read,
-// handle (which for Produce includes the durable append), write, repeat.
-// Any framing or decoding error closes this connection only. ApiVersions
-// is the Handler's; SASL is answered here (sasl.go), and no other request
+// Starter is implemented by a Handler that answers some requests in two
+// steps, so that one connection can have several of them in progress
+// (Produce waiting for its fsync). StartRequest runs on the connection's read
+// goroutine, in request order, and must not wait long: whatever order
+// matters (appends queued to the log) is decided there. When ok is false
+// the request is not the Starter's and Handle answers it. finish is
+// called once, on the connection's writer goroutine in request order,
+// and returns the response as Handle would; it may wait (for the fsync).
+type Starter interface {
+	StartRequest(ctx context.Context, req *Request) (finish func() (resp kmsg.Response, closeAfter bool), ok bool)
+}
+
+// reply is one request's place in a connection's response order.
+type reply struct {
+	raw        []byte // a pre-encoded response (SASL v0 token)
+	req        *Request
+	resp       kmsg.Response
+	finish     func() (kmsg.Response, bool) // Starter; nil = resp is final
+	closeAfter bool
+	held       int64 // in-flight bytes (inflight, strangers) released once answered
+	heldPre    int64
+}
+
+// serveConn serves one connection: this goroutine reads and decodes
+// requests in order and handles (or, for a Starter, starts) each; a
+// writer goroutine writes the responses strictly in request order, as
+// Kafka requires, waiting for each one's finish. At most
+// MaxPipelinedRequests requests of a connection are between being read
+// and being answered; the next frame is not read until one is answered.
+// Any framing or decoding error closes this connection only, after the
+// responses of the requests before it are written. ApiVersions is the
+// Handler's; SASL is answered here (sasl.go), and no other request
 // reaches the Handler before the connection is authenticated or admitted
 // as anonymous.
 func (s *Server) serveConn(c net.Conn) {
-	var held, heldPre int64 // in-flight bytes of the request being served (of a stranger's)
-	release := func() {
+	var held, heldPre int64 // in-flight bytes of a frame read and not yet handed to the writer
+	release := func(held, heldPre int64) {
 		if held > 0 {
 			s.inflight.Release(held)
 			s.stats.inflightBytes.Add(-held)
-			held = 0
 		}
 		if heldPre > 0 {
 			s.strangers.Release(heldPre)
-			heldPre = 0
 		}
 	}
+	remote := c.RemoteAddr().String()
+	log := s.log.With("remote", remote)
+	slots := make(chan struct{}, s.cfg.MaxPipelinedRequests)
+	replies := make(chan *reply, s.cfg.MaxPipelinedRequests)
+	wrote := make(chan struct{})
+	s.mu.Lock()
+	ln, _ := s.ln.(*listen.Listener)
+	s.mu.Unlock()
+	go func() {
+		defer close(wrote)
+		if err := ln.Protect(c, func() { s.writeReplies(c, replies, slots, release, log) }); err != nil {
+			// The writer panicked (logged, connection closed): free the
+			// slot of the reply it held and drain the rest, so that the
+			// reader, failing on the closed connection, can end.
+			<-slots
+			for r := range replies {
+				release(r.held, r.heldPre)
+				<-slots
+			}
+		}
+	}()
 	defer func() {
-		release()
+		release(held, heldPre)
+		close(replies)
+		<-wrote
 		c.Close()
 		s.mu.Lock()
 		delete(s.conns, c)
@@ -387,10 +441,8 @@ func (s *Server) serveConn(c net.Conn) {
 		s.stats.conns.Add(-1)
 		s.wg.Done()
 	}()
-	remote := c.RemoteAddr().String()
-	log := s.log.With("remote", remote)
+	starter, _ := s.handler.(Starter)
 	br := bufio.NewReaderSize(c, 64<<10)
-	var out []byte
 	sess := &session{a: s.cfg.Auth, client: auth.Client{Protocol: "kafka", Remote: remote}}
 	maxFrame := min(s.cfg.MaxFrameBytes, firstFrameBytes)
 	ready := false
@@ -400,15 +452,13 @@ func (s *Server) serveConn(c net.Conn) {
 			ready, maxFrame = true, s.cfg.MaxFrameBytes
 		}
 	}
-	write := func(b []byte) bool {
-		c.SetWriteDeadline(time.Now().Add(30 * time.Second))
-		if _, err := c.Write(b); err != nil {
-			log.Debug("kafka write", "err", err)
-			return false
-		}
-		return true
+	queue := func(r *reply) {
+		r.held, r.heldPre = held, heldPre
+		held, heldPre = 0, 0
+		replies <- r // never blocks: a slot was taken for it
 	}
 	for {
+		slots <- struct{}{} // at most MaxPipelinedRequests between read and answered
 		// Under mu, so that Close's SetReadDeadline(now) cannot be
 		// overwritten by ours.
 		s.mu.Lock()
@@ -432,14 +482,12 @@ func (s *Server) serveConn(c net.Conn) {
 				}
 				return
 			}
-			reply, done, err := sess.step(tok)
+			answer, done, err := sess.step(tok)
 			if err != nil {
 				s.stats.authFailed.Add(1)
 				return // v0 has no error response: Kafka closes the connection
 			}
-			if !write(appendRawToken(out[:0], reply)) {
-				return
-			}
+			queue(&reply{raw: appendRawToken(nil, answer)})
 			if done {
 				sess.raw = false
 				markReady()
@@ -462,18 +510,20 @@ func (s *Server) serveConn(c net.Conn) {
 			return
 		}
 		s.stats.requests.Add(1)
+		if len(slots) > 1 { // this request's slot and an earlier one's
+			s.stats.pipelined.Add(1)
+		}
 		if sess.expired(time.Now()) {
 			log.Info("kafka closing connection: SASL session expired", "principal", sess.principal.String())
 			return
 		}
-		var resp kmsg.Response
-		closeAfter := false
+		r := &reply{req: req}
 		switch body := req.Body.(type) {
 		case *kmsg.SASLHandshakeRequest:
-			resp, closeAfter = sess.handshake(body)
+			r.resp, r.closeAfter = sess.handshake(body)
 		case *kmsg.SASLAuthenticateRequest:
-			resp, closeAfter = sess.authenticate(body)
-			if closeAfter {
+			r.resp, r.closeAfter = sess.authenticate(body)
+			if r.closeAfter {
 				s.stats.authFailed.Add(1)
 			} else if sess.authenticated && sess.mech == "" {
 				markReady()
@@ -493,24 +543,67 @@ func (s *Server) serveConn(c net.Conn) {
 				markReady()
 			}
 			req.Principal, req.Remote, req.auth = sess.principal, remote, s.cfg.Auth
-			resp, closeAfter = s.handler.Handle(s.ctx, req)
-		}
-		frame, req.Body = nil, nil
-		if resp != nil {
-			out = AppendResponse(out[:0], req, resp)
-			release() // answered once its response is encoded
-			if !write(out) {
-				return
+			started := false
+			if starter != nil && ready {
+				r.finish, started = starter.StartRequest(s.ctx, req)
 			}
-			if cap(out) > 1<<20 {
-				out = nil
+			if !started {
+				r.resp, r.closeAfter = s.handler.Handle(s.ctx, req)
 			}
 		}
-		release()
+		frame = nil
+		closeAfter := r.closeAfter // r is the writer's once queued
+		queue(r)
 		if closeAfter {
-			log.Debug("kafka closing connection after the response", "key", req.Key, "client", req.ClientID)
-			return
+			return // the writer writes it (and everything before it), then the connection closes
 		}
+	}
+}
+
+// writeReplies is a connection's writer: it answers replies in order,
+// waiting for each one's finish, releases each one's in-flight bytes and
+// pipeline slot, and closes the connection after a reply that says so or
+// a failed write (the reader then fails and stops). It returns when
+// replies is closed and drained.
+func (s *Server) writeReplies(c net.Conn, replies <-chan *reply, slots chan struct{}, release func(int64, int64), log *slog.Logger) {
+	var out []byte
+	broken := false
+	for r := range replies {
+		if r.finish != nil {
+			r.resp, r.closeAfter = r.finish()
+		}
+		switch {
+		case broken:
+		case r.raw != nil:
+			out = append(out[:0], r.raw...)
+		case r.resp != nil:
+			out = AppendResponse(out[:0], r.req, r.resp)
+		default:
+			out = out[:0] // acks=0: no response
+		}
+		key, client := int16(-1), ""
+		if r.req != nil {
+			key, client = r.req.Key, r.req.ClientID
+		}
+		r.req, r.resp = nil, nil
+		release(r.held, r.heldPre) // answered once its response is encoded
+		if !broken && len(out) > 0 {
+			c.SetWriteDeadline(time.Now().Add(30 * time.Second))
+			if _, err := c.Write(out); err != nil {
+				log.Debug("kafka write", "err", err)
+				broken = true
+				c.Close()
+			}
+		}
+		if cap(out) > 1<<20 {
+			out = nil
+		}
+		if r.closeAfter && !broken {
+			log.Debug("kafka closing connection after the response", "key", key, "client", client)
+			broken = true
+			c.Close()
+		}
+		<-slots
 	}
 }
 
@@ -524,7 +617,10 @@ const inflightLogEvery = 5 * time.Second
 // A stranger's frame (before the handshake) is reserved in the strangers'
 // share first. It returns the bytes reserved in each, which the caller
 // releases once the request is answered, also on an error. A connection
-// never waits while it holds a reservation, so waits cannot deadlock.
+// may wait while it holds the reservations of the requests it has in
+// progress (MaxPipelinedRequests); those are answered without reading
+// the connection further (a Produce's append completes on its own), so
+// waits cannot deadlock.
 // The body must then arrive within BodyTimeout plus a second per MiB:
 // a trickling client does not keep its reservation until IdleTimeout.
 func (s *Server) readFrame(c net.Conn, br *bufio.Reader, max int32, stranger bool, log *slog.Logger) (frame []byte, held, heldPre int64, err error) {

@@ -232,9 +232,14 @@ type Config struct {
 		// holds across all connections (read, not yet answered, acks>=1
 		// produce waiting for its fsync included); beyond it connections
 		// are not read until requests are answered (back-pressure,
-		// tributary_kafka_inflight_waits_total). One connection holds one
-		// request at a time. Default 512MiB, at least 100MiB.
+		// tributary_kafka_inflight_waits_total). One connection holds the
+		// requests it has in progress (max_pipelined_requests). Default 512MiB, at least 100MiB.
 		MaxInflightBytes ByteSize `yaml:"max_inflight_bytes"`
+		// MaxPipelinedRequests bounds the requests one connection has
+		// read and not yet answered (produce requests waiting for their
+		// fsync while later ones are started); responses go out in
+		// request order. Default 16, 1 to 1024.
+		MaxPipelinedRequests int `yaml:"max_pipelined_requests"`
 		// BodyTimeout bounds how long a request body may take once its
 		// size is read (plus a second per MiB); a trickling client is
 		// closed. Default 30s.
@@ -406,6 +411,9 @@ func (c *Config) applyDefaults() {
 	if c.Kafka.BodyTimeout == 0 {
 		c.Kafka.BodyTimeout = kafka.DefaultBodyTimeout
 	}
+	if c.Kafka.MaxPipelinedRequests == 0 {
+		c.Kafka.MaxPipelinedRequests = kafka.DefaultMaxPipelinedRequests
+	}
 	c.HTTPAPI.Defaults()
 	if c.Uplink.CommitInterval == 0 {
 		c.Uplink.CommitInterval = time.Second
@@ -507,6 +515,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Kafka.BodyTimeout < 0 {
 		bad("kafka.body_timeout", "%v: must not be negative", c.Kafka.BodyTimeout)
+	}
+	if c.Kafka.MaxPipelinedRequests < 1 || c.Kafka.MaxPipelinedRequests > kafka.MaxPipelinedRequestsLimit {
+		bad("kafka.max_pipelined_requests", "%d: want 1 to %d", c.Kafka.MaxPipelinedRequests, kafka.MaxPipelinedRequestsLimit)
 	}
 	if c.Kafka.MaxInflightBytes < kafka.DefaultMaxFrameBytes {
 		bad("kafka.max_inflight_bytes", "%d: want at least 100MiB (one request of the largest size)", c.Kafka.MaxInflightBytes)

@@ -280,6 +280,7 @@ func (n *Node) registerMetrics(reg *prometheus.Registry) {
 		Help: "Kafka request bytes held now (read, not yet answered), at most kafka.max_inflight_bytes."}, kstat(func(s produce.Stats) int64 { return s.InflightBytes })))
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tributary_kafka_inflight_waits_total", ConstLabels: kafkaListener,
 		Help: "Kafka requests whose reading waited for kafka.max_inflight_bytes (back-pressure)."}, kstat(func(s produce.Stats) int64 { return s.InflightWaits })))
+	counter("tributary_kafka_pipelined_requests_total", "Kafka requests read while an earlier request of the same connection was not yet answered (kafka.max_pipelined_requests).", kstat(func(s produce.Stats) int64 { return s.Pipelined }))
 	counter("tributary_kafka_malformed_connections_total", "Kafka connections closed for a malformed frame or a request body not received within kafka.body_timeout.", kstat(func(s produce.Stats) int64 { return s.ClosedMalformed }))
 	counter("tributary_mqtt_payload_bytes_total", "MQTT payload bytes made durable.", func() float64 { return float64(n.mqtt.Stats().PayloadBytes) })
 }

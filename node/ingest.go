@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"sync/atomic"
 
 	"golang.org/x/sync/semaphore"
 
@@ -71,6 +72,15 @@ func (in *ingest) partition(ctx context.Context, stream string) (int32, error) {
 // partition this node does not own is refused (owner.ErrNotOwned,
 // owner.ErrAdopting) and nothing is appended.
 func (in *ingest) appendOwned(ctx context.Context, recs ...*tributary.Record) error {
+	if err := in.stampOwned(ctx, recs); err != nil {
+		return err
+	}
+	return in.append(ctx, recs)
+}
+
+// stampOwned stamps records whose partition the caller chose with this
+// node's epoch of it, or refuses a partition this node does not own.
+func (in *ingest) stampOwned(ctx context.Context, recs []*tributary.Record) error {
 	var last struct {
 		stream string
 		p      int32
@@ -86,7 +96,44 @@ func (in *ingest) appendOwned(ctx context.Context, recs ...*tributary.Record) er
 		}
 		r.Epoch, r.Node = e, in.node
 	}
-	return in.append(ctx, recs)
+	return nil
+}
+
+// appendBatchAsync appends a Kafka record batch to a partition the
+// caller chose (Kafka produce) as one WAL entry, queued after the append
+// after names (wal.AppendBatchAsyncAfter): it stamps it with this node's
+// epoch of the partition and checks at once (an error: nothing queued,
+// done not called; a partition this node does not own is refused with
+// owner.ErrNotOwned, owner.ErrAdopting) and calls done, never before it
+// returns, once the batch is as durable as Append makes records.
+func (in *ingest) appendBatchAsync(ctx context.Context, after wal.Ticket, b *wal.Batch, done func(error)) (wal.Ticket, error) {
+	e, err := in.book.Writable(ctx, b.Stream, b.Partition)
+	if err != nil {
+		return wal.Ticket{}, err
+	}
+	b.Epoch, b.Node = e, in.node
+	if err := in.repl.check(); err != nil {
+		return wal.Ticket{}, err
+	}
+	var queued atomic.Bool
+	t := in.wal.AppendBatchAsyncAfter(after, b, func(err error) {
+		if err == nil {
+			in.count.addBatch(b)
+		}
+		if err != nil || in.repl.r.Load() == nil {
+			if err == nil || queued.Load() {
+				done(err) // on the committer
+			} else {
+				go done(err) // refused at once, inside AppendBatchAsyncAfter
+			}
+			return
+		}
+		// Replication needs the partition, its last offset and epoch.
+		last := []*tributary.Record{{Stream: b.Stream, Partition: b.Partition, Offset: b.Offset + int64(b.Count()) - 1, Epoch: b.Epoch}}
+		go func() { done(in.repl.wait(ctx, last)) }() // never on the WAL's committer
+	})
+	queued.Store(true)
+	return t, nil
 }
 
 // maxAsyncBytes bounds the payload bytes queued by AppendAsync and not yet

@@ -18,6 +18,7 @@ import (
 	// named kafka here as before the split into kafka/produce.
 	kafka "github.com/tributary-io/tributary/kafka/produce"
 	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/wal"
 )
 
 // kafkaBackend is the node's side of the Kafka produce server: streams as
@@ -148,12 +149,30 @@ func (kb *kafkaBackend) EnsureStream(ctx context.Context, stream string) (kafka.
 	return kb.Topic(ctx, stream)
 }
 
-// Append appends records the Kafka server addressed to a partition this
-// node owns (its own, or one it took over); any other partition is refused
-// with owner.ErrNotOwned (tributary.ErrFenced: NOT_LEADER_OR_FOLLOWER).
-func (kb *kafkaBackend) Append(ctx context.Context, recs ...*tributary.Record) error {
-	return kb.n.ingest.appendOwned(ctx, recs...)
+// AppendAsync queues a record batch the Kafka server addressed to a
+// partition this node owns (its own, or one it took over); any other
+// partition is refused with owner.ErrNotOwned (tributary.ErrFenced:
+// NOT_LEADER_OR_FOLLOWER). Its tickets are the WAL's (wal.Ticket), or
+// refusedTicket for an append refused before it reached the WAL.
+func (kb *kafkaBackend) AppendAsync(ctx context.Context, after kafka.Ticket, b *wal.Batch, done func(error)) kafka.Ticket {
+	var prev wal.Ticket
+	switch t := after.(type) {
+	case refusedTicket:
+		go done(fmt.Errorf("append after a refused one: %w", wal.ErrPredecessorFailed))
+		return refusedTicket{}
+	case wal.Ticket:
+		prev = t
+	}
+	t, err := kb.n.ingest.appendBatchAsync(ctx, prev, b, done)
+	if err != nil {
+		go done(err) // never before AppendAsync returns (Backend)
+		return refusedTicket{}
+	}
+	return t
 }
+
+// refusedTicket names an append refused before it was queued.
+type refusedTicket struct{}
 
 // AllocateProducerID returns an unguessable producer id
 // (kafka.ProducerStore).

@@ -183,7 +183,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if cfg.Kafka.Addr != "" {
 		n.kafka, err = produce.NewServer(produce.Config{Config: kafka.Config{Addr: cfg.Kafka.Addr, AdvertisedAddr: cfg.Kafka.AdvertisedAddr,
 			ClusterID: cfg.Catalog.Name, Auth: n.auth, Logger: log.With("component", "kafka"), Limits: listen.Config{TLS: n.tls.Server("kafka")},
-			MaxInflightBytes: int64(cfg.Kafka.MaxInflightBytes), BodyTimeout: cfg.Kafka.BodyTimeout},
+			MaxInflightBytes: int64(cfg.Kafka.MaxInflightBytes), BodyTimeout: cfg.Kafka.BodyTimeout, MaxPipelinedRequests: cfg.Kafka.MaxPipelinedRequests},
 			AutoCreate: *cfg.Kafka.AutoCreate, MaxBatchBytes: int32(cfg.Kafka.MaxBatchBytes)}, n.kb)
 		if err != nil {
 			n.bucket.Close()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/kafka/kafkatest"
 	"github.com/tributary-io/tributary/replica"
 	"github.com/tributary-io/tributary/wal"
 )
@@ -61,9 +62,11 @@ func TestReplicationRefusePolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k1, k2 := rec(), rec()
-	k1.Source, k1.Partition, k2.Source, k2.Partition = "kafka", p, "kafka", p
-	if err := n.kb.Append(ctx, k1, k2); err != nil {
+	batch := &wal.Batch{Stream: "factory.telemetry", Partition: p, Topic: "factory.telemetry", Source: "kafka",
+		Records: kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1}, kafkatest.Rec{Value: []byte("k1")}, kafkatest.Rec{Value: []byte("k2")})}
+	appended := make(chan error, 1)
+	n.kb.AppendAsync(ctx, nil, batch, func(err error) { appended <- err })
+	if err := <-appended; err != nil {
 		t.Fatal(err)
 	}
 	if got := n.replicaStats().ReplicatedRecords; got < before+2 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/console"
+	"github.com/tributary-io/tributary/wal"
 )
 
 // streamCounters counts messages and payload bytes made durable, by
@@ -25,24 +26,39 @@ type streamCount struct{ msgs, bytes atomic.Int64 }
 func (c *streamCounters) add(recs []*tributary.Record) {
 	c.keepRecent(recs)
 	for _, r := range recs {
-		k := [2]string{r.Source, r.Stream}
-		c.mu.RLock()
-		sc := c.m[k]
-		c.mu.RUnlock()
-		if sc == nil {
-			c.mu.Lock()
-			if c.m == nil {
-				c.m = map[[2]string]*streamCount{}
-			}
-			if sc = c.m[k]; sc == nil {
-				sc = &streamCount{}
-				c.m[k] = sc
-			}
-			c.mu.Unlock()
-		}
-		sc.msgs.Add(1)
-		sc.bytes.Add(int64(len(r.Value)))
+		c.count(r.Source, r.Stream, 1, int64(len(r.Value)))
 	}
+}
+
+// addBatch counts a Kafka record batch stored as one WAL entry; only its
+// last records (the recent-records view) are decoded.
+func (c *streamCounters) addBatch(b *wal.Batch) {
+	n := b.Count()
+	if recent, err := b.Decode(max(0, n-recentPerStream)); err == nil {
+		c.keepRecent(recent)
+	}
+	c.count(b.Source, b.Stream, int64(n), b.ValueBytes())
+}
+
+// count adds msgs messages of bytes value bytes to (source, stream).
+func (c *streamCounters) count(source, stream string, msgs, bytes int64) {
+	k := [2]string{source, stream}
+	c.mu.RLock()
+	sc := c.m[k]
+	c.mu.RUnlock()
+	if sc == nil {
+		c.mu.Lock()
+		if c.m == nil {
+			c.m = map[[2]string]*streamCount{}
+		}
+		if sc = c.m[k]; sc == nil {
+			sc = &streamCount{}
+			c.m[k] = sc
+		}
+		c.mu.Unlock()
+	}
+	sc.msgs.Add(msgs)
+	sc.bytes.Add(bytes)
 }
 
 // keepRecent pushes the last records of each stream in recs (at most

@@ -516,6 +516,9 @@ func FuzzDecodeChunk(f *testing.F) {
 	f.Add(encodeChunk(nil, 1<<62, [][]byte{{1}, {2, 3}}))
 	f.Add([]byte{})
 	f.Add([]byte{chunkV1})
+	b, _ := testBatch("s.k", 0, 3, 5, 0, 7, 1)
+	b.Offset = 7
+	f.Add(encodeChunkV2(nil, 7, [][]byte{appendBatchEntry(nil, b), recs[0]}, []int{3, 1}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, in := range [][]byte{data, fixCRC(data)} {
 			ch, err := decodeChunk(in)
@@ -529,23 +532,39 @@ func FuzzDecodeChunk(f *testing.F) {
 				t.Fatalf("bad chunk %d+%d", ch.first, ch.count())
 			}
 			var got [][]byte
+			var ns []int
 			var size int64
-			for i := 0; i < ch.count(); i++ {
+			for i := 0; i < ch.entries(); i++ {
 				got = append(got, ch.record(i))
+				ns = append(ns, int(ch.entryFirst(i+1)-ch.entryFirst(i)))
 				size += int64(len(ch.record(i)))
+				if e := ch.record(i); e[0] == formatKafkaBatch { // version 2: a batch entry decodes or is corrupt
+					if rs, err := decodeBatchEntry(e, 0); err != nil && !errors.Is(err, ErrCorrupt) {
+						t.Fatalf("batch entry error does not wrap ErrCorrupt: %v", err)
+					} else if err == nil && len(rs) != ns[i] && len(rs) == 0 {
+						t.Fatalf("batch entry of %d records", len(rs))
+					}
+				}
+				if ts, err := ch.timestampAt(ch.entryFirst(i)); err != nil && !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("timestamp %d: %v", ts, err)
+				}
 			}
 			if size != ch.size(0, ch.count()) || size != int64(len(ch.data)) {
 				t.Fatalf("sizes %d, %d, %d", size, ch.size(0, ch.count()), len(ch.data))
 			}
-			ch2, err := decodeChunk(encodeChunk(nil, ch.first, got))
+			re := encodeChunk(nil, ch.first, got)
+			if ch.offs != nil {
+				re = encodeChunkV2(nil, ch.first, got, ns)
+			}
+			ch2, err := decodeChunk(re)
 			if err != nil {
 				t.Fatalf("re-decode: %v", err)
 			}
 			var got2 [][]byte
-			for i := 0; i < ch2.count(); i++ {
+			for i := 0; i < ch2.entries(); i++ {
 				got2 = append(got2, ch2.record(i))
 			}
-			if ch2.first != ch.first || !reflect.DeepEqual(got, got2) {
+			if ch2.first != ch.first || ch2.count() != ch.count() || !reflect.DeepEqual(got, got2) {
 				t.Fatal("round trip differs")
 			}
 		}

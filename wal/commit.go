@@ -37,6 +37,7 @@ const (
 type op struct {
 	kind  opKind
 	recs  []*tributary.Record // opAppend, opAppendAt
+	batch *Batch              // opAppend of a Kafka record batch (batch.go), recs nil
 	pk    pkey                // opRelease, opEnsure, opDrop
 	n     int64               // upTo, minNext, epoch bound of a drop
 	done  func(error)
@@ -46,6 +47,10 @@ type op struct {
 	count int64
 	verb  *Verbatim      // opVerbatim (verbatim.go)
 	vres  VerbatimResult // opVerbatim: its outcome
+	// after is the op this one follows (AppendAsyncAfter, chain.go);
+	// failed is set as soon as the committer refuses or fails this op.
+	after  *op
+	failed atomic.Bool
 }
 
 // work is a partition's state while a group is being applied.
@@ -57,16 +62,22 @@ type work struct {
 	dirty   bool
 	existed bool // known before this group
 
-	// Records appended in this group and not yet written as chunks: their
-	// offsets are [st.next-len(pend), st.next), their bytes arena spans.
+	// Entries appended in this group and not yet written as chunks: their
+	// offsets are [st.next-pendOffs, st.next), their bytes arena spans.
 	pend      []span
 	pendBytes int
 	put       [][]byte // chunk values put in this group, in offset order (for the Tap)
 	putFirst  int64    // offset of put's first record
+	pendOffs  int64
 }
 
-// span is a record's encoding in the committer's arena.
-type span struct{ start, end int }
+// span is an entry's encoding in the committer's arena: a record (n 1)
+// or a batch entry (batch true) covering n offsets.
+type span struct {
+	start, end int
+	n          int
+	batch      bool
+}
 
 // group is the state of one transaction being built.
 type group struct {
@@ -144,6 +155,9 @@ func (w *WAL) deferReleases(ops []*op) (rest, releases []*op) {
 			}
 		case opVerbatim:
 			later[o.pk] = true
+			if o.batch != nil {
+				later[pkey{o.batch.Stream, o.batch.Partition}] = true
+			}
 		case opRelease:
 			if !later[o.pk] {
 				keep[i] = true
@@ -234,6 +248,7 @@ func (w *WAL) commit(ops []*op) {
 		w.stats.Ops += int64(len(live))
 		w.mu.Unlock()
 		for _, o := range live {
+			o.failed.Store(true)
 			o.done(err)
 		}
 		return
@@ -296,7 +311,11 @@ func (w *WAL) apply(ops []*op, results []error) (*group, int64, error) {
 		var opErr error
 		switch o.kind {
 		case opAppend, opAppendAt:
-			opErr, err = w.applyAppend(g, o)
+			if o.batch != nil {
+				opErr, err = w.applyBatch(g, o)
+			} else {
+				opErr, err = w.applyAppend(g, o)
+			}
 		case opRelease:
 			err = w.applyRelease(g, o)
 		case opEnsure:
@@ -312,6 +331,9 @@ func (w *WAL) apply(ops []*op, results []error) (*group, int64, error) {
 		}
 		if errors.Is(opErr, ErrBudgetExceeded) {
 			rejections++
+		}
+		if opErr != nil {
+			o.failed.Store(true) // before a later op of the group that follows it is applied
 		}
 		results[i] = opErr
 	}
@@ -380,8 +402,9 @@ func (w *WAL) bucket(g *group, wk *work) (*bolt.Bucket, error) {
 type undo struct {
 	wk   *work
 	st   partState
-	pend int // len(wk.pend)
-	size int // wk.pendBytes
+	pend int   // len(wk.pend)
+	size int   // wk.pendBytes
+	offs int64 // wk.pendOffs
 }
 
 // applyAppend encodes o's records with tentative offsets, checks the budget
@@ -395,6 +418,9 @@ type undo struct {
 // above it refuses the whole op with a *GapError. A partition the op
 // creates starts at the offset of its first record in the op.
 func (w *WAL) applyAppend(g *group, o *op) (opErr, txErr error) {
+	if predecessorFailed(o) {
+		return ErrPredecessorFailed, nil
+	}
 	now := time.Now().UnixMicro()
 	var undos []undo
 	start := len(w.arena)
@@ -404,6 +430,7 @@ func (w *WAL) applyAppend(g *group, o *op) (opErr, txErr error) {
 			u.wk.st = u.st
 			u.wk.pend = u.wk.pend[:u.pend]
 			u.wk.pendBytes = u.size
+			u.wk.pendOffs = u.offs
 		}
 		w.arena = w.arena[:start]
 		o.count = 0
@@ -419,7 +446,7 @@ func (w *WAL) applyAppend(g *group, o *op) (opErr, txErr error) {
 			}
 		}
 		if !seen {
-			undos = append(undos, undo{wk, wk.st, len(wk.pend), wk.pendBytes})
+			undos = append(undos, undo{wk, wk.st, len(wk.pend), wk.pendBytes, wk.pendOffs})
 			if o.kind == opAppendAt && !wk.existed && !wk.dirty {
 				wk.st.next, wk.st.released = r.Offset, r.Offset // created at its first record
 			}
@@ -445,8 +472,9 @@ func (w *WAL) applyAppend(g *group, o *op) (opErr, txErr error) {
 		before := len(w.arena)
 		w.arena = EncodeRecord(w.arena, r)
 		n := len(w.arena) - before
-		wk.pend = append(wk.pend, span{before, len(w.arena)})
+		wk.pend = append(wk.pend, span{start: before, end: len(w.arena), n: 1})
 		wk.pendBytes += n
+		wk.pendOffs++
 		wk.st.bytes += int64(n)
 		size += int64(n)
 		added++
@@ -483,34 +511,86 @@ func (w *WAL) flush(g *group, wk *work) error {
 	if err != nil {
 		return err
 	}
-	first := wk.st.next - int64(len(wk.pend))
+	first := wk.st.next - wk.pendOffs
 	var recs [][]byte
+	var ns []int
 	for i := 0; i < len(wk.pend); {
-		recs = recs[:0]
-		size := 0
+		recs, ns = recs[:0], ns[:0]
+		size, offs, v2 := 0, 0, false
 		for j := i; j < len(wk.pend) && len(recs) < maxChunkRecords; j++ {
 			sp := wk.pend[j]
 			if len(recs) > 0 && size+sp.end-sp.start > maxChunkBytes {
 				break
 			}
 			recs = append(recs, w.arena[sp.start:sp.end])
+			ns = append(ns, sp.n)
 			size += sp.end - sp.start
+			offs += sp.n
+			v2 = v2 || sp.batch
 		}
 		// bbolt keeps value slices until commit: the chunk arena is not
 		// reused before then (releaseArena runs after the transaction); if
 		// it grows, earlier chunks keep the old array.
 		start := len(w.chunks)
-		w.chunks = encodeChunk(w.chunks, first+int64(i), recs)
-		v := w.chunks[start:len(w.chunks):len(w.chunks)]
-		if err := b.Put(offsetKey(first+int64(i)), v); err != nil {
-			return fmt.Errorf("put %s/%d@%d: %w", wk.pk.stream, wk.pk.partition, first+int64(i), err)
+		if v2 {
+			w.chunks = encodeChunkV2(w.chunks, first, recs, ns)
+		} else {
+			w.chunks = encodeChunk(w.chunks, first, recs)
 		}
-		wk.noteput(first+int64(i), v)
+		v := w.chunks[start:len(w.chunks):len(w.chunks)]
+		if err := b.Put(offsetKey(first), v); err != nil {
+			return fmt.Errorf("put %s/%d@%d: %w", wk.pk.stream, wk.pk.partition, first, err)
+		}
+		wk.noteput(first, v)
 		i += len(recs)
+		first += int64(offs)
 	}
 	wk.pend = wk.pend[:0]
 	wk.pendBytes = 0
+	wk.pendOffs = 0
 	return nil
+}
+
+// applyBatch is applyAppend for a Kafka record batch (batch.go): one
+// entry covering the batch's records, at the partition's next offset.
+func (w *WAL) applyBatch(g *group, o *op) (opErr, txErr error) {
+	if predecessorFailed(o) {
+		return ErrPredecessorFailed, nil
+	}
+	b := o.batch
+	wk := w.part(g, pkey{b.Stream, b.Partition})
+	if b.Timestamp == 0 {
+		b.Timestamp = time.Now().UnixMicro()
+	}
+	b.Offset = wk.st.next
+	n := b.count()
+	start := len(w.arena)
+	w.arena = appendBatchEntry(w.arena, b)
+	size := int64(len(w.arena) - start)
+	if w.opts.MaxBytes > 0 && g.bytes+size > w.opts.MaxBytes {
+		w.arena = w.arena[:start]
+		return fmt.Errorf("append a batch of %d records of %d bytes with %d of %d bytes used: %w",
+			n, size, g.bytes, w.opts.MaxBytes, ErrBudgetExceeded), nil
+	}
+	if wk.st.next == wk.st.released {
+		wk.st.oldest = b.Timestamp
+	}
+	wk.st.next += int64(n)
+	wk.st.epoch = max(wk.st.epoch, b.Epoch)
+	wk.st.bytes += size
+	wk.pend = append(wk.pend, span{start: start, end: len(w.arena), n: n, batch: true})
+	wk.pendBytes += int(size)
+	wk.pendOffs += int64(n)
+	wk.dirty = true
+	if len(wk.pend) >= maxChunkRecords || wk.pendBytes >= maxChunkBytes {
+		if err := w.flush(g, wk); err != nil {
+			return nil, err
+		}
+	}
+	g.bytes += size
+	g.recs += int64(n)
+	g.added += int64(n)
+	return nil, nil
 }
 
 // releaseArena forgets the encoding buffer after a transaction; a buffer
@@ -578,7 +658,7 @@ func (w *WAL) deleteRange(g *group, wk *work, upTo int64) error {
 		if ch.end() <= upTo {
 			doomed = append(doomed, append([]byte(nil), k...))
 		} else {
-			if oldest, err = recordTimestamp(ch.record(int(upTo - ch.first))); err != nil {
+			if oldest, err = ch.timestampAt(upTo - ch.first); err != nil {
 				return fail(err)
 			}
 			haveOldest = true
@@ -594,7 +674,7 @@ func (w *WAL) deleteRange(g *group, wk *work, upTo int64) error {
 		if err != nil || ch.first != upTo {
 			return fail(fmt.Errorf("%w: no chunk at offset %d (%v)", ErrCorrupt, upTo, err))
 		}
-		if oldest, err = recordTimestamp(ch.record(0)); err != nil {
+		if oldest, err = ch.timestampAt(0); err != nil {
 			return fail(err)
 		}
 	}

@@ -278,13 +278,13 @@ func (w *WAL) applyVerbatim(g *group, o *op) (opErr, txErr error) {
 		}
 		skip := int(next - ch.first)
 		if skip > 0 {
-			// Cut to the records the partition lacks (their bytes as sent).
-			recs := make([][]byte, 0, ch.count()-skip)
-			for i := skip; i < ch.count(); i++ {
-				recs = append(recs, ch.record(i))
-			}
+			// Cut to the entries the partition lacks (their bytes as sent).
 			start := len(w.chunks)
-			w.chunks = encodeChunk(w.chunks, next, recs)
+			cut, err := ch.sub(w.chunks, int64(skip), int64(ch.count()))
+			if err != nil {
+				return fmt.Errorf("append verbatim to %s/%d: %w", v.Stream, v.Partition, err), nil
+			}
+			w.chunks = cut
 			c = w.chunks[start:len(w.chunks):len(w.chunks)]
 			o.vres.Skipped += int64(skip)
 		}
@@ -316,7 +316,7 @@ func (w *WAL) applyVerbatim(g *group, o *op) (opErr, txErr error) {
 	}
 	if wk.st.next == wk.st.released {
 		ch, _ := decodeChunk(puts[0].v)
-		if ts, err := recordTimestamp(ch.record(0)); err == nil {
+		if ts, err := entryTimestamp(ch.record(0)); err == nil {
 			wk.st.oldest = ts
 		} else {
 			wk.st.oldest = time.Now().UnixMicro()
@@ -385,12 +385,12 @@ func (w *WAL) truncate(g *group, wk *work, to int64) (int64, error) {
 			doomed = append(doomed, append([]byte(nil), k...))
 			continue
 		}
-		recs := make([][]byte, keep)
-		for i := range recs {
-			recs[i] = ch.record(i)
-		}
 		start := len(w.chunks)
-		w.chunks = encodeChunk(w.chunks, ch.first, recs)
+		kept, err := ch.sub(w.chunks, 0, int64(keep))
+		if err != nil {
+			return fail(err)
+		}
+		w.chunks = kept
 		cutKey, cut = append([]byte(nil), k...), w.chunks[start:len(w.chunks):len(w.chunks)]
 	}
 	if pos != wk.st.next {

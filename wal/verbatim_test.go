@@ -67,13 +67,10 @@ func appendRecs(t *testing.T, w *WAL, stream string, part int32, n int) {
 	}
 }
 
-func readAll(t *testing.T, w *WAL, stream string, part int32) []*tributary.Record {
+// readPartition reads all of a partition's records.
+func readPartition(t *testing.T, w *WAL, stream string, part int32) []*tributary.Record {
 	t.Helper()
-	recs, err := w.Read(stream, part, 0, 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return recs
+	return readAll(t, w, stream, part, 0, 0, 0)
 }
 
 // TestIncarnation: every Open raises the incarnation durably, and each
@@ -146,7 +143,7 @@ func sameWAL(t *testing.T, a, b *WAL, stream string, part int32) {
 	if !reflect.DeepEqual(ca, cb) {
 		t.Fatalf("chunks differ: %d and %d chunks", len(ca), len(cb))
 	}
-	if ra, rb := readAll(t, a, stream, part), readAll(t, b, stream, part); !reflect.DeepEqual(ra, rb) {
+	if ra, rb := readPartition(t, a, stream, part), readPartition(t, b, stream, part); !reflect.DeepEqual(ra, rb) {
 		t.Fatalf("records differ: %d and %d", len(ra), len(rb))
 	}
 	sa, _ := a.Partition(stream, part)
@@ -220,7 +217,7 @@ func TestVerbatimScript(t *testing.T) {
 	do("new incarnation", Verbatim{Incarnation: 2, From: 21, Chunks: chunksOf(21, 23, 4, "wwww")},
 		VerbatimResult{Dropped: 4, Next: 23}, nil)
 	state("new incarnation", 10, 23, 2)
-	recs := readAll(t, w, "s", 0)
+	recs := readPartition(t, w, "s", 0)
 	if string(recs[10].Value) != "vvvv" || string(recs[11].Value) != "wwww" || string(recs[12].Value) != "wwww" {
 		t.Fatalf("after the drop: %q %q %q", recs[10].Value, recs[11].Value, recs[12].Value)
 	}
@@ -259,7 +256,7 @@ func TestReadChunksFrom(t *testing.T) {
 	if err != nil || r.Skipped != 5 || r.Next != 50 {
 		t.Fatalf("catch up: %+v, %v", r, err)
 	}
-	got := readAll(t, replica, "s", 0)
+	got := readPartition(t, replica, "s", 0)
 	want, _ := owner.Read("s", 0, 25, 0, 0)
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("replica holds %d records, want %d equal ones", len(got), len(want))
@@ -269,5 +266,85 @@ func TestReadChunksFrom(t *testing.T) {
 	}
 	if ch, _ := owner.ReadChunks("s", 0, 50, 0); len(ch) != 0 {
 		t.Fatalf("from next: %d chunks", len(ch))
+	}
+}
+
+// TestVerbatimBatches: a replica stores chunks holding Kafka batch
+// entries (version 2) as the owner wrote them, cuts an overlapping one
+// where an entry begins, and refuses a cut inside a batch entry — when
+// storing (an overlap) and when dropping an older incarnation's records.
+func TestVerbatimBatches(t *testing.T) {
+	owner := openTest(t, Options{NoSync: true})
+	tap := &captureTap{w: owner}
+	owner.SetTap(tap)
+	b, _ := testBatch("s", 0, 5, -1, 0, 0, 1)
+	if err := appendBatch(t, owner, b); err != nil {
+		t.Fatal(err)
+	}
+	appendRecs(t, owner, "s", 0, 2)
+	parts := tap.take()
+	if len(parts) != 2 || len(parts[0].Chunks) != 1 || len(parts[1].Chunks) != 1 {
+		t.Fatalf("tapped %+v", parts)
+	}
+	batchChunk, recChunk := parts[0].Chunks[0], parts[1].Chunks[0]
+	if batchChunk[0] != chunkV2 {
+		t.Fatalf("the batch's chunk is version %d", batchChunk[0])
+	}
+	replica := openTest(t, Options{NoSync: true})
+	for _, p := range parts {
+		if _, err := verbatim(t, replica, Verbatim{Stream: "s", Epoch: p.Epoch, Incarnation: p.Incarnation, From: p.Start, Chunks: p.Chunks}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sameWAL(t, owner, replica, "s", 0)
+
+	// One chunk holding the batch entry and the two records, [0, 7).
+	bc, err := decodeChunk(batchChunk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := decodeChunk(recChunk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	combined := encodeChunkV(nil, 0, [][]byte{bc.record(0), rc.record(0), rc.record(1)}, []int{5, 1, 1})
+	inc := owner.Incarnation()
+
+	r2 := openTest(t, Options{NoSync: true})
+	if _, err := verbatim(t, r2, Verbatim{Stream: "s", Incarnation: inc, Chunks: [][]byte{batchChunk}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := verbatim(t, r2, Verbatim{Stream: "s", Incarnation: inc, Chunks: [][]byte{combined}})
+	if err != nil || res.Skipped != 5 || res.Next != 7 {
+		t.Fatalf("overlap cut at the batch's end: %+v, %v", res, err)
+	}
+	if got, want := readPartition(t, r2, "s", 0), readPartition(t, owner, "s", 0); !reflect.DeepEqual(got, want) {
+		t.Fatalf("records after the cut differ: %d and %d", len(got), len(want))
+	}
+	// A drop at an entry's start keeps the entries below it.
+	res, err = verbatim(t, r2, Verbatim{Stream: "s", Incarnation: inc + 1, From: 5})
+	if err != nil || res.Dropped != 2 || res.Next != 5 {
+		t.Fatalf("drop at the batch's end: %+v, %v", res, err)
+	}
+	if got := readPartition(t, r2, "s", 0); len(got) != 5 || got[4].Offset != 4 {
+		t.Fatalf("after the drop: %d records", len(got))
+	}
+
+	r3 := openTest(t, Options{NoSync: true})
+	if _, err := verbatim(t, r3, Verbatim{Stream: "s", Incarnation: inc, Chunks: chunksOf(0, 2, 2, "vvvv")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := verbatim(t, r3, Verbatim{Stream: "s", Incarnation: inc, Chunks: [][]byte{combined}}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("an overlap ending inside a batch entry: %v, want ErrCorrupt", err)
+	}
+	r4 := openTest(t, Options{NoSync: true})
+	if _, err := verbatim(t, r4, Verbatim{Stream: "s", Incarnation: inc, Chunks: [][]byte{combined}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := verbatim(t, r4, Verbatim{Stream: "s", Incarnation: inc + 1, From: 2}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a drop inside a batch entry: %v, want ErrCorrupt", err)
+	}
+	if got := readPartition(t, r4, "s", 0); len(got) != 7 {
+		t.Fatalf("a refused drop changed the partition: %d records", len(got))
 	}
 }

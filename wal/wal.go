@@ -65,7 +65,9 @@
 // chunks of at most 1024 records and 32 KiB (a larger record gets a chunk of
 // its own). A chunk is versioned and ends with a CRC32C over all of it, so a
 // torn or corrupt chunk is reported as ErrCorrupt, never misread: see
-// chunkV1 for the byte layout. The "meta" bucket maps the partition key
+// chunkV1 for the byte layout. A Kafka record batch (AppendBatchAsyncAfter)
+// is one entry covering its records' offsets, in a chunk of version 2
+// (batch.go); Read decodes it into its records and may start inside it. The "meta" bucket maps the partition key
 // (uvarint stream length, stream, big-endian partition) to 32 bytes: next,
 // released, unreleased bytes, highest epoch (24-byte entries of older
 // versions read as epoch 0); its key "\x00format" holds the on-disk format
@@ -399,7 +401,7 @@ func checkChunks(b *bolt.Bucket, st *partState) (int64, error) {
 	if first.first > st.released || first.end() <= st.released || last.end() != st.next {
 		return 0, fmt.Errorf("%w: chunks span [%d, %d), want [%d, %d)", ErrCorrupt, first.first, last.end(), st.released, st.next)
 	}
-	return recordTimestamp(first.record(int(st.released - first.first)))
+	return first.timestampAt(st.released - first.first)
 }
 
 // Close waits for queued and in-flight operations to finish, then closes the
@@ -540,7 +542,7 @@ func readTx(tx *bolt.Tx, pk pkey, from int64, maxRecords int, maxBytes int64) ([
 		if ch.first > pos || ch.end() <= pos {
 			return nil, fmt.Errorf("%w: chunk [%d, %d) where offset %d was expected", ErrCorrupt, ch.first, ch.end(), pos)
 		}
-		for i := int(pos - ch.first); i < ch.count() && pos < next; i++ {
+		for i := ch.entryOf(pos - ch.first); i < ch.entries() && pos < next; i++ {
 			if maxRecords > 0 && len(out) >= maxRecords {
 				return out, nil
 			}
@@ -548,14 +550,32 @@ func readTx(tx *bolt.Tx, pk pkey, from int64, maxRecords int, maxBytes int64) ([
 			if maxBytes > 0 && len(out) > 0 && size+int64(len(rb)) > maxBytes {
 				return out, nil
 			}
+			size += int64(len(rb))
+			if rb[0] == formatKafkaBatch {
+				skip := int(pos - ch.first - ch.entryFirst(i))
+				rs, err := decodeBatchEntry(rb, skip)
+				if err != nil {
+					return nil, fmt.Errorf("offset %d: %w", pos, err)
+				}
+				if len(rs) == 0 || rs[0].Offset != pos || int64(len(rs)+skip) != ch.entryFirst(i+1)-ch.entryFirst(i) {
+					return nil, fmt.Errorf("%w: batch entry at offset %d does not cover its chunk's offsets", ErrCorrupt, pos)
+				}
+				for _, r := range rs {
+					if pos >= next || (maxRecords > 0 && len(out) >= maxRecords) {
+						return out, nil
+					}
+					out = append(out, r)
+					pos++
+				}
+				continue
+			}
 			r, err := DecodeRecord(rb)
 			if err != nil {
 				return nil, fmt.Errorf("offset %d: %w", pos, err)
 			}
-			if r.Offset != pos {
+			if r.Offset != pos || ch.entryFirst(i+1)-ch.entryFirst(i) != 1 {
 				return nil, fmt.Errorf("%w: record at offset %d says offset %d", ErrCorrupt, pos, r.Offset)
 			}
-			size += int64(len(rb))
 			out = append(out, r)
 			pos++
 		}
@@ -735,7 +755,7 @@ func (w *WAL) isClosed() bool {
 }
 
 func (w *WAL) enqueue(o *op) error {
-	if o.kind == opAppend || o.kind == opAppendAt {
+	if (o.kind == opAppend || o.kind == opAppendAt) && o.batch == nil {
 		for _, r := range o.recs {
 			if r == nil {
 				return fmt.Errorf("append: %w: nil record", ErrInvalid)

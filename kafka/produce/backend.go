@@ -7,6 +7,7 @@ import (
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/wal"
 )
 
 // ErrUnknownStream is returned by Backend.Topic for a stream that does not
@@ -23,6 +24,16 @@ var ErrStreamLimit = errors.New("kafka: stream limit reached")
 // its metadata.
 // It wraps tributary.ErrFenced.
 var ErrNotLeader = fmt.Errorf("kafka: not the partition's leader: %w", tributary.ErrFenced)
+
+// Ticket names an append queued by Backend.AppendAsync, for the next
+// append of the same producer to follow; its value is the backend's own
+// (nil names none).
+type Ticket any
+
+// ErrPredecessorFailed is wrapped by the error Backend.AppendAsync
+// reports for an append refused because the one it follows was not
+// appended. It is the WAL's.
+var ErrPredecessorFailed = wal.ErrPredecessorFailed
 
 // PartitionInfo is one partition of a stream and the node that owns it.
 type PartitionInfo struct {
@@ -86,16 +97,25 @@ type Backend interface {
 	// calls it only when auto-creation is enabled) and allocates this
 	// node's partition of it.
 	EnsureStream(ctx context.Context, stream string) (TopicInfo, error)
-	// Append makes the records durable before it returns and assigns their
-	// Offset (dense per partition, in slice order). On error nothing was
-	// appended; tributary.ErrBudget and tributary.ErrNotReplicated mean
-	// back-pressure; ErrNotLeader (tributary.ErrFenced)
-	// means this node does not own the partition (any more). Append fills
-	// Record.Epoch (partition ownership epoch) itself.
+	// AppendAsync queues b (one partition's record batch, stored as one
+	// WAL entry) to be made durable and returns at once; done is called
+	// exactly once, never before AppendAsync has returned, when it is
+	// (nil: b.Offset is its first record's offset, the records' offsets
+	// dense per partition) or with why nothing was appended:
+	// tributary.ErrBudget and tributary.ErrNotReplicated mean
+	// back-pressure; ErrNotLeader (tributary.ErrFenced) means this node
+	// does not own the partition (any more). AppendAsync fills b.Epoch
+	// (partition ownership epoch) and b.Node itself. Appends are applied
+	// in the order AppendAsync is called.
 	//
-	// The records carry ProducerID/ProducerEpoch/Sequence, so the
+	// after is the Ticket of an earlier append this one follows (nil:
+	// none): if that one was not appended, this one is refused with an
+	// error wrapping ErrPredecessorFailed and nothing of it is stored.
+	// The returned Ticket names this append for the next one.
+	//
+	// The batch carries producer id, epoch and sequences, so the
 	// idempotence state is written in the same transaction as the data.
-	Append(ctx context.Context, recs ...*tributary.Record) error
+	AppendAsync(ctx context.Context, after Ticket, b *wal.Batch, done func(error)) Ticket
 	// AllocateProducerID returns a producer id never returned before by
 	// any node of the cluster, across restarts.
 	AllocateProducerID(ctx context.Context) (int64, error)

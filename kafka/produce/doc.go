@@ -9,16 +9,19 @@
 // # Invariants
 //
 //  1. Durable before acknowledged. A Produce response (acks 1 or -1) is
-//     written only after Backend.Append returned, i.e. after the records are
-//     fsynced in the WAL. With acks 0 the append still completes before the
-//     connection's next request is read. An error response means nothing of
-//     that partition's batch was appended.
+//     written only after Backend.AppendAsync reported the append done, i.e.
+//     after the records are fsynced in the WAL. A connection's requests are
+//     pipelined (kafka.Starter): their appends are queued in request order
+//     and their responses written in request order. An error response
+//     means nothing of that partition's batch was appended.
 //  2. Dense offsets. Offsets are assigned by the backend (the WAL), never by
 //     this package; a batch's records get consecutive offsets and the
 //     response's base offset is the offset of its first record.
 //  3. Exactly once per idempotent producer. For each (stream, partition,
 //     producer id), a batch is appended only if its sequence follows the
-//     last appended one in the current epoch; a retry of one of the last
+//     last appended one (or reserved by one being appended) in the
+//     current epoch, and never unless the producer's previous batch was
+//     appended (the appends are chained); a retry of one of the last
 //     five appended batches is answered with its original base offset and
 //     not appended again; older epochs are fenced. The state is rebuilt at
 //     Start from Backend.ProducerRuns, which the node derives from the WAL

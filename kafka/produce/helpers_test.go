@@ -36,6 +36,61 @@ type fakeBackend struct {
 	unrepl   atomic.Bool // true: Append fails as too few replicas (refuse policy)
 	lost     atomic.Bool // true: Append fails with ErrNotLeader (ownership moved)
 	appendFn func()      // called inside Append (delays, fault injection)
+	// refuse, when set, decides each append in turn (its records):
+	// non-nil refuses it (fault injection in the middle of a pipeline).
+	refuse func([]*tributary.Record) error
+
+	queueOnce  sync.Once
+	queued     atomic.Int64     // AppendAsync calls
+	topicCalls atomic.Int64     // Topic calls
+	queue      chan *fakeAppend // AppendAsync's, applied in order by one goroutine, as the WAL's committer does
+}
+
+// fakeAppend is one queued AppendAsync; failed is set once it was not
+// appended (read by the applier only).
+type fakeAppend struct {
+	ctx    context.Context
+	after  *fakeAppend
+	batch  *wal.Batch
+	done   func(error)
+	failed bool
+}
+
+// AppendAsync queues the append to the fake's applier, which applies
+// appends one at a time in queue order (Append's checks, then after's
+// chain) and calls done after each. It keeps the batch's records as the
+// WAL's Read gives them (wal.Batch.Decode).
+func (f *fakeBackend) AppendAsync(ctx context.Context, after Ticket, b *wal.Batch, done func(error)) Ticket {
+	f.queueOnce.Do(func() {
+		f.queue = make(chan *fakeAppend, 1024)
+		go func() {
+			for a := range f.queue {
+				a.batch.Node = f.node
+				recs, err := a.batch.Decode(0)
+				if err == nil && a.after != nil && a.after.failed {
+					err = fmt.Errorf("fake: %w", ErrPredecessorFailed)
+				} else if err == nil && f.refuse != nil {
+					err = f.refuse(recs)
+				}
+				if err == nil {
+					err = f.Append(a.ctx, recs...)
+				}
+				if err == nil {
+					a.batch.Offset = recs[0].Offset
+				}
+				a.failed = err != nil
+				a.after = nil
+				a.done(err)
+			}
+		}()
+	})
+	f.queued.Add(1)
+	a := &fakeAppend{ctx: ctx, batch: b, done: done}
+	if t, ok := after.(*fakeAppend); ok {
+		a.after = t
+	}
+	f.queue <- a
+	return a
 }
 
 func newFakeBackend(node string) *fakeBackend {
@@ -64,6 +119,7 @@ func (f *fakeBackend) Topics(ctx context.Context) ([]TopicInfo, error) {
 }
 
 func (f *fakeBackend) Topic(ctx context.Context, stream string) (TopicInfo, error) {
+	f.topicCalls.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ps, ok := f.streams[stream]

@@ -191,11 +191,59 @@ func TestProducerEntryCheck(t *testing.T) {
 			for _, r := range tt.runs {
 				e.add(r)
 			}
-			off, dup, code := e.check(tt.epoch, tt.first, tt.last)
-			if off != tt.wantOff || dup != tt.wantDup || code != tt.wantCode {
-				t.Fatalf("check = (%d, %v, %d), want (%d, %v, %d)", off, dup, code, tt.wantOff, tt.wantDup, tt.wantCode)
+			off, dup, inflight, code := e.check(tt.epoch, tt.first, tt.last)
+			if off != tt.wantOff || dup != tt.wantDup || inflight || code != tt.wantCode {
+				t.Fatalf("check = (%d, %v, %v, %d), want (%d, %v, false, %d)", off, dup, inflight, code, tt.wantOff, tt.wantDup, tt.wantCode)
 			}
 		})
+	}
+}
+
+// TestProducerEntryReserve: a batch is checked against the sequences
+// reserved by batches still being appended; a refused reservation drops
+// itself and every later one, so the refused batch's resend follows the
+// last appended run again and is chained to the append before it.
+func TestProducerEntryReserve(t *testing.T) {
+	e := &producerEntry{}
+	e.add(ProducerRun{ProducerEpoch: 0, FirstSeq: 0, LastSeq: 4, FirstOffset: 0})
+	check := func(where string, first, last int32, wantInflight bool, wantCode int16) {
+		t.Helper()
+		_, dup, inflight, code := e.check(0, first, last)
+		if dup || inflight != wantInflight || code != wantCode {
+			t.Fatalf("%s: check(%d, %d) = dup %v, inflight %v, code %d; want inflight %v, code %d", where, first, last, dup, inflight, code, wantInflight, wantCode)
+		}
+	}
+	reserve := func(first, last int32, ticket string) (*pendingRun, ProducerRun) {
+		r := ProducerRun{ProducerEpoch: 0, FirstSeq: first, LastSeq: last}
+		p := e.reserve(r)
+		p.ticket = ticket
+		e.tail = ticket
+		return p, r
+	}
+	check("next", 5, 9, false, 0)
+	p1, r1 := reserve(5, 9, "t1")
+	check("after a reservation", 10, 14, false, 0)
+	check("behind a reservation", 5, 9, true, 0)
+	check("gap after a reservation", 11, 14, false, kafka.CodeOutOfOrderSequence)
+	p2, r2 := reserve(10, 14, "t2")
+	p3, r3 := reserve(15, 19, "t3")
+	// The first lands: the second and third stay reserved.
+	r1.FirstOffset = 5
+	e.settle(p1, r1, true)
+	if _, dup, _, _ := e.check(0, 5, 9); !dup {
+		t.Fatal("landed batch not a duplicate")
+	}
+	check("after two reservations", 20, 24, false, 0)
+	// The second is refused: it and the third are un-reserved.
+	e.settle(p2, r2, false)
+	if len(e.pending) != 0 || e.tail != nil {
+		t.Fatalf("after a refusal: pending %d, tail %v; want none, none (the append before it landed)", len(e.pending), e.tail)
+	}
+	check("resend of the refused one", 10, 14, false, 0)
+	check("the third is un-reserved", 20, 24, false, kafka.CodeOutOfOrderSequence)
+	e.settle(p3, r3, false) // refused by the chain: nothing more to drop
+	if len(e.pending) != 0 || e.lastSeq != 9 {
+		t.Fatalf("pending %d, last sequence %d", len(e.pending), e.lastSeq)
 	}
 }
 

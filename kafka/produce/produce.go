@@ -6,18 +6,30 @@ package produce
 //   - Only message format v2 record batches (v3+), exactly one batch per
 //     partition; v13 (topic ids) is not offered.
 //   - acks must be -1, 0 or 1 (else INVALID_REQUIRED_ACKS). For every acks
-//     value the batch is appended to the WAL — durable, fsynced — before the
-//     next request of the connection is read; with acks 1 and -1 the
-//     response is written only after that append returned. With acks=0 no
-//     response is written, and a partition error closes the connection (as
-//     Kafka does), so the client refreshes its metadata.
-//   - Partitions of one request are appended concurrently, so they share
-//     WAL group commits.
-//   - Each record becomes one tributary.Record (Source "kafka", Topic and Stream the
-//     topic name, ClientID the request header's client id, key/value nil
-//     vs empty kept, headers in order and byte-exact, ProducerTimestamp the
-//     batch's first timestamp plus the record's delta, producer id, epoch and
-//     per-record sequence from the batch).
+//     value the batch is appended to the WAL — durable, fsynced; with acks
+//     1 and -1 the response is written only after that append returned.
+//     With acks=0 no response is written, and a partition error closes the
+//     connection (as Kafka does), so the client refreshes its metadata.
+//   - Pipelined (kafka.Starter): a request's batches are decoded (its
+//     partitions concurrently) and their appends queued to the WAL on the
+//     connection's read goroutine, which then reads the next request while
+//     these wait for their fsync; the appends of a connection reach the
+//     WAL in request order and share its group commits, and the responses
+//     are written in request order. An idempotent producer's batch is
+//     chained to its previous one (producers.go): if that one is refused
+//     (the WAL's budget, say), this one is refused too with
+//     OUT_OF_ORDER_SEQUENCE_NUMBER, as Kafka answers a batch that does not
+//     follow the last appended one, and nothing of it is stored; the
+//     client resends both in order.
+//   - A batch is checked whole (kafka.CheckBatch: CRC, decompression within
+//     bounds, every record parsed) without building per-record objects, and
+//     appended as ONE WAL entry (wal.Batch: the batch uncompressed, Source
+//     "kafka", Topic and Stream the topic name, ClientID the request
+//     header's client id, the principal). Read from the WAL, each of its
+//     records is one tributary.Record exactly as before: key/value nil vs
+//     empty kept, headers in order and byte-exact, ProducerTimestamp the
+//     batch's first timestamp plus the record's delta, producer id, epoch
+//     and per-record sequence from the batch.
 //   - Each record carries the connection's principal (Record.Principal; ""
 //     for an anonymous client).
 //   - Errors, per partition: INVALID_TOPIC_EXCEPTION (17) for names that are
@@ -62,6 +74,7 @@ import (
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/wal"
 )
 
 // partResult is the outcome of producing one partition.
@@ -72,14 +85,38 @@ type partResult struct {
 	throttle   bool
 }
 
-func (s *Server) handleProduce(ctx context.Context, req *kafka.Request, r *kmsg.ProduceRequest) (kmsg.Response, bool) {
-	resp := r.ResponseKind().(*kmsg.ProduceResponse)
-	type slot struct {
-		topic     string
-		partition int32
-		res       partResult
+// StartRequest (kafka.Starter) starts a Produce request on the connection's read
+// goroutine: see startProduce. Every other request is Handle's.
+func (s *Server) StartRequest(ctx context.Context, req *kafka.Request) (func() (kmsg.Response, bool), bool) {
+	r, ok := req.Body.(*kmsg.ProduceRequest)
+	if !ok {
+		return nil, false
 	}
-	var slots [][]slot // per topic, per partition
+	return s.startProduce(ctx, req, r), true
+}
+
+func (s *Server) handleProduce(ctx context.Context, req *kafka.Request, r *kmsg.ProduceRequest) (kmsg.Response, bool) {
+	return s.startProduce(ctx, req, r)()
+}
+
+// produceSlot is one partition of a Produce request and its outcome.
+type produceSlot struct {
+	topic     string
+	partition int32
+	res       partResult
+	batch     *kafka.Batch // checked, to be appended
+	stored    []byte       // the batch uncompressed, as the WAL stores it
+	reserve   int64        // decoding bytes held until the append ends
+}
+
+// startProduce looks the request's topics up, decodes its partitions'
+// batches (concurrently) and queues their appends in partition order
+// before it returns, so that the appends of a connection's pipelined
+// requests reach the WAL in request order; the returned finish waits
+// for them and builds the response.
+func (s *Server) startProduce(ctx context.Context, req *kafka.Request, r *kmsg.ProduceRequest) func() (kmsg.Response, bool) {
+	start := time.Now()
+	var slots [][]produceSlot // per topic, per partition
 	reqErr := partResult{}
 	switch {
 	case r.Acks != -1 && r.Acks != 0 && r.Acks != 1:
@@ -89,15 +126,15 @@ func (s *Server) handleProduce(ctx context.Context, req *kafka.Request, r *kmsg.
 	}
 
 	topics := make(map[string]topicLookup) // per request: one lookup per topic
-	var wg sync.WaitGroup
+	var decoded sync.WaitGroup
 	for _, rt := range r.Topics {
-		ps := make([]slot, len(rt.Partitions))
+		ps := make([]produceSlot, len(rt.Partitions))
 		slots = append(slots, ps)
 		var tl topicLookup
 		if reqErr.code == 0 {
 			var ok bool
 			if tl, ok = topics[rt.Topic]; !ok {
-				tl = s.produceTopic(ctx, req, rt.Topic)
+				tl = s.produceTopic(ctx, req, rt.Topic, true)
 				topics[rt.Topic] = tl
 			}
 		}
@@ -107,19 +144,43 @@ func (s *Server) handleProduce(ctx context.Context, req *kafka.Request, r *kmsg.
 				ps[i].res = reqErr
 				continue
 			}
-			if res, ok := s.checkPartition(tl, rp); !ok {
+			res, ok := s.checkPartition(tl, rp)
+			if !ok && tl.cached && (res.code == kafka.CodeNotLeaderOrFollower || res.code == kafka.CodeUnknownTopicOrPartition) {
+				// Refused from a remembered lookup: look again (the
+				// partition may have moved here, or been added).
+				tl = s.produceTopic(ctx, req, rt.Topic, false)
+				topics[rt.Topic] = tl
+				res, ok = s.checkPartition(tl, rp)
+			}
+			if !ok {
 				ps[i].res = res
 				continue
 			}
-			wg.Add(1)
-			go func(sl *slot, records []byte) {
-				defer wg.Done()
-				sl.res = s.producePartition(ctx, req, sl.topic, sl.partition, records)
+			decoded.Add(1)
+			go func(sl *produceSlot, records []byte) {
+				defer decoded.Done()
+				s.decodePartition(ctx, req, sl, records)
 			}(&ps[i], rp.Records)
 		}
 	}
-	wg.Wait()
+	decoded.Wait()
+	var appended sync.WaitGroup
+	for ti := range slots {
+		for i := range slots[ti] {
+			if sl := &slots[ti][i]; sl.batch != nil {
+				appended.Add(1)
+				s.appendPartition(ctx, req, sl, start, appended.Done)
+			}
+		}
+	}
+	return func() (kmsg.Response, bool) {
+		appended.Wait()
+		return s.produceResponse(r, slots)
+	}
+}
 
+func (s *Server) produceResponse(r *kmsg.ProduceRequest, slots [][]produceSlot) (kmsg.Response, bool) {
+	resp := r.ResponseKind().(*kmsg.ProduceResponse)
 	anyErr := false
 	for ti, rt := range r.Topics {
 		st := kmsg.NewProduceResponseTopic()
@@ -153,21 +214,74 @@ func (s *Server) handleProduce(ctx context.Context, req *kafka.Request, r *kmsg.
 	return resp, false
 }
 
-// topicLookup is a topic's info or the error code for all its partitions.
-type topicLookup struct {
-	info TopicInfo
-	code int16
-	msg  string
+// topicCache remembers the topics Produce found for topicCacheTTL: looking
+// a stream up reads its table's metadata from the catalog (measured at a
+// fifth of the node's CPU under load, once per request), while the
+// partitions' owners change rarely, and an append to a partition this node
+// no longer owns is refused by the backend (NOT_LEADER_OR_FOLLOWER) all
+// the same; a partition refused from a cached lookup (owned elsewhere,
+// unknown) is looked up again, so a partition that moved here is taken at
+// once. Metadata requests are not served from it.
+type topicCache struct {
+	mu sync.Mutex
+	m  map[string]cachedTopic
 }
 
-func (s *Server) produceTopic(ctx context.Context, req *kafka.Request, topic string) topicLookup {
+type cachedTopic struct {
+	info TopicInfo
+	at   time.Time
+}
+
+// topicCacheTTL is how long a Produce topic lookup is reused;
+// topicCacheMax bounds the entries (beyond, the cache starts again).
+const (
+	topicCacheTTL = time.Second
+	topicCacheMax = 4096
+)
+
+func (c *topicCache) get(topic string) (TopicInfo, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[topic]
+	if !ok || time.Since(e.at) > topicCacheTTL {
+		return TopicInfo{}, false
+	}
+	return e.info, true
+}
+
+func (c *topicCache) put(topic string, ti TopicInfo) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= topicCacheMax {
+		c.m = make(map[string]cachedTopic)
+	}
+	c.m[topic] = cachedTopic{info: ti, at: time.Now()}
+}
+
+// topicLookup is a topic's info or the error code for all its partitions.
+type topicLookup struct {
+	info   TopicInfo
+	code   int16
+	msg    string
+	cached bool // info comes from s.topics
+}
+
+// produceTopic looks topic up for Produce, from s.topics when cached
+// allows (a refusal from a cached lookup is looked up again).
+func (s *Server) produceTopic(ctx context.Context, req *kafka.Request, topic string, cached bool) topicLookup {
 	if _, _, err := tributary.ParseStream(topic); err != nil {
 		return topicLookup{code: kafka.CodeInvalidTopic, msg: err.Error()}
 	}
 	if !req.Authorize(auth.Produce, topic, "") { // before the lookup: existence is not told, nothing is created
 		return topicLookup{code: kafka.CodeTopicAuthorizationFailed, msg: "not authorized to produce to " + topic}
 	}
+	if ti, ok := s.topics.get(topic); ok && cached {
+		return topicLookup{info: ti, cached: true}
+	}
 	ti, code, _ := s.lookupTopic(ctx, topic, s.cfg.AutoCreate)
+	if code == 0 {
+		s.topics.put(topic, ti)
+	}
 	var msg string
 	switch code {
 	case kafka.CodeUnknownTopicOrPartition:
@@ -204,15 +318,10 @@ func (s *Server) checkPartition(tl topicLookup, rp kmsg.ProduceRequestTopicParti
 	return partResult{}, true
 }
 
-// producePartition decodes one batch, checks idempotence and appends it.
-func (s *Server) producePartition(ctx context.Context, req *kafka.Request, topic string, partition int32, raw []byte) (res partResult) {
-	clientID := req.ClientID
-	start := time.Now()
-	defer func() {
-		if res.code == 0 {
-			s.latency.Observe(time.Since(start).Seconds())
-		}
-	}()
+// decodePartition decodes one partition's batch into sl.batch, holding
+// its decompressed size in the decoding budget (sl.reserve, released when
+// its append ends), or sets sl.res to the refusal.
+func (s *Server) decodePartition(ctx context.Context, req *kafka.Request, sl *produceSlot, raw []byte) {
 	// Room for the decompressed records first: an uncompressed batch is as
 	// large as sent, a compressed one may reach MaxDecompressedBytes.
 	reserve := s.cfg.MaxDecompressedBytes
@@ -220,45 +329,86 @@ func (s *Server) producePartition(ctx context.Context, req *kafka.Request, topic
 		reserve = min(reserve, int64(len(raw)))
 	}
 	if err := s.decoding.Acquire(ctx, reserve); err != nil {
-		return partResult{code: kafka.CodeKafkaStorageError, msg: "shutting down"}
+		sl.res = partResult{code: kafka.CodeKafkaStorageError, msg: "shutting down"}
+		return
 	}
-	b, err := kafka.ParseBatch(raw, kafka.BatchLimits{MaxDecompressed: s.cfg.MaxDecompressedBytes, MaxHeadersPerRecord: s.cfg.MaxHeadersPerRecord})
-	if err == nil && int64(b.BodyBytes) < reserve {
+	b, stored, err := kafka.CheckBatch(raw, kafka.BatchLimits{MaxDecompressed: s.cfg.MaxDecompressedBytes, MaxHeadersPerRecord: s.cfg.MaxHeadersPerRecord})
+	if err != nil {
+		s.decoding.Release(reserve)
+		s.log.Info("kafka: refusing batch", "head", fmt.Sprintf("%x", raw[:min(len(raw), 80)]), "client", req.ClientID, "stream", sl.topic, "partition", sl.partition, "err", err)
+		sl.res = partResult{code: batchErrorCode(err), msg: err.Error()}
+		return
+	}
+	if int64(b.BodyBytes) < reserve {
 		s.decoding.Release(reserve - int64(b.BodyBytes))
 		reserve = int64(b.BodyBytes)
 	}
-	defer s.decoding.Release(reserve)
-	if err != nil {
-		s.log.Info("kafka: refusing batch", "head", fmt.Sprintf("%x", raw[:min(len(raw), 80)]), "client", clientID, "stream", topic, "partition", partition, "err", err)
-		return partResult{code: batchErrorCode(err), msg: err.Error()}
+	sl.batch, sl.stored, sl.reserve = b, stored, reserve
+}
+
+// appendPartition checks a decoded batch's idempotence and queues its
+// append; done is called once sl.res holds the outcome. It runs on the
+// connection's read goroutine, in request and partition order.
+//
+// An idempotent producer's sequence range is reserved (producerEntry's
+// pending runs) before the append is queued, under the entry's lock, and
+// the append is chained to the producer's previous one (Backend's
+// Ticket), so that a batch is never stored unless the one before it was;
+// the lock is not held while the append waits for its fsync.
+func (s *Server) appendPartition(ctx context.Context, req *kafka.Request, sl *produceSlot, start time.Time, done func()) {
+	b := sl.batch
+	finish := func(res partResult) {
+		s.decoding.Release(sl.reserve)
+		sl.batch, sl.stored, sl.res = nil, nil, res
+		if res.code == 0 {
+			s.latency.Observe(time.Since(start).Seconds())
+		}
+		done()
 	}
 	if b.Idempotent() && !s.prod.claim(b.ProducerID, req.Principal.Name) {
 		s.log.Warn("kafka: refusing a producer id bound to another principal", "producer_id", b.ProducerID,
-			"principal", req.Principal.String(), "client", clientID, "stream", topic, "partition", partition)
-		return partResult{code: kafka.CodeInvalidProducerIDMapping, msg: fmt.Sprintf("producer id %d was not assigned to this principal", b.ProducerID)}
+			"principal", req.Principal.String(), "client", req.ClientID, "stream", sl.topic, "partition", sl.partition)
+		finish(partResult{code: kafka.CodeInvalidProducerIDMapping, msg: fmt.Sprintf("producer id %d was not assigned to this principal", b.ProducerID)})
+		return
 	}
-	recs := s.walRecords(clientID, req.Principal.Name, topic, partition, b)
+	wb := &wal.Batch{Stream: sl.topic, Partition: sl.partition, Topic: sl.topic, Source: "kafka",
+		ClientID: req.ClientID, Principal: req.Principal.Name, Records: sl.stored}
 	if !b.Idempotent() {
-		return s.appendBatch(ctx, recs)
+		s.b.AppendAsync(ctx, nil, wb, func(err error) { finish(s.appendResult(wb, err)) })
+		return
 	}
-	e := s.prod.lock(producerKey{topic, partition, b.ProducerID})
+	e := s.prod.lock(producerKey{sl.topic, sl.partition, b.ProducerID})
 	defer e.mu.Unlock()
 	last := b.LastSequence()
-	off, dup, code := e.check(b.ProducerEpoch, b.BaseSequence, last)
+	off, dup, inflight, code := e.check(b.ProducerEpoch, b.BaseSequence, last)
 	switch {
 	case code != 0:
-		return partResult{code: code, msg: fmt.Sprintf("producer %d epoch %d sequences %d-%d: known epoch %d, last sequence %d",
-			b.ProducerID, b.ProducerEpoch, b.BaseSequence, last, e.epoch, e.lastSeq)}
+		finish(partResult{code: code, msg: fmt.Sprintf("producer %d epoch %d sequences %d-%d: known epoch %d, last sequence %d",
+			b.ProducerID, b.ProducerEpoch, b.BaseSequence, last, e.epoch, e.lastSeq)})
+		return
 	case dup:
 		s.stats.dups.Add(1)
-		return partResult{baseOffset: off}
+		finish(partResult{baseOffset: off})
+		return
+	case inflight:
+		// A resend (from another connection) of a batch still being
+		// written: retriable, and the retry finds it appended.
+		finish(partResult{code: kafka.CodeKafkaStorageError, msg: fmt.Sprintf("producer %d sequences %d-%d are being written, retry", b.ProducerID, b.BaseSequence, last)})
+		return
 	}
-	res = s.appendBatch(ctx, recs)
-	if res.code == 0 {
-		e.add(ProducerRun{Stream: topic, Partition: partition, ProducerID: b.ProducerID, ProducerEpoch: b.ProducerEpoch,
-			FirstSeq: b.BaseSequence, LastSeq: last, FirstOffset: res.baseOffset, Principal: req.Principal.Name})
-	}
-	return res
+	run := ProducerRun{Stream: sl.topic, Partition: sl.partition, ProducerID: b.ProducerID, ProducerEpoch: b.ProducerEpoch,
+		FirstSeq: b.BaseSequence, LastSeq: last, Principal: req.Principal.Name}
+	p := e.reserve(run)
+	p.ticket = s.b.AppendAsync(ctx, e.tail, wb, func(err error) {
+		e.mu.Lock()
+		if err == nil {
+			run.FirstOffset = wb.Offset
+		}
+		e.settle(p, run, err == nil)
+		e.mu.Unlock()
+		finish(s.appendResult(wb, err))
+	})
+	e.tail = p.ticket
 }
 
 // LoadProducerRuns folds runs (oldest first per key) into the
@@ -268,8 +418,15 @@ func (s *Server) producePartition(ctx context.Context, req *kafka.Request, topic
 // had appended gets the original offset rather than a second copy.
 func (s *Server) LoadProducerRuns(runs []ProducerRun) { s.prod.load(runs) }
 
-func (s *Server) appendBatch(ctx context.Context, recs []*tributary.Record) partResult {
-	if err := s.b.Append(ctx, recs...); err != nil {
+// appendResult is a partition's outcome of its append.
+func (s *Server) appendResult(b *wal.Batch, err error) partResult {
+	if err != nil {
+		if errors.Is(err, ErrPredecessorFailed) {
+			// The producer's previous batch was refused, so this one is
+			// out of sequence, as Kafka answers it; the client resends
+			// both in order.
+			return partResult{code: kafka.CodeOutOfOrderSequence, msg: "the producer's previous batch was not appended"}
+		}
 		switch tributary.ReasonOf(err) {
 		case tributary.ReasonFenced:
 			return partResult{code: kafka.CodeNotLeaderOrFollower, msg: err.Error()}
@@ -280,41 +437,12 @@ func (s *Server) appendBatch(ctx context.Context, recs []*tributary.Record) part
 			s.stats.backpressured.Add(1)
 			return partResult{code: kafka.CodeNotEnoughReplicas, msg: "too few edge replicas to store the batch, retry later", throttle: true}
 		}
-		s.log.Warn("kafka append", "stream", recs[0].Stream, "partition", recs[0].Partition, "err", err)
+		s.log.Warn("kafka append", "stream", b.Stream, "partition", b.Partition, "err", err)
 		return partResult{code: kafka.CodeKafkaStorageError, msg: "append failed: " + err.Error()}
 	}
 	s.stats.batches.Add(1)
-	s.stats.records.Add(int64(len(recs)))
-	return partResult{baseOffset: recs[0].Offset}
-}
-
-func (s *Server) walRecords(clientID, principal, topic string, partition int32, b *kafka.Batch) []*tributary.Record {
-	recs := make([]*tributary.Record, len(b.Records))
-	node := s.b.NodeID()
-	for i := range b.Records {
-		br := &b.Records[i]
-		rec := &tributary.Record{
-			Stream:            topic,
-			Partition:         partition,
-			Topic:             topic,
-			Key:               br.Key,
-			Value:             br.Value,
-			Headers:           br.Headers,
-			Source:            "kafka",
-			ClientID:          clientID,
-			Principal:         principal,
-			Node:              node,
-			ProducerID:        b.ProducerID,
-			ProducerEpoch:     b.ProducerEpoch,
-			Sequence:          -1,
-			ProducerTimestamp: b.FirstTimestamp + br.TimestampDelta,
-		}
-		if b.Idempotent() {
-			rec.Sequence = kafka.AddSeq(b.BaseSequence, int32(i))
-		}
-		recs[i] = rec
-	}
-	return recs
+	s.stats.records.Add(int64(b.Count()))
+	return partResult{baseOffset: b.Offset}
 }
 
 func batchErrorCode(err error) int16 {

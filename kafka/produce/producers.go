@@ -1,6 +1,7 @@
 package produce
 
 import (
+	"slices"
 	"sync"
 	"time"
 
@@ -39,10 +40,19 @@ import (
 // each run (ProducerRun.Principal, from Record.Principal), so a restart
 // does not free an id that was used.
 //
-// The check and the append are done under the entry's lock, so a
-// producer's batches for one partition are appended one at a time in
-// order; different producers and partitions proceed concurrently and share
-// the WAL's group commit.
+// Pipelining: a producer has up to five batches of a partition in flight
+// (on one connection, whose appends are queued in request order). The
+// check is made under the entry's lock against the end of the sequences
+// reserved by batches still being appended (pending), the batch's range
+// is reserved and its append queued, chained to the producer's previous
+// append (Backend.AppendAsync's Ticket) — then the lock is released; it
+// is not held while the append waits for its fsync. When an append ends,
+// settle records the run (success) or un-reserves: a refused batch
+// un-reserves itself and every batch reserved after it, which the chain
+// refuses as well (nothing of them is stored), so the producer's next
+// expected sequence is the refused batch's first again and its resend is
+// accepted, chained to nothing refused. A batch that duplicates one still
+// in flight (a resend from another connection) gets a retriable error.
 
 const dedupWindow = 5
 
@@ -53,12 +63,51 @@ type producerKey struct {
 }
 
 type producerEntry struct {
-	mu       sync.Mutex // held across check + append + update
+	mu       sync.Mutex // held across check + reserve + queueing the append, and settle
 	known    bool
 	epoch    int16
 	lastSeq  int32
 	runs     []ProducerRun // last dedupWindow runs, oldest first
 	lastUsed time.Time
+	pending  []*pendingRun // reserved, being appended, in queue order
+	tail     Ticket        // the producer's last queued append
+}
+
+// pendingRun is a batch whose sequences are reserved while it is appended.
+type pendingRun struct {
+	epoch       int16
+	first, last int32
+	ticket      Ticket
+}
+
+// reserve reserves r's sequences for an append about to be queued.
+func (e *producerEntry) reserve(r ProducerRun) *pendingRun {
+	p := &pendingRun{epoch: r.ProducerEpoch, first: r.FirstSeq, last: r.LastSeq}
+	e.pending = append(e.pending, p)
+	return p
+}
+
+// settle ends p's append: appended, its run r is recorded; refused, p
+// and the reservations after it (refused by the chain) are dropped, and
+// the producer's tail becomes the append before p.
+func (e *producerEntry) settle(p *pendingRun, r ProducerRun, appended bool) {
+	i := slices.Index(e.pending, p)
+	if appended {
+		if i >= 0 {
+			e.pending = slices.Delete(e.pending, i, i+1)
+		}
+		e.add(r)
+		return
+	}
+	if i < 0 {
+		return // already dropped with an earlier refused reservation
+	}
+	clear(e.pending[i:])
+	e.pending = e.pending[:i]
+	e.tail = nil
+	if i > 0 {
+		e.tail = e.pending[i-1].ticket
+	}
 }
 
 type producers struct {
@@ -145,7 +194,7 @@ func (p *producers) lock(k producerKey) *producerEntry {
 func (p *producers) sweepLocked(now time.Time) {
 	for k, e := range p.m {
 		if e.mu.TryLock() {
-			if now.Sub(e.lastUsed) > p.expiry {
+			if now.Sub(e.lastUsed) > p.expiry && len(e.pending) == 0 {
 				delete(p.m, k)
 			}
 			e.mu.Unlock()
@@ -171,7 +220,9 @@ func (e *producerEntry) add(r ProducerRun) {
 	case r.ProducerEpoch < e.epoch:
 		return
 	}
-	e.lastSeq = r.LastSeq
+	if len(e.runs) == 0 || kafka.SeqDelta(e.lastSeq, r.LastSeq) < 1<<30 {
+		e.lastSeq = r.LastSeq // (a run settled late, behind a later one, leaves it)
+	}
 	e.runs = append(e.runs, r)
 	if len(e.runs) > dedupWindow {
 		e.runs = append(e.runs[:0], e.runs[len(e.runs)-dedupWindow:]...)
@@ -179,31 +230,47 @@ func (e *producerEntry) add(r ProducerRun) {
 }
 
 // check decides what to do with a batch of sequences [first, last] from
-// epoch: append it (code 0, dup false), answer it as a duplicate written at
-// offset (dup true), or refuse it with a Kafka error code.
-func (e *producerEntry) check(epoch int16, first, last int32) (offset int64, dup bool, code int16) {
-	if !e.known {
-		return 0, false, 0
+// epoch: append it (code 0, dup and inflight false), answer it as a
+// duplicate written at offset (dup true), answer that it duplicates a
+// batch still being appended (inflight true), or refuse it with a Kafka
+// error code. A batch being appended counts as the last appended one.
+func (e *producerEntry) check(epoch int16, first, last int32) (offset int64, dup, inflight bool, code int16) {
+	known, curEpoch, curLast := e.known, e.epoch, e.lastSeq
+	if n := len(e.pending); n > 0 {
+		known, curEpoch, curLast = true, e.pending[n-1].epoch, e.pending[n-1].last
+	}
+	if !known {
+		return 0, false, false, 0
 	}
 	switch {
-	case epoch < e.epoch:
-		return 0, false, kafka.CodeInvalidProducerEpoch
-	case epoch > e.epoch:
+	case epoch < curEpoch:
+		return 0, false, false, kafka.CodeInvalidProducerEpoch
+	case epoch > curEpoch:
 		if first != 0 {
-			return 0, false, kafka.CodeOutOfOrderSequence
+			return 0, false, false, kafka.CodeOutOfOrderSequence
 		}
-		return 0, false, 0
+		return 0, false, false, 0
 	}
-	for i := len(e.runs) - 1; i >= 0; i-- {
-		r := e.runs[i]
-		span := kafka.SeqDelta(r.FirstSeq, r.LastSeq)
-		d1, d2 := kafka.SeqDelta(r.FirstSeq, first), kafka.SeqDelta(r.FirstSeq, last)
-		if d1 <= span && d2 <= span && d1 <= d2 {
-			return r.FirstOffset + int64(d1), true, 0
+	within := func(f, l int32) (int32, bool) {
+		span := kafka.SeqDelta(f, l)
+		d1, d2 := kafka.SeqDelta(f, first), kafka.SeqDelta(f, last)
+		return d1, d1 <= span && d2 <= span && d1 <= d2
+	}
+	if e.known && epoch == e.epoch {
+		for i := len(e.runs) - 1; i >= 0; i-- {
+			r := e.runs[i]
+			if d1, ok := within(r.FirstSeq, r.LastSeq); ok {
+				return r.FirstOffset + int64(d1), true, false, 0
+			}
 		}
 	}
-	if first != kafka.NextSeq(e.lastSeq) {
-		return 0, false, kafka.CodeOutOfOrderSequence
+	for _, p := range e.pending {
+		if _, ok := within(p.first, p.last); ok && p.epoch == epoch {
+			return 0, false, true, 0
+		}
 	}
-	return 0, false, 0
+	if first != kafka.NextSeq(curLast) {
+		return 0, false, false, kafka.CodeOutOfOrderSequence
+	}
+	return 0, false, false, 0
 }

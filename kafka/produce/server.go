@@ -136,6 +136,7 @@ type Stats struct {
 	Backpressure    int64 // produce partitions refused for the WAL budget
 	InflightBytes   int64 // request bytes held now (kafka.Stats)
 	InflightWaits   int64 // frames whose reading waited for MaxInflightBytes
+	Pipelined       int64 // requests read while an earlier one of the connection was unanswered
 }
 
 // Server is a Kafka protocol front door for producers.
@@ -145,6 +146,8 @@ type Server struct {
 	b    Backend
 	log  *slog.Logger
 	prod *producers
+	// topics are Produce's recent topic lookups (produce.go).
+	topics topicCache
 	// decoding bounds the decompressed bytes of batches being decoded.
 	decoding *semaphore.Weighted
 	latency  prometheus.Histogram
@@ -207,6 +210,7 @@ func (s *Server) Stats() Stats {
 		Backpressure:    s.stats.backpressured.Load(),
 		InflightBytes:   c.InflightBytes,
 		InflightWaits:   c.InflightWaits,
+		Pipelined:       c.Pipelined,
 	}
 }
 
