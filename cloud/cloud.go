@@ -166,6 +166,7 @@ func (s *Server) listen() error {
 			OffsetsRetention: cfg.Kafka.OffsetsRetention,
 			OffsetsDB:        cfg.Catalog.URI,
 			Reader:           s.reader,
+			BatchCacheBytes:  int64(cfg.Kafka.BatchCacheBytes),
 		}, s.cat)
 		if err != nil {
 			return fmt.Errorf("cloud kafka: %w", err)

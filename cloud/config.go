@@ -90,6 +90,10 @@ type Config struct {
 		// size is read (plus a second per MiB); a trickling client is
 		// closed. Default 30s.
 		BodyTimeout time.Duration `yaml:"body_timeout"`
+		// BatchCacheBytes bounds the cache of record batches encoded from
+		// the tables' row groups, which fetches serve whole. Default
+		// 256MiB, at least 1MiB.
+		BatchCacheBytes config.ByteSize `yaml:"batch_cache_bytes"`
 	} `yaml:"kafka"`
 
 	Pulsar struct {
@@ -178,6 +182,9 @@ func (c *Config) ApplyDefaults() {
 	if k.BodyTimeout == 0 {
 		k.BodyTimeout = kafka.DefaultBodyTimeout
 	}
+	if k.BatchCacheBytes == 0 {
+		k.BatchCacheBytes = consume.DefaultBatchCacheBytes
+	}
 	if c.Pulsar.Addr == nil {
 		a := "127.0.0.1:6650"
 		c.Pulsar.Addr = &a
@@ -263,6 +270,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Kafka.BodyTimeout < 0 {
 		bad("kafka.body_timeout", "%v: must not be negative", c.Kafka.BodyTimeout)
+	}
+	if c.Kafka.BatchCacheBytes < 1<<20 {
+		bad("kafka.batch_cache_bytes", "%d: want at least 1MiB", c.Kafka.BatchCacheBytes)
 	}
 	if c.Kafka.MaxInflightBytes < kafka.DefaultMaxFrameBytes {
 		bad("kafka.max_inflight_bytes", "%d: want at least 100MiB (one request of the largest size)", c.Kafka.MaxInflightBytes)

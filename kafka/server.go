@@ -391,6 +391,7 @@ func (s *Server) serveConn(c net.Conn) {
 	log := s.log.With("remote", remote)
 	br := bufio.NewReaderSize(c, 64<<10)
 	var out []byte
+	lastOut := 0 // size of the last response
 	sess := &session{a: s.cfg.Auth, client: auth.Client{Protocol: "kafka", Remote: remote}}
 	maxFrame := min(s.cfg.MaxFrameBytes, firstFrameBytes)
 	ready := false
@@ -497,12 +498,19 @@ func (s *Server) serveConn(c net.Conn) {
 		}
 		frame, req.Body = nil, nil
 		if resp != nil {
+			if lastOut > keepBufBytes && cap(out) < lastOut {
+				// The last response was large: expect another, in a
+				// pooled buffer (bufpool.go).
+				out = getBuf(lastOut)
+			}
 			out = AppendResponse(out[:0], req, resp)
 			release() // answered once its response is encoded
+			lastOut = len(out)
 			if !write(out) {
 				return
 			}
-			if cap(out) > 1<<20 {
+			if cap(out) > keepBufBytes {
+				putBuf(out)
 				out = nil
 			}
 		}
