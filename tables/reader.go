@@ -696,7 +696,13 @@ func readRowGroup(ctx context.Context, t *table.Table, path string, md *metadata
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	defer pr.Close()
-	fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: RowGroupRows}, memory.DefaultAllocator)
+	// PreAllocBinaryData sizes the value column's buffer from the column
+	// chunk's metadata once, instead of growing it by doubling (a fifth of
+	// a cold fetch's CPU went to those copies); Parallel decodes the
+	// columns of the row group at once, for the first row group a
+	// consumer waits for.
+	fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: RowGroupRows, PreAllocBinaryData: true, Parallel: true},
+		memory.DefaultAllocator)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
