@@ -187,7 +187,7 @@ func (s *Server) listen() error {
 			Limits:              listen.Config{TLS: s.tls.Server("pulsar")},
 			MaxConsumersPerConn: cfg.Pulsar.MaxConsumersPerConnection, MaxSubscriptions: cfg.Pulsar.MaxSubscriptions,
 			MaxUnackedPerConsumer: cfg.Pulsar.MaxUnackedPerConsumer, MaxAckedRanges: cfg.Pulsar.MaxAckedRanges,
-			MaxConnectionBacklog: int(cfg.Pulsar.MaxConnectionBacklog)}, s.reader)
+			MaxConnectionBacklog: int(cfg.Pulsar.MaxConnectionBacklog), MessageCacheBytes: int64(cfg.Pulsar.MessageCacheBytes)}, s.reader)
 		if err != nil {
 			return fmt.Errorf("cloud pulsar: %w", err)
 		}

@@ -126,6 +126,10 @@ type Config struct {
 		// queued for the client gets nothing more until the client reads.
 		// Default 4MiB.
 		MaxConnectionBacklog config.ByteSize `yaml:"max_connection_backlog"`
+		// MessageCacheBytes bounds the cache of encoded messages
+		// (metadata and payload), which serves a message dispatched
+		// again without encoding it again. Default 64MiB.
+		MessageCacheBytes config.ByteSize `yaml:"message_cache_bytes"`
 	} `yaml:"pulsar"`
 
 	// MQTT is the cloud MQTT listener (subscribers served from the tables).
@@ -194,6 +198,9 @@ func (c *Config) ApplyDefaults() {
 	ps.MaxSubscriptions = defaultCount(ps.MaxSubscriptions, pulsar.DefaultMaxSubscriptions)
 	ps.MaxUnackedPerConsumer = defaultCount(ps.MaxUnackedPerConsumer, pulsar.DefaultMaxUnackedPerConsumer)
 	ps.MaxAckedRanges = defaultCount(ps.MaxAckedRanges, pulsar.DefaultMaxAckedRanges)
+	if ps.MessageCacheBytes == 0 {
+		ps.MessageCacheBytes = pulsar.DefaultMessageCacheBytes
+	}
 	if ps.MaxConnectionBacklog == 0 {
 		ps.MaxConnectionBacklog = pulsar.DefaultMaxConnectionBacklog
 	}
@@ -261,6 +268,9 @@ func (c *Config) Validate() error {
 		if v <= 0 {
 			bad(name, "%d: want a positive count", v)
 		}
+	}
+	if b := c.Pulsar.MessageCacheBytes; b < 0 {
+		bad("pulsar.message_cache_bytes", "%d: must not be negative", b)
 	}
 	if b := c.Pulsar.MaxConnectionBacklog; b < 64<<10 {
 		bad("pulsar.max_connection_backlog", "%d: want at least 64KiB", b)
