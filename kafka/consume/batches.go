@@ -30,6 +30,7 @@ import (
 	"runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tributary-io/tributary"
@@ -99,6 +100,7 @@ type batchCache struct {
 	workers chan struct{} // one token per background build
 	depth   int
 	log     func(msg string, args ...any)
+	builds  atomic.Int64 // row groups encoded
 }
 
 type groupLoad struct {
@@ -136,6 +138,7 @@ func (bc *batchCache) get(ctx context.Context, v *tables.Partition, ref tables.R
 	bc.mu.Unlock()
 	recs, err := v.Rows(ctx, ref)
 	if err == nil {
+		bc.builds.Add(1)
 		l.g = encodeGroup(ref.First, recs)
 		bc.groups.Add(ref.Key, l.g, l.g.size())
 	}

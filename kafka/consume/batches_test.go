@@ -199,3 +199,21 @@ func TestBatchCacheBytesValidated(t *testing.T) {
 		t.Fatal("a 1000-byte batch cache was accepted")
 	}
 }
+
+// The cache's metrics: bytes cached and row groups built.
+func TestBatchCacheMetrics(t *testing.T) {
+	e := newCloudEnv(t, "n1")
+	e.commit(0, 100, 10)
+	cs := e.start(t)
+	rc := kafkatest.Dial(t, cs.Addr())
+	if b := rawFetch(t, rc, 50, 1<<20); len(b.RecordBatches) == 0 {
+		t.Fatal("nothing fetched")
+	}
+	rawFetch(t, rc, 0, 1<<20) // cached: no second build
+	if n := cs.batches.builds.Load(); n != 1 {
+		t.Fatalf("%d builds, want 1", n)
+	}
+	if cs.batches.groups.Size() <= 0 {
+		t.Fatal("nothing cached")
+	}
+}
