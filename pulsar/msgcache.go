@@ -1,10 +1,13 @@
 package pulsar
 
 // The message cache: each message's encoded tail (checksum, metadata and
-// payload: appendMessageTail), kept so that a message dispatched again —
-// to another subscription of the topic, or redelivered — is not encoded
-// again; only its head (consumer id, message id, redelivery count, broker
-// entry metadata) is.
+// payload: appendMessageTail), kept from its second dispatch on — to
+// another subscription of the topic, or a redelivery — so that it is not
+// encoded again; only its head (consumer id, message id, redelivery
+// count, broker entry metadata) is. A message dispatched once (one
+// subscription reading the topic once, the common case) is encoded
+// straight into its frame, as without the cache: copying its tail into
+// the cache would cost more than encoding it.
 //
 // Invariants: a cached tail is used only for the very record object it was
 // encoded from (the table reader hands out the same *tributary.Record
@@ -12,10 +15,12 @@ package pulsar
 // never modified), so a stream deleted and created again, or a row group
 // decoded anew, can never be served an old tail; the cache is an LRU of
 // blocks of blockOffsets offsets of one topic partition, bounded by
-// MessageCacheBytes of tails (the records they were encoded from are
-// held too, and are at most as large).
+// MessageCacheBytes of tails and of the records they remember (which the
+// blocks keep alive).
 
 import (
+	"bytes"
+	"encoding/binary"
 	"sync"
 
 	"github.com/tributary-io/tributary"
@@ -44,6 +49,15 @@ type msgBlock struct {
 
 type msgCache struct{ blocks *lru.Cache }
 
+// recordBytes is what a remembered record holds alive, roughly.
+func recordBytes(r *tributary.Record) int64 {
+	n := int64(160 + len(r.Key) + len(r.Value) + len(r.Topic) + len(r.Node) + len(r.ClientID))
+	for _, h := range r.Headers {
+		n += int64(32 + len(h.Key) + len(h.Value))
+	}
+	return n
+}
+
 func newMsgCache(maxBytes int64) *msgCache { return &msgCache{blocks: lru.New(maxBytes)} }
 
 // appendMessages appends the MESSAGE frames of ds for consumer id of the
@@ -51,7 +65,7 @@ func newMsgCache(maxBytes int64) *msgCache { return &msgCache{blocks: lru.New(ma
 func (mc *msgCache) appendMessages(b []byte, topic string, id uint64, partition int32, ds []Delivery, bem bool) []byte {
 	var blk *msgBlock
 	key := msgKey{topic, -1}
-	var grew int64
+	grew := 0 // entries of blk changed since its size was given to the LRU
 	flush := func() {
 		if blk != nil && grew > 0 {
 			blk.mu.Lock()
@@ -78,15 +92,33 @@ func (mc *msgCache) appendMessages(b []byte, topic string, id uint64, partition 
 		}
 		i := d.Offset % blockOffsets
 		blk.mu.Lock()
-		tail := blk.tails[i]
-		if blk.recs[i] != d.Record {
-			tail = appendMessageTail(nil, d.Record, d.Offset)
-			blk.size += int64(len(tail) - len(blk.tails[i]))
-			grew += int64(len(tail))
-			blk.recs[i], blk.tails[i] = d.Record, tail
+		switch {
+		case blk.recs[i] == d.Record && blk.tails[i] != nil:
+			b = appendCachedMessage(b, id, partition, d, bem, blk.tails[i])
+		case blk.recs[i] == d.Record:
+			// Dispatched a second time: encode it once more, and keep
+			// the tail for the next times.
+			start := len(b)
+			b = appendMessageHead(b, id, partition, d, bem)
+			at := len(b)
+			b = appendMessageTail(b, d.Record, d.Offset)
+			binary.BigEndian.PutUint32(b[start:], uint32(len(b)-start-4))
+			blk.tails[i] = bytes.Clone(b[at:])
+			blk.size += int64(len(blk.tails[i]))
+			grew++
+		default:
+			// First dispatch (of this record object): encoded straight
+			// into the frame; only the record is remembered (and
+			// counted: the block keeps it alive).
+			if old := blk.recs[i]; old != nil {
+				blk.size -= recordBytes(old) + int64(len(blk.tails[i]))
+			}
+			blk.recs[i], blk.tails[i] = d.Record, nil
+			blk.size += recordBytes(d.Record)
+			grew++
+			b = appendMessage(b, id, partition, d, bem)
 		}
 		blk.mu.Unlock()
-		b = appendCachedMessage(b, id, partition, d, bem, tail)
 	}
 	flush()
 	return b

@@ -32,16 +32,22 @@ func framesOf(id uint64, partition int32, ds []Delivery, bem bool) []byte {
 }
 
 // Frames from the cache are byte for byte those appendMessage encodes
-// (which TestAppendMessageMatchesProtobuf holds to protobuf's encoding),
-// cold and warm, for another consumer and partition, across blocks.
+// (which TestAppendMessageMatchesProtobuf holds to protobuf's encoding):
+// at the first dispatch (encoded straight into the frame), the second
+// (tail kept) and later ones (tail from the cache), for another consumer
+// too, across blocks.
 func TestMessageCacheFramesMatch(t *testing.T) {
 	mc := newMsgCache(DefaultMessageCacheBytes)
 	ds := testDeliveries(blockOffsets-10, 600, 100)
 	want := framesOf(7, 3, ds, true)
-	for pass := range 2 {
+	for pass := range 3 {
 		got := mc.appendMessages([]byte("x"), "persistent://t/n/s-partition-3", 7, 3, ds, true)
 		if !bytes.Equal(got[1:], want) {
 			t.Fatalf("pass %d: cached frames differ from appendMessage's", pass)
+		}
+		v, _ := mc.blocks.Get(msgKey{"persistent://t/n/s-partition-3", ds[20].Offset / blockOffsets})
+		if cached := v.(*msgBlock).tails[ds[20].Offset%blockOffsets] != nil; cached != (pass > 0) {
+			t.Fatalf("pass %d: tail cached = %v", pass, cached)
 		}
 	}
 	// Same records, another consumer without broker entry metadata.
@@ -57,6 +63,7 @@ func TestMessageCacheNeverServesAnotherRecord(t *testing.T) {
 	mc := newMsgCache(DefaultMessageCacheBytes)
 	old := testDeliveries(0, 5, 10)
 	mc.appendMessages(nil, "topic", 1, 0, old, false)
+	mc.appendMessages(nil, "topic", 1, 0, old, false) // tails kept
 	fresh := testDeliveries(0, 5, 10)
 	for i := range fresh {
 		fresh[i].Record.Value = []byte(fmt.Sprintf("new value %d", i))
@@ -71,11 +78,13 @@ func TestMessageCacheBounded(t *testing.T) {
 	const capBytes = 256 << 10
 	mc := newMsgCache(capBytes)
 	for from := 0; from < 20*blockOffsets; from += blockOffsets {
-		mc.appendMessages(nil, "topic", 1, 0, testDeliveries(from, blockOffsets, 1000), false)
+		ds := testDeliveries(from, blockOffsets, 1000)
+		mc.appendMessages(nil, "topic", 1, 0, ds, false)
+		mc.appendMessages(nil, "topic", 1, 0, ds, false) // tails kept
 	}
-	// One block of 256 × ~1 KiB tails may exceed the cap alone (the
-	// newest is always kept); never more than that beyond it.
-	if size := mc.blocks.Size(); size > capBytes+blockOffsets*1100+blockOverhead {
+	// One block of 256 × ~1 KiB tails and records may exceed the cap
+	// alone (the newest is always kept); never more than that beyond it.
+	if size := mc.blocks.Size(); size > capBytes+blockOffsets*2400+blockOverhead {
 		t.Fatalf("cache holds %d bytes under a %d cap", size, capBytes)
 	}
 	if n := mc.blocks.Len(); n >= 20 {
