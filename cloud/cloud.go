@@ -166,6 +166,7 @@ func (s *Server) listen() error {
 			OffsetsRetention: cfg.Kafka.OffsetsRetention,
 			OffsetsDB:        cfg.Catalog.URI,
 			Reader:           s.reader,
+			BatchCacheBytes:  int64(cfg.Kafka.BatchCacheBytes),
 		}, s.cat)
 		if err != nil {
 			return fmt.Errorf("cloud kafka: %w", err)
@@ -186,7 +187,7 @@ func (s *Server) listen() error {
 			Limits:              listen.Config{TLS: s.tls.Server("pulsar")},
 			MaxConsumersPerConn: cfg.Pulsar.MaxConsumersPerConnection, MaxSubscriptions: cfg.Pulsar.MaxSubscriptions,
 			MaxUnackedPerConsumer: cfg.Pulsar.MaxUnackedPerConsumer, MaxAckedRanges: cfg.Pulsar.MaxAckedRanges,
-			MaxConnectionBacklog: int(cfg.Pulsar.MaxConnectionBacklog)}, s.reader)
+			MaxConnectionBacklog: int(cfg.Pulsar.MaxConnectionBacklog), MessageCacheBytes: int64(cfg.Pulsar.MessageCacheBytes)}, s.reader)
 		if err != nil {
 			return fmt.Errorf("cloud pulsar: %w", err)
 		}

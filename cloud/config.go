@@ -90,6 +90,10 @@ type Config struct {
 		// size is read (plus a second per MiB); a trickling client is
 		// closed. Default 30s.
 		BodyTimeout time.Duration `yaml:"body_timeout"`
+		// BatchCacheBytes bounds the cache of record batches encoded from
+		// the tables' row groups, which fetches serve whole. Default
+		// 256MiB, at least 1MiB.
+		BatchCacheBytes config.ByteSize `yaml:"batch_cache_bytes"`
 	} `yaml:"kafka"`
 
 	Pulsar struct {
@@ -122,6 +126,10 @@ type Config struct {
 		// queued for the client gets nothing more until the client reads.
 		// Default 4MiB.
 		MaxConnectionBacklog config.ByteSize `yaml:"max_connection_backlog"`
+		// MessageCacheBytes bounds the cache of encoded messages
+		// (metadata and payload), which serves a message dispatched
+		// again without encoding it again. Default 64MiB.
+		MessageCacheBytes config.ByteSize `yaml:"message_cache_bytes"`
 	} `yaml:"pulsar"`
 
 	// MQTT is the cloud MQTT listener (subscribers served from the tables).
@@ -178,6 +186,9 @@ func (c *Config) ApplyDefaults() {
 	if k.BodyTimeout == 0 {
 		k.BodyTimeout = kafka.DefaultBodyTimeout
 	}
+	if k.BatchCacheBytes == 0 {
+		k.BatchCacheBytes = consume.DefaultBatchCacheBytes
+	}
 	if c.Pulsar.Addr == nil {
 		a := "127.0.0.1:6650"
 		c.Pulsar.Addr = &a
@@ -187,6 +198,9 @@ func (c *Config) ApplyDefaults() {
 	ps.MaxSubscriptions = defaultCount(ps.MaxSubscriptions, pulsar.DefaultMaxSubscriptions)
 	ps.MaxUnackedPerConsumer = defaultCount(ps.MaxUnackedPerConsumer, pulsar.DefaultMaxUnackedPerConsumer)
 	ps.MaxAckedRanges = defaultCount(ps.MaxAckedRanges, pulsar.DefaultMaxAckedRanges)
+	if ps.MessageCacheBytes == 0 {
+		ps.MessageCacheBytes = pulsar.DefaultMessageCacheBytes
+	}
 	if ps.MaxConnectionBacklog == 0 {
 		ps.MaxConnectionBacklog = pulsar.DefaultMaxConnectionBacklog
 	}
@@ -255,6 +269,9 @@ func (c *Config) Validate() error {
 			bad(name, "%d: want a positive count", v)
 		}
 	}
+	if b := c.Pulsar.MessageCacheBytes; b < 0 {
+		bad("pulsar.message_cache_bytes", "%d: must not be negative", b)
+	}
 	if b := c.Pulsar.MaxConnectionBacklog; b < 64<<10 {
 		bad("pulsar.max_connection_backlog", "%d: want at least 64KiB", b)
 	}
@@ -263,6 +280,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Kafka.BodyTimeout < 0 {
 		bad("kafka.body_timeout", "%v: must not be negative", c.Kafka.BodyTimeout)
+	}
+	if c.Kafka.BatchCacheBytes < 1<<20 {
+		bad("kafka.batch_cache_bytes", "%d: want at least 1MiB", c.Kafka.BatchCacheBytes)
 	}
 	if c.Kafka.MaxInflightBytes < kafka.DefaultMaxFrameBytes {
 		bad("kafka.max_inflight_bytes", "%d: want at least 100MiB (one request of the largest size)", c.Kafka.MaxInflightBytes)

@@ -22,7 +22,7 @@ func TestCloudConfigExampleAndErrors(t *testing.T) {
 		t.Fatalf("defaults: %+v %v", d, err)
 	}
 	if k := d.Kafka; k.MaxGroups != 10000 || k.MaxGroupMembers != 1000 || k.MaxGroupOffsets != 100000 ||
-		k.OffsetsRetention != 168*time.Hour || k.MaxInflightBytes != 512<<20 {
+		k.OffsetsRetention != 168*time.Hour || k.MaxInflightBytes != 512<<20 || k.BatchCacheBytes != 256<<20 {
 		t.Fatalf("kafka cap defaults: %+v", k)
 	}
 	if m := d.MQTT; m.Addr != "" || m.WSAddr != "" || m.MaxInflight != 256 || m.MaxSubscriptions != 100 ||
@@ -32,7 +32,8 @@ func TestCloudConfigExampleAndErrors(t *testing.T) {
 	if c.MQTT != d.MQTT {
 		t.Fatalf("deploy/cloud.yaml mqtt differs from the defaults: %+v", c.MQTT)
 	}
-	if k := c.Kafka; k.MaxGroups != d.Kafka.MaxGroups || k.OffsetsRetention != d.Kafka.OffsetsRetention || k.MaxInflightBytes != d.Kafka.MaxInflightBytes {
+	if k := c.Kafka; k.MaxGroups != d.Kafka.MaxGroups || k.OffsetsRetention != d.Kafka.OffsetsRetention || k.MaxInflightBytes != d.Kafka.MaxInflightBytes ||
+		k.BatchCacheBytes != d.Kafka.BatchCacheBytes {
 		t.Fatalf("deploy/cloud.yaml caps differ from the defaults: %+v", k)
 	}
 	for _, tc := range []struct{ yaml, want string }{

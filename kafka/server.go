@@ -567,6 +567,7 @@ func (s *Server) serveConn(c net.Conn) {
 // replies is closed and drained.
 func (s *Server) writeReplies(c net.Conn, replies <-chan *reply, slots chan struct{}, release func(int64, int64), log *slog.Logger) {
 	var out []byte
+	lastOut := 0 // size of the last response
 	broken := false
 	for r := range replies {
 		if r.finish != nil {
@@ -577,6 +578,11 @@ func (s *Server) writeReplies(c net.Conn, replies <-chan *reply, slots chan stru
 		case r.raw != nil:
 			out = append(out[:0], r.raw...)
 		case r.resp != nil:
+			if lastOut > keepBufBytes && cap(out) < lastOut {
+				// The last response was large: expect another, in a
+				// pooled buffer (bufpool.go).
+				out = getBuf(lastOut)
+			}
 			out = AppendResponse(out[:0], r.req, r.resp)
 		default:
 			out = out[:0] // acks=0: no response
@@ -595,7 +601,9 @@ func (s *Server) writeReplies(c net.Conn, replies <-chan *reply, slots chan stru
 				c.Close()
 			}
 		}
-		if cap(out) > 1<<20 {
+		lastOut = len(out)
+		if cap(out) > keepBufBytes {
+			putBuf(out)
 			out = nil
 		}
 		if r.closeAfter && !broken {

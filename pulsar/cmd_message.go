@@ -26,6 +26,7 @@ import (
 
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/pulsar/pb"
 )
 
@@ -57,15 +58,32 @@ func appendBytesField(b []byte, num protowire.Number, v []byte) []byte {
 
 // appendMessage appends the MESSAGE frame of d for consumer id.
 func appendMessage(b []byte, id uint64, partition int32, d Delivery, brokerEntry bool) []byte {
-	r := d.Record
+	start := len(b)
+	b = appendMessageHead(b, id, partition, d, brokerEntry)
+	b = appendMessageTail(b, d.Record, d.Offset)
+	binary.BigEndian.PutUint32(b[start:], uint32(len(b)-start-4))
+	return b
+}
+
+// appendCachedMessage is appendMessage with the tail (appendMessageTail
+// of the same record and offset) already encoded.
+func appendCachedMessage(b []byte, id uint64, partition int32, d Delivery, brokerEntry bool, tail []byte) []byte {
+	start := len(b)
+	b = appendMessageHead(b, id, partition, d, brokerEntry)
+	b = append(b, tail...)
+	binary.BigEndian.PutUint32(b[start:], uint32(len(b)-start-4))
+	return b
+}
+
+// publishTime is the message's publish time, ms.
+func publishTime(r *tributary.Record) uint64 { return uint64(max(r.Timestamp, 0) / 1000) }
+
+// appendMessageHead appends the frame's parts that depend on the
+// consumer and the delivery: the size (a placeholder the caller sets),
+// the command and the broker entry metadata.
+func appendMessageHead(b []byte, id uint64, partition int32, d Delivery, brokerEntry bool) []byte {
 	off := uint64(d.Offset)
 	part := uint64(int64(partition)) // int32 fields are sign-extended varints
-	publish := uint64(max(r.Timestamp, 0) / 1000)
-	producer := r.Node
-	if producer == "" {
-		producer = serverVersion
-	}
-
 	idSize := sizeVarintField(fIDLedger, ledgerID) + sizeVarintField(fIDEntry, off) + sizeVarintField(fIDPartition, part)
 	msgSize := sizeVarintField(fMsgConsumerID, id) + protowire.SizeTag(fMsgID) + protowire.SizeBytes(idSize)
 	if d.RedeliveryCount > 0 {
@@ -73,8 +91,7 @@ func appendMessage(b []byte, id uint64, partition int32, d Delivery, brokerEntry
 	}
 	cmdSize := sizeVarintField(fBaseType, messageType) + protowire.SizeTag(fBaseMessage) + protowire.SizeBytes(msgSize)
 
-	start := len(b)
-	b = append(b, 0, 0, 0, 0) // total size, set at the end
+	b = append(b, 0, 0, 0, 0) // total size, set by the caller
 	b = binary.BigEndian.AppendUint32(b, uint32(cmdSize))
 	b = appendVarintField(b, fBaseType, messageType)
 	b = protowire.AppendVarint(protowire.AppendTag(b, fBaseMessage, bytesType), uint64(msgSize))
@@ -86,14 +103,26 @@ func appendMessage(b []byte, id uint64, partition int32, d Delivery, brokerEntry
 	if d.RedeliveryCount > 0 {
 		b = appendVarintField(b, fMsgRedelivery, uint64(d.RedeliveryCount))
 	}
-
 	if brokerEntry {
+		publish := publishTime(d.Record)
 		b = binary.BigEndian.AppendUint16(b, wire.MagicBrokerEntry)
 		b = binary.BigEndian.AppendUint32(b, uint32(sizeVarintField(fBEMBrokerTimestamp, publish)+sizeVarintField(fBEMIndex, off)))
 		b = appendVarintField(b, fBEMBrokerTimestamp, publish)
 		b = appendVarintField(b, fBEMIndex, off)
 	}
+	return b
+}
 
+// appendMessageTail appends the frame's parts that depend on the record
+// alone: the checksum magic and checksum, the metadata and the payload.
+// These are what the message cache keeps (msgcache.go).
+func appendMessageTail(b []byte, r *tributary.Record, offset int64) []byte {
+	off := uint64(offset)
+	publish := publishTime(r)
+	producer := r.Node
+	if producer == "" {
+		producer = serverVersion
+	}
 	b = binary.BigEndian.AppendUint16(b, wire.MagicCRC)
 	crcAt := len(b)
 	b = append(b, 0, 0, 0, 0, 0, 0, 0, 0) // checksum, metadata size
@@ -116,6 +145,5 @@ func appendMessage(b []byte, id uint64, partition int32, d Delivery, brokerEntry
 	binary.BigEndian.PutUint32(b[crcAt+4:], uint32(len(b)-mdAt))
 	b = append(b, r.Value...)
 	binary.BigEndian.PutUint32(b[crcAt:], crc32.Checksum(b[crcAt+4:], wire.Castagnoli))
-	binary.BigEndian.PutUint32(b[start:], uint32(len(b)-start-4))
 	return b
 }

@@ -38,7 +38,8 @@ func (k *consumer) Name() string     { return k.name }
 func (k *consumer) Priority() int32  { return k.priority }
 func (k *consumer) partition() int32 { return k.topic.partition }
 
-// Deliver queues one MESSAGE frame per delivery.
+// Deliver queues one MESSAGE frame per delivery, the messages' tails
+// from the server's message cache (msgcache.go).
 func (k *consumer) Deliver(ds []Delivery) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -46,11 +47,9 @@ func (k *consumer) Deliver(ds []Delivery) {
 		return
 	}
 	bem := k.c.brokerEntry.Load()
+	mc := k.c.s.msgs
 	k.c.enqueue(func(b []byte) ([]byte, error) {
-		for _, d := range ds {
-			b = appendMessage(b, k.id, k.partition(), d, bem)
-		}
-		return b, nil
+		return mc.appendMessages(b, k.full, k.id, k.partition(), ds, bem), nil
 	})
 }
 

@@ -96,6 +96,12 @@ type Config struct {
 	// client reads (a consumer that stops reading holds at most this).
 	// Default DefaultMaxConnectionBacklog (4 MiB).
 	MaxConnectionBacklog int
+	// MessageCacheBytes bounds the cache of encoded messages (metadata,
+	// checksum and payload; msgcache.go), which serves a message
+	// dispatched again — to another subscription, or redelivered —
+	// without encoding it again. Default DefaultMessageCacheBytes
+	// (64 MiB).
+	MessageCacheBytes int64
 	// Limits are the listener's connection caps and CONNECT deadline
 	// (package listen; zero values take its defaults).
 	Limits listen.Config
@@ -125,6 +131,9 @@ func (c *Config) setDefaults() {
 	if c.MaxAckedRanges <= 0 {
 		c.MaxAckedRanges = DefaultMaxAckedRanges
 	}
+	if c.MessageCacheBytes <= 0 {
+		c.MessageCacheBytes = DefaultMessageCacheBytes
+	}
 	if c.MaxConnectionBacklog <= 0 {
 		c.MaxConnectionBacklog = DefaultMaxConnectionBacklog
 	}
@@ -138,10 +147,11 @@ func (c *Config) setDefaults() {
 
 // Server serves Pulsar consumers from the stream tables.
 type Server struct {
-	cfg Config
-	r   *tables.Reader
-	m   *Manager
-	log *slog.Logger
+	cfg  Config
+	r    *tables.Reader
+	m    *Manager
+	log  *slog.Logger
+	msgs *msgCache
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -182,7 +192,7 @@ func NewServer(cfg Config, r *tables.Reader) (*Server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	m := NewManager(store, log)
 	m.SetCaps(Caps{MaxSubscriptions: cfg.MaxSubscriptions, MaxUnackedPerConsumer: cfg.MaxUnackedPerConsumer, MaxAckedRanges: cfg.MaxAckedRanges})
-	return &Server{cfg: cfg, r: r, m: m, log: log,
+	return &Server{cfg: cfg, r: r, m: m, log: log, msgs: newMsgCache(cfg.MessageCacheBytes),
 		ctx: ctx, cancel: cancel, conns: map[*conn]struct{}{}}, nil
 }
 

@@ -1,6 +1,7 @@
 package subscription
 
 import (
+	"slices"
 	"sort"
 )
 
@@ -82,11 +83,14 @@ func (a *ackState) addRange(from, to int64) {
 		from, to = min(from, a.ranges[j][0]), max(to, a.ranges[j][1])
 		j++
 	}
-	a.ranges = append(a.ranges[:i], append([][2]int64{{from, to}}, a.ranges[j:]...)...)
-	if a.ranges[0][0] == a.markDelete+1 {
-		a.markDelete = a.ranges[0][1] - 1
-		a.ranges = a.ranges[1:]
+	if i == 0 && from == a.markDelete+1 {
+		// The acknowledged prefix grows (acks in order: no range at all).
+		a.markDelete = to - 1
+		a.ranges = a.ranges[j:]
+		return
 	}
+	// In place: ranges[i:j] become one (no allocation unless it grows).
+	a.ranges = slices.Replace(a.ranges, i, j, [2]int64{from, to})
 }
 
 // ackUpTo acknowledges every offset <= off (cumulative ack).

@@ -3,6 +3,7 @@ package subscription
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -171,4 +172,35 @@ func TestCursorFlushedWhileConsuming(t *testing.T) {
 		return err == nil && ok && c.MarkDelete == 1
 	})
 
+}
+
+// Random individual acks against a set: the in-place range splicing keeps
+// the invariants (sorted, disjoint, non-adjacent, above markDelete+1) and
+// acked() agrees with the set.
+func TestAckStateRandomAgainstSet(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 9))
+	for round := range 50 {
+		a := newAckState(Cursor{MarkDelete: -1})
+		set := map[int64]bool{}
+		n := int64(50 + round*10)
+		for range n * 2 {
+			off := rng.Int64N(n)
+			if a.ack(off) == set[off] {
+				t.Fatalf("round %d: ack(%d) changed=%v, already acked=%v", round, off, !set[off], set[off])
+			}
+			set[off] = true
+			prev := a.markDelete + 1
+			for i, r := range a.ranges {
+				if r[0] <= prev || r[1] <= r[0] {
+					t.Fatalf("round %d: range %d %v after %d (markDelete %d): %v", round, i, r, prev, a.markDelete, a.ranges)
+				}
+				prev = r[1]
+			}
+			for o := range n {
+				if a.acked(o) != set[o] {
+					t.Fatalf("round %d: acked(%d) = %v, set says %v", round, o, a.acked(o), set[o])
+				}
+			}
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -606,6 +607,12 @@ func (s *Subscription) Ack(ctx context.Context, c Consumer, offsets []int64, cum
 	} else {
 		changed := false
 		refused := 0
+		// In offset order: acks that arrive grouped (clients flush a set
+		// of them at once, in any order) then extend the acknowledged
+		// prefix or the last range instead of splicing ranges.
+		if !slices.IsSorted(offsets) {
+			offsets = slices.Sorted(slices.Values(offsets))
+		}
 		for _, off := range offsets {
 			if off >= 0 && len(s.cur.ranges) >= s.m.caps.MaxAckedRanges && !s.cur.acked(off) && s.cur.opensRange(off) {
 				refused++

@@ -15,9 +15,12 @@ package tables
 //   - Decoded row groups, an LRU bounded by RowCacheBytes (256 MiB) of the
 //     records' payload sizes plus a fixed per-record overhead, and a small
 //     LRU of Parquet footers (4096 files). Data files are immutable, so
-//     neither needs invalidation. A sequential reader past the middle of a
-//     row group has the next one decoded ahead, and concurrent readers of
-//     one row group share a single decode.
+//     neither needs invalidation. From a reader's first touch of a row
+//     group on, the next PrefetchRowGroups (4) are decoded ahead on a
+//     bounded pool of DecodeWorkers (GOMAXPROCS) background decoders, so
+//     a cold partition decodes on several cores; concurrent readers of one
+//     row group share a single decode. Protocol servers cache what they
+//     encode from a row group under its RowGroupKey (Kafka batches).
 //
 // Invariant: nothing at or beyond a partition's committed mark (its
 // high-water mark, committed with the data) is ever returned, and offset N
@@ -25,11 +28,11 @@ package tables
 
 import (
 	"cmp"
-	"container/list"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -45,12 +48,16 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/internal/lru"
 )
 
 // Defaults of a Reader.
 const (
 	DefaultRowCacheBytes  = 256 << 20
 	DefaultMetadataMaxAge = 100 * time.Millisecond
+	// DefaultPrefetchRowGroups is how many row groups past the one read
+	// are decoded ahead.
+	DefaultPrefetchRowGroups = 4
 )
 
 // ReaderConfig configures a Reader; zero values take the defaults.
@@ -59,6 +66,13 @@ type ReaderConfig struct {
 	MetadataMaxAge time.Duration
 	// RowCacheBytes bounds the LRU of decoded row groups.
 	RowCacheBytes int64
+	// DecodeWorkers bounds the row groups decoded in the background
+	// (prefetch) at once. Default GOMAXPROCS, at least 2.
+	DecodeWorkers int
+	// PrefetchRowGroups is how many row groups past the one a reader
+	// touches are decoded ahead (as far as workers are free). Default 4;
+	// -1 = none.
+	PrefetchRowGroups int
 }
 
 // Reader reads offset ranges of stream partitions from their tables; it
@@ -72,11 +86,14 @@ type Reader struct {
 	list    []string
 	listAt  time.Time
 
-	rows    *lru // rgKey -> *rowGroup
-	footers *lru // path -> *metadata.FileMetaData
+	rows    *lru.Cache // RowGroupKey -> *rowGroup
+	footers *lru.Cache // path -> *metadata.FileMetaData
 
 	loadMu  sync.Mutex
-	loading map[rgKey]*rgLoad // row groups being decoded
+	loading map[RowGroupKey]*rgLoad // row groups being decoded
+
+	workers chan struct{} // one token per background decode
+	depth   int           // row groups prefetched ahead of a reader
 }
 
 // NewReader returns a reader of cat's stream tables.
@@ -87,8 +104,18 @@ func NewReader(cat *Catalog, cfg ReaderConfig) *Reader {
 	if cfg.RowCacheBytes <= 0 {
 		cfg.RowCacheBytes = DefaultRowCacheBytes
 	}
+	if cfg.DecodeWorkers <= 0 {
+		cfg.DecodeWorkers = max(2, runtime.GOMAXPROCS(0))
+	}
+	switch {
+	case cfg.PrefetchRowGroups == 0:
+		cfg.PrefetchRowGroups = DefaultPrefetchRowGroups
+	case cfg.PrefetchRowGroups < 0:
+		cfg.PrefetchRowGroups = 0
+	}
 	return &Reader{cat: cat, maxAge: cfg.MetadataMaxAge, streams: map[string]*streamEntry{},
-		rows: newLRU(cfg.RowCacheBytes), footers: newLRU(4096), loading: map[rgKey]*rgLoad{}}
+		rows: lru.New(cfg.RowCacheBytes), footers: lru.New(4096), loading: map[RowGroupKey]*rgLoad{},
+		workers: make(chan struct{}, cfg.DecodeWorkers), depth: cfg.PrefetchRowGroups}
 }
 
 // MetadataMaxAge is how stale the table metadata the reader answers from
@@ -171,33 +198,128 @@ func (tc *Reader) Partition(ctx context.Context, stream string, p int32) (*Parti
 func (v *Partition) Read(ctx context.Context, from int64, fn func(*tributary.Record) bool) error {
 	off := from
 	for off < v.End {
-		i := sort.Search(len(v.files), func(i int) bool { return v.files[i].last >= off })
-		if i == len(v.files) || v.files[i].first > off {
-			return nil
-		}
-		g, err := v.r.rowsAt(ctx, v.t, v.files[i], off)
-		if err != nil {
-			// A file the index names may have been replaced and deleted
-			// since: plan the partition again on the next read.
-			v.r.forget(v.Stream, v.Partition)
+		ref, ok, err := v.RowGroupAt(ctx, off)
+		if err != nil || !ok {
 			return err
 		}
-		// Sequential readers find the next row group decoded.
-		if end := g.first + int64(len(g.recs)); end < v.End && off >= g.first+int64(len(g.recs))/2 {
-			if end <= v.files[i].last {
-				v.r.prefetch(v.t, v.files[i], end)
-			} else if i+1 < len(v.files) {
-				v.r.prefetch(v.t, v.files[i+1], end)
-			}
+		recs, err := v.Rows(ctx, ref)
+		if err != nil {
+			return err
 		}
-		for j := int(off - g.first); j < len(g.recs) && off < v.End; j++ {
-			if !fn(g.recs[j]) {
+		// Sequential readers find the next row groups decoded.
+		v.Prefetch(ref)
+		for j := int(off - ref.First); j < len(recs) && off < v.End; j++ {
+			if !fn(recs[j]) {
 				return nil
 			}
 			off++
 		}
 	}
 	return nil
+}
+
+// RowGroupRef names one row group of one data file of a partition: offsets
+// [First, First+Count). Data files are immutable, so a RowGroupRef's Key
+// names the same rows forever, and protocol servers may cache what they
+// derive from them (encoded Kafka batches, Pulsar entries) under it.
+type RowGroupRef struct {
+	Key   RowGroupKey
+	First int64
+	Count int64
+	file  int // index into the Partition's files
+}
+
+// RowGroupKey identifies a row group: a data file path and its index.
+type RowGroupKey struct {
+	Path  string
+	Index int
+}
+
+// End is the offset after the row group's last row.
+func (g RowGroupRef) End() int64 { return g.First + g.Count }
+
+// RowGroupAt locates the row group holding offset off from the file's
+// (cached) footer, without decoding it; ok is false when off is not in the
+// table (beyond the mark, deleted, or the file index lagging the mark).
+func (v *Partition) RowGroupAt(ctx context.Context, off int64) (RowGroupRef, bool, error) {
+	if off >= v.End {
+		return RowGroupRef{}, false, nil
+	}
+	i := sort.Search(len(v.files), func(i int) bool { return v.files[i].last >= off })
+	if i == len(v.files) || v.files[i].first > off {
+		return RowGroupRef{}, false, nil
+	}
+	f := v.files[i]
+	md, err := v.r.footer(ctx, v.t, f.path)
+	if err != nil {
+		// A file the index names may have been replaced and deleted
+		// since: plan the partition again on the next read.
+		v.r.forget(v.Stream, v.Partition)
+		return RowGroupRef{}, false, err
+	}
+	ref, err := locate(md, f, off)
+	ref.file = i
+	return ref, err == nil, err
+}
+
+// Rows returns the decoded rows of ref (cached; concurrent callers share
+// one decode): Rows(ref)[k] is offset ref.First+k. Rows beyond the mark
+// may be included: the caller stops at End. The records are shared with
+// the cache: callers must not modify them.
+func (v *Partition) Rows(ctx context.Context, ref RowGroupRef) ([]*tributary.Record, error) {
+	if ref.file >= len(v.files) || v.files[ref.file].path != ref.Key.Path {
+		// A ref of another snapshot of the partition: locate it here.
+		r, ok, err := v.RowGroupAt(ctx, ref.First)
+		if err != nil {
+			return nil, err
+		}
+		if !ok || r.Key != ref.Key {
+			return nil, fmt.Errorf("%s partition %d: row group %s#%d is not in the table", v.Stream, v.Partition, ref.Key.Path, ref.Key.Index)
+		}
+		ref = r
+	}
+	g, err := v.r.rowsAt(ctx, v.t, v.files[ref.file], ref)
+	if err != nil {
+		v.r.forget(v.Stream, v.Partition)
+		return nil, err
+	}
+	return g.recs, nil
+}
+
+// Next is the row group after ref, if it is in the table below the mark.
+func (v *Partition) Next(ctx context.Context, ref RowGroupRef) (RowGroupRef, bool, error) {
+	return v.RowGroupAt(ctx, ref.End())
+}
+
+// Prefetch has the row groups after ref decoded in the background, up to
+// the reader's prefetch depth, as far as decode workers are free (never
+// more than the reader's worker count at once): a consumer reading
+// sequentially, from its first read of a partition on, finds the next
+// row groups decoded, and a cold partition is decoded on several cores.
+func (v *Partition) Prefetch(ref RowGroupRef) {
+	off := ref.End()
+	for k := 0; k < v.r.depth && off < v.End; k++ {
+		i := sort.Search(len(v.files), func(i int) bool { return v.files[i].last >= off })
+		if i == len(v.files) || v.files[i].first > off {
+			return
+		}
+		f := v.files[i]
+		mdv, ok := v.r.footers.Get(f.path)
+		if !ok {
+			// The footer is read by the worker; stop here, the next read
+			// prefetches further.
+			v.r.prefetch(v.t, f, RowGroupRef{First: off})
+			return
+		}
+		next, err := locate(mdv.(*metadata.FileMetaData), f, off)
+		if err != nil {
+			return
+		}
+		if !v.r.prefetch(v.t, f, next) {
+			return // no worker free
+		}
+		off = next.End()
+	}
 }
 
 // OffsetForTime returns the first committed record whose acceptance
@@ -210,7 +332,7 @@ func (v *Partition) OffsetForTime(ctx context.Context, micros int64) (*tributary
 			continue
 		}
 		for off := f.first; off <= f.last && off < v.End; {
-			g, err := v.r.rowsAt(ctx, v.t, f, off)
+			g, err := v.r.rowsAt(ctx, v.t, f, RowGroupRef{First: off})
 			if err != nil {
 				v.r.forget(v.Stream, v.Partition)
 				return nil, err
@@ -430,34 +552,35 @@ type rowGroup struct {
 	size  int64
 }
 
-type rgKey struct {
-	path string
-	rg   int
-}
-
 const recordOverhead = 160 // bytes of a *tributary.Record beyond its payloads
 
-// rowsAt returns the decoded row group of f holding offset off.
-func (tc *Reader) rowsAt(ctx context.Context, t *table.Table, f fileSpan, off int64) (*rowGroup, error) {
+// locate is the row group of f holding offset off, from its footer.
+func locate(md *metadata.FileMetaData, f fileSpan, off int64) (RowGroupRef, error) {
+	start := f.first
+	for i := range md.NumRowGroups() {
+		n := md.RowGroup(i).NumRows()
+		if off < start+n {
+			return RowGroupRef{Key: RowGroupKey{f.path, i}, First: start, Count: n}, nil
+		}
+		start += n
+	}
+	return RowGroupRef{}, fmt.Errorf("offset %d not in %s", off, f.path)
+}
+
+// rowsAt returns the decoded row group ref of f. A ref with an empty key
+// (a prefetch that did not have the footer) is located first.
+func (tc *Reader) rowsAt(ctx context.Context, t *table.Table, f fileSpan, ref RowGroupRef) (*rowGroup, error) {
 	md, err := tc.footer(ctx, t, f.path)
 	if err != nil {
 		return nil, err
 	}
-	start := f.first
-	rg := -1
-	for i := range md.NumRowGroups() {
-		n := md.RowGroup(i).NumRows()
-		if off < start+n {
-			rg = i
-			break
+	if ref.Key.Path == "" {
+		if ref, err = locate(md, f, ref.First); err != nil {
+			return nil, err
 		}
-		start += n
 	}
-	if rg < 0 {
-		return nil, fmt.Errorf("offset %d not in %s", off, f.path)
-	}
-	key := rgKey{f.path, rg}
-	if v, ok := tc.rows.get(key); ok {
+	key := ref.Key
+	if v, ok := tc.rows.Get(key); ok {
 		return v.(*rowGroup), nil
 	}
 	tc.loadMu.Lock()
@@ -470,10 +593,16 @@ func (tc *Reader) rowsAt(ctx context.Context, t *table.Table, f fileSpan, off in
 			return nil, ctx.Err()
 		}
 	}
+	// Checked again under loadMu: a decode may have finished between
+	// the cache miss and here.
+	if v, ok := tc.rows.Get(key); ok {
+		tc.loadMu.Unlock()
+		return v.(*rowGroup), nil
+	}
 	l := &rgLoad{done: make(chan struct{})}
 	tc.loading[key] = l
 	tc.loadMu.Unlock()
-	l.g, l.err = tc.decode(ctx, t, f, md, rg, start)
+	l.g, l.err = tc.decode(ctx, t, f, md, key.Index, ref.First)
 	tc.loadMu.Lock()
 	delete(tc.loading, key)
 	tc.loadMu.Unlock()
@@ -481,41 +610,37 @@ func (tc *Reader) rowsAt(ctx context.Context, t *table.Table, f fileSpan, off in
 	return l.g, l.err
 }
 
-// prefetch decodes the row group holding off in the background, so that a
-// consumer reading sequentially finds it decoded.
-func (tc *Reader) prefetch(t *table.Table, f fileSpan, off int64) {
-	md, ok := tc.footers.get(f.path)
-	if ok {
-		start, rg := f.first, -1
-		m := md.(*metadata.FileMetaData)
-		for i := range m.NumRowGroups() {
-			if n := m.RowGroup(i).NumRows(); off < start+n {
-				rg = i
-				break
-			} else {
-				start += n
-			}
-		}
-		key := rgKey{f.path, rg}
-		if _, ok := tc.rows.get(key); ok {
-			return
+// prefetch decodes row group ref of f in the background on one of the
+// reader's decode workers; false when none is free. Row groups cached or
+// being decoded are skipped (true: look further).
+func (tc *Reader) prefetch(t *table.Table, f fileSpan, ref RowGroupRef) bool {
+	if ref.Key.Path != "" {
+		if _, ok := tc.rows.Get(ref.Key); ok {
+			return true
 		}
 		tc.loadMu.Lock()
-		l := tc.loading[key]
+		l := tc.loading[ref.Key]
 		tc.loadMu.Unlock()
 		if l != nil {
-			return
+			return true
 		}
 	}
+	select {
+	case tc.workers <- struct{}{}:
+	default:
+		return false
+	}
 	go func() {
+		defer func() { <-tc.workers }()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		tc.rowsAt(ctx, t, f, off)
+		tc.rowsAt(ctx, t, f, ref)
 	}()
+	return true
 }
 
 func (tc *Reader) decode(ctx context.Context, t *table.Table, f fileSpan, md *metadata.FileMetaData, rg int, start int64) (*rowGroup, error) {
-	key := rgKey{f.path, rg}
+	key := RowGroupKey{f.path, rg}
 	recs, err := readRowGroup(ctx, t, f.path, md, rg)
 	if err != nil {
 		return nil, err
@@ -530,12 +655,12 @@ func (tc *Reader) decode(ctx context.Context, t *table.Table, f fileSpan, md *me
 			g.size += 32 + int64(len(h.Key)+len(h.Value))
 		}
 	}
-	tc.rows.add(key, g, g.size)
+	tc.rows.Add(key, g, g.size)
 	return g, nil
 }
 
 func (tc *Reader) footer(ctx context.Context, t *table.Table, path string) (*metadata.FileMetaData, error) {
-	if v, ok := tc.footers.get(path); ok {
+	if v, ok := tc.footers.Get(path); ok {
 		return v.(*metadata.FileMetaData), nil
 	}
 	fio, err := t.FS(ctx)
@@ -552,7 +677,7 @@ func (tc *Reader) footer(ctx context.Context, t *table.Table, path string) (*met
 		return nil, fmt.Errorf("read footer of %s: %w", path, err)
 	}
 	md := pr.MetaData()
-	tc.footers.add(path, md, 1)
+	tc.footers.Add(path, md, 1)
 	return md, nil
 }
 
@@ -571,7 +696,13 @@ func readRowGroup(ctx context.Context, t *table.Table, path string, md *metadata
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	defer pr.Close()
-	fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: RowGroupRows}, memory.DefaultAllocator)
+	// PreAllocBinaryData sizes the value column's buffer from the column
+	// chunk's metadata once, instead of growing it by doubling (a fifth of
+	// a cold fetch's CPU went to those copies); Parallel decodes the
+	// columns of the row group at once, for the first row group a
+	// consumer waits for.
+	fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: RowGroupRows, PreAllocBinaryData: true, Parallel: true},
+		memory.DefaultAllocator)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
@@ -594,51 +725,6 @@ func readRowGroup(ctx context.Context, t *table.Table, path string, md *metadata
 		return nil, fmt.Errorf("read %s row group %d: %w", path, rg, err)
 	}
 	return out, nil
-}
-
-// lru is a size-bounded least-recently-used cache.
-type lru struct {
-	mu    sync.Mutex
-	max   int64
-	size  int64
-	ll    *list.List
-	items map[any]*list.Element
-}
-
-type lruItem struct {
-	key  any
-	val  any
-	size int64
-}
-
-func newLRU(max int64) *lru { return &lru{max: max, ll: list.New(), items: map[any]*list.Element{}} }
-
-func (c *lru) get(k any) (any, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if el, ok := c.items[k]; ok {
-		c.ll.MoveToFront(el)
-		return el.Value.(*lruItem).val, true
-	}
-	return nil, false
-}
-
-func (c *lru) add(k, v any, size int64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if el, ok := c.items[k]; ok {
-		c.size -= el.Value.(*lruItem).size
-		c.ll.Remove(el)
-	}
-	c.items[k] = c.ll.PushFront(&lruItem{k, v, size})
-	c.size += size
-	for c.size > c.max && c.ll.Len() > 1 {
-		el := c.ll.Back()
-		it := el.Value.(*lruItem)
-		c.ll.Remove(el)
-		delete(c.items, it.key)
-		c.size -= it.size
-	}
 }
 
 // CommittedFile is a data file of a table's current snapshot: the

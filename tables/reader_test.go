@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/internal/testkit"
 )
 
 // TestReader reads offset ranges across files, stops at the mark, finds
@@ -132,4 +133,61 @@ func TestReaderAfterCompaction(t *testing.T) {
 	}
 	appendRecs(t, c, stream, recs[30:40])
 	readAll(40)
+}
+
+// TestReaderRowGroups: RowGroupAt locates row groups from the footer
+// (across files, nothing at or past the mark), Rows decodes them, Next
+// walks them in order, and a reader's first touch has the next row
+// groups decoded ahead on the bounded workers.
+func TestReaderRowGroups(t *testing.T) {
+	ctx := context.Background()
+	c, _ := openTestCatalog(t)
+	const stream = "read.rg"
+	if _, err := c.EnsureTable(ctx, stream); err != nil {
+		t.Fatal(err)
+	}
+	ts := time.Date(2026, 11, 30, 1, 0, 0, 0, time.UTC).UnixMicro()
+	n := 2*RowGroupRows + 5 // a file of three row groups, then a small one
+	recs := testRecords(0, 0, n+7, ts)
+	appendRecs(t, c, stream, recs[:n])
+	appendRecs(t, c, stream, recs[n:])
+	r := NewReader(c, ReaderConfig{MetadataMaxAge: time.Millisecond, DecodeWorkers: 1})
+	v, err := r.Partition(ctx, stream, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refs []RowGroupRef
+	ref, ok, err := v.RowGroupAt(ctx, RowGroupRows+3)
+	if err != nil || !ok || ref.First != RowGroupRows || ref.Count != RowGroupRows || ref.Key.Index != 1 {
+		t.Fatalf("row group of %d: %+v %v %v", RowGroupRows+3, ref, ok, err)
+	}
+	for ref, ok, err = v.RowGroupAt(ctx, 0); ok; ref, ok, err = v.Next(ctx, ref) {
+		refs = append(refs, ref)
+	}
+	if err != nil || len(refs) != 4 || refs[3].First != int64(n) || refs[3].End() != v.End {
+		t.Fatalf("row groups %+v, %v", refs, err)
+	}
+	if _, ok, _ := v.RowGroupAt(ctx, v.End); ok {
+		t.Fatal("a row group at the mark")
+	}
+	rows, err := v.Rows(ctx, refs[1])
+	if err != nil || int64(len(rows)) != refs[1].Count || rows[0].Offset != refs[1].First {
+		t.Fatalf("rows of %+v: %d, %v", refs[1], len(rows), err)
+	}
+	// The first touch of row group 0 has the next ones decoded ahead:
+	// row group 1 is cached already, so 2; the one worker is then busy,
+	// so 3 waits for the next touch.
+	v.Prefetch(refs[0])
+	testkit.Eventually(t, time.Minute, "row group 2 prefetched", func() bool {
+		_, ok := r.rows.Get(refs[2].Key)
+		return ok && len(r.workers) == 0
+	})
+	if _, ok := r.rows.Get(refs[3].Key); ok {
+		t.Fatal("row group 3 decoded although the only worker was busy")
+	}
+	v.Prefetch(refs[1])
+	testkit.Eventually(t, time.Minute, "row group 3 prefetched", func() bool {
+		_, ok := r.rows.Get(refs[3].Key)
+		return ok
+	})
 }

@@ -315,5 +315,11 @@ func (cs *Server) Collectors() []prometheus.Collector {
 			listener, func(s CapStats) int64 { return s.InflightBytes }),
 		counter("tributary_kafka_inflight_waits_total", "Kafka requests whose reading waited for kafka.max_inflight_bytes (back-pressure).",
 			listener, func(s CapStats) int64 { return s.InflightWaits }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tributary_kafka_batch_cache_bytes",
+			Help: "Record batches encoded from the tables' row groups and cached for fetches, bytes (at most kafka.batch_cache_bytes plus one row group)."},
+			func() float64 { return float64(cs.batches.groups.Size()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tributary_kafka_batch_cache_builds_total",
+			Help: "Row groups encoded as record batches (a fetch or a prefetch found them not cached)."},
+			func() float64 { return float64(cs.batches.builds.Load()) }),
 	}
 }

@@ -32,17 +32,19 @@
 // reloaded at most every 100 ms (MetadataMaxAge) or on a long-poll tick;
 // per partition the index of its data files (from manifest bounds); a
 // 256 MiB (RowCacheBytes) LRU of decoded row groups (sized by payload
-// bytes plus a per-record overhead; a sequential reader past the middle of
-// a row group has the next one decoded ahead, and concurrent readers of
-// one row group share a single decode); an LRU of 4096 Parquet footers.
-// Data files are immutable, so these never go stale.
+// bytes plus a per-record overhead; concurrent readers of one row group
+// share a single decode); an LRU of 4096 Parquet footers. On top of them
+// the consume side keeps its own 256 MiB (BatchCacheBytes) LRU of the
+// record batches encoded from each row group (batches.go), and encodes
+// the next row groups of a partition ahead of its fetchers, several at
+// once. Data files are immutable, so these never go stale.
 //
 // # Outline
 //
 // Server (server.go) owns the API table and dispatches each request of
 // the kafka.Server connection loop. One file per API key, each opening
 // with its supported versions: Metadata (metadata.go), ListOffsets
-// (list_offsets.go), Fetch (fetch.go, batches built by kafka.AppendBatch),
+// (list_offsets.go), Fetch (fetch.go, batches built by kafka.AppendBatch and cached per row group in batches.go),
 // FindCoordinator (find_coordinator.go, rendezvous hash over the peers),
 // JoinGroup, SyncGroup, Heartbeat, LeaveGroup (join_group.go,
 // sync_group.go, heartbeat.go, leave_group.go over the state machine of

@@ -20,13 +20,17 @@ package consume
 //     or beyond the mark, the partition is empty (no error) and the
 //     request long-polls.
 //   - Records come from the data file whose offset range covers the fetch
-//     offset and the row group holding it (tables.Reader), are encoded as
-//     one uncompressed record batch v2 per partition with base offset = the
-//     fetch offset, the original key, value and headers, and the producer
-//     timestamp if set, else the acceptance time in ms.
-//   - Partition max bytes and the request's max bytes bound the batch,
+//     offset and the row group holding it (tables.Reader), encoded once
+//     per row group as uncompressed record batches v2 of up to 128 KiB
+//     with the original key, value and headers, and the producer
+//     timestamp if set, else the acceptance time in ms, and cached
+//     (batches.go, BatchCacheBytes). A fetch returns whole batches from
+//     the one holding the fetch offset: its first batch may start before
+//     that offset, and the client skips the records before it, as with a
+//     Kafka broker.
+//   - Partition max bytes and the request's max bytes bound the batches,
 //     except that the first non-empty partition returns at least one
-//     record (KIP-74).
+//     batch (KIP-74).
 //   - When the response has fewer than MinBytes, the request waits up to
 //     MaxWaitMillis, re-reading table metadata every 100 ms, and answers as
 //     soon as a new snapshot brings data to any of its partitions.
@@ -38,7 +42,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/tables"
 )
@@ -58,23 +61,6 @@ func (cs *Server) view(ctx context.Context, topic string, p int32) (*tables.Part
 		return nil, kafka.CodeUnknownServerError
 	}
 	return v, 0
-}
-
-// read returns the records from off up to limit bytes (at least one if
-// atLeastOne and any is available), never at or past the mark.
-func (cs *Server) read(ctx context.Context, v *tables.Partition, off int64, limit int, atLeastOne bool) ([]*tributary.Record, error) {
-	var out []*tributary.Record
-	size := 0
-	err := v.Read(ctx, off, func(r *tributary.Record) bool {
-		n := kafka.RecordSize(r)
-		if size+n > limit && !(atLeastOne && len(out) == 0) {
-			return false
-		}
-		out = append(out, r)
-		size += n
-		return true
-	})
-	return out, err
 }
 
 func (cs *Server) handleFetch(ctx context.Context, req *kafka.Request, r *kmsg.FetchRequest) kmsg.Response {
@@ -135,15 +121,15 @@ func (cs *Server) fetchOnce(ctx context.Context, r *kmsg.FetchRequest, denied ma
 				if rp.PartitionMaxBytes <= 0 {
 					limit = maxBytes - total
 				}
-				recs, err := cs.read(ctx, v, rp.FetchOffset, limit, total == 0)
-				if err != nil && len(recs) == 0 {
+				b, err := cs.batches.fetch(ctx, v, rp.FetchOffset, limit, total == 0)
+				if err != nil {
 					cs.log.Warn("kafka: read table", "topic", rt.Topic, "partition", rp.Partition, "offset", rp.FetchOffset, "err", err)
 					sp.ErrorCode = kafka.CodeUnknownServerError
 					break
 				}
-				if len(recs) > 0 {
-					sp.RecordBatches = kafka.AppendBatch(nil, recs)
-					total += len(sp.RecordBatches)
+				if len(b) > 0 {
+					sp.RecordBatches = b
+					total += len(b)
 				}
 			}
 			errs = errs || sp.ErrorCode != 0

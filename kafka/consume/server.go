@@ -42,6 +42,9 @@ type Config struct {
 	RowCacheBytes int64
 	// MetadataMaxAge is how stale cached table metadata may be. Default 100ms.
 	MetadataMaxAge time.Duration
+	// BatchCacheBytes bounds the LRU of encoded record batches, kept per
+	// row group (batches.go). Default 256 MiB; at least 1 MiB.
+	BatchCacheBytes int64
 	// MaxGroups caps the consumer groups this server coordinates: groups
 	// with members (or member ids handed out) and groups with committed
 	// offsets in OffsetsDB, which Start reloads, so a restart does not
@@ -115,6 +118,7 @@ type Server struct {
 	offsets *offsets.Store
 	// commitLocks serialise each group's commits (caps.go).
 	commitLocks commitLocks
+	batches     *batchCache
 }
 
 // NewServer validates cfg, opens the committed-offsets database and
@@ -135,6 +139,12 @@ func NewServer(cfg Config, cat *tables.Catalog) (*Server, error) {
 	}
 	if cfg.MetadataMaxAge == 0 {
 		cfg.MetadataMaxAge = DefaultMetadataMaxAge
+	}
+	if cfg.BatchCacheBytes == 0 {
+		cfg.BatchCacheBytes = DefaultBatchCacheBytes
+	}
+	if cfg.BatchCacheBytes < 1<<20 {
+		return nil, fmt.Errorf("%w: batch cache bytes %d: at least 1 MiB", kafka.ErrInvalidConfig, cfg.BatchCacheBytes)
 	}
 	if err := cfg.capDefaults(); err != nil {
 		return nil, err
@@ -166,6 +176,7 @@ func NewServer(cfg Config, cat *tables.Catalog) (*Server, error) {
 	}
 	cs.ccfg.MetadataMaxAge = cs.tc.MetadataMaxAge()
 	cs.groups = newGroups(cs.log, cfg.MaxGroups, cfg.MaxGroupMembers)
+	cs.batches = newBatchCache(cfg.BatchCacheBytes, cs.log.Warn)
 	return cs, nil
 }
 

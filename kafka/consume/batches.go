@@ -1,0 +1,261 @@
+package consume
+
+// Encoded record batches, cached per row group.
+//
+// Invariants:
+//   - A row group's rows are encoded once, as consecutive uncompressed
+//     record batches (kafka.AppendBatch) of at most batchBytes of records
+//     each, and cached under the row group's tables.RowGroupKey: data
+//     files are immutable, so a cached batch never needs invalidation.
+//     The cache is an LRU bounded by BatchCacheBytes of encoded bytes.
+//   - A fetch at offset X returns whole batches, from the one holding X
+//     on, as many as fit in the partition's limit (at least one when the
+//     response has nothing yet, KIP-74). Kafka brokers do the same: the
+//     client skips the records before its fetch offset.
+//   - Nothing at or beyond the committed mark is served: a batch reaching
+//     past it (only possible while the file index is ahead of the mark
+//     being served) is never returned; its records below the mark are
+//     encoded on the spot instead.
+//
+// Outline: fetch locates the row group of the offset from the Parquet
+// footer (tables.Partition.RowGroupAt), takes its batches from the cache
+// or builds them (one build per row group however many fetchers ask, the
+// rows decoded through the shared tables.Reader), and starts building the
+// next prefetch row groups in the background on at most workers builders,
+// so that a consumer finds them encoded and a cold partition is decoded
+// on several cores at once.
+
+import (
+	"context"
+	"runtime"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/internal/lru"
+	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/tables"
+)
+
+// Defaults of the batch cache.
+const (
+	DefaultBatchCacheBytes = 256 << 20
+	// batchBytes bounds the records of one cached batch: small enough
+	// that a 1 MiB partition limit is filled by whole batches, large
+	// enough that batch headers and client bookkeeping are negligible.
+	batchBytes = 128 << 10
+	// prefetchGroups is how many row groups past the one fetched are
+	// encoded ahead.
+	prefetchGroups = 4
+)
+
+// encodedGroup is the record batches of one row group: batch i holds
+// offsets [ends[i-1], ends[i]) (ends[-1] = first) at buf[starts[i]:starts[i+1]].
+type encodedGroup struct {
+	first  int64
+	buf    []byte
+	ends   []int64
+	starts []int
+}
+
+func (g *encodedGroup) size() int64 { return int64(cap(g.buf)) + int64(len(g.ends))*16 + 64 }
+
+// base is the first offset of batch i.
+func (g *encodedGroup) base(i int) int64 {
+	if i == 0 {
+		return g.first
+	}
+	return g.ends[i-1]
+}
+
+// encodeGroup encodes recs, offsets first, first+1, …, as batches.
+func encodeGroup(first int64, recs []*tributary.Record) *encodedGroup {
+	need := 0
+	for _, r := range recs {
+		need += kafka.RecordSize(r)
+	}
+	g := &encodedGroup{first: first, buf: make([]byte, 0, need+need/batchBytes*61+64)}
+	for i := 0; i < len(recs); {
+		j, size := i+1, kafka.RecordSize(recs[i])
+		for j < len(recs) && size+kafka.RecordSize(recs[j]) <= batchBytes {
+			size += kafka.RecordSize(recs[j])
+			j++
+		}
+		g.starts = append(g.starts, len(g.buf))
+		g.buf = kafka.AppendBatch(g.buf, recs[i:j])
+		g.ends = append(g.ends, first+int64(j))
+		i = j
+	}
+	g.starts = append(g.starts, len(g.buf))
+	return g
+}
+
+// batchCache holds encoded row groups; safe for concurrent use.
+type batchCache struct {
+	groups  *lru.Cache // tables.RowGroupKey -> *encodedGroup
+	mu      sync.Mutex
+	loading map[tables.RowGroupKey]*groupLoad
+	workers chan struct{} // one token per background build
+	depth   int
+	log     func(msg string, args ...any)
+	builds  atomic.Int64 // row groups encoded
+}
+
+type groupLoad struct {
+	done chan struct{}
+	g    *encodedGroup
+	err  error
+}
+
+func newBatchCache(maxBytes int64, log func(string, ...any)) *batchCache {
+	return &batchCache{groups: lru.New(maxBytes), loading: map[tables.RowGroupKey]*groupLoad{},
+		workers: make(chan struct{}, max(2, runtime.GOMAXPROCS(0))), depth: prefetchGroups, log: log}
+}
+
+// get returns the encoded batches of ref, building them once.
+func (bc *batchCache) get(ctx context.Context, v *tables.Partition, ref tables.RowGroupRef) (*encodedGroup, error) {
+	if g, ok := bc.groups.Get(ref.Key); ok {
+		return g.(*encodedGroup), nil
+	}
+	bc.mu.Lock()
+	if l := bc.loading[ref.Key]; l != nil {
+		bc.mu.Unlock()
+		select {
+		case <-l.done:
+			return l.g, l.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if g, ok := bc.groups.Get(ref.Key); ok { // built between the miss and the lock
+		bc.mu.Unlock()
+		return g.(*encodedGroup), nil
+	}
+	l := &groupLoad{done: make(chan struct{})}
+	bc.loading[ref.Key] = l
+	bc.mu.Unlock()
+	recs, err := v.Rows(ctx, ref)
+	if err == nil {
+		bc.builds.Add(1)
+		l.g = encodeGroup(ref.First, recs)
+		bc.groups.Add(ref.Key, l.g, l.g.size())
+	}
+	l.err = err
+	bc.mu.Lock()
+	delete(bc.loading, ref.Key)
+	bc.mu.Unlock()
+	close(l.done)
+	return l.g, l.err
+}
+
+// prefetch builds the row groups after ref in the background, up to depth
+// of them, as far as builders are free.
+func (bc *batchCache) prefetch(ctx context.Context, v *tables.Partition, ref tables.RowGroupRef) {
+	for k := 0; k < bc.depth; k++ {
+		next, ok, err := v.Next(ctx, ref)
+		if err != nil || !ok {
+			return
+		}
+		ref = next
+		if _, ok := bc.groups.Get(ref.Key); ok {
+			continue
+		}
+		bc.mu.Lock()
+		busy := bc.loading[ref.Key] != nil
+		bc.mu.Unlock()
+		if busy {
+			continue
+		}
+		select {
+		case bc.workers <- struct{}{}:
+		default:
+			return // every builder is busy; the next fetch looks again
+		}
+		go func(ref tables.RowGroupRef) {
+			defer func() { <-bc.workers }()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if _, err := bc.get(ctx, v, ref); err != nil {
+				bc.log("kafka: prefetch row group", "path", ref.Key.Path, "row_group", ref.Key.Index, "err", err)
+			}
+		}(ref)
+	}
+}
+
+// fetch returns the record batches of v from offset off on: whole cached
+// batches (the first may start before off), at most limit bytes unless
+// atLeastOne and nothing else would be returned, never reaching the mark.
+// An error is returned only when nothing could be read.
+func (bc *batchCache) fetch(ctx context.Context, v *tables.Partition, off int64, limit int, atLeastOne bool) ([]byte, error) {
+	var out []byte
+	aliased := false // out is a slice of a cached group: copy before appending
+	add := func(b []byte) {
+		switch {
+		case len(b) == 0:
+		case len(out) == 0:
+			out, aliased = b[:len(b):len(b)], true
+		case aliased:
+			out = append(append(make([]byte, 0, min(limit, len(out)+len(b)*4)), out...), b...)
+			aliased = false
+		default:
+			out = append(out, b...)
+		}
+	}
+	for off < v.End {
+		ref, ok, err := v.RowGroupAt(ctx, off)
+		if err != nil || !ok {
+			return out, errIfEmpty(out, err)
+		}
+		g, err := bc.get(ctx, v, ref)
+		if err != nil {
+			return out, errIfEmpty(out, err)
+		}
+		bc.prefetch(ctx, v, ref)
+		i := sort.Search(len(g.ends), func(i int) bool { return g.ends[i] > off })
+		j := i
+		for ; j < len(g.ends) && g.ends[j] <= v.End; j++ {
+			n := g.starts[j+1] - g.starts[j]
+			if len(out)+(g.starts[j]-g.starts[i])+n > limit && !(atLeastOne && len(out) == 0 && j == i) {
+				add(g.buf[g.starts[i]:g.starts[j]])
+				return out, nil
+			}
+		}
+		if j > i {
+			add(g.buf[g.starts[i]:g.starts[j]])
+		}
+		if j < len(g.ends) {
+			// Batch j reaches past the mark: its records below the mark,
+			// encoded now.
+			recs, err := v.Rows(ctx, ref)
+			if err != nil {
+				return out, errIfEmpty(out, err)
+			}
+			from := max(off, g.base(j))
+			var part []*tributary.Record
+			size := len(out)
+			for k := from - ref.First; k < int64(len(recs)) && ref.First+k < v.End; k++ {
+				n := kafka.RecordSize(recs[k])
+				if size+n > limit && !(atLeastOne && size == 0) {
+					break
+				}
+				part = append(part, recs[k])
+				size += n
+			}
+			if len(part) > 0 {
+				add(kafka.AppendBatch(nil, part))
+			}
+			return out, nil
+		}
+		off = ref.End()
+	}
+	return out, nil
+}
+
+func errIfEmpty(out []byte, err error) error {
+	if len(out) > 0 {
+		return nil // what was read is good; the error comes back next time
+	}
+	return err
+}
