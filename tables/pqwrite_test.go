@@ -1,0 +1,275 @@
+package tables
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/schema"
+	"github.com/apache/iceberg-go"
+
+	"github.com/tributary-io/tributary"
+)
+
+// nestedPayloads have every typed shape: scalars of each type, a struct
+// in a struct, lists of scalars, of structs and of lists, empty lists,
+// nulls at every level.
+var nestedPayloads = []string{
+	`{"device":"d1","temp":21.5,"n":3,"ok":true,"at":"2026-01-02T03:04:05.123456Z","loc":{"x":1.5,"geo":{"lat":2,"lon":3}},"tags":["a","b"],"pts":[{"v":1,"w":"p"},{"v":2}],"grid":[[1,2],[3]]}`,
+	`{"device":"d2","tags":[],"pts":[],"grid":[[],[4]]}`,
+	`{"device":null,"loc":{"x":null,"geo":null},"tags":["c",null],"pts":[null,{"v":null}]}`,
+	`{"n":-7}`,
+	`not json`,
+}
+
+// TestParquetNestedRoundTrip: a file of typed columns with every nested
+// shape reads back through iceberg-go (by field id) with the values the
+// payloads hold, and dead letters stay null.
+func TestParquetNestedRoundTrip(t *testing.T) {
+	c, _ := openTestCatalog(t)
+	const stream = "factory.nested"
+	recs := payloadRecords(0, 0, nestedPayloads...)
+	recs[1].Headers = []tributary.Header{}
+	recs[2].Headers = []tributary.Header{{Key: "k", Value: nil}, {Key: "k", Value: []byte("v")}}
+	recs[3].Key, recs[3].ProducerTimestamp, recs[3].Principal = []byte{}, 1700000000123, "alice"
+	commitShaped(t, c, stream, recs)
+	tb, err := c.LoadTable(context.Background(), stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := scanColumns(t, tb, "device", "temp", "n", "ok", "at", "loc", "tags", "pts", "grid", ColHeaders, ColKey, ColProducerTimestamp, ColPrincipal)
+	want := map[int64]string{
+		0: `d1|21.5|3|true|2026-01-02T03:04:05.123456Z|{"geo":{"lat":2,"lon":3},"x":1.5}|["a","b"]|[{"v":1,"w":"p"},{"v":2,"w":null}]|[[1,2],[3]]|null|null|null|null`,
+		1: `d2|null|null|null|null|null|[]|[]|[[],[4]]|[]|null|null|null`,
+		2: `null|null|null|null|null|{"geo":null,"x":null}|["c",null]|[null,{"v":null,"w":null}]|null|[{"key":"k","value":null},{"key":"k","value":"dg=="}]|null|null|null`,
+		3: `null|null|-7|null|null|null|null|null|null|null||2023-11-14T22:13:20.123|alice`,
+		4: `null|null|null|null|null|null|null|null|null|null|null|null|null`,
+	}
+	for off, w := range want {
+		if g := strings.Join(got[off], "|"); g != w {
+			t.Errorf("offset %d:\n got %s\nwant %s", off, g, w)
+		}
+	}
+	// The envelope reads back byte-exact, through iceberg-go's scan and
+	// through the Kafka read path's own decoder.
+	back, err := c.ScanSorted(context.Background(), stream, ScanOptions{Partition: -1})
+	if err != nil || len(back) != len(recs) {
+		t.Fatalf("scan: %d rows, %v", len(back), err)
+	}
+	v, err := NewReader(c, ReaderConfig{}).Partition(context.Background(), stream, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var read []*tributary.Record
+	if err := v.Read(context.Background(), 0, func(r *tributary.Record) bool { read = append(read, r); return true }); err != nil || len(read) != len(recs) {
+		t.Fatalf("read: %d rows, %v", len(read), err)
+	}
+	for i := range recs {
+		if err := errors.Join(sameRecord(recs[i], back[i]), sameRecord(recs[i], read[i])); err != nil {
+			t.Errorf("offset %d: %v", i, err)
+		}
+	}
+}
+
+// TestParquetFileLayout: the file's Parquet schema has the table's field
+// id on every node (nested ones and list elements included), timestamptz
+// is TIMESTAMP(isAdjustedToUTC=true, MICROS), offset and timestamp are
+// delta-encoded without a dictionary, value has neither a dictionary nor
+// statistics, and every column is zstd.
+func TestParquetFileLayout(t *testing.T) {
+	c, _ := openTestCatalog(t)
+	recs := payloadRecords(0, 0, nestedPayloads...)
+	sh, err := c.Shape(context.Background(), "factory.layout", inferPolicy, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := WriteParquetShaped(&buf, recs, sh); err != nil {
+		t.Fatal(err)
+	}
+	pr, err := file.NewParquetReader(bytes.NewReader(buf.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	md := pr.MetaData()
+
+	// Every node's field id is the Iceberg one of its path; the repeated
+	// groups of lists carry none.
+	ids := map[string]int{}
+	for _, f := range sh.Schema.Fields() {
+		collectIDs(f.Name, f.ID, f.Type, ids)
+	}
+	seen := 0
+	var walk func(n schema.Node, path string)
+	walk = func(n schema.Node, path string) {
+		if path != "" {
+			if n.RepetitionType() == parquet.Repetitions.Repeated {
+				if n.FieldID() > 0 {
+					t.Errorf("%s: repeated group with field id %d", path, n.FieldID())
+				}
+			} else if want, ok := ids[path]; !ok || int(n.FieldID()) != want {
+				t.Errorf("%s: field id %d, want %d (known %v)", path, n.FieldID(), want, ok)
+			} else {
+				seen++
+			}
+		}
+		if g, ok := n.(*schema.GroupNode); ok {
+			for i := range g.NumFields() {
+				name := g.Field(i).Name()
+				p := name
+				if path != "" {
+					p = path + "." + name
+				}
+				walk(g.Field(i), p)
+			}
+		}
+	}
+	walk(md.Schema.Root(), "")
+	if seen != len(ids) {
+		t.Errorf("%d nodes with the right id, the Iceberg schema has %d", seen, len(ids))
+	}
+	// Columns are in the table's order.
+	var top []string
+	for i := range md.Schema.Root().NumFields() {
+		top = append(top, md.Schema.Root().Field(i).Name())
+	}
+	var wantTop []string
+	for _, f := range sh.Schema.Fields() {
+		wantTop = append(wantTop, f.Name)
+	}
+	if strings.Join(top, ",") != strings.Join(wantTop, ",") {
+		t.Errorf("top-level columns %v, want %v", top, wantTop)
+	}
+
+	for i := range md.Schema.NumColumns() {
+		col := md.Schema.Column(i)
+		path := col.Path()
+		switch path {
+		case "at", ColTimestamp:
+			if want := schema.NewTimestampLogicalType(path == "at", schema.TimeUnitMicros); !col.LogicalType().Equals(want) {
+				t.Errorf("%s: logical type %s, want %s", path, col.LogicalType(), want)
+			}
+		case ColTopic, "device":
+			if !col.LogicalType().Equals(schema.StringLogicalType{}) {
+				t.Errorf("%s: logical type %s, want String", path, col.LogicalType())
+			}
+		}
+		cc, err := md.RowGroup(0).ColumnChunk(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cc.Compression() != compress.Codecs.Zstd {
+			t.Errorf("%s: compression %s", path, cc.Compression())
+		}
+		switch path {
+		case ColOffset, ColTimestamp:
+			if cc.HasDictionaryPage() || !hasEncoding(cc.Encodings(), parquet.Encodings.DeltaBinaryPacked) {
+				t.Errorf("%s: encodings %v dictionary %v, want delta and no dictionary", path, cc.Encodings(), cc.HasDictionaryPage())
+			}
+		case ColValue:
+			stats, err := cc.Statistics()
+			if cc.HasDictionaryPage() || err != nil || (stats != nil && stats.HasMinMax()) {
+				t.Errorf("value: dictionary %v statistics %v (%v), want neither", cc.HasDictionaryPage(), stats, err)
+			}
+			if ci := pr.GetPageIndexReader(); ci != nil {
+				if rg, err := ci.RowGroup(0); err == nil {
+					if idx, err := rg.GetColumnIndex(i); err == nil && idx != nil && len(idx.GetMinValues()) > 0 && len(idx.GetMinValues()[0]) > 0 {
+						t.Errorf("value: column index has bounds %q", idx.GetMinValues()[0])
+					}
+				}
+			}
+		}
+	}
+}
+
+func hasEncoding(encs []parquet.Encoding, e parquet.Encoding) bool {
+	for _, x := range encs {
+		if x == e {
+			return true
+		}
+	}
+	return false
+}
+
+// collectIDs maps the Parquet path of every node of an Iceberg field (as
+// the spec lays out lists and maps) to its field id.
+func collectIDs(path string, id int, t iceberg.Type, out map[string]int) {
+	out[path] = id
+	switch t := t.(type) {
+	case *iceberg.StructType:
+		for _, f := range t.FieldList {
+			collectIDs(path+"."+f.Name, f.ID, f.Type, out)
+		}
+	case *iceberg.ListType:
+		collectIDs(path+".list.element", t.ElementID, t.Element, out)
+	case *iceberg.MapType:
+		collectIDs(path+".key_value.key", t.KeyID, t.KeyType, out)
+		collectIDs(path+".key_value.value", t.ValueID, t.ValueType, out)
+	}
+}
+
+// TestParquetZstdLevels: each level writes a readable file (a higher one a
+// smaller file here), and a level out of range is refused before anything
+// is written.
+func TestParquetZstdLevels(t *testing.T) {
+	recs := benchRecords("firmware", 20000)
+	sizes := map[int]int{}
+	for _, l := range []int{0, 1, 3, 7, 19} {
+		var buf bytes.Buffer
+		st, err := ParquetOptions{ZstdLevel: l}.WriteParquet(&buf, recs)
+		if err != nil || st.Records != int64(len(recs)) {
+			t.Fatalf("level %d: %v %+v", l, err, st)
+		}
+		sizes[l] = buf.Len()
+		pr, err := file.NewParquetReader(bytes.NewReader(buf.Bytes()))
+		if err != nil {
+			t.Fatalf("level %d: %v", l, err)
+		}
+		if pr.NumRows() != int64(len(recs)) || pr.NumRowGroups() != 2 {
+			t.Errorf("level %d: %d rows in %d row groups", l, pr.NumRows(), pr.NumRowGroups())
+		}
+		pr.Close()
+	}
+	if sizes[0] != sizes[1] || sizes[3] >= sizes[1] || sizes[19] >= sizes[3] {
+		t.Errorf("sizes by level %v: want 0 = 1 > 3 > 19", sizes)
+	}
+	for _, l := range []int{-1, 23} {
+		var buf bytes.Buffer
+		if _, err := (ParquetOptions{ZstdLevel: l}).WriteParquet(&buf, recs); err == nil || buf.Len() != 0 {
+			t.Errorf("level %d: err %v, %d bytes written", l, err, buf.Len())
+		}
+	}
+}
+
+// TestParquetRejectsBadBatches: a batch that is not consecutive offsets of
+// one partition (stream tables), or not increasing (dead letters), is
+// refused with the record that breaks it.
+func TestParquetRejectsBadBatches(t *testing.T) {
+	var buf bytes.Buffer
+	if _, err := WriteParquet(&buf, nil); err == nil {
+		t.Error("empty batch accepted")
+	}
+	recs := testRecords(0, 0, 5, 1)
+	recs[3].Offset = 9
+	if _, err := WriteParquet(&buf, recs); err == nil || !strings.Contains(err.Error(), "record 3") {
+		t.Errorf("gap: %v", err)
+	}
+	recs = testRecords(0, 0, 5, 1)
+	recs[2].Partition = 1
+	if _, err := WriteParquet(&buf, recs); err == nil || !strings.Contains(err.Error(), "record 2") {
+		t.Errorf("two partitions: %v", err)
+	}
+	dls := []DeadLetter{{Record: testRecords(0, 4, 1, 1)[0]}, {Record: testRecords(0, 2, 1, 1)[0]}}
+	if _, err := WriteDeadLetters(&buf, dls); err == nil || !strings.Contains(err.Error(), "record 1") {
+		t.Errorf("decreasing dead letters: %v", err)
+	}
+	if buf.Len() != 0 {
+		t.Errorf("%d bytes written by refused batches", buf.Len())
+	}
+}
