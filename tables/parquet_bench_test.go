@@ -70,6 +70,13 @@ func BenchmarkWriteParquet(b *testing.B) {
 		b.Run(kind+"/raw", func(b *testing.B) {
 			benchWrite(b, recs, in, func(w *bytes.Buffer) error { _, err := WriteParquet(w, recs); return err })
 		})
+		// The other zstd speeds (uplink.zstd_level), against the default.
+		for _, l := range []int{3, 7} {
+			o := ParquetOptions{ZstdLevel: l}
+			b.Run(fmt.Sprintf("%s/raw-zstd%d", kind, l), func(b *testing.B) {
+				benchWrite(b, recs, in, func(w *bytes.Buffer) error { _, err := o.WriteParquet(w, recs); return err })
+			})
+		}
 		if kind != "firmware" {
 			continue
 		}

@@ -3,6 +3,7 @@ package tables
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"strings"
 	"testing"
@@ -271,5 +272,63 @@ func TestParquetRejectsBadBatches(t *testing.T) {
 	}
 	if buf.Len() != 0 {
 		t.Errorf("%d bytes written by refused batches", buf.Len())
+	}
+}
+
+// TestParquetFileStats: the statistics registered with the data file
+// (commit.go's dataFile: bounds, value and null counts) are those of the
+// rows the file holds, as iceberg-go reads them back.
+func TestParquetFileStats(t *testing.T) {
+	c, _ := openTestCatalog(t)
+	ctx := context.Background()
+	const stream = "factory.stats"
+	if _, err := c.EnsureTable(ctx, stream); err != nil {
+		t.Fatal(err)
+	}
+	recs := testRecords(0, 0, RowGroupRows+100, 1_700_000_000_000_000)
+	fm := writeFile(t, c, stream, recs)
+	if _, err := c.CommitAppend(ctx, stream, []PartitionAppend{{Partition: 0, From: 0, To: int64(len(recs)), Files: []FileMeta{fm}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	tb, err := c.LoadTable(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := liveDataFiles(ctx, tb)
+	if err != nil || len(files) != 1 {
+		t.Fatalf("%d files, %v", len(files), err)
+	}
+	df := files[0].df
+	back, err := c.ScanSorted(ctx, stream, ScanOptions{Partition: -1})
+	if err != nil || len(back) != len(recs) {
+		t.Fatalf("scan: %d rows, %v", len(back), err)
+	}
+	var nullKeys, nullTS, nullPrin int64
+	minTS, maxTS := back[0].Timestamp, back[0].Timestamp
+	for _, r := range back {
+		if r.Key == nil {
+			nullKeys++
+		}
+		if r.ProducerTimestamp == 0 {
+			nullTS++
+		}
+		if r.Principal == "" {
+			nullPrin++
+		}
+		minTS, maxTS = min(minTS, r.Timestamp), max(maxTS, r.Timestamp)
+	}
+	nulls := df.NullValueCounts()
+	if nulls[FieldKey] != nullKeys || nulls[FieldProducerTimestamp] != nullTS || nulls[FieldPrincipal] != nullPrin || nullKeys == 0 || nullPrin == 0 {
+		t.Errorf("registered null counts %v; the rows have key %d, producer_timestamp %d, principal %d", nulls, nullKeys, nullTS, nullPrin)
+	}
+	if df.Count() != int64(len(back)) || df.ValueCounts()[FieldOffset] != int64(len(back)) || df.FileSizeBytes() != fm.Size {
+		t.Errorf("registered %d rows, %d offsets, %d bytes; file has %d rows, %d bytes", df.Count(), df.ValueCounts()[FieldOffset], df.FileSizeBytes(), len(back), fm.Size)
+	}
+	if files[0].first != 0 || files[0].last != int64(len(recs)-1) || files[0].partition != 0 {
+		t.Errorf("registered bounds p%d [%d,%d]", files[0].partition, files[0].first, files[0].last)
+	}
+	lo, hi := df.LowerBoundValues()[FieldTimestamp], df.UpperBoundValues()[FieldTimestamp]
+	if len(lo) != 8 || int64(binary.LittleEndian.Uint64(lo)) != minTS || int64(binary.LittleEndian.Uint64(hi)) != maxTS {
+		t.Errorf("timestamp bounds %x %x, rows %d..%d", lo, hi, minTS, maxTS)
 	}
 }
