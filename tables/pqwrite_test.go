@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/apache/iceberg-go"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/tables/typed"
 )
 
 // nestedPayloads have every typed shape: scalars of each type, a struct
@@ -330,5 +333,42 @@ func TestParquetFileStats(t *testing.T) {
 	lo, hi := df.LowerBoundValues()[FieldTimestamp], df.UpperBoundValues()[FieldTimestamp]
 	if len(lo) != 8 || int64(binary.LittleEndian.Uint64(lo)) != minTS || int64(binary.LittleEndian.Uint64(hi)) != maxTS {
 		t.Errorf("timestamp bounds %x %x, rows %d..%d", lo, hi, minTS, maxTS)
+	}
+}
+
+// TestParquetWorstNesting: the deepest payloads typed accepts (lists of
+// lists and structs of structs at typed.MaxDepth, the most Dremel levels a
+// column can get) and the widest (typed.DefaultMaxColumns fields) write
+// and read back through iceberg-go.
+func TestParquetWorstNesting(t *testing.T) {
+	c, _ := openTestCatalog(t)
+	d := typed.MaxDepth - 1 // the payload's object is one level
+	lists := `{"l":` + strings.Repeat("[", d) + "1,null" + strings.Repeat("]", d) + `}`
+	structs := `{"s":` + strings.Repeat(`{"x":`, d-2) + `{"y":[1,2]}` + strings.Repeat("}", d-2) + `}`
+	var wide strings.Builder
+	wide.WriteString(`{"w0":0`)
+	for i := 1; i < typed.DefaultMaxColumns-40; i++ {
+		fmt.Fprintf(&wide, `,"w%d":%d`, i, i)
+	}
+	wide.WriteString("}")
+	recs := payloadRecords(0, 0, lists, structs, wide.String(), lists)
+	sh := commitShaped(t, c, "factory.worst", recs)
+	if dls := sh.DeadLetters(recs); len(dls) != 0 {
+		t.Fatalf("dead letters: %+v", dls)
+	}
+	tb, err := c.LoadTable(context.Background(), "factory.worst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := scanColumns(t, tb, "l", "s", "w1", fmt.Sprintf("w%d", typed.DefaultMaxColumns-41))
+	wantL := strings.Repeat("[", d) + "1,null" + strings.Repeat("]", d)
+	if got[0][0] != wantL || got[3][0] != wantL || got[1][0] != "null" {
+		t.Errorf("l: %q, want %q", got[0][0], wantL)
+	}
+	if !strings.Contains(got[1][1], `{"y":[1,2]}`) || got[0][1] != "null" {
+		t.Errorf("s: %q", got[1][1])
+	}
+	if got[2][2] != "1" || got[2][3] != strconv.Itoa(typed.DefaultMaxColumns-41) {
+		t.Errorf("wide: %v", got[2])
 	}
 }
