@@ -82,8 +82,8 @@ func TestParquetNestedRoundTrip(t *testing.T) {
 
 // TestParquetFileLayout: the file's Parquet schema has the table's field
 // id on every node (nested ones and list elements included), timestamptz
-// is TIMESTAMP(isAdjustedToUTC=true, MICROS), offset and timestamp are
-// delta-encoded without a dictionary, value has neither a dictionary nor
+// is TIMESTAMP(isAdjustedToUTC=true, MICROS), offset, timestamp and typed
+// long and timestamptz columns are delta-encoded without a dictionary, value has neither a dictionary nor
 // statistics, and every column is zstd.
 func TestParquetFileLayout(t *testing.T) {
 	c, _ := openTestCatalog(t)
@@ -172,7 +172,7 @@ func TestParquetFileLayout(t *testing.T) {
 			t.Errorf("%s: compression %s", path, cc.Compression())
 		}
 		switch path {
-		case ColOffset, ColTimestamp:
+		case ColOffset, ColTimestamp, "n", "at": // typed long and timestamptz too
 			if cc.HasDictionaryPage() || !hasEncoding(cc.Encodings(), parquet.Encodings.DeltaBinaryPacked) {
 				t.Errorf("%s: encodings %v dictionary %v, want delta and no dictionary", path, cc.Encodings(), cc.HasDictionaryPage())
 			}
