@@ -52,7 +52,8 @@ import (
 //     partition, offset and timestamp, value and null counts.
 
 // DefaultZstdLevel is the zstd level data files are written with unless
-// configured: the fastest (measured in BenchmarkWriteParquet; the edge has
+// configured: the fastest (BenchmarkWriteParquet: level 3 stores ~9 % less
+// on telemetry for up to ~10 % more CPU; the edge has
 // little CPU to spare, and compaction rewrites small files anyway).
 const DefaultZstdLevel = 1
 
