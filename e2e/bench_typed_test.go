@@ -110,6 +110,21 @@ func TestBenchTyped(t *testing.T) {
 		}
 	})
 	cols := columnBytes(t, inferBuf.Bytes())
+	// The other zstd speeds of uplink.zstd_level on the same records.
+	type levelCost struct {
+		bytes int
+		cpu   time.Duration
+	}
+	levels := map[int]levelCost{}
+	for _, l := range []int{3, 7} {
+		var buf bytes.Buffer
+		cpu := cpuOf(func() {
+			if _, err := (tables.ParquetOptions{ZstdLevel: l}).WriteParquet(&buf, recs); err != nil {
+				t.Fatal(err)
+			}
+		})
+		levels[l] = levelCost{buf.Len(), cpu}
+	}
 
 	// DuckDB over 1M rows (the records repeated, 8 files of 125k).
 	const rows, perFile = 1_000_000, 125_000
@@ -153,6 +168,8 @@ func TestBenchTyped(t *testing.T) {
 	fmt.Fprintf(&b, "  infer  %6.1f B/msg  %.3f of the JSON bytes; of which value %.1f (%.3f), typed columns %.1f (%.3f, goal ≤ 0.25), other envelope %.1f\n",
 		float64(inferBuf.Len())/n, float64(inferBuf.Len())/float64(jsonBytes),
 		float64(cols["value"])/n, float64(cols["value"])/float64(jsonBytes), float64(cols["typed"])/n, float64(cols["typed"])/float64(jsonBytes), float64(cols["envelope"])/n)
+	fmt.Fprintf(&b, "  raw at zstd level 1 (default) %.1f B/msg %.2f µs/msg; level 3: %.1f B/msg %.2f µs/msg; level 7: %.1f B/msg %.2f µs/msg\n",
+		float64(rawBuf.Len())/n, us(rawCPU, n), float64(levels[3].bytes)/n, us(levels[3].cpu, n), float64(levels[7].bytes)/n, us(levels[7].cpu, n))
 	fmt.Fprintf(&b, "CPU per message (one goroutine): raw encoding %.2f µs; infer %.2f µs (decode + check %.2f µs, encoding with typed columns %.2f µs); added by infer %.2f µs\n",
 		us(rawCPU, n), us(inferCPU, n), us(shapeCPU, n), us(inferCPU-shapeCPU, n), us(inferCPU-rawCPU, n))
 	fmt.Fprintf(&b, "DuckDB, %d rows in %d files, SELECT device, avg(temp_c) … GROUP BY device (best of 3): typed column %.0f ms, json_extract over value %.0f ms (%.1fx)\n",

@@ -252,6 +252,9 @@ type Config struct {
 		// MaxBatchBytes of one partition per commit; reaching it commits
 		// early. Default 64 MiB.
 		MaxBatchBytes ByteSize `yaml:"max_batch_bytes"`
+		// ZstdLevel of the Parquet data files the uplink writes, 1–22.
+		// Default 1 (tables.DefaultZstdLevel).
+		ZstdLevel int `yaml:"zstd_level"`
 	} `yaml:"uplink"`
 
 	// Maintenance of the tables (compaction, manifest merging, snapshot
@@ -421,6 +424,9 @@ func (c *Config) applyDefaults() {
 	if c.Uplink.MaxBatchBytes == 0 {
 		c.Uplink.MaxBatchBytes = 64 << 20
 	}
+	if c.Uplink.ZstdLevel == 0 {
+		c.Uplink.ZstdLevel = tables.DefaultZstdLevel
+	}
 	c.Maintenance.Defaults()
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 30 * time.Second
@@ -527,6 +533,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Uplink.MaxBatchBytes < 1<<10 {
 		bad("uplink.max_batch_bytes", "%d is below the minimum of 1KiB", c.Uplink.MaxBatchBytes)
+	}
+	if c.Uplink.ZstdLevel < 1 || c.Uplink.ZstdLevel > 22 {
+		bad("uplink.zstd_level", "%d: want 1 to 22", c.Uplink.ZstdLevel)
 	}
 	c.Maintenance.Validate(bad)
 	if c.Catalog.CAFile != "" && !strings.HasPrefix(c.Catalog.URI, "https://") {

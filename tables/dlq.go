@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
@@ -42,15 +40,8 @@ type DeadLetter struct {
 	SchemaVersion int32
 }
 
-var dlqArrowSchema = func() *arrow.Schema {
-	sch := iceberg.NewSchemaWithIdentifiers(0, []int{FieldPartition, FieldOffset},
-		append(EnvelopeSchema().Fields(), dlqColumns()...)...)
-	sc, err := table.SchemaToArrowSchema(sch, nil, true, false)
-	if err != nil {
-		panic(fmt.Sprintf("dead-letter arrow schema: %v", err))
-	}
-	return sc
-}()
+var dlqPlan = mustPlan(iceberg.NewSchemaWithIdentifiers(0, []int{FieldPartition, FieldOffset},
+	append(EnvelopeSchema().Fields(), dlqColumns()...)...))
 
 // WriteDeadLetters encodes dead letters of one partition, by increasing
 // offset, as a Parquet file of the dead-letter table's schema.
@@ -59,14 +50,7 @@ func WriteDeadLetters(w *bytes.Buffer, dls []DeadLetter) (FileStats, error) {
 	for i, d := range dls {
 		recs[i] = d.Record
 	}
-	return writeParquet(w, recs, dlqArrowSchema, false, func(b *array.RecordBuilder, lo, hi int) {
-		eb := b.Field(envelopeIndex(b.Schema(), ColDLQError)).(*array.StringBuilder)
-		vb := b.Field(envelopeIndex(b.Schema(), ColDLQSchemaVersion)).(*array.Int32Builder)
-		for _, d := range dls[lo:hi] {
-			eb.Append(d.Error)
-			vb.Append(d.SchemaVersion)
-		}
-	})
+	return ParquetOptions{}.write(w, dlqPlan, pqRows{recs: recs, dls: dls}, false)
 }
 
 // CommitDeadLetters adds to stream's dead-letter table those of dls (the

@@ -13,6 +13,13 @@
 // consume side of the Kafka and Pulsar servers, with its metadata,
 // file-index and row-group caches) and table maintenance.
 //
+// Data files are written with parquet-go (WriteParquet, WriteParquetShaped,
+// WriteDeadLetters; ParquetOptions for the zstd level): the Parquet schema
+// is derived from the table's Iceberg schema with a field id on every node,
+// and leaf columns are filled straight from the records, without Arrow.
+// Arrow (arrow-go's pqarrow) is only on the read side, where iceberg-go and
+// the Reader decode files. pqwrite.go says how a file is laid out.
+//
 // A stream that commits every second gains 86,400 snapshots, data files and
 // manifests a day. Maintenance keeps a table's metadata and file count
 // bounded while it runs for months.

@@ -15,8 +15,6 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/memory"
-	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
@@ -47,27 +45,7 @@ func createOldTable(tb testing.TB, c *Catalog, stream string) {
 // writeOldParquet writes recs as a node before the principal column did:
 // the initial envelope's columns (principal is the last column, dropped).
 func writeOldParquet(w io.Writer, recs []*tributary.Record) (FileStats, error) {
-	st, err := WriteParquet(io.Discard, recs)
-	if err != nil {
-		return st, err
-	}
-	old, err := table.SchemaToArrowSchema(InitialSchema(), nil, true, false)
-	if err != nil {
-		return st, err
-	}
-	rec, _ := buildRecord(memory.DefaultAllocator, arrowSchema, recs, 0, len(recs), nil)
-	defer rec.Release()
-	ob := array.NewRecordBatch(old, rec.Columns()[:len(old.Fields())], rec.NumRows())
-	defer ob.Release()
-	fw, err := pqarrow.NewFileWriter(old, w, parquetProps(), pqarrow.DefaultWriterProps())
-	if err != nil {
-		return st, err
-	}
-	if err := fw.Write(ob); err != nil {
-		fw.Close()
-		return st, err
-	}
-	return st, fw.Close()
+	return ParquetOptions{}.write(w, mustPlan(InitialSchema()), pqRows{recs: recs}, true)
 }
 
 // commitOld commits recs as a node before the principal column did: an

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -141,8 +140,8 @@ type Shaped struct {
 	// needed, or the event-time spec ("" = it did not): payloads that
 	// needed a refused column are dead letters.
 	EvolveError string
-	arrow       *arrow.Schema
-	base        int64 // offset of vals[0]
+	plan        *pqPlan // the Parquet schema of the batch's files
+	base        int64   // offset of vals[0]
 	vals        []typed.Value
 	errs        []string // per record: why its payload is not typed ("" = typed)
 	// strict: a member without a column is an error (infer); otherwise
@@ -357,7 +356,7 @@ func (sh *Shaped) check(sch *iceberg.Schema) error {
 	}
 	sh.Schema = sch
 	var err error
-	sh.arrow, err = table.SchemaToArrowSchema(sch, nil, true, false)
+	sh.plan, err = newPlan(sch)
 	return err
 }
 
@@ -461,56 +460,6 @@ func (c *Catalog) evolveTyped(ctx context.Context, stream string, t *table.Table
 	return nil, 0, fmt.Errorf("add columns to %s: giving up after %d attempts: %w", stream, MaxCommitAttempts, lastErr)
 }
 
-// WriteParquetShaped is WriteParquet for a shaped batch: recs (a run of
-// the records sh was made from) with the table's typed columns.
-func WriteParquetShaped(w io.Writer, recs []*tributary.Record, sh *Shaped) (FileStats, error) {
-	st, err := writeParquet(w, recs, sh.arrow, true, func(b *array.RecordBuilder, lo, hi int) {
-		sc := b.Schema()
-		for fi, f := range sc.Fields() {
-			if f.Name == ColEventTime {
-				eb := b.Field(fi).(*array.TimestampBuilder)
-				for _, r := range recs[lo:hi] {
-					if us := sh.eventTime(r.Offset); us != noEventTime {
-						eb.Append(arrow.Timestamp(us))
-					} else {
-						eb.AppendNull()
-					}
-				}
-				continue
-			}
-			if isEnvelope(f.Name) {
-				continue
-			}
-			fb := b.Field(fi)
-			fb.Reserve(hi - lo)
-			for _, r := range recs[lo:hi] {
-				i := r.Offset - sh.base
-				if sh.errs[i] != "" {
-					fb.AppendNull()
-					continue
-				}
-				appendValue(fb, member(sh.vals[i], f.Name))
-			}
-		}
-	})
-	if err != nil || len(sh.arrow.FieldIndices(ColEventTime)) == 0 {
-		return st, err
-	}
-	st.EventTimes = true
-	seen := false
-	for _, r := range recs {
-		switch us := sh.eventTime(r.Offset); {
-		case us == noEventTime:
-			st.NullEventTimes++
-		case !seen:
-			st.MinEventTime, st.MaxEventTime, seen = us, us, true
-		default:
-			st.MinEventTime, st.MaxEventTime = min(st.MinEventTime, us), max(st.MaxEventTime, us)
-		}
-	}
-	return st, nil
-}
-
 // eventTime is the event time of the record at offset off, or noEventTime.
 func (sh *Shaped) eventTime(off int64) int64 {
 	if sh.eventTimes == nil {
@@ -527,64 +476,4 @@ func member(obj typed.Value, name string) typed.Value {
 		}
 	}
 	return typed.Value{}
-}
-
-// appendValue appends v to b, a builder of a typed column; a value that
-// does not fit the column's type (Check let it through only if it fits:
-// this is a column typed does not know) is null.
-func appendValue(b array.Builder, v typed.Value) {
-	if v.Kind == typed.Null {
-		b.AppendNull()
-		return
-	}
-	switch b := b.(type) {
-	case *array.Int64Builder:
-		if v.Kind == typed.Long {
-			b.Append(v.Long)
-			return
-		}
-	case *array.Float64Builder:
-		switch v.Kind {
-		case typed.Double:
-			b.Append(v.Double)
-			return
-		case typed.Long:
-			b.Append(float64(v.Long))
-			return
-		}
-	case *array.StringBuilder:
-		if v.Kind == typed.String {
-			b.Append(v.Str)
-			return
-		}
-	case *array.BooleanBuilder:
-		if v.Kind == typed.Bool {
-			b.Append(v.Bool)
-			return
-		}
-	case *array.TimestampBuilder:
-		if us, ok := typed.ParseTime(v); ok {
-			b.Append(arrow.Timestamp(us))
-			return
-		}
-	case *array.StructBuilder:
-		if v.Kind == typed.Object {
-			b.Append(true)
-			st := b.Type().(*arrow.StructType)
-			for j, f := range st.Fields() {
-				appendValue(b.FieldBuilder(j), member(v, f.Name))
-			}
-			return
-		}
-	case *array.ListBuilder:
-		if v.Kind == typed.Array {
-			b.Append(true)
-			vb := b.ValueBuilder()
-			for _, e := range v.Elems {
-				appendValue(vb, e)
-			}
-			return
-		}
-	}
-	b.AppendNull()
 }

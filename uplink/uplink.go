@@ -155,6 +155,8 @@ type Config struct {
 	// Payloads says, per stream, how payloads become typed columns
 	// (streams not named are raw: the envelope only).
 	Payloads map[string]typed.Policy
+	// Parquet says how data files are encoded (zstd level).
+	Parquet tables.ParquetOptions
 }
 
 func (c *Config) defaults() {
@@ -748,9 +750,9 @@ func (u *Uplink) upload(ctx context.Context, stream string, recs []*tributary.Re
 		var buf bytes.Buffer
 		var st tables.FileStats
 		if sh != nil {
-			st, err = tables.WriteParquetShaped(&buf, run, sh)
+			st, err = u.cfg.Parquet.WriteParquetShaped(&buf, run, sh)
 		} else {
-			st, err = tables.WriteParquet(&buf, run)
+			st, err = u.cfg.Parquet.WriteParquet(&buf, run)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("sync %s: %w", stream, err)
