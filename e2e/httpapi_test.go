@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -702,7 +703,7 @@ func TestHTTPBadInput(t *testing.T) {
 		conns = append(conns, c)
 		fmt.Fprintf(c, "GET /v1/streams/%s/partitions/0/records?offset=0&max_bytes=16777216 HTTP/1.1\r\nHost: x\r\nAccept: text/event-stream\r\n\r\n", big)
 	}
-	written := make([]int64, 2)
+	written := make([]atomic.Int64, 2) // read while the writers go on
 	for i := range 2 {
 		c, err := net.Dial("tcp", p.HTTP)
 		if err != nil {
@@ -716,7 +717,7 @@ func TestHTTPBadInput(t *testing.T) {
 			for range 256 {
 				c.SetWriteDeadline(time.Now().Add(5 * time.Second))
 				n, err := io.WriteString(c, chunk)
-				written[i] += int64(n)
+				written[i].Add(int64(n))
 				if err != nil {
 					return
 				}
@@ -726,7 +727,7 @@ func TestHTTPBadInput(t *testing.T) {
 	time.Sleep(6 * time.Second)
 	rss1, _, _ := readRSS(p.cmd.Process.Pid)
 	t.Logf("node RSS %d MiB before, %d MiB with 10 event streams and 2 produce streams that do not read; producers wrote %d and %d MiB of 16",
-		rss0>>20, rss1>>20, written[0]>>20, written[1]>>20)
+		rss0>>20, rss1>>20, written[0].Load()>>20, written[1].Load()>>20)
 	if rss1 > wireMemoryBound {
 		t.Fatalf("node RSS %d MiB with the slow clients, bound %d MiB", rss1>>20, wireMemoryBound>>20)
 	}
