@@ -50,7 +50,7 @@ func TestClusterLocked(t *testing.T) {
 	c := newReplClusterExtra(t, 200*time.Millisecond, locks)
 	n1, n2 := c.node("n1"), c.node("n2")
 	for _, p := range c.running() {
-		if !strings.Contains(p.logs(), "mutual_tls=true") || !strings.Contains(p.logs(), "encrypted=true") {
+		if !p.logged("mutual_tls=true", 5*time.Second) || !p.logged("encrypted=true", 5*time.Second) {
 			t.Fatalf("a node without mutual TLS or gossip encryption:\n%s", lastLines(p.logs(), 40))
 		}
 	}

@@ -216,6 +216,20 @@ func (p *proc) tail(n int) string {
 // logs is everything the process logged.
 func (p *proc) logs() string { return p.tail(math.MaxInt) }
 
+// logged reports whether the process logs s within d. Lines reach the
+// captured log a moment after the process wrote them (its ready file can
+// come first), so a line logged just before ready is waited for.
+func (p *proc) logged(s string, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for !strings.Contains(p.logs(), s) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
 // kill sends SIGKILL (no final commit, no flush: a crash).
 func (p *proc) kill() {
 	if p.cmd.Process != nil {

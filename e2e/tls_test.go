@@ -30,7 +30,7 @@ import (
 func TestTLSListeners(t *testing.T) {
 	dir := t.TempDir()
 	p, ca := startSecureDev(t, dir)
-	if !strings.Contains(p.logs(), "tls=mqtt,mqtt_ws,kafka,pulsar,http,rest") {
+	if !p.logged("tls=mqtt,mqtt_ws,kafka,pulsar,http,rest", 5*time.Second) {
 		t.Errorf("ready line does not list the TLS listeners:\n%s", p.tail(5))
 	}
 	roots := &tls.Config{RootCAs: ca.Pool}
