@@ -201,7 +201,7 @@ func TestRestartReleasesCommitted(t *testing.T) {
 		t.Fatal(err)
 	}
 	u := New(Config{Node: "n1"}, e.wal, e.cat, e.bucket)
-	files, err := u.upload(ctx, "a.b", recs, nil)
+	files, err := u.upload(ctx, "a.b", recs, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
