@@ -69,7 +69,15 @@ func (m *metrics) committed(stream string, recs []*tributary.Record, now time.Ti
 // Collectors returns the uplink's histograms, to register with a
 // Prometheus registry.
 func (u *Uplink) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{u.metrics.upload, u.metrics.commit, u.metrics.fresh, u.metrics.dlq, u.metrics.added, u.metrics.pre}
+	pre := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tributary_uplink_preencoded_records",
+		Help: "Records in the in-progress Parquet files of continuous encoding (uplink.continuous_encoding): encoded, not yet taken by a commit."},
+		func() float64 {
+			if u.pre == nil {
+				return 0
+			}
+			return float64(u.pre.records.Load())
+		})
+	return []prometheus.Collector{u.metrics.upload, u.metrics.commit, u.metrics.fresh, u.metrics.dlq, u.metrics.added, u.metrics.pre, pre}
 }
 
 // UploadHistogram, CommitHistogram and FreshnessHistogram are the three

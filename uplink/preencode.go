@@ -6,6 +6,7 @@ import (
 	"runtime"
 	rtmetrics "runtime/metrics"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tributary-io/tributary"
@@ -58,6 +59,8 @@ type preEncoder struct {
 
 	sched rtmetrics.Sample // /sched/latencies:seconds, for busy
 	last  []uint64
+
+	records atomic.Int64 // in the in-progress files (tributary_uplink_preencoded_records)
 }
 
 func newPreEncoder(u *Uplink) *preEncoder {
@@ -85,7 +88,7 @@ func (pe *preEncoder) run(ctx context.Context) {
 		for k, pr := range pe.m {
 			if !live[k] {
 				delete(pe.m, k)
-				pr.gone = true
+				pe.drop(pr)
 			}
 		}
 		pe.mu.Unlock()
@@ -112,7 +115,7 @@ func (pe *preEncoder) step(ctx context.Context, p wal.PartitionState) bool {
 		// New, or released past (a pass committed it): start again at
 		// the first record the next pass will upload.
 		if pr != nil {
-			pr.gone = true
+			pe.drop(pr)
 		}
 		enc, err := pe.u.cfg.Parquet.NewEncoder()
 		if err != nil {
@@ -161,7 +164,18 @@ func (pe *preEncoder) step(ctx context.Context, p wal.PartitionState) bool {
 		return false
 	}
 	pr.recs = append(pr.recs, recs[:n]...)
+	pe.records.Add(int64(n))
 	return true
+}
+
+// drop discards pr (pe.mu held): a step appending to it stops.
+func (pe *preEncoder) drop(pr *pre) {
+	pr.mu.Lock()
+	if !pr.gone {
+		pr.gone = true
+		pe.records.Add(-int64(len(pr.recs)))
+	}
+	pr.mu.Unlock()
 }
 
 // yield lets ingest run between slices: always the scheduler, and a sleep
@@ -230,6 +244,7 @@ func (pe *preEncoder) take(stream string, p int32) *pre {
 		return nil
 	}
 	pr.gone = true
+	pe.records.Add(-int64(len(pr.recs)))
 	return pr
 }
 

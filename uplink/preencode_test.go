@@ -96,6 +96,9 @@ func TestPreEncodedFileIsTheBurstFile(t *testing.T) {
 	}
 	vals := appendMany(t, e, stream, 0, 0, "a", tables.RowGroupRows+3000)
 	preencodeAll(ctx, u)
+	if n := u.pre.records.Load(); n != int64(len(vals)) {
+		t.Fatalf("%d records pre-encoded, want %d", n, len(vals))
+	}
 	vals = append(vals, appendMany(t, e, stream, 0, 0, "b", 777)...)
 	recs, err := e.wal.Read(stream, 0, 0, 0, 0)
 	if err != nil {
@@ -120,8 +123,8 @@ func TestPreEncodedFileIsTheBurstFile(t *testing.T) {
 		}
 	}
 	checkTable(t, e.cat, stream, map[int32][][]byte{0: vals})
-	if unreleased(e.wal) != 0 {
-		t.Fatal("WAL not released")
+	if unreleased(e.wal) != 0 || u.pre.records.Load() != 0 {
+		t.Fatalf("WAL not released, or %d records still pre-encoded", u.pre.records.Load())
 	}
 }
 
