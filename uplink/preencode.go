@@ -18,7 +18,7 @@ import (
 const preSlice = 1024
 
 // preMaxBytes bounds the records (logical bytes: value, key, topic) one
-// in-progress file holds, below Config.MaxBatchBytes/2 so that it is a
+// in-progress file holds; so does Config.MaxBatchBytes/2, so that it is a
 // prefix of the batch the next pass reads.
 const preMaxBytes = 16 << 20
 
@@ -149,7 +149,7 @@ func (pe *preEncoder) step(ctx context.Context, p wal.PartitionState) bool {
 	for _, r := range recs {
 		sz := int64(len(r.Value) + len(r.Key) + len(r.Topic))
 		if r.Epoch != recs[0].Epoch || (len(pr.recs) > 0 && r.Epoch != pr.recs[0].Epoch) ||
-			int64(g.Bucket(r.Timestamp)) != pr.bucket || pr.bytes+sz > preMaxBytes {
+			int64(g.Bucket(r.Timestamp)) != pr.bucket || pr.bytes+sz > min(preMaxBytes, pe.u.cfg.MaxBatchBytes/2) {
 			pr.full = true
 			break
 		}

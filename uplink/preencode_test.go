@@ -7,10 +7,12 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/internal/testkit"
 	"github.com/tributary-io/tributary/tables"
 )
 
@@ -222,4 +224,31 @@ func TestPreFinishChecks(t *testing.T) {
 	if n := reflect.TypeOf(tributary.Record{}).NumField(); n != 17 {
 		t.Fatalf("tributary.Record has %d fields: check sameRecord compares the new ones", n)
 	}
+}
+
+// TestUplinkDrainsContinuous: Run with continuous encoding while records
+// land on two partitions: every record in the table once, in order, and
+// pre-encoded files were used.
+func TestUplinkDrainsContinuous(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	u := New(Config{Interval: 300 * time.Millisecond, Node: "n1", ContinuousEncoding: true, Logger: quietLogger()}, e.wal, e.cat, e.bucket)
+	done := make(chan struct{})
+	go func() { u.Run(ctx); close(done) }()
+	want := map[int32][][]byte{}
+	for round := range 60 {
+		for p := range int32(2) {
+			want[p] = append(want[p], appendMany(t, e, "a.cont", p, 0, fmt.Sprintf("r%d", round), 100)...)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	testkit.Eventually(t, 30*time.Second, "WAL drained", func() bool { return unreleased(e.wal) == 0 })
+	cancel()
+	<-done
+	checkTable(t, e.cat, "a.cont", want)
+	if preCount(u, "used") == 0 {
+		t.Fatalf("no pre-encoded file used (discarded %d)", preCount(u, "discarded"))
+	}
+	t.Logf("pre-encoded files used %d, discarded %d", preCount(u, "used"), preCount(u, "discarded"))
 }

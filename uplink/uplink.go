@@ -79,8 +79,8 @@
 // released offset, filled in slices of at most 1024 records read from the
 // WAL, polled every 20ms. A file stops growing at an epoch change, at a
 // change of partition bucket (the table's granularity) and at 16 MiB of
-// records, so it stays within what one upload file holds; it holds the
-// encoded pages and the records it encoded. Between slices it calls
+// records (or half of MaxBatchBytes), so it stays within what one upload
+// file holds; it holds the encoded pages and the records it encoded. Between slices it calls
 // runtime.Gosched, and sleeps 10ms when ingest is short of CPU: when
 // more than 1% of the goroutine wake-ups since the last slice waited over
 // 1ms to run (runtime/metrics /sched/latencies:seconds). While a pass
