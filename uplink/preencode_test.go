@@ -35,7 +35,7 @@ func (b *keepBucket) WriteAll(ctx context.Context, key string, data []byte) erro
 
 // appendMany appends n records of partition p at epoch in groups of 500,
 // with values prefix-i (some with a key and headers), and returns them.
-func appendMany(t *testing.T, e *env, stream string, p int32, epoch int64, prefix string, n int) [][]byte {
+func appendMany(t testing.TB, e *env, stream string, p int32, epoch int64, prefix string, n int) [][]byte {
 	t.Helper()
 	var vals [][]byte
 	for lo := 0; lo < n; lo += 500 {
