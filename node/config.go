@@ -255,6 +255,10 @@ type Config struct {
 		// ZstdLevel of the Parquet data files the uplink writes, 1–22.
 		// Default 1 (tables.DefaultZstdLevel).
 		ZstdLevel int `yaml:"zstd_level"`
+		// ContinuousEncoding encodes raw streams' records into Parquet as
+		// they land, in small slices that yield to ingest, instead of in
+		// one burst per commit (see package uplink). Default false.
+		ContinuousEncoding bool `yaml:"continuous_encoding"`
 	} `yaml:"uplink"`
 
 	// Maintenance of the tables (compaction, manifest merging, snapshot

@@ -165,26 +165,10 @@ func (o ParquetOptions) write(w io.Writer, plan *pqPlan, rows pqRows, contiguous
 			return FileStats{}, fmt.Errorf("write parquet: record %d is %d@%d, want increasing offsets of partition %d",
 				i, r.Offset, r.Partition, st.Partition)
 		}
-		st.MinTimestamp = min(st.MinTimestamp, r.Timestamp)
-		st.MaxTimestamp = max(st.MaxTimestamp, r.Timestamp)
-		if r.Key == nil {
-			st.NullKeys++
-		}
-		if r.Headers == nil {
-			st.NullHeaders++
-		}
-		if r.ProducerTimestamp == 0 {
-			st.NullProdTS++
-		}
-		if r.Principal == "" {
-			st.NullPrincipals++
-		}
+		st.add(r)
 	}
 
-	pw := parquet.NewWriter(w, plan.schema, parquet.Compression(o.codec()), parquet.PageBufferSize(1<<20),
-		parquet.CreatedBy("tributary", "", ""), parquet.DictionaryMaxBytes(1<<20),
-		parquet.SkipPageBounds(ColValue), parquet.SkipPageStatistics(ColValue),
-		parquet.SkipPageBounds(ColKey), parquet.SkipPageStatistics(ColKey))
+	pw := o.newWriter(w, plan)
 	f := plan.filler()
 	for start := 0; start < len(recs); start += RowGroupRows {
 		end := min(start+RowGroupRows, len(recs))
@@ -206,6 +190,32 @@ func (o ParquetOptions) write(w io.Writer, plan *pqPlan, rows pqRows, contiguous
 		return FileStats{}, fmt.Errorf("write parquet: %w", err)
 	}
 	return st, nil
+}
+
+// add counts r into the stats' bounds and null counts.
+func (st *FileStats) add(r *tributary.Record) {
+	st.MinTimestamp = min(st.MinTimestamp, r.Timestamp)
+	st.MaxTimestamp = max(st.MaxTimestamp, r.Timestamp)
+	if r.Key == nil {
+		st.NullKeys++
+	}
+	if r.Headers == nil {
+		st.NullHeaders++
+	}
+	if r.ProducerTimestamp == 0 {
+		st.NullProdTS++
+	}
+	if r.Principal == "" {
+		st.NullPrincipals++
+	}
+}
+
+// newWriter is the Parquet writer of every data file (write, Encoder).
+func (o ParquetOptions) newWriter(w io.Writer, plan *pqPlan) *parquet.Writer {
+	return parquet.NewWriter(w, plan.schema, parquet.Compression(o.codec()), parquet.PageBufferSize(1<<20),
+		parquet.CreatedBy("tributary", "", ""), parquet.DictionaryMaxBytes(1<<20),
+		parquet.SkipPageBounds(ColValue), parquet.SkipPageStatistics(ColValue),
+		parquet.SkipPageBounds(ColKey), parquet.SkipPageStatistics(ColKey))
 }
 
 // pqKind is the shape of a node of a pqPlan.

@@ -146,7 +146,7 @@ func TestFencedDropsCovered(t *testing.T) {
 	}})
 	vals := appendVals(t, e.wal, stream, p, 0, "v", 10)
 	recs, _ := e.wal.Read(stream, p, 0, 6, 0)
-	files, err := u.upload(ctx, stream, recs, nil)
+	files, err := u.upload(ctx, stream, recs, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -321,7 +321,7 @@ func TestFencedBehindMark(t *testing.T) {
 	for i, v := range theirs {
 		recs = append(recs, &tributary.Record{Stream: stream, Partition: p, Offset: int64(i), Epoch: 1, Timestamp: time.Now().UnixMicro(), Value: v, Topic: "t", Source: "mqtt"})
 	}
-	files, err := u2.upload(ctx, stream, recs, nil)
+	files, err := u2.upload(ctx, stream, recs, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ type metrics struct {
 	fresh  *prometheus.HistogramVec // accept -> committed, per record, by stream
 	dlq    *prometheus.CounterVec   // dead letters committed, by stream
 	added  *prometheus.CounterVec   // typed columns added, by stream
+	pre    *prometheus.CounterVec   // in-progress files taken by a pass, by outcome
 }
 
 func newMetrics() *metrics {
@@ -36,6 +37,9 @@ func newMetrics() *metrics {
 		added: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tributary_typed_columns_added_total",
 			Help: "Typed columns this node added to stream tables by schema evolution, by stream."},
 			[]string{"stream"}),
+		pre: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tributary_uplink_preencoded_files_total",
+			Help: "In-progress Parquet files of continuous encoding (uplink.continuous_encoding) that a pass took, by outcome: used (completed with the batch's tail and uploaded) or discarded (not provably a prefix of the batch: the batch was encoded from scratch)."},
+			[]string{"outcome"}),
 	}
 }
 
@@ -65,7 +69,15 @@ func (m *metrics) committed(stream string, recs []*tributary.Record, now time.Ti
 // Collectors returns the uplink's histograms, to register with a
 // Prometheus registry.
 func (u *Uplink) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{u.metrics.upload, u.metrics.commit, u.metrics.fresh, u.metrics.dlq, u.metrics.added}
+	pre := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tributary_uplink_preencoded_records",
+		Help: "Records in the in-progress Parquet files of continuous encoding (uplink.continuous_encoding): encoded, not yet taken by a commit."},
+		func() float64 {
+			if u.pre == nil {
+				return 0
+			}
+			return float64(u.pre.records.Load())
+		})
+	return []prometheus.Collector{u.metrics.upload, u.metrics.commit, u.metrics.fresh, u.metrics.dlq, u.metrics.added, u.metrics.pre, pre}
 }
 
 // UploadHistogram, CommitHistogram and FreshnessHistogram are the three

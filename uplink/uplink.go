@@ -69,6 +69,37 @@
 // Failures of the store or the catalog are retried with exponential backoff
 // per stream; streams do not wait for each other's failures. Uploaded files
 // whose commit never happens are orphans for table maintenance to delete.
+//
+// # Continuous encoding
+//
+// With Config.ContinuousEncoding (uplink.continuous_encoding), a second
+// goroutine (preencode.go) encodes each raw stream's partitions as their
+// records land instead of in one burst per pass: per partition one
+// in-progress Parquet file (tables.Encoder, in memory) from the WAL's
+// released offset, filled in slices of at most 1024 records read from the
+// WAL, polled every 20ms. A file stops growing at an epoch change, at a
+// change of partition bucket (the table's granularity) and at 16 MiB of
+// records (or half of MaxBatchBytes), so it stays within what one upload
+// file holds; it holds the encoded pages and the records it encoded. Between slices it calls
+// runtime.Gosched, and sleeps 10ms when ingest is short of CPU: when
+// more than 1% of the goroutine wake-ups since the last slice waited over
+// 1ms to run (runtime/metrics /sched/latencies:seconds). While a pass
+// syncs a stream the pre-encoder leaves it alone.
+//
+// A pass takes the partition's file and uses it for the first file of
+// the batch only if it provably holds a prefix of that file's records: it
+// starts at the table's mark, it is no longer than the batch's first run
+// (cut at the epoch and at the partition buckets of the table's current
+// spec) and its records are the run's first ones, compared field by field
+// (so a WAL partition dropped and written again, another epoch or another
+// payload at the same offsets, is caught). The pass appends the rest of
+// the run and closes the file: tables.Encoder hands records to the column
+// writers in the chunks and row groups WriteParquet uses, so the bytes are
+// those the burst path writes. In every other case the file is discarded
+// (tributary_uplink_preencoded_files_total{outcome="discarded"}) and the
+// run encoded as without it. The commit protocol is unchanged. Typed
+// streams (Config.Payloads) keep the burst path: their columns depend on
+// the batch (Catalog.Shape).
 package uplink
 
 import (
@@ -157,6 +188,9 @@ type Config struct {
 	Payloads map[string]typed.Policy
 	// Parquet says how data files are encoded (zstd level).
 	Parquet tables.ParquetOptions
+	// ContinuousEncoding pre-encodes raw streams' records as they land
+	// (preencode.go; see the package comment).
+	ContinuousEncoding bool
 }
 
 func (c *Config) defaults() {
@@ -225,7 +259,8 @@ type Uplink struct {
 	fenced, fencedRecords, unproven         atomic.Int64
 	q                                       *quarantine.Folder // Config.QuarantineDir
 
-	metrics *metrics // histograms (metrics.go)
+	metrics *metrics    // histograms (metrics.go)
+	pre     *preEncoder // Config.ContinuousEncoding, else nil
 
 	flushReq chan chan error
 }
@@ -257,6 +292,11 @@ func New(cfg Config, log Log, cat Committer, bucket Bucket) *Uplink {
 	u := &Uplink{cfg: cfg, log: log, cat: cat, bucket: bucket,
 		backoff: map[string]*retryState{}, flushReq: make(chan chan error), metrics: newMetrics(),
 		q: quarantine.New(cfg.QuarantineDir), dlq: map[string]int64{}, added: map[string]int64{}}
+	u.metrics.pre.WithLabelValues("used")
+	u.metrics.pre.WithLabelValues("discarded")
+	if cfg.ContinuousEncoding {
+		u.pre = newPreEncoder(u)
+	}
 	for stream, pol := range cfg.Payloads {
 		if pol.Typed() {
 			u.metrics.dlq.WithLabelValues(stream)
@@ -288,6 +328,12 @@ func (u *Uplink) OnRelease(l ReleaseListener) { u.releaseLs = append(u.releaseLs
 func (u *Uplink) Run(ctx context.Context) {
 	tick := time.NewTicker(u.cfg.Interval / 4)
 	defer tick.Stop()
+	if u.pre != nil {
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() { defer wg.Done(); u.pre.run(ctx) }()
+		defer wg.Wait()
+	}
 	last := map[string]time.Time{}
 	for {
 		var flush chan error
@@ -422,6 +468,10 @@ func (u *Uplink) Stats() Stats {
 // stale batch (the mark moved underneath) is rebuilt from the new mark; a
 // fenced partition is given up and the others committed without it.
 func (u *Uplink) syncStream(ctx context.Context, stream string, parts []wal.PartitionState) error {
+	if u.pre != nil {
+		u.pre.hold(stream)
+		defer u.pre.unhold(stream)
+	}
 	stale, cuts := 0, 0
 	for stale < 3 {
 		cut, err := u.syncOnce(ctx, stream, parts)
@@ -599,7 +649,11 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 			}
 			dead[p.Partition] = sh.DeadLetters(recs)
 		}
-		files, err := u.upload(ctx, stream, recs, sh)
+		var pr *pre
+		if u.pre != nil && sh == nil {
+			pr = u.pre.take(stream, p.Partition)
+		}
+		files, err := u.upload(ctx, stream, recs, sh, pr)
 		if err != nil {
 			return false, err
 		}
@@ -735,23 +789,42 @@ func (u *Uplink) release(stream string, partition int32, from, to int64, recs []
 // upload encodes recs as one Parquet file per partition bucket (day or
 // hour, the table's granularity: tables.CutRuns) and writes the files to
 // the bucket, named by tables.DataFileURL with this node and the records'
-// epoch as their origin (recs are of one epoch).
-func (u *Uplink) upload(ctx context.Context, stream string, recs []*tributary.Record, sh *tables.Shaped) ([]tables.FileMeta, error) {
+// epoch as their origin (recs are of one epoch). The first file is pr's
+// in-progress file completed, if pr holds a prefix of it (pre.finish).
+func (u *Uplink) upload(ctx context.Context, stream string, recs []*tributary.Record, sh *tables.Shaped, pr *pre) ([]tables.FileMeta, error) {
 	g, err := u.cat.Granularity(ctx, stream)
 	if err != nil {
 		return nil, fmt.Errorf("sync %s: %w", stream, err)
+	}
+	used := false
+	if pr != nil {
+		defer func() {
+			outcome := "discarded"
+			if used {
+				outcome = "used"
+			}
+			u.metrics.pre.WithLabelValues(outcome).Inc()
+		}()
 	}
 	var files []tables.FileMeta
 	runs := tables.CutRuns(g, recs)
 	if sh != nil {
 		runs = sh.CutRuns(g, recs) // by event time, if the table is partitioned by it
 	}
-	for _, run := range runs {
+	for i, run := range runs {
 		var buf bytes.Buffer
 		var st tables.FileStats
-		if sh != nil {
+		switch {
+		case sh != nil:
 			st, err = u.cfg.Parquet.WriteParquetShaped(&buf, run, sh)
-		} else {
+		case i == 0 && pr != nil:
+			var data []byte
+			if data, st, used, err = pr.finish(run); err == nil && used {
+				buf = *bytes.NewBuffer(data)
+				break
+			}
+			fallthrough
+		default:
 			st, err = u.cfg.Parquet.WriteParquet(&buf, run)
 		}
 		if err != nil {

@@ -38,7 +38,7 @@ func newEnv(t *testing.T, budget int64) *env {
 // openEnv opens a WAL (wo with its path set here), a SQLite catalog whose
 // tables are created at granularity ("" = the default) and the file
 // warehouse, all in a fresh folder.
-func openEnv(t *testing.T, wo wal.Options, granularity string) *env {
+func openEnv(t testing.TB, wo wal.Options, granularity string) *env {
 	t.Helper()
 	dir := t.TempDir()
 	ctx := context.Background()
@@ -201,7 +201,7 @@ func TestRestartReleasesCommitted(t *testing.T) {
 		t.Fatal(err)
 	}
 	u := New(Config{Node: "n1"}, e.wal, e.cat, e.bucket)
-	files, err := u.upload(ctx, "a.b", recs, nil)
+	files, err := u.upload(ctx, "a.b", recs, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
