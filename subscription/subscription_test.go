@@ -16,32 +16,32 @@ func checkInvariants(t *testing.T, s *Subscription) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for off, cs := range s.owner {
-		if _, ok := cs.pending[off]; !ok {
+	for off, cs := range s.owner.All() {
+		if !cs.pending.Has(off) {
 			t.Errorf("offset %d owned by %s but not pending on it", off, cs.c.Name())
 		}
 		if s.cur.acked(off) {
 			t.Errorf("offset %d pending and acked", off)
 		}
-		if _, ok := s.replay[off]; ok {
+		if s.replay.Has(off) {
 			t.Errorf("offset %d pending and in replay", off)
 		}
 	}
 	n := 0
 	for _, cs := range s.consumers {
-		n += len(cs.pending)
+		n += cs.pending.Len()
 	}
-	if n != len(s.owner) {
-		t.Errorf("%d pending, %d owned", n, len(s.owner))
+	if n != s.owner.Len() {
+		t.Errorf("%d pending, %d owned", n, s.owner.Len())
 	}
-	for off := range s.replay {
+	for off := range s.replay.All() {
 		if s.cur.acked(off) {
 			t.Errorf("offset %d in replay and acked", off)
 		}
 	}
 	size := 0
-	for off, e := range s.held {
-		if _, ok := s.replay[off]; !ok {
+	for off, e := range s.held.All() {
+		if !s.replay.Has(off) {
 			t.Errorf("offset %d cached but not in replay", off)
 		}
 		size += entrySize(e)
@@ -51,8 +51,8 @@ func checkInvariants(t *testing.T, s *Subscription) {
 	}
 	if s.typ == KeyShared {
 		held := map[int32]map[*consumerState]int{}
-		for off, cs := range s.owner {
-			slot := cs.pending[off]
+		for off, cs := range s.owner.All() {
+			slot, _ := cs.pending.Get(off)
 			if held[slot] == nil {
 				held[slot] = map[*consumerState]int{}
 			}
