@@ -400,3 +400,43 @@ func TestCursorBound(t *testing.T) {
 		t.Fatal("reloaded bounded cursor")
 	}
 }
+
+// TestSharedRedeliverList: a REDELIVER list in any order, with duplicates,
+// offsets not pending on the consumer and negative ones, redelivers just
+// the consumer's pending offsets among them, once each, in offset order.
+func TestSharedRedeliverList(t *testing.T) {
+	m := newTestManager(t, nil)
+	src := &fakeSource{}
+	for i := 0; i < 40; i++ {
+		src.add(fmt.Sprint(i))
+	}
+	a := &fakeConsumer{name: "a"}
+	s := subscribe(t, m, src, SubscribeOptions{Type: Shared, Initial: Earliest}, a)
+	s.Flow(a, 30)
+	waitCount(t, a, 30)
+	settle(t, s)
+	a.take()
+	if err := s.Ack(context.Background(), a, []int64{4, 5}, false); err != nil {
+		t.Fatal(err)
+	}
+	s.Redeliver(a, []int64{25, 3, 3, 17, 99, -4, 10, 4, 31, 25})
+	s.Flow(a, 4)
+	got := waitCount(t, a, 4)
+	settle(t, s)
+	if want := []int64{3, 10, 17, 25}; !slices.Equal(got, want) {
+		t.Fatalf("redelivered %v, want %v", got, want)
+	}
+	for _, d := range a.deliveries() {
+		if d.RedeliveryCount != 1 {
+			t.Fatalf("offset %d redelivery count %d, want 1", d.Offset, d.RedeliveryCount)
+		}
+	}
+	checkInvariants(t, s)
+	// The next pass reads on from 30.
+	a.take()
+	s.Flow(a, 10)
+	if got := waitCount(t, a, 10); !slices.Equal(got, seq(30, 40)) {
+		t.Fatalf("then %v, want 30..39", got)
+	}
+	checkInvariants(t, s)
+}
