@@ -16,9 +16,10 @@ import (
 //   - A deleted pair stays in place as a tombstone (its offset stored as
 //     ^offset, negative, so the key order is kept and no flag is needed)
 //     until tombstones are more than half of es; then es is compacted, and
-//     its backing array shrunk when it is mostly empty. The memory held is
-//     therefore at most a constant times the live pairs (not the offset
-//     span, not the history), whatever the deletion pattern.
+//     its backing array shrunk when it is mostly empty (down to
+//     offsetMapKeep pairs). The memory held is therefore at most 8 pairs
+//     per live pair, or offsetMapKeep pairs (not the offset span, not the
+//     history), whatever the deletion pattern.
 //   - Offsets are >= 0 (Put panics otherwise: they come from the Source).
 //
 // Outline: offsets are mostly added in increasing order (dispatch), so Put
@@ -219,9 +220,15 @@ func (m *offsetMap[V]) compact() {
 	m.shrink()
 }
 
-// shrink gives back a backing array at most a quarter used.
+// offsetMapKeep is the capacity (pairs) an offsetMap keeps however empty
+// it gets, so that a consumer acking as it goes does not reallocate its
+// array at each empty moment.
+const offsetMapKeep = 1024
+
+// shrink gives back a backing array at most a quarter used (beyond
+// offsetMapKeep).
 func (m *offsetMap[V]) shrink() {
-	if c := cap(m.es); c > 64 && 4*len(m.es) < c {
+	if c := cap(m.es); c > offsetMapKeep && 4*len(m.es) < c {
 		es := make([]offsetPair[V], len(m.es), 2*len(m.es))
 		copy(es, m.es)
 		m.es = es

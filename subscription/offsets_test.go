@@ -31,7 +31,7 @@ func checkOffsetMap(t *testing.T, step string, m *offsetMap[int32], ref map[int6
 	if dead := len(m.es) - live; 2*dead > len(m.es) {
 		t.Fatalf("%s: %d tombstones of %d pairs", step, dead, len(m.es))
 	}
-	if c := cap(m.es); c > max(64, 8*m.live) {
+	if c := cap(m.es); c > max(offsetMapKeep, 8*m.live) {
 		t.Fatalf("%s: capacity %d for %d live pairs", step, c, m.live)
 	}
 	var got []int64
