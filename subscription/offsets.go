@@ -3,7 +3,6 @@ package subscription
 import (
 	"fmt"
 	"iter"
-	"sort"
 	"strings"
 )
 
@@ -55,8 +54,16 @@ func (m *offsetMap[V]) find(off int64) (int, bool) {
 	if last := m.key(n - 1); off >= last { // the common case: at the end
 		return n - 1 + boolInt(off > last), off == last
 	}
-	i := sort.Search(n, func(i int) bool { return m.key(i) >= off })
-	return i, i < n && m.key(i) == off
+	lo, hi := 0, n-1 // key(hi) > off
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if m.key(mid) < off {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo, m.key(lo) == off
 }
 
 func boolInt(b bool) int {
