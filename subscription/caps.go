@@ -70,7 +70,7 @@ func (cs *consumerState) room(m *Manager) int64 {
 	if m != nil {
 		maxUnacked = m.caps.MaxUnackedPerConsumer
 	}
-	left := int64(maxUnacked - len(cs.pending))
+	left := int64(maxUnacked - cs.pending.Len())
 	if left <= 0 && cs.permits > 0 && m != nil {
 		m.blocked.Add(1)
 		if logLimited(&m.unackedLog) {
@@ -85,7 +85,7 @@ func (cs *consumerState) room(m *Manager) int64 {
 // Caps.MaxUnackedPerConsumer; s.mu held.
 func (s *Subscription) unackedBlocked() bool {
 	for _, cs := range s.consumers {
-		if len(cs.pending) >= s.m.caps.MaxUnackedPerConsumer {
+		if cs.pending.Len() >= s.m.caps.MaxUnackedPerConsumer {
 			return true
 		}
 	}

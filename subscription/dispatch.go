@@ -2,7 +2,6 @@ package subscription
 
 import (
 	"context"
-	"slices"
 	"time"
 )
 
@@ -92,16 +91,17 @@ func (s *Subscription) pass(ctx context.Context) (progress bool, wait time.Durat
 	epoch := s.epoch
 
 	// Replay set first, in offset order.
-	if len(s.replay) > 0 {
-		offs := make([]int64, 0, len(s.replay))
-		for off := range s.replay {
+	if s.replay.Len() > 0 {
+		offs := make([]int64, 0, min(s.replay.Len(), readBatch))
+		for off := range s.replay.All() { // in offset order
+			if len(offs) == readBatch {
+				break
+			}
 			offs = append(offs, off)
 		}
-		slices.Sort(offs)
-		offs = offs[:min(len(offs), readBatch)]
 		var missing []int64
 		for _, off := range offs {
-			if _, ok := s.held[off]; !ok {
+			if !s.held.Has(off) {
 				missing = append(missing, off)
 			}
 		}
@@ -114,15 +114,15 @@ func (s *Subscription) pass(ctx context.Context) (progress bool, wait time.Durat
 		}
 		entries := make([]Entry, 0, len(offs))
 		for _, off := range offs {
-			if _, still := s.replay[off]; !still {
+			if !s.replay.Has(off) {
 				continue
 			}
-			e, ok := s.held[off]
+			e, ok := s.held.Get(off)
 			if !ok {
 				if e, ok = got[off]; !ok {
 					// Not in the source (any more): nothing to deliver.
-					delete(s.replay, off)
-					delete(s.redeliveries, off)
+					s.replay.Delete(off)
+					s.redeliveries.Delete(off)
 					continue
 				}
 			}
@@ -132,7 +132,7 @@ func (s *Subscription) pass(ctx context.Context) (progress bool, wait time.Durat
 			s.mu.Unlock()
 			return true, 0, nil
 		}
-		if len(s.replay) >= maxReplay || !s.hasPermits() {
+		if s.replay.Len() >= maxReplay || !s.hasPermits() {
 			s.mu.Unlock()
 			return false, 0, nil
 		}
@@ -183,7 +183,7 @@ func (s *Subscription) pass(ctx context.Context) (progress bool, wait time.Durat
 	// slot blocks them (Key_Shared order).
 	blocked := map[int32]bool{}
 	if s.typ == KeyShared {
-		for _, slot := range s.replay {
+		for _, slot := range s.replay.All() {
 			blocked[slot] = true
 		}
 	}
@@ -246,15 +246,16 @@ func (s *Subscription) assign(entries []Entry, blocked map[int32]bool) int {
 		if _, ok := batches[cs]; !ok {
 			order = append(order, cs)
 		}
-		batches[cs] = append(batches[cs], Delivery{Entry: e, RedeliveryCount: s.redeliveries[e.Offset]})
+		n, _ := s.redeliveries.Get(e.Offset)
+		batches[cs] = append(batches[cs], Delivery{Entry: e, RedeliveryCount: n})
 		cs.permits--
-		cs.pending[e.Offset] = slot
-		s.owner[e.Offset] = cs
-		delete(s.replay, e.Offset)
+		cs.pending.Put(e.Offset, slot)
+		s.owner.Put(e.Offset, cs)
+		s.replay.Delete(e.Offset)
 		s.unhold(e.Offset)
 	}
 	hold := func(e Entry, slot int32) {
-		s.replay[e.Offset] = slot
+		s.replay.Put(e.Offset, slot)
 		s.hold(e)
 	}
 	sent := 0

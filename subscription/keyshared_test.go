@@ -196,7 +196,7 @@ func accounted(s *Subscription, n int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for off := int64(0); off < n; off++ {
-		if s.owner[off] == nil && !s.cur.acked(off) {
+		if !s.owner.Has(off) && !s.cur.acked(off) {
 			return false
 		}
 	}

@@ -228,15 +228,15 @@ type Subscription struct {
 	slotHolder map[int32]*slotHold
 
 	cur          ackState
-	dirty        bool                     // cursor changed since the last save
-	readPos      int64                    // next offset never read yet
-	knownEnd     int64                    // Source.End as last seen
-	lastEnd      time.Time                // when End was last asked
-	owner        map[int64]*consumerState // pending offset → consumer
-	replay       map[int64]int32          // offsets to (re)deliver → key slot
-	held         map[int64]Entry          // entries of replay offsets already read (up to maxHeldBytes)
+	dirty        bool                      // cursor changed since the last save
+	readPos      int64                     // next offset never read yet
+	knownEnd     int64                     // Source.End as last seen
+	lastEnd      time.Time                 // when End was last asked
+	owner        offsetMap[*consumerState] // pending offset → consumer
+	replay       offsetMap[int32]          // offsets to (re)deliver → key slot
+	held         offsetMap[Entry]          // entries of replay offsets already read (up to maxHeldBytes)
 	heldBytes    int
-	redeliveries map[int64]uint32
+	redeliveries offsetMap[uint32]
 	epoch        uint64 // bumped by Seek: reads begun before it are dropped
 	outbox       []note // callbacks for the dispatch goroutine
 	idle         bool   // the loop found nothing to do and nothing woke it since (tests)
@@ -258,7 +258,7 @@ type consumerState struct {
 	c       Consumer
 	seq     uint64
 	permits int64
-	pending map[int64]int32 // unacknowledged offsets delivered to it → slot
+	pending offsetMap[int32] // unacknowledged offsets delivered to it → slot
 	// flowed: the consumer has sent FLOW. Its ActiveChanged notifications
 	// wait in deferred until then: a client registers a consumer only once
 	// SUBSCRIBE succeeded, and sends FLOW after that, so a notification
@@ -373,8 +373,6 @@ func (m *Manager) newSubscription(key subKey, src Source, o SubscribeOptions, du
 		wake: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{}),
 		typ: o.Type, byConsumer: map[Consumer]*consumerState{}, slotHolder: map[int32]*slotHold{},
 		cur: cur, dirty: durable, readPos: cur.markDelete + 1,
-		owner: map[int64]*consumerState{}, replay: map[int64]int32{}, held: map[int64]Entry{},
-		redeliveries: map[int64]uint32{},
 	}
 	m.wg.Add(1)
 	go func() {
@@ -418,7 +416,7 @@ func (s *Subscription) add(c Consumer, o SubscribeOptions) (bool, error) {
 	}
 	s.typ = o.Type
 	s.seq++
-	cs := &consumerState{c: c, seq: s.seq, pending: map[int64]int32{}, joinPoint: -1}
+	cs := &consumerState{c: c, seq: s.seq, joinPoint: -1}
 	s.consumers = append(s.consumers, cs)
 	s.byConsumer[c] = cs
 	switch s.typ {
@@ -500,26 +498,35 @@ func (s *Subscription) rewind() {
 }
 
 // requeue moves cs's pending offsets (all of them when offs is nil) to the
-// replay set, counting a redelivery for each.
+// replay set, counting a redelivery for each. The moved offsets are merged
+// into the replay set in one pass: they are usually below offsets already
+// there, and a client's list may be long and in any order.
 func (s *Subscription) requeue(cs *consumerState, offs []int64) {
-	move := func(off int64, slot int32) {
-		delete(cs.pending, off)
-		delete(s.owner, off)
-		s.release(cs, slot)
-		s.replay[off] = slot
-		s.redeliveries[off]++
-	}
+	var moved []int64
+	var slots []int32
 	if offs == nil {
-		for off, slot := range cs.pending {
-			move(off, slot)
+		moved = make([]int64, 0, cs.pending.Len())
+		slots = make([]int32, 0, cs.pending.Len())
+		for off, slot := range cs.pending.All() {
+			moved = append(moved, off)
+			slots = append(slots, slot)
 		}
-		return
-	}
-	for _, off := range offs {
-		if slot, ok := cs.pending[off]; ok {
-			move(off, slot)
+		cs.pending.Clear()
+	} else {
+		offs = slices.Compact(slices.Sorted(slices.Values(offs)))
+		for _, off := range offs {
+			if slot, ok := cs.pending.Delete(off); ok {
+				moved = append(moved, off)
+				slots = append(slots, slot)
+			}
 		}
 	}
+	for i, off := range moved {
+		s.owner.Delete(off)
+		s.release(cs, slots[i])
+	}
+	s.replay.Update(moved, func(i int, _ int32, _ bool) int32 { return slots[i] })
+	s.redeliveries.Update(moved, func(_ int, n uint32, _ bool) uint32 { return n + 1 })
 }
 
 // release drops one pending message of slot from cs's Key_Shared hold.
@@ -594,15 +601,27 @@ func (s *Subscription) Ack(ctx context.Context, c Consumer, offsets []int64, cum
 		if !s.cur.ackUpTo(up) {
 			return nil
 		}
-		for off, cs := range s.owner {
-			if off <= up {
-				s.forget(cs, off)
+		// Collected first: forget and dropReplay change the maps.
+		var offs []int64
+		for off := range s.owner.All() {
+			if off > up {
+				break
 			}
+			offs = append(offs, off)
 		}
-		for off := range s.replay {
-			if off <= up {
-				s.dropReplay(off)
+		for _, off := range offs {
+			cs, _ := s.owner.Get(off)
+			s.forget(cs, off)
+		}
+		offs = offs[:0]
+		for off := range s.replay.All() {
+			if off > up {
+				break
 			}
+			offs = append(offs, off)
+		}
+		for _, off := range offs {
+			s.dropReplay(off)
 		}
 	} else {
 		changed := false
@@ -622,7 +641,7 @@ func (s *Subscription) Ack(ctx context.Context, c Consumer, offsets []int64, cum
 				continue
 			}
 			changed = true
-			if cs := s.owner[off]; cs != nil {
+			if cs, ok := s.owner.Get(off); ok {
 				s.forget(cs, off)
 			}
 			s.dropReplay(off)
@@ -648,17 +667,16 @@ func (s *Subscription) Ack(ctx context.Context, c Consumer, offsets []int64, cum
 
 // forget drops an acknowledged pending offset.
 func (s *Subscription) forget(cs *consumerState, off int64) {
-	slot := cs.pending[off]
-	delete(cs.pending, off)
-	delete(s.owner, off)
-	delete(s.redeliveries, off)
+	slot, _ := cs.pending.Delete(off)
+	s.owner.Delete(off)
+	s.redeliveries.Delete(off)
 	s.release(cs, slot)
 }
 
 func (s *Subscription) dropReplay(off int64) {
-	delete(s.replay, off)
+	s.replay.Delete(off)
 	s.unhold(off)
-	delete(s.redeliveries, off)
+	s.redeliveries.Delete(off)
 }
 
 // maxHeldBytes bounds the payload bytes of entries cached for the replay
@@ -667,21 +685,20 @@ const maxHeldBytes = 32 << 20
 
 // hold caches e for the replay set if the budget allows.
 func (s *Subscription) hold(e Entry) {
-	if _, ok := s.held[e.Offset]; ok {
+	if s.held.Has(e.Offset) {
 		return
 	}
 	n := entrySize(e)
 	if s.heldBytes+n > maxHeldBytes {
 		return
 	}
-	s.held[e.Offset] = e
+	s.held.Put(e.Offset, e)
 	s.heldBytes += n
 }
 
 func (s *Subscription) unhold(off int64) {
-	if e, ok := s.held[off]; ok {
+	if e, ok := s.held.Delete(off); ok {
 		s.heldBytes -= entrySize(e)
-		delete(s.held, off)
 	}
 }
 
@@ -730,14 +747,14 @@ func (s *Subscription) Seek(ctx context.Context, offset int64) error {
 	s.epoch++
 	s.cur = ackState{markDelete: offset - 1, maxRanges: s.m.caps.MaxAckedRanges}
 	s.readPos = offset
-	clear(s.owner)
-	clear(s.replay)
-	clear(s.held)
+	s.owner.Clear()
+	s.replay.Clear()
+	s.held.Clear()
 	s.heldBytes = 0
-	clear(s.redeliveries)
+	s.redeliveries.Clear()
 	clear(s.slotHolder)
 	for _, cs := range s.consumers {
-		clear(cs.pending)
+		cs.pending.Clear()
 		cs.joinPoint = -1
 	}
 	s.dirty = s.durable

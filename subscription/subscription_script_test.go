@@ -124,9 +124,9 @@ func runScript(t *testing.T, typ SubType, seed uint64) {
 	defer func() {
 		if t.Failed() {
 			s.mu.Lock()
-			t.Logf("typ %s total %d readPos %d knownEnd %d cursor %+v replay %v active %v", s.typ, total, s.readPos, s.knownEnd, s.cur.cursor(), s.replay, s.active != nil)
+			t.Logf("typ %s total %d readPos %d knownEnd %d cursor %+v replay %v active %v", s.typ, total, s.readPos, s.knownEnd, s.cur.cursor(), &s.replay, s.active != nil)
 			for _, cs := range s.consumers {
-				t.Logf("consumer %s prio %d permits %d pending %v join %d", cs.c.Name(), cs.c.Priority(), cs.permits, cs.pending, cs.joinPoint)
+				t.Logf("consumer %s prio %d permits %d pending %v join %d", cs.c.Name(), cs.c.Priority(), cs.permits, &cs.pending, cs.joinPoint)
 			}
 			s.mu.Unlock()
 		}

@@ -16,32 +16,32 @@ func checkInvariants(t *testing.T, s *Subscription) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for off, cs := range s.owner {
-		if _, ok := cs.pending[off]; !ok {
+	for off, cs := range s.owner.All() {
+		if !cs.pending.Has(off) {
 			t.Errorf("offset %d owned by %s but not pending on it", off, cs.c.Name())
 		}
 		if s.cur.acked(off) {
 			t.Errorf("offset %d pending and acked", off)
 		}
-		if _, ok := s.replay[off]; ok {
+		if s.replay.Has(off) {
 			t.Errorf("offset %d pending and in replay", off)
 		}
 	}
 	n := 0
 	for _, cs := range s.consumers {
-		n += len(cs.pending)
+		n += cs.pending.Len()
 	}
-	if n != len(s.owner) {
-		t.Errorf("%d pending, %d owned", n, len(s.owner))
+	if n != s.owner.Len() {
+		t.Errorf("%d pending, %d owned", n, s.owner.Len())
 	}
-	for off := range s.replay {
+	for off := range s.replay.All() {
 		if s.cur.acked(off) {
 			t.Errorf("offset %d in replay and acked", off)
 		}
 	}
 	size := 0
-	for off, e := range s.held {
-		if _, ok := s.replay[off]; !ok {
+	for off, e := range s.held.All() {
+		if !s.replay.Has(off) {
 			t.Errorf("offset %d cached but not in replay", off)
 		}
 		size += entrySize(e)
@@ -51,8 +51,8 @@ func checkInvariants(t *testing.T, s *Subscription) {
 	}
 	if s.typ == KeyShared {
 		held := map[int32]map[*consumerState]int{}
-		for off, cs := range s.owner {
-			slot := cs.pending[off]
+		for off, cs := range s.owner.All() {
+			slot, _ := cs.pending.Get(off)
 			if held[slot] == nil {
 				held[slot] = map[*consumerState]int{}
 			}
@@ -399,4 +399,44 @@ func TestCursorBound(t *testing.T) {
 	if b.acked(2*DefaultMaxAckedRanges+1) || !b.acked(2*DefaultMaxAckedRanges-1) || b.acked(0) {
 		t.Fatal("reloaded bounded cursor")
 	}
+}
+
+// TestSharedRedeliverList: a REDELIVER list in any order, with duplicates,
+// offsets not pending on the consumer and negative ones, redelivers just
+// the consumer's pending offsets among them, once each, in offset order.
+func TestSharedRedeliverList(t *testing.T) {
+	m := newTestManager(t, nil)
+	src := &fakeSource{}
+	for i := 0; i < 40; i++ {
+		src.add(fmt.Sprint(i))
+	}
+	a := &fakeConsumer{name: "a"}
+	s := subscribe(t, m, src, SubscribeOptions{Type: Shared, Initial: Earliest}, a)
+	s.Flow(a, 30)
+	waitCount(t, a, 30)
+	settle(t, s)
+	a.take()
+	if err := s.Ack(context.Background(), a, []int64{4, 5}, false); err != nil {
+		t.Fatal(err)
+	}
+	s.Redeliver(a, []int64{25, 3, 3, 17, 99, -4, 10, 4, 31, 25})
+	s.Flow(a, 4)
+	got := waitCount(t, a, 4)
+	settle(t, s)
+	if want := []int64{3, 10, 17, 25}; !slices.Equal(got, want) {
+		t.Fatalf("redelivered %v, want %v", got, want)
+	}
+	for _, d := range a.deliveries() {
+		if d.RedeliveryCount != 1 {
+			t.Fatalf("offset %d redelivery count %d, want 1", d.Offset, d.RedeliveryCount)
+		}
+	}
+	checkInvariants(t, s)
+	// The next pass reads on from 30.
+	a.take()
+	s.Flow(a, 10)
+	if got := waitCount(t, a, 10); !slices.Equal(got, seq(30, 40)) {
+		t.Fatalf("then %v, want 30..39", got)
+	}
+	checkInvariants(t, s)
 }
