@@ -3,8 +3,6 @@ package kafka
 import (
 	"context"
 	"encoding/binary"
-	"io"
-	"log/slog"
 	"net"
 	"sync"
 	"testing"
@@ -65,15 +63,7 @@ func TestPipelinedInOrder(t *testing.T) {
 	for c := range int32(8) {
 		h.release[c] = make(chan struct{})
 	}
-	s, err := NewServer(Config{Addr: "127.0.0.1:0", MaxPipelinedRequests: depth,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, "kafka-test", APIs{ApiVersionsKey: {0, 3}, MetadataKey: {0, 12}}, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
+	s := startTestServer(t, Config{MaxPipelinedRequests: depth}, h)
 	c, err := net.Dial("tcp", s.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -130,15 +120,7 @@ func TestPipelinedInOrder(t *testing.T) {
 // requests closes the connection only after their responses are written.
 func TestPipelinedFlushedBeforeClose(t *testing.T) {
 	h := &starting{release: map[int32]chan struct{}{0: make(chan struct{}), 1: make(chan struct{})}}
-	s, err := NewServer(Config{Addr: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
-		"kafka-test", APIs{ApiVersionsKey: {0, 3}, MetadataKey: {0, 12}}, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
+	s := startTestServer(t, Config{}, h)
 	c, err := net.Dial("tcp", s.Addr())
 	if err != nil {
 		t.Fatal(err)

@@ -108,19 +108,28 @@ func (panicky) Handle(ctx context.Context, req *Request) (kmsg.Response, bool) {
 	return HandleApiVersions(req, req.Body.(*kmsg.ApiVersionsRequest), APIs{ApiVersionsKey: {0, 3}, 3: {0, 12}}), false
 }
 
-// TestListenerDefences: a handler panic closes that connection only
-// (counted); a socket that never sends a request is closed after the
-// handshake deadline; a first frame over 1 MiB closes the connection.
-func TestListenerDefences(t *testing.T) {
-	s, err := NewServer(Config{Addr: "127.0.0.1:0", Limits: listen.Config{HandshakeTimeout: 300 * time.Millisecond},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, "kafka-test", APIs{ApiVersionsKey: {0, 3}, 3: {0, 12}}, panicky{})
+// startTestServer starts a server on a loopback port with cfg (its
+// Addr and Logger set here) answering ApiVersions and Metadata through h,
+// and closes it when the test ends.
+func startTestServer(t *testing.T, cfg Config, h Handler) *Server {
+	t.Helper()
+	cfg.Addr, cfg.Logger = "127.0.0.1:0", slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := NewServer(cfg, "kafka-test", APIs{ApiVersionsKey: {0, 3}, MetadataKey: {0, 12}}, h)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close(context.Background())
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return s
+}
+
+// TestListenerDefences: a handler panic closes that connection only
+// (counted); a socket that never sends a request is closed after the
+// handshake deadline; a first frame over 1 MiB closes the connection.
+func TestListenerDefences(t *testing.T) {
+	s := startTestServer(t, Config{Limits: listen.Config{HandshakeTimeout: 300 * time.Millisecond}}, panicky{})
 	addr := s.Addr()
 	closed := func(c net.Conn) bool {
 		c.SetReadDeadline(time.Now().Add(3 * time.Second))
@@ -252,15 +261,7 @@ func TestInflightBytes(t *testing.T) {
 func TestInflightStrangers(t *testing.T) {
 	h := &holding{release: make(chan struct{})}
 	close(h.release) // answer at once
-	s, err := NewServer(Config{Addr: "127.0.0.1:0", MaxFrameBytes: 4 << 20, MaxInflightBytes: 8 << 20, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
-		"kafka-test", APIs{ApiVersionsKey: {0, 3}, MetadataKey: {0, 12}}, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
+	s := startTestServer(t, Config{MaxFrameBytes: 4 << 20, MaxInflightBytes: 8 << 20}, h)
 	good, err := net.Dial("tcp", s.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -293,15 +294,7 @@ func TestInflightStrangers(t *testing.T) {
 // body is closed after kafka.body_timeout (plus a second per MiB), and
 // the reservation it held is released; the next client is served.
 func TestBodyTimeout(t *testing.T) {
-	s, err := NewServer(Config{Addr: "127.0.0.1:0", MaxFrameBytes: 4 << 20, BodyTimeout: 200 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, "kafka-test", APIs{ApiVersionsKey: {0, 3}, MetadataKey: {0, 12}}, &holding{release: closedChan()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(context.Background())
+	s := startTestServer(t, Config{MaxFrameBytes: 4 << 20, BodyTimeout: 200 * time.Millisecond}, &holding{release: closedChan()})
 	c, err := net.Dial("tcp", s.Addr())
 	if err != nil {
 		t.Fatal(err)
