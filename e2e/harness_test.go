@@ -220,14 +220,7 @@ func (p *proc) logs() string { return p.tail(math.MaxInt) }
 // captured log a moment after the process wrote them (its ready file can
 // come first), so a line logged just before ready is waited for.
 func (p *proc) logged(s string, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for !strings.Contains(p.logs(), s) {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
+	return poll(d, func() bool { return strings.Contains(p.logs(), s) })
 }
 
 // kill sends SIGKILL (no final commit, no flush: a crash).
@@ -255,13 +248,22 @@ func (p *proc) stop() {
 // waitFor polls cond until it holds or the timeout passes.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	if !poll(timeout, cond) {
+		t.Fatalf("timed out after %s waiting for %s", timeout, what)
+	}
+}
+
+// poll checks cond every 20 ms until it holds (true) or d has passed
+// (false).
+func poll(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+			return false
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	return true
 }
 
 // readTable reads a stream's table with iceberg-go directly from the dev
