@@ -165,18 +165,9 @@ func TestBenchFetchThroughput(t *testing.T) {
 	}
 	defer cs.Close(ctx)
 
-	if f := os.Getenv("TRIBUTARY_BENCH_CPUPROFILE"); f != "" {
-		out, err := os.Create(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := pprof.StartCPUProfile(out); err != nil {
-			t.Fatal(err)
-		}
-		defer out.Close()
-	}
+	stop := cpuProfileTo(t, os.Getenv("TRIBUTARY_BENCH_CPUPROFILE"))
 	tTTFB, tTotal, tBytes := consumeAll(t, cs.Addr(), "bench.fetch", n)
-	pprof.StopCPUProfile()
+	stop()
 	// Warm: the same consumer again, served from the batch cache as far
 	// as it holds the data (256 MiB by default).
 	_, wTotal, wBytes := consumeAll(t, cs.Addr(), "bench.fetch", n)
@@ -238,4 +229,24 @@ func TestBenchTailLatency(t *testing.T) {
 		sum.MsgsPerSec(), sum.Acked, d, len(lat), q(0.5), q(0.99), q(1))
 	t.Log(s)
 	fmt.Print(s)
+}
+
+// cpuProfileTo writes this process's CPU profile to file (none if file is
+// "") until the returned stop is called.
+func cpuProfileTo(t *testing.T, file string) (stop func()) {
+	t.Helper()
+	if file == "" {
+		return func() {}
+	}
+	out, err := os.Create(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(out); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		out.Close()
+	}
 }

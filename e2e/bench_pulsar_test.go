@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -80,18 +79,13 @@ func TestBenchPulsarConsume(t *testing.T) {
 		if err := ps.Listen(); err != nil {
 			t.Fatal(err)
 		}
-		if f := os.Getenv("TRIBUTARY_BENCH_PULSAR_CPUPROFILE"); f != "" && consumers == 1 {
-			out, err := os.Create(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := pprof.StartCPUProfile(out); err != nil {
-				t.Fatal(err)
-			}
-			defer out.Close()
+		file := ""
+		if consumers == 1 {
+			file = os.Getenv("TRIBUTARY_BENCH_PULSAR_CPUPROFILE")
 		}
+		stop := cpuProfileTo(t, file)
 		total, b := pulsarSharedRead(t, ps.Addr(), fmt.Sprintf("bench-%d", consumers), consumers, n)
-		pprof.StopCPUProfile()
+		stop()
 		ps.Close(ctx)
 		runs = append(runs, run{consumers, total, b})
 	}
