@@ -4,7 +4,8 @@ import "errors"
 
 // Reason is why an edge node refused to accept records: back-pressure or a
 // denial, never a drop. Nothing of a refused append was written, so the
-// client may retry (except for ReasonUnauthorized).
+// client may retry (except for ReasonUnauthorized), unless the error also
+// wraps ErrAfterAppend.
 type Reason int
 
 const (
@@ -31,6 +32,16 @@ var (
 	ErrFenced        = errors.New("partition not owned by this node")
 	ErrUnauthorized  = errors.New("not authorized")
 )
+
+// ErrAfterAppend marks an error that came after the records were made
+// durable in this node's WAL: the replicas did not confirm them in time
+// (or the wait was abandoned), so the append is reported as failed
+// although the records are stored and will be uploaded. It is wrapped
+// together with the cause (fmt.Errorf("%w: %w", ErrAfterAppend, err)), so
+// ReasonOf still names the cause. A protocol that deduplicates retries
+// (Kafka's idempotent producers) must record such an append as stored,
+// and a client's retry of it must find it, not store it twice.
+var ErrAfterAppend = errors.New("stored on this node")
 
 // String names the reason as metrics label values and logs do.
 func (r Reason) String() string {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 
 	"golang.org/x/sync/semaphore"
@@ -130,7 +131,13 @@ func (in *ingest) appendBatchAsync(ctx context.Context, after wal.Ticket, b *wal
 		}
 		// Replication needs the partition, its last offset and epoch.
 		last := []*tributary.Record{{Stream: b.Stream, Partition: b.Partition, Offset: b.Offset + int64(b.Count()) - 1, Epoch: b.Epoch}}
-		go func() { done(in.repl.wait(ctx, last)) }() // never on the WAL's committer
+		go func() { // never on the WAL's committer
+			if err := in.repl.wait(ctx, last); err != nil {
+				done(fmt.Errorf("%w: %w", tributary.ErrAfterAppend, err))
+				return
+			}
+			done(nil)
+		}()
 	})
 	queued.Store(true)
 	return t, nil

@@ -72,4 +72,23 @@ func TestReplicationRefusePolicy(t *testing.T) {
 	if got := n.replicaStats().ReplicatedRecords; got < before+2 {
 		t.Fatalf("replicated %d records before the produce, %d after", before, got)
 	}
+	// A batch whose replication wait ends after the WAL stored it (here
+	// its context is cancelled at once) is reported with ErrAfterAppend,
+	// and only then is it in the WAL: Kafka answers it as stored
+	// (NOT_ENOUGH_REPLICAS_AFTER_APPEND) and deduplicates its retry.
+	st0, _ := n.WAL().Partition("factory.telemetry", p)
+	cctx, cancel := context.WithCancel(ctx)
+	batch.Records = kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1}, kafkatest.Rec{Value: []byte("k3")})
+	n.kb.AppendAsync(cctx, nil, batch, func(err error) { appended <- err })
+	cancel()
+	err = <-appended
+	st1, _ := n.WAL().Partition("factory.telemetry", p)
+	t.Logf("append with its context cancelled: %v", err)
+	switch stored := st1.Next > st0.Next; {
+	case err == nil && stored:
+	case err != nil && stored && errors.Is(err, tributary.ErrAfterAppend) && errors.Is(err, context.Canceled):
+	case err != nil && !stored && !errors.Is(err, tributary.ErrAfterAppend):
+	default:
+		t.Fatalf("append error %v with the WAL going from %d to %d", err, st0.Next, st1.Next)
+	}
 }

@@ -27,15 +27,19 @@ type fakeBackend struct {
 	node    string
 	brokers []Broker
 
-	mu       sync.Mutex
-	streams  map[string][]PartitionInfo
-	parts    map[string][]*tributary.Record // stream/partition -> records, index = offset
-	nextPID  int64
-	appends  int
-	budget   atomic.Bool // true: Append fails with wal.ErrBudgetExceeded
-	unrepl   atomic.Bool // true: Append fails as too few replicas (refuse policy)
-	lost     atomic.Bool // true: Append fails with ErrNotLeader (ownership moved)
-	appendFn func()      // called inside Append (delays, fault injection)
+	mu      sync.Mutex
+	streams map[string][]PartitionInfo
+	parts   map[string][]*tributary.Record // stream/partition -> records, index = offset
+	nextPID int64
+	appends int
+	budget  atomic.Bool // true: Append fails with wal.ErrBudgetExceeded
+	unrepl  atomic.Bool // true: Append fails as too few replicas (refuse policy)
+	// unreplAfter, true: AppendAsync stores the batch, then reports that
+	// the replicas did not confirm it (tributary.ErrAfterAppend), as the
+	// node does when the replication wait fails after the WAL's fsync.
+	unreplAfter atomic.Bool
+	lost        atomic.Bool // true: Append fails with ErrNotLeader (ownership moved)
+	appendFn    func()      // called inside Append (delays, fault injection)
 	// refuse, when set, decides each append in turn (its records):
 	// non-nil refuses it (fault injection in the middle of a pipeline).
 	refuse func([]*tributary.Record) error
@@ -80,6 +84,9 @@ func (f *fakeBackend) AppendAsync(ctx context.Context, after Ticket, b *wal.Batc
 				}
 				a.failed = err != nil
 				a.after = nil
+				if err == nil && f.unreplAfter.Load() {
+					err = fmt.Errorf("%w: %w", tributary.ErrAfterAppend, fmt.Errorf("replica: replication_policy refuse: %w", tributary.ErrNotReplicated))
+				}
 				a.done(err)
 			}
 		}()

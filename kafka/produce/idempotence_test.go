@@ -121,6 +121,58 @@ func TestIdempotenceScript(t *testing.T) {
 	}
 }
 
+// TestStoredButNotReplicated: a batch the WAL made durable whose replicas
+// did not confirm it is answered NOT_ENOUGH_REPLICAS_AFTER_APPEND; it stays
+// stored, and the producer's retry of it is answered as a duplicate with
+// its offset, never stored twice; the next batch follows it. A
+// non-idempotent batch in the same state is stored again on retry, as
+// with Kafka.
+func TestStoredButNotReplicated(t *testing.T) {
+	be := newFakeBackend("edge-1")
+	const topic = "factory.after"
+	be.addStream(topic, "edge-1")
+	s := startServer(t, Config{}, be)
+	rc := kafkatest.Dial(t, s.Addr())
+	pid, _ := initProducerID(t, rc)
+	b0 := kafkatest.Batch(kafkatest.BatchOpts{PID: pid, Epoch: 0, Seq: 0}, recs(3, "a")...)
+	b1 := kafkatest.Batch(kafkatest.BatchOpts{PID: pid, Epoch: 0, Seq: 3}, recs(2, "b")...)
+	plain := kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1}, recs(1, "n")...)
+
+	be.unreplAfter.Store(true)
+	p := produceOne(rc, topic, 0, b0)
+	if p.ErrorCode != kafka.CodeNotEnoughReplicasAfterAppend {
+		t.Fatalf("code %d (%v), want %d", p.ErrorCode, p.ErrorMessage, kafka.CodeNotEnoughReplicasAfterAppend)
+	}
+	if n := len(be.records(topic, 0)); n != 3 {
+		t.Fatalf("backend has %d records, want 3 (stored)", n)
+	}
+	// Still not replicated: the retry is a duplicate all the same.
+	if p := produceOne(rc, topic, 0, b0); p.ErrorCode != 0 || p.BaseOffset != 0 {
+		t.Fatalf("retry: code %d offset %d, want a duplicate at 0", p.ErrorCode, p.BaseOffset)
+	}
+	be.unreplAfter.Store(false)
+	if p := produceOne(rc, topic, 0, b0); p.ErrorCode != 0 || p.BaseOffset != 0 {
+		t.Fatalf("second retry: code %d offset %d", p.ErrorCode, p.BaseOffset)
+	}
+	if p := produceOne(rc, topic, 0, b1); p.ErrorCode != 0 || p.BaseOffset != 3 {
+		t.Fatalf("next batch: code %d offset %d, want 3", p.ErrorCode, p.BaseOffset)
+	}
+	if n := len(be.records(topic, 0)); n != 5 {
+		t.Fatalf("backend has %d records, want 5: a retry was stored twice", n)
+	}
+	be.unreplAfter.Store(true)
+	if p := produceOne(rc, topic, 0, plain); p.ErrorCode != kafka.CodeNotEnoughReplicasAfterAppend {
+		t.Fatalf("non-idempotent: code %d", p.ErrorCode)
+	}
+	be.unreplAfter.Store(false)
+	if p := produceOne(rc, topic, 0, plain); p.ErrorCode != 0 || p.BaseOffset != 6 {
+		t.Fatalf("non-idempotent retry: code %d offset %d, want 6", p.ErrorCode, p.BaseOffset)
+	}
+	if st := s.Stats(); st.DuplicateBatch != 2 {
+		t.Fatalf("stats %+v, want 2 duplicates", st)
+	}
+}
+
 // TestIdempotenceAfterRestartMergedRuns checks that runs rebuilt from
 // records (several batches merged) still deduplicate each original batch.
 func TestIdempotenceAfterRestartMergedRuns(t *testing.T) {

@@ -400,11 +400,14 @@ func (s *Server) appendPartition(ctx context.Context, req *kafka.Request, sl *pr
 		FirstSeq: b.BaseSequence, LastSeq: last, Principal: req.Principal.Name}
 	p := e.reserve(run)
 	p.ticket = s.b.AppendAsync(ctx, e.tail, wb, func(err error) {
+		// Stored, even if the replicas did not confirm it: the run is
+		// recorded, so the client's retry is answered as a duplicate.
+		stored := err == nil || errors.Is(err, tributary.ErrAfterAppend)
 		e.mu.Lock()
-		if err == nil {
+		if stored {
 			run.FirstOffset = wb.Offset
 		}
-		e.settle(p, run, err == nil)
+		e.settle(p, run, stored)
 		e.mu.Unlock()
 		finish(s.appendResult(wb, err))
 	})
@@ -426,6 +429,16 @@ func (s *Server) appendResult(b *wal.Batch, err error) partResult {
 			// out of sequence, as Kafka answers it; the client resends
 			// both in order.
 			return partResult{code: kafka.CodeOutOfOrderSequence, msg: "the producer's previous batch was not appended"}
+		}
+		if errors.Is(err, tributary.ErrAfterAppend) {
+			// Stored here and to be uploaded, but not on enough replicas:
+			// Kafka's answer for a write the leader kept. A retry of an
+			// idempotent producer's batch finds it stored (the run was
+			// recorded); anything else retried is stored again, as with
+			// Kafka.
+			s.stats.backpressured.Add(1)
+			s.log.Warn("kafka append stored but not replicated", "stream", b.Stream, "partition", b.Partition, "err", err)
+			return partResult{code: kafka.CodeNotEnoughReplicasAfterAppend, msg: "stored on this node but on too few edge replicas: " + err.Error(), throttle: true}
 		}
 		switch tributary.ReasonOf(err) {
 		case tributary.ReasonFenced:
