@@ -45,7 +45,13 @@ func TestCommitAppendUnderCatalogFaults(t *testing.T) {
 			recs := testRecords(0, 0, 20, time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC).UnixMicro())
 			a := PartitionAppend{Partition: 0, From: 0, To: 20, Files: []FileMeta{putFile(t, c, stream, recs)}}
 			release := tc.inject(fc)
-			cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			// The deadline matters only to the stalled commit; the others
+			// must not fail for a slow machine.
+			deadline := 30 * time.Second
+			if tc.wantErr == context.DeadlineExceeded {
+				deadline = 300 * time.Millisecond
+			}
+			cctx, cancel := context.WithTimeout(ctx, deadline)
 			res, err := c.CommitAppend(cctx, stream, []PartitionAppend{a}, nil)
 			cancel()
 			if release != nil {
