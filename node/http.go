@@ -180,6 +180,13 @@ func (n *Node) handler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 	top := http.NewServeMux()
 	top.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		// A WAL broken by a failed replicated commit refuses every write
+		// until it is reopened: only a restart mends it, which is what a
+		// failing liveness probe asks for.
+		if err := n.wal.Broken(); err != nil {
+			http.Error(w, err.Error()+": restart the node", http.StatusServiceUnavailable)
+			return
+		}
 		w.Write([]byte("ok\n"))
 	})
 	top.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
@@ -187,6 +194,10 @@ func (n *Node) handler() http.Handler {
 		// unreachable catalog is "buffering", which is still ready.
 		if n.mqtt.Addrs()["tcp"] == "" && n.cfg.MQTT.Addr != "" {
 			http.Error(w, "mqtt listener not up", http.StatusServiceUnavailable)
+			return
+		}
+		if err := n.wal.Broken(); err != nil {
+			http.Error(w, err.Error()+": restart the node", http.StatusServiceUnavailable)
 			return
 		}
 		ws := n.wal.Stats()
@@ -227,6 +238,12 @@ func (n *Node) registerMetrics(reg *prometheus.Registry) {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
 	}
 	gauge("tributary_wal_records", "Records in the WAL not yet committed to the tables.", func() float64 { return float64(n.wal.Stats().Records) })
+	gauge("tributary_wal_broken", "1 while the WAL refuses every write because a group its replicas hold failed to commit (restart the node), else 0.", func() float64 {
+		if n.wal.Broken() != nil {
+			return 1
+		}
+		return 0
+	})
 	gauge("tributary_wal_bytes", "Bytes of records in the WAL not yet committed.", func() float64 { return float64(n.wal.Stats().Bytes) })
 	gauge("tributary_wal_budget_bytes", "The WAL disk budget.", func() float64 { return float64(n.wal.Stats().MaxBytes) })
 	counter("tributary_wal_budget_rejections_total", "Appends refused because the WAL budget was exhausted.", func() float64 { return float64(n.wal.Stats().BudgetRejections) })

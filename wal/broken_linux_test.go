@@ -69,6 +69,9 @@ func TestTappedCommitFailureBreaks(t *testing.T) {
 	if err := w.Append(ctx, rec("s", 0, "vvvv")); !errors.Is(err, ErrBroken) {
 		t.Fatalf("append after a failed tapped commit: %v, want ErrBroken", err)
 	}
+	if err := w.Broken(); !errors.Is(err, ErrBroken) {
+		t.Fatalf("Broken() = %v, want ErrBroken", err)
+	}
 	if err := w.Release("s", 0, 1); !errors.Is(err, ErrBroken) {
 		t.Fatalf("release after a failed tapped commit: %v, want ErrBroken", err)
 	}
@@ -79,6 +82,9 @@ func TestTappedCommitFailureBreaks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
+	if err := w.Broken(); err != nil {
+		t.Fatalf("reopened WAL: Broken() = %v", err)
+	}
 	if w.Incarnation() <= inc {
 		t.Fatalf("incarnation %d after reopening, want > %d", w.Incarnation(), inc)
 	}

@@ -169,6 +169,15 @@ func (w *WAL) breakDown(err error) {
 	}
 }
 
+// Broken returns the error every write fails with since a tapped group
+// failed to commit (wrapping ErrBroken), or nil: a broken WAL takes
+// writes again only once reopened, so a node reports itself unhealthy.
+func (w *WAL) Broken() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.broken
+}
+
 // Verbatim is one AppendVerbatimAsync call: chunks of one partition as the
 // owner's WAL encoded them (Tap, ReadChunks).
 type Verbatim struct {
