@@ -41,6 +41,7 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"uplink:\n  commit_interval: 1ms", "uplink.commit_interval"},
 		{"uplink:\n  zstd_level: 23", "uplink.zstd_level"},
 		{"uplink:\n  zstd_level: -1", "uplink.zstd_level"},
+		{"uplink:\n  continuous_encoding_max_bytes: 1000", "uplink.continuous_encoding_max_bytes"},
 		{"maintenance:\n  interval: 10ms", "maintenance.interval"},
 		{"maintenance:\n  orphan_grace: 1m", "maintenance.orphan_grace"},
 		{"maintenance:\n  snapshot_max_age: 1s", "maintenance.snapshot_max_age"},
