@@ -318,7 +318,9 @@ func (c *Catalog) Preshape(ctx context.Context, stream string, pol typed.Policy,
 	} else {
 		// Stop before the first payload that would add a column: the
 		// schema s grows only by additions (its fields are the table's
-		// until then, so nothing is widened either).
+		// until then, so nothing is widened either). Check (strict, in
+		// settle) refuses such a payload too today; this keeps the rule
+		// whatever Check lets through.
 		s := typed.NewSchema(typedRoot(sch), inferOptions(pol))
 		for i, v := range sh.vals {
 			if sh.errs[i] != "" {
