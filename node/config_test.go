@@ -20,7 +20,7 @@ func TestParseConfigDefaultsAndEnv(t *testing.T) {
 	}
 	if c.NodeID != "edge-7" || c.WAL.MaxBytes != 64<<20 || c.WAL.Path != "/tmp/x/wal/wal.db" ||
 		c.Catalog.URI != "sqlite:///tmp/x/catalog.db" || c.Catalog.Warehouse != "file:///tmp/x/warehouse" ||
-		c.Uplink.CommitInterval != time.Second || c.Uplink.ZstdLevel != tables.DefaultZstdLevel || c.MQTT.DefaultStream != "mqtt.default" || len(c.MQTT.Routes) != 1 {
+		c.Uplink.CommitInterval != time.Second || c.Uplink.ZstdLevel != tables.DefaultZstdLevel || c.Uplink.ContinuousEncodingMaxBytes != 64<<20 || c.MQTT.DefaultStream != "mqtt.default" || len(c.MQTT.Routes) != 1 {
 		t.Fatalf("unexpected config %+v", c)
 	}
 }
