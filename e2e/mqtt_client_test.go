@@ -75,9 +75,17 @@ func mqttClient(ctx context.Context, addr, clientID string) (*paho.Client, error
 // the ledger before sending and marking it acked on PUBACK success. It
 // stops at the first error (e.g. the node was killed) and returns it.
 func publishN(ctx context.Context, c *paho.Client, l *ledger, client string, start, n int) (int, error) {
+	return publishNWith(ctx, c, l, client, start, n, func(id string, i int) []byte {
+		return append([]byte(fmt.Sprintf(`{"id":"%s","v":%d}`, id, i)), 0x00, 0xff, byte(i))
+	})
+}
+
+// publishNWith is publishN with the payloads made by payload (which must
+// start with {"id":"<id>": see idOf).
+func publishNWith(ctx context.Context, c *paho.Client, l *ledger, client string, start, n int, payload func(id string, i int) []byte) (int, error) {
 	for i := start; i < start+n; i++ {
 		id := fmt.Sprintf("%s-%06d", client, i)
-		payload := append([]byte(fmt.Sprintf(`{"id":"%s","v":%d}`, id, i)), 0x00, 0xff, byte(i))
+		payload := payload(id, i)
 		s := &sent{ID: id, Topic: fmt.Sprintf("factory/line%d/%s/telemetry", i%3, client), Payload: payload,
 			Props: paho.UserProperties{{Key: "device", Value: client}, {Key: "seq", Value: fmt.Sprint(i)}}}
 		l.add(s)

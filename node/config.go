@@ -16,6 +16,7 @@ import (
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/tables/typed"
+	"github.com/tributary-io/tributary/uplink"
 )
 
 // Route maps an MQTT topic filter to a stream, and says how the stream's
@@ -255,10 +256,16 @@ type Config struct {
 		// ZstdLevel of the Parquet data files the uplink writes, 1–22.
 		// Default 1 (tables.DefaultZstdLevel).
 		ZstdLevel int `yaml:"zstd_level"`
-		// ContinuousEncoding encodes raw streams' records into Parquet as
-		// they land, in small slices that yield to ingest, instead of in
-		// one burst per commit (see package uplink). Default false.
+		// ContinuousEncoding encodes streams' records (raw and typed)
+		// into Parquet as they land, in small slices that yield to ingest,
+		// instead of in one burst per commit (see package uplink).
+		// Default false.
 		ContinuousEncoding bool `yaml:"continuous_encoding"`
+		// ContinuousEncodingMaxBytes caps the records (payloads, keys,
+		// topics, headers) all in-progress files of continuous encoding
+		// hold at once, across every partition. Default 64MiB, at least
+		// 1MiB.
+		ContinuousEncodingMaxBytes ByteSize `yaml:"continuous_encoding_max_bytes"`
 	} `yaml:"uplink"`
 
 	// Maintenance of the tables (compaction, manifest merging, snapshot
@@ -431,6 +438,9 @@ func (c *Config) applyDefaults() {
 	if c.Uplink.ZstdLevel == 0 {
 		c.Uplink.ZstdLevel = tables.DefaultZstdLevel
 	}
+	if c.Uplink.ContinuousEncodingMaxBytes == 0 {
+		c.Uplink.ContinuousEncodingMaxBytes = uplink.DefaultPreencodeMaxBytes
+	}
 	c.Maintenance.Defaults()
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 30 * time.Second
@@ -540,6 +550,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Uplink.ZstdLevel < 1 || c.Uplink.ZstdLevel > 22 {
 		bad("uplink.zstd_level", "%d: want 1 to 22", c.Uplink.ZstdLevel)
+	}
+	if c.Uplink.ContinuousEncodingMaxBytes < 1<<20 {
+		bad("uplink.continuous_encoding_max_bytes", "%d is below the minimum of 1MiB", c.Uplink.ContinuousEncodingMaxBytes)
 	}
 	c.Maintenance.Validate(bad)
 	if c.Catalog.CAFile != "" && !strings.HasPrefix(c.Catalog.URI, "https://") {

@@ -20,7 +20,7 @@ func TestParseConfigDefaultsAndEnv(t *testing.T) {
 	}
 	if c.NodeID != "edge-7" || c.WAL.MaxBytes != 64<<20 || c.WAL.Path != "/tmp/x/wal/wal.db" ||
 		c.Catalog.URI != "sqlite:///tmp/x/catalog.db" || c.Catalog.Warehouse != "file:///tmp/x/warehouse" ||
-		c.Uplink.CommitInterval != time.Second || c.Uplink.ZstdLevel != tables.DefaultZstdLevel || c.MQTT.DefaultStream != "mqtt.default" || len(c.MQTT.Routes) != 1 {
+		c.Uplink.CommitInterval != time.Second || c.Uplink.ZstdLevel != tables.DefaultZstdLevel || c.Uplink.ContinuousEncodingMaxBytes != 64<<20 || c.MQTT.DefaultStream != "mqtt.default" || len(c.MQTT.Routes) != 1 {
 		t.Fatalf("unexpected config %+v", c)
 	}
 }
@@ -41,6 +41,7 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"uplink:\n  commit_interval: 1ms", "uplink.commit_interval"},
 		{"uplink:\n  zstd_level: 23", "uplink.zstd_level"},
 		{"uplink:\n  zstd_level: -1", "uplink.zstd_level"},
+		{"uplink:\n  continuous_encoding_max_bytes: 1000", "uplink.continuous_encoding_max_bytes"},
 		{"maintenance:\n  interval: 10ms", "maintenance.interval"},
 		{"maintenance:\n  orphan_grace: 1m", "maintenance.orphan_grace"},
 		{"maintenance:\n  snapshot_max_age: 1s", "maintenance.snapshot_max_age"},

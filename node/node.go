@@ -178,7 +178,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	n.up = uplink.New(uplink.Config{Interval: cfg.Uplink.CommitInterval, MaxBatchBytes: int64(cfg.Uplink.MaxBatchBytes),
 		Node: cfg.NodeID, Logger: log, QuarantineDir: filepath.Join(cfg.DataDir, "quarantine"), Payloads: payloads,
 		Parquet:            tables.ParquetOptions{ZstdLevel: cfg.Uplink.ZstdLevel},
-		ContinuousEncoding: cfg.Uplink.ContinuousEncoding}, n.wal, n.cat, n.bucket)
+		ContinuousEncoding: cfg.Uplink.ContinuousEncoding, PreencodeMaxBytes: int64(cfg.Uplink.ContinuousEncodingMaxBytes)}, n.wal, n.cat, n.bucket)
 	n.up.OnFence(n.book)                    // a fenced partition is no longer written here
 	n.book.UseQuarantine(n.up.Quarantine()) // stale records a take-over drops are kept, as the fence's are
 	n.up.OnRelease(n.kb.store)              // idempotent producers' state outlives released records

@@ -189,28 +189,19 @@ func (c *Catalog) Shape(ctx context.Context, stream string, pol typed.Policy, re
 	if err != nil {
 		return nil, err
 	}
-	sh := decodeBatch(recs)
+	sh := decodeFor(pol, recs)
 	var plan func(sch *iceberg.Schema) []typed.Addition
 	switch pol.Mode {
 	case typed.Declared:
-		// The payload must satisfy the declared schema; the table gets the
-		// declared columns it lacks (Diff's additions: its refusals are
-		// config check's to report, and a payload that does not fit a
-		// column the table keeps is a dead letter).
-		for i, v := range sh.vals {
-			if sh.errs[i] == "" {
-				if err := typed.Validate(v, pol.Columns); err != nil {
-					sh.errs[i], sh.vals[i] = err.Error(), typed.Value{}
-				}
-			}
-		}
+		// The table gets the declared columns it lacks (Diff's additions:
+		// its refusals are config check's to report, and a payload that
+		// does not fit a column the table keeps is a dead letter).
 		plan = func(sch *iceberg.Schema) []typed.Addition {
 			adds, _ := typed.Diff(typedRoot(sch), pol.Columns)
 			return adds
 		}
 	default:
-		opts := typed.Options{Timestamps: pol.Timestamps, MaxColumns: pol.MaxColumns, Reserved: envelopeNames}
-		sh.strict = true
+		opts := inferOptions(pol)
 		plan = func(sch *iceberg.Schema) []typed.Addition {
 			s := typed.NewSchema(typedRoot(sch), opts)
 			for i, v := range sh.vals {
@@ -241,8 +232,40 @@ func (c *Catalog) Shape(ctx context.Context, stream string, pol typed.Policy, re
 			return nil, err
 		}
 	}
-	if err := sh.check(t.Schema()); err != nil {
+	if err := sh.settle(t, pol); err != nil {
 		return nil, fmt.Errorf("shape %s: %w", stream, err)
+	}
+	return sh, nil
+}
+
+// decodeFor decodes the payloads of recs for policy pol: in schema mode
+// a payload must also satisfy the declared schema.
+func decodeFor(pol typed.Policy, recs []*tributary.Record) *Shaped {
+	sh := decodeBatch(recs)
+	if pol.Mode == typed.Declared {
+		for i, v := range sh.vals {
+			if sh.errs[i] == "" {
+				if err := typed.Validate(v, pol.Columns); err != nil {
+					sh.errs[i], sh.vals[i] = err.Error(), typed.Value{}
+				}
+			}
+		}
+	} else {
+		sh.strict = true
+	}
+	return sh
+}
+
+func inferOptions(pol typed.Policy) typed.Options {
+	return typed.Options{Timestamps: pol.Timestamps, MaxColumns: pol.MaxColumns, Reserved: envelopeNames}
+}
+
+// settle decides, against t's schema and spec (the table the batch's
+// files are written to), which payloads are typed, their event times and
+// how the files are cut.
+func (sh *Shaped) settle(t *table.Table, pol typed.Policy) error {
+	if err := sh.check(t.Schema()); err != nil {
+		return err
 	}
 	if _, ok := t.Schema().FindFieldByName(ColEventTime); ok && pol.EventTime != "" {
 		sh.eventTimes = make([]int64, len(sh.vals))
@@ -256,7 +279,108 @@ func (c *Catalog) Shape(ctx context.Context, stream string, pol typed.Policy, re
 		}
 	}
 	sh.byEventTime = PartitionSource(t.Spec()) != FieldTimestamp
-	return sh, nil
+	return nil
+}
+
+// Preshape is Shape that changes nothing, for the uplink's continuous
+// encoding (uplink/preencode.go): it shapes recs (consecutive offsets of
+// one partition) against the stream's table as last loaded and returns the
+// Shaped of recs[:n], the longest prefix whose every payload is typed under
+// that table's schema and spec as they are: no column to add (infer), no
+// declared column missing (schema), no event_time column or event-time
+// spec still to make, no dead letter. sh is nil when n is 0 (the first
+// record needs the table to change, or is a dead letter).
+//
+// A pass's Shape of a batch that starts with recs[:n] decides the same for
+// these records (typed, with the same values and event times: functions
+// of their payloads, the policy and the schema) whenever its Schema is
+// the same (SameSchema): the proof the uplink checks before it uses a
+// file pre-encoded from this Shaped.
+func (c *Catalog) Preshape(ctx context.Context, stream string, pol typed.Policy, recs []*tributary.Record) (sh *Shaped, n int, err error) {
+	if len(recs) == 0 {
+		return nil, 0, nil
+	}
+	t, err := c.lastLoaded(ctx, stream)
+	if err != nil {
+		return nil, 0, err
+	}
+	sch := t.Schema()
+	if et, ok := sch.FindFieldByName(ColEventTime); pol.EventTime != "" && !ok ||
+		pol.PartitionByEventTime && (!ok || PartitionSource(t.Spec()) != et.ID) {
+		return nil, 0, nil
+	}
+	sh = decodeFor(pol, recs)
+	n = len(recs)
+	if pol.Mode == typed.Declared {
+		if adds, _ := typed.Diff(typedRoot(sch), pol.Columns); len(adds) > 0 {
+			return nil, 0, nil
+		}
+	} else {
+		// Stop before the first payload that would add a column: the
+		// schema s grows only by additions (its fields are the table's
+		// until then, so nothing is widened either). Check (strict, in
+		// settle) refuses such a payload too today; this keeps the rule
+		// whatever Check lets through.
+		s := typed.NewSchema(typedRoot(sch), inferOptions(pol))
+		for i, v := range sh.vals {
+			if sh.errs[i] != "" {
+				n = i
+				break
+			}
+			cols := s.Columns()
+			if s.Extend(v) != nil || s.Columns() != cols {
+				n = i
+				break
+			}
+		}
+	}
+	if err := sh.settle(t, pol); err != nil {
+		return nil, 0, fmt.Errorf("preshape %s: %w", stream, err)
+	}
+	for i := range n {
+		if sh.errs[i] != "" {
+			n = i
+			break
+		}
+	}
+	if n == 0 {
+		return nil, 0, nil
+	}
+	sh.vals, sh.errs = sh.vals[:n], sh.errs[:n]
+	if sh.eventTimes != nil {
+		sh.eventTimes = sh.eventTimes[:n]
+	}
+	return sh, n, nil
+}
+
+// SameSchema says whether a and b are the same schema: the same id and the
+// same fields (names, types, field ids), so files written with either have
+// the same Parquet schema.
+func SameSchema(a, b *iceberg.Schema) bool {
+	return a != nil && b != nil && a.ID == b.ID && a.Equals(b)
+}
+
+// Typed says whether the record at offset off has typed columns (its
+// payload is typed), and its event time (noEventTime: none).
+func (sh *Shaped) Typed(off int64) (ok bool, eventTime int64) {
+	if off < sh.base || off-sh.base >= int64(len(sh.errs)) {
+		return false, noEventTime
+	}
+	return sh.errs[off-sh.base] == "", sh.eventTime(off)
+}
+
+// Bucket is the partition bucket of g that r falls in as CutRuns cuts the
+// files: of its ingest timestamp, or of its event time when the table is
+// partitioned by it (records without one have their own). r must be one
+// of sh's records.
+func (sh *Shaped) Bucket(g Granularity, r *tributary.Record) int64 {
+	if !sh.byEventTime || sh.eventTimes == nil {
+		return int64(g.Bucket(r.Timestamp))
+	}
+	if us := sh.eventTimes[r.Offset-sh.base]; us != noEventTime {
+		return int64(g.Bucket(us))
+	}
+	return noEventTime
 }
 
 // partitionByEventTime makes t's partition spec the day or hour (its
@@ -314,15 +438,7 @@ func (c *Catalog) partitionByEventTime(ctx context.Context, stream string, t *ta
 // (CutRuns), or of the event time when the table is partitioned by it
 // (records without one apart).
 func (sh *Shaped) CutRuns(g Granularity, recs []*tributary.Record) [][]*tributary.Record {
-	if !sh.byEventTime || sh.eventTimes == nil {
-		return CutRuns(g, recs)
-	}
-	return cutRuns(recs, func(r *tributary.Record) int64 {
-		if us := sh.eventTimes[r.Offset-sh.base]; us != noEventTime {
-			return int64(g.Bucket(us))
-		}
-		return noEventTime
-	})
+	return cutRuns(recs, func(r *tributary.Record) int64 { return sh.Bucket(g, r) })
 }
 
 // decodeBatch decodes the payloads of recs.

@@ -2,6 +2,7 @@ package uplink
 
 import (
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,15 +70,25 @@ func (m *metrics) committed(stream string, recs []*tributary.Record, now time.Ti
 // Collectors returns the uplink's histograms, to register with a
 // Prometheus registry.
 func (u *Uplink) Collectors() []prometheus.Collector {
-	pre := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tributary_uplink_preencoded_records",
-		Help: "Records in the in-progress Parquet files of continuous encoding (uplink.continuous_encoding): encoded, not yet taken by a commit."},
-		func() float64 {
+	// of reads a pre-encoder counter (0 without continuous encoding).
+	of := func(c func(pe *preEncoder) *atomic.Int64) func() float64 {
+		return func() float64 {
 			if u.pre == nil {
 				return 0
 			}
-			return float64(u.pre.records.Load())
-		})
-	return []prometheus.Collector{u.metrics.upload, u.metrics.commit, u.metrics.fresh, u.metrics.dlq, u.metrics.added, u.metrics.pre, pre}
+			return float64(c(u.pre).Load())
+		}
+	}
+	pre := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tributary_uplink_preencoded_records",
+		Help: "Records in the in-progress Parquet files of continuous encoding (uplink.continuous_encoding): encoded, not yet taken by a commit."},
+		of(func(pe *preEncoder) *atomic.Int64 { return &pe.records }))
+	preBytes := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tributary_uplink_preencoded_bytes",
+		Help: "Bytes of records (payloads, keys, topics, headers) held by the in-progress Parquet files of continuous encoding, across all partitions: at most uplink.continuous_encoding_max_bytes."},
+		of(func(pe *preEncoder) *atomic.Int64 { return &pe.bytes }))
+	backoffs := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tributary_uplink_preencode_backoffs_total",
+		Help: "Times continuous encoding slept after a slice because ingest was short of CPU (over 1% of goroutine wake-ups since the last slice waited more than 1ms to run)."},
+		of(func(pe *preEncoder) *atomic.Int64 { return &pe.backoffs }))
+	return []prometheus.Collector{u.metrics.upload, u.metrics.commit, u.metrics.fresh, u.metrics.dlq, u.metrics.added, u.metrics.pre, pre, preBytes, backoffs}
 }
 
 // UploadHistogram, CommitHistogram and FreshnessHistogram are the three

@@ -4,11 +4,16 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"reflect"
+	"runtime"
+	rtmetrics "runtime/metrics"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/tributary-io/tributary"
@@ -203,7 +208,7 @@ func TestPreFinishChecks(t *testing.T) {
 		return &pre{enc: enc, from: recs[0].Offset, recs: recs}
 	}
 	run := mk(50)
-	if _, _, ok, err := start(mk(20)).finish(run); !ok || err != nil {
+	if _, _, ok, err := start(mk(20)).finish(run, nil); !ok || err != nil {
 		t.Fatalf("a prefix was not used: %v", err)
 	}
 	cases := map[string]func(r []*tributary.Record) []*tributary.Record{
@@ -215,7 +220,7 @@ func TestPreFinishChecks(t *testing.T) {
 		"header value":  func(r []*tributary.Record) []*tributary.Record { r[1].Headers[0].Value = []byte{}; return r },
 	}
 	for name, f := range cases {
-		if _, _, ok, _ := start(mk(20)).finish(f(mk(50))); ok {
+		if _, _, ok, _ := start(mk(20)).finish(f(mk(50)), nil); ok {
 			t.Errorf("%s: the file was used", name)
 		}
 	}
@@ -251,4 +256,163 @@ func TestUplinkDrainsContinuous(t *testing.T) {
 		t.Fatalf("no pre-encoded file used (discarded %d)", preCount(u, "discarded"))
 	}
 	t.Logf("pre-encoded files used %d, discarded %d", preCount(u, "used"), preCount(u, "discarded"))
+}
+
+// TestPreencodeMemoryCap: 40 partitions of 1 KiB records, 2 MiB of them
+// each, under a 5 MiB cap across partitions: after every slice the
+// in-progress files together hold at most the cap (counted per file, not
+// only in the total), the cap is used, and a pass frees it: everything
+// lands in the table once and pre-encoding goes on afterwards.
+func TestPreencodeMemoryCap(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx := context.Background()
+	const limit = 5 << 20
+	u := New(Config{Node: "n1", ContinuousEncoding: true, PreencodeMaxBytes: limit, Logger: quietLogger()}, e.wal, e.cat, e.bucket)
+	const stream = "pre.cap"
+	want := map[int32][][]byte{}
+	val := bytes.Repeat([]byte("v"), 1000)
+	for p := range int32(40) {
+		var recs []*tributary.Record
+		for i := range 2000 {
+			v := append(fmt.Appendf(nil, "%d-%d-", p, i), val...)
+			recs = append(recs, &tributary.Record{Stream: stream, Partition: p, Value: v, Topic: "t", Source: "mqtt"})
+			want[p] = append(want[p], v)
+		}
+		if err := e.wal.Append(ctx, recs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := func() (sum int64) {
+		u.pre.mu.Lock()
+		defer u.pre.mu.Unlock()
+		for _, pr := range u.pre.m {
+			pr.mu.Lock()
+			if !pr.gone {
+				for _, r := range pr.recs {
+					sum += recBytes(r)
+				}
+			}
+			pr.mu.Unlock()
+		}
+		return sum
+	}
+	peak := int64(0)
+	for {
+		worked := false
+		for _, p := range u.log.Partitions() {
+			if u.pre.step(ctx, p) {
+				worked = true
+				h := held()
+				if h > limit || h != u.pre.bytes.Load() {
+					t.Fatalf("in-progress files hold %d bytes (counted %d), cap %d", h, u.pre.bytes.Load(), limit)
+				}
+				peak = max(peak, h)
+			}
+		}
+		if !worked {
+			break
+		}
+	}
+	if peak < limit-2*preSlice*1010 {
+		t.Fatalf("peak %d bytes: the cap %d was not used", peak, limit)
+	}
+	if err := u.SyncAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if u.pre.bytes.Load() != 0 || preCount(u, "used") == 0 {
+		t.Fatalf("after the pass %d bytes held, %d files used", u.pre.bytes.Load(), preCount(u, "used"))
+	}
+	checkTable(t, e.cat, stream, want)
+	appendMany(t, e, stream, 0, 0, "more", 100)
+	preencodeAll(ctx, u)
+	if u.pre.records.Load() != 100 {
+		t.Fatalf("%d records pre-encoded after the pass, want 100", u.pre.records.Load())
+	}
+}
+
+// histSched returns scheduler samples whose counts grow by fast wake-ups
+// (under 1ms) and slow ones (over 1ms) per call.
+func histSched(fast, slow uint64) func() *rtmetrics.Float64Histogram {
+	h := &rtmetrics.Float64Histogram{Buckets: []float64{0, 1e-4, 1e-3, 1e-2, math.Inf(1)}, Counts: make([]uint64, 4)}
+	return func() *rtmetrics.Float64Histogram {
+		h.Counts[0] += fast
+		h.Counts[2] += slow
+		return &rtmetrics.Float64Histogram{Buckets: h.Buckets, Counts: slices.Clone(h.Counts)}
+	}
+}
+
+func backoffsMetric(t *testing.T, u *Uplink) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(u.Collectors()...)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "tributary_uplink_preencode_backoffs_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatal("no tributary_uplink_preencode_backoffs_total")
+	return 0
+}
+
+// TestPreencodeBacksOff: the pre-encoder sleeps after a slice when
+// goroutines waited for a CPU: with scheduler samples where 5% of the
+// wake-ups waited over 1ms it backs off after every slice (counted in
+// tributary_uplink_preencode_backoffs_total); with none waiting, or 0.5%,
+// never.
+func TestPreencodeBacksOff(t *testing.T) {
+	e := newEnv(t, 0)
+	u := New(Config{Node: "n1", ContinuousEncoding: true, Logger: quietLogger()}, e.wal, e.cat, e.bucket)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name       string
+		fast, slow uint64
+		want       int64
+	}{{"idle", 0, 0, 0}, {"no waiting", 1000, 0, 0}, {"0.5% waiting", 995, 5, 0}, {"5% waiting", 950, 50, 20}} {
+		u.pre.sched, u.pre.last = histSched(tc.fast, tc.slow), nil
+		u.pre.busy() // the baseline
+		before := u.pre.backoffs.Load()
+		for range 20 {
+			u.pre.yield(ctx)
+		}
+		if got := u.pre.backoffs.Load() - before; got != tc.want {
+			t.Errorf("%s: %d back-offs in 20 slices, want %d", tc.name, got, tc.want)
+		}
+	}
+	if got := backoffsMetric(t, u); got != 20 {
+		t.Fatalf("tributary_uplink_preencode_backoffs_total = %v, want 20", got)
+	}
+}
+
+// TestPreencodeBacksOffUnderLoad: with goroutines spinning on every CPU
+// (ingest short of CPU, for real: the runtime's own scheduler samples),
+// the pre-encoder backs off. Only that it eventually does is asserted, not
+// how soon.
+func TestPreencodeBacksOffUnderLoad(t *testing.T) {
+	e := newEnv(t, 0)
+	u := New(Config{Node: "n1", ContinuousEncoding: true, Logger: quietLogger()}, e.wal, e.cat, e.bucket)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	for range 4 * runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				for i := 0; i < 1e6; i++ {
+					_ = i * i
+				}
+			}
+		}()
+	}
+	defer wg.Wait()
+	defer cancel()
+	u.pre.busy()
+	testkit.Eventually(t, 60*time.Second, "a back-off under load", func() bool {
+		u.pre.yield(ctx)
+		return u.pre.backoffs.Load() > 0
+	})
 }

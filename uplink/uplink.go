@@ -73,18 +73,30 @@
 // # Continuous encoding
 //
 // With Config.ContinuousEncoding (uplink.continuous_encoding), a second
-// goroutine (preencode.go) encodes each raw stream's partitions as their
+// goroutine (preencode.go) encodes each stream's partitions as their
 // records land instead of in one burst per pass: per partition one
 // in-progress Parquet file (tables.Encoder, in memory) from the WAL's
 // released offset, filled in slices of at most 1024 records read from the
 // WAL, polled every 20ms. A file stops growing at an epoch change, at a
 // change of partition bucket (the table's granularity) and at 16 MiB of
-// records (or half of MaxBatchBytes), so it stays within what one upload
-// file holds; it holds the encoded pages and the records it encoded. Between slices it calls
-// runtime.Gosched, and sleeps 10ms when ingest is short of CPU: when
-// more than 1% of the goroutine wake-ups since the last slice waited over
-// 1ms to run (runtime/metrics /sched/latencies:seconds). While a pass
-// syncs a stream the pre-encoder leaves it alone.
+// records (or half of MaxBatchBytes, of MaxTypedBatchBytes for a typed
+// stream), so it stays within what one upload file holds; it holds the
+// encoded pages and the records it encoded. All files together hold at
+// most Config.PreencodeMaxBytes of records
+// (uplink.continuous_encoding_max_bytes): at the cap a file waits for a
+// pass to take one. Between slices it calls runtime.Gosched, and sleeps
+// 10ms when ingest is short of CPU: when more than 1% of the goroutine
+// wake-ups since the last slice waited over 1ms to run (runtime/metrics
+// /sched/latencies:seconds; tributary_uplink_preencode_backoffs_total).
+// While a pass syncs a stream the pre-encoder leaves it alone.
+//
+// A typed stream's file (Config.Payloads) is encoded with the table's
+// schema as last loaded (Committer.Preshape: the columns are those the
+// pass would write if the batch changed nothing): every record in it is
+// typed under that schema with no column to add. A record that would need
+// the table to change (a new column, the event_time column or spec) or
+// that is a dead letter ends the file just before it; so does a schema
+// that changed between slices.
 //
 // A pass takes the partition's file and uses it for the first file of
 // the batch only if it provably holds a prefix of that file's records: it
@@ -92,14 +104,19 @@
 // (cut at the epoch and at the partition buckets of the table's current
 // spec) and its records are the run's first ones, compared field by field
 // (so a WAL partition dropped and written again, another epoch or another
-// payload at the same offsets, is caught). The pass appends the rest of
-// the run and closes the file: tables.Encoder hands records to the column
-// writers in the chunks and row groups WriteParquet uses, so the bytes are
-// those the burst path writes. In every other case the file is discarded
+// payload at the same offsets, is caught). For a typed stream the batch's
+// Shape (after any schema evolution it committed) must have the file's
+// schema — the same schema id and field ids (tables.SameSchema) — and have
+// each of the file's records typed, with the event time the file has:
+// typed values are a function of the payload bytes (compared), the policy
+// (fixed) and the schema. The pass appends the rest of the run (with the
+// batch's Shape: its dead letters' typed columns null) and closes the
+// file: tables.Encoder hands records to the column writers in the chunks
+// and row groups WriteParquet uses, so the bytes are those the burst path
+// writes. In every other case the file is discarded
 // (tributary_uplink_preencoded_files_total{outcome="discarded"}) and the
-// run encoded as without it. The commit protocol is unchanged. Typed
-// streams (Config.Payloads) keep the burst path: their columns depend on
-// the batch (Catalog.Shape).
+// run encoded as without it. The commit protocol is unchanged: Shape,
+// the dead letters and the commit run as before.
 package uplink
 
 import (
@@ -144,6 +161,10 @@ type Committer interface {
 	// Shape decodes a batch's payloads for a typed stream, adding the
 	// columns their new fields need to the table first (tables/typedcols.go).
 	Shape(ctx context.Context, stream string, pol typed.Policy, recs []*tributary.Record) (*tables.Shaped, error)
+	// Preshape shapes recs against the table as last loaded, changing
+	// nothing: the prefix of n records that is typed with no column to
+	// add and no dead letter (continuous encoding of typed streams).
+	Preshape(ctx context.Context, stream string, pol typed.Policy, recs []*tributary.Record) (*tables.Shaped, int, error)
 	// CommitDeadLetters commits the dead letters of a batch ending at to
 	// to the stream's dead-letter table, exactly once by its own mark.
 	CommitDeadLetters(ctx context.Context, stream string, p int32, to int64, o tables.Origin, dls []tables.DeadLetter) (int, error)
@@ -188,9 +209,13 @@ type Config struct {
 	Payloads map[string]typed.Policy
 	// Parquet says how data files are encoded (zstd level).
 	Parquet tables.ParquetOptions
-	// ContinuousEncoding pre-encodes raw streams' records as they land
-	// (preencode.go; see the package comment).
+	// ContinuousEncoding pre-encodes records as they land (preencode.go;
+	// see the package comment).
 	ContinuousEncoding bool
+	// PreencodeMaxBytes caps the records (payloads, keys, topics,
+	// headers) all in-progress files of continuous encoding hold at once
+	// (default DefaultPreencodeMaxBytes).
+	PreencodeMaxBytes int64
 }
 
 func (c *Config) defaults() {
@@ -208,6 +233,9 @@ func (c *Config) defaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.PreencodeMaxBytes <= 0 {
+		c.PreencodeMaxBytes = DefaultPreencodeMaxBytes
 	}
 }
 
@@ -650,7 +678,7 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 			dead[p.Partition] = sh.DeadLetters(recs)
 		}
 		var pr *pre
-		if u.pre != nil && sh == nil {
+		if u.pre != nil {
 			pr = u.pre.take(stream, p.Partition)
 		}
 		files, err := u.upload(ctx, stream, recs, sh, pr)
@@ -814,16 +842,16 @@ func (u *Uplink) upload(ctx context.Context, stream string, recs []*tributary.Re
 	for i, run := range runs {
 		var buf bytes.Buffer
 		var st tables.FileStats
+		if i == 0 && pr != nil {
+			// A file that fails to complete is encoded anew below.
+			if data, fst, ok, ferr := pr.finish(run, sh); ferr == nil && ok {
+				buf, st, used = *bytes.NewBuffer(data), fst, true
+			}
+		}
 		switch {
+		case used && i == 0:
 		case sh != nil:
 			st, err = u.cfg.Parquet.WriteParquetShaped(&buf, run, sh)
-		case i == 0 && pr != nil:
-			var data []byte
-			if data, st, used, err = pr.finish(run); err == nil && used {
-				buf = *bytes.NewBuffer(data)
-				break
-			}
-			fallthrough
 		default:
 			st, err = u.cfg.Parquet.WriteParquet(&buf, run)
 		}

@@ -35,7 +35,7 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 	simUser := fs.String("sim-username", "", "MQTT user of the simulated devices, when --security turns authentication on (client ids sim-device-N: name the user sim-device or allow them in its rules)")
 	simPassword := fs.String("sim-password", "", "the simulated devices' MQTT password or JWT (default $TRIBUTARY_SIM_PASSWORD)")
 	commit := fs.Duration("commit-interval", time.Second, "commit interval of each stream")
-	contEnc := fs.Bool("continuous-encoding", false, "encode raw streams' records into Parquet as they land instead of in one burst per commit (uplink.continuous_encoding)")
+	contEnc := fs.Bool("continuous-encoding", false, "encode records into Parquet as they land instead of in one burst per commit (uplink.continuous_encoding)")
 	payload := fs.String("payload", "infer", "how factory.telemetry's payloads become columns: infer (typed columns inferred from the JSON, RFC 3339 strings as timestamps; bad payloads also in factory.telemetry_dlq) or raw (the envelope only)")
 	blockingAcks := fs.Bool("mqtt-blocking-acks", false, "acknowledge each QoS 1/2 publish before reading the connection's next one (mqtt.blocking_acks; for comparison)")
 	walBudget := fs.String("wal-budget", "1GiB", "WAL disk budget; beyond it QoS 1/2 publishes are refused")
