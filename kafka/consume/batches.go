@@ -27,14 +27,19 @@ package consume
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"runtime"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/parquet-go/parquet-go"
+
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/internal/lru"
+	"github.com/tributary-io/tributary/internal/pqkafka"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/tables"
 )
@@ -92,6 +97,50 @@ func encodeGroup(first int64, recs []*tributary.Record) *encodedGroup {
 	return g
 }
 
+// decoders are the reusable buffers of direct row-group encodes.
+var decoders = sync.Pool{New: func() any { return new(pqkafka.Decoder) }}
+
+// build encodes row group ref: straight from the Parquet pages into
+// batches (package pqkafka), or, for a file without the envelope's layout
+// (pqkafka.ErrUnsupported), from the records the table reader decodes.
+func build(ctx context.Context, v *tables.Partition, ref tables.RowGroupRef) (*encodedGroup, error) {
+	g, err := buildDirect(ctx, v, ref)
+	if !errors.Is(err, pqkafka.ErrUnsupported) {
+		return g, err
+	}
+	recs, err := v.Rows(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	return encodeGroup(ref.First, recs), nil
+}
+
+func buildDirect(ctx context.Context, v *tables.Partition, ref tables.RowGroupRef) (*encodedGroup, error) {
+	f, size, err := v.OpenFile(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	pf, err := parquet.OpenFile(f, size, parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true),
+		parquet.ReadBufferSize(256<<10))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w: %v", ref.Key.Path, pqkafka.ErrCorrupt, err)
+	}
+	if n := len(pf.RowGroups()); ref.Key.Index >= n {
+		return nil, fmt.Errorf("read %s: %w: row group %d of %d", ref.Key.Path, pqkafka.ErrCorrupt, ref.Key.Index, n)
+	}
+	if rows := pf.RowGroups()[ref.Key.Index].NumRows(); rows != ref.Count {
+		return nil, fmt.Errorf("read %s: %w: row group %d has %d rows, the footer said %d", ref.Key.Path, pqkafka.ErrCorrupt, ref.Key.Index, rows, ref.Count)
+	}
+	d := decoders.Get().(*pqkafka.Decoder)
+	defer decoders.Put(d)
+	g, err := d.Encode(pf, ref.Key.Index, ref.First, batchBytes)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", ref.Key.Path, err)
+	}
+	return &encodedGroup{first: g.First, buf: g.Buf, ends: g.Ends, starts: g.Starts}, nil
+}
+
 // batchCache holds encoded row groups; safe for concurrent use.
 type batchCache struct {
 	groups  *lru.Cache // tables.RowGroupKey -> *encodedGroup
@@ -136,13 +185,11 @@ func (bc *batchCache) get(ctx context.Context, v *tables.Partition, ref tables.R
 	l := &groupLoad{done: make(chan struct{})}
 	bc.loading[ref.Key] = l
 	bc.mu.Unlock()
-	recs, err := v.Rows(ctx, ref)
-	if err == nil {
+	l.g, l.err = build(ctx, v, ref)
+	if l.err == nil {
 		bc.builds.Add(1)
-		l.g = encodeGroup(ref.First, recs)
 		bc.groups.Add(ref.Key, l.g, l.g.size())
 	}
-	l.err = err
 	bc.mu.Lock()
 	delete(bc.loading, ref.Key)
 	bc.mu.Unlock()
