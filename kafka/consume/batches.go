@@ -7,7 +7,12 @@ package consume
 //     record batches (kafka.AppendBatch) of at most batchBytes of records
 //     each, and cached under the row group's tables.RowGroupKey: data
 //     files are immutable, so a cached batch never needs invalidation.
-//     The cache is an LRU bounded by BatchCacheBytes of encoded bytes.
+//     The cache is bounded by BatchCacheBytes of encoded bytes, and a
+//     long scan cannot flush it (lru.Segmented): a row group enters on
+//     probation, and only a fetch by another connection than the one it
+//     was built for makes it protected (at most 3/4 of the cache). A
+//     consumer catching up over more than the cache cycles through
+//     probation; the hot tail that several tailing consumers read stays.
 //   - A fetch at offset X returns whole batches, from the one holding X
 //     on, as many as fit in the partition's limit (at least one when the
 //     response has nothing yet, KIP-74). Kafka brokers do the same: the
@@ -143,7 +148,7 @@ func buildDirect(ctx context.Context, v *tables.Partition, ref tables.RowGroupRe
 
 // batchCache holds encoded row groups; safe for concurrent use.
 type batchCache struct {
-	groups  *lru.Cache // tables.RowGroupKey -> *encodedGroup
+	groups  *lru.Segmented // tables.RowGroupKey -> *encodedGroup
 	mu      sync.Mutex
 	loading map[tables.RowGroupKey]*groupLoad
 	workers chan struct{} // one token per background build
@@ -159,13 +164,14 @@ type groupLoad struct {
 }
 
 func newBatchCache(maxBytes int64, log func(string, ...any)) *batchCache {
-	return &batchCache{groups: lru.New(maxBytes), loading: map[tables.RowGroupKey]*groupLoad{},
+	return &batchCache{groups: lru.NewSegmented(maxBytes), loading: map[tables.RowGroupKey]*groupLoad{},
 		workers: make(chan struct{}, max(2, runtime.GOMAXPROCS(0))), depth: prefetchGroups, log: log}
 }
 
-// get returns the encoded batches of ref, building them once.
-func (bc *batchCache) get(ctx context.Context, v *tables.Partition, ref tables.RowGroupRef) (*encodedGroup, error) {
-	if g, ok := bc.groups.Get(ref.Key); ok {
+// get returns the encoded batches of ref for reader (the connection
+// fetching: see the cache's policy), building them once.
+func (bc *batchCache) get(ctx context.Context, v *tables.Partition, ref tables.RowGroupRef, reader string) (*encodedGroup, error) {
+	if g, ok := bc.groups.Get(ref.Key, reader); ok {
 		return g.(*encodedGroup), nil
 	}
 	bc.mu.Lock()
@@ -178,7 +184,7 @@ func (bc *batchCache) get(ctx context.Context, v *tables.Partition, ref tables.R
 			return nil, ctx.Err()
 		}
 	}
-	if g, ok := bc.groups.Get(ref.Key); ok { // built between the miss and the lock
+	if g, ok := bc.groups.Get(ref.Key, reader); ok { // built between the miss and the lock
 		bc.mu.Unlock()
 		return g.(*encodedGroup), nil
 	}
@@ -188,7 +194,7 @@ func (bc *batchCache) get(ctx context.Context, v *tables.Partition, ref tables.R
 	l.g, l.err = build(ctx, v, ref)
 	if l.err == nil {
 		bc.builds.Add(1)
-		bc.groups.Add(ref.Key, l.g, l.g.size())
+		bc.groups.Add(ref.Key, l.g, l.g.size(), reader)
 	}
 	bc.mu.Lock()
 	delete(bc.loading, ref.Key)
@@ -199,14 +205,14 @@ func (bc *batchCache) get(ctx context.Context, v *tables.Partition, ref tables.R
 
 // prefetch builds the row groups after ref in the background, up to depth
 // of them, as far as builders are free.
-func (bc *batchCache) prefetch(ctx context.Context, v *tables.Partition, ref tables.RowGroupRef) {
+func (bc *batchCache) prefetch(ctx context.Context, v *tables.Partition, ref tables.RowGroupRef, reader string) {
 	for k := 0; k < bc.depth; k++ {
 		next, ok, err := v.Next(ctx, ref)
 		if err != nil || !ok {
 			return
 		}
 		ref = next
-		if _, ok := bc.groups.Get(ref.Key); ok {
+		if _, ok := bc.groups.Get(ref.Key, reader); ok {
 			continue
 		}
 		bc.mu.Lock()
@@ -224,7 +230,7 @@ func (bc *batchCache) prefetch(ctx context.Context, v *tables.Partition, ref tab
 			defer func() { <-bc.workers }()
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			if _, err := bc.get(ctx, v, ref); err != nil {
+			if _, err := bc.get(ctx, v, ref, reader); err != nil {
 				bc.log("kafka: prefetch row group", "path", ref.Key.Path, "row_group", ref.Key.Index, "err", err)
 			}
 		}(ref)
@@ -235,7 +241,7 @@ func (bc *batchCache) prefetch(ctx context.Context, v *tables.Partition, ref tab
 // batches (the first may start before off), at most limit bytes unless
 // atLeastOne and nothing else would be returned, never reaching the mark.
 // An error is returned only when nothing could be read.
-func (bc *batchCache) fetch(ctx context.Context, v *tables.Partition, off int64, limit int, atLeastOne bool) ([]byte, error) {
+func (bc *batchCache) fetch(ctx context.Context, v *tables.Partition, off int64, limit int, atLeastOne bool, reader string) ([]byte, error) {
 	var out []byte
 	aliased := false // out is a slice of a cached group: copy before appending
 	add := func(b []byte) {
@@ -255,11 +261,11 @@ func (bc *batchCache) fetch(ctx context.Context, v *tables.Partition, off int64,
 		if err != nil || !ok {
 			return out, errIfEmpty(out, err)
 		}
-		g, err := bc.get(ctx, v, ref)
+		g, err := bc.get(ctx, v, ref, reader)
 		if err != nil {
 			return out, errIfEmpty(out, err)
 		}
-		bc.prefetch(ctx, v, ref)
+		bc.prefetch(ctx, v, ref, reader)
 		i := sort.Search(len(g.ends), func(i int) bool { return g.ends[i] > off })
 		j := i
 		for ; j < len(g.ends) && g.ends[j] <= v.End; j++ {
