@@ -23,11 +23,11 @@ import (
 // read) stay. Except that the most recently added item is always kept,
 // the items' sizes sum to at most the maximum.
 type Segmented struct {
-	mu         sync.Mutex
-	max, pmax  int64
+	mu          sync.Mutex
+	max, pmax   int64
 	size, psize int64
-	prob, prot *list.List
-	items      map[any]*list.Element
+	prob, prot  *list.List
+	items       map[any]*list.Element
 }
 
 // ProtectedShare is the share of a Segmented cache's bytes that items
