@@ -30,6 +30,7 @@
 package pqkafka
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -38,6 +39,8 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/encoding"
+	"github.com/parquet-go/parquet-go/encoding/thrift"
+	"github.com/parquet-go/parquet-go/format"
 )
 
 // Envelope field ids (package tables' Field* constants).
@@ -92,6 +95,35 @@ type Decoder struct {
 var empty = []byte{}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Open reads a data file's footer (size bytes of r), for Encode. Errors
+// wrap ErrCorrupt, including a panic of parquet-go's footer decoding on
+// bad bytes.
+func Open(r io.ReaderAt, size int64) (f *parquet.File, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			f, err = nil, fmt.Errorf("%w: footer: %v", ErrCorrupt, p)
+		}
+	}()
+	// parquet-go allocates the footer length the file's tail claims
+	// before comparing it with the file's size.
+	var tail [8]byte
+	if size < 12 {
+		return nil, fmt.Errorf("%w: %d bytes", ErrCorrupt, size)
+	}
+	if _, err := r.ReadAt(tail[:], size-8); err != nil {
+		return nil, fmt.Errorf("%w: footer: %v", ErrCorrupt, err)
+	}
+	if n := int64(binary.LittleEndian.Uint32(tail[:4])); string(tail[4:]) != "PAR1" || n > size-12 {
+		return nil, fmt.Errorf("%w: footer of %d bytes in a file of %d, magic %q", ErrCorrupt, n, size, tail[4:])
+	}
+	f, err = parquet.OpenFile(r, size, parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true),
+		parquet.ReadBufferSize(256<<10))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	return f, nil
+}
 
 // columns are the leaf columns the encoder reads.
 type columns struct {
@@ -187,6 +219,9 @@ func (d *Decoder) Encode(f *parquet.File, rg int, first int64, batchBytes int) (
 		if err != nil {
 			return err
 		}
+		if err := checkPages(f, rg, c.Index()); err != nil {
+			return fmt.Errorf("column %s: %w", name, err)
+		}
 		d.rows = 0
 		if err := d.readPages(ch, name, fn); err != nil {
 			return err
@@ -262,6 +297,134 @@ func resize[T any](s []T, n int) []T {
 		return make([]T, n)
 	}
 	return s[:n]
+}
+
+// Bounds of one page: parquet-go allocates what a page header claims
+// before it reads the page, so the headers are checked first.
+const (
+	maxPageBytes  = 256 << 20
+	maxPageValues = 1 << 24
+)
+
+// checkPages walks the page headers of leaf column col of row group rg
+// (without reading the pages) and checks each against the bounds and the
+// column chunk.
+func checkPages(f *parquet.File, rg, col int) error {
+	md := f.Metadata()
+	if rg >= len(md.RowGroups) || col >= len(md.RowGroups[rg].Columns) {
+		return fmt.Errorf("%w: no column chunk %d in row group %d", ErrCorrupt, col, rg)
+	}
+	cm := md.RowGroups[rg].Columns[col].MetaData
+	pos := cm.DataPageOffset
+	if cm.DictionaryPageOffset > 0 && cm.DictionaryPageOffset < pos {
+		pos = cm.DictionaryPageOffset
+	}
+	end := pos + cm.TotalCompressedSize
+	if pos < 4 || cm.TotalCompressedSize < 0 || end > f.Size() || end < pos {
+		return fmt.Errorf("%w: column chunk at %d+%d in a file of %d bytes", ErrCorrupt, pos, cm.TotalCompressedSize, f.Size())
+	}
+	switch cm.Codec {
+	case format.Uncompressed, format.Zstd:
+	default:
+		// parquet-go's other decoders size their output from the stream
+		// (lz4 doubles it until it fits): not read here.
+		return fmt.Errorf("%w: compression codec %v", ErrUnsupported, cm.Codec)
+	}
+	small := make([]byte, 4096)
+	var proto thrift.CompactProtocol
+	for pos < end {
+		// A header is read from 4 KiB, or 1 MiB if it is longer (page
+		// statistics of long values).
+		var h format.PageHeader
+		var buf []byte
+		var r *bytes.Reader
+		var n int
+		for _, w := range [][]byte{small, nil} {
+			if w == nil {
+				w = make([]byte, min(1<<20, end-pos))
+			}
+			var err error
+			n, err = f.ReadAt(w[:min(int64(len(w)), end-pos)], pos)
+			if n == 0 {
+				return fmt.Errorf("%w: page header at %d: %v", ErrCorrupt, pos, err)
+			}
+			buf, r, h = w, bytes.NewReader(w[:n]), format.PageHeader{}
+			if err = thrift.NewDecoder(proto.NewReader(r)).Decode(&h); err == nil {
+				break
+			} else if len(w) > len(small) || int64(n) == end-pos {
+				return fmt.Errorf("%w: page header at %d: %v", ErrCorrupt, pos, err)
+			}
+		}
+		nv := int32(0)
+		switch {
+		case h.DataPageHeader.Valid:
+			nv = h.DataPageHeader.V.NumValues
+		case h.DataPageHeaderV2.Valid:
+			nv = h.DataPageHeaderV2.V.NumValues
+		case h.DictionaryPageHeader.Valid:
+			nv = h.DictionaryPageHeader.V.NumValues
+		}
+		pos += int64(n - r.Len())
+		if h.UncompressedPageSize < 0 || h.UncompressedPageSize > maxPageBytes || h.CompressedPageSize < 0 ||
+			int64(h.CompressedPageSize) > end-pos || nv < 0 || nv > maxPageValues {
+			return fmt.Errorf("%w: page at %d: %d bytes (%d compressed) of %d values", ErrCorrupt, pos, h.UncompressedPageSize, h.CompressedPageSize, nv)
+		}
+		if cm.Codec == format.Zstd && h.CompressedPageSize > 0 {
+			if err := checkZstdFrame(f, pos, buf[n-r.Len():n], h.UncompressedPageSize); err != nil {
+				return err
+			}
+		}
+		pos += int64(h.CompressedPageSize)
+	}
+	return nil
+}
+
+// checkZstdFrame checks that the zstd frame of a page at pos (head: the
+// bytes of it already read) claims no more content than the page header
+// says: the decoder allocates the frame's claim.
+func checkZstdFrame(f *parquet.File, pos int64, head []byte, size int32) error {
+	var fh [18]byte // magic, descriptor, window, dictionary id, content size
+	m := copy(fh[:], head)
+	if m < len(fh) {
+		n, _ := f.ReadAt(fh[m:], pos+int64(m))
+		m += n
+	}
+	b := fh[:m]
+	if len(b) < 5 || binary.LittleEndian.Uint32(b) != 0xFD2FB528 {
+		return nil // not a frame header: the decoder refuses it
+	}
+	d := b[4]
+	i := 5
+	if d&0x20 == 0 { // not single segment: a window descriptor
+		i++
+	}
+	i += [4]int{0, 1, 2, 4}[d&3]
+	var fcs uint64
+	switch d >> 6 {
+	case 0:
+		if d&0x20 == 0 {
+			return nil // no content size
+		}
+		if i+1 <= len(b) {
+			fcs = uint64(b[i])
+		}
+	case 1:
+		if i+2 <= len(b) {
+			fcs = uint64(binary.LittleEndian.Uint16(b[i:])) + 256
+		}
+	case 2:
+		if i+4 <= len(b) {
+			fcs = uint64(binary.LittleEndian.Uint32(b[i:]))
+		}
+	case 3:
+		if i+8 <= len(b) {
+			fcs = binary.LittleEndian.Uint64(b[i:])
+		}
+	}
+	if fcs > uint64(size) {
+		return fmt.Errorf("%w: page at %d: zstd frame of %d bytes in a page of %d", ErrCorrupt, pos, fcs, size)
+	}
+	return nil
 }
 
 // readPages calls fn with each page of the chunk, keeping the pages until

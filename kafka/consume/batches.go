@@ -40,8 +40,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/parquet-go/parquet-go"
-
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/internal/lru"
 	"github.com/tributary-io/tributary/internal/pqkafka"
@@ -126,10 +124,9 @@ func buildDirect(ctx context.Context, v *tables.Partition, ref tables.RowGroupRe
 		return nil, err
 	}
 	defer f.Close()
-	pf, err := parquet.OpenFile(f, size, parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true),
-		parquet.ReadBufferSize(256<<10))
+	pf, err := pqkafka.Open(f, size)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w: %v", ref.Key.Path, pqkafka.ErrCorrupt, err)
+		return nil, fmt.Errorf("read %s: %w", ref.Key.Path, err)
 	}
 	if n := len(pf.RowGroups()); ref.Key.Index >= n {
 		return nil, fmt.Errorf("read %s: %w: row group %d of %d", ref.Key.Path, pqkafka.ErrCorrupt, ref.Key.Index, n)
