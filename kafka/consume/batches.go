@@ -24,8 +24,10 @@ package consume
 //
 // Outline: fetch locates the row group of the offset from the Parquet
 // footer (tables.Partition.RowGroupAt), takes its batches from the cache
-// or builds them (one build per row group however many fetchers ask, the
-// rows decoded through the shared tables.Reader), and starts building the
+// or builds them (one build per row group however many fetchers ask:
+// build, straight from the data file's pages by internal/pqkafka, or
+// from the rows the shared tables.Reader decodes when the file is not in
+// the envelope's layout), and starts building the
 // next prefetch row groups in the background on at most workers builders,
 // so that a consumer finds them encoded and a cold partition is decoded
 // on several cores at once.

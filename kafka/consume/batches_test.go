@@ -247,6 +247,13 @@ func TestBatchCacheScanKeepsSharedTail(t *testing.T) {
 	if cs.batches.groups.Size() > 3<<20 {
 		t.Fatalf("%d bytes cached under a 2 MiB cap", cs.batches.groups.Size())
 	}
+	// The scan's prefetches finish in the background: wait for them.
+	for deadline := time.Now().Add(10 * time.Second); len(cs.batches.workers) > 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("prefetches still running")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	builds := cs.batches.builds.Load()
 	for _, rc := range []*kafkatest.Conn{a, b} {
 		if p := rawFetch(t, rc, tail, 1<<20); len(p.RecordBatches) == 0 {
