@@ -89,6 +89,8 @@ type Decoder struct {
 	hvstart       []int32 // the same, counted on the value column
 	pages         []parquet.Page
 	rows          int // rows of the column being read, so far
+	want          int // rows wanted: reading a column stops there
+	total         int // rows of the row group
 }
 
 // empty is a non-null empty byte string: nil means null.
@@ -179,6 +181,31 @@ func findColumns(f *parquet.File) (columns, error) {
 // record per batch). The returned Group's slices are fresh; the decoder's
 // buffers are kept for the next call.
 func (d *Decoder) Encode(f *parquet.File, rg int, first int64, batchBytes int) (g *Group, err error) {
+	return d.encodeRows(f, rg, first, batchBytes, -1)
+}
+
+// EncodePrefix is Encode of the batches of row group rg that hold offsets
+// before from plus about limit bytes of records after it (from the value
+// column's average row size): only as many pages are read as those rows
+// need. The batches are exactly Encode's first batches; the last one is
+// left out unless the prefix reaches the row group's end (it could be cut
+// short), so the Group may have none. For a consumer's first fetch of a
+// cold row group, answered before the whole row group is encoded.
+func (d *Decoder) EncodePrefix(f *parquet.File, rg int, first int64, batchBytes int, from int64, limit int) (*Group, error) {
+	rows := 0
+	if rg >= 0 && rg < len(f.Metadata().RowGroups) {
+		g := f.Metadata().RowGroups[rg]
+		avg := int64(1024)
+		if cols, err := findColumns(f); err == nil && g.NumRows > 0 && cols.val.Index() < len(g.Columns) {
+			avg = max(1, g.Columns[cols.val.Index()].MetaData.TotalUncompressedSize/g.NumRows)
+		}
+		rows = int(min(max(0, from-first)+int64(limit)/avg+2, g.NumRows, 1<<24))
+	}
+	return d.encodeRows(f, rg, first, batchBytes, max(rows, 1))
+}
+
+// encodeRows encodes the first want rows of row group rg (all: -1).
+func (d *Decoder) encodeRows(f *parquet.File, rg int, first int64, batchBytes, want int) (g *Group, err error) {
 	defer func() {
 		for i, p := range d.pages {
 			parquet.Release(p)
@@ -202,7 +229,11 @@ func (d *Decoder) Encode(f *parquet.File, rg int, first int64, batchBytes int) (
 	if n64 <= 0 || n64 > 1<<24 {
 		return nil, fmt.Errorf("%w: row group %d has %d rows", ErrCorrupt, rg, n64)
 	}
-	n := int(n64)
+	total := int(n64)
+	n := total
+	if want >= 0 && want < total {
+		n = want
+	}
 	chunks := rowGroup.ColumnChunks()
 	chunk := func(c *parquet.Column) (parquet.ColumnChunk, error) {
 		if c.Index() < 0 || c.Index() >= len(chunks) {
@@ -210,7 +241,8 @@ func (d *Decoder) Encode(f *parquet.File, rg int, first int64, batchBytes int) (
 		}
 		return chunks[c.Index()], nil
 	}
-	flat := func(c *parquet.Column, name string, mk func(*parquet.Column) func(parquet.Page) error) error {
+	d.want, d.total = n, total
+	flat := func(c *parquet.Column, name string, top bool, mk func(*parquet.Column) func(parquet.Page) error) error {
 		if c == nil {
 			return nil
 		}
@@ -226,29 +258,29 @@ func (d *Decoder) Encode(f *parquet.File, rg int, first int64, batchBytes int) (
 		if err := d.readPages(ch, name, fn); err != nil {
 			return err
 		}
-		if d.rows != n {
-			return fmt.Errorf("%w: column %s has %d rows, the row group %d", ErrCorrupt, name, d.rows, n)
+		if top && (d.rows < n || n == total && d.rows != total) {
+			return fmt.Errorf("%w: column %s has %d rows, the row group %d", ErrCorrupt, name, d.rows, total)
 		}
 		return nil
 	}
 	d.offs, d.ts = resize(d.offs, n), resize(d.ts, n)
-	if err := flat(cols.off, "offset", d.int64s(&d.offs, nil, n)); err != nil {
+	if err := flat(cols.off, "offset", true, d.int64s(&d.offs, nil, total)); err != nil {
 		return nil, err
 	}
-	if err := flat(cols.ts, "timestamp", d.int64s(&d.ts, nil, n)); err != nil {
+	if err := flat(cols.ts, "timestamp", true, d.int64s(&d.ts, nil, total)); err != nil {
 		return nil, err
 	}
 	d.pts, d.ptsOK = resize(d.pts, n), resize(d.ptsOK, n)
 	clear(d.ptsOK)
-	if err := flat(cols.pts, "producer_timestamp", d.int64s(&d.pts, d.ptsOK, n)); err != nil {
+	if err := flat(cols.pts, "producer_timestamp", true, d.int64s(&d.pts, d.ptsOK, total)); err != nil {
 		return nil, err
 	}
 	d.keys, d.vals = resize(d.keys, n), resize(d.vals, n)
 	clear(d.keys)
-	if err := flat(cols.key, "key", d.byteArrays(d.keys, n)); err != nil {
+	if err := flat(cols.key, "key", true, d.byteArrays(d.keys, total)); err != nil {
 		return nil, err
 	}
-	if err := flat(cols.val, "value", d.byteArrays(d.vals, n)); err != nil {
+	if err := flat(cols.val, "value", true, d.byteArrays(d.vals, total)); err != nil {
 		return nil, err
 	}
 	for i := range d.vals {
@@ -259,15 +291,28 @@ func (d *Decoder) Encode(f *parquet.File, rg int, first int64, batchBytes int) (
 	d.hstart, d.hvstart = resize(d.hstart, n+1)[:0], resize(d.hvstart, n+1)[:0]
 	d.hk, d.hv = d.hk[:0], d.hv[:0]
 	if cols.hk != nil {
-		if err := flat(cols.hk, "header key", d.repeated(&d.hk, &d.hstart, n)); err != nil {
+		if err := flat(cols.hk, "header key", false, d.repeated(&d.hk, &d.hstart, total)); err != nil {
 			return nil, err
 		}
-		if err := flat(cols.hv, "header value", d.repeated(&d.hv, &d.hvstart, n)); err != nil {
+		if err := flat(cols.hv, "header value", false, d.repeated(&d.hv, &d.hvstart, total)); err != nil {
 			return nil, err
+		}
+		if n < total {
+			// A prefix: the rows beyond it are cut off.
+			if len(d.hstart) < n || len(d.hvstart) < n {
+				return nil, fmt.Errorf("%w: row group %d: header columns have %d and %d rows, want at least %d", ErrCorrupt, rg, len(d.hstart), len(d.hvstart), n)
+			}
+			if len(d.hstart) > n {
+				d.hk = d.hk[:d.hstart[n]]
+			}
+			if len(d.hvstart) > n {
+				d.hv = d.hv[:d.hvstart[n]]
+			}
+			d.hstart, d.hvstart = d.hstart[:n], d.hvstart[:n]
 		}
 		if len(d.hstart) != n || len(d.hvstart) != n || len(d.hk) != len(d.hv) {
 			return nil, fmt.Errorf("%w: row group %d: header columns have %d and %d rows, %d and %d elements, want %d rows",
-				ErrCorrupt, rg, len(d.hstart), len(d.hvstart), len(d.hk), len(d.hv), n)
+				ErrCorrupt, rg, len(d.hstart), len(d.hvstart), len(d.hk), len(d.hv), total)
 		}
 		for i := range d.hstart {
 			if d.hstart[i] != d.hvstart[i] {
@@ -289,7 +334,13 @@ func (d *Decoder) Encode(f *parquet.File, rg int, first int64, batchBytes int) (
 			return nil, fmt.Errorf("%w: row group %d: row %d has offset %d, want %d", ErrCorrupt, rg, i, o, first+int64(i))
 		}
 	}
-	return d.encode(first, n, batchBytes), nil
+	g = d.encode(first, n, batchBytes)
+	if n < total && len(g.Ends) > 0 { // the last batch may be cut short
+		g.Ends = g.Ends[:len(g.Ends)-1]
+		g.Starts = g.Starts[:len(g.Starts)-1]
+		g.Buf = g.Buf[:g.Starts[len(g.Starts)-1]]
+	}
+	return g, nil
 }
 
 func resize[T any](s []T, n int) []T {
@@ -444,6 +495,9 @@ func (d *Decoder) readPages(ch parquet.ColumnChunk, name string, fn func(parquet
 		if err := fn(p); err != nil {
 			return fmt.Errorf("column %s: %w", name, err)
 		}
+		if d.rows >= d.want && d.want < d.total {
+			return nil // a prefix: enough rows
+		}
 	}
 }
 
@@ -483,9 +537,11 @@ func (d *Decoder) int64Pages(c *parquet.Column, dst []int64, ok []bool, n int) f
 			if err != nil {
 				return err
 			}
-			dst[row] = x
-			if ok != nil {
-				ok[row] = true
+			if row < d.want {
+				dst[row] = x
+				if ok != nil {
+					ok[row] = true
+				}
 			}
 			v++
 			row++
@@ -620,12 +676,18 @@ func (d *Decoder) bytePages(c *parquet.Column, dst [][]byte, n int) func(parquet
 		v := 0
 		for i := range cnt {
 			if len(defs) != 0 && defs[i] != maxDef {
-				dst[row] = nil
+				if row < d.want {
+					dst[row] = nil
+				}
 				row++
 				continue
 			}
-			if dst[row], err = b.at(v); err != nil {
+			x, err := b.at(v)
+			if err != nil {
 				return err
+			}
+			if row < d.want {
+				dst[row] = x
 			}
 			v++
 			row++
@@ -689,7 +751,7 @@ func (d *Decoder) repeatedPages(c *parquet.Column, dst *[][]byte, starts *[]int3
 		if v != b.len() {
 			return fmt.Errorf("%w: %d values for %d non-null levels", ErrCorrupt, b.len(), v)
 		}
-		d.rows = len(*starts)
+		d.rows = len(*starts) - 1 // the last row may go on in the next page
 		return nil
 	}
 }

@@ -306,3 +306,40 @@ func FuzzEncode(f *testing.F) {
 		_ = encodeBytes(b)
 	})
 }
+
+// A prefix is exactly the first batches of the whole row group's, and
+// holds the batch of its start offset; at the end it is the whole group.
+func TestEncodePrefix(t *testing.T) {
+	want := rows(0, 3000)
+	for _, opts := range [][]parquet.WriterOption{
+		{parquet.PageBufferSize(8 << 10)},
+		{parquet.PageBufferSize(8 << 10), parquet.DataPageVersion(1)},
+		{},
+	} {
+		f := write(t, want, opts...)
+		var d Decoder
+		full, err := d.Encode(f, 0, 0, 16<<10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			from  int64
+			limit int
+		}{{0, 1}, {0, 64 << 10}, {1500, 1}, {1500, 100 << 10}, {2999, 1 << 20}, {0, 1 << 30}} {
+			p, err := d.EncodePrefix(f, 0, 0, 16<<10, c.from, c.limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			k := len(p.Ends)
+			if k > len(full.Ends) || fmt.Sprint(p.Ends) != fmt.Sprint(full.Ends[:k]) || !bytes.Equal(p.Buf, full.Buf[:full.Starts[k]]) {
+				t.Fatalf("prefix from %d limit %d: %d batches differ from the group's first", c.from, c.limit, k)
+			}
+			if c.limit >= 1<<20 && k != len(full.Ends) {
+				t.Fatalf("prefix from %d limit %d: %d of %d batches", c.from, c.limit, k, len(full.Ends))
+			}
+			if c.limit >= 64<<10 && (k == 0 || p.Ends[k-1] <= c.from) {
+				t.Fatalf("prefix from %d limit %d ends at %v: does not hold the start offset", c.from, c.limit, p.Ends)
+			}
+		}
+	}
+}

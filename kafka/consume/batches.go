@@ -42,6 +42,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/parquet-go/parquet-go"
+
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/internal/lru"
 	"github.com/tributary-io/tributary/internal/pqkafka"
@@ -121,6 +123,21 @@ func build(ctx context.Context, v *tables.Partition, ref tables.RowGroupRef) (*e
 }
 
 func buildDirect(ctx context.Context, v *tables.Partition, ref tables.RowGroupRef) (*encodedGroup, error) {
+	return encodeDirect(ctx, v, ref, func(d *pqkafka.Decoder, pf *parquet.File) (*pqkafka.Group, error) {
+		return d.Encode(pf, ref.Key.Index, ref.First, batchBytes)
+	})
+}
+
+// buildPrefix encodes the batches of ref up to the one holding off and
+// about limit bytes after it (pqkafka.EncodePrefix), not cached.
+func buildPrefix(ctx context.Context, v *tables.Partition, ref tables.RowGroupRef, off int64, limit int) (*encodedGroup, error) {
+	return encodeDirect(ctx, v, ref, func(d *pqkafka.Decoder, pf *parquet.File) (*pqkafka.Group, error) {
+		return d.EncodePrefix(pf, ref.Key.Index, ref.First, batchBytes, off, limit)
+	})
+}
+
+func encodeDirect(ctx context.Context, v *tables.Partition, ref tables.RowGroupRef,
+	encode func(*pqkafka.Decoder, *parquet.File) (*pqkafka.Group, error)) (*encodedGroup, error) {
 	f, size, err := v.OpenFile(ctx, ref)
 	if err != nil {
 		return nil, err
@@ -138,7 +155,7 @@ func buildDirect(ctx context.Context, v *tables.Partition, ref tables.RowGroupRe
 	}
 	d := decoders.Get().(*pqkafka.Decoder)
 	defer decoders.Put(d)
-	g, err := d.Encode(pf, ref.Key.Index, ref.First, batchBytes)
+	g, err := encode(d, pf)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", ref.Key.Path, err)
 	}
@@ -202,6 +219,61 @@ func (bc *batchCache) get(ctx context.Context, v *tables.Partition, ref tables.R
 	return l.g, l.err
 }
 
+// prefixMinRows: row groups of fewer rows are built whole for their first
+// fetch.
+const prefixMinRows = 4096
+
+// firstTouch answers the first fetch of a row group nobody has built or
+// is building: the whole row group's build starts in the background, and
+// the fetch is answered from the batches of a prefix of the row group
+// (pqkafka.EncodePrefix: the same bytes as the whole build's first
+// batches), so the consumer's first records do not wait for the rest of
+// the row group. nil when the row group is cached, being built, small,
+// no builder is free, or the prefix holds nothing to answer with: the
+// caller goes the usual way.
+func (bc *batchCache) firstTouch(ctx context.Context, v *tables.Partition, ref tables.RowGroupRef, reader string, off int64, limit int, atLeastOne bool) []byte {
+	if ref.Count < prefixMinRows {
+		return nil
+	}
+	if _, ok := bc.groups.Get(ref.Key, reader); ok {
+		return nil
+	}
+	bc.mu.Lock()
+	busy := bc.loading[ref.Key] != nil
+	bc.mu.Unlock()
+	if busy {
+		return nil
+	}
+	select {
+	case bc.workers <- struct{}{}:
+	default:
+		return nil
+	}
+	go func() {
+		defer func() { <-bc.workers }()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if _, err := bc.get(ctx, v, ref, reader); err != nil {
+			bc.log("kafka: build row group", "path", ref.Key.Path, "row_group", ref.Key.Index, "err", err)
+		}
+	}()
+	p, err := buildPrefix(ctx, v, ref, off, limit)
+	if err != nil {
+		return nil // the whole build reports it
+	}
+	i := sort.Search(len(p.ends), func(i int) bool { return p.ends[i] > off })
+	j := i
+	for ; j < len(p.ends) && p.ends[j] <= v.End; j++ {
+		if p.starts[j+1]-p.starts[i] > limit && !(atLeastOne && j == i) {
+			break
+		}
+	}
+	if j == i {
+		return nil
+	}
+	return p.buf[p.starts[i]:p.starts[j]:p.starts[j]]
+}
+
 // prefetch builds the row groups after ref in the background, up to depth
 // of them, as far as builders are free.
 func (bc *batchCache) prefetch(ctx context.Context, v *tables.Partition, ref tables.RowGroupRef, reader string) {
@@ -259,6 +331,11 @@ func (bc *batchCache) fetch(ctx context.Context, v *tables.Partition, off int64,
 		ref, ok, err := v.RowGroupAt(ctx, off)
 		if err != nil || !ok {
 			return out, errIfEmpty(out, err)
+		}
+		if len(out) == 0 {
+			if b := bc.firstTouch(ctx, v, ref, reader, off, limit, atLeastOne); b != nil {
+				return b, nil
+			}
 		}
 		g, err := bc.get(ctx, v, ref, reader)
 		if err != nil {

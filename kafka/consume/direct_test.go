@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/internal/pqkafka"
@@ -123,5 +124,39 @@ func TestDirectBatchesMatchRecordPath(t *testing.T) {
 	got := splitBatches(t, rawFetch(t, rc, mid, 1<<20).RecordBatches)
 	if got[0].FirstOffset != bs[2].FirstOffset || !bytes.Equal(got[0].Records, bs[2].Records) {
 		t.Fatalf("fetch %d: first batch %d+%d, want the stored batch %d+%d", mid, got[0].FirstOffset, got[0].NumRecords, bs[2].FirstOffset, bs[2].NumRecords)
+	}
+}
+
+// The first fetch of a cold row group is answered from a prefix of it
+// while the whole row group is built in the background: the same bytes
+// as the fetch answered once the row group is cached, whether the fetch
+// starts at the row group's first offset or inside it, and the row group
+// is built once.
+func TestFirstFetchFromPrefix(t *testing.T) {
+	e := newCloudEnv(t, "n1")
+	e.commit(0, tables.RowGroupRows, 200)
+	e.commit(0, tables.RowGroupRows, 200)
+	cs := e.start(t)
+	rc := kafkatest.Dial(t, cs.Addr())
+	for _, off := range []int64{0, int64(tables.RowGroupRows) + 9000} {
+		cold := rawFetch(t, rc, off, 256<<10).RecordBatches
+		for deadline := time.Now().Add(10 * time.Second); len(cs.batches.workers) > 0; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("builds still running")
+			}
+		}
+		warm := rawFetch(t, rc, off, 256<<10).RecordBatches
+		if len(cold) == 0 || !bytes.Equal(cold, warm) {
+			t.Fatalf("fetch %d: cold %d bytes, warm %d bytes, or different bytes", off, len(cold), len(warm))
+		}
+		bs := splitBatches(t, cold)
+		if bs[0].FirstOffset > off || bs[0].FirstOffset+int64(bs[0].NumRecords) <= off {
+			t.Fatalf("fetch %d: first batch %d+%d", off, bs[0].FirstOffset, bs[0].NumRecords)
+		}
+	}
+	// Two row groups, each built once (prefetch may have built the second
+	// already; it is never built twice).
+	if n := cs.batches.builds.Load(); n != 2 {
+		t.Fatalf("%d builds, want 2", n)
 	}
 }
