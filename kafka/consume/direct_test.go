@@ -3,9 +3,19 @@ package consume
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/internal/pqkafka"
@@ -158,5 +168,83 @@ func TestFirstFetchFromPrefix(t *testing.T) {
 	// already; it is never built twice).
 	if n := cs.batches.builds.Load(); n != 2 {
 		t.Fatalf("%d builds, want 2", n)
+	}
+}
+
+// Files the direct encoder does not take (compressed with snappy) are
+// served through the table reader's records, and files written by
+// arrow-go's pqarrow (the writer before parquet-go, with dictionary
+// encodings) through the direct encoder: the same batches either way.
+func TestDirectFallbackAndArrowFiles(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		codec  compress.Compression
+		direct bool
+	}{{"pqarrow zstd", compress.Codecs.Zstd, true}, {"pqarrow snappy", compress.Codecs.Snappy, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newCloudEnv(t, "n1")
+			recs := edgeRecords(0, 3000, e.ts)
+			f := tabletest.WriteFile(t, e.cat, cloudStream, "", recs)
+			rewriteWithArrow(t, e, f.URL, c.codec)
+			if _, err := e.cat.CommitAppend(context.Background(), cloudStream, []tables.PartitionAppend{{Partition: 0,
+				From: 0, To: 3000, Files: []tables.FileMeta{f}}}, nil); err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			v, err := tables.NewReader(e.cat, tables.ReaderConfig{PrefetchRowGroups: -1}).Partition(ctx, cloudStream, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref, ok, err := v.RowGroupAt(ctx, 0)
+			if err != nil || !ok {
+				t.Fatal(ok, err)
+			}
+			if _, err := buildDirect(ctx, v, ref); (err == nil) != c.direct || err != nil && !errors.Is(err, pqkafka.ErrUnsupported) {
+				t.Fatalf("direct encoding: %v, want it to work: %v", err, c.direct)
+			}
+			g, err := build(ctx, v, ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := encodeGroup(0, recs[:ref.Count]); !bytes.Equal(g.buf, want.buf) {
+				t.Fatalf("%d bytes of batches, want the committed records' %d", len(g.buf), len(want.buf))
+			}
+		})
+	}
+}
+
+// rewriteWithArrow rewrites the data file at url with pqarrow (dictionary
+// encoding on, its defaults) and codec, keeping its schema and field ids.
+func rewriteWithArrow(t *testing.T, e *cloudEnv, url string, codec compress.Compression) {
+	t.Helper()
+	key, err := e.cat.KeyOf(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(strings.TrimPrefix(e.cat.Warehouse(), "file://"), key)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, err := file.NewParquetReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{}, memory.DefaultAllocator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := fr.ReadTable(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Release()
+	var out bytes.Buffer
+	if err := pqarrow.WriteTable(tbl, &out, 1<<20, parquet.NewWriterProperties(parquet.WithCompression(codec)),
+		pqarrow.DefaultWriterProps()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
