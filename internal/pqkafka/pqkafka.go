@@ -212,6 +212,11 @@ func (d *Decoder) encodeRows(f *parquet.File, rg int, first int64, batchBytes, w
 			d.pages[i] = nil
 		}
 		d.pages = d.pages[:0]
+		// The byte slices point into released pages: drop them.
+		clear(d.keys)
+		clear(d.vals)
+		clear(d.hk[:cap(d.hk)])
+		clear(d.hv[:cap(d.hv)])
 		if r := recover(); r != nil {
 			g, err = nil, fmt.Errorf("%w: row group %d: %v", ErrCorrupt, rg, r)
 		}
