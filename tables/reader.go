@@ -32,6 +32,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
 	"slices"
 	"sort"
@@ -284,6 +285,33 @@ func (v *Partition) Rows(ctx context.Context, ref RowGroupRef) ([]*tributary.Rec
 		return nil, err
 	}
 	return g.recs, nil
+}
+
+// File is an open data file of a partition, for decoders of their own
+// (the Kafka fetch path encodes row groups straight into record batches):
+// read it with ReadAt, Size bytes long, and Close it.
+type File interface {
+	io.ReaderAt
+	io.Closer
+}
+
+// OpenFile opens the data file holding ref and returns it with its size.
+func (v *Partition) OpenFile(ctx context.Context, ref RowGroupRef) (File, int64, error) {
+	fio, err := v.t.FS(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	f, err := fio.Open(ref.Key.Path)
+	if err != nil {
+		v.r.forget(v.Stream, v.Partition)
+		return nil, 0, fmt.Errorf("open %s: %w", ref.Key.Path, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, 0, fmt.Errorf("stat %s: %w", ref.Key.Path, err)
+	}
+	return f, st.Size(), nil
 }
 
 // Next is the row group after ref, if it is in the table below the mark.

@@ -217,3 +217,54 @@ func TestBatchCacheMetrics(t *testing.T) {
 		t.Fatal("nothing cached")
 	}
 }
+
+// A consumer scanning far more than the batch cache (a cold catch-up over
+// ~5 MiB through a 2 MiB cache) does not evict the tail row group two
+// tailing connections share: they read it again without a rebuild,
+// while the scan's own first row groups were evicted.
+func TestBatchCacheScanKeepsSharedTail(t *testing.T) {
+	e := newCloudEnv(t, "n1")
+	for range 16 {
+		e.commit(0, 500, 1000) // ~0.5 MiB a file, one row group each
+	}
+	e.commit(0, 300, 1000) // the tail
+	tail := int64(16 * 500)
+	cs := e.startWith(t, func(c *Config) { c.BatchCacheBytes = 2 << 20 })
+	a, b := kafkatest.Dial(t, cs.Addr()), kafkatest.Dial(t, cs.Addr())
+	for _, rc := range []*kafkatest.Conn{a, b} {
+		if p := rawFetch(t, rc, tail+10, 1<<20); len(p.RecordBatches) == 0 {
+			t.Fatal("tail: nothing fetched")
+		}
+	}
+	scanner := kafkatest.Dial(t, cs.Addr())
+	// The scan stops 6 row groups before the tail: its prefetch (4 row
+	// groups ahead) does not reach it.
+	for off := int64(0); off < 10*500; {
+		bs := splitBatches(t, rawFetch(t, scanner, off, 256<<10).RecordBatches)
+		last := bs[len(bs)-1]
+		off = last.FirstOffset + int64(last.NumRecords)
+	}
+	if cs.batches.groups.Size() > 3<<20 {
+		t.Fatalf("%d bytes cached under a 2 MiB cap", cs.batches.groups.Size())
+	}
+	// The scan's prefetches finish in the background: wait for them.
+	for deadline := time.Now().Add(10 * time.Second); len(cs.batches.workers) > 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("prefetches still running")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	builds := cs.batches.builds.Load()
+	for _, rc := range []*kafkatest.Conn{a, b} {
+		if p := rawFetch(t, rc, tail, 1<<20); len(p.RecordBatches) == 0 {
+			t.Fatal("tail: nothing fetched")
+		}
+	}
+	if n := cs.batches.builds.Load() - builds; n != 0 {
+		t.Fatalf("the tail was rebuilt %d times after the scan: the scan flushed it", n)
+	}
+	rawFetch(t, scanner, 0, 1<<20)
+	if cs.batches.builds.Load() == builds {
+		t.Fatal("the scan's first row group is still cached: the scan did not exceed the cache")
+	}
+}

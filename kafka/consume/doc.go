@@ -34,8 +34,10 @@
 // 256 MiB (RowCacheBytes) LRU of decoded row groups (sized by payload
 // bytes plus a per-record overhead; concurrent readers of one row group
 // share a single decode); an LRU of 4096 Parquet footers. On top of them
-// the consume side keeps its own 256 MiB (BatchCacheBytes) LRU of the
-// record batches encoded from each row group (batches.go), and encodes
+// the consume side keeps its own 256 MiB (BatchCacheBytes) cache of the
+// record batches encoded from each row group (batches.go: straight from
+// the Parquet pages by internal/pqkafka, the reader's decoded rows only
+// for files of another layout; a segmented LRU a scan cannot flush), and encodes
 // the next row groups of a partition ahead of its fetchers, several at
 // once. Data files are immutable, so these never go stale.
 //

@@ -24,7 +24,7 @@ package consume
 //     per row group as uncompressed record batches v2 of up to 128 KiB
 //     with the original key, value and headers, and the producer
 //     timestamp if set, else the acceptance time in ms, and cached
-//     (batches.go, BatchCacheBytes). A fetch returns whole batches from
+//     (batches.go, BatchCacheBytes; a scan cannot flush it). A fetch returns whole batches from
 //     the one holding the fetch offset: its first batch may start before
 //     that offset, and the client skips the records before it, as with a
 //     Kafka broker.
@@ -68,7 +68,7 @@ func (cs *Server) handleFetch(ctx context.Context, req *kafka.Request, r *kmsg.F
 	wait := time.Duration(r.MaxWaitMillis) * time.Millisecond
 	deadline := time.Now().Add(min(wait, 5*time.Minute))
 	for {
-		resp, n, errs := cs.fetchOnce(ctx, r, denied)
+		resp, n, errs := cs.fetchOnce(ctx, r, denied, req.Remote)
 		if n > 0 || errs || n >= int(r.MinBytes) || !time.Now().Before(deadline) {
 			return resp
 		}
@@ -86,7 +86,8 @@ func (cs *Server) handleFetch(ctx context.Context, req *kafka.Request, r *kmsg.F
 // fetchOnce answers the request from the tables as they are now and
 // returns the number of record bytes in it and whether any partition has
 // an error.
-func (cs *Server) fetchOnce(ctx context.Context, r *kmsg.FetchRequest, denied map[string]bool) (resp *kmsg.FetchResponse, total int, errs bool) {
+// reader names the connection, for the batch cache's policy.
+func (cs *Server) fetchOnce(ctx context.Context, r *kmsg.FetchRequest, denied map[string]bool, reader string) (resp *kmsg.FetchResponse, total int, errs bool) {
 	resp = r.ResponseKind().(*kmsg.FetchResponse)
 	maxBytes := int(r.MaxBytes)
 	if maxBytes <= 0 {
@@ -121,7 +122,7 @@ func (cs *Server) fetchOnce(ctx context.Context, r *kmsg.FetchRequest, denied ma
 				if rp.PartitionMaxBytes <= 0 {
 					limit = maxBytes - total
 				}
-				b, err := cs.batches.fetch(ctx, v, rp.FetchOffset, limit, total == 0)
+				b, err := cs.batches.fetch(ctx, v, rp.FetchOffset, limit, total == 0, reader)
 				if err != nil {
 					cs.log.Warn("kafka: read table", "topic", rt.Topic, "partition", rp.Partition, "offset", rp.FetchOffset, "err", err)
 					sp.ErrorCode = kafka.CodeUnknownServerError
