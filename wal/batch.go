@@ -160,6 +160,15 @@ func (w *WAL) AppendBatchAsyncAfter(after Ticket, b *Batch, done func(error)) Ti
 // appendBatchEntry appends b's entry, with offset and timestamp as set,
 // to dst; the batch's base offset is rewritten in the copy.
 func appendBatchEntry(dst []byte, b *Batch) []byte {
+	dst = appendBatchHeader(dst, b)
+	start := len(dst)
+	dst = append(dst, b.Records...)
+	be.PutUint64(dst[start:], uint64(b.Offset)) // the CRC-32C does not cover it
+	return dst
+}
+
+// appendBatchHeader appends b's entry up to its record batch.
+func appendBatchHeader(dst []byte, b *Batch) []byte {
 	dst = append(dst, formatKafkaBatch)
 	dst = appendString(dst, b.Stream)
 	dst = binary.AppendVarint(dst, int64(b.Partition))
@@ -171,11 +180,7 @@ func appendBatchEntry(dst []byte, b *Batch) []byte {
 	dst = appendString(dst, b.ClientID)
 	dst = appendString(dst, b.Node)
 	dst = appendString(dst, b.Principal)
-	dst = binary.AppendUvarint(dst, uint64(b.count()))
-	start := len(dst)
-	dst = append(dst, b.Records...)
-	be.PutUint64(dst[start:], uint64(b.Offset)) // the CRC-32C does not cover it
-	return dst
+	return binary.AppendUvarint(dst, uint64(b.count()))
 }
 
 // batchEntry is a decoded batch entry's header; batch aliases the input.
