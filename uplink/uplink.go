@@ -152,7 +152,8 @@ type Committer interface {
 	KeyOf(fileURL string) (string, error)
 }
 
-// Bucket is the object store: one write of a whole object.
+// Bucket is the object store: one write of a whole object. It must not
+// keep data after WriteAll returns (the uplink reuses the buffer).
 type Bucket interface {
 	WriteAll(ctx context.Context, key string, data []byte) error
 }
@@ -267,6 +268,12 @@ type Uplink struct {
 	pre     *preEncoder // Config.ContinuousEncoding, else nil
 
 	flushReq chan chan error
+
+	// fileBuf is the buffer data files are encoded into (uploadEntries),
+	// kept between files: a fresh one would be allocated and zeroed per
+	// file, tens of megabytes.
+	bufMu   sync.Mutex
+	fileBuf []byte
 }
 
 type retryState struct {
@@ -864,12 +871,20 @@ func (u *Uplink) uploadEntries(ctx context.Context, stream string, ents []tribut
 	if err != nil {
 		return nil, fmt.Errorf("sync %s: %w", stream, err)
 	}
+	u.bufMu.Lock()
+	defer u.bufMu.Unlock()
 	var files []tables.FileMeta
 	for _, run := range tables.CutEntryRuns(g, ents) {
-		buf := bytes.NewBuffer(make([]byte, 0, parquetSizeHint(run)))
+		if hint := parquetSizeHint(run); cap(u.fileBuf) < hint {
+			u.fileBuf = make([]byte, 0, hint)
+		}
+		buf := bytes.NewBuffer(u.fileBuf[:0])
 		st, err := u.cfg.Parquet.WriteParquetEntries(buf, run)
 		if err != nil {
 			return nil, fmt.Errorf("sync %s: %w", stream, err)
+		}
+		if cap(buf.Bytes()) <= 2*int(u.cfg.MaxBatchBytes)+64<<10 {
+			u.fileBuf = buf.Bytes()[:0] // grown, if the hint was short
 		}
 		f, err := u.put(ctx, stream, buf.Bytes(), st, ents[0].Epoch())
 		if err != nil {

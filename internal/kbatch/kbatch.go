@@ -54,6 +54,17 @@ type reader struct {
 }
 
 func (r *reader) varint() int64 {
+	// Fast paths for one- and two-byte varints (attributes, deltas,
+	// lengths under 8 KiB: most of a record's fields), as binary.Varint
+	// decodes them.
+	if b := r.b; len(b) > 0 && b[0] < 0x80 {
+		r.b = b[1:]
+		return int64(b[0]>>1) ^ -int64(b[0]&1)
+	} else if len(b) > 1 && b[1] < 0x80 {
+		ux := uint64(b[0]&0x7f) | uint64(b[1])<<7
+		r.b = b[2:]
+		return int64(ux>>1) ^ -int64(ux&1)
+	}
 	v, n := binary.Varint(r.b)
 	if n <= 0 {
 		r.bad = true
