@@ -66,6 +66,12 @@
 // from its mark (at most MaxBatchBytes); cut them at the table's partition
 // buckets (days or hours) and encode each run as a zstd Parquet file; upload the files through the
 // Bucket; commit them with the new marks through the Committer; release.
+// A raw stream's records are read as the WAL's entries (wal.ReadEntries):
+// a Kafka batch entry is encoded in place, its records walked in the
+// batch's bytes straight into the Parquet columns
+// (tables.WriteParquetEntries), with no Record object per Kafka record;
+// the file is byte for byte the one the records would give. Typed
+// streams and continuous encoding read records (Log.Read).
 // Failures of the store or the catalog are retried with exponential backoff
 // per stream; streams do not wait for each other's failures. Uploaded files
 // whose commit never happens are orphans for table maintenance to delete.
