@@ -168,9 +168,10 @@ type Bucket interface {
 type Log interface {
 	Partitions() []wal.PartitionState
 	Read(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]*tributary.Record, error)
-	// ReadEntries is Read giving the stored entries: Kafka batches as
-	// views over their bytes (wal.ReadEntries).
-	ReadEntries(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]tributary.Entry, error)
+	// ReadEntriesInto is Read giving the stored entries, Kafka batches as
+	// views over their bytes copied into buf's spare capacity
+	// (wal.ReadEntriesInto).
+	ReadEntriesInto(buf []byte, stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]tributary.Entry, []byte, error)
 	Release(stream string, partition int32, upTo int64) error
 	EnsurePartition(stream string, partition int32, minNext int64) error
 	DropPartitionBelow(stream string, partition int32, epoch int64) (dropped int64, kept bool, err error)
@@ -277,9 +278,15 @@ type Uplink struct {
 
 	// fileBuf is the buffer data files are encoded into (uploadEntries),
 	// kept between files: a fresh one would be allocated and zeroed per
-	// file, tens of megabytes.
+	// file, tens of megabytes. It and readBuf are kept up to
+	// MaxBatchBytes each (a node that once uploaded a full batch keeps
+	// about twice MaxBatchBytes of buffers).
 	bufMu   sync.Mutex
 	fileBuf []byte
+	// readBuf holds the batches one pass reads (syncOnce), reused from
+	// pass to pass; readMu keeps two passes from sharing it.
+	readMu  sync.Mutex
+	readBuf []byte
 }
 
 type retryState struct {
@@ -305,7 +312,9 @@ type ReleaseListener interface {
 
 // EntryReleaseListener is a ReleaseListener that can take the committed
 // range as the WAL's entries (Kafka batches not decoded into records);
-// the uplink calls ReleasingEntries instead of Releasing.
+// the uplink calls ReleasingEntries instead of Releasing. The entries'
+// bytes are the uplink's read buffer, reused after the call: keep
+// nothing of them.
 type EntryReleaseListener interface {
 	ReleasingEntries(stream string, partition int32, es []tributary.Entry) error
 }
@@ -591,6 +600,16 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 		u.commitFailures.Add(1)
 		return false, fmt.Errorf("sync %s: %w", stream, err)
 	}
+	// The batches this pass reads go into readBuf, which the next pass
+	// reuses (nothing of this pass's entries is used after it returns).
+	u.readMu.Lock()
+	readBuf, need := u.readBuf[:0], 0
+	defer func() {
+		if need > cap(u.readBuf) && need <= int(u.cfg.MaxBatchBytes) {
+			u.readBuf = make([]byte, 0, need) // for the next pass
+		}
+		u.readMu.Unlock()
+	}()
 	var appends []tables.PartitionAppend
 	batch := map[int32][]tributary.Entry{}
 	dead := map[int32][]tables.DeadLetter{}
@@ -649,9 +668,15 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 		if !pol.Typed() && u.pre == nil {
 			// Raw streams: the stored entries, Kafka batches encoded in
 			// place (no record objects).
-			ents, err := u.log.ReadEntries(stream, p.Partition, mark, 0, maxBytes)
+			ents, rb, err := u.log.ReadEntriesInto(readBuf, stream, p.Partition, mark, 0, maxBytes)
+			readBuf = rb
 			if err != nil {
 				return false, fmt.Errorf("sync %s: read wal: %w", stream, err)
+			}
+			for _, e := range ents {
+				if e.Batch != nil {
+					need += len(e.Batch.Records)
+				}
 			}
 			if len(ents) == 0 || ents[0].First() != mark {
 				return false, fmt.Errorf("sync %s: wal partition %d does not start at the table's mark %d", stream, p.Partition, mark)
@@ -816,7 +841,7 @@ func (u *Uplink) release(stream string, partition int32, from, to int64, ents []
 	if len(u.releaseLs) > 0 && to > from {
 		if ents == nil {
 			var err error
-			ents, err = u.log.ReadEntries(stream, partition, from, int(to-from), 0)
+			ents, _, err = u.log.ReadEntriesInto(nil, stream, partition, from, int(to-from), 0)
 			if err != nil {
 				return fmt.Errorf("sync %s: read wal: %w", stream, err)
 			}
@@ -889,7 +914,7 @@ func (u *Uplink) uploadEntries(ctx context.Context, stream string, ents []tribut
 		if err != nil {
 			return nil, fmt.Errorf("sync %s: %w", stream, err)
 		}
-		if cap(buf.Bytes()) <= 2*int(u.cfg.MaxBatchBytes)+64<<10 {
+		if cap(buf.Bytes()) <= int(u.cfg.MaxBatchBytes)+64<<10 {
 			u.fileBuf = buf.Bytes()[:0] // grown, if the hint was short
 		}
 		f, err := u.put(ctx, stream, buf.Bytes(), st, ents[0].Epoch())

@@ -625,8 +625,18 @@ func scanTx(tx *bolt.Tx, pk pkey, from int64, maxRecords int, maxBytes int64, vi
 // record entries are decoded as Read decodes them. The entries cover the
 // same offsets Read would return.
 func (w *WAL) ReadEntries(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]tributary.Entry, error) {
+	es, _, err := w.ReadEntriesInto(nil, stream, partition, from, maxRecords, maxBytes)
+	return es, err
+}
+
+// ReadEntriesInto is ReadEntries copying the batches into buf's spare
+// capacity (a batch that does not fit gets a copy of its own): a reader
+// that reads again and again (the uplink) reuses one buffer instead of
+// allocating its batches' bytes anew. It returns buf with what it copied
+// appended; the views alias it, so buf must not be reused while they are.
+func (w *WAL) ReadEntriesInto(buf []byte, stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]tributary.Entry, []byte, error) {
 	if w.isClosed() {
-		return nil, ErrClosed
+		return nil, buf, ErrClosed
 	}
 	var out []tributary.Entry
 	err := w.db.View(func(tx *bolt.Tx) error {
@@ -642,17 +652,25 @@ func (w *WAL) ReadEntries(stream string, partition int32, from int64, maxRecords
 				out = append(out, tributary.Entry{Record: r})
 				return nil
 			}
-			out = append(out, tributary.Entry{Batch: e.view(skip, n, bytes.Clone(e.batch))})
+			var c []byte
+			if cap(buf)-len(buf) >= len(e.batch) {
+				start := len(buf)
+				buf = append(buf, e.batch...)
+				c = buf[start:len(buf):len(buf)]
+			} else {
+				c = bytes.Clone(e.batch)
+			}
+			out = append(out, tributary.Entry{Batch: e.view(skip, n, c)})
 			return nil
 		})
 	})
 	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
-		return nil, ErrClosed
+		return nil, buf, ErrClosed
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read %s/%d from %d: %w", stream, partition, from, err)
+		return nil, buf, fmt.Errorf("read %s/%d from %d: %w", stream, partition, from, err)
 	}
-	return out, nil
+	return out, buf, nil
 }
 
 // Append makes recs durable (fsynced) and assigns each its Offset, densely per
