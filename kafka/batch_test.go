@@ -190,3 +190,20 @@ func TestCheckBatchStoredForm(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkCheckBatchSnappy checks a snappy batch of 100 records of 1 KiB
+// (kgo's default codec) into its stored, uncompressed form.
+func BenchmarkCheckBatchSnappy(b *testing.B) {
+	rs := make([]kafkatest.Rec, 100)
+	for i := range rs {
+		rs[i] = kafkatest.Rec{Value: bytes.Repeat([]byte{byte(i), 'x', 'y'}, 341), TSDelta: int64(i)}
+	}
+	raw := kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1, Codec: 2}, rs...)
+	b.SetBytes(100 * 1023)
+	b.ReportAllocs()
+	for range b.N {
+		if _, _, err := CheckBatch(raw, BatchLimits{MaxDecompressed: 64 << 20}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
