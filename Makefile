@@ -90,9 +90,9 @@ FUZZ_TARGETS += subscription/wire:FuzzAckedRanges uplink/quarantine:FuzzDecodeQu
 # so its binary links the table stack: its million takes about 50 minutes
 # here (330 executions a second), the rest a few minutes each.
 FUZZ_TARGETS += tables/rest:FuzzCommitDecode
+FUZZ_TARGETS += internal/kbatch:FuzzParseRecordInPlace
 FUZZ_TARGETS += cloudmqtt/wire:FuzzReadPacket cloudmqtt/wire:FuzzParse
 FUZZ_TARGETS += httpapi/wire:FuzzProduceRecord tables/typed:FuzzDecode
-FUZZ_TARGETS += internal/kbatch:FuzzParseRecordInPlace
 FUZZ_SLOW_TARGETS := mqtt:FuzzPacketHandlingServer kafka/consume:FuzzCloudRequestServer \
 	tables/rest:FuzzCommitRequestServer
 # fuzz1 runs target $$t for $$ft, prints its wall time, retries the engine flake once.
