@@ -90,6 +90,7 @@ FUZZ_TARGETS += subscription/wire:FuzzAckedRanges uplink/quarantine:FuzzDecodeQu
 # so its binary links the table stack: its million takes about 50 minutes
 # here (330 executions a second), the rest a few minutes each.
 FUZZ_TARGETS += tables/rest:FuzzCommitDecode
+FUZZ_TARGETS += internal/kbatch:FuzzParseRecordInPlace
 FUZZ_TARGETS += cloudmqtt/wire:FuzzReadPacket cloudmqtt/wire:FuzzParse
 FUZZ_TARGETS += httpapi/wire:FuzzProduceRecord tables/typed:FuzzDecode internal/pqkafka:FuzzEncode
 FUZZ_SLOW_TARGETS := mqtt:FuzzPacketHandlingServer kafka/consume:FuzzCloudRequestServer \

@@ -30,7 +30,9 @@ import (
 //
 //	go test -tags bench -run TestBench -v ./e2e/     (make bench)
 //
-// Durations can be stretched with TRIBUTARY_BENCH_SECONDS (default 10).
+// Durations can be stretched with TRIBUTARY_BENCH_SECONDS (default 10);
+// TRIBUTARY_BENCH_PRODUCE_PROFILE names a file that keeps the Kafka
+// produce run's CPU profile of the node.
 
 func benchSeconds() time.Duration {
 	if v := os.Getenv("TRIBUTARY_BENCH_SECONDS"); v != "" {
@@ -320,7 +322,11 @@ func TestBenchKafkaProduce(t *testing.T) {
 	profDone := make(chan string, 1)
 	go func() {
 		time.Sleep(5 * time.Second)
-		profDone <- profileTop(t, p, 10, filepath.Join(dir, "cpu.pprof"))
+		out := filepath.Join(dir, "cpu.pprof")
+		if f := os.Getenv("TRIBUTARY_BENCH_PRODUCE_PROFILE"); f != "" {
+			out = f // kept for go tool pprof
+		}
+		profDone <- profileTop(t, p, 10, out)
 	}()
 	trib := produceLoadTo(t, p.Kafka, topic, d)
 	close(stopSampling)

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/klauspost/compress/gzip"
@@ -94,7 +95,7 @@ var ErrTooManyHeaders = kbatch.ErrTooManyHeaders
 // ParseBatch decodes exactly one v2 record batch from raw, checking the
 // CRC and decompressing at most lim.MaxDecompressed bytes.
 func ParseBatch(raw []byte, lim BatchLimits) (*Batch, error) {
-	b, _, err := parseBatch(raw, lim, true)
+	b, _, err := parseBatch(raw, lim, true, nil)
 	return b, err
 }
 
@@ -105,16 +106,19 @@ func ParseBatch(raw []byte, lim BatchLimits) (*Batch, error) {
 // records with the same header, codec 0 and its CRC-32C recomputed. That
 // is the form the WAL stores (wal.Batch).
 func CheckBatch(raw []byte, lim BatchLimits) (b *Batch, uncompressed []byte, err error) {
-	b, body, err := parseBatch(raw, lim, false)
+	var dst []byte
+	if len(raw) >= batchHeaderLen && raw[22]&0x07 != 0 {
+		// Decompressed straight after a copy of the header: the body is
+		// not copied again.
+		dst = append(make([]byte, 0, batchHeaderLen), raw[:batchHeaderLen]...)
+	}
+	b, out, err := parseBatch(raw, lim, false, dst)
 	if err != nil {
 		return nil, nil, err
 	}
 	if b.Attributes&0x07 == 0 {
 		return b, raw, nil
 	}
-	out := make([]byte, batchHeaderLen, batchHeaderLen+len(body))
-	copy(out, raw[:batchHeaderLen])
-	out = append(out, body...)
 	binary.BigEndian.PutUint32(out[8:], uint32(len(out)-12))
 	binary.BigEndian.PutUint16(out[21:], uint16(b.Attributes&^0x07))
 	binary.BigEndian.PutUint32(out[crcOffset:], crc32.Checksum(out[crcStart:], castagnoli))
@@ -122,8 +126,9 @@ func CheckBatch(raw []byte, lim BatchLimits) (b *Batch, uncompressed []byte, err
 }
 
 // parseBatch is ParseBatch, keeping the records (keep) or only checking
-// them; it also returns the decompressed records' bytes.
-func parseBatch(raw []byte, lim BatchLimits, keep bool) (*Batch, []byte, error) {
+// them. It also returns the records' bytes: raw's own if uncompressed,
+// else dst with the decompressed records appended.
+func parseBatch(raw []byte, lim BatchLimits, keep bool, dst []byte) (*Batch, []byte, error) {
 	if lim.MaxHeadersPerRecord <= 0 {
 		lim.MaxHeadersPerRecord = DefaultMaxHeadersPerRecord
 	}
@@ -165,9 +170,13 @@ func parseBatch(raw []byte, lim BatchLimits, keep bool) (*Batch, []byte, error) 
 	if b.Idempotent() && (b.BaseSequence < 0 || b.ProducerEpoch < 0) {
 		return nil, nil, fmt.Errorf("%w: producer id %d with epoch %d sequence %d", ErrInvalidBatch, b.ProducerID, b.ProducerEpoch, b.BaseSequence)
 	}
-	body, err := decompress(b.Attributes&0x07, raw[batchHeaderLen:], maxDecompressed)
+	out, err := decompress(b.Attributes&0x07, raw[batchHeaderLen:], maxDecompressed, dst)
 	if err != nil {
 		return nil, nil, err
+	}
+	body := out
+	if b.Attributes&0x07 != 0 {
+		body = out[len(dst):]
 	}
 	b.BodyBytes, b.Count = len(body), int(count)
 	// Every record takes at least 7 bytes, which bounds the allocation.
@@ -192,7 +201,7 @@ func parseBatch(raw []byte, lim BatchLimits, keep bool) (*Batch, []byte, error) 
 	if len(rest) != 0 {
 		return nil, nil, fmt.Errorf("%w: %d bytes after the last record", ErrCorruptBatch, len(rest))
 	}
-	return b, body, nil
+	return b, out, nil
 }
 
 // parseRecord decodes one record from the front of b and returns its size
@@ -231,8 +240,9 @@ func zstdDecoderFor(limit int64) (*zstd.Decoder, error) {
 var xerialHeader = []byte{0x82, 'S', 'N', 'A', 'P', 'P', 'Y', 0}
 
 // decompress returns the Records bytes of a batch, refusing to produce more
-// than max bytes (ErrBatchTooLarge).
-func decompress(codec int16, in []byte, max int64) ([]byte, error) {
+// than max bytes (ErrBatchTooLarge): in itself if uncompressed (codec 0),
+// else dst with the decompressed bytes appended.
+func decompress(codec int16, in []byte, max int64, dst []byte) ([]byte, error) {
 	tooLarge := fmt.Errorf("%w: Records decompress to more than %d bytes", ErrBatchTooLarge, max)
 	var (
 		out []byte
@@ -244,16 +254,16 @@ func decompress(codec int16, in []byte, max int64) ([]byte, error) {
 	case 1: // gzip
 		var zr *gzip.Reader
 		if zr, err = gzip.NewReader(bytes.NewReader(in)); err == nil {
-			out, err = readMax(zr, max)
+			out, err = readMax(dst, zr, max)
 		}
 	case 2: // snappy: raw block (librdkafka, kgo, sarama) or xerial framing (Java)
 		if bytes.HasPrefix(in, xerialHeader) {
-			out, err = unxerial(in, max)
+			out, err = unxerial(dst, in, max+int64(len(dst)))
 		} else {
-			out, err = snappyBlock(nil, in, max)
+			out, err = snappyBlock(dst, in, max+int64(len(dst)))
 		}
 	case 3: // lz4 frame
-		out, err = readMax(lz4.NewReader(bytes.NewReader(in)), max)
+		out, err = readMax(dst, lz4.NewReader(bytes.NewReader(in)), max)
 	case 4: // zstd
 		var n uint64
 		if n, err = zstdFrameSize(in); err == nil && n > uint64(max) {
@@ -264,8 +274,8 @@ func decompress(codec int16, in []byte, max int64) ([]byte, error) {
 			d, err = zstdDecoderFor(max)
 		}
 		if err == nil {
-			out, err = d.DecodeAll(in, nil)
-			if errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded) || int64(len(out)) > max {
+			out, err = d.DecodeAll(in, dst)
+			if errors.Is(err, zstd.ErrDecoderSizeExceeded) || errors.Is(err, zstd.ErrWindowSizeExceeded) || int64(len(out)-len(dst)) > max {
 				return nil, tooLarge
 			}
 		}
@@ -293,10 +303,11 @@ func zstdFrameSize(in []byte) (uint64, error) {
 	return 0, nil
 }
 
-// readMax reads r to the end, failing with ErrBatchTooLarge past max bytes.
-func readMax(r io.Reader, max int64) ([]byte, error) {
-	var buf bytes.Buffer
-	n, err := io.Copy(&buf, io.LimitReader(r, max+1))
+// readMax reads r to the end, appended to dst, failing with
+// ErrBatchTooLarge past max bytes read.
+func readMax(dst []byte, r io.Reader, max int64) ([]byte, error) {
+	buf := bytes.NewBuffer(dst)
+	n, err := io.Copy(buf, io.LimitReader(r, max+1))
 	if err != nil {
 		return nil, err
 	}
@@ -306,8 +317,9 @@ func readMax(r io.Reader, max int64) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// snappyBlock appends the decoded snappy block to dst, checking the
-// declared length against the bound before allocating.
+// snappyBlock appends the decoded snappy block to dst (decoded in place:
+// no second copy), checking the declared length against the bound on
+// len(dst)+n before allocating.
 func snappyBlock(dst, in []byte, max int64) ([]byte, error) {
 	n, err := s2.DecodedLen(in)
 	if err != nil {
@@ -316,21 +328,29 @@ func snappyBlock(dst, in []byte, max int64) ([]byte, error) {
 	if int64(len(dst))+int64(n) > max {
 		return nil, ErrBatchTooLarge
 	}
-	out, err := s2.Decode(nil, in)
+	dst = slices.Grow(dst, n)
+	at := dst[len(dst) : len(dst)+n]
+	out, err := s2.Decode(at, in)
 	if err != nil {
 		return nil, err
 	}
-	return append(dst, out...), nil
+	if len(out) != n {
+		return nil, errors.New("snappy block shorter than declared")
+	}
+	if n > 0 && &out[0] != &at[0] {
+		copy(at, out)
+	}
+	return dst[:len(dst)+n], nil
 }
 
 // unxerial decodes xerial-framed snappy: header (8 bytes), version and
 // compatible version (4 bytes each), then (int32 length, snappy block)*.
-func unxerial(in []byte, max int64) ([]byte, error) {
+func unxerial(dst, in []byte, max int64) ([]byte, error) {
 	if len(in) < 16 {
 		return nil, errors.New("short xerial header")
 	}
 	in = in[16:]
-	var out []byte
+	out := dst
 	for len(in) > 0 {
 		if len(in) < 4 {
 			return nil, errors.New("truncated xerial chunk length")

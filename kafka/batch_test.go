@@ -151,3 +151,59 @@ func TestWriteFuzzSeeds(t *testing.T) {
 }
 
 func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// TestCheckBatchStoredForm: for every codec (xerial snappy too),
+// CheckBatch's uncompressed form (decompressed straight after a copy of
+// the header) is byte for byte the uncompressed batch of the same
+// records, and its decompression bound is exact: a body of exactly the
+// bound passes, one byte less refuses it.
+func TestCheckBatchStoredForm(t *testing.T) {
+	rs := []kafkatest.Rec{{Value: bytes.Repeat([]byte("abc"), 5000)}, {Key: []byte{}, Value: nil}, {Key: []byte("k"), Value: []byte("v"),
+		Headers: []tributary.Header{{Key: "h", Value: nil}}}}
+	opts := kafkatest.BatchOpts{PID: 3, Epoch: 0, Seq: 11, FirstTS: 1700000000000}
+	plain := kafkatest.Batch(opts, rs...)
+	body := len(plain) - batchHeaderLen
+	x := append([]byte{}, xerialHeader...)
+	x = binary.BigEndian.AppendUint32(x, 1)
+	x = binary.BigEndian.AppendUint32(x, 1)
+	for _, part := range [][]byte{plain[batchHeaderLen : batchHeaderLen+body/2], plain[batchHeaderLen+body/2:]} {
+		blk := s2.EncodeSnappy(nil, part)
+		x = binary.BigEndian.AppendUint32(x, uint32(len(blk)))
+		x = append(x, blk...)
+	}
+	batches := map[string][]byte{"xerial": rebatch(plain, 2, x)}
+	for codec, name := range []string{"none", "gzip", "snappy", "lz4", "zstd"} {
+		o := opts
+		o.Codec = int16(codec)
+		batches[name] = kafkatest.Batch(o, rs...)
+	}
+	for name, raw := range batches {
+		_, stored, err := CheckBatch(raw, BatchLimits{MaxDecompressed: int64(body)})
+		if err != nil || !bytes.Equal(stored, plain) {
+			t.Errorf("%s: stored form differs from the plain batch (%v)", name, err)
+		}
+		if name == "none" {
+			continue
+		}
+		if _, _, err := CheckBatch(raw, BatchLimits{MaxDecompressed: int64(body - 1)}); !errors.Is(err, ErrBatchTooLarge) {
+			t.Errorf("%s: a body one byte over the bound: %v", name, err)
+		}
+	}
+}
+
+// BenchmarkCheckBatchSnappy checks a snappy batch of 100 records of 1 KiB
+// (kgo's default codec) into its stored, uncompressed form.
+func BenchmarkCheckBatchSnappy(b *testing.B) {
+	rs := make([]kafkatest.Rec, 100)
+	for i := range rs {
+		rs[i] = kafkatest.Rec{Value: bytes.Repeat([]byte{byte(i), 'x', 'y'}, 341), TSDelta: int64(i)}
+	}
+	raw := kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1, Codec: 2}, rs...)
+	b.SetBytes(100 * 1023)
+	b.ReportAllocs()
+	for range b.N {
+		if _, _, err := CheckBatch(raw, BatchLimits{MaxDecompressed: 64 << 20}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

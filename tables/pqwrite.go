@@ -1,6 +1,7 @@
 package tables
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"reflect"
@@ -15,6 +16,7 @@ import (
 	"github.com/parquet-go/parquet-go/encoding"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/internal/kbatch"
 	"github.com/tributary-io/tributary/tables/typed"
 )
 
@@ -98,6 +100,14 @@ func (o ParquetOptions) WriteParquet(w io.Writer, recs []*tributary.Record) (Fil
 	return o.write(w, envelopePlan, pqRows{recs: recs}, true)
 }
 
+// WriteParquetEntries is WriteParquet for records as the WAL stores them
+// (wal.ReadEntries): a Kafka batch entry's records are read in place from
+// its bytes, with no Record object and no allocation per record. The file
+// is byte for byte the one WriteParquet writes for the same records.
+func (o ParquetOptions) WriteParquetEntries(w io.Writer, ents []tributary.Entry) (FileStats, error) {
+	return o.write(w, envelopePlan, pqRows{ents: ents}, true)
+}
+
 // WriteParquetShaped is WriteParquet for a shaped batch: recs (a run of
 // the records sh was made from) with the table's typed columns.
 func (o ParquetOptions) WriteParquetShaped(w io.Writer, recs []*tributary.Record, sh *Shaped) (FileStats, error) {
@@ -125,6 +135,11 @@ func WriteParquet(w io.Writer, recs []*tributary.Record) (FileStats, error) {
 	return ParquetOptions{}.WriteParquet(w, recs)
 }
 
+// WriteParquetEntries is ParquetOptions{}.WriteParquetEntries.
+func WriteParquetEntries(w io.Writer, ents []tributary.Entry) (FileStats, error) {
+	return ParquetOptions{}.WriteParquetEntries(w, ents)
+}
+
 // WriteParquetShaped is ParquetOptions{}.WriteParquetShaped.
 func WriteParquetShaped(w io.Writer, recs []*tributary.Record, sh *Shaped) (FileStats, error) {
 	return ParquetOptions{}.WriteParquetShaped(w, recs, sh)
@@ -134,8 +149,9 @@ func WriteParquetShaped(w io.Writer, recs []*tributary.Record, sh *Shaped) (File
 // beyond the envelope come from.
 type pqRows struct {
 	recs []*tributary.Record
-	sh   *Shaped      // typed columns and event_time, or nil
-	dls  []DeadLetter // the dead-letter table's columns (dls[i] is recs[i]), or nil
+	ents []tributary.Entry // instead of recs: stored entries, batches read in place
+	sh   *Shaped           // typed columns and event_time, or nil
+	dls  []DeadLetter      // the dead-letter table's columns (dls[i] is recs[i]), or nil
 }
 
 // pqChunkRows is how many rows are filled before they are handed to the
@@ -146,36 +162,29 @@ const pqChunkRows = 1024
 // one partition (stream tables); otherwise one partition and increasing
 // offsets (dead-letter tables).
 func (o ParquetOptions) write(w io.Writer, plan *pqPlan, rows pqRows, contiguous bool) (FileStats, error) {
-	recs := rows.recs
-	if len(recs) == 0 {
-		return FileStats{}, fmt.Errorf("write parquet: no records")
-	}
 	if err := CheckZstdLevel(o.ZstdLevel); err != nil {
 		return FileStats{}, fmt.Errorf("write parquet: %w", err)
 	}
-	st := FileStats{
-		Records: int64(len(recs)), Partition: recs[0].Partition,
-		FirstOffset: recs[0].Offset, LastOffset: recs[len(recs)-1].Offset,
-		MinTimestamp: recs[0].Timestamp, MaxTimestamp: recs[0].Timestamp,
+	st, err := rows.check(contiguous)
+	if err != nil {
+		return FileStats{}, fmt.Errorf("write parquet: %w", err)
 	}
-	for i, r := range recs {
-		bad := r.Partition != st.Partition || (contiguous && r.Offset != st.FirstOffset+int64(i)) ||
-			(!contiguous && i > 0 && r.Offset <= recs[i-1].Offset)
-		if bad {
-			return FileStats{}, fmt.Errorf("write parquet: record %d is %d@%d, want increasing offsets of partition %d",
-				i, r.Offset, r.Partition, st.Partition)
-		}
-		st.add(r)
-	}
-
+	n := int(st.Records)
 	pw := o.newWriter(w, plan)
 	f := plan.filler()
-	for start := 0; start < len(recs); start += RowGroupRows {
-		end := min(start+RowGroupRows, len(recs))
+	for start := 0; start < n; start += RowGroupRows {
+		end := min(start+RowGroupRows, n)
 		cws := pw.ColumnWriters()
 		for lo := start; lo < end; lo += pqChunkRows {
 			hi := min(lo+pqChunkRows, end)
-			f.fill(rows, lo, hi)
+			if err := f.fill(rows, lo, hi); err != nil {
+				return FileStats{}, fmt.Errorf("write parquet: %w", err)
+			}
+			if rows.ents != nil {
+				for i := range f.rows {
+					st.addRow(&f.rows[i])
+				}
+			}
 			for i, l := range f.leaves {
 				if _, err := cws[i].WriteRowValues(l.vals); err != nil {
 					return FileStats{}, fmt.Errorf("write parquet: column %d: %w", i, err)
@@ -192,20 +201,88 @@ func (o ParquetOptions) write(w io.Writer, plan *pqPlan, rows pqRows, contiguous
 	return st, nil
 }
 
+// check checks that rows are of one partition, with consecutive offsets
+// when contiguous (stream tables; else increasing: dead-letter tables),
+// and returns their stats: complete for records, without the bounds and
+// null counts for entries (write adds those as it fills the rows).
+func (rows pqRows) check(contiguous bool) (FileStats, error) {
+	if rows.ents != nil {
+		return checkEntries(rows.ents)
+	}
+	recs := rows.recs
+	if len(recs) == 0 {
+		return FileStats{}, fmt.Errorf("no records")
+	}
+	st := FileStats{
+		Records: int64(len(recs)), Partition: recs[0].Partition,
+		FirstOffset: recs[0].Offset, LastOffset: recs[len(recs)-1].Offset,
+		MinTimestamp: recs[0].Timestamp, MaxTimestamp: recs[0].Timestamp,
+	}
+	for i, r := range recs {
+		bad := r.Partition != st.Partition || (contiguous && r.Offset != st.FirstOffset+int64(i)) ||
+			(!contiguous && i > 0 && r.Offset <= recs[i-1].Offset)
+		if bad {
+			return FileStats{}, fmt.Errorf("record %d is %d@%d, want increasing offsets of partition %d",
+				i, r.Offset, r.Partition, st.Partition)
+		}
+		st.add(r)
+	}
+	return st, nil
+}
+
+// checkEntries is check for entries, which are always contiguous.
+func checkEntries(ents []tributary.Entry) (FileStats, error) {
+	if len(ents) == 0 {
+		return FileStats{}, fmt.Errorf("no records")
+	}
+	first := ents[0]
+	st := FileStats{FirstOffset: first.First(), MinTimestamp: first.Timestamp(), MaxTimestamp: first.Timestamp()}
+	if first.Record != nil {
+		st.Partition = first.Record.Partition
+	} else {
+		st.Partition = first.Batch.Partition
+	}
+	next := st.FirstOffset
+	for i, e := range ents {
+		p := st.Partition
+		if e.Record != nil {
+			p = e.Record.Partition
+		} else {
+			p = e.Batch.Partition
+			if b := e.Batch; b.Count < 1 || b.Skip < 0 || len(b.Records) < kbatch.HeaderLen ||
+				int64(b.Skip+b.Count) > int64(int32(binary.BigEndian.Uint32(b.Records[57:]))) {
+				return FileStats{}, fmt.Errorf("entry %d: records [%d, %d) of a batch of %d bytes", i, b.Skip, b.Skip+b.Count, len(b.Records))
+			}
+		}
+		if p != st.Partition || e.First() != next {
+			return FileStats{}, fmt.Errorf("entry %d is %d@%d, want offset %d of partition %d", i, e.First(), p, next, st.Partition)
+		}
+		next += int64(e.Len())
+	}
+	st.Records, st.LastOffset = next-st.FirstOffset, next-1
+	return st, nil
+}
+
 // add counts r into the stats' bounds and null counts.
 func (st *FileStats) add(r *tributary.Record) {
-	st.MinTimestamp = min(st.MinTimestamp, r.Timestamp)
-	st.MaxTimestamp = max(st.MaxTimestamp, r.Timestamp)
-	if r.Key == nil {
+	row := rowOf(r)
+	st.addRow(&row)
+}
+
+// addRow counts a row into the stats' bounds and null counts.
+func (st *FileStats) addRow(r *pqRow) {
+	st.MinTimestamp = min(st.MinTimestamp, r.timestamp)
+	st.MaxTimestamp = max(st.MaxTimestamp, r.timestamp)
+	if r.key == nil {
 		st.NullKeys++
 	}
-	if r.Headers == nil {
+	if r.headers == nil {
 		st.NullHeaders++
 	}
-	if r.ProducerTimestamp == 0 {
+	if r.prodTS == 0 {
 		st.NullProdTS++
 	}
-	if r.Principal == "" {
+	if r.principal == "" {
 		st.NullPrincipals++
 	}
 }
@@ -461,6 +538,9 @@ type pqField struct {
 type pqFiller struct {
 	plan   *pqPlan
 	leaves []pqLeaf
+	rows   []pqRow            // the rows of the chunk being filled
+	hdrs   []tributary.Header // their headers, for rows read from batches
+	cur    entryCursor        // where the next row of pqRows.ents is
 }
 
 type pqLeaf struct {
@@ -497,61 +577,81 @@ func (f *pqFiller) absent(n *pqNode, rep, def byte) {
 	}
 }
 
-// fill replaces the leaves' values with those of rows[lo:hi].
-func (f *pqFiller) fill(rows pqRows, lo, hi int) {
+// fill replaces the leaves' values with those of rows[lo:hi] (for
+// entries, fill must be called for consecutive ranges from 0).
+func (f *pqFiller) fill(rows pqRows, lo, hi int) error {
 	for i := range f.leaves {
 		f.leaves[i].vals = f.leaves[i].vals[:0]
 	}
-	recs := rows.recs[lo:hi]
+	f.rows, f.hdrs = f.rows[:0], f.hdrs[:0]
+	if rows.ents != nil {
+		if err := f.readEntries(rows.ents, lo, hi); err != nil {
+			return err
+		}
+	} else {
+		for _, r := range rows.recs[lo:hi] {
+			f.rows = append(f.rows, rowOf(r))
+		}
+	}
+	recs := f.rows
 	for _, n := range f.plan.top {
 		switch n.name {
 		case ColPartition:
-			for _, r := range recs {
-				f.put(n.leaf, parquet.Int32Value(r.Partition), 0, n.def)
+			for i := range recs {
+				r := &recs[i]
+				f.put(n.leaf, parquet.Int32Value(r.partition), 0, n.def)
 			}
 		case ColOffset:
-			for _, r := range recs {
-				f.put(n.leaf, parquet.Int64Value(r.Offset), 0, n.def)
+			for i := range recs {
+				r := &recs[i]
+				f.put(n.leaf, parquet.Int64Value(r.offset), 0, n.def)
 			}
 		case ColTimestamp:
-			for _, r := range recs {
-				f.put(n.leaf, parquet.Int64Value(r.Timestamp), 0, n.def)
+			for i := range recs {
+				r := &recs[i]
+				f.put(n.leaf, parquet.Int64Value(r.timestamp), 0, n.def)
 			}
 		case ColTopic, ColSource, ColClientID, ColNode:
-			for _, r := range recs {
-				f.put(n.leaf, stringValue(envelopeString(r, n.name)), 0, n.def)
+			for i := range recs {
+				r := &recs[i]
+				f.put(n.leaf, stringValue(r.envelopeString(n.name)), 0, n.def)
 			}
 		case ColPrincipal:
-			for _, r := range recs {
-				if r.Principal == "" {
+			for i := range recs {
+				r := &recs[i]
+				if r.principal == "" {
 					f.absent(n, 0, n.def-1)
 				} else {
-					f.put(n.leaf, stringValue(r.Principal), 0, n.def)
+					f.put(n.leaf, stringValue(r.principal), 0, n.def)
 				}
 			}
 		case ColKey:
-			for _, r := range recs {
-				if r.Key == nil {
+			for i := range recs {
+				r := &recs[i]
+				if r.key == nil {
 					f.absent(n, 0, n.def-1)
 				} else {
-					f.put(n.leaf, bytesValue(r.Key), 0, n.def)
+					f.put(n.leaf, bytesValue(r.key), 0, n.def)
 				}
 			}
 		case ColValue:
-			for _, r := range recs {
-				f.put(n.leaf, bytesValue(r.Value), 0, n.def)
+			for i := range recs {
+				r := &recs[i]
+				f.put(n.leaf, bytesValue(r.value), 0, n.def)
 			}
 		case ColProducerTimestamp:
-			for _, r := range recs {
-				if r.ProducerTimestamp == 0 {
+			for i := range recs {
+				r := &recs[i]
+				if r.prodTS == 0 {
 					f.absent(n, 0, n.def-1)
 				} else {
-					f.put(n.leaf, parquet.Int64Value(r.ProducerTimestamp*1000), 0, n.def)
+					f.put(n.leaf, parquet.Int64Value(r.prodTS*1000), 0, n.def)
 				}
 			}
 		case ColHeaders:
-			for _, r := range recs {
-				f.headers(n, r.Headers)
+			for i := range recs {
+				r := &recs[i]
+				f.headers(n, r.headers)
 			}
 		case ColDLQError:
 			for i := range recs {
@@ -562,8 +662,9 @@ func (f *pqFiller) fill(rows pqRows, lo, hi int) {
 				f.put(n.leaf, parquet.Int32Value(rows.dls[lo+i].SchemaVersion), 0, n.def)
 			}
 		case ColEventTime:
-			for _, r := range recs {
-				if us := rows.sh.eventTime(r.Offset); us == noEventTime {
+			for i := range recs {
+				r := &recs[i]
+				if us := rows.sh.eventTime(r.offset); us == noEventTime {
 					f.absent(n, 0, n.def-1)
 				} else {
 					f.put(n.leaf, parquet.Int64Value(us), 0, n.def)
@@ -571,10 +672,11 @@ func (f *pqFiller) fill(rows pqRows, lo, hi int) {
 			}
 		default:
 			sh := rows.sh
-			for _, r := range recs {
+			for i := range recs {
+				r := &recs[i]
 				var v typed.Value
 				if sh != nil {
-					if i := r.Offset - sh.base; sh.errs[i] == "" {
+					if i := r.offset - sh.base; sh.errs[i] == "" {
 						v = member(sh.vals[i], n.name)
 					}
 				}
@@ -582,6 +684,7 @@ func (f *pqFiller) fill(rows pqRows, lo, hi int) {
 			}
 		}
 	}
+	return nil
 }
 
 // headers appends a record's headers (list<struct<key string, value
@@ -684,16 +787,16 @@ func primitiveValue(t iceberg.Type, v typed.Value) (parquet.Value, bool) {
 	return parquet.Value{}, false
 }
 
-func envelopeString(r *tributary.Record, name string) string {
+func (r *pqRow) envelopeString(name string) string {
 	switch name {
 	case ColTopic:
-		return r.Topic
+		return r.topic
 	case ColSource:
-		return r.Source
+		return r.source
 	case ColClientID:
-		return r.ClientID
+		return r.clientID
 	}
-	return r.Node
+	return r.node
 }
 
 var empty = []byte{}

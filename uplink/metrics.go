@@ -44,27 +44,39 @@ func newMetrics() *metrics {
 	}
 }
 
-// committed observes the freshness of every record of a committed batch;
-// the stalest carries an exemplar (one per batch: cheap).
-func (m *metrics) committed(stream string, recs []*tributary.Record, now time.Time) {
-	if len(recs) == 0 {
+// committed observes the freshness of every record of a committed batch
+// (ents); the stalest carries an exemplar (one per batch: cheap).
+func (m *metrics) committed(stream string, ents []tributary.Entry, now time.Time) {
+	if len(ents) == 0 {
 		return
 	}
 	h := m.fresh.WithLabelValues(stream)
 	nowUS := now.UnixMicro()
-	oldest := recs[0]
-	for _, r := range recs[1:] {
-		if r.Timestamp < oldest.Timestamp {
-			oldest = r
+	oldest := 0
+	for i, e := range ents {
+		if e.Timestamp() < ents[oldest].Timestamp() {
+			oldest = i
 		}
 	}
-	for _, r := range recs {
-		if r != oldest {
-			h.Observe(float64(nowUS-r.Timestamp) / 1e6)
+	for i, e := range ents {
+		n := e.Len()
+		if i == oldest {
+			n--
+		}
+		age := float64(nowUS-e.Timestamp()) / 1e6
+		for range n {
+			h.Observe(age)
 		}
 	}
-	h.(prometheus.ExemplarObserver).ObserveWithExemplar(float64(nowUS-oldest.Timestamp)/1e6,
-		prometheus.Labels{"partition": strconv.Itoa(int(oldest.Partition)), "offset": strconv.FormatInt(oldest.Offset, 10)})
+	o := ents[oldest]
+	var p int32
+	if o.Record != nil {
+		p = o.Record.Partition
+	} else {
+		p = o.Batch.Partition
+	}
+	h.(prometheus.ExemplarObserver).ObserveWithExemplar(float64(nowUS-o.Timestamp())/1e6,
+		prometheus.Labels{"partition": strconv.Itoa(int(p)), "offset": strconv.FormatInt(o.First(), 10)})
 }
 
 // Collectors returns the uplink's histograms, to register with a

@@ -66,6 +66,12 @@
 // from its mark (at most MaxBatchBytes); cut them at the table's partition
 // buckets (days or hours) and encode each run as a zstd Parquet file; upload the files through the
 // Bucket; commit them with the new marks through the Committer; release.
+// A raw stream's records are read as the WAL's entries (wal.ReadEntries):
+// a Kafka batch entry is encoded in place, its records walked in the
+// batch's bytes straight into the Parquet columns
+// (tables.WriteParquetEntries), with no Record object per Kafka record;
+// the file is byte for byte the one the records would give. Typed
+// streams and continuous encoding read records (Log.Read).
 // Failures of the store or the catalog are retried with exponential backoff
 // per stream; streams do not wait for each other's failures. Uploaded files
 // whose commit never happens are orphans for table maintenance to delete.
@@ -122,6 +128,7 @@ package uplink
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -172,7 +179,8 @@ type Committer interface {
 	KeyOf(fileURL string) (string, error)
 }
 
-// Bucket is the object store: one write of a whole object.
+// Bucket is the object store: one write of a whole object. It must not
+// keep data after WriteAll returns (the uplink reuses the buffer).
 type Bucket interface {
 	WriteAll(ctx context.Context, key string, data []byte) error
 }
@@ -181,6 +189,10 @@ type Bucket interface {
 type Log interface {
 	Partitions() []wal.PartitionState
 	Read(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]*tributary.Record, error)
+	// ReadEntriesInto is Read giving the stored entries, Kafka batches as
+	// views over their bytes copied into buf's spare capacity
+	// (wal.ReadEntriesInto).
+	ReadEntriesInto(buf []byte, stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]tributary.Entry, []byte, error)
 	Release(stream string, partition int32, upTo int64) error
 	EnsurePartition(stream string, partition int32, minNext int64) error
 	DropPartitionBelow(stream string, partition int32, epoch int64) (dropped int64, kept bool, err error)
@@ -291,6 +303,18 @@ type Uplink struct {
 	pre     *preEncoder // Config.ContinuousEncoding, else nil
 
 	flushReq chan chan error
+
+	// fileBuf is the buffer data files are encoded into (uploadEntries),
+	// kept between files: a fresh one would be allocated and zeroed per
+	// file, tens of megabytes. It and readBuf are kept up to
+	// MaxBatchBytes each (a node that once uploaded a full batch keeps
+	// about twice MaxBatchBytes of buffers).
+	bufMu   sync.Mutex
+	fileBuf []byte
+	// readBuf holds the batches one pass reads (syncOnce), reused from
+	// pass to pass; readMu keeps two passes from sharing it.
+	readMu  sync.Mutex
+	readBuf []byte
 }
 
 type retryState struct {
@@ -312,6 +336,15 @@ type FenceListener interface {
 // records are not released, and it is called again on the next pass.
 type ReleaseListener interface {
 	Releasing(stream string, partition int32, recs []*tributary.Record) error
+}
+
+// EntryReleaseListener is a ReleaseListener that can take the committed
+// range as the WAL's entries (Kafka batches not decoded into records);
+// the uplink calls ReleasingEntries instead of Releasing. The entries'
+// bytes are the uplink's read buffer, reused after the call: keep
+// nothing of them.
+type EntryReleaseListener interface {
+	ReleasingEntries(stream string, partition int32, es []tributary.Entry) error
 }
 
 // New makes an uplink; call Run to start it.
@@ -595,8 +628,18 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 		u.commitFailures.Add(1)
 		return false, fmt.Errorf("sync %s: %w", stream, err)
 	}
+	// The batches this pass reads go into readBuf, which the next pass
+	// reuses (nothing of this pass's entries is used after it returns).
+	u.readMu.Lock()
+	readBuf, need := u.readBuf[:0], 0
+	defer func() {
+		if need > cap(u.readBuf) && need <= int(u.cfg.MaxBatchBytes) {
+			u.readBuf = make([]byte, 0, need) // for the next pass
+		}
+		u.readMu.Unlock()
+	}()
 	var appends []tables.PartitionAppend
-	batch := map[int32][]*tributary.Record{}
+	batch := map[int32][]tributary.Entry{}
 	dead := map[int32][]tables.DeadLetter{}
 	pol := u.cfg.Payloads[stream]
 	for _, p := range parts {
@@ -650,6 +693,39 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 			// times their size): smaller batches when catching up.
 			maxBytes = min(maxBytes, MaxTypedBatchBytes)
 		}
+		if !pol.Typed() && u.pre == nil {
+			// Raw streams: the stored entries, Kafka batches encoded in
+			// place (no record objects).
+			ents, rb, err := u.log.ReadEntriesInto(readBuf, stream, p.Partition, mark, 0, maxBytes)
+			readBuf = rb
+			if err != nil {
+				return false, fmt.Errorf("sync %s: read wal: %w", stream, err)
+			}
+			for _, e := range ents {
+				if e.Batch != nil {
+					need += len(e.Batch.Records)
+				}
+			}
+			if len(ents) == 0 || ents[0].First() != mark {
+				return false, fmt.Errorf("sync %s: wal partition %d does not start at the table's mark %d", stream, p.Partition, mark)
+			}
+			for i := 1; i < len(ents); i++ {
+				if ents[i].Epoch() != ents[0].Epoch() {
+					ents, cut = ents[:i], true
+					break
+				}
+			}
+			files, err := u.uploadEntries(ctx, stream, ents)
+			if err != nil {
+				return false, err
+			}
+			last := ents[len(ents)-1]
+			appends = append(appends, tables.PartitionAppend{
+				Partition: p.Partition, From: mark, To: last.First() + int64(last.Len()), Epoch: ents[0].Epoch(), Files: files,
+			})
+			batch[p.Partition] = ents
+			continue
+		}
 		recs, err := u.log.Read(stream, p.Partition, mark, 0, maxBytes)
 		if err != nil {
 			return false, fmt.Errorf("sync %s: read wal: %w", stream, err)
@@ -688,7 +764,7 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 		appends = append(appends, tables.PartitionAppend{
 			Partition: p.Partition, From: mark, To: recs[len(recs)-1].Offset + 1, Epoch: recs[0].Epoch, Files: files,
 		})
-		batch[p.Partition] = recs
+		batch[p.Partition] = entriesOf(recs)
 	}
 	if len(appends) == 0 {
 		return false, nil
@@ -788,22 +864,31 @@ func (u *Uplink) count(m map[string]int64, c *prometheus.CounterVec, stream stri
 }
 
 // release releases [from, to) of a partition after the listeners have seen
-// its records (recs, or read from the WAL when nil).
-func (u *Uplink) release(stream string, partition int32, from, to int64, recs []*tributary.Record) error {
+// its records (ents, or read from the WAL when nil).
+func (u *Uplink) release(stream string, partition int32, from, to int64, ents []tributary.Entry) error {
 	if len(u.releaseLs) > 0 && to > from {
-		if recs == nil {
+		if ents == nil {
 			var err error
-			recs, err = u.log.Read(stream, partition, from, int(to-from), 0)
+			ents, _, err = u.log.ReadEntriesInto(nil, stream, partition, from, int(to-from), 0)
 			if err != nil {
 				return fmt.Errorf("sync %s: read wal: %w", stream, err)
 			}
 		}
-		n := 0
-		for n < len(recs) && recs[n].Offset < to {
-			n++
-		}
+		ents = trimEntries(ents, to)
+		var recs []*tributary.Record // decoded for the first listener that needs them
 		for _, l := range u.releaseLs {
-			if err := l.Releasing(stream, partition, recs[:n]); err != nil {
+			var err error
+			if el, ok := l.(EntryReleaseListener); ok {
+				err = el.ReleasingEntries(stream, partition, ents)
+			} else {
+				if recs == nil {
+					if recs, err = wal.Records(ents); err != nil {
+						return fmt.Errorf("sync %s: read wal: %w", stream, err)
+					}
+				}
+				err = l.Releasing(stream, partition, recs)
+			}
+			if err != nil {
 				return fmt.Errorf("sync %s: before release: %w", stream, err)
 			}
 		}
@@ -812,6 +897,95 @@ func (u *Uplink) release(stream string, partition int32, from, to int64, recs []
 		return fmt.Errorf("sync %s: release: %w", stream, err)
 	}
 	return nil
+}
+
+// entriesOf wraps records as entries.
+func entriesOf(recs []*tributary.Record) []tributary.Entry {
+	es := make([]tributary.Entry, len(recs))
+	for i, r := range recs {
+		es[i] = tributary.Entry{Record: r}
+	}
+	return es
+}
+
+// trimEntries returns ents without their records from offset to on.
+func trimEntries(ents []tributary.Entry, to int64) []tributary.Entry {
+	for i, e := range ents {
+		switch {
+		case e.First() >= to:
+			return ents[:i]
+		case e.Batch != nil && e.First()+int64(e.Len()) > to:
+			out := append(ents[:i:i], tributary.Entry{Batch: e.Batch.Trim(to)})
+			return out
+		}
+	}
+	return ents
+}
+
+// uploadEntries is upload for a raw stream's entries: Kafka batches are
+// encoded in place (tables.WriteParquetEntries), one file per partition
+// bucket, named and written as upload does.
+func (u *Uplink) uploadEntries(ctx context.Context, stream string, ents []tributary.Entry) ([]tables.FileMeta, error) {
+	g, err := u.cat.Granularity(ctx, stream)
+	if err != nil {
+		return nil, fmt.Errorf("sync %s: %w", stream, err)
+	}
+	u.bufMu.Lock()
+	defer u.bufMu.Unlock()
+	var files []tables.FileMeta
+	for _, run := range tables.CutEntryRuns(g, ents) {
+		if hint := parquetSizeHint(run); cap(u.fileBuf) < hint {
+			u.fileBuf = make([]byte, 0, hint)
+		}
+		buf := bytes.NewBuffer(u.fileBuf[:0])
+		st, err := u.cfg.Parquet.WriteParquetEntries(buf, run)
+		if err != nil {
+			return nil, fmt.Errorf("sync %s: %w", stream, err)
+		}
+		if cap(buf.Bytes()) <= int(u.cfg.MaxBatchBytes)+64<<10 {
+			u.fileBuf = buf.Bytes()[:0] // grown, if the hint was short
+		}
+		f, err := u.put(ctx, stream, buf.Bytes(), st, ents[0].Epoch())
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, f)
+	}
+	return files, nil
+}
+
+// parquetSizeHint is the capacity a run's file buffer starts with, so
+// that a file of incompressible payloads is not copied as the buffer
+// doubles: the batch bytes, and a little for the other columns.
+func parquetSizeHint(run []tributary.Entry) int {
+	n := 0
+	for _, e := range run {
+		if e.Batch != nil {
+			n += len(e.Batch.Records) * e.Batch.Count / max(int(int32(binary.BigEndian.Uint32(e.Batch.Records[57:]))), 1)
+		} else {
+			n += len(e.Record.Value) + 64
+		}
+	}
+	return n + n/16 + 64<<10
+}
+
+// put writes one data file to the bucket, named by tables.DataFileURL
+// with this node and epoch as its origin.
+func (u *Uplink) put(ctx context.Context, stream string, data []byte, st tables.FileStats, epoch int64) (tables.FileMeta, error) {
+	url := tables.DataFileURL(u.cat.TableLocation(stream), st, tables.OriginOf(u.cfg.Node, epoch))
+	key, err := u.cat.KeyOf(url)
+	if err != nil {
+		return tables.FileMeta{}, fmt.Errorf("sync %s: %w", stream, err)
+	}
+	writeStart := time.Now()
+	if err := u.bucket.WriteAll(ctx, key, data); err != nil {
+		u.uploadFailures.Add(1)
+		return tables.FileMeta{}, fmt.Errorf("sync %s: upload %s: %w", stream, key, err)
+	}
+	u.metrics.upload.Observe(time.Since(writeStart).Seconds())
+	u.files.Add(1)
+	u.bytesUp.Add(int64(len(data)))
+	return tables.FileMeta{URL: url, Size: int64(len(data)), Stats: st}, nil
 }
 
 // upload encodes recs as one Parquet file per partition bucket (day or
@@ -858,20 +1032,11 @@ func (u *Uplink) upload(ctx context.Context, stream string, recs []*tributary.Re
 		if err != nil {
 			return nil, fmt.Errorf("sync %s: %w", stream, err)
 		}
-		url := tables.DataFileURL(u.cat.TableLocation(stream), st, tables.OriginOf(u.cfg.Node, recs[0].Epoch))
-		key, err := u.cat.KeyOf(url)
+		f, err := u.put(ctx, stream, buf.Bytes(), st, recs[0].Epoch)
 		if err != nil {
-			return nil, fmt.Errorf("sync %s: %w", stream, err)
+			return nil, err
 		}
-		writeStart := time.Now()
-		if err := u.bucket.WriteAll(ctx, key, buf.Bytes()); err != nil {
-			u.uploadFailures.Add(1)
-			return nil, fmt.Errorf("sync %s: upload %s: %w", stream, key, err)
-		}
-		u.metrics.upload.Observe(time.Since(writeStart).Seconds())
-		u.files.Add(1)
-		u.bytesUp.Add(int64(buf.Len()))
-		files = append(files, tables.FileMeta{URL: url, Size: int64(buf.Len()), Stats: st})
+		files = append(files, f)
 	}
 	return files, nil
 }

@@ -98,7 +98,7 @@ func (b *Batch) Decode(skip int) ([]*tributary.Record, error) {
 	e := batchEntry{stream: b.Stream, topic: b.Topic, source: b.Source, clientID: b.ClientID, node: b.Node,
 		principal: b.Principal, partition: b.Partition, offset: b.Offset, epoch: b.Epoch, timestamp: b.Timestamp,
 		count: b.count(), batch: b.Records}
-	return e.records(skip)
+	return e.records(skip, e.count)
 }
 
 // ValueBytes is the sum of b's records' value sizes, counted without
@@ -160,6 +160,15 @@ func (w *WAL) AppendBatchAsyncAfter(after Ticket, b *Batch, done func(error)) Ti
 // appendBatchEntry appends b's entry, with offset and timestamp as set,
 // to dst; the batch's base offset is rewritten in the copy.
 func appendBatchEntry(dst []byte, b *Batch) []byte {
+	dst = appendBatchHeader(dst, b)
+	start := len(dst)
+	dst = append(dst, b.Records...)
+	be.PutUint64(dst[start:], uint64(b.Offset)) // the CRC-32C does not cover it
+	return dst
+}
+
+// appendBatchHeader appends b's entry up to its record batch.
+func appendBatchHeader(dst []byte, b *Batch) []byte {
 	dst = append(dst, formatKafkaBatch)
 	dst = appendString(dst, b.Stream)
 	dst = binary.AppendVarint(dst, int64(b.Partition))
@@ -171,11 +180,7 @@ func appendBatchEntry(dst []byte, b *Batch) []byte {
 	dst = appendString(dst, b.ClientID)
 	dst = appendString(dst, b.Node)
 	dst = appendString(dst, b.Principal)
-	dst = binary.AppendUvarint(dst, uint64(b.count()))
-	start := len(dst)
-	dst = append(dst, b.Records...)
-	be.PutUint64(dst[start:], uint64(b.Offset)) // the CRC-32C does not cover it
-	return dst
+	return binary.AppendUvarint(dst, uint64(b.count()))
 }
 
 // batchEntry is a decoded batch entry's header; batch aliases the input.
@@ -226,12 +231,54 @@ func decodeBatchEntry(b []byte, skip int) ([]*tributary.Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	return e.records(skip)
+	return e.records(skip, e.count)
 }
 
-// records decodes e's records from index skip on; they do not alias e's
-// batch (what they hold is copied into one buffer).
-func (e *batchEntry) records(skip int) ([]*tributary.Record, error) {
+// view is the tributary.BatchView of e's records [skip, skip+n), over
+// batch (e's batch bytes or a copy).
+func (e *batchEntry) view(skip, n int, batch []byte) *tributary.BatchView {
+	return &tributary.BatchView{Stream: e.stream, Topic: e.topic, Source: e.source, ClientID: e.clientID, Node: e.node,
+		Principal: e.principal, Partition: e.partition, Epoch: e.epoch, Timestamp: e.timestamp,
+		Offset: e.offset + int64(skip), Skip: skip, Count: n, Records: batch}
+}
+
+// DecodeView decodes the records of a batch view (ReadEntries) as Read
+// returns them.
+func DecodeView(v *tributary.BatchView) ([]*tributary.Record, error) {
+	e := batchEntry{stream: v.Stream, topic: v.Topic, source: v.Source, clientID: v.ClientID, node: v.Node,
+		principal: v.Principal, partition: v.Partition, offset: v.Offset - int64(v.Skip), epoch: v.Epoch,
+		timestamp: v.Timestamp, batch: v.Records}
+	r := v.Records
+	if len(r) < kbatch.HeaderLen || v.Skip < 0 || v.Count < 0 {
+		return nil, fmt.Errorf("%w: batch view of %d bytes", ErrCorrupt, len(r))
+	}
+	e.count = int(int32(be.Uint32(r[57:])))
+	if v.Skip+v.Count > e.count {
+		return nil, fmt.Errorf("%w: batch view [%d, %d) of %d records", ErrCorrupt, v.Skip, v.Skip+v.Count, e.count)
+	}
+	return e.records(v.Skip, v.Count)
+}
+
+// Records decodes entries (ReadEntries) into the records Read returns.
+func Records(es []tributary.Entry) ([]*tributary.Record, error) {
+	var out []*tributary.Record
+	for _, e := range es {
+		if e.Record != nil {
+			out = append(out, e.Record)
+			continue
+		}
+		rs, err := DecodeView(e.Batch)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rs...)
+	}
+	return out, nil
+}
+
+// records decodes e's records [skip, skip+n) (every record is checked);
+// they do not alias e's batch (what they hold is copied into one buffer).
+func (e *batchEntry) records(skip, n int) ([]*tributary.Record, error) {
 	r := e.batch
 	firstTS := int64(be.Uint64(r[27:]))
 	pid := int64(be.Uint64(r[43:]))
@@ -242,11 +289,12 @@ func (e *batchEntry) records(skip int) ([]*tributary.Record, error) {
 		return nil, fmt.Errorf("%w: %d records in %d bytes", ErrCorrupt, e.count, len(body))
 	}
 	skip = min(max(skip, 0), e.count)
-	kept := make([]kbatch.Record, e.count-skip)
+	end := skip + min(max(n, 0), e.count-skip)
+	kept := make([]kbatch.Record, end-skip)
 	size := 0
 	for i := range e.count {
 		var dst *kbatch.Record
-		if i >= skip {
+		if i >= skip && i < end {
 			dst = &kept[i-skip]
 		}
 		n, err := kbatch.ParseRecord(body, dst, int32(i), math.MaxInt32)

@@ -55,12 +55,23 @@ func appendBatch(t *testing.T, w *WAL, b *Batch) error {
 	return <-done
 }
 
+// readAll is Read; it also checks that ReadEntries covers the same
+// records (decoded after its transaction ended: the views own their bytes).
 func readAll(t *testing.T, w *WAL, stream string, part int32, from int64, maxRecords int, maxBytes int64) []*tributary.Record {
 	t.Helper()
 	got, err := w.Read(stream, part, from, maxRecords, maxBytes)
 	if err != nil {
 		t.Fatal(err)
 	}
+	ents, err := w.ReadEntries(stream, part, from, maxRecords, maxBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromEnts, err := Records(ents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameRecords(t, fmt.Sprintf("ReadEntries from %d, max %d records, %d bytes", from, maxRecords, maxBytes), fromEnts, got)
 	return got
 }
 

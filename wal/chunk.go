@@ -152,22 +152,36 @@ func encodeChunk(dst []byte, first int64, recs [][]byte) []byte {
 // encodeChunkV appends a chunk of entries to dst: of version 1 when ns is
 // nil, else of version 2 with entry i covering ns[i] offsets.
 func encodeChunkV(dst []byte, first int64, recs [][]byte, ns []int) []byte {
+	return encodeChunkParts(dst, first, recs, nil, ns)
+}
+
+// encodeChunkParts is encodeChunkV for entries in two parts: entry i is
+// heads[i] followed by tails[i] (tails nil: no second parts), so that a
+// batch entry's records are copied once, into the chunk.
+func encodeChunkParts(dst []byte, first int64, heads, tails [][]byte, ns []int) []byte {
 	start := len(dst)
 	version := byte(chunkV1)
 	if ns != nil {
 		version = chunkV2
 	}
+	tail := func(i int) []byte {
+		if tails == nil {
+			return nil
+		}
+		return tails[i]
+	}
 	dst = append(dst, version)
 	dst = be.AppendUint64(dst, uint64(first))
-	dst = binary.AppendUvarint(dst, uint64(len(recs)))
-	for i, r := range recs {
-		dst = binary.AppendUvarint(dst, uint64(len(r)))
+	dst = binary.AppendUvarint(dst, uint64(len(heads)))
+	for i, r := range heads {
+		dst = binary.AppendUvarint(dst, uint64(len(r)+len(tail(i))))
 		if ns != nil {
 			dst = binary.AppendUvarint(dst, uint64(ns[i]))
 		}
 	}
-	for _, r := range recs {
+	for i, r := range heads {
 		dst = append(dst, r...)
+		dst = append(dst, tail(i)...)
 	}
 	return be.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli))
 }

@@ -72,12 +72,18 @@ type work struct {
 }
 
 // span is an entry's encoding in the committer's arena: a record (n 1)
-// or a batch entry (batch true) covering n offsets.
+// or a batch entry (batch true) covering n offsets, whose arena bytes are
+// the entry's header and tail its record batch (the caller's Batch.Records,
+// which the WAL owns until the group commits: copied once, into the chunk).
 type span struct {
 	start, end int
 	n          int
 	batch      bool
+	tail       []byte
 }
+
+// size is the entry's encoded size.
+func (sp *span) size() int { return sp.end - sp.start + len(sp.tail) }
 
 // group is the state of one transaction being built.
 type group struct {
@@ -512,19 +518,20 @@ func (w *WAL) flush(g *group, wk *work) error {
 		return err
 	}
 	first := wk.st.next - wk.pendOffs
-	var recs [][]byte
+	var recs, tails [][]byte
 	var ns []int
 	for i := 0; i < len(wk.pend); {
-		recs, ns = recs[:0], ns[:0]
+		recs, tails, ns = recs[:0], tails[:0], ns[:0]
 		size, offs, v2 := 0, 0, false
 		for j := i; j < len(wk.pend) && len(recs) < maxChunkRecords; j++ {
-			sp := wk.pend[j]
-			if len(recs) > 0 && size+sp.end-sp.start > maxChunkBytes {
+			sp := &wk.pend[j]
+			if len(recs) > 0 && size+sp.size() > maxChunkBytes {
 				break
 			}
 			recs = append(recs, w.arena[sp.start:sp.end])
+			tails = append(tails, sp.tail)
 			ns = append(ns, sp.n)
-			size += sp.end - sp.start
+			size += sp.size()
 			offs += sp.n
 			v2 = v2 || sp.batch
 		}
@@ -533,7 +540,7 @@ func (w *WAL) flush(g *group, wk *work) error {
 		// it grows, earlier chunks keep the old array.
 		start := len(w.chunks)
 		if v2 {
-			w.chunks = encodeChunkV2(w.chunks, first, recs, ns)
+			w.chunks = encodeChunkParts(w.chunks, first, recs, tails, ns)
 		} else {
 			w.chunks = encodeChunk(w.chunks, first, recs)
 		}
@@ -565,8 +572,8 @@ func (w *WAL) applyBatch(g *group, o *op) (opErr, txErr error) {
 	b.Offset = wk.st.next
 	n := b.count()
 	start := len(w.arena)
-	w.arena = appendBatchEntry(w.arena, b)
-	size := int64(len(w.arena) - start)
+	w.arena = appendBatchHeader(w.arena, b)
+	size := int64(len(w.arena) - start + len(b.Records))
 	if w.opts.MaxBytes > 0 && g.bytes+size > w.opts.MaxBytes {
 		w.arena = w.arena[:start]
 		return fmt.Errorf("append a batch of %d records of %d bytes with %d of %d bytes used: %w",
@@ -578,7 +585,8 @@ func (w *WAL) applyBatch(g *group, o *op) (opErr, txErr error) {
 	wk.st.next += int64(n)
 	wk.st.epoch = max(wk.st.epoch, b.Epoch)
 	wk.st.bytes += size
-	wk.pend = append(wk.pend, span{start: start, end: len(w.arena), n: n, batch: true})
+	be.PutUint64(b.Records, uint64(b.Offset)) // the CRC-32C does not cover it
+	wk.pend = append(wk.pend, span{start: start, end: len(w.arena), n: n, batch: true, tail: b.Records})
 	wk.pendBytes += int(size)
 	wk.pendOffs += int64(n)
 	wk.dirty = true

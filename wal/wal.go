@@ -86,6 +86,7 @@
 package wal
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -498,26 +499,58 @@ func (w *WAL) Read(stream string, partition int32, from int64, maxRecords int, m
 	return out, nil
 }
 
-// readTx is Read inside a read transaction: it seeks to the chunk holding
-// from (or Released, if higher) and decodes records across chunks.
+// readTx is Read inside a read transaction.
 func readTx(tx *bolt.Tx, pk pkey, from int64, maxRecords int, maxBytes int64) ([]*tributary.Record, error) {
+	var out []*tributary.Record
+	err := scanTx(tx, pk, from, maxRecords, maxBytes, func(rb []byte, e *batchEntry, pos int64, skip, n int) error {
+		if e != nil {
+			rs, err := e.records(skip, n)
+			if err != nil {
+				return fmt.Errorf("offset %d: %w", pos, err)
+			}
+			out = append(out, rs...)
+			return nil
+		}
+		r, err := DecodeRecord(rb)
+		if err != nil {
+			return fmt.Errorf("offset %d: %w", pos, err)
+		}
+		if r.Offset != pos {
+			return fmt.Errorf("%w: record at offset %d says offset %d", ErrCorrupt, pos, r.Offset)
+		}
+		out = append(out, r)
+		return nil
+	})
+	return out, err
+}
+
+// scanTx walks the entries of a partition inside a read transaction, as
+// Read returns records: from from (or Released, if higher), at most
+// maxRecords records (<= 0: no limit), stopping before the entries' size
+// would exceed maxBytes (<= 0: no limit) but with at least one. For each
+// entry it calls visit with its bytes (aliasing the transaction's pages),
+// its decoded header if it is a batch entry (checked to cover the
+// chunk's offsets), the offset pos of the first record to take, its index
+// skip in the entry and the number n of records to take (a record entry:
+// 0 and 1).
+func scanTx(tx *bolt.Tx, pk pkey, from int64, maxRecords int, maxBytes int64, visit func(rb []byte, e *batchEntry, pos int64, skip, n int) error) error {
 	key := encodePKey(pk)
 	mv := tx.Bucket(metaBucket).Get(key)
 	if mv == nil {
-		return nil, nil
+		return nil
 	}
 	ms, ok := decodeMeta(mv)
 	if !ok {
-		return nil, fmt.Errorf("%w: meta entry %x", ErrCorrupt, key)
+		return fmt.Errorf("%w: meta entry %x", ErrCorrupt, key)
 	}
 	next, released := ms.next, ms.released
 	from = max(from, released)
 	if from >= next {
-		return nil, nil
+		return nil
 	}
 	b := tx.Bucket(dataName(key))
 	if b == nil {
-		return nil, fmt.Errorf("%w: no data bucket", ErrCorrupt)
+		return fmt.Errorf("%w: no data bucket", ErrCorrupt)
 	}
 	c := b.Cursor()
 	k, v := c.Seek(offsetKey(from))
@@ -526,61 +559,118 @@ func readTx(tx *bolt.Tx, pk pkey, from int64, maxRecords int, maxBytes int64) ([
 	} else if int64(be.Uint64(k)) > from {
 		k, v = c.Prev()
 	}
-	var out []*tributary.Record
+	taken := 0
 	var size int64
 	for pos := from; pos < next; k, v = c.Next() {
-		if maxRecords > 0 && len(out) >= maxRecords {
+		if maxRecords > 0 && taken >= maxRecords {
 			break
 		}
 		if k == nil {
-			return nil, fmt.Errorf("%w: records end at %d, want %d", ErrCorrupt, pos, next)
+			return fmt.Errorf("%w: records end at %d, want %d", ErrCorrupt, pos, next)
 		}
 		ch, err := decodeChunkAt(k, v)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if ch.first > pos || ch.end() <= pos {
-			return nil, fmt.Errorf("%w: chunk [%d, %d) where offset %d was expected", ErrCorrupt, ch.first, ch.end(), pos)
+			return fmt.Errorf("%w: chunk [%d, %d) where offset %d was expected", ErrCorrupt, ch.first, ch.end(), pos)
 		}
 		for i := ch.entryOf(pos - ch.first); i < ch.entries() && pos < next; i++ {
-			if maxRecords > 0 && len(out) >= maxRecords {
-				return out, nil
+			if maxRecords > 0 && taken >= maxRecords {
+				return nil
 			}
 			rb := ch.record(i)
-			if maxBytes > 0 && len(out) > 0 && size+int64(len(rb)) > maxBytes {
-				return out, nil
+			if maxBytes > 0 && taken > 0 && size+int64(len(rb)) > maxBytes {
+				return nil
 			}
 			size += int64(len(rb))
-			if rb[0] == formatKafkaBatch {
-				skip := int(pos - ch.first - ch.entryFirst(i))
-				rs, err := decodeBatchEntry(rb, skip)
-				if err != nil {
-					return nil, fmt.Errorf("offset %d: %w", pos, err)
+			first, covers := ch.first+ch.entryFirst(i), ch.entryFirst(i+1)-ch.entryFirst(i)
+			if rb[0] != formatKafkaBatch {
+				if covers != 1 {
+					return fmt.Errorf("%w: record at offset %d covers %d offsets", ErrCorrupt, pos, covers)
 				}
-				if len(rs) == 0 || rs[0].Offset != pos || int64(len(rs)+skip) != ch.entryFirst(i+1)-ch.entryFirst(i) {
-					return nil, fmt.Errorf("%w: batch entry at offset %d does not cover its chunk's offsets", ErrCorrupt, pos)
+				if err := visit(rb, nil, pos, 0, 1); err != nil {
+					return err
 				}
-				for _, r := range rs {
-					if pos >= next || (maxRecords > 0 && len(out) >= maxRecords) {
-						return out, nil
-					}
-					out = append(out, r)
-					pos++
-				}
+				taken++
+				pos++
 				continue
 			}
-			r, err := DecodeRecord(rb)
+			e, err := decodeBatchHeader(rb)
 			if err != nil {
-				return nil, fmt.Errorf("offset %d: %w", pos, err)
+				return fmt.Errorf("offset %d: %w", pos, err)
 			}
-			if r.Offset != pos || ch.entryFirst(i+1)-ch.entryFirst(i) != 1 {
-				return nil, fmt.Errorf("%w: record at offset %d says offset %d", ErrCorrupt, pos, r.Offset)
+			if e.offset != first || int64(e.count) != covers {
+				return fmt.Errorf("%w: batch entry at offset %d does not cover its chunk's offsets", ErrCorrupt, pos)
 			}
-			out = append(out, r)
-			pos++
+			skip := int(pos - first)
+			n := int(min(covers-int64(skip), next-pos))
+			if maxRecords > 0 {
+				n = min(n, maxRecords-taken)
+			}
+			if err := visit(rb, &e, pos, skip, n); err != nil {
+				return err
+			}
+			taken += n
+			pos += int64(n)
 		}
 	}
-	return out, nil
+	return nil
+}
+
+// ReadEntries is Read returning the entries the records are stored in: a
+// Kafka batch entry is a tributary.BatchView over a copy of its bytes
+// (one copy per entry, no object per record), possibly starting inside
+// the batch (Skip) or cut short by maxRecords or the partition's end;
+// record entries are decoded as Read decodes them. The entries cover the
+// same offsets Read would return.
+func (w *WAL) ReadEntries(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]tributary.Entry, error) {
+	es, _, err := w.ReadEntriesInto(nil, stream, partition, from, maxRecords, maxBytes)
+	return es, err
+}
+
+// ReadEntriesInto is ReadEntries copying the batches into buf's spare
+// capacity (a batch that does not fit gets a copy of its own): a reader
+// that reads again and again (the uplink) reuses one buffer instead of
+// allocating its batches' bytes anew. It returns buf with what it copied
+// appended; the views alias it, so buf must not be reused while they are.
+func (w *WAL) ReadEntriesInto(buf []byte, stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]tributary.Entry, []byte, error) {
+	if w.isClosed() {
+		return nil, buf, ErrClosed
+	}
+	var out []tributary.Entry
+	err := w.db.View(func(tx *bolt.Tx) error {
+		return scanTx(tx, pkey{stream, partition}, from, maxRecords, maxBytes, func(rb []byte, e *batchEntry, pos int64, skip, n int) error {
+			if e == nil {
+				r, err := DecodeRecord(rb)
+				if err != nil {
+					return fmt.Errorf("offset %d: %w", pos, err)
+				}
+				if r.Offset != pos {
+					return fmt.Errorf("%w: record at offset %d says offset %d", ErrCorrupt, pos, r.Offset)
+				}
+				out = append(out, tributary.Entry{Record: r})
+				return nil
+			}
+			var c []byte
+			if cap(buf)-len(buf) >= len(e.batch) {
+				start := len(buf)
+				buf = append(buf, e.batch...)
+				c = buf[start:len(buf):len(buf)]
+			} else {
+				c = bytes.Clone(e.batch)
+			}
+			out = append(out, tributary.Entry{Batch: e.view(skip, n, c)})
+			return nil
+		})
+	})
+	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
+		return nil, buf, ErrClosed
+	}
+	if err != nil {
+		return nil, buf, fmt.Errorf("read %s/%d from %d: %w", stream, partition, from, err)
+	}
+	return out, buf, nil
 }
 
 // Append makes recs durable (fsynced) and assigns each its Offset, densely per

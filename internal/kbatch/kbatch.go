@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/tributary-io/tributary"
 )
@@ -53,6 +54,17 @@ type reader struct {
 }
 
 func (r *reader) varint() int64 {
+	// Fast paths for one- and two-byte varints (attributes, deltas,
+	// lengths under 8 KiB: most of a record's fields), as binary.Varint
+	// decodes them.
+	if b := r.b; len(b) > 0 && b[0] < 0x80 {
+		r.b = b[1:]
+		return int64(b[0]>>1) ^ -int64(b[0]&1)
+	} else if len(b) > 1 && b[1] < 0x80 {
+		ux := uint64(b[0]&0x7f) | uint64(b[1])<<7
+		r.b = b[2:]
+		return int64(ux>>1) ^ -int64(ux&1)
+	}
 	v, n := binary.Varint(r.b)
 	if n <= 0 {
 		r.bad = true
@@ -96,51 +108,75 @@ func (r *reader) bytes() []byte {
 // wantDelta and it may carry at most maxHeaders headers. rec's byte
 // slices alias b. A nil rec only checks the record, allocating nothing.
 func ParseRecord(b []byte, rec *Record, wantDelta int32, maxHeaders int) (int, error) {
+	n, _, err := parseRecord(b, rec, wantDelta, maxHeaders, nil, false)
+	return n, err
+}
+
+// ParseRecordInPlace is ParseRecord for a reader that walks stored
+// batches without allocating per record: rec's headers are appended to
+// hs (rec.Headers is the appended part, nil when the record has none, as
+// ParseRecord gives) and their keys alias b as well (unsafe.String), so
+// b must not change while rec is used. It returns hs with the headers
+// appended.
+func ParseRecordInPlace(b []byte, rec *Record, wantDelta int32, hs []tributary.Header) (int, []tributary.Header, error) {
+	return parseRecord(b, rec, wantDelta, math.MaxInt32, hs, true)
+}
+
+// parseRecord is ParseRecord; with inPlace, headers go to hs and their
+// keys alias b.
+func parseRecord(b []byte, rec *Record, wantDelta int32, maxHeaders int, hs []tributary.Header, inPlace bool) (int, []tributary.Header, error) {
 	r := reader{b: b}
 	l := r.varint()
 	if r.bad || l < 6 || l > int64(len(r.b)) {
-		return 0, fmt.Errorf("%w: record length %d", ErrCorrupt, l)
+		return 0, hs, fmt.Errorf("%w: record length %d", ErrCorrupt, l)
 	}
 	size := len(b) - len(r.b) + int(l)
 	r.b = r.b[:l]
 	r.byte() // attributes: unused in v2
 	delta := r.varint()
 	if d := r.varint(); !r.bad && d != int64(wantDelta) {
-		return 0, fmt.Errorf("%w: offset delta %d, want %d", ErrInvalid, d, wantDelta)
+		return 0, hs, fmt.Errorf("%w: offset delta %d, want %d", ErrInvalid, d, wantDelta)
 	}
 	key := r.bytes()
 	value := r.bytes()
 	nh := r.varint()
 	if r.bad || nh < 0 || nh > int64(len(r.b))/2 {
-		return 0, fmt.Errorf("%w: header count %d", ErrCorrupt, nh)
+		return 0, hs, fmt.Errorf("%w: header count %d", ErrCorrupt, nh)
 	}
 	if nh > int64(maxHeaders) {
-		return 0, fmt.Errorf("%w: %d (at most %d)", ErrTooManyHeaders, nh, maxHeaders)
+		return 0, hs, fmt.Errorf("%w: %d (at most %d)", ErrTooManyHeaders, nh, maxHeaders)
 	}
 	var headers []tributary.Header
-	if nh > 0 && rec != nil {
+	start := len(hs)
+	if nh > 0 && rec != nil && !inPlace {
 		headers = make([]tributary.Header, nh)
 	}
 	for i := range int(nh) {
 		k := r.bytes()
 		if k == nil && !r.bad {
-			return 0, fmt.Errorf("%w: null header key", ErrCorrupt)
+			return 0, hs[:start], fmt.Errorf("%w: null header key", ErrCorrupt)
 		}
 		v := r.bytes()
-		if headers != nil {
+		switch {
+		case headers != nil:
 			headers[i] = tributary.Header{Key: string(k), Value: v}
+		case inPlace && rec != nil:
+			hs = append(hs, tributary.Header{Key: unsafe.String(unsafe.SliceData(k), len(k)), Value: v})
 		}
 	}
 	if r.bad {
-		return 0, fmt.Errorf("%w: truncated record", ErrCorrupt)
+		return 0, hs[:start], fmt.Errorf("%w: truncated record", ErrCorrupt)
 	}
 	if len(r.b) != 0 {
-		return 0, fmt.Errorf("%w: %d bytes after record fields", ErrCorrupt, len(r.b))
+		return 0, hs[:start], fmt.Errorf("%w: %d bytes after record fields", ErrCorrupt, len(r.b))
+	}
+	if inPlace && nh > 0 {
+		headers = hs[start:len(hs):len(hs)]
 	}
 	if rec != nil {
 		*rec = Record{TimestampDelta: delta, Key: key, Value: value, Headers: headers}
 	}
-	return size, nil
+	return size, hs, nil
 }
 
 // Sequence arithmetic: sequences run 0..MaxInt32 and wrap to 0.

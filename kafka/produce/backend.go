@@ -2,10 +2,12 @@ package produce
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/internal/kbatch"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/wal"
 )
@@ -137,6 +139,17 @@ type Backend interface {
 // Backend.ProducerRuns with it over its unreleased WAL records merged with
 // its snapshot.
 func RunsFromRecords(recs []*tributary.Record, keep int) []ProducerRun {
+	es := make([]tributary.Entry, len(recs))
+	for i, r := range recs {
+		es[i] = tributary.Entry{Record: r}
+	}
+	return RunsFromEntries(es, keep)
+}
+
+// RunsFromEntries is RunsFromRecords for WAL entries (wal.ReadEntries): a
+// Kafka batch entry is folded as the run of its records' sequences, read
+// from the batch's header, with no record decoded.
+func RunsFromEntries(es []tributary.Entry, keep int) []ProducerRun {
 	type key struct {
 		stream    string
 		partition int32
@@ -144,28 +157,42 @@ func RunsFromRecords(recs []*tributary.Record, keep int) []ProducerRun {
 	}
 	runs := make(map[key][]ProducerRun)
 	var order []key
-	for _, r := range recs {
-		if r == nil || r.Source != "kafka" || r.ProducerID < 0 || r.ProducerEpoch < 0 {
+	for _, e := range es {
+		// The span of consecutive records of one producer the entry holds.
+		var s ProducerRun
+		var source string
+		switch r, v := e.Record, e.Batch; {
+		case r != nil:
+			s = ProducerRun{Stream: r.Stream, Partition: r.Partition, ProducerID: r.ProducerID, ProducerEpoch: r.ProducerEpoch,
+				FirstSeq: r.Sequence, LastSeq: r.Sequence, FirstOffset: r.Offset, Principal: r.Principal}
+			source = r.Source
+		case v != nil && len(v.Records) >= kbatch.HeaderLen && v.Count > 0:
+			b := v.Records
+			base := int32(binary.BigEndian.Uint32(b[53:]))
+			s = ProducerRun{Stream: v.Stream, Partition: v.Partition, ProducerID: int64(binary.BigEndian.Uint64(b[43:])),
+				ProducerEpoch: int16(binary.BigEndian.Uint16(b[51:])), FirstSeq: kbatch.AddSeq(base, int32(v.Skip)),
+				LastSeq: kbatch.AddSeq(base, int32(v.Skip+v.Count-1)), FirstOffset: v.Offset, Principal: v.Principal}
+			source = v.Source
+		default:
 			continue
 		}
-		k := key{r.Stream, r.Partition, r.ProducerID}
+		if source != "kafka" || s.ProducerID < 0 || s.ProducerEpoch < 0 {
+			continue
+		}
+		k := key{s.Stream, s.Partition, s.ProducerID}
 		rs, seen := runs[k]
 		if !seen {
 			order = append(order, k)
 		}
 		if n := len(rs); n > 0 {
 			last := &rs[n-1]
-			if last.ProducerEpoch == r.ProducerEpoch && kafka.NextSeq(last.LastSeq) == r.Sequence &&
-				last.FirstOffset+int64(kafka.SeqDelta(last.FirstSeq, last.LastSeq))+1 == r.Offset {
-				last.LastSeq = r.Sequence
+			if last.ProducerEpoch == s.ProducerEpoch && kafka.NextSeq(last.LastSeq) == s.FirstSeq &&
+				last.FirstOffset+int64(kafka.SeqDelta(last.FirstSeq, last.LastSeq))+1 == s.FirstOffset {
+				last.LastSeq = s.LastSeq
 				continue
 			}
 		}
-		rs = append(rs, ProducerRun{
-			Stream: r.Stream, Partition: r.Partition, ProducerID: r.ProducerID,
-			ProducerEpoch: r.ProducerEpoch, FirstSeq: r.Sequence, LastSeq: r.Sequence,
-			FirstOffset: r.Offset, Principal: r.Principal,
-		})
+		rs = append(rs, s)
 		if keep > 0 && len(rs) > keep {
 			rs = append(rs[:0], rs[len(rs)-keep:]...)
 		}

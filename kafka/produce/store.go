@@ -120,7 +120,18 @@ func (s *ProducerStore) SavedRuns() []ProducerRun {
 // Releasing (uplink.ReleaseListener) folds the runs of records about to
 // leave the WAL into the snapshot and persists it.
 func (s *ProducerStore) Releasing(stream string, partition int32, recs []*tributary.Record) error {
-	runs := RunsFromRecords(recs, KeepRuns)
+	return s.save(RunsFromRecords(recs, KeepRuns))
+}
+
+// ReleasingEntries (uplink.EntryReleaseListener) is Releasing for the
+// entries the records are stored in: a Kafka batch's run is read from its
+// header, no record decoded.
+func (s *ProducerStore) ReleasingEntries(stream string, partition int32, es []tributary.Entry) error {
+	return s.save(RunsFromEntries(es, KeepRuns))
+}
+
+// save folds runs into the snapshot and persists it.
+func (s *ProducerStore) save(runs []ProducerRun) error {
 	if len(runs) == 0 {
 		return nil
 	}
