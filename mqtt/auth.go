@@ -200,11 +200,18 @@ var errSessionOwner = fmt.Errorf("%w: the client id's session belongs to another
 // id's session (connected, kept for its expiry, or being connected
 // concurrently) belongs to another principal: checked and set under one
 // lock, so that two CONNECTs racing for an id cannot both pass.
+//
+// An id in the broker but no longer held is refused (its owner is not
+// known) unless that client's connection has ended: then it is a session
+// ending with its connection, forgotten by OnDisconnect just before the
+// broker drops it, and a quick reconnect of the id must not be refused in
+// that window.
 func (h *authHook) hold(c auth.Client, p auth.Principal, cl *mochi.Client) error {
-	_, inBroker := h.s.broker.Clients.Get(cl.ID)
+	old, inBroker := h.s.broker.Clients.Get(cl.ID)
+	ending := inBroker && old != cl && old.Closed()
 	h.mu.Lock()
 	e, held := h.sessions[cl.ID]
-	ok := held && e.p.Name == p.Name || !held && !inBroker
+	ok := held && e.p.Name == p.Name || !held && (!inBroker || ending)
 	if ok {
 		h.sessions[cl.ID] = session{cl: cl, prev: e.cl, p: p}
 	}

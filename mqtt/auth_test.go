@@ -600,3 +600,40 @@ func TestAuthHolders(t *testing.T) {
 		t.Fatalf("the id is free again: %v", err)
 	}
 }
+
+// slowDisconnect holds mochi in OnDisconnect after the auth hook's (hooks
+// run in the order added), widening the window in which a session that
+// ends with its connection is forgotten by the auth hook but still in the
+// broker's clients.
+type slowDisconnect struct {
+	mochi.HookBase
+	delay time.Duration
+}
+
+func (h *slowDisconnect) ID() string { return "test-slow-disconnect" }
+func (h *slowDisconnect) Provides(b byte) bool {
+	return b == mochi.OnDisconnect
+}
+func (h *slowDisconnect) OnDisconnect(cl *mochi.Client, err error, expire bool) { time.Sleep(h.delay) }
+
+// TestQuickReconnectSameID: a client whose connection just ended
+// reconnects with the same client id before the broker has dropped its
+// ending session; the CONNECT must be accepted (it was refused "not
+// authorized" in that window, under load).
+func TestQuickReconnectSameID(t *testing.T) {
+	ts := startServer(t, nil)
+	if err := ts.broker.AddHook(&slowDisconnect{delay: 500 * time.Millisecond}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, level := range []byte{4, 5} {
+		first := dialRaw(t, ts.tcp, level, "quick")
+		first.Close()
+		time.Sleep(100 * time.Millisecond) // inside the 500 ms window
+		if _, ok := ts.broker.Clients.Get("quick"); !ok {
+			t.Fatal("the ended session is already gone: the test does not reach the window")
+		}
+		again := dialRaw(t, ts.tcp, level, "quick") // fails the test on a refused CONNACK
+		again.Close()
+		time.Sleep(600 * time.Millisecond)
+	}
+}
