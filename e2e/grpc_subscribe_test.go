@@ -18,6 +18,16 @@ import (
 type subCall struct {
 	t  *testing.T
 	st *connect.BidiStreamForClient[pb.SubscribeRequest, pb.SubscribeResponse]
+	// pending is the receive recvWithin gave up waiting for: still in
+	// Receive, so the next recvWithin or close takes its result rather
+	// than calling Receive alongside it (a stream's Receive is not safe
+	// for concurrent use).
+	pending chan recvResult
+}
+
+type recvResult struct {
+	recs []*pb.ReceivedRecord
+	err  error
 }
 
 // openSub opens a Subscribe call of c and waits for its confirmation.
@@ -46,6 +56,16 @@ func (s *subCall) next() ([]*pb.ReceivedRecord, error) {
 	}
 }
 
+// recv is next, taking a receive recvWithin left pending first.
+func (s *subCall) recv() ([]*pb.ReceivedRecord, error) {
+	if s.pending != nil {
+		r := <-s.pending
+		s.pending = nil
+		return r.recs, r.err
+	}
+	return s.next()
+}
+
 func (s *subCall) ack(offs ...int64) error {
 	return s.st.Send(&pb.SubscribeRequest{AckOffsets: offs})
 }
@@ -56,7 +76,7 @@ func (s *subCall) ack(offs ...int64) error {
 func (s *subCall) close() {
 	s.st.CloseRequest()
 	for {
-		if _, err := s.st.Receive(); err != nil {
+		if _, err := s.recv(); err != nil {
 			break
 		}
 	}
@@ -200,17 +220,17 @@ func TestGRPCSubscribe(t *testing.T) {
 
 // recvWithin is next bounded by ctx.
 func recvWithin(ctx context.Context, s *subCall) ([]*pb.ReceivedRecord, error) {
-	type res struct {
-		recs []*pb.ReceivedRecord
-		err  error
+	if s.pending == nil {
+		ch := make(chan recvResult, 1)
+		go func() {
+			r, err := s.next()
+			ch <- recvResult{r, err}
+		}()
+		s.pending = ch
 	}
-	ch := make(chan res, 1)
-	go func() {
-		r, err := s.next()
-		ch <- res{r, err}
-	}()
 	select {
-	case r := <-ch:
+	case r := <-s.pending:
+		s.pending = nil
 		return r.recs, r.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -222,7 +242,7 @@ func collect(t *testing.T, s *subCall, n int) []*pb.ReceivedRecord {
 	t.Helper()
 	var out []*pb.ReceivedRecord
 	for len(out) < n {
-		recs, err := s.next()
+		recs, err := s.recv()
 		if err != nil {
 			t.Fatalf("subscribe: %v after %d", err, len(out))
 		}
@@ -236,7 +256,7 @@ func ackUpTo(t *testing.T, s *subCall, n int64) {
 	t.Helper()
 	next := int64(0)
 	for next < n {
-		recs, err := s.next()
+		recs, err := s.recv()
 		if err != nil {
 			t.Fatal(err)
 		}
