@@ -2,7 +2,10 @@
 // format v2) that more than one layer reads: the produce side decodes
 // batches clients send (package kafka), and the WAL stores a produced
 // batch as one entry and decodes its records when it is read (package
-// wal). It has no I/O and no dependencies beyond the root types.
+// wal), and the cloud's fetch encodes rows into batches both from records
+// (package kafka) and straight from Parquet columns (internal/pqkafka),
+// through the writer in write.go. It has no I/O and no dependencies
+// beyond the root types.
 //
 // Layout (big endian): baseOffset int64, batchLength int32,
 // partitionLeaderEpoch int32, magic int8 (=2), crc uint32, attributes

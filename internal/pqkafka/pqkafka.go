@@ -34,13 +34,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/encoding"
 	"github.com/parquet-go/parquet-go/encoding/thrift"
 	"github.com/parquet-go/parquet-go/format"
+	"github.com/tributary-io/tributary/internal/kbatch"
 )
 
 // Envelope field ids (package tables' Field* constants).
@@ -95,8 +95,6 @@ type Decoder struct {
 
 // empty is a non-null empty byte string: nil means null.
 var empty = []byte{}
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Open reads a data file's footer (size bytes of r), for Encode. Errors
 // wrap ErrCorrupt, including a panic of parquet-go's footer decoding on
@@ -506,6 +504,22 @@ func (d *Decoder) readPages(ch parquet.ColumnChunk, name string, fn func(parquet
 	}
 }
 
+// topLevels checks a page of a top-level (unrepeated) column about to
+// fill rows row.. of n: one definition level per value (none only for a
+// required column) and no row past n. It returns the levels and the
+// page's value count.
+func topLevels(p parquet.Page, maxDef byte, row, n int) ([]byte, int, error) {
+	defs := p.DefinitionLevels()
+	cnt := int(p.NumValues())
+	if len(defs) != 0 && len(defs) != cnt || len(defs) == 0 && maxDef != 0 {
+		return nil, 0, fmt.Errorf("%w: %d levels for %d values", ErrCorrupt, len(defs), cnt)
+	}
+	if row+cnt > n {
+		return nil, 0, fmt.Errorf("%w: more than %d rows", ErrCorrupt, n)
+	}
+	return defs, cnt, nil
+}
+
 // int64s fills (*dst)[row] with a top-level INT64 column's values; for an
 // optional column ok[row] says which rows have one (ok nil: required,
 // every row must).
@@ -521,13 +535,9 @@ func (d *Decoder) int64Pages(c *parquet.Column, dst []int64, ok []bool, n int) f
 		if err != nil {
 			return err
 		}
-		defs := p.DefinitionLevels()
-		cnt := int(p.NumValues())
-		if len(defs) != 0 && len(defs) != cnt || len(defs) == 0 && maxDef != 0 {
-			return fmt.Errorf("%w: %d levels for %d values", ErrCorrupt, len(defs), cnt)
-		}
-		if row+cnt > n {
-			return fmt.Errorf("%w: more than %d rows", ErrCorrupt, n)
+		defs, cnt, err := topLevels(p, maxDef, row, n)
+		if err != nil {
+			return err
 		}
 		v := 0
 		for i := range cnt {
@@ -670,13 +680,9 @@ func (d *Decoder) bytePages(c *parquet.Column, dst [][]byte, n int) func(parquet
 		if err != nil {
 			return err
 		}
-		defs := p.DefinitionLevels()
-		cnt := int(p.NumValues())
-		if len(defs) != 0 && len(defs) != cnt || len(defs) == 0 && maxDef != 0 {
-			return fmt.Errorf("%w: %d levels for %d values", ErrCorrupt, len(defs), cnt)
-		}
-		if row+cnt > n {
-			return fmt.Errorf("%w: more than %d rows", ErrCorrupt, n)
+		defs, cnt, err := topLevels(p, maxDef, row, n)
+		if err != nil {
+			return err
 		}
 		v := 0
 		for i := range cnt {
@@ -811,69 +817,30 @@ func (d *Decoder) appendBatch(dst []byte, base int64, i, j int) []byte {
 	for r := i; r < j; r++ {
 		maxTS = max(maxTS, d.tsMs(r))
 	}
-	var hdr [61]byte
-	binary.BigEndian.PutUint64(hdr[0:], uint64(base))
-	// [8:12] batch length and [17:21] crc below; [12:16] leader epoch 0
-	hdr[16] = 2 // magic
-	// [21:23] attributes 0: no compression, create time
-	binary.BigEndian.PutUint32(hdr[23:], uint32(j-i-1))
-	binary.BigEndian.PutUint64(hdr[27:], uint64(baseTS))
-	binary.BigEndian.PutUint64(hdr[35:], uint64(maxTS))
-	binary.BigEndian.PutUint64(hdr[43:], ^uint64(0)) // producer id -1
-	binary.BigEndian.PutUint16(hdr[51:], 0xffff)     // producer epoch -1
-	binary.BigEndian.PutUint32(hdr[53:], 0xffffffff) // base sequence -1
-	binary.BigEndian.PutUint32(hdr[57:], uint32(j-i))
-	dst = append(dst, hdr[:]...)
+	dst = kbatch.AppendHeader(dst, base, j-i, baseTS, maxTS)
 	for r := i; r < j; r++ {
 		tsDelta := d.tsMs(r) - baseTS
 		key, val := d.keys[r], d.vals[r]
 		hs, he := d.hstart[r], d.hstart[r+1]
-		size := 1 + varintLen(tsDelta) + varintLen(int64(r-i)) + bytesLen(key) + varintLen(int64(len(val))) + len(val) +
-			varintLen(int64(he-hs))
+		size := 1 + kbatch.VarintLen(tsDelta) + kbatch.VarintLen(int64(r-i)) + kbatch.NullableLen(key) + kbatch.VarintLen(int64(len(val))) + len(val) +
+			kbatch.VarintLen(int64(he-hs))
 		for h := hs; h < he; h++ {
-			size += varintLen(int64(len(d.hk[h]))) + len(d.hk[h]) + bytesLen(d.hv[h])
+			size += kbatch.VarintLen(int64(len(d.hk[h]))) + len(d.hk[h]) + kbatch.NullableLen(d.hv[h])
 		}
 		dst = binary.AppendVarint(dst, int64(size))
 		dst = append(dst, 0) // record attributes
 		dst = binary.AppendVarint(dst, tsDelta)
 		dst = binary.AppendVarint(dst, int64(r-i))
-		dst = appendBytes(dst, key)
+		dst = kbatch.AppendNullable(dst, key)
 		dst = binary.AppendVarint(dst, int64(len(val)))
 		dst = append(dst, val...)
 		dst = binary.AppendVarint(dst, int64(he-hs))
 		for h := hs; h < he; h++ {
 			dst = binary.AppendVarint(dst, int64(len(d.hk[h])))
 			dst = append(dst, d.hk[h]...)
-			dst = appendBytes(dst, d.hv[h])
+			dst = kbatch.AppendNullable(dst, d.hv[h])
 		}
 	}
-	binary.BigEndian.PutUint32(dst[start+8:], uint32(len(dst)-start-12))
-	binary.BigEndian.PutUint32(dst[start+17:], crc32.Checksum(dst[start+21:], castagnoli))
+	kbatch.Finish(dst[start:])
 	return dst
-}
-
-// appendBytes appends b with its varint length, -1 for nil (null).
-func appendBytes(dst, b []byte) []byte {
-	if b == nil {
-		return binary.AppendVarint(dst, -1)
-	}
-	dst = binary.AppendVarint(dst, int64(len(b)))
-	return append(dst, b...)
-}
-
-func bytesLen(b []byte) int {
-	if b == nil {
-		return 1
-	}
-	return varintLen(int64(len(b))) + len(b)
-}
-
-func varintLen(v int64) int {
-	u := uint64(v<<1) ^ uint64(v>>63)
-	n := 1
-	for u >= 0x80 {
-		u >>= 7
-		n++
-	}
-	return n
 }

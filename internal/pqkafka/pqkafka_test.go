@@ -9,6 +9,7 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/compress"
+	"github.com/tributary-io/tributary/internal/kbatch"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -103,7 +104,7 @@ func decodeGroup(t *testing.T, g *Group, batchBytes int) []rec {
 		if err := rb.ReadFrom(b); err != nil {
 			t.Fatal(err)
 		}
-		if int(rb.Length)+12 != len(b) || rb.CRC != int32(crc32.Checksum(b[21:], castagnoli)) {
+		if int(rb.Length)+12 != len(b) || rb.CRC != int32(crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli))) {
 			t.Fatalf("batch %d: length %d of %d bytes or bad CRC", i, rb.Length, len(b))
 		}
 		if rb.FirstOffset != next || rb.FirstOffset+int64(rb.NumRecords) != g.Ends[i] {
@@ -117,7 +118,7 @@ func decodeGroup(t *testing.T, g *Group, batchBytes int) []rec {
 			if err := r.ReadFrom(recs); err != nil {
 				t.Fatal(err)
 			}
-			n := int(r.Length) + varintLen(int64(r.Length))
+			n := int(r.Length) + kbatch.VarintLen(int64(r.Length))
 			recs = recs[n:]
 			r.OffsetDelta += int32(rb.FirstOffset - g.First) // make it the row index
 			size += 24 + len(r.Key) + len(r.Value)
