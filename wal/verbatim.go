@@ -432,11 +432,8 @@ func (w *WAL) truncate(g *group, wk *work, to int64) (int64, error) {
 // their size reaches maxBytes (<= 0: no limit; at least one chunk if there
 // is any). The first chunk may hold records below from.
 func (w *WAL) ReadChunks(stream string, partition int32, from int64, maxBytes int) ([][]byte, error) {
-	if w.isClosed() {
-		return nil, ErrClosed
-	}
 	var out [][]byte
-	err := w.db.View(func(tx *bolt.Tx) error {
+	err := w.view("read chunks", stream, partition, from, func(tx *bolt.Tx) error {
 		key := encodePKey(pkey{stream, partition})
 		mv := tx.Bucket(metaBucket).Get(key)
 		if mv == nil {
@@ -476,11 +473,8 @@ func (w *WAL) ReadChunks(stream string, partition int32, from int64, maxBytes in
 		}
 		return nil
 	})
-	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
-		return nil, ErrClosed
-	}
 	if err != nil {
-		return nil, fmt.Errorf("read chunks %s/%d from %d: %w", stream, partition, from, err)
+		return nil, err
 	}
 	return out, nil
 }

@@ -481,22 +481,33 @@ func (st *partState) state(pk pkey) PartitionState {
 // record if there is any. Released records are gone, so a read from below
 // Released starts at Released. An unknown partition reads as empty.
 func (w *WAL) Read(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]*tributary.Record, error) {
-	if w.isClosed() {
-		return nil, ErrClosed
-	}
 	var out []*tributary.Record
-	err := w.db.View(func(tx *bolt.Tx) error {
+	err := w.view("read", stream, partition, from, func(tx *bolt.Tx) error {
 		var err error
 		out, err = readTx(tx, pkey{stream, partition}, from, maxRecords, maxBytes)
 		return err
 	})
-	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
-		return nil, ErrClosed
-	}
 	if err != nil {
-		return nil, fmt.Errorf("read %s/%d from %d: %w", stream, partition, from, err)
+		return nil, err
 	}
 	return out, nil
+}
+
+// view runs a read of (stream, partition) from offset from in a read
+// transaction: ErrClosed once the WAL is closed, any other error wrapped
+// with what was read.
+func (w *WAL) view(what, stream string, partition int32, from int64, fn func(*bolt.Tx) error) error {
+	if w.isClosed() {
+		return ErrClosed
+	}
+	err := w.db.View(fn)
+	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
+		return ErrClosed
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s/%d from %d: %w", what, stream, partition, from, err)
+	}
+	return nil
 }
 
 // readTx is Read inside a read transaction.
@@ -635,11 +646,8 @@ func (w *WAL) ReadEntries(stream string, partition int32, from int64, maxRecords
 // allocating its batches' bytes anew. It returns buf with what it copied
 // appended; the views alias it, so buf must not be reused while they are.
 func (w *WAL) ReadEntriesInto(buf []byte, stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]tributary.Entry, []byte, error) {
-	if w.isClosed() {
-		return nil, buf, ErrClosed
-	}
 	var out []tributary.Entry
-	err := w.db.View(func(tx *bolt.Tx) error {
+	err := w.view("read", stream, partition, from, func(tx *bolt.Tx) error {
 		return scanTx(tx, pkey{stream, partition}, from, maxRecords, maxBytes, func(rb []byte, e *batchEntry, pos int64, skip, n int) error {
 			if e == nil {
 				r, err := DecodeRecord(rb)
@@ -664,11 +672,8 @@ func (w *WAL) ReadEntriesInto(buf []byte, stream string, partition int32, from i
 			return nil
 		})
 	})
-	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
-		return nil, buf, ErrClosed
-	}
 	if err != nil {
-		return nil, buf, fmt.Errorf("read %s/%d from %d: %w", stream, partition, from, err)
+		return nil, buf, err
 	}
 	return out, buf, nil
 }
