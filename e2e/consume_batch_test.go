@@ -12,7 +12,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -96,21 +95,8 @@ func TestConsumeFromInsideStoredBatch(t *testing.T) {
 	cl.Close()
 
 	// kcat (librdkafka).
-	kctx, kcancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer kcancel()
-	cmd := exec.CommandContext(kctx, kcatPath(t), "-b", p.CloudKafka, "-C", "-t", "factory.telemetry", "-p", fmt.Sprint(part),
-		"-o", fmt.Sprint(start), "-e", "-q", "-f", "%p %o %K:%k %S:%s\n")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("kcat: %v: %s", err, stderr.String())
-	}
-	kc, err := parseKcat(out)
-	if err != nil {
-		t.Fatalf("kcat output: %v", err)
-	}
-	check("kcat", kc)
+	check("kcat", kcatConsume(t, context.Background(), 20*time.Second, "-b", p.CloudKafka, "-C", "-t", "factory.telemetry",
+		"-p", fmt.Sprint(part), "-o", fmt.Sprint(start), "-e", "-q"))
 
 	// sarama partition consumer.
 	sc := sarama.NewConfig()

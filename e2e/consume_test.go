@@ -196,22 +196,9 @@ func TestConsumeGroupsReadTables(t *testing.T) {
 	cl.Close()
 	checkExactlyOnce(t, "kgo", want, got)
 
-	// kcat balanced consumer: partition, offset, key and value with sizes
-	// so that binary payloads parse exactly.
-	kctx, kcancel := context.WithTimeout(ctx, 45*time.Second)
-	defer kcancel()
-	cmd := exec.CommandContext(kctx, kcatPath(t), "-b", p.CloudKafka, "-G", "g-kcat", "-o", "beginning", "-e", "-q",
-		"-X", "auto.offset.reset=earliest", "-f", "%p %o %K:%k %S:%s\n", "factory.telemetry")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("kcat: %v: %s", err, stderr.String())
-	}
-	kc, err := parseKcat(out)
-	if err != nil {
-		t.Fatalf("kcat output: %v", err)
-	}
+	// kcat balanced consumer.
+	kc := kcatConsume(t, ctx, 45*time.Second, "-b", p.CloudKafka, "-G", "g-kcat", "-o", "beginning", "-e", "-q",
+		"-X", "auto.offset.reset=earliest", "factory.telemetry")
 	checkExactlyOnce(t, "kcat", want, kc)
 
 	// sarama consumer group.
@@ -244,6 +231,28 @@ func TestConsumeGroupsReadTables(t *testing.T) {
 }
 
 // parseKcat parses "%p %o %K:%k %S:%s\n" records.
+// kcatConsume runs kcat with args (a consumer that ends at the end of
+// the data, -e) within timeout, printing partition, offset, key and value
+// with their sizes so that binary payloads parse exactly, and returns what
+// it delivered.
+func kcatConsume(t *testing.T, ctx context.Context, timeout time.Duration, args ...string) []delivered {
+	t.Helper()
+	kctx, kcancel := context.WithTimeout(ctx, timeout)
+	defer kcancel()
+	cmd := exec.CommandContext(kctx, kcatPath(t), append([]string{"-f", "%p %o %K:%k %S:%s\n"}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kcat: %v: %s", err, stderr.String())
+	}
+	kc, err := parseKcat(out)
+	if err != nil {
+		t.Fatalf("kcat output: %v", err)
+	}
+	return kc
+}
+
 func parseKcat(b []byte) ([]delivered, error) {
 	var out []delivered
 	r := bufio.NewReader(bytes.NewReader(b))
