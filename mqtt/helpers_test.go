@@ -43,8 +43,12 @@ func (m *memSink) AppendPipelined(ctx context.Context, rec *tributary.Record, do
 	n := m.seq
 	m.seq++
 	m.mu.Unlock()
+	// The gate is the one in place when the call is made, as a WAL append
+	// is queued when called: a call made before a release is released
+	// with it, even if its goroutine runs after a later hold.
+	gate := m.enter()
 	go func() {
-		err := m.pass(ctx)
+		err := m.wait(ctx, gate)
 		m.mu.Lock()
 		for m.nextSeq != n {
 			m.turn.Wait()
@@ -61,7 +65,7 @@ func (m *memSink) AppendPipelined(ctx context.Context, rec *tributary.Record, do
 }
 
 func (m *memSink) Append(ctx context.Context, recs ...*tributary.Record) error {
-	if err := m.pass(ctx); err != nil {
+	if err := m.wait(ctx, m.enter()); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -69,15 +73,19 @@ func (m *memSink) Append(ctx context.Context, recs ...*tributary.Record) error {
 	return m.store(recs)
 }
 
-// pass counts the call and waits at the gate, if there is one.
-func (m *memSink) pass(ctx context.Context) error {
+// enter counts a call and returns the gate it must wait at, if any.
+func (m *memSink) enter() chan struct{} {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	m.calls++
-	gate := m.gate
-	if gate != nil {
+	if m.gate != nil {
 		m.waiting++
 	}
-	m.mu.Unlock()
+	return m.gate
+}
+
+// wait waits at gate (entered), if there is one.
+func (m *memSink) wait(ctx context.Context, gate chan struct{}) error {
 	if gate == nil {
 		return nil
 	}
