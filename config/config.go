@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -30,9 +31,23 @@ func Decode(raw []byte, v any) error {
 	if err != nil {
 		return err
 	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte(expanded), &doc); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if bad := unknownKeys(&doc, reflect.TypeOf(v), ""); len(bad) > 0 {
+		msgs := make([]string, len(bad))
+		for i, e := range bad {
+			msgs[i] = e.Error()
+		}
+		return fmt.Errorf("config: %s", strings.Join(msgs, "; "))
+	}
 	dec := yaml.NewDecoder(strings.NewReader(expanded))
 	dec.KnownFields(true)
 	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
+		if te, ok := err.(*yaml.TypeError); ok {
+			return plainTypeErrors(te)
+		}
 		return fmt.Errorf("config: %w", err)
 	}
 	return nil

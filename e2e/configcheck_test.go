@@ -41,7 +41,7 @@ func TestConfigCheck(t *testing.T) {
 	}{
 		{"invalid values", "wal:\n  max_bytes: 10\ncatalog:\n  partition_granularity: week\nuplink:\n  commit_interval: 1ms\n",
 			[]string{"wal.max_bytes", "catalog.partition_granularity", "week", "uplink.commit_interval"}},
-		{"unknown key", "mqtt:\n  adr: 0.0.0.0:1883\n", []string{"adr", "not found"}},
+		{"unknown key", "mqtt:\n  adr: 0.0.0.0:1883\n", []string{"line 2: mqtt.adr: unknown key (did you mean addr?)"}},
 		{"bad catalog uri", "catalog:\n  uri: mysql://db/x\n", []string{"catalog.uri", "mysql://db/x"}},
 		{"bad route", "mqtt:\n  routes:\n    - filter: a/#\n      stream: nodot\n", []string{"mqtt.routes[0].stream"}},
 		{"unset env", "node_id: ${TRIBUTARY_TEST_SURELY_UNSET}\n", []string{"TRIBUTARY_TEST_SURELY_UNSET"}},
