@@ -56,6 +56,17 @@ func health(s *Snapshot, h *history, now time.Time) []Alert {
 				Action: "Bring the missing peer back (see Cluster: members not alive) or add a node; check peer links (cluster.peer_addr, firewall). " +
 					"Under replication_policy: refuse the node refuses publishes instead."})
 		}
+		if l := c.Lease; l != nil && !l.MayWrite {
+			add(Alert{ID: "lease_lost", Severity: "critical", Title: "Refusing writes: no catalog lease and no majority of the site",
+				Detail: fmt.Sprintf("The owner lease was last renewed %s ago (%s) and only %d of the site's %d members are reachable, so a peer may take this node's partitions over. Publishes are refused as for a partition this node does not own; nothing accepted is lost.",
+					humanDuration(now.Sub(l.RenewedAt)), l.Error, l.Alive, l.SiteSize),
+				Action: "Restore this node's network to the catalog (catalog.uri) or to its peers (cluster.join, gossip and peer ports). Writes resume by themselves."})
+		} else if l != nil && !l.Valid {
+			add(Alert{ID: "lease_lapsed", Severity: "warning", Title: "Catalog lease lapsed: writes continue on the majority's word",
+				Detail: fmt.Sprintf("The owner lease was last renewed %s ago (%s); %d of the site's %d members are alive, so no peer takes this node's partitions over.",
+					humanDuration(now.Sub(l.RenewedAt)), l.Error, l.Alive, l.SiteSize),
+				Action: "Check that the catalog (catalog.uri) is reachable; records wait in the WAL until it is."})
+		}
 		var down []string
 		for _, m := range c.Members {
 			if !m.Self && (m.State == "dead" || m.State == "suspect") {

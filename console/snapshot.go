@@ -141,9 +141,23 @@ type Cluster struct {
 	// than the factor asks for; LagRecords are not yet on every replica.
 	Degraded   bool
 	LagRecords int64
+	// Lease is this node's owner lease and majority (nil without
+	// replication: nothing can take its partitions over).
+	Lease *Lease
 	// Forwarding lists the forwarding of MQTT publishes to subscribers on
 	// peers.
 	Forwarding []Queue
+}
+
+// Lease is this node's owner lease in the catalog and its view of the
+// site's majority (package lease).
+type Lease struct {
+	Valid     bool
+	RenewedAt time.Time
+	Error     string // the last renewal's error
+	SiteSize  int
+	Alive     int
+	MayWrite  bool
 }
 
 // Member is one cluster member.

@@ -105,6 +105,7 @@ cluster:
   replication_factor: 2
   replication_timeout: 2s
   takeover_grace: %s
+  owner_lease: 2s
   join:
 %s`, id, dir, c.shared, c.shared, c.commit, gossip, cmp.Or(c.grace, "2s"), js)
 	if c.extra != nil {

@@ -313,6 +313,15 @@ type Config struct {
 		// ownership: a node cut off from gossip but still answering on its
 		// data link keeps its partitions. Default 5s.
 		TakeoverGrace time.Duration `yaml:"takeover_grace"`
+		// OwnerLease is how long an owner's lease in the catalog lasts
+		// (with replication on): every node renews its own every
+		// owner_lease/5 (a property of the catalog namespace
+		// tributary_leases), a node that can neither renew it nor reach a
+		// majority of the site stops accepting writes after 70% of it,
+		// and a peer takes a silent node's partitions over only once its
+		// lease has stayed unchanged for a whole owner_lease and the peer
+		// sees a majority of the site alive. Default 10s; at least 1s.
+		OwnerLease time.Duration `yaml:"owner_lease"`
 		// GossipKey encrypts and authenticates gossip: base64 of 16, 24
 		// or 32 random bytes (AES-128/192/256), the same on every node,
 		// e.g. from `openssl rand -base64 32`. GossipKeyFile names a file
@@ -460,6 +469,9 @@ func (c *Config) applyDefaults() {
 	if c.Cluster.TakeoverGrace == 0 {
 		c.Cluster.TakeoverGrace = 5 * time.Second
 	}
+	if c.Cluster.OwnerLease == 0 {
+		c.Cluster.OwnerLease = 10 * time.Second
+	}
 	if c.Cluster.PeerAddr == "" && c.Cluster.GossipAddr != "" {
 		if host, _, err := net.SplitHostPort(c.Cluster.GossipAddr); err == nil {
 			c.Cluster.PeerAddr = net.JoinHostPort(host, "0")
@@ -595,6 +607,9 @@ func (c *Config) Validate() error {
 	}
 	if g := c.Cluster; g.TakeoverGrace < 100*time.Millisecond {
 		bad("cluster.takeover_grace", "%s is below the minimum of 100ms", g.TakeoverGrace)
+	}
+	if g := c.Cluster; g.OwnerLease < time.Second {
+		bad("cluster.owner_lease", "%s is below the minimum of 1s", g.OwnerLease)
 	}
 	if g := c.Cluster; g.GossipAddr == "" && (len(g.Join) > 0 || g.AdvertiseAddr != "") {
 		bad("cluster.gossip_addr", "empty, but cluster.join or cluster.advertise_addr is set: set gossip_addr (e.g. 0.0.0.0:7946) to gossip")

@@ -175,6 +175,11 @@ func (n *Node) consoleCluster() *console.Cluster {
 	}
 	c := &console.Cluster{Gossip: cs.Gossip, ReplicationFactor: factor,
 		Degraded: rs.Degraded, LagRecords: rs.LagRecords}
+	if k := n.ingest.repl.lease.Load(); k != nil {
+		st := k.Status()
+		c.Lease = &console.Lease{Valid: st.Valid, RenewedAt: st.RenewedAt, Error: st.RenewError, SiteSize: st.SiteSize,
+			Alive: st.Alive, MayWrite: st.MayWrite}
+	}
 	for _, m := range cs.Members {
 		c.Members = append(c.Members, console.Member{ID: m.ID, State: string(m.State), Since: m.Since, Self: m.ID == n.cfg.NodeID,
 			Partitions: m.PartitionCount, WALBytes: m.WALBytes, WALBudget: m.WALBudget, UplinkOK: m.UplinkOK,

@@ -153,6 +153,9 @@ func (in *ingest) AppendAsync(ctx context.Context, r *tributary.Record, done fun
 	if err := in.stamp(ctx, r); err != nil {
 		return err
 	}
+	if err := in.repl.mayWrite(); err != nil {
+		return err
+	}
 	n := int64(len(r.Value)) + 256
 	if err := in.async.Acquire(ctx, n); err != nil {
 		return err

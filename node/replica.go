@@ -13,6 +13,7 @@ import (
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/cluster"
+	"github.com/tributary-io/tributary/lease"
 	"github.com/tributary-io/tributary/replica"
 )
 
@@ -21,6 +22,10 @@ import (
 // cluster.replication_factor 1.
 type replication struct {
 	r atomic.Pointer[replica.Replicas]
+	// lease, with replication on, refuses writes while this node holds
+	// neither its catalog lease nor a majority of the site (package
+	// lease): a peer may be taking its partitions over.
+	lease atomic.Pointer[lease.Keeper]
 	// refuseUntilStarted: the refuse policy is configured, so nothing is
 	// accepted before the replicas are running (New to startReplicas).
 	refuseUntilStarted atomic.Bool
@@ -29,11 +34,23 @@ type replication struct {
 // check refuses, before anything is appended, what the refuse policy
 // would refuse anyway (too few live members, or replication not started).
 func (x *replication) check() error {
+	if err := x.mayWrite(); err != nil {
+		return err
+	}
 	if r := x.r.Load(); r != nil {
 		return r.Check()
 	}
 	if x.refuseUntilStarted.Load() {
 		return replica.ErrNotReplicated
+	}
+	return nil
+}
+
+// mayWrite refuses while the lease says a peer may take this node's
+// partitions over.
+func (x *replication) mayWrite() error {
+	if k := x.lease.Load(); k != nil {
+		return k.MayWrite()
 	}
 	return nil
 }
@@ -72,13 +89,21 @@ func (n *Node) startReplicas() error {
 	if g.ReplicationFactor <= 1 || n.peer == nil {
 		return nil
 	}
-	r, err := replica.Open(replica.Config{NodeID: n.cfg.NodeID, Dir: filepath.Join(n.cfg.DataDir, "replicas"),
-		MaxBytes: int64(n.cfg.WAL.MaxBytes), Factor: g.ReplicationFactor, Policy: replica.Policy(g.ReplicationPolicy),
-		Timeout: g.ReplicationTimeout, Grace: g.TakeoverGrace, Transport: replica.PeerTransport(n.peer),
-		Members: replicaMembers{n}, Log: n.wal, Owner: n.book, Logger: n.log})
+	k, err := lease.Open(context.Background(), lease.Config{Node: n.cfg.NodeID, Duration: g.OwnerLease,
+		Store: lease.CatalogStore{Catalog: n.cat.Iceberg()}, Members: leaseMembers{n},
+		StateFile: filepath.Join(n.cfg.DataDir, "site.json"), Logger: n.log})
 	if err != nil {
 		return err
 	}
+	r, err := replica.Open(replica.Config{NodeID: n.cfg.NodeID, Dir: filepath.Join(n.cfg.DataDir, "replicas"),
+		MaxBytes: int64(n.cfg.WAL.MaxBytes), Factor: g.ReplicationFactor, Policy: replica.Policy(g.ReplicationPolicy),
+		Timeout: g.ReplicationTimeout, Grace: g.TakeoverGrace, Quorum: k, Transport: replica.PeerTransport(n.peer),
+		Members: replicaMembers{n}, Log: n.wal, Owner: n.book, Logger: n.log})
+	if err != nil {
+		k.Close(context.Background())
+		return err
+	}
+	n.ingest.repl.lease.Store(k)
 	n.ingest.repl.r.Store(r)
 	n.log.Info("wal replication on", "factor", g.ReplicationFactor, "policy", g.ReplicationPolicy,
 		"takeover_grace", g.TakeoverGrace, "dir", filepath.Join(n.cfg.DataDir, "replicas"))
@@ -86,11 +111,30 @@ func (n *Node) startReplicas() error {
 }
 
 func (n *Node) closeReplicas(ctx context.Context) error {
+	if k := n.ingest.repl.lease.Swap(nil); k != nil {
+		k.Close(ctx)
+	}
 	r := n.ingest.repl.r.Swap(nil)
 	if r == nil {
 		return nil
 	}
 	return r.Close(ctx)
+}
+
+// leaseMembers is the gossip membership as the lease sees it.
+type leaseMembers struct{ n *Node }
+
+func (lm leaseMembers) Members() []lease.Member {
+	c := lm.n.cluster.Load()
+	if c == nil {
+		return []lease.Member{{ID: lm.n.cfg.NodeID, Alive: true}}
+	}
+	ms := c.Members()
+	out := make([]lease.Member, len(ms))
+	for i, m := range ms {
+		out[i] = lease.Member{ID: m.ID, Alive: m.State == cluster.Alive, Left: m.State == cluster.Left}
+	}
+	return out
 }
 
 // replicaMembers is the gossip membership as the replicas see it.
@@ -118,6 +162,7 @@ func (n *Node) replicaStats() replica.Stats {
 }
 
 func (n *Node) registerReplicaMetrics(reg *prometheus.Registry) {
+	reg.MustRegister(lease.Collectors(&n.ingest.repl.lease)...)
 	gauge := func(name, help string, f func(replica.Stats) float64) {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(n.replicaStats()) }))
 	}

@@ -22,7 +22,9 @@
 //     whose data.
 //  4. Gossip alone never moves ownership. A member's partitions are taken
 //     over only when gossip declares it dead AND its data link (peer ping)
-//     has failed for Config.Grace. A node cut off from gossip but still
+//     has failed for Config.Grace AND the Quorum agrees (package lease:
+//     its owner lease in the catalog has run out, and this node is on
+//     the majority side). A node cut off from gossip but still
 //     reachable answers pings, so nobody takes it over. Ownership moves
 //     only through the catalog's compare-and-swap (Catalog.TakeOver), so
 //     among several replica holders exactly one wins each partition.
@@ -214,6 +216,12 @@ type Owner interface {
 	Fenced(stream string, p int32)
 }
 
+// Quorum decides whether this node may take a member's partitions over:
+// nil, or why not (logged; asked again every tick).
+type Quorum interface {
+	MayTakeOver(node string) error
+}
+
 // Membership lists the cluster as gossip sees it (this node included).
 type Membership interface {
 	Members() []Member
@@ -235,6 +243,12 @@ type Config struct {
 	// Grace is how long a dead member's data link must have failed before
 	// its partitions are taken over. Default 5s.
 	Grace time.Duration
+
+	// Quorum, when set, must also agree before a dead member's partitions
+	// are taken over (package lease: the member's catalog lease has run
+	// out and this node is on the majority side). Nil: gossip and the
+	// data link decide alone.
+	Quorum Quorum
 
 	Transport Transport
 	// Members is the cluster as gossip sees it.

@@ -29,6 +29,7 @@ type watchState struct {
 	claims      map[pkey]func() // ingest claims held while taking partitions over
 	lastRelease time.Time
 	lastStale   time.Time
+	waiting     string // why the quorum refused the takeover (logged when it changes)
 }
 
 // takeoverLoop checks, every takeoverTick, the origins this node holds
@@ -79,7 +80,7 @@ func (r *Replicas) checkTakeovers(ctx context.Context) {
 			if ws.handled || !ws.downSince.IsZero() {
 				r.log.Info("member no longer dead; takeover watch reset", "member", origin, "state", string(m.State))
 			}
-			ws.downSince, ws.handled, ws.answering = time.Time{}, false, false
+			ws.downSince, ws.handled, ws.answering, ws.waiting = time.Time{}, false, false, ""
 			clear(ws.resolved)
 			clear(ws.deferred)
 			for pk := range ws.claims {
@@ -100,7 +101,18 @@ func (r *Replicas) checkTakeovers(ctx context.Context) {
 			ws.downSince, ws.answering = now, false
 			r.log.Warn("member dead and its data link down; taking over its partitions after the grace period unless it answers",
 				"member", origin, "grace", r.cfg.Grace)
-		case now.Sub(ws.downSince) >= r.cfg.Grace:
+		case now.Sub(ws.downSince) < r.cfg.Grace:
+		case r.cfg.Quorum != nil:
+			if err := r.cfg.Quorum.MayTakeOver(origin); err != nil {
+				if ws.waiting != err.Error() {
+					ws.waiting = err.Error()
+					r.log.Warn("member dead and its data link down, but not taking over", "member", origin, "why", err)
+				}
+				break
+			}
+			ws.waiting = ""
+			ws.handled = r.takeOverAll(ctx, s, ws)
+		default:
 			ws.handled = r.takeOverAll(ctx, s, ws)
 		}
 		if len(ws.lost) > 0 && now.Sub(ws.lastRelease) >= releaseInterval {
