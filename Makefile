@@ -58,7 +58,7 @@ test: deps vet unit e2e
 bench: deps build
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./wal/
 	$(GO) test -run '^$$' -bench WriteParquet -benchtime 5x ./tables/
-	$(GO) test -count=1 -timeout 60m -tags bench -run 'TestBench' -v ./e2e/
+	$(GO) test -count=1 -timeout 60m -tags bench -run 'TestBench|TestHostileWire' -v ./e2e/
 
 # fuzz explores every decoder. FUZZTIME is Go's -fuzztime: the default
 # 1000000x means one million executions of each target in FUZZ_TARGETS
