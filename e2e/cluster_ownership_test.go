@@ -267,9 +267,12 @@ func TestClusterOwnershipFollowsTakeOver(t *testing.T) {
 	if q < 0 || q == p || owners[p] != (tables.Ownership{Node: "n2", Epoch: 1}) {
 		t.Fatalf("owners after n1's new allocation: %v", owners)
 	}
-	if lead, ep := metadataPartition(t, n3, topic, q); lead != kafka.BrokerID("n1") || ep != 0 {
-		t.Fatalf("Metadata: n1's new partition %d led by %d epoch %d", q, lead, ep)
-	}
+	// n3 learns n1's new partition from n1's gossiped metadata (re-read
+	// every couple of seconds): wait for it.
+	waitFor(t, 20*time.Second, fmt.Sprintf("n3's Metadata to list n1's new partition %d led by n1 at epoch 0", q), func() bool {
+		lead, ep := metadataPartition(t, n3, topic, q)
+		return lead == kafka.BrokerID("n1") && ep == 0
+	})
 	waitFor(t, 20*time.Second, "n1 to commit its new partition", func() bool { return c.mark(topic, q) == 1 })
 	if m := c.mark(topic, p); m != m1+10 {
 		t.Fatalf("p's mark moved to %d", m)

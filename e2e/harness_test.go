@@ -245,9 +245,12 @@ func (p *proc) stop() {
 	}
 }
 
-// waitFor polls cond until it holds or the timeout passes.
+// waitFor polls cond until it holds or the timeout (at least
+// testkit.MinWait: a deadline ends a hung test, it does not time the code)
+// passes.
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	timeout = max(timeout, testkit.MinWait)
 	if !poll(timeout, cond) {
 		t.Fatalf("timed out after %s waiting for %s", timeout, what)
 	}

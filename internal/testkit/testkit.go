@@ -17,12 +17,21 @@ import (
 	"time"
 )
 
+// MinWait is the shortest time Eventually waits before it fails. A
+// deadline in a test is there to end a test that hangs, not to time the
+// code: on a machine busy with other work (CI beside other jobs, the whole
+// suite with -race on two cores) a condition that holds within
+// milliseconds when idle took more than the 5 s many tests asked for. How
+// fast something happens is measured in make bench.
+const MinWait = 30 * time.Second
+
 // Eventually polls cond until it holds, failing tb (Fatalf) with what once
-// timeout has passed. The poll interval starts at a millisecond and grows
-// to 10ms, so a condition that holds soon is seen soon and a long wait does
-// not spin.
+// timeout (at least MinWait) has passed. The poll interval starts at a
+// millisecond and grows to 10ms, so a condition that holds soon is seen
+// soon and a long wait does not spin.
 func Eventually(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
 	tb.Helper()
+	timeout = max(timeout, MinWait)
 	deadline := time.Now().Add(timeout)
 	pause := time.Millisecond
 	for !cond() {
