@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tributary-io/tributary/config"
+	"github.com/tributary-io/tributary/httpapi"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/kafka/consume"
 	"github.com/tributary-io/tributary/pulsar"
@@ -141,7 +142,7 @@ type Config struct {
 		// Default "" (off); tributary dev serves 127.0.0.1:18080
 		// (DefaultHTTPAddr).
 		Addr           *string `yaml:"addr"`
-		config.HTTPAPI `yaml:",inline"`
+		httpapi.Config `yaml:",inline"`
 	} `yaml:"http"`
 
 	// Maintenance of the tables; the cloud server is where it belongs.

@@ -44,7 +44,7 @@ func (c *Config) validateHTTP(bad func(field, format string, args ...any)) {
 			bad("security", "%v", err)
 		}
 	}
-	c.HTTP.HTTPAPI.Validate("http", bad)
+	c.HTTP.Config.Validate("http", bad)
 }
 
 // listenHTTP starts the HTTP read API when http.addr is set.

@@ -1,7 +1,8 @@
 // Package config is the YAML plumbing shared by the edge config (package
 // node) and the cloud config (package cloud): strict decoding with ${ENV}
 // expansion, byte sizes, the embedded-catalog defaults, and the sections
-// both roles have (storage, maintenance).
+// both roles have (storage, maintenance). It imports no protocol package:
+// a part owns its own section (httpapi.Config is the http_api section).
 //
 // # Invariants
 //

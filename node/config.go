@@ -13,6 +13,7 @@ import (
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/config"
+	"github.com/tributary-io/tributary/httpapi"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/tables/typed"
@@ -348,7 +349,7 @@ type Config struct {
 	HTTPAddr string `yaml:"http_addr"`
 	// HTTPAPI caps the HTTP produce API served on http_addr
 	// (POST /v3/clusters/{catalog}/topics/{stream}/records).
-	HTTPAPI config.HTTPAPI `yaml:"http_api"`
+	HTTPAPI httpapi.Config `yaml:"http_api"`
 
 	// CatalogAddr, CloudKafkaAddr and CloudPulsarAddr, when any is set,
 	// run a cloud server (package cloud) in the same process over the

@@ -293,7 +293,7 @@ func cloudOf(cfg node.Config) (cloud.Config, bool) {
 	c.Kafka.Addr, c.Pulsar.Addr, c.Maintenance.Enabled = &kafkaAddr, &pulsarAddr, &maintain
 	c.MQTT.Addr, c.MQTT.WSAddr = cfg.CloudMQTTAddr, cfg.CloudMQTTWSAddr
 	httpAddr := cfg.CloudHTTPAddr
-	c.HTTP.Addr, c.HTTP.HTTPAPI = &httpAddr, cfg.HTTPAPI // http_api caps its reads too
+	c.HTTP.Addr, c.HTTP.Config = &httpAddr, cfg.HTTPAPI // http_api caps its reads too
 	c.ShutdownTimeout = cfg.ShutdownTimeout
 	c.Security = cfg.Security
 	c.ApplyDefaults()

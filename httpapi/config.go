@@ -1,19 +1,19 @@
-package config
+package httpapi
 
 import (
 	"time"
 
-	"github.com/tributary-io/tributary/httpapi"
+	"github.com/tributary-io/tributary/config"
 )
 
-// HTTPAPI caps the HTTP API (package httpapi): the edge's produce
-// endpoints (edge key http_api) and the cloud's read endpoints (cloud key
-// http).
-type HTTPAPI struct {
+// Config is this package's YAML section: the caps of the edge's produce
+// endpoints (edge key http_api) and of the cloud's read endpoints (cloud
+// key http).
+type Config struct {
 	// MaxRecordBytes caps one produced record's JSON (413 beyond); a body
 	// sent with a Content-Length (not streamed) may be 4 times it.
 	// Default 1MiB.
-	MaxRecordBytes ByteSize `yaml:"max_record_bytes"`
+	MaxRecordBytes config.ByteSize `yaml:"max_record_bytes"`
 	// MaxStreams caps the concurrent produce requests (edge), or long
 	// polls and event streams (cloud); 429 with Retry-After beyond.
 	// Default 1024.
@@ -27,24 +27,24 @@ type HTTPAPI struct {
 }
 
 // Defaults fills every unset field with its default.
-func (h *HTTPAPI) Defaults() {
+func (h *Config) Defaults() {
 	if h.MaxRecordBytes == 0 {
-		h.MaxRecordBytes = httpapi.DefaultMaxRecordBytes
+		h.MaxRecordBytes = DefaultMaxRecordBytes
 	}
 	if h.MaxStreams == 0 {
-		h.MaxStreams = httpapi.DefaultMaxStreams
+		h.MaxStreams = DefaultMaxStreams
 	}
 	if h.IdleTimeout == 0 {
-		h.IdleTimeout = httpapi.DefaultIdleTimeout
+		h.IdleTimeout = DefaultIdleTimeout
 	}
 	if h.WriteTimeout == 0 {
-		h.WriteTimeout = httpapi.DefaultWriteTimeout
+		h.WriteTimeout = DefaultWriteTimeout
 	}
 }
 
 // Validate reports each bad field, under prefix (http_api or http),
 // through bad.
-func (h HTTPAPI) Validate(prefix string, bad func(field, format string, args ...any)) {
+func (h Config) Validate(prefix string, bad func(field, format string, args ...any)) {
 	if h.MaxRecordBytes < 1<<10 || h.MaxRecordBytes > 64<<20 {
 		bad(prefix+".max_record_bytes", "%d: want 1KiB to 64MiB", h.MaxRecordBytes)
 	}
@@ -60,7 +60,7 @@ func (h HTTPAPI) Validate(prefix string, bad func(field, format string, args ...
 }
 
 // Limits are the httpapi caps of h.
-func (h HTTPAPI) Limits() httpapi.Limits {
-	return httpapi.Limits{MaxRecordBytes: int64(h.MaxRecordBytes), MaxStreams: h.MaxStreams,
+func (h Config) Limits() Limits {
+	return Limits{MaxRecordBytes: int64(h.MaxRecordBytes), MaxStreams: h.MaxStreams,
 		IdleTimeout: h.IdleTimeout, WriteTimeout: h.WriteTimeout}
 }
