@@ -11,7 +11,7 @@ APT_PKGS  := mosquitto mosquitto-clients kcat postgresql chromium
 DATA      ?= ./data
 VERSITYGW := v1.8.0
 
-.PHONY: all build run test deps vet unit e2e bench fuzz clean fmt proto
+.PHONY: all build run test deps vet unit e2e bench fuzz clean fmt proto docs
 
 all: build
 
@@ -126,6 +126,12 @@ proto:
 	$(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO)
 	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc -I . --go_out=. --go_opt=paths=source_relative \
 		--connect-go_out=. --connect-go_opt=paths=source_relative grpcapi/pb/streams.proto
+
+# docs regenerates docs/configuration.md from the Config structs (their
+# fields, doc comments and defaults); cmd/tributary's
+# TestConfigReferenceCurrent fails when the committed file is stale.
+docs: build
+	$(BIN) config reference > docs/configuration.md
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

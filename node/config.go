@@ -228,7 +228,9 @@ type Config struct {
 		// MaxStreams caps the streams auto-creation may reach (counting
 		// every stream of the catalog); beyond, POLICY_VIOLATION. Default 1000.
 		MaxStreams int `yaml:"max_streams"`
-		// MaxBatchBytes is the largest record batch accepted. Default 1 MiB.
+		// MaxBatchBytes is the largest record batch accepted. Default
+		// 1048588 (Kafka's message.max.bytes: 1 MiB and the 12-byte log
+		// overhead).
 		MaxBatchBytes ByteSize `yaml:"max_batch_bytes"`
 		// MaxInflightBytes bounds the request bytes the Kafka listener
 		// holds across all connections (read, not yet answered, acks>=1

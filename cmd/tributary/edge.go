@@ -58,8 +58,11 @@ func cmdEdge(args []string, stdout, stderr io.Writer) int {
 }
 
 func cmdConfig(args []string, stdout, stderr io.Writer) int {
+	if len(args) >= 1 && args[0] == "reference" {
+		return cmdConfigReference(args[1:], stdout, stderr)
+	}
 	if len(args) != 2 || args[0] != "check" {
-		fmt.Fprintln(stderr, "usage: tributary config check FILE")
+		fmt.Fprintln(stderr, "usage: tributary config check FILE | tributary config reference [SOURCE_DIR] (the reference of every key, as docs/configuration.md)")
 		return 2
 	}
 	raw, err := os.ReadFile(args[1])
