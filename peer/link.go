@@ -283,9 +283,9 @@ func (l *Link) redialLoop() {
 func (l *Link) heartbeat(lc *linkConn) {
 	defer l.p.wg.Done()
 	every, deadline := l.p.cfg.Heartbeat, l.p.cfg.LinkTimeout
-	// Check often enough that a dead link is failed within a quarter of a
+	// Check often enough that a dead link is failed within a tenth of a
 	// heartbeat after its deadline.
-	tick := time.NewTicker(every / 4)
+	tick := time.NewTicker(every / 10)
 	defer tick.Stop()
 	lastPing := time.Now()
 	for {
