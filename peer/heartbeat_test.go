@@ -1,36 +1,16 @@
 package peer
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/tributary-io/tributary/internal/testkit"
 )
-
-// syncBuffer is a log sink several goroutines write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestHeartbeatDetectsSilentCut: a link whose traffic is silently
 // blackholed (a proxy that holds every byte, no reset, no FIN — a pulled
@@ -39,7 +19,7 @@ func (s *syncBuffer) String() string {
 // once while it is down, the listener side closes its end too; after the
 // heal the link is up again within 5 s without any request dialing it.
 func TestHeartbeatDetectsSilentCut(t *testing.T) {
-	var logs syncBuffer
+	var logs testkit.SyncBuffer
 	a, err := Listen(Config{NodeID: "a", Addr: "127.0.0.1:0", Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)

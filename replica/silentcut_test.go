@@ -221,3 +221,15 @@ func TestRefuseBeforeAppendWhenReplicaMissing(t *testing.T) {
 	t.Logf("accepting again %s after the heal", time.Since(healed).Round(time.Millisecond))
 	x.replicaHolds(t)
 }
+
+// TestErrorsAreRefusals: the replicas' refusals carry the root package's
+// reasons, so every front door answers them with its code for the reason
+// (README "Refusal codes"); a fence was answered as an unknown error.
+func TestErrorsAreRefusals(t *testing.T) {
+	if r := tributary.ReasonOf(fmt.Errorf("%w: %w", tributary.ErrAfterAppend, ErrFenced)); r != tributary.ReasonFenced {
+		t.Fatalf("ErrFenced is reason %s, want fenced", r)
+	}
+	if r := tributary.ReasonOf(fmt.Errorf("%w: replica b missing", ErrNotReplicated)); r != tributary.ReasonReplication {
+		t.Fatalf("ErrNotReplicated is reason %s, want replication", r)
+	}
+}
