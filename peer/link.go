@@ -123,9 +123,11 @@ func (l *Link) Call(ctx context.Context, typ uint8, payload []byte) ([]byte, err
 
 // Go sends a request of type typ; done runs once with the reply or the
 // failure, on the link's reader goroutine or (when the request could not be
-// sent) before Go returns. done must not block.
+// sent) before Go returns. done must not block. On a link that is down
+// and redialing, Go fails at once (ErrLinkDown) instead of waiting for a
+// dial through what may be a cut.
 func (l *Link) Go(typ uint8, payload []byte, done func(resp []byte, err error)) {
-	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout+helloTimeout)
 	defer cancel()
 	l.goCtx(ctx, false, typ, payload, done)
 }
@@ -261,7 +263,7 @@ func (l *Link) redialLoop() {
 			return
 		}
 		l.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), dialTimeout+helloTimeout)
 		go func() {
 			select {
 			case <-l.stop:

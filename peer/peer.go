@@ -16,20 +16,15 @@
 //     closed) before the reply arrived. A request whose connection broke may
 //     or may not have been handled: protocols on top make their messages
 //     idempotent (offsets, versions) so a resend is harmless.
-//   - A link never resends by itself. After its connection failed it
-//     redials in the background (at most one dial in progress per link,
-//     at most linkRedialMax plus jitter between tries) while it is in use;
-//     meanwhile Go fails at once with ErrLinkDown and Call dials itself,
-//     within its context.
-//   - A dead connection is noticed within LinkTimeout, even when nothing
-//     answers and no reset comes (a pulled cable): the dialer pings every
-//     Heartbeat and closes the connection when no byte arrived for
-//     LinkTimeout; the listener closes an incoming connection silent for
-//     as long; every frame write has a deadline of LinkTimeout, and
-//     TCP_USER_TIMEOUT and TCP keepalive fail unacknowledged data within
-//     the same bound. A dead link is logged once with its cause, counted
-//     (Stats.LinkFailures, Stats.LinkTimeouts), and OnLinkDown listeners
-//     hear of it at once, after its pending requests failed.
+//   - A link never resends by itself. A broken one redials in the
+//     background while in use (one dial at a time, ≤ linkRedialMax plus
+//     jitter apart); meanwhile Go fails at once, Call dials itself.
+//   - A silent cut is noticed within LinkTimeout: the dialer pings every
+//     Heartbeat and drops a connection on which nothing arrived for
+//     LinkTimeout, the listener drops one silent as long, frame writes
+//     have that deadline, TCP_USER_TIMEOUT and keepalive the same bound.
+//     A drop is logged once with its cause, counted, and heard by
+//     OnLinkDown listeners after its pending requests failed.
 //   - Only an authenticated node is served. When the Peer is configured
 //     with mutual TLS and/or a cluster secret (Config), no request frame of
 //     a connection is read, and no request is sent on one, before the other
@@ -49,8 +44,8 @@
 // nonces, proofs of the secret, node ids, so a stale address that now
 // belongs to another node is detected), then one goroutine reads frames
 // and dispatches requests to the handler registered for their type. Link
-// dials lazily, keeps one connection, and runs one reader goroutine per
-// connection that completes pending requests. A secret authenticates the
+// dials lazily, keeps one connection with a reader goroutine that
+// completes pending requests and a heartbeat goroutine. A secret authenticates the
 // ends, it does not encrypt or sign what follows the hello: on a network an
 // attacker can write to, use mutual TLS.
 //
