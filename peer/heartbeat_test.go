@@ -144,3 +144,33 @@ func TestLinkSocketOptions(t *testing.T) {
 		t.Fatalf("listener side TCP_USER_TIMEOUT %s, %v", got, err)
 	}
 }
+
+// TestDownKeepsRedialing: a link that broke and then went unused stops
+// redialing; asking Down (as admission does before holding a publish
+// back) counts as use, so the link comes up again after the heal even
+// though no request was sent on it.
+func TestDownKeepsRedialing(t *testing.T) {
+	defer func(d time.Duration) { linkRedialIdle = d }(linkRedialIdle)
+	linkRedialIdle = 200 * time.Millisecond
+	a, b := listenPeer(t, "a"), listenPeer(t, "b")
+	proxy := testkit.NewProxy(t, b.Addr())
+	l := a.Link("b", proxy.Addr())
+	if _, err := l.Call(ctx(t), TypePing, nil); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Cut()
+	testkit.Eventually(t, 10*time.Second, "the link to be declared dead", func() bool { return a.Stats().LinkTimeouts == 1 })
+	testkit.Eventually(t, 10*time.Second, "the unused link to stop redialing", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return !l.redialing
+	})
+	proxy.Heal()
+	if !l.Down() {
+		t.Fatal("Down false for a link whose connection died")
+	}
+	testkit.Eventually(t, 5*time.Second, "Down to bring the link up after the heal", func() bool { return !l.Down() })
+	if up, _, _ := l.Health(); !up {
+		t.Fatal("link not up")
+	}
+}

@@ -105,6 +105,23 @@ func (l *Link) Health() (up bool, downSince time.Time, err error) {
 	return l.up, l.downSince, l.lastErr
 }
 
+// Down tells whether the link is known to be down (its last connection
+// or dial failed). Asking counts as using it: a link that is down keeps
+// redialing, so that a caller that holds requests back while it is down
+// (admission under the refuse policy) sees it up again after a heal.
+func (l *Link) Down() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.up || l.downSince.IsZero() {
+		return false
+	}
+	l.lastUse = time.Now()
+	if l.conn == nil {
+		l.startRedial()
+	}
+	return true
+}
+
 // Call sends a request of type typ and waits for its reply or ctx.
 func (l *Link) Call(ctx context.Context, typ uint8, payload []byte) ([]byte, error) {
 	type result struct {

@@ -100,10 +100,12 @@ const (
 	// A failed link redials after linkRedialMin, doubling up to
 	// linkRedialMax (each with up to half of it as jitter), and stops
 	// redialing when no request used it for linkRedialIdle.
-	linkRedialMin  = 50 * time.Millisecond
-	linkRedialMax  = time.Second
-	linkRedialIdle = time.Minute
+	linkRedialMin = 50 * time.Millisecond
+	linkRedialMax = time.Second
 )
+
+// linkRedialIdle: see linkRedialMin (a variable for tests).
+var linkRedialIdle = time.Minute
 
 var (
 	// ErrLinkDown wraps every failure of a request whose connection could

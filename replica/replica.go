@@ -183,10 +183,7 @@ func (t peerTransport) Ping(ctx context.Context, id, addr string) error {
 
 func (t peerTransport) OnLinkDown(f func(node string, err error)) { t.p.OnLinkDown(f) }
 
-func (t peerTransport) LinkDown(id, addr string) bool {
-	up, since, _ := t.p.Link(id, addr).Health()
-	return !up && !since.IsZero()
-}
+func (t peerTransport) LinkDown(id, addr string) bool { return t.p.Link(id, addr).Down() }
 
 // linkEvents is what a Transport may add (PeerTransport does): hearing at
 // once that the link to a node broke, and whether it is down now.
