@@ -106,6 +106,8 @@ func TestProduceCodes(t *testing.T) {
 	}{
 		{fmt.Errorf("x: %w", tributary.ErrBudget), "resource_exhausted", "budget"},
 		{fmt.Errorf("x: %w", tributary.ErrNotReplicated), "unavailable", "replication"},
+		{fmt.Errorf("%w: %w", tributary.ErrAfterAppend, fmt.Errorf("x: %w", tributary.ErrNotReplicated)), "unavailable", "replication"},
+		{fmt.Errorf("x: %w", tributary.ErrFenced), "unavailable", "fenced"},
 		{ErrUnknownStream, "not_found", ""},
 	} {
 		sink.err = tc.err

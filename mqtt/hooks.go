@@ -290,17 +290,22 @@ func (s *Server) dropQoS0(cl *mochi.Client, stream string, cause error) {
 	}
 }
 
-// refusalCode is the MQTT 5 reason code for a publish refused for reason:
-// 0x97 (quota exceeded) only for the WAL's disk budget; 0x83
-// (implementation specific error) for too few replicas and for a
-// partition this node does not own (both retriable, with the cause as
-// the reason string); 0x87 (not authorized) for a denial; 0x80 otherwise.
+// refusalCode is the MQTT 5 reason code for a publish refused for reason
+// (README "Refusal codes", one table for every protocol): 0x97 (quota
+// exceeded) for back-pressure — the WAL's disk budget, and too few
+// replicas under cluster.replication_policy refuse — which the same
+// publish outlives after a pause; 0x83 (implementation specific error:
+// "the receiver is not willing to accept it") for a partition owned by
+// another node or being taken over, where a client retries, through
+// another node if it can; 0x87 (not authorized) for a denial, never to
+// retry; 0x80 (unspecified error) otherwise. The reason string says which.
+// PUBACK allows no other failure code (0x89 server busy is not one of them).
 func refusalCode(reason tributary.Reason) packets.Code {
 	switch reason {
 	case tributary.ReasonBudget:
 		return packets.ErrQuotaExceeded
 	case tributary.ReasonReplication:
-		return packets.Code{Code: packets.ErrImplementationSpecificError.Code, Reason: "too few replicas to store the message; retry later"}
+		return packets.Code{Code: packets.ErrQuotaExceeded.Code, Reason: "too few replicas to store the message (cluster.replication_policy refuse); retry later"}
 	case tributary.ReasonFenced:
 		return packets.Code{Code: packets.ErrImplementationSpecificError.Code, Reason: "partition moving to another node; retry later"}
 	case tributary.ReasonUnauthorized:

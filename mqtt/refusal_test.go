@@ -17,35 +17,55 @@ import (
 	"github.com/tributary-io/tributary/wal"
 )
 
+// TestRefusalMQTT5: each refusal reason gets its code of README
+// "Refusal codes", on the pipelined acknowledgement path (acks.go) and
+// the blocking one (hooks.go) alike.
 func TestRefusalMQTT5(t *testing.T) {
-	ts := startServer(t, nil)
+	for _, blocking := range []bool{false, true} {
+		t.Run(map[bool]string{false: "pipelined", true: "blocking"}[blocking], func(t *testing.T) {
+			refusalMQTT5(t, func(c *Config) { c.BlockingAcks = blocking })
+		})
+	}
+}
+
+func refusalMQTT5(t *testing.T, mutate func(*Config)) {
+	ts := startServer(t, mutate)
 	c := dialPaho(t, ts.tcp, "dev-5", nil)
 
 	for _, tc := range []struct {
 		name   string
 		cause  error
 		reason byte
+		says   string // in the reason string
 	}{
-		{"budget", wal.ErrBudgetExceeded, 0x97},
-		{"budget wrapped", errors.Join(errors.New("append"), wal.ErrBudgetExceeded), 0x97},
-		{"other error", errors.New("disk on fire"), 0x80},
-		// Too few replicas is not a full disk: 0x83 with its own reason,
-		// and the budget counters and log lines do not move.
-		{"replication", fmt.Errorf("replica: replication_policy refuse: %w", tributary.ErrNotReplicated), 0x83},
-		{"fenced", fmt.Errorf("a.b/3: %w", tributary.ErrFenced), 0x83},
+		{"budget", wal.ErrBudgetExceeded, 0x97, ""},
+		{"budget wrapped", errors.Join(errors.New("append"), wal.ErrBudgetExceeded), 0x97, ""},
+		{"other error", errors.New("disk on fire"), 0x80, ""},
+		// Too few replicas is back-pressure like a full disk (0x97, README
+		// "Refusal codes") but with its own reason string, and the budget
+		// counters and log lines do not move; refused before or after
+		// the append, the code is the same.
+		{"replication", fmt.Errorf("replica: replication_policy refuse: %w", tributary.ErrNotReplicated), 0x97, "too few replicas"},
+		{"replication after append", fmt.Errorf("%w: %w", tributary.ErrAfterAppend,
+			fmt.Errorf("replica: replication_policy refuse: %w", tributary.ErrNotReplicated)), 0x97, "too few replicas"},
+		// A partition another node owns: 0x83, whether the ownership book
+		// or a replica (replica.ErrFenced wraps tributary.ErrFenced) said so.
+		{"fenced", fmt.Errorf("a.b/3: %w", tributary.ErrFenced), 0x83, "partition moving"},
+		{"fenced by a replica", fmt.Errorf("%w: %w", tributary.ErrAfterAppend,
+			fmt.Errorf("replica: partition fenced: another node took it over: %w", tributary.ErrFenced)), 0x83, "partition moving"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ts.sink.setFail(tc.cause)
 			defer ts.sink.setFail(nil)
 
 			resp, err := publish(t, c, &paho.Publish{Topic: "r/q1", QoS: 1, Payload: []byte("x")})
-			if err == nil || resp == nil || resp.ReasonCode != tc.reason {
-				t.Fatalf("qos 1: want PUBACK %#x and an error, got %+v, %v", tc.reason, resp, err)
+			if err == nil || resp == nil || resp.ReasonCode != tc.reason || !strings.Contains(reasonString(resp), tc.says) {
+				t.Fatalf("qos 1: want PUBACK %#x (%q) and an error, got %+v, %v", tc.reason, tc.says, resp, err)
 			}
 			// paho returns the PUBREC with its failure code and no error.
 			resp, err = publish(t, c, &paho.Publish{Topic: "r/q2", QoS: 2, Payload: []byte("x")})
-			if err != nil || resp == nil || resp.ReasonCode != tc.reason {
-				t.Fatalf("qos 2: want PUBREC %#x, got %+v, %v", tc.reason, resp, err)
+			if err != nil || resp == nil || resp.ReasonCode != tc.reason || !strings.Contains(reasonString(resp), tc.says) {
+				t.Fatalf("qos 2: want PUBREC %#x (%q), got %+v, %v", tc.reason, tc.says, resp, err)
 			}
 			before := ts.Stats().DroppedQoS0
 			if _, err := publish(t, c, &paho.Publish{Topic: "r/q0", QoS: 0, Payload: []byte("x")}); err != nil {
@@ -55,7 +75,7 @@ func TestRefusalMQTT5(t *testing.T) {
 		})
 	}
 	st := ts.Stats()
-	if st.Refused != 10 || st.DroppedQoS0 != 5 || st.RefusedBudget != 4 || st.RefusedReplication != 2 || st.RefusedFenced != 2 || st.Accepted != [3]uint64{} {
+	if st.Refused != 14 || st.DroppedQoS0 != 7 || st.RefusedBudget != 4 || st.RefusedReplication != 4 || st.RefusedFenced != 4 || st.Accepted != [3]uint64{} {
 		t.Fatalf("stats %+v", st)
 	}
 	if n := ts.sink.len(); n != 0 {
@@ -83,6 +103,13 @@ func TestRefusalMQTT5(t *testing.T) {
 	if !strings.Contains(logs, "qos 0 publish dropped") || !strings.Contains(logs, "disk on fire") {
 		t.Errorf("drop or error not logged:\n%s", logs)
 	}
+}
+
+func reasonString(r *paho.PublishResponse) string {
+	if r == nil || r.Properties == nil {
+		return ""
+	}
+	return r.Properties.ReasonString
 }
 
 func mosquittoPub(t *testing.T, addr string, args ...string) (string, error) {

@@ -9,8 +9,10 @@
 //     PipelinedSink.AppendPipelined reported nil), i.e. after it was fsynced.
 //   - Refused is never delivered. A publish whose Append failed is neither
 //     retained nor delivered to any subscriber, and is never acknowledged as a
-//     success: MQTT 5 clients get PUBACK/PUBREC with reason 0x97 (quota
-//     exceeded: the WAL disk budget) or 0x80 (any other error); MQTT 3.1.1
+//     success: MQTT 5 clients get PUBACK/PUBREC with the reason's code
+//     (refusalCode, README "Refusal codes": 0x97 for back-pressure — the
+//     WAL disk budget, too few replicas —, 0x83 for a partition owned
+//     elsewhere, 0x87 denied, 0x80 any other error); MQTT 3.1.1
 //     clients, which have no reason codes, are disconnected so that they
 //     re-send after reconnecting.
 //   - Nothing is silently dropped. A QoS 0 publish that cannot be appended is

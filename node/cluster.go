@@ -143,6 +143,18 @@ func (n *Node) registerClusterMetrics(reg *prometheus.Registry) {
 			}
 			return 0
 		}))
+	peerCounter := func(name, help string, f func(peer.Stats) int64) {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 {
+			if n.peer != nil {
+				return float64(f(n.peer.Stats()))
+			}
+			return 0
+		}))
+	}
+	peerCounter("tributary_peer_link_failures_total", "Outgoing peer link connections that broke (a reset, a failed write, the heartbeat deadline).",
+		func(s peer.Stats) int64 { return s.LinkFailures })
+	peerCounter("tributary_peer_link_timeouts_total", "Peer link connections, either side, closed because nothing arrived on them within the heartbeat deadline (a silent cut).",
+		func(s peer.Stats) int64 { return s.LinkTimeouts })
 	for _, s := range cluster.States {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tributary_cluster_members",
 			Help: "Cluster members by state, as this node sees them (itself included).", ConstLabels: prometheus.Labels{"state": string(s)}},

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"fmt"
 	"sync/atomic"
 
 	"golang.org/x/sync/semaphore"
@@ -39,7 +38,7 @@ func (in *ingest) Append(ctx context.Context, recs ...*tributary.Record) error {
 }
 
 func (in *ingest) append(ctx context.Context, recs []*tributary.Record) error {
-	if err := in.repl.check(); err != nil {
+	if err := in.repl.checkRecs(recs); err != nil {
 		return err
 	}
 	if err := in.wal.Append(ctx, recs...); err != nil {
@@ -113,7 +112,7 @@ func (in *ingest) appendBatchAsync(ctx context.Context, after wal.Ticket, b *wal
 		return wal.Ticket{}, err
 	}
 	b.Epoch, b.Node = e, in.node
-	if err := in.repl.check(); err != nil {
+	if err := in.repl.check(b.Stream, b.Partition); err != nil {
 		return wal.Ticket{}, err
 	}
 	var queued atomic.Bool
@@ -132,11 +131,7 @@ func (in *ingest) appendBatchAsync(ctx context.Context, after wal.Ticket, b *wal
 		// Replication needs the partition, its last offset and epoch.
 		last := []*tributary.Record{{Stream: b.Stream, Partition: b.Partition, Offset: b.Offset + int64(b.Count()) - 1, Epoch: b.Epoch}}
 		go func() { // never on the WAL's committer
-			if err := in.repl.wait(ctx, last); err != nil {
-				done(fmt.Errorf("%w: %w", tributary.ErrAfterAppend, err))
-				return
-			}
-			done(nil)
+			done(in.repl.wait(ctx, last)) // ErrAfterAppend on a failure
 		}()
 	})
 	queued.Store(true)
@@ -179,7 +174,7 @@ func (in *ingest) AppendPipelined(ctx context.Context, r *tributary.Record, done
 	if err := in.stamp(ctx, r); err != nil {
 		return err
 	}
-	if err := in.repl.check(); err != nil {
+	if err := in.repl.check(r.Stream, r.Partition); err != nil {
 		return err
 	}
 	n := int64(len(r.Value)) + 256

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -31,17 +32,33 @@ type replication struct {
 	refuseUntilStarted atomic.Bool
 }
 
-// check refuses, before anything is appended, what the refuse policy
-// would refuse anyway (too few live members, or replication not started).
-func (x *replication) check() error {
+// check refuses, before anything is appended to (stream, p), what would
+// be refused anyway: writes while the lease says a peer may take this
+// node's partitions over, and under the refuse policy too few live
+// members, a replica of the partition known missing (its link down), or
+// replication not started (replica.Replicas.CanReplicate).
+func (x *replication) check(stream string, p int32) error {
 	if err := x.mayWrite(); err != nil {
 		return err
 	}
 	if r := x.r.Load(); r != nil {
-		return r.Check()
+		return r.CanReplicate(stream, p)
 	}
 	if x.refuseUntilStarted.Load() {
 		return replica.ErrNotReplicated
+	}
+	return nil
+}
+
+// checkRecs is check for every partition of recs.
+func (x *replication) checkRecs(recs []*tributary.Record) error {
+	for i, r := range recs {
+		if i > 0 && r.Stream == recs[i-1].Stream && r.Partition == recs[i-1].Partition {
+			continue
+		}
+		if err := x.check(r.Stream, r.Partition); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -56,19 +73,28 @@ func (x *replication) mayWrite() error {
 }
 
 // wait returns once recs, durable in the WAL, are durable on the replicas
-// (see package replica for the policies).
+// (see package replica for the policies). Its errors wrap
+// tributary.ErrAfterAppend: the records are stored here, and will be
+// uploaded, although refused.
 func (x *replication) wait(ctx context.Context, recs []*tributary.Record) error {
 	if r := x.r.Load(); r != nil {
-		return r.Replicate(ctx, recs)
+		if err := r.Replicate(ctx, recs); err != nil {
+			return fmt.Errorf("%w: %w", tributary.ErrAfterAppend, err)
+		}
 	}
 	return nil
 }
 
 // waitAsync calls done once recs, durable in the WAL, are durable on the
-// replicas, without a goroutine of its own.
+// replicas, without a goroutine of its own; errors as wait's.
 func (x *replication) waitAsync(recs []*tributary.Record, done func(error)) {
 	if r := x.r.Load(); r != nil {
-		r.ReplicateAsync(recs, done)
+		r.ReplicateAsync(recs, func(err error) {
+			if err != nil {
+				err = fmt.Errorf("%w: %w", tributary.ErrAfterAppend, err)
+			}
+			done(err)
+		})
 		return
 	}
 	done(nil)

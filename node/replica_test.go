@@ -5,10 +5,12 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/internal/testkit"
 	"github.com/tributary-io/tributary/kafka/kafkatest"
 	"github.com/tributary-io/tributary/replica"
 	"github.com/tributary-io/tributary/wal"
@@ -91,4 +93,82 @@ func TestReplicationRefusePolicy(t *testing.T) {
 	default:
 		t.Fatalf("append error %v with the WAL going from %d to %d", err, st0.Next, st1.Next)
 	}
+}
+
+// TestRefuseBeforeAppendWhenReplicaLinkDown: under replication_policy
+// refuse, with the replica alive in gossip but its peer link silently cut
+// (a proxy in front of its peer port holds every byte), the append
+// pending at the cut is refused after it was stored (ErrAfterAppend,
+// within 5 s: the link's heartbeat, not the 30 s replication timeout),
+// and every later one is refused at admission, before the WAL: nothing
+// refused reaches the WAL, hence the table. After the heal the node
+// accepts again within 5 s.
+func TestRefuseBeforeAppendWhenReplicaLinkDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerAddr := ln.Addr().String()
+	ln.Close()
+	proxy := testkit.NewProxy(t, peerAddr)
+
+	ctx := context.Background()
+	cfg := testNodeConfig(t, "r1")
+	cfg.Cluster.ReplicationPolicy = "refuse"
+	cfg.Cluster.ReplicationTimeout = 30 * time.Second
+	n, err := New(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close(ctx)
+	if err := n.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cfg2 := testNodeConfig(t, "r2", n.GossipAddr())
+	cfg2.Cluster.PeerAddr, cfg2.Cluster.PeerAdvertiseAddr = peerAddr, proxy.Addr()
+	n2, err := New(ctx, cfg2, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n2.Close(ctx)
+	if err := n2.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec := func() *tributary.Record {
+		return &tributary.Record{Stream: "factory.telemetry", Topic: "factory/x", Value: []byte("v"), Source: "mqtt"}
+	}
+	testkit.Eventually(t, 20*time.Second, "r1 to accept with r2 as its replica", func() bool { return n.ingest.Append(ctx, rec()) == nil })
+	p, err := n.ingest.partition(ctx, "factory.telemetry")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	proxy.Cut()
+	cut := time.Now()
+	err = n.ingest.Append(ctx, rec())
+	if !errors.Is(err, replica.ErrNotReplicated) || !errors.Is(err, tributary.ErrAfterAppend) || time.Since(cut) > 5*time.Second {
+		t.Fatalf("the append pending at the cut: %v after %s; want refused after its append within 5s", err, time.Since(cut))
+	}
+	missing := time.Since(cut)
+	before, _ := n.WAL().Partition("factory.telemetry", p)
+	for i := range 10 {
+		err := n.ingest.Append(ctx, rec())
+		if !errors.Is(err, replica.ErrNotReplicated) || errors.Is(err, tributary.ErrAfterAppend) || tributary.ReasonOf(err) != tributary.ReasonReplication {
+			t.Fatalf("append %d with the replica's link down: %v; want refused before the append", i, err)
+		}
+	}
+	if err := n.ingest.AppendPipelined(ctx, rec(), func(error) { t.Error("a refused pipelined append completed") }); !errors.Is(err, replica.ErrNotReplicated) {
+		t.Fatalf("pipelined append with the replica's link down: %v", err)
+	}
+	if after, _ := n.WAL().Partition("factory.telemetry", p); after.Next != before.Next {
+		t.Fatalf("refused records reached the WAL: next %d, was %d", after.Next, before.Next)
+	}
+
+	proxy.Heal()
+	healed := time.Now()
+	testkit.Eventually(t, 15*time.Second, "r1 to accept again after the heal", func() bool { return n.ingest.Append(ctx, rec()) == nil })
+	if took := time.Since(healed); took > 5*time.Second {
+		t.Fatalf("accepting again %s after the heal, want within 5s", took)
+	}
+	t.Logf("replica missing %s after the cut; accepting again %s after the heal", missing.Round(time.Millisecond), time.Since(healed).Round(time.Millisecond))
 }

@@ -6,20 +6,24 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // Link is this node's outgoing connection to one other node. It dials
-// lazily, keeps the connection while it works and dials again on the first
-// request after it broke.
+// lazily, keeps the connection while it works (pinging it, see the
+// package comment) and, once it broke, redials in the background while
+// it is in use.
 type Link struct {
 	p    *Peer
 	id   string // the remote node's id, checked in the hello
 	addr string
 
-	dialMu sync.Mutex // one dial at a time
+	dialSem chan struct{} // one dial at a time (a slot, so waiting obeys a context)
+	stop    chan struct{} // closed by close: ends the redial loop
 
 	mu        sync.Mutex
 	conn      *linkConn
@@ -28,14 +32,34 @@ type Link struct {
 	up        bool
 	downSince time.Time // zero while up or never tried
 	lastErr   error
+	redialing bool      // the redial loop runs: Go fails at once while down
+	lastUse   time.Time // last request (the redial loop stops when idle)
+	wasDown   bool      // a connection of this link failed: log when it is up again
 }
 
 // linkConn is one connection of a link with its pending requests.
 type linkConn struct {
-	w       *connWriter
-	mu      sync.Mutex
-	pending map[uint64]func([]byte, error)
-	dead    error
+	w        *connWriter
+	mu       sync.Mutex
+	pending  map[uint64]func([]byte, error)
+	dead     error
+	r        *bufio.Reader // until the reader goroutine takes it
+	gone     chan struct{} // closed when the connection failed
+	lastRecv atomic.Int64  // unix nanos of the last byte read
+}
+
+// recvReader notes when bytes arrive on a link's connection.
+type recvReader struct {
+	c  net.Conn
+	lc *linkConn
+}
+
+func (r *recvReader) Read(b []byte) (int, error) {
+	n, err := r.c.Read(b)
+	if n > 0 {
+		r.lc.lastRecv.Store(time.Now().UnixNano())
+	}
+	return n, err
 }
 
 // Link returns the link to node id at addr, creating it on first use. A
@@ -49,7 +73,7 @@ func (p *Peer) Link(id, addr string) *Link {
 		}
 		go l.close()
 	}
-	l := &Link{p: p, id: id, addr: addr}
+	l := &Link{p: p, id: id, addr: addr, dialSem: make(chan struct{}, 1), stop: make(chan struct{})}
 	if p.closed {
 		l.closed = true
 	}
@@ -81,6 +105,23 @@ func (l *Link) Health() (up bool, downSince time.Time, err error) {
 	return l.up, l.downSince, l.lastErr
 }
 
+// Down tells whether the link is known to be down (its last connection
+// or dial failed). Asking counts as using it: a link that is down keeps
+// redialing, so that a caller that holds requests back while it is down
+// (admission under the refuse policy) sees it up again after a heal.
+func (l *Link) Down() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.up || l.downSince.IsZero() {
+		return false
+	}
+	l.lastUse = time.Now()
+	if l.conn == nil {
+		l.startRedial()
+	}
+	return true
+}
+
 // Call sends a request of type typ and waits for its reply or ctx.
 func (l *Link) Call(ctx context.Context, typ uint8, payload []byte) ([]byte, error) {
 	type result struct {
@@ -88,7 +129,7 @@ func (l *Link) Call(ctx context.Context, typ uint8, payload []byte) ([]byte, err
 		err error
 	}
 	ch := make(chan result, 1)
-	l.goCtx(ctx, typ, payload, func(b []byte, err error) { ch <- result{b, err} })
+	l.goCtx(ctx, true, typ, payload, func(b []byte, err error) { ch <- result{b, err} })
 	select {
 	case r := <-ch:
 		return r.b, r.err
@@ -99,15 +140,17 @@ func (l *Link) Call(ctx context.Context, typ uint8, payload []byte) ([]byte, err
 
 // Go sends a request of type typ; done runs once with the reply or the
 // failure, on the link's reader goroutine or (when the request could not be
-// sent) before Go returns. done must not block.
+// sent) before Go returns. done must not block. On a link that is down
+// and redialing, Go fails at once (ErrLinkDown) instead of waiting for a
+// dial through what may be a cut.
 func (l *Link) Go(typ uint8, payload []byte, done func(resp []byte, err error)) {
-	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout+helloTimeout)
 	defer cancel()
-	l.goCtx(ctx, typ, payload, done)
+	l.goCtx(ctx, false, typ, payload, done)
 }
 
-func (l *Link) goCtx(ctx context.Context, typ uint8, payload []byte, done func([]byte, error)) {
-	lc, err := l.connect(ctx)
+func (l *Link) goCtx(ctx context.Context, wait bool, typ uint8, payload []byte, done func([]byte, error)) {
+	lc, err := l.connect(ctx, wait)
 	if err != nil {
 		done(nil, err)
 		return
@@ -136,21 +179,38 @@ func (l *Link) goCtx(ctx context.Context, typ uint8, payload []byte, done func([
 	}
 }
 
-// connect returns the live connection, dialling when there is none.
-func (l *Link) connect(ctx context.Context) (*linkConn, error) {
+// connect returns the live connection, dialling when there is none. A
+// request of Go (wait false) on a link that is down and redialing fails
+// at once rather than wait for a dial that may take dialTimeout.
+func (l *Link) connect(ctx context.Context, wait bool) (*linkConn, error) {
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
 		return nil, fmt.Errorf("%w: %s: %w", ErrLinkDown, l.id, ErrClosed)
 	}
+	l.lastUse = time.Now()
 	if lc := l.conn; lc != nil {
 		l.mu.Unlock()
 		return lc, nil
 	}
+	if l.redialing && !wait {
+		err := l.lastErr
+		l.mu.Unlock()
+		return nil, fmt.Errorf("%w: %s: %v (redialing)", ErrLinkDown, l.id, err)
+	}
 	l.mu.Unlock()
+	return l.dialOnce(ctx)
+}
 
-	l.dialMu.Lock()
-	defer l.dialMu.Unlock()
+// dialOnce dials unless a connection is there by the time this caller
+// has the dial slot.
+func (l *Link) dialOnce(ctx context.Context) (*linkConn, error) {
+	select {
+	case l.dialSem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %s: %w", ErrLinkDown, l.id, ctx.Err())
+	}
+	defer func() { <-l.dialSem }()
 	l.mu.Lock()
 	if lc := l.conn; lc != nil || l.closed {
 		l.mu.Unlock()
@@ -167,14 +227,121 @@ func (l *Link) connect(ctx context.Context) (*linkConn, error) {
 	if err != nil {
 		l.p.stats.dialErrors.Add(1)
 		l.markDown(err)
+		l.startRedial()
 		return nil, fmt.Errorf("%w: %s: %w", ErrLinkDown, l.id, err)
 	}
 	if l.closed {
 		lc.w.c.Close()
+		l.p.untrack(lc.w.c)
 		return nil, fmt.Errorf("%w: %s: %w", ErrLinkDown, l.id, ErrClosed)
 	}
-	l.conn, l.up, l.downSince, l.lastErr = lc, true, time.Time{}, nil
+	if l.wasDown {
+		l.p.log.Info("peer link to "+l.id+" up again", "node", l.id, "addr", l.addr, "down_for", time.Since(l.downSince).Round(time.Millisecond))
+		l.wasDown = false
+	}
+	l.conn, l.up, l.downSince, l.lastErr, l.redialing = lc, true, time.Time{}, nil, false
+	l.p.wg.Add(2)
+	go l.readLoop(lc, lc.r)
+	go l.heartbeat(lc)
+	lc.r = nil
 	return lc, nil
+}
+
+// startRedial starts the redial loop unless it runs (l.mu held).
+func (l *Link) startRedial() {
+	if l.redialing || l.closed {
+		return
+	}
+	l.redialing = true
+	l.p.wg.Add(1)
+	go l.redialLoop()
+}
+
+// redialLoop dials a link that is down until it is up again, closed, or
+// unused for linkRedialIdle (then the next request dials itself).
+func (l *Link) redialLoop() {
+	defer l.p.wg.Done()
+	wait := linkRedialMin
+	for {
+		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
+		select {
+		case <-l.stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, linkRedialMax)
+		l.mu.Lock()
+		if l.closed || l.conn != nil || time.Since(l.lastUse) > linkRedialIdle {
+			if l.conn == nil {
+				l.redialing = false
+			}
+			l.mu.Unlock()
+			return
+		}
+		l.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), dialTimeout+helloTimeout)
+		go func() {
+			select {
+			case <-l.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		_, err := l.dialOnce(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		l.p.log.Debug("peer redial", "node", l.id, "addr", l.addr, "err", err)
+	}
+}
+
+// heartbeat pings lc every Heartbeat and fails it when nothing arrived
+// for LinkTimeout.
+func (l *Link) heartbeat(lc *linkConn) {
+	defer l.p.wg.Done()
+	every, deadline := l.p.cfg.Heartbeat, l.p.cfg.LinkTimeout
+	// Check often enough that a dead link is failed within a tenth of a
+	// heartbeat after its deadline.
+	tick := time.NewTicker(every / 10)
+	defer tick.Stop()
+	lastPing := time.Now()
+	for {
+		select {
+		case <-lc.gone:
+			return
+		case <-tick.C:
+		}
+		if silent := time.Since(time.Unix(0, lc.lastRecv.Load())); silent >= deadline {
+			l.p.stats.linkTimeout.Add(1)
+			l.fail(lc, fmt.Errorf("no frame for %s", deadline))
+			return
+		}
+		if time.Since(lastPing) < every {
+			continue
+		}
+		lastPing = time.Now()
+		lc.w.mu.Lock()
+		lc.mu.Lock()
+		if lc.dead != nil {
+			lc.mu.Unlock()
+			lc.w.mu.Unlock()
+			return
+		}
+		l.mu.Lock()
+		l.nextID++
+		id := l.nextID
+		l.mu.Unlock()
+		lc.pending[id] = func([]byte, error) {}
+		lc.mu.Unlock()
+		err := lc.w.writeLocked(kindRequest, TypePing, id, nil)
+		lc.w.mu.Unlock()
+		if err != nil {
+			l.fail(lc, fmt.Errorf("heartbeat: %w", err))
+			return
+		}
+	}
 }
 
 func (l *Link) markDown(err error) {
@@ -194,7 +361,10 @@ func (l *Link) dial(ctx context.Context) (*linkConn, error) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
+	l.p.tune(c)
 	c.SetDeadline(time.Now().Add(helloTimeout))
+	// The hello obeys ctx too (a redial that Close cancels).
+	stopCancel := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	if cfg := l.p.cfg.ClientTLS; cfg != nil {
 		if cfg.ServerName == "" {
 			cfg = cfg.Clone()
@@ -213,9 +383,13 @@ func (l *Link) dial(ctx context.Context) (*linkConn, error) {
 		}
 		c = tc
 	}
-	w := &connWriter{c: c, bw: bufio.NewWriterSize(c, 64<<10), stats: &l.p.stats.bytesOut}
-	r := bufio.NewReaderSize(c, 64<<10)
+	w := &connWriter{c: c, bw: bufio.NewWriterSize(c, 64<<10), stats: &l.p.stats.bytesOut, timeout: l.p.cfg.LinkTimeout}
+	lc := &linkConn{w: w, pending: map[uint64]func([]byte, error){}, gone: make(chan struct{})}
+	r := bufio.NewReaderSize(&recvReader{c: c, lc: lc}, 64<<10)
 	remote, err := l.p.dialHello(r, w)
+	if !stopCancel() && err == nil { // ctx ended: the deadline may be in the past now
+		err = ctx.Err()
+	}
 	if err != nil {
 		c.Close()
 		if errors.Is(err, ErrRefused) {
@@ -232,9 +406,8 @@ func (l *Link) dial(ctx context.Context) (*linkConn, error) {
 		c.Close()
 		return nil, ErrClosed
 	}
-	lc := &linkConn{w: w, pending: map[uint64]func([]byte, error){}}
-	l.p.wg.Add(1)
-	go l.readLoop(lc, r)
+	lc.lastRecv.Store(time.Now().UnixNano())
+	lc.r = r // the caller starts the reader and the heartbeat
 	return lc, nil
 }
 
@@ -284,6 +457,7 @@ func (l *Link) fail(lc *linkConn, err error) {
 	lc.dead = err
 	pending := lc.pending
 	lc.pending = nil
+	close(lc.gone)
 	lc.mu.Unlock()
 	lc.w.c.Close()
 	l.mu.Lock()
@@ -292,19 +466,29 @@ func (l *Link) fail(lc *linkConn, err error) {
 		l.markDown(err)
 	}
 	closed := l.closed
+	if !closed {
+		l.wasDown = true
+		l.startRedial()
+	}
 	l.mu.Unlock()
 	if !closed {
 		l.p.stats.linkFail.Add(1)
-		l.p.log.Info("peer link down", "node", l.id, "addr", l.addr, "err", err, "pending", len(pending))
+		l.p.log.Warn("peer link to "+l.id+" down: "+err.Error(), "node", l.id, "addr", l.addr, "pending", len(pending))
 	}
 	for _, done := range pending {
 		done(nil, fmt.Errorf("%w: %s: %v", ErrLinkDown, l.id, err))
+	}
+	if !closed {
+		l.p.linkDown(l.id, err)
 	}
 }
 
 func (l *Link) close() {
 	l.mu.Lock()
-	l.closed = true
+	if !l.closed {
+		l.closed = true
+		close(l.stop)
+	}
 	lc := l.conn
 	l.mu.Unlock()
 	if lc != nil {

@@ -16,8 +16,15 @@
 //     closed) before the reply arrived. A request whose connection broke may
 //     or may not have been handled: protocols on top make their messages
 //     idempotent (offsets, versions) so a resend is harmless.
-//   - A link never resends by itself. The next request after a failure
-//     dials again (at most one dial in progress per link).
+//   - A link never resends by itself. A broken one redials in the
+//     background while in use (one dial at a time, ≤ linkRedialMax plus
+//     jitter apart); meanwhile Go fails at once, Call dials itself.
+//   - A silent cut is noticed within LinkTimeout: the dialer pings every
+//     Heartbeat and drops a connection on which nothing arrived for
+//     LinkTimeout, the listener drops one silent as long, frame writes
+//     have that deadline, TCP_USER_TIMEOUT and keepalive the same bound.
+//     A drop is logged once with its cause, counted, and heard by
+//     OnLinkDown listeners after its pending requests failed.
 //   - Only an authenticated node is served. When the Peer is configured
 //     with mutual TLS and/or a cluster secret (Config), no request frame of
 //     a connection is read, and no request is sent on one, before the other
@@ -37,8 +44,8 @@
 // nonces, proofs of the secret, node ids, so a stale address that now
 // belongs to another node is detected), then one goroutine reads frames
 // and dispatches requests to the handler registered for their type. Link
-// dials lazily, keeps one connection, and runs one reader goroutine per
-// connection that completes pending requests. A secret authenticates the
+// dials lazily, keeps one connection with a reader goroutine that
+// completes pending requests and a heartbeat goroutine. A secret authenticates the
 // ends, it does not encrypt or sign what follows the hello: on a network an
 // attacker can write to, use mutual TLS.
 //
@@ -85,7 +92,20 @@ const (
 	headerLen    = 4 + 1 + 1 + 8
 	dialTimeout  = 2 * time.Second
 	helloTimeout = 5 * time.Second
+
+	// DefaultHeartbeat and DefaultLinkTimeout are Config's defaults: a
+	// ping a second, a link dead after 4 s without a byte.
+	DefaultHeartbeat   = time.Second
+	DefaultLinkTimeout = 4 * time.Second
+	// A failed link redials after linkRedialMin, doubling up to
+	// linkRedialMax (each with up to half of it as jitter), and stops
+	// redialing when no request used it for linkRedialIdle.
+	linkRedialMin = 50 * time.Millisecond
+	linkRedialMax = time.Second
 )
+
+// linkRedialIdle: see linkRedialMin (a variable for tests).
+var linkRedialIdle = time.Minute
 
 var (
 	// ErrLinkDown wraps every failure of a request whose connection could
@@ -125,7 +145,13 @@ type Config struct {
 	// hello (HMAC over both sides' fresh nonces; it is never sent). Every
 	// node must have the same one.
 	Secret []byte
-	Logger *slog.Logger
+	// Heartbeat is how often the dialing side pings an established link
+	// (default DefaultHeartbeat); LinkTimeout how long a link may stay
+	// silent before it is declared dead, which also bounds every frame
+	// write and unacknowledged data (TCP_USER_TIMEOUT; default
+	// DefaultLinkTimeout, at least twice Heartbeat).
+	Heartbeat, LinkTimeout time.Duration
+	Logger                 *slog.Logger
 }
 
 // Authenticated tells whether cfg authenticates the other end (mutual TLS
@@ -183,6 +209,9 @@ type Stats struct {
 	RequestsOut, RequestsIn   int64
 	BytesOut, BytesIn         int64
 	LinkFailures, RemoteError int64
+	// LinkTimeouts counts connections (either side) closed because
+	// nothing arrived on them for Config.LinkTimeout: a silent cut.
+	LinkTimeouts int64
 }
 
 // Peer is this node's endpoint: a listener for incoming links and the set
@@ -194,13 +223,14 @@ type Peer struct {
 
 	mu       sync.Mutex
 	handlers map[uint8]Handler
+	onDown   []func(node string, err error)
 	links    map[string]*Link
 	conns    map[net.Conn]struct{}
 	closed   bool
 
 	wg    sync.WaitGroup
 	stats struct {
-		dials, dialErrors, accepted, refused, reqOut, reqIn, bytesOut, bytesIn, linkFail, remoteErr atomic.Int64
+		dials, dialErrors, accepted, refused, reqOut, reqIn, bytesOut, bytesIn, linkFail, remoteErr, linkTimeout atomic.Int64
 	}
 	lastRefusedLog atomic.Int64 // unix nanos
 }
@@ -213,6 +243,13 @@ func Listen(cfg Config) (*Peer, error) {
 	if err := cfg.checkTLS(); err != nil {
 		return nil, err
 	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = DefaultHeartbeat
+	}
+	if cfg.LinkTimeout <= 0 {
+		cfg.LinkTimeout = DefaultLinkTimeout
+	}
+	cfg.LinkTimeout = max(cfg.LinkTimeout, 2*cfg.Heartbeat)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -255,12 +292,33 @@ func (p *Peer) handler(typ uint8) Handler {
 	return p.handlers[typ]
 }
 
+// OnLinkDown registers f to hear, at once, of every outgoing link whose
+// connection broke (a heartbeat deadline, a reset, a failed write), after
+// the link's pending requests failed: users that keep state per node
+// (replication senders) mark it missing without waiting for a request
+// to time out. f runs on the goroutine that noticed, must not block and
+// must not call into the link.
+func (p *Peer) OnLinkDown(f func(node string, err error)) {
+	p.mu.Lock()
+	p.onDown = append(p.onDown, f)
+	p.mu.Unlock()
+}
+
+func (p *Peer) linkDown(node string, err error) {
+	p.mu.Lock()
+	fs := p.onDown
+	p.mu.Unlock()
+	for _, f := range fs {
+		f(node, err)
+	}
+}
+
 // Stats returns the counters.
 func (p *Peer) Stats() Stats {
 	s := &p.stats
 	return Stats{Dials: s.dials.Load(), DialErrors: s.dialErrors.Load(), Accepted: s.accepted.Load(), HandshakesRefused: s.refused.Load(),
 		RequestsOut: s.reqOut.Load(), RequestsIn: s.reqIn.Load(), BytesOut: s.bytesOut.Load(), BytesIn: s.bytesIn.Load(),
-		LinkFailures: s.linkFail.Load(), RemoteError: s.remoteErr.Load()}
+		LinkFailures: s.linkFail.Load(), RemoteError: s.remoteErr.Load(), LinkTimeouts: s.linkTimeout.Load()}
 }
 
 // Close stops accepting, closes every connection (pending requests fail
@@ -340,6 +398,7 @@ func (p *Peer) serve(c net.Conn) {
 	defer p.wg.Done()
 	defer p.untrack(c)
 	defer c.Close()
+	p.tune(c)
 	c.SetDeadline(time.Now().Add(helloTimeout))
 	if p.cfg.ServerTLS != nil {
 		tc := tls.Server(c, p.cfg.ServerTLS)
@@ -353,8 +412,9 @@ func (p *Peer) serve(c net.Conn) {
 		}
 		c = tc
 	}
-	r := bufio.NewReaderSize(c, 64<<10)
-	w := &connWriter{c: c, bw: bufio.NewWriterSize(c, 64<<10), stats: &p.stats.bytesOut}
+	idle := &idleReader{c: c}
+	r := bufio.NewReaderSize(idle, 64<<10)
+	w := &connWriter{c: c, bw: bufio.NewWriterSize(c, 64<<10), stats: &p.stats.bytesOut, timeout: p.cfg.LinkTimeout}
 	from, err := p.acceptHello(r, w)
 	if err != nil {
 		if errors.Is(err, ErrRefused) {
@@ -366,10 +426,18 @@ func (p *Peer) serve(c net.Conn) {
 	}
 	c.SetDeadline(time.Time{})
 	listen.Ready(c)
+	// The dialer pings every Heartbeat: a connection silent for
+	// LinkTimeout is dead (its replies could not reach the dialer anyway).
+	idle.timeout = p.cfg.LinkTimeout
 	for {
 		f, err := readFrame(r)
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			var ne net.Error
+			switch {
+			case errors.As(err, &ne) && ne.Timeout():
+				p.stats.linkTimeout.Add(1)
+				p.log.Warn(fmt.Sprintf("peer link from %s down: no frame for %s", from, p.cfg.LinkTimeout), "node", from, "remote", c.RemoteAddr().String())
+			case !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed):
 				p.log.Debug("link read", "from", from, "err", err)
 			}
 			return
@@ -401,13 +469,61 @@ func (p *Peer) serve(c net.Conn) {
 	}
 }
 
-// connWriter serialises frame writes on one connection.
+// idleReader reads c, each read under a deadline of timeout once it is
+// set (after the hello): a connection silent that long fails its read.
+type idleReader struct {
+	c       net.Conn
+	timeout time.Duration // set before the reads it applies to, by the reader
+}
+
+func (r *idleReader) Read(b []byte) (int, error) {
+	if r.timeout > 0 {
+		r.c.SetReadDeadline(time.Now().Add(r.timeout))
+	}
+	return r.c.Read(b)
+}
+
+// tune sets TCP keepalive and TCP_USER_TIMEOUT on c (or the TCP
+// connection it wraps), so that the kernel too gives up on a link whose
+// data goes unacknowledged for LinkTimeout.
+func (p *Peer) tune(c net.Conn) {
+	tc := tcpConn(c)
+	if tc == nil {
+		return
+	}
+	d := p.cfg.LinkTimeout
+	tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: p.cfg.Heartbeat, Interval: p.cfg.Heartbeat,
+		Count: max(int(d/p.cfg.Heartbeat)-1, 1)})
+	if err := setUserTimeout(tc, d); err != nil {
+		p.log.Debug("peer: TCP_USER_TIMEOUT", "err", err)
+	}
+}
+
+// tcpConn is the *net.TCPConn under c (through NetConn methods), or nil.
+func tcpConn(c net.Conn) *net.TCPConn {
+	for i := 0; c != nil && i < 4; i++ {
+		if tc, ok := c.(*net.TCPConn); ok {
+			return tc
+		}
+		u, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
+			return nil
+		}
+		c = u.NetConn()
+	}
+	return nil
+}
+
+// connWriter serialises frame writes on one connection; each write has a
+// deadline of timeout (when set), so a remote that stops reading fails
+// the connection instead of blocking its writers.
 type connWriter struct {
-	mu    sync.Mutex
-	c     net.Conn
-	bw    *bufio.Writer
-	err   error
-	stats *atomic.Int64
+	mu      sync.Mutex
+	c       net.Conn
+	bw      *bufio.Writer
+	err     error
+	stats   *atomic.Int64
+	timeout time.Duration
 }
 
 func (w *connWriter) write(kind, typ byte, id uint64, payload []byte) error {
@@ -422,6 +538,9 @@ func (w *connWriter) writeLocked(kind, typ byte, id uint64, payload []byte) erro
 	}
 	if len(payload) > MaxFrame-headerLen+4 {
 		return ErrFrameTooLarge
+	}
+	if w.timeout > 0 && w.c != nil {
+		w.c.SetWriteDeadline(time.Now().Add(w.timeout))
 	}
 	var h [headerLen]byte
 	binary.BigEndian.PutUint32(h[0:], uint32(headerLen-4+len(payload)))

@@ -10,7 +10,9 @@
 //     Stats.Degraded set, logged loudly); with "refuse" it returns an error
 //     wrapping ErrNotReplicated, which wraps tributary.ErrNotReplicated, so
 //     the front doors refuse the publish with their own code for it (MQTT 5
-//     0x83, Kafka NOT_ENOUGH_REPLICAS) — never as a full WAL.
+//     0x97, Kafka NOT_ENOUGH_REPLICAS; README "Refusal codes") — never as
+//     a full WAL. Admission asks CanReplicate first, so a replica already
+//     known missing refuses before the append.
 //  2. Offsets are the owner's. A replica stores records with the offsets
 //     the owner assigned (AppendAt), gap-free per partition; a replica
 //     that is behind answers with its next offset and the owner resends
@@ -67,9 +69,11 @@
 // catches a replica up that is new, behind or recovering by reading chunks
 // back from the WAL (ReadChunks), and passes on the owner's releases
 // (wire.MsgRelease). Replies advance the replica's acknowledged offset and
-// release waiters; a gap reply rewinds the sender; a link error, a
-// timeout or a stale-incarnation reply marks the replica missing (degrade
-// or refuse) and it is retried with backoff. A restarted owner greets
+// release waiters; a gap reply rewinds the sender; a link error (also
+// heard from the peer link at once, OnLinkDown, when nothing is in
+// flight), a timeout or a stale-incarnation reply marks the replica
+// missing (degrade or refuse) and it is retried every retryBackoff, so it
+// catches up from the WAL as soon as its link is back. A restarted owner greets
 // every replica of every partition of its WAL (takeover loop tick) with
 // its new incarnation and durable start (wal.PartitionState.Start), even
 // with nothing new to send.
@@ -132,8 +136,10 @@ var (
 	// WAL's disk budget).
 	ErrNotReplicated = fmt.Errorf("replica: replication_policy refuse: %w", tributary.ErrNotReplicated)
 	// ErrFenced is returned when a replica owns the partition at a higher
-	// epoch: this node no longer owns it.
-	ErrFenced = errors.New("replica: partition fenced: another node took it over")
+	// epoch: this node no longer owns it. It wraps tributary.ErrFenced, so
+	// the front doors refuse with their code for a partition owned
+	// elsewhere.
+	ErrFenced = fmt.Errorf("replica: partition fenced: another node took it over: %w", tributary.ErrFenced)
 	// ErrClosed is returned after Close.
 	ErrClosed = errors.New("replica: closed")
 )
@@ -175,6 +181,17 @@ func (t peerTransport) Call(ctx context.Context, id, addr string, typ uint8, pay
 func (t peerTransport) Ping(ctx context.Context, id, addr string) error {
 	_, err := t.p.Link(id, addr).Call(ctx, peer.TypePing, nil)
 	return err
+}
+
+func (t peerTransport) OnLinkDown(f func(node string, err error)) { t.p.OnLinkDown(f) }
+
+func (t peerTransport) LinkDown(id, addr string) bool { return t.p.Link(id, addr).Down() }
+
+// linkEvents is what a Transport may add (PeerTransport does): hearing at
+// once that the link to a node broke, and whether it is down now.
+type linkEvents interface {
+	OnLinkDown(f func(node string, err error))
+	LinkDown(id, addr string) bool
 }
 
 // Log is the node's main WAL (*wal.WAL). Open makes the Replicas its Tap
@@ -353,6 +370,9 @@ func Open(cfg Config) (*Replicas, error) {
 	cfg.Transport.Handle(wire.MsgAppend, r.handleAppend)
 	cfg.Transport.Handle(wire.MsgRelease, r.handleRelease)
 	cfg.Transport.Handle(wire.MsgQuery, r.handleQuery)
+	if le, ok := cfg.Transport.(linkEvents); ok {
+		le.OnLinkDown(r.linkDown)
+	}
 	r.wg.Add(2)
 	go r.takeoverLoop()
 	go r.dispatcher()
@@ -462,6 +482,59 @@ func (r *Replicas) Check() error {
 		return ErrNotReplicated
 	}
 	return nil
+}
+
+// CanReplicate is the cheap "can replicate now?" of admission: under the
+// refuse policy it refuses (ErrNotReplicated) what would be refused
+// anyway, before anything is appended — too few live members (Check), or
+// a replica of (stream, p) known missing (its sender marked it so, or
+// its peer link is down) — so that a refused record never reaches the
+// WAL, hence never the table. Only a replica that fails during the wait
+// still refuses after the append. Under degrade it returns nil.
+func (r *Replicas) CanReplicate(stream string, p int32) error {
+	if err := r.Check(); err != nil || r.cfg.Policy != Refuse || r.cfg.Factor <= 1 {
+		return err
+	}
+	r.mu.Lock()
+	o := r.out[pkey{stream, p}]
+	r.mu.Unlock()
+	le, _ := r.cfg.Transport.(linkEvents)
+	for _, m := range r.ring() {
+		missing := false
+		if o != nil {
+			o.mu.Lock()
+			t := o.targets[m.ID]
+			missing = t != nil && t.addr == m.Peer && !t.failedAt.IsZero()
+			o.mu.Unlock()
+		}
+		if !missing && le != nil && le.LinkDown(m.ID, m.Peer) {
+			missing = true
+		}
+		if missing {
+			r.setDegraded(true, "replica "+m.ID+" missing")
+			return fmt.Errorf("%w: replica %s missing", ErrNotReplicated, m.ID)
+		}
+	}
+	return nil
+}
+
+// linkDown marks node missing for every partition at once when its peer
+// link broke, also where no append is in flight to notice it.
+func (r *Replicas) linkDown(node string, err error) {
+	r.mu.Lock()
+	outs := make([]*outPart, 0, len(r.out))
+	for _, o := range r.out {
+		outs = append(outs, o)
+	}
+	r.mu.Unlock()
+	for _, o := range outs {
+		o.mu.Lock()
+		if t := o.targets[node]; t != nil && !t.failed() {
+			o.fail(t, "peer link down: "+err.Error())
+			o.settle()
+		}
+		o.mu.Unlock()
+	}
 }
 
 func (r *Replicas) setDegraded(on bool, why string) {

@@ -38,6 +38,9 @@ type fakeBackend struct {
 	// the replicas did not confirm it (tributary.ErrAfterAppend), as the
 	// node does when the replication wait fails after the WAL's fsync.
 	unreplAfter atomic.Bool
+	// fencedAfter, true: AppendAsync stores the batch, then reports that a
+	// replica owns the partition now (replica.ErrFenced after the append).
+	fencedAfter atomic.Bool
 	lost        atomic.Bool // true: Append fails with ErrNotLeader (ownership moved)
 	appendFn    func()      // called inside Append (delays, fault injection)
 	// refuse, when set, decides each append in turn (its records):
@@ -86,6 +89,9 @@ func (f *fakeBackend) AppendAsync(ctx context.Context, after Ticket, b *wal.Batc
 				a.after = nil
 				if err == nil && f.unreplAfter.Load() {
 					err = fmt.Errorf("%w: %w", tributary.ErrAfterAppend, fmt.Errorf("replica: replication_policy refuse: %w", tributary.ErrNotReplicated))
+				}
+				if err == nil && f.fencedAfter.Load() {
+					err = fmt.Errorf("%w: %w", tributary.ErrAfterAppend, fmt.Errorf("replica: partition fenced: another node took it over: %w", tributary.ErrFenced))
 				}
 				a.done(err)
 			}

@@ -83,3 +83,21 @@ func TestLoadProducerRuns(t *testing.T) {
 		t.Fatalf("next batch: code %d", p.ErrorCode)
 	}
 }
+
+// TestFencedAfterAppend: a batch the WAL stored whose replica then
+// reported the partition taken over (replica.ErrFenced after the append)
+// is answered NOT_LEADER_OR_FOLLOWER, as a fence before the append is
+// (README "Refusal codes"), not NOT_ENOUGH_REPLICAS_AFTER_APPEND: the
+// client follows the partition to its new leader.
+func TestFencedAfterAppend(t *testing.T) {
+	be := newFakeBackend("edge-1")
+	const topic = "o.fenced"
+	be.addStream(topic, "edge-1")
+	s := startServer(t, Config{}, be)
+	rc := kafkatest.Dial(t, s.Addr())
+	be.fencedAfter.Store(true)
+	p := produceOne(rc, topic, 0, kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1}, recs(1, "f")...))
+	if p.ErrorCode != kafka.CodeNotLeaderOrFollower {
+		t.Fatalf("code %d (%v), want NOT_LEADER_OR_FOLLOWER (%d)", p.ErrorCode, p.ErrorMessage, kafka.CodeNotLeaderOrFollower)
+	}
+}

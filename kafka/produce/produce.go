@@ -430,6 +430,12 @@ func (s *Server) appendResult(b *wal.Batch, err error) partResult {
 			// both in order.
 			return partResult{code: kafka.CodeOutOfOrderSequence, msg: "the producer's previous batch was not appended"}
 		}
+		if tributary.ReasonOf(err) == tributary.ReasonFenced {
+			// Owned by another node now, even if a replica said so only
+			// after the WAL stored the batch: the client follows the
+			// partition to its new leader (README "Refusal codes").
+			return partResult{code: kafka.CodeNotLeaderOrFollower, msg: err.Error()}
+		}
 		if errors.Is(err, tributary.ErrAfterAppend) {
 			// Stored here and to be uploaded, but not on enough replicas:
 			// Kafka's answer for a write the leader kept. A retry of an
@@ -441,8 +447,6 @@ func (s *Server) appendResult(b *wal.Batch, err error) partResult {
 			return partResult{code: kafka.CodeNotEnoughReplicasAfterAppend, msg: "stored on this node but on too few edge replicas: " + err.Error(), throttle: true}
 		}
 		switch tributary.ReasonOf(err) {
-		case tributary.ReasonFenced:
-			return partResult{code: kafka.CodeNotLeaderOrFollower, msg: err.Error()}
 		case tributary.ReasonBudget:
 			s.stats.backpressured.Add(1)
 			return partResult{code: kafka.CodeKafkaStorageError, msg: "edge WAL disk budget exhausted, retry later", throttle: true}
