@@ -53,8 +53,8 @@ type op struct {
 	// noBudget: an opAppend of records already accepted (a readmit's),
 	// not checked against the budget.
 	noBudget bool
-	verb  *Verbatim      // opVerbatim (verbatim.go)
-	vres  VerbatimResult // opVerbatim: its outcome
+	verb     *Verbatim      // opVerbatim (verbatim.go)
+	vres     VerbatimResult // opVerbatim: its outcome
 	// after is the op this one follows (AppendAsyncAfter, chain.go);
 	// failed is set as soon as the committer refuses or fails this op.
 	after  *op
@@ -97,9 +97,9 @@ func (sp *span) size() int { return sp.end - sp.start + len(sp.tail) }
 type group struct {
 	tx      *bolt.Tx
 	parts   map[pkey]*work
-	dropped map[pkey]bool // partitions dropped in this group (a later op may create them anew)
+	dropped map[pkey]bool  // partitions dropped in this group (a later op may create them anew)
 	floors  map[pkey]int64 // seals set in this group (readmit.go)
-	bytes   int64         // total unreleased bytes, tentatively
+	bytes   int64          // total unreleased bytes, tentatively
 	recs    int64
 	added   int64 // records appended
 }
