@@ -129,6 +129,7 @@ func TestHealthRules(t *testing.T) {
 		{"replica missing", Snapshot{Cluster: &Cluster{Degraded: true, ReplicationFactor: 2}}, []string{"replica_missing"}},
 		{"member dead", Snapshot{Cluster: &Cluster{Members: []Member{{ID: "a", Self: true, State: "alive"}, {ID: "b", State: "dead"}}}}, []string{"member_down"}},
 		{"fenced", Snapshot{Streams: []Stream{{Name: "a.b", Partitions: []Partition{{ID: 1, Fenced: true}}}}}, []string{"partition_fenced"}},
+		{"readmitted", Snapshot{Uplink: &Uplink{Commits: 1, Readmitted: 4}}, []string{"records_readmitted"}},
 		{"cert", Snapshot{Certificates: []Certificate{{Name: "mqtt", NotAfter: now.Add(24 * time.Hour)}}}, []string{"cert_expiry:mqtt"}},
 	}
 	for _, c := range cases {

@@ -86,6 +86,14 @@ func health(s *Snapshot, h *history, now time.Time) []Alert {
 			Action: "Usually the sign of a node declared dead while it was still running (network partition, long pause). " +
 				"Check gossip connectivity and the clock; the stream continues on a new partition."})
 	}
+	if u := s.Uplink; u != nil && u.Readmitted > 0 && (recentIncrease(h, "cum:readmitted", float64(u.Readmitted), time.Time{}) || !sampled(h, "cum:readmitted")) {
+		add(Alert{ID: "records_readmitted", Severity: "warning",
+			Title: fmt.Sprintf("%d records of fenced partitions re-admitted", u.Readmitted),
+			Detail: "Another node took over a partition this node wrote while this node held acknowledged records that had reached no one else. " +
+				"They were moved, with new offsets, into this node's own partition of the stream and are uploaded from there; nothing went to the quarantine.",
+			Action: "Nothing to replay. A take-over of a node that was still running is the sign of a network cut or a long pause: check peer links and gossip. " +
+				"The log line \"re-admitted\" names the new partition and offsets."})
+	}
 	for _, st := range s.Streams {
 		if m := st.Maintenance; m != nil && m.LastError != "" {
 			add(Alert{ID: "maintenance_failing:" + st.Name, Severity: "warning", Title: "Table maintenance failing on " + st.Name,
@@ -128,6 +136,18 @@ func recentIncrease(h *history, key string, cur float64, from time.Time) bool {
 		}
 	})
 	return found && cur > oldest
+}
+
+// sampled reports whether any sample of the history has key.
+func sampled(h *history, key string) bool {
+	found := false
+	if h != nil {
+		h.each(func(r *row) {
+			_, ok := r.v[key]
+			found = found || ok
+		})
+	}
+	return found
 }
 
 func humanBytes(b int64) string {
