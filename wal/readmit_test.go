@@ -1,10 +1,17 @@
 package wal
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -260,5 +267,192 @@ func TestReadmitTornCommit(t *testing.T) {
 	}
 	if fmt.Sprint(vals) != "[own-0 own-1 f-3 f-4]" {
 		t.Fatalf("owned partition holds %v", vals)
+	}
+}
+
+const readmitCrashEnv = "TRIBUTARY_WAL_READMIT_CRASH_PATH"
+
+// TestReadmitHelperProcess is not a test: run by TestReadmitCrash with
+// readmitCrashEnv set, it appends to a fenced partition (c.rm/10+round,
+// epoch 0) and to the node's own one (c.rm/0) from two goroutines,
+// re-admits the fenced one (from offset 50, floor 1) once it holds 100
+// records while both keep appending, and prints every acknowledged record
+// ("ack <partition> <offset> <value>") and the re-admission
+// ("readmitting", "readmitted").
+func TestReadmitHelperProcess(t *testing.T) {
+	path := os.Getenv(readmitCrashEnv)
+	if path == "" {
+		t.Skip("helper process for TestReadmitCrash")
+	}
+	round, _ := strconv.Atoi(os.Getenv(readmitCrashEnv + "_ROUND"))
+	w, err := Open(Options{Path: path})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	var out sync.Mutex
+	say := func(format string, a ...any) {
+		out.Lock()
+		fmt.Printf(format+"\n", a...)
+		out.Unlock()
+	}
+	p := int32(10 + round)
+	for _, part := range []int32{0, p} {
+		go func() {
+			for i := 0; ; i++ {
+				r := &tributary.Record{Stream: "c.rm", Partition: part, Value: []byte(fmt.Sprintf("r%d-%d-%d", round, part, i)), Source: "mqtt"}
+				if err := w.Append(context.Background(), r); errors.Is(err, ErrFenced) && part == p {
+					return
+				} else if err != nil {
+					fmt.Fprintln(os.Stderr, "append:", err)
+					os.Exit(3)
+				}
+				say("ack %d %d %s", part, r.Offset, r.Value)
+			}
+		}()
+	}
+	for {
+		if ps, _ := w.Partition("c.rm", p); ps.Next >= 100 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	say("readmitting")
+	res, err := w.ReadmitPartition(Readmit{Stream: "c.rm", From: p, Floor: 1, Start: 50, To: 0, Epoch: 0})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "readmit:", err)
+		os.Exit(3)
+	}
+	say("readmitted %d %d", res.First, res.Next)
+	select {}
+}
+
+// TestReadmitCrash kills a process re-admitting a fenced partition while
+// it appends to it and to the partition it re-admits into, with SIGKILL
+// at a random moment (before, during or after the re-admission), and
+// checks the WAL it leaves: either the fenced partition is whole (every
+// acknowledged record at its offset) and none of it is in the own
+// partition, or it is gone and sealed and the own partition holds each
+// acknowledged record of it at or above the start exactly once and none
+// below; the own partition's acknowledged records are all there, dense.
+func TestReadmitCrash(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	path := filepath.Join(t.TempDir(), "wal.db")
+	rng := testkit.Rand(t, 3, 4)
+	own := map[int64]string{}
+	for round := range 6 {
+		// Even rounds are killed before the re-admission (at the k-th
+		// acknowledged record of the fenced partition), odd ones the k-th
+		// acknowledgement after it began (while or after it commits).
+		k := 60 + rng.IntN(40)
+		if round%2 == 1 {
+			k = rng.IntN(30)
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^TestReadmitHelperProcess$")
+		cmd.Env = append(os.Environ(), readmitCrashEnv+"="+path, fmt.Sprintf("%s_ROUND=%d", readmitCrashEnv, round))
+		cmd.Stderr = os.Stderr
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		p := int32(10 + round)
+		fenced := map[int64]string{}
+		n, killed, readmitting, readmitted := 0, false, false, false
+		kill := func() {
+			if !killed {
+				cmd.Process.Signal(syscall.SIGKILL)
+				killed = true
+			}
+		}
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			line := sc.Text()
+			switch {
+			case line == "readmitting":
+				readmitting = true
+				if round%2 == 1 && k == 0 {
+					kill()
+				}
+				continue
+			case strings.HasPrefix(line, "readmitted"):
+				readmitted = true
+				continue
+			}
+			var part int32
+			var off int64
+			var v string
+			if _, err := fmt.Sscanf(line, "ack %d %d %s", &part, &off, &v); err != nil {
+				t.Fatalf("round %d: bad helper line %q: %v", round, line, err)
+			}
+			if part == p {
+				fenced[off] = v
+			} else {
+				own[off] = v
+			}
+			switch {
+			case round%2 == 0 && len(fenced) >= k:
+				kill()
+			case round%2 == 1 && readmitting:
+				if n++; n >= k {
+					kill()
+				}
+			}
+		}
+		cmd.Wait()
+		if !killed {
+			t.Fatalf("round %d: helper exited early", round)
+		}
+		w, err := Open(Options{Path: path})
+		if err != nil {
+			t.Fatalf("round %d: reopen: %v", round, err)
+		}
+		got := map[string]int64{}
+		for _, r := range readPartition(t, w, "c.rm", 0) {
+			if _, dup := got[string(r.Value)]; dup {
+				t.Fatalf("round %d: %s twice in the own partition", round, r.Value)
+			}
+			got[string(r.Value)] = r.Offset
+		}
+		for off, v := range own {
+			if o, ok := got[v]; !ok || o != off {
+				t.Fatalf("round %d: acknowledged %s at %d of the own partition: at %d, %v", round, v, off, o, ok)
+			}
+		}
+		_, whole := w.Partition("c.rm", p)
+		_, sealed := w.Floor("c.rm", p)
+		switch {
+		case whole == sealed:
+			t.Fatalf("round %d: fenced partition present %v, sealed %v", round, whole, sealed)
+		case whole && readmitted:
+			t.Fatalf("round %d: re-admission returned but the partition is whole", round)
+		case whole:
+			recs := readPartition(t, w, "c.rm", p)
+			for off, v := range fenced {
+				if off >= int64(len(recs)) || string(recs[off].Value) != v {
+					t.Fatalf("round %d: acknowledged %s at %d of the fenced partition lost", round, v, off)
+				}
+			}
+			for v := range got {
+				if strings.HasPrefix(v, fmt.Sprintf("r%d-%d-", round, p)) {
+					t.Fatalf("round %d: %s in the own partition and the fenced one is whole", round, v)
+				}
+			}
+		default:
+			for off, v := range fenced {
+				if _, in := got[v]; in != (off >= 50) {
+					t.Fatalf("round %d: fenced record %s at %d in the own partition: %v", round, v, off, in)
+				}
+			}
+		}
+		t.Logf("round %d: killed (k %d), %d acknowledged of the fenced partition; re-admitted: %v", round, k, len(fenced), !whole)
+		for v, off := range got { // the own partition's content, for the next round
+			own[off] = v
+		}
+		w.Close()
 	}
 }
