@@ -182,3 +182,21 @@ func TestHandler(t *testing.T) {
 		t.Fatalf("recent rows (newest first, text or hex): %+v", rec)
 	}
 }
+
+// TestReadmittedShown: records re-admitted after a fence are a figure of
+// the overview and a banner, from the first sample on.
+func TestReadmittedShown(t *testing.T) {
+	c, _ := newTest(&fakeHost{s: Snapshot{Node: "n1", Role: "edge", Uplink: &Uplink{Commits: 1, Readmitted: 4}}})
+	c.Sample()
+	m := c.Model()
+	if m.Overview.RecordsReadmitted != 4 {
+		t.Fatalf("overview %+v", m.Overview)
+	}
+	found := false
+	for _, a := range m.Health {
+		found = found || a.ID == "records_readmitted" && strings.Contains(a.Title, "4 records")
+	}
+	if !found {
+		t.Fatalf("alerts %+v", m.Health)
+	}
+}

@@ -86,7 +86,7 @@ func health(s *Snapshot, h *history, now time.Time) []Alert {
 			Action: "Usually the sign of a node declared dead while it was still running (network partition, long pause). " +
 				"Check gossip connectivity and the clock; the stream continues on a new partition."})
 	}
-	if u := s.Uplink; u != nil && u.Readmitted > 0 && (recentIncrease(h, "cum:readmitted", float64(u.Readmitted), time.Time{}) || !sampled(h, "cum:readmitted")) {
+	if u := s.Uplink; u != nil && u.Readmitted > 0 && (recentIncrease(h, "cum:readmitted", float64(u.Readmitted), time.Time{}) || sinceStart(h)) {
 		add(Alert{ID: "records_readmitted", Severity: "warning",
 			Title: fmt.Sprintf("%d records of fenced partitions re-admitted", u.Readmitted),
 			Detail: "Another node took over a partition this node wrote while this node held acknowledged records that had reached no one else. " +
@@ -138,16 +138,10 @@ func recentIncrease(h *history, key string, cur float64, from time.Time) bool {
 	return found && cur > oldest
 }
 
-// sampled reports whether any sample of the history has key.
-func sampled(h *history, key string) bool {
-	found := false
-	if h != nil {
-		h.each(func(r *row) {
-			_, ok := r.v[key]
-			found = found || ok
-		})
-	}
-	return found
+// sinceStart reports whether the history still holds every sample since
+// the console started (a cumulative count above 0 then grew within it).
+func sinceStart(h *history) bool {
+	return h == nil || h.count < len(h.rows)
 }
 
 func humanBytes(b int64) string {
