@@ -36,7 +36,10 @@
 //  6. Exactly once in the table. The taker copies only the records above
 //     the table's committed mark into its main WAL (with the new epoch),
 //     and the normal uplink uploads them; the old owner's uploads are fenced
-//     by the epoch in the catalog. Replica copies are released once the
+//     by the epoch in the catalog. Before reading its copy's end the taker
+//     freezes the copy (the old owner's appends are refused) and records
+//     that end with the take-over (Owner.TakeOver's start): the old owner
+//     re-admits what it holds at or above it, since only it holds that. Replica copies are released once the
 //     table's mark covers them (losers) or once copied (the winner).
 //  7. Copies agree after a crash. Records reach a replica before the
 //     owner has fsynced them, so an owner killed in between leaves its
