@@ -69,7 +69,10 @@ type Readmission struct {
 // node holds into a partition it owns, drops the rest and seals the
 // fenced partition, in one transaction (see Readmit). Durable when it
 // returns. A re-admitted record gets a new offset: it never reached the
-// table at its old one, so no consumer saw it there.
+// table at its old one, so no consumer saw it there. The move is not
+// refused for the budget: the records are counted already, and the drop
+// frees their old bytes in the same transaction (a Kafka batch entry,
+// re-admitted as one record per offset, may take a little more).
 func (w *WAL) ReadmitPartition(rm Readmit) (Readmission, error) {
 	if err := checkStream(rm.Stream); err != nil {
 		return Readmission{}, fmt.Errorf("readmit: %w", err)
