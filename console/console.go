@@ -143,6 +143,7 @@ func overview(s *Snapshot, last *row) Overview {
 		age := round3(u.LastCommitAge.Seconds())
 		o.LastCommitAgeSeconds = &age
 		o.RowsCommitted, o.BytesUploaded, o.UplinkLastError = u.RecordsCommitted, u.BytesUploaded, u.LastError
+		o.RecordsReadmitted = u.Readmitted
 		switch {
 		case len(u.Failing) > 0:
 			o.UplinkState = "failing"

@@ -132,6 +132,7 @@ func TestHealthRules(t *testing.T) {
 		{"lease fine", Snapshot{Cluster: &Cluster{ReplicationFactor: 2, Lease: &Lease{Valid: true, SiteSize: 3, Alive: 3, MayWrite: true}}}, nil},
 		{"member dead", Snapshot{Cluster: &Cluster{Members: []Member{{ID: "a", Self: true, State: "alive"}, {ID: "b", State: "dead"}}}}, []string{"member_down"}},
 		{"fenced", Snapshot{Streams: []Stream{{Name: "a.b", Partitions: []Partition{{ID: 1, Fenced: true}}}}}, []string{"partition_fenced"}},
+		{"readmitted", Snapshot{Uplink: &Uplink{Commits: 1, Readmitted: 4}}, []string{"records_readmitted"}},
 		{"cert", Snapshot{Certificates: []Certificate{{Name: "mqtt", NotAfter: now.Add(24 * time.Hour)}}}, []string{"cert_expiry:mqtt"}},
 	}
 	for _, c := range cases {
@@ -182,5 +183,23 @@ func TestHandler(t *testing.T) {
 	rec := m.Streams[0].Recent
 	if len(rec) != 2 || rec[0].Offset != 2 || rec[0].Encoding != "hex" || rec[0].Value != "000102" || rec[1].Value != "hello" {
 		t.Fatalf("recent rows (newest first, text or hex): %+v", rec)
+	}
+}
+
+// TestReadmittedShown: records re-admitted after a fence are a figure of
+// the overview and a banner, from the first sample on.
+func TestReadmittedShown(t *testing.T) {
+	c, _ := newTest(&fakeHost{s: Snapshot{Node: "n1", Role: "edge", Uplink: &Uplink{Commits: 1, Readmitted: 4}}})
+	c.Sample()
+	m := c.Model()
+	if m.Overview.RecordsReadmitted != 4 {
+		t.Fatalf("overview %+v", m.Overview)
+	}
+	found := false
+	for _, a := range m.Health {
+		found = found || a.ID == "records_readmitted" && strings.Contains(a.Title, "4 records")
+	}
+	if !found {
+		t.Fatalf("alerts %+v", m.Health)
 	}
 }

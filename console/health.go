@@ -97,6 +97,14 @@ func health(s *Snapshot, h *history, now time.Time) []Alert {
 			Action: "Usually the sign of a node declared dead while it was still running (network partition, long pause). " +
 				"Check gossip connectivity and the clock; the stream continues on a new partition."})
 	}
+	if u := s.Uplink; u != nil && u.Readmitted > 0 && (recentIncrease(h, "cum:readmitted", float64(u.Readmitted), time.Time{}) || sinceStart(h)) {
+		add(Alert{ID: "records_readmitted", Severity: "warning",
+			Title: fmt.Sprintf("%d records of fenced partitions re-admitted", u.Readmitted),
+			Detail: "Another node took over a partition this node wrote while this node held acknowledged records that had reached no one else. " +
+				"They were moved, with new offsets, into this node's own partition of the stream and are uploaded from there; nothing went to the quarantine.",
+			Action: "Nothing to replay. A take-over of a node that was still running is the sign of a network cut or a long pause: check peer links and gossip. " +
+				"The log line \"re-admitted\" names the new partition and offsets."})
+	}
 	for _, st := range s.Streams {
 		if m := st.Maintenance; m != nil && m.LastError != "" {
 			add(Alert{ID: "maintenance_failing:" + st.Name, Severity: "warning", Title: "Table maintenance failing on " + st.Name,
@@ -139,6 +147,12 @@ func recentIncrease(h *history, key string, cur float64, from time.Time) bool {
 		}
 	})
 	return found && cur > oldest
+}
+
+// sinceStart reports whether the history still holds every sample since
+// the console started (a cumulative count above 0 then grew within it).
+func sinceStart(h *history) bool {
+	return h == nil || h.count < len(h.rows)
 }
 
 func humanBytes(b int64) string {

@@ -127,6 +127,7 @@ func (sp *sampler) sample(s *Snapshot, now time.Time) row {
 	}
 	if s.Uplink != nil {
 		r.v["cum:fenced"] = float64(s.Uplink.Fenced)
+		r.v["cum:readmitted"] = float64(s.Uplink.Readmitted)
 	}
 	if s.Consumers != nil {
 		for _, g := range s.Consumers.KafkaGroups {

@@ -52,7 +52,10 @@ type Overview struct {
 	UplinkLastError      string           `json:"uplink_last_error,omitempty"`
 	RowsCommitted        int64            `json:"rows_committed"`
 	BytesUploaded        int64            `json:"bytes_uploaded"`
-	Refusals             []Count          `json:"refusals"` // cumulative, by reason
+	// RecordsReadmitted counts fenced records only this node held, moved
+	// into its own partition with new offsets (0: none, no tile).
+	RecordsReadmitted int64   `json:"records_readmitted,omitempty"`
+	Refusals          []Count `json:"refusals"` // cumulative, by reason
 }
 
 // Count is a labelled cumulative count.

@@ -59,8 +59,10 @@ type Uplink struct {
 	LastError     string
 	// Failing lists the streams whose commits are failing now.
 	Failing []string
-	// Fenced counts partitions this node was fenced out of.
-	Fenced int64
+	// Fenced counts partitions this node was fenced out of; Readmitted
+	// the records of theirs that only this node held, re-admitted into
+	// its own partition with new offsets.
+	Fenced, Readmitted int64
 }
 
 // IngestCount is a cumulative count of durable messages.

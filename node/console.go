@@ -50,7 +50,8 @@ func (n *Node) consoleSnapshot() console.Snapshot {
 	s.WAL = &console.WAL{Records: ws.Records, Bytes: ws.Bytes, Budget: ws.MaxBytes, BudgetRefusals: ws.BudgetRejections}
 	s.Uplink = &console.Uplink{Commits: us.Commits, RecordsCommitted: us.RecordsCommitted, BytesUploaded: us.BytesUploaded,
 		FilesUploaded: us.FilesUploaded, CommitFailures: us.CommitFailures, UploadFailures: us.UploadFailures,
-		LastCommitAge: n.lastCommitAge(us.LastCommit), LastError: us.LastError, Failing: us.Failing, Fenced: us.Fenced}
+		LastCommitAge: n.lastCommitAge(us.LastCommit), LastError: us.LastError, Failing: us.Failing, Fenced: us.Fenced,
+		Readmitted: us.ReadmittedRecords}
 	s.Ingest = n.ingest.count.ingestCounts()
 	s.Clients = map[string]int64{"mqtt": ms.Clients}
 	s.Refusals = map[string]int64{

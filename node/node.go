@@ -180,6 +180,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		Parquet:            tables.ParquetOptions{ZstdLevel: cfg.Uplink.ZstdLevel},
 		ContinuousEncoding: cfg.Uplink.ContinuousEncoding, PreencodeMaxBytes: int64(cfg.Uplink.ContinuousEncodingMaxBytes)}, n.wal, n.cat, n.bucket)
 	n.up.OnFence(n.book)                    // a fenced partition is no longer written here
+	n.up.ReadmitInto(n.book)                // and what only this node held of it goes to its own partition
 	n.book.UseQuarantine(n.up.Quarantine()) // stale records a take-over drops are kept, as the fence's are
 	n.up.OnRelease(n.kb.store)              // idempotent producers' state outlives released records
 	if cfg.Kafka.Addr != "" {

@@ -94,10 +94,11 @@ type Catalog interface {
 	AllocatePartition(ctx context.Context, stream, node string) (int32, error)
 	// Marks reloads the table: committed marks and owners per partition.
 	Marks(ctx context.Context, stream string) (map[int32]int64, map[int32]tables.Ownership, error)
-	// TakeOver moves partition p from one owner to another at the next
-	// epoch (a compare-and-swap); errors.Is tables.ErrNotOwner when from
-	// does not own it.
-	TakeOver(ctx context.Context, stream string, p int32, from, to string) (int64, error)
+	// TakeOverAt moves partition p from one owner to another at the next
+	// epoch (a compare-and-swap), recording start as where the new
+	// owner's history begins (tables.EpochStart; < 0: not recorded);
+	// errors.Is tables.ErrNotOwner when from does not own it.
+	TakeOverAt(ctx context.Context, stream string, p int32, from, to string, start int64) (int64, error)
 	TableLocation(stream string) string
 }
 

@@ -251,3 +251,31 @@ func TestBookClaimDropsStale(t *testing.T) {
 		t.Fatalf("after taking it back: %+v, %v", r, err)
 	}
 }
+
+// TestBookTakeOverRecordsStart: the take-over rule records, with the new
+// owner and epoch, where the taker's history starts: the end of the copy
+// it takes over from, or the table's mark when the old owner committed
+// past it. Offsets there and above are the fenced node's to re-admit.
+func TestBookTakeOverRecordsStart(t *testing.T) {
+	dir := t.TempDir()
+	cat := openCatalog(t, dir)
+	a, b := newIngestEnv(t, "a", dir, cat), newIngestEnv(t, "b", dir, cat)
+	ctx := context.Background()
+	a.publish(t, "s.x")
+	pb := b.publish(t, "s.x").Partition
+	setMark(t, cat, "s.x", pb, 3)
+	epoch, won, err := a.in.TakeOver(ctx, "s.x", pb, "b", 5)
+	if err != nil || !won || epoch != 1 {
+		t.Fatalf("take over: %d %v %v", epoch, won, err)
+	}
+	if o, start, ok, err := cat.EpochStart(ctx, "s.x", pb); err != nil || !ok || start != 5 || o != (tables.Ownership{Node: "a", Epoch: 1}) {
+		t.Fatalf("after the take-over: %v start %d %v, %v", o, start, ok, err)
+	}
+	setMark(t, cat, "s.x", pb, 9)
+	if epoch, won, err = b.in.TakeOver(ctx, "s.x", pb, "a", 4); err != nil || !won || epoch != 2 {
+		t.Fatalf("take back: %d %v %v", epoch, won, err)
+	}
+	if _, start, ok, _ := cat.EpochStart(ctx, "s.x", pb); !ok || start != 9 {
+		t.Fatalf("start %d %v after a take-over below the mark, want the mark 9", start, ok)
+	}
+}

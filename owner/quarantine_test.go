@@ -138,7 +138,7 @@ func TestBookKeepsWhatCannotBeQuarantined(t *testing.T) {
 	if st, ok := a.wal.Partition("s.x", p); !ok || st.Next-st.Released != 3 {
 		t.Fatalf("claim with a failing quarantine dropped records: %+v", st)
 	}
-	if _, _, err := a.in.TakeOver(ctx, "s.x", p, "b"); err == nil {
+	if _, _, err := a.in.TakeOver(ctx, "s.x", p, "b", -1); err == nil {
 		t.Fatal("take-over went on with stale records in the WAL")
 	}
 	if _, e, _ := a.in.Owner(ctx, "s.x", p); e != 1 {
@@ -150,7 +150,7 @@ func TestBookKeepsWhatCannotBeQuarantined(t *testing.T) {
 	q.mu.Lock()
 	q.broken = false
 	q.mu.Unlock()
-	epoch, won, err := a.in.TakeOver(ctx, "s.x", p, "b")
+	epoch, won, err := a.in.TakeOver(ctx, "s.x", p, "b", -1)
 	if err != nil || !won || epoch != 2 {
 		t.Fatalf("take-over once the quarantine works: %d %v %v", epoch, won, err)
 	}

@@ -13,7 +13,8 @@ import (
 // A take-over of partition p by this node, as package replica runs it:
 //
 //	release := book.Claim(stream, p)   // writes to p refused (ErrAdopting)
-//	epoch, won, err := book.TakeOver(ctx, stream, p, from)
+//	... freeze the copy taken over from; its end is start ...
+//	epoch, won, err := book.TakeOver(ctx, stream, p, from, start)
 //	... copy the records above the table's mark into the WAL at epoch ...
 //	book.Adopt(stream, p, epoch, next) // p is written here from now on
 //	release()
@@ -57,12 +58,17 @@ func (b *Book) Claim(stream string, p int32) (release func()) {
 }
 
 // TakeOver makes this node the owner of partition p of stream in the
-// catalog, if node from owns it now (a compare-and-swap there). won is
-// false, with no error, when another node than from owns it (somebody else
-// took it over first, or from came back). It fails, taking nothing over,
-// while stale records that Claim could not quarantine are still in the
-// WAL (it tries to quarantine them again first).
-func (b *Book) TakeOver(ctx context.Context, stream string, p int32, from string) (epoch int64, won bool, err error) {
+// catalog, if node from owns it now (a compare-and-swap there), and
+// records in the same commit where its history of p starts: start, the
+// end of the copy it takes over from (read once that copy refuses from's
+// appends), or the table's mark if higher (tables.Catalog.TakeOverAt). A
+// negative start records none, and the fenced node quarantines instead of
+// re-admitting. won is false, with no error, when another node than from
+// owns it (somebody else took it over first, or from came back). It
+// fails, taking nothing over, while stale records that Claim could not
+// quarantine are still in the WAL (it tries to quarantine them again
+// first).
+func (b *Book) TakeOver(ctx context.Context, stream string, p int32, from string, start int64) (epoch int64, won bool, err error) {
 	k := partKey{stream, p}
 	b.mu.RLock()
 	unclean := b.unclean[k]
@@ -75,7 +81,7 @@ func (b *Book) TakeOver(ctx context.Context, stream string, p int32, from string
 		delete(b.unclean, k)
 		b.mu.Unlock()
 	}
-	epoch, err = b.cat.TakeOver(ctx, stream, p, from, b.node)
+	epoch, err = b.cat.TakeOverAt(ctx, stream, p, from, b.node, start)
 	if errors.Is(err, tables.ErrNotOwner) {
 		return 0, false, nil
 	}

@@ -123,6 +123,7 @@ type fakeCatalog struct {
 	epoch     map[pkey]int64
 	marks     map[pkey]int64
 	takers    []string
+	starts    []int64 // the start of every take-over tried
 }
 
 func newFakeCatalog() *fakeCatalog {
@@ -192,7 +193,10 @@ func (o *testOwner) Claim(stream string, p int32) func() {
 	return f(stream, p)
 }
 
-func (o *testOwner) TakeOver(ctx context.Context, stream string, p int32, from string) (int64, bool, error) {
+func (o *testOwner) TakeOver(ctx context.Context, stream string, p int32, from string, start int64) (int64, bool, error) {
+	o.cat.mu.Lock()
+	o.cat.starts = append(o.cat.starts, start)
+	o.cat.mu.Unlock()
 	return o.cat.TakeOver(ctx, stream, p, from, o.node)
 }
 

@@ -40,7 +40,10 @@
 //  6. Exactly once in the table. The taker copies only the records above
 //     the table's committed mark into its main WAL (with the new epoch),
 //     and the normal uplink uploads them; the old owner's uploads are fenced
-//     by the epoch in the catalog. Replica copies are released once the
+//     by the epoch in the catalog. Before reading its copy's end the taker
+//     freezes the copy (the old owner's appends are refused) and records
+//     that end with the take-over (Owner.TakeOver's start): the old owner
+//     re-admits what it holds at or above it, since only it holds that. Replica copies are released once the
 //     table's mark covers them (losers) or once copied (the winner).
 //  7. Copies agree after a crash. Records reach a replica before the
 //     owner has fsynced them, so an owner killed in between leaves its
@@ -216,8 +219,10 @@ type Owner interface {
 	// cannot take offsets the copied ones need).
 	Claim(stream string, p int32) (release func())
 	// TakeOver makes this node the owner of (stream, p) at a new epoch if
-	// from owns it now; won is false (and err nil) if another node owns it.
-	TakeOver(ctx context.Context, stream string, p int32, from string) (epoch int64, won bool, err error)
+	// from owns it now, recording start (the end of this node's frozen
+	// copy) as where its history begins; won is false (and err nil) if
+	// another node owns it.
+	TakeOver(ctx context.Context, stream string, p int32, from string, start int64) (epoch int64, won bool, err error)
 	// Owner is the partition's current owner and epoch, from the table.
 	Owner(ctx context.Context, stream string, p int32) (node string, epoch int64, err error)
 	HighWaters(ctx context.Context, stream string) (map[int32]int64, error)
@@ -288,6 +293,7 @@ type Replicas struct {
 	stores map[string]*store // by origin
 	out    map[pkey]*outPart // partitions this node replicates
 	taken  map[pkey]int64    // partitions this node took over, at epoch
+	frozen map[pkey]bool     // replica partitions refusing their origin's appends (takeover.go)
 	watch  map[string]*watchState
 
 	ringMu  sync.Mutex
@@ -349,7 +355,7 @@ func Open(cfg Config) (*Replicas, error) {
 		cfg.Logger = slog.Default()
 	}
 	r := &Replicas{cfg: cfg, log: cfg.Logger.With("component", "replica"), stores: map[string]*store{},
-		out: map[pkey]*outPart{}, taken: map[pkey]int64{}, watch: map[string]*watchState{}, stop: make(chan struct{}),
+		out: map[pkey]*outPart{}, taken: map[pkey]int64{}, frozen: map[pkey]bool{}, watch: map[string]*watchState{}, stop: make(chan struct{}),
 		cbWake: make(chan struct{}, 1), cbStop: make(chan struct{})}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("replica: %w", err)

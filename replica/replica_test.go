@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -299,6 +300,12 @@ func TestTakeover(t *testing.T) {
 			t.Fatalf("copied record %+v", r)
 		}
 	}
+	tc.cat.mu.Lock()
+	starts := fmt.Sprint(tc.cat.starts)
+	tc.cat.mu.Unlock()
+	if !strings.HasPrefix(starts, "[20") || strings.Trim(strings.ReplaceAll(starts, "20", ""), "[ ]") != "" {
+		t.Fatalf("take-overs tried with starts %s, want the end of the copies, 20", starts)
+	}
 	testkit.Eventually(t, 10*time.Second, "the takeover to be counted", func() bool { return winner.r.Stats().Takeovers == 1 })
 	if st := loser.r.Stats(); st.Takeovers != 0 {
 		t.Fatalf("loser stats %+v", st)
@@ -402,4 +409,37 @@ func TestTakeoverClaimHeldAcrossRetries(t *testing.T) {
 	if !heldAtAdopt || claims != 1 {
 		t.Fatalf("claims %d, releases %d, claim held at adopt: %v", claims, releases, heldAtAdopt)
 	}
+}
+
+// TestFreezeRefusesOrigin: a replica partition frozen for a take-over
+// refuses its origin's appends (the origin counts the replica as
+// missing) and its end, read after the freeze, is exact: nothing the
+// origin sends later is stored, so every record at or above it is one
+// only the origin holds.
+func TestFreezeRefusesOrigin(t *testing.T) {
+	tc := newTestCluster(t, 2, Refuse, "a", "b")
+	a, b := tc.nodes["a"], tc.nodes["b"]
+	if err := a.ingest(t, 0, 5, 0); err != nil {
+		t.Fatal(err)
+	}
+	s, err := b.r.storeOf("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := s.wal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, err := b.r.freeze(context.Background(), "a", w, pkey{"s.t", 0})
+	if err != nil || end != 5 {
+		t.Fatalf("freeze: end %d, %v", end, err)
+	}
+	if err := a.ingest(t, 0, 3, 0); !errors.Is(err, ErrNotReplicated) {
+		t.Fatalf("append to a frozen replica under refuse: %v", err)
+	}
+	if _, next := b.stored(t, "a", 0); next != end {
+		t.Fatalf("frozen replica stored up to %d, froze at %d", next, end)
+	}
+	b.r.unfreeze(pkey{"s.t", 0})
+	testkit.Eventually(t, 10*time.Second, "the replica to catch up once unfrozen", func() bool { _, next := b.stored(t, "a", 0); return next == 8 })
 }

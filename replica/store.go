@@ -55,10 +55,11 @@ type store struct {
 }
 
 type task struct {
-	app   *wire.Append
-	rel   *wire.Release
-	reply func([]byte, error)
-	next  int64 // for app: the partition's next after it
+	app     *wire.Append
+	rel     *wire.Release
+	barrier chan struct{} // closed when the worker reaches it (freeze)
+	reply   func([]byte, error)
+	next    int64 // for app: the partition's next after it
 }
 
 func newStore(r *Replicas, origin string) *store {
@@ -128,7 +129,9 @@ func (s *store) worker() {
 			s.queue = nil
 			s.mu.Unlock()
 			for _, t := range rest {
-				t.reply(nil, errors.New("replica: node shutting down"))
+				if t.reply != nil {
+					t.reply(nil, errors.New("replica: node shutting down"))
+				}
 			}
 			return
 		}
@@ -144,6 +147,10 @@ func (s *store) apply(batch []*task) {
 	w, err := s.wal()
 	if err != nil {
 		for _, t := range batch {
+			if t.barrier != nil {
+				close(t.barrier)
+				continue
+			}
 			t.reply(nil, err)
 		}
 		return
@@ -155,6 +162,10 @@ func (s *store) apply(batch []*task) {
 		}
 	}
 	for _, t := range batch {
+		if t.barrier != nil {
+			close(t.barrier)
+			continue
+		}
 		if t.rel != nil {
 			reply := t.reply
 			w.ReleaseAsync(t.rel.Stream, t.rel.Partition, t.rel.UpTo, func(err error) { reply(nil, err) })
@@ -170,6 +181,10 @@ func (s *store) append(w *wal.WAL, t *task) {
 	pk := pkey{m.Stream, m.Partition}
 	if e, ok := s.r.ownedEpoch(pk); ok && e > m.Epoch {
 		t.reply(wire.Reply{Status: wire.StatusFenced, Next: s.next[pk], Epoch: e}.Encode(), nil)
+		return
+	}
+	if s.r.isFrozen(pk) {
+		t.reply(nil, errFrozen)
 		return
 	}
 	chunks := chunksOf(m)

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -241,7 +242,8 @@ func (r *Replicas) takeOver(ctx context.Context, origin string, w *wal.WAL, p wa
 	// attempts: between them ingest must not adopt p from the table and
 	// hand out offsets the copied records need.
 	if release := ws.claims[pk]; release == nil {
-		ws.claims[pk] = r.cfg.Owner.Claim(p.Stream, p.Partition)
+		claim := r.cfg.Owner.Claim(p.Stream, p.Partition)
+		ws.claims[pk] = func() { claim(); r.unfreeze(pk) }
 	}
 	done := false
 	defer func() {
@@ -249,7 +251,15 @@ func (r *Replicas) takeOver(ctx context.Context, origin string, w *wal.WAL, p wa
 			ws.unclaim(pk)
 		}
 	}()
-	epoch, won, err := r.cfg.Owner.TakeOver(ctx, p.Stream, p.Partition, origin)
+	// The copy refuses the origin's appends before its end is read, so
+	// the start recorded with the take-over is exact: every record the
+	// origin holds at or above it reached no one else, and the origin,
+	// fenced, re-admits them (package uplink).
+	start, err := r.freeze(ctx, origin, w, pk)
+	if err != nil {
+		return fmt.Errorf("freeze the replica: %w", err)
+	}
+	epoch, won, err := r.cfg.Owner.TakeOver(ctx, p.Stream, p.Partition, origin, start)
 	if err != nil {
 		return fmt.Errorf("take over: %w", err)
 	}
@@ -305,6 +315,48 @@ func (r *Replicas) takeOver(ctx context.Context, origin string, w *wal.WAL, p wa
 		}
 	}
 	return nil
+}
+
+// errFrozen answers an origin's append to a replica partition this node
+// is taking over: the origin counts this replica as missing.
+var errFrozen = errors.New("replica: partition frozen: this node is taking it over")
+
+// freeze makes origin's store refuse the origin's appends to pk (until
+// the claim is released) and returns the partition's end once every
+// append taken before is durable in w.
+func (r *Replicas) freeze(ctx context.Context, origin string, w *wal.WAL, pk pkey) (int64, error) {
+	r.mu.Lock()
+	r.frozen[pk] = true
+	s := r.stores[origin]
+	r.mu.Unlock()
+	if s != nil {
+		reached := make(chan struct{})
+		s.enqueue(&task{barrier: reached})
+		select {
+		case <-reached:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	// Ordered after every append the worker handed to w before the
+	// barrier: done once they are committed.
+	if err := w.Release(pk.stream, pk.partition, 0); err != nil {
+		return 0, err
+	}
+	ps, _ := w.Partition(pk.stream, pk.partition)
+	return ps.Next, nil
+}
+
+func (r *Replicas) unfreeze(pk pkey) {
+	r.mu.Lock()
+	delete(r.frozen, pk)
+	r.mu.Unlock()
+}
+
+func (r *Replicas) isFrozen(pk pkey) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.frozen[pk]
 }
 
 // copyFrom copies the replica records of (stream, p) from offset from on

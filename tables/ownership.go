@@ -20,6 +20,15 @@ package tables
 //     any other check. A data commit asserts the head too, so a TakeOver
 //     landing between the check and the commit makes the commit reload and
 //     meet the new epoch.
+//  4. The new owner's history has a known start. TakeOverAt records, in
+//     the same compare-and-swap commit as the new owner and epoch,
+//     tributary.epoch_start.<p>: the first offset the new owner may
+//     assign (the end of the replica it copies from, or the table's mark
+//     if that is higher). Below it the partition's history is the old
+//     owner's records; at and above it the old owner's records reached no
+//     one else, and the fenced node re-admits them (package uplink). A
+//     take-over without a start (TakeOver, or one by an older version)
+//     leaves the property empty: the fenced node quarantines instead.
 //
 // Tables written before ownership existed have no owner properties: there,
 // the owner of partition p is the node whose tributary.partition.node.<id>
@@ -42,6 +51,9 @@ const (
 	PropOwner = "tributary.owner."
 	// PropEpoch + "<partition>" is the owner's ownership epoch.
 	PropEpoch = "tributary.epoch."
+	// PropEpochStart + "<partition>" is the first offset of the current
+	// epoch's owner ("" or absent: unknown), written with PropEpoch.
+	PropEpochStart = "tributary.epoch_start."
 )
 
 // ErrNotOwner is wrapped by *NotOwnerError.
@@ -170,6 +182,32 @@ func ownerProps(p int32, node string, epoch int64) iceberg.Properties {
 	return iceberg.Properties{PropOwner + ps: node, PropEpoch + ps: strconv.FormatInt(epoch, 10)}
 }
 
+// EpochStart returns the epoch of partition p of t and the first offset
+// of its owner's history (invariant 4); ok is false when the table does
+// not record it (a take-over without a start, or none yet).
+func EpochStart(t *table.Table, p int32) (epoch, start int64, ok bool) {
+	props := t.Properties()
+	ps := strconv.Itoa(int(p))
+	epoch, _ = strconv.ParseInt(props[PropEpoch+ps], 10, 64)
+	start, err := strconv.ParseInt(props[PropEpochStart+ps], 10, 64)
+	if err != nil || start < 0 {
+		return epoch, 0, false
+	}
+	return epoch, start, true
+}
+
+// EpochStart reloads a stream's table and returns partition p's owner
+// and the first offset of its epoch (see EpochStart).
+func (c *Catalog) EpochStart(ctx context.Context, stream string, p int32) (o Ownership, start int64, ok bool, err error) {
+	t, err := c.LoadTable(ctx, stream)
+	if err != nil {
+		return Ownership{}, 0, false, err
+	}
+	o, _ = Owner(t, p)
+	_, start, ok = EpochStart(t, p)
+	return o, start, ok, nil
+}
+
 // TakeOver makes node to the owner of partition p of stream at the next
 // epoch, if node from owns it now: a compare-and-swap through the catalog
 // (an empty append with the new properties, so a concurrent change makes
@@ -182,6 +220,15 @@ func ownerProps(p int32, node string, epoch int64) iceberg.Properties {
 // next AllocatePartition notices that its partition has another owner and
 // gives it a new one; to keeps its own partition and owns p besides.
 func (c *Catalog) TakeOver(ctx context.Context, stream string, p int32, from, to string) (int64, error) {
+	return c.TakeOverAt(ctx, stream, p, from, to, -1)
+}
+
+// TakeOverAt is TakeOver recording where the new owner's history starts
+// (invariant 4): tributary.epoch_start.<p> = max(start, the table's mark
+// of p), in the same commit. The caller passes the end of the copy it
+// takes over from, read after the copy was frozen; a negative start
+// records none (the fenced node then quarantines).
+func (c *Catalog) TakeOverAt(ctx context.Context, stream string, p int32, from, to string, start int64) (int64, error) {
 	if from == to || to == "" {
 		return 0, fmt.Errorf("take over %s partition %d: from %q to %q: %w", stream, p, from, to, ErrInvalidTakeOver)
 	}
@@ -198,7 +245,12 @@ func (c *Catalog) TakeOver(ctx context.Context, stream string, p int32, from, to
 			return 0, &NotOwnerError{Stream: stream, Partition: p, From: from, Owner: cur.Node, Epoch: cur.Epoch}
 		}
 		epoch := cur.Epoch + 1
-		err = c.commitProps(ctx, t, ownerProps(p, to, epoch), iceberg.Properties{
+		props := ownerProps(p, to, epoch)
+		props[PropEpochStart+strconv.Itoa(int(p))] = ""
+		if start >= 0 {
+			props[PropEpochStart+strconv.Itoa(int(p))] = strconv.FormatInt(max(start, HighWater(t, p)), 10)
+		}
+		err = c.commitProps(ctx, t, props, iceberg.Properties{
 			"tributary.operation": "take-over", "tributary.node": to, "tributary.from": from,
 			"tributary.partition": strconv.Itoa(int(p)), "tributary.epoch": strconv.FormatInt(epoch, 10)})
 		if err == nil {

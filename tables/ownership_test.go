@@ -268,3 +268,44 @@ func TestAllocateAfterTakeOver(t *testing.T) {
 		t.Fatalf("owners %v", owners)
 	}
 }
+
+// TestTakeOverAtRecordsStart: a take-over with a start records, in its
+// own commit, the first offset of the new owner's history: the start
+// given (the end of the taker's copy), or the table's mark if that is
+// higher (the old owner committed past the copy). A take-over without a
+// start clears it, so an old start is never read as the new epoch's.
+func TestTakeOverAtRecordsStart(t *testing.T) {
+	ctx := context.Background()
+	c, _ := openTestCatalog(t)
+	const stream = "o.s"
+	p, _ := c.AllocatePartition(ctx, stream, "a")
+	ts := time.Now().UnixMicro()
+	f := writeFile(t, c, stream, testRecords(p, 0, 5, ts))
+	if _, err := c.CommitAppend(ctx, stream, []PartitionAppend{{Partition: p, From: 0, To: 5, Files: []FileMeta{f}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	tb, _ := c.LoadTable(ctx, stream)
+	if _, _, ok := EpochStart(tb, p); ok {
+		t.Fatal("a start before any take-over")
+	}
+	for _, tc := range []struct {
+		from, to   string
+		start      int64
+		wantEpoch  int64
+		wantStart  int64
+		wantRecord bool
+	}{
+		{"a", "b", 9, 1, 9, true}, // the copy ends above the mark
+		{"b", "a", 3, 2, 5, true}, // the mark is above the copy's end
+		{"a", "b", -1, 3, 0, false},
+	} {
+		e, err := c.TakeOverAt(ctx, stream, p, tc.from, tc.to, tc.start)
+		if err != nil || e != tc.wantEpoch {
+			t.Fatalf("take over %+v: %d, %v", tc, e, err)
+		}
+		o, start, ok, err := c.EpochStart(ctx, stream, p)
+		if err != nil || o != (Ownership{tc.to, tc.wantEpoch}) || ok != tc.wantRecord || start != tc.wantStart {
+			t.Fatalf("take over %+v: owner %v start %d %v, %v", tc, o, start, ok, err)
+		}
+	}
+}

@@ -28,22 +28,29 @@
 //     with null typed columns — are committed to <stream>_dlq, exactly once
 //     by that table's own marks, before the batch itself.
 //
-//  4. Fenced partitions stop. Every append carries the ownership epoch its
-//     records were accepted at (one epoch per append: a batch is cut where
-//     the epoch changes). When the table says another node owns the
-//     partition at a higher epoch than any record of it in the WAL (checked
-//     on every reload, before the mark is looked at: the mark may cover
-//     the new owner's records at these very offsets), or when the commit
-//     itself is fenced (tables.FencedError), nothing is committed or
-//     released: the uplink tells its FenceListeners so that ingest
-//     stops writing the partition, copies its records to the quarantine
-//     (quarantine.go; if that fails nothing is dropped), drops the
-//     partition from the WAL (its records belong to the new owner's
-//     history now: copied and uploaded by it, or never part of it), logs
-//     it at error level with the count and counts it (Stats.Fenced). The drop is conditional on the WAL
-//     partition holding no record of the table's epoch
-//     (wal.DropPartitionBelow): if this node took the partition back while
-//     the stale batch was in flight, only that batch was stale.
+//  4. Fenced partitions stop, and lose nothing. Every append carries
+//     the ownership epoch its records were accepted at (one epoch per
+//     append: a batch is cut where the epoch changes). When the table says
+//     another node owns the partition at a higher epoch than any record of
+//     it in the WAL (checked on every reload, before the mark is looked
+//     at: the mark may cover the new owner's records at these very
+//     offsets), or when the commit itself is fenced (tables.FencedError),
+//     nothing is committed or released: the uplink tells its
+//     FenceListeners so that ingest stops writing the partition, then
+//     re-admits (ReadmitInto): the records at or above the offset where
+//     the new owner's history starts (tables.EpochStart) reached no one
+//     else; in ONE WAL transaction (wal.ReadmitPartition) they move, with
+//     new offsets, into this node's own partition, the others (below the
+//     start: in the table or in the new owner's copy) are dropped, and the
+//     partition is sealed, so an append that raced the fence is moved or
+//     refused, never lost. It is logged at warn level and counted
+//     (Stats.ReadmittedRecords). Where the start is not known (an older
+//     take-over) the partition is sealed, copied to the quarantine
+//     (quarantine.go; if that fails nothing is dropped) and dropped,
+//     logged at error level. Either way nothing is done if the WAL
+//     partition holds a record of the table's epoch: this node took it
+//     back while the stale batch was in flight, and only that batch was
+//     stale.
 //
 //  5. A mark alone is not proof. Records this uplink did not commit
 //     itself (the table's mark is above the WAL's released offset: a run
@@ -162,6 +169,10 @@ type Committer interface {
 	// their origins: the proof asked for before releasing records this
 	// uplink did not commit itself (see proven).
 	Committed(ctx context.Context, stream string, p int32, from, to int64) ([]tables.CommittedFile, error)
+	// EpochStart reloads the table and returns partition p's owner and
+	// the first offset of its epoch, if the take-over recorded it
+	// (tables.EpochStart): where a fenced partition's re-admission starts.
+	EpochStart(ctx context.Context, stream string, p int32) (o tables.Ownership, start int64, ok bool, err error)
 	// Granularity is the partition granularity of the stream's table as
 	// the last Marks loaded it: data files are cut at its buckets.
 	Granularity(ctx context.Context, stream string) (tables.Granularity, error)
@@ -196,7 +207,18 @@ type Log interface {
 	Release(stream string, partition int32, upTo int64) error
 	EnsurePartition(stream string, partition int32, minNext int64) error
 	DropPartitionBelow(stream string, partition int32, epoch int64) (dropped int64, kept bool, err error)
+	// SealPartition and ReadmitPartition settle a fenced partition
+	// (wal/readmit.go; see invariant 4).
+	SealPartition(stream string, partition int32, floor int64) (kept bool, err error)
+	ReadmitPartition(rm wal.Readmit) (wal.Readmission, error)
 	Notify() <-chan struct{}
+}
+
+// Home is where a fenced partition's records that only this node holds
+// are re-admitted: this node's own partition of the stream (owner.Book,
+// which allocates one through the catalog when the node owns none).
+type Home interface {
+	Own(ctx context.Context, stream string) (partition int32, epoch int64, err error)
 }
 
 // Config tunes the uplink.
@@ -260,8 +282,10 @@ type Stats struct {
 	BytesUploaded    int64
 	RecordsCommitted int64
 	// Fenced counts partitions given up because another node owns them;
-	// FencedRecords the WAL records dropped with them.
-	Fenced, FencedRecords int64
+	// FencedRecords the WAL records dropped with them (the new owner has
+	// them); ReadmittedRecords those moved into this node's own partition
+	// instead (only this node held them).
+	Fenced, FencedRecords, ReadmittedRecords int64
 	// QuarantinedRecords counts the records written to the quarantine
 	// before they were dropped from the WAL: of fenced partitions, and
 	// those the ownership book wrote through Quarantine.
@@ -287,6 +311,7 @@ type Uplink struct {
 	// fenceLs and releaseLs are set before Run (OnFence, OnRelease).
 	fenceLs   []FenceListener
 	releaseLs []ReleaseListener
+	home      Home // ReadmitInto; nil: fenced records are quarantined
 
 	mu      sync.Mutex
 	backoff map[string]*retryState // per stream
@@ -297,6 +322,7 @@ type Uplink struct {
 	commits, commitFailures, uploadFailures atomic.Int64
 	files, bytesUp, records                 atomic.Int64
 	fenced, fencedRecords, unproven         atomic.Int64
+	readmitted                              atomic.Int64
 	q                                       *quarantine.Folder // Config.QuarantineDir
 
 	metrics *metrics    // histograms (metrics.go)
@@ -381,6 +407,11 @@ func (u *Uplink) Payloads() map[string]typed.Policy {
 
 // OnFence registers l; call it before Run.
 func (u *Uplink) OnFence(l FenceListener) { u.fenceLs = append(u.fenceLs, l) }
+
+// ReadmitInto makes h the home of fenced partitions' records that only
+// this node holds (invariant 4); call it before Run. Without it they are
+// quarantined.
+func (u *Uplink) ReadmitInto(h Home) { u.home = h }
 
 // OnRelease registers l; call it before Run.
 func (u *Uplink) OnRelease(l ReleaseListener) { u.releaseLs = append(u.releaseLs, l) }
@@ -521,6 +552,7 @@ func (u *Uplink) Stats() Stats {
 	s.Commits, s.CommitFailures, s.UploadFailures = u.commits.Load(), u.commitFailures.Load(), u.uploadFailures.Load()
 	s.FilesUploaded, s.BytesUploaded, s.RecordsCommitted = u.files.Load(), u.bytesUp.Load(), u.records.Load()
 	s.Fenced, s.FencedRecords, s.UnprovenMarks = u.fenced.Load(), u.fencedRecords.Load(), u.unproven.Load()
+	s.ReadmittedRecords = u.readmitted.Load()
 	s.QuarantinedRecords = u.q.Kept()
 	return s
 }
@@ -547,7 +579,7 @@ func (u *Uplink) syncStream(ctx context.Context, stream string, parts []wal.Part
 			u.cfg.Logger.Info("uplink: batch stale, rebuilding from the table's mark", "stream", stream, "partition", se.Partition, "mark", se.HighWater)
 			stale++
 		case errors.As(err, &fe):
-			if err := u.fence(stream, fe); err != nil {
+			if err := u.fence(ctx, stream, fe); err != nil {
 				return err
 			}
 			parts = slices.DeleteFunc(parts, func(p wal.PartitionState) bool { return p.Partition == fe.Partition })
@@ -571,34 +603,46 @@ const maxEpochCuts = 4
 // partition that holds records of the table's epoch is this node's again
 // (dropped and taken over since the fenced batch was read): it is kept, and
 // only that batch was stale.
-func (u *Uplink) fence(stream string, fe *tables.FencedError) error {
+func (u *Uplink) fence(ctx context.Context, stream string, fe *tables.FencedError) error {
 	st, _ := u.partition(stream, fe.Partition)
-	ours := st.Epoch >= fe.Epoch
-	var dropped int64
-	if !ours {
-		for _, l := range u.fenceLs {
-			l.Fenced(stream, fe.Partition)
-		}
-		reason := fmt.Sprintf("fenced: partition %d is owned by %s at epoch %d, these records are of epoch %d or below", fe.Partition, fe.Owner, fe.Epoch, st.Epoch)
-		qpath, qn, err := u.quarantine(stream, fe.Partition, st.Released, st.Next, reason)
-		if err != nil {
-			return fmt.Errorf("sync %s: quarantine fenced partition %d (nothing dropped): %w", stream, fe.Partition, err)
-		}
-		if dropped, ours, err = u.log.DropPartitionBelow(stream, fe.Partition, fe.Epoch); err != nil {
-			return fmt.Errorf("sync %s: drop fenced partition %d: %w", stream, fe.Partition, err)
-		}
-		switch {
-		case ours && qpath != "":
-			os.Remove(qpath) // nothing was dropped: the copy is not needed
-		case qpath != "":
-			u.q.Count(qn)
-			u.cfg.Logger.Error("uplink: fenced records kept in quarantine; inspect with `tributary quarantine list`, replay with `tributary quarantine replay`",
-				"stream", stream, "partition", fe.Partition, "records", qn, "file", qpath)
-		}
+	if st.Epoch >= fe.Epoch {
+		u.keptFenced(stream, fe)
+		return nil
+	}
+	for _, l := range u.fenceLs {
+		l.Fenced(stream, fe.Partition)
+	}
+	if done, err := u.readmit(ctx, stream, fe, st); done || err != nil {
+		return err
+	}
+	// The quarantine: sealed first, so that nothing is appended between
+	// the copy and the drop (an append of the old epoch is refused).
+	if kept, err := u.log.SealPartition(stream, fe.Partition, fe.Epoch); err != nil {
+		return fmt.Errorf("sync %s: seal fenced partition %d: %w", stream, fe.Partition, err)
+	} else if kept {
+		u.keptFenced(stream, fe)
+		return nil
+	}
+	st, _ = u.partition(stream, fe.Partition)
+	reason := fmt.Sprintf("fenced: partition %d is owned by %s at epoch %d, these records are of epoch %d or below", fe.Partition, fe.Owner, fe.Epoch, st.Epoch)
+	qpath, qn, err := u.quarantine(stream, fe.Partition, st.Released, st.Next, reason)
+	if err != nil {
+		return fmt.Errorf("sync %s: quarantine fenced partition %d (nothing dropped): %w", stream, fe.Partition, err)
+	}
+	dropped, ours, err := u.log.DropPartitionBelow(stream, fe.Partition, fe.Epoch)
+	if err != nil {
+		return fmt.Errorf("sync %s: drop fenced partition %d: %w", stream, fe.Partition, err)
+	}
+	switch {
+	case ours && qpath != "":
+		os.Remove(qpath) // nothing was dropped: the copy is not needed
+	case qpath != "":
+		u.q.Count(qn)
+		u.cfg.Logger.Error("uplink: fenced records kept in quarantine; inspect with `tributary quarantine list`, replay with `tributary quarantine replay`",
+			"stream", stream, "partition", fe.Partition, "records", qn, "file", qpath)
 	}
 	if ours {
-		u.cfg.Logger.Warn("uplink: fenced batch was from an earlier ownership; the partition holds records of the current epoch and is kept",
-			"stream", stream, "partition", fe.Partition, "epoch", fe.Epoch, "batch_epoch", fe.Have)
+		u.keptFenced(stream, fe)
 		return nil
 	}
 	u.fenced.Add(1)
@@ -608,6 +652,68 @@ func (u *Uplink) fence(stream string, fe *tables.FencedError) error {
 		"table_mark", fe.HighWater, "wal_released", st.Released, "wal_next", st.Next, "dropped_records", dropped,
 		"quarantine", u.cfg.QuarantineDir)
 	return nil
+}
+
+// keptFenced logs a fence of a partition this node owns again.
+func (u *Uplink) keptFenced(stream string, fe *tables.FencedError) {
+	u.cfg.Logger.Warn("uplink: fenced batch was from an earlier ownership; the partition holds records of the current epoch and is kept",
+		"stream", stream, "partition", fe.Partition, "epoch", fe.Epoch, "batch_epoch", fe.Have)
+}
+
+// readmit settles a fenced partition by re-admission (invariant 4):
+// the records at or above the new owner's epoch start move into this
+// node's own partition, the rest are dropped, in one WAL transaction. It
+// reports false, with no error, when the fence must fall back to the
+// quarantine: no Home, a table that does not record the start (a
+// take-over by an older version), or a partition that changed owners
+// more than once since this node's epoch (the start recorded is not that
+// of the epoch after it).
+func (u *Uplink) readmit(ctx context.Context, stream string, fe *tables.FencedError, st wal.PartitionState) (bool, error) {
+	if u.home == nil {
+		return false, nil
+	}
+	p := fe.Partition
+	o, start, ok, err := u.cat.EpochStart(ctx, stream, p)
+	if err != nil {
+		return false, fmt.Errorf("sync %s: read where the new owner of partition %d starts (nothing dropped): %w", stream, p, err)
+	}
+	switch {
+	case !ok:
+		u.cfg.Logger.Warn("uplink: the table does not record where the new owner's history of a fenced partition starts (a take-over by an older version); quarantining its records instead of re-admitting them",
+			"stream", stream, "partition", p, "owner", o.Node, "owner_epoch", o.Epoch)
+		return false, nil
+	case o.Epoch != st.Epoch+1:
+		u.cfg.Logger.Warn("uplink: a fenced partition changed owners more than once since this node's epoch, so the table's start is not that of the epoch after it; quarantining its records instead of re-admitting them",
+			"stream", stream, "partition", p, "owner", o.Node, "owner_epoch", o.Epoch, "our_epoch", st.Epoch, "epoch_start", start)
+		return false, nil
+	}
+	home, epoch, err := u.home.Own(ctx, stream)
+	if err != nil {
+		return false, fmt.Errorf("sync %s: own partition for the re-admission of fenced partition %d (nothing dropped): %w", stream, p, err)
+	}
+	if home == p {
+		return false, nil
+	}
+	res, err := u.log.ReadmitPartition(wal.Readmit{Stream: stream, From: p, Floor: o.Epoch, Start: start, To: home, Epoch: epoch})
+	if errors.Is(err, wal.ErrFenced) {
+		u.cfg.Logger.Warn("uplink: this node's own partition is sealed too; quarantining the fenced partition's records", "stream", stream, "partition", p, "own", home, "err", err)
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("sync %s: re-admit fenced partition %d into %d: %w", stream, p, home, err)
+	}
+	if res.Kept {
+		u.keptFenced(stream, fe)
+		return true, nil
+	}
+	u.fenced.Add(1)
+	u.fencedRecords.Add(res.Dropped)
+	u.readmitted.Add(res.Moved)
+	u.cfg.Logger.Warn("uplink: partition fenced: another node owns it now; the records only this node held are re-admitted into its own partition with new offsets, the rest are the new owner's",
+		"stream", stream, "partition", p, "owner", o.Node, "owner_epoch", o.Epoch, "our_epoch", st.Epoch, "epoch_start", start,
+		"readmitted_records", res.Moved, "dropped_records", res.Dropped, "into_partition", home, "into_epoch", epoch,
+		"first_offset", res.First, "next_offset", res.Next)
+	return true, nil
 }
 
 // partition returns the WAL's state of one partition.

@@ -23,6 +23,8 @@ const (
 	opEnsure
 	opDrop
 	opVerbatim
+	opReadmit
+	opSeal
 )
 
 // op states: an Append whose context ends may cancel its op only while it is
@@ -38,15 +40,21 @@ type op struct {
 	kind  opKind
 	recs  []*tributary.Record // opAppend, opAppendAt
 	batch *Batch              // opAppend of a Kafka record batch (batch.go), recs nil
-	pk    pkey                // opRelease, opEnsure, opDrop
-	n     int64               // upTo, minNext, epoch bound of a drop
+	pk    pkey                // opRelease, opEnsure, opDrop, opReadmit (From), opSeal
+	n     int64               // upTo, minNext, epoch bound of a drop, floor of a readmit or seal
 	done  func(error)
 	state atomic.Int32
 	// count is set by the committer before done is called: records skipped
-	// by an opAppendAt, records dropped by an opDrop (-1: kept).
+	// by an opAppendAt, records dropped by an opDrop (-1: kept), -1 for
+	// an opSeal that kept the partition.
 	count int64
-	verb  *Verbatim      // opVerbatim (verbatim.go)
-	vres  VerbatimResult // opVerbatim: its outcome
+	rm    *Readmit    // opReadmit (readmit.go)
+	rres  Readmission // opReadmit: its outcome
+	// noBudget: an opAppend of records already accepted (a readmit's),
+	// not checked against the budget.
+	noBudget bool
+	verb     *Verbatim      // opVerbatim (verbatim.go)
+	vres     VerbatimResult // opVerbatim: its outcome
 	// after is the op this one follows (AppendAsyncAfter, chain.go);
 	// failed is set as soon as the committer refuses or fails this op.
 	after  *op
@@ -89,8 +97,9 @@ func (sp *span) size() int { return sp.end - sp.start + len(sp.tail) }
 type group struct {
 	tx      *bolt.Tx
 	parts   map[pkey]*work
-	dropped map[pkey]bool // partitions dropped in this group (a later op may create them anew)
-	bytes   int64         // total unreleased bytes, tentatively
+	dropped map[pkey]bool  // partitions dropped in this group (a later op may create them anew)
+	floors  map[pkey]int64 // seals set in this group (readmit.go)
+	bytes   int64          // total unreleased bytes, tentatively
 	recs    int64
 	added   int64 // records appended
 }
@@ -141,7 +150,7 @@ func (w *WAL) committer() {
 func (w *WAL) deferReleases(ops []*op) (rest, releases []*op) {
 	appends := false
 	for _, o := range ops {
-		if o.kind == opAppend || o.kind == opAppendAt || o.kind == opVerbatim {
+		if o.kind == opAppend || o.kind == opAppendAt || o.kind == opVerbatim || o.kind == opReadmit {
 			appends = true
 			break
 		}
@@ -159,6 +168,11 @@ func (w *WAL) deferReleases(ops []*op) (rest, releases []*op) {
 			for _, r := range o.recs {
 				later[pkey{r.Stream, r.Partition}] = true
 			}
+		case opReadmit:
+			// It moves records out of From into To: a release of
+			// either queued before it stays before it.
+			later[o.pk] = true
+			later[pkey{o.pk.stream, o.rm.To}] = true
 		case opVerbatim:
 			later[o.pk] = true
 			if o.batch != nil {
@@ -265,6 +279,9 @@ func (w *WAL) commit(ops []*op) {
 		for pk := range g.dropped {
 			delete(w.parts, pk)
 		}
+		for pk, f := range g.floors {
+			w.floors[pk] = f
+		}
 		for pk, wk := range g.parts {
 			if wk.dirty {
 				st := wk.st
@@ -330,6 +347,10 @@ func (w *WAL) apply(ops []*op, results []error) (*group, int64, error) {
 			err = w.applyDrop(g, o)
 		case opVerbatim:
 			opErr, err = w.applyVerbatim(g, o)
+		case opReadmit:
+			opErr, err = w.applyReadmit(g, o)
+		case opSeal:
+			err = w.applySeal(g, o)
 		}
 		if err != nil {
 			tx.Rollback()
@@ -343,7 +364,7 @@ func (w *WAL) apply(ops []*op, results []error) (*group, int64, error) {
 		}
 		results[i] = opErr
 	}
-	dirty := len(g.dropped) > 0
+	dirty := len(g.dropped) > 0 || len(g.floors) > 0
 	meta := tx.Bucket(metaBucket)
 	for _, wk := range g.parts {
 		if !wk.dirty {
@@ -457,6 +478,9 @@ func (w *WAL) applyAppend(g *group, o *op) (opErr, txErr error) {
 				wk.st.next, wk.st.released = r.Offset, r.Offset // created at its first record
 			}
 		}
+		if err := w.sealed(g, wk.pk, r.Epoch); err != nil {
+			return refuse(err)
+		}
 		if o.kind == opAppendAt {
 			switch {
 			case r.Offset < wk.st.next:
@@ -485,7 +509,7 @@ func (w *WAL) applyAppend(g *group, o *op) (opErr, txErr error) {
 		size += int64(n)
 		added++
 	}
-	if w.opts.MaxBytes > 0 && g.bytes+size > w.opts.MaxBytes {
+	if w.opts.MaxBytes > 0 && g.bytes+size > w.opts.MaxBytes && !o.noBudget {
 		return refuse(fmt.Errorf("append %d records of %d bytes with %d of %d bytes used: %w",
 			added, size, g.bytes, w.opts.MaxBytes, ErrBudgetExceeded))
 	}
@@ -566,6 +590,12 @@ func (w *WAL) applyBatch(g *group, o *op) (opErr, txErr error) {
 	}
 	b := o.batch
 	wk := w.part(g, pkey{b.Stream, b.Partition})
+	if err := w.sealed(g, wk.pk, b.Epoch); err != nil {
+		if !wk.existed && !wk.dirty {
+			delete(g.parts, wk.pk)
+		}
+		return err, nil
+	}
 	if b.Timestamp == 0 {
 		b.Timestamp = time.Now().UnixMicro()
 	}
@@ -733,20 +763,30 @@ func (w *WAL) applyDrop(g *group, o *op) error {
 		o.count = -1
 		return nil
 	}
+	n, err := w.drop(g, wk)
+	o.count = n
+	return err
+}
+
+// drop deletes wk's partition in the group's transaction and returns how
+// many unreleased records it held.
+func (w *WAL) drop(g *group, wk *work) (int64, error) {
+	pk := wk.pk
+	delete(g.parts, pk)
 	if err := g.tx.DeleteBucket(dataName(wk.key)); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
-		return fmt.Errorf("drop %s/%d: %w", o.pk.stream, o.pk.partition, err)
+		return 0, fmt.Errorf("drop %s/%d: %w", pk.stream, pk.partition, err)
 	}
 	if err := g.tx.Bucket(metaBucket).Delete(wk.key); err != nil {
-		return fmt.Errorf("drop %s/%d: %w", o.pk.stream, o.pk.partition, err)
+		return 0, fmt.Errorf("drop %s/%d: %w", pk.stream, pk.partition, err)
 	}
-	o.count = wk.st.next - wk.st.released
+	n := wk.st.next - wk.st.released
 	g.bytes -= wk.st.bytes
-	g.recs -= o.count
+	g.recs -= n
 	if g.dropped == nil {
 		g.dropped = map[pkey]bool{}
 	}
-	g.dropped[o.pk] = true
-	return nil
+	g.dropped[pk] = true
+	return n, nil
 }
 
 // recordTimestamp decodes the timestamp of an encoded record.

@@ -237,6 +237,9 @@ func (w *WAL) AppendVerbatimAsync(v Verbatim, done func(VerbatimResult, error)) 
 // applyVerbatim is AppendVerbatimAsync in the committer.
 func (w *WAL) applyVerbatim(g *group, o *op) (opErr, txErr error) {
 	v := o.verb
+	if err := w.sealed(g, o.pk, v.Epoch); err != nil {
+		return err, nil
+	}
 	wk := w.part(g, o.pk)
 	fresh := !wk.existed && !wk.dirty
 	if v.Incarnation > 0 && wk.st.tag > v.Incarnation {

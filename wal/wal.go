@@ -21,8 +21,12 @@
 //  3. Contiguous content. For every partition, exactly the records with
 //     offsets in [Released, Next) are readable. Release moves Released
 //     forward; DropPartition forgets the whole partition (a node fenced out
-//     of it); nothing else removes records. (Records below Released may
-//     remain in a partly released chunk; they are never returned.)
+//     of it); ReadmitPartition moves a fenced partition's records that only
+//     this node holds into one it owns (new offsets) and drops the rest, in
+//     one transaction, and seals it: later appends of an older epoch are
+//     refused (ErrFenced, readmit.go); nothing else removes records.
+//     (Records below Released may remain in a partly released chunk; they
+//     are never returned.)
 //  4. Atomic metadata. Each partition's Next, Released, byte count and
 //     highest epoch are stored in the same bbolt transaction as the records
 //     they describe, so after kill -9 the metadata always matches the data.
@@ -239,6 +243,7 @@ type WAL struct {
 	closed bool
 	queue  []*op
 	parts  map[pkey]*partState // committed state; written by the committer under mu
+	floors map[pkey]int64      // seals (readmit.go); written by the committer under mu
 	bytes  int64
 	recs   int64
 	stats  Stats
@@ -293,6 +298,7 @@ func Open(opts Options) (*WAL, error) {
 		notify: make(chan struct{}, 1),
 		done:   make(chan struct{}),
 		parts:  make(map[pkey]*partState),
+		floors: make(map[pkey]int64),
 
 		metrics: newMetrics(),
 	}
@@ -344,6 +350,9 @@ func (w *WAL) recover() error {
 			return nil
 		})
 		if err != nil {
+			return err
+		}
+		if err := w.loadFloors(tx); err != nil {
 			return err
 		}
 		return w.bumpIncarnation(tx)
@@ -563,6 +572,12 @@ func scanTx(tx *bolt.Tx, pk pkey, from int64, maxRecords int, maxBytes int64, vi
 	if b == nil {
 		return fmt.Errorf("%w: no data bucket", ErrCorrupt)
 	}
+	return scanBucket(b, from, next, maxRecords, maxBytes, visit)
+}
+
+// scanBucket is scanTx over a partition's data bucket b holding offsets
+// [from, next) at least (from at or above its Released).
+func scanBucket(b *bolt.Bucket, from, next int64, maxRecords int, maxBytes int64, visit func(rb []byte, e *batchEntry, pos int64, skip, n int) error) error {
 	c := b.Cursor()
 	k, v := c.Seek(offsetKey(from))
 	if k == nil {

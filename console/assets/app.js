@@ -221,6 +221,8 @@
         'last commit ' + (o.last_commit_age_seconds !== undefined ? fmtDur(o.last_commit_age_seconds) + ' ago' : '–'),
         o.uplink_state === 'failing' ? 'bad' : o.uplink_state === 'ok' ? 'good' : ''));
       tiles.push(tile('Rows committed', fmtNum(o.rows_committed), null, fmtBytes(o.bytes_uploaded) + ' uploaded'));
+      if (o.records_readmitted) tiles.push(tile('Re-admitted after a fence', fmtNum(o.records_readmitted), null,
+        'held only here; moved to this node\'s partition with new offsets', 'warn'));
     }
     const clients = Object.entries(o.clients || {}).sort();
     if (clients.length) {
