@@ -58,9 +58,11 @@
 // positions: QoS 1 is at-least-once, and the only rows received twice are
 // those not acknowledged (or acknowledged within the last position write
 // before a crash). A session belongs to its principal: a client id whose
-// stored session is another principal's is refused (0x87). Two cloud
-// servers serving one client id at the same moment are not detected (the
-// newest connection on one server takes over an older one there, 0x8E).
+// session, stored or connected here, is another principal's is refused
+// (0x87) before anything is ended or deleted, Clean Start included
+// (Server.take). Two cloud servers serving one client id at the same
+// moment are not detected (the newest connection on one server takes
+// over an older one of the same principal there, 0x8E).
 //
 // # Read-only
 //

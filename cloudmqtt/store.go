@@ -272,6 +272,26 @@ func (s *store) Load(ctx context.Context, client string) (*storedSession, positi
 	return &ss, pos, rows.Err()
 }
 
+// Owner is the principal of client's stored session ("" when there is
+// none or it has expired), read without touching anything: the owner is
+// compared before a CONNECT ends, deletes or replaces a session.
+func (s *store) Owner(ctx context.Context, client string) (string, error) {
+	var owner string
+	var expiry, seen int64
+	err := s.db.QueryRowContext(ctx, s.db.Q(`SELECT principal, expiry, seen FROM tributary_mqtt_sessions
+		WHERE client_id = ?`), client).Scan(&owner, &expiry, &seen)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if expiry >= 0 && time.UnixMilli(seen).Add(time.Duration(expiry)*time.Second).Before(time.Now()) {
+		return "", nil
+	}
+	return owner, nil
+}
+
 // Save writes a session's row (not its positions).
 func (s *store) Save(ctx context.Context, client string, ss storedSession) error {
 	subs, err := json.Marshal(ss.Subs)
