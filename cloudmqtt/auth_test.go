@@ -2,6 +2,7 @@ package cloudmqtt
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -9,9 +10,13 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/auth"
+	"github.com/tributary-io/tributary/internal/tabletest"
 	"github.com/tributary-io/tributary/internal/testkit"
+	"github.com/tributary-io/tributary/tables"
 )
 
 // testAuthority is an Authority whose users (password "pw-" + name) are
@@ -131,4 +136,108 @@ func TestSessionTakeoverRefused(t *testing.T) {
 		ss, _, err := s.store.Load(context.Background(), id)
 		return ss == nil && err == nil
 	})
+}
+
+// TestResumeReauthorized: a persistent session stored under wider rules
+// is authorised again when it resumes after a restart with narrower
+// ones: the subscription the rules now refuse is dropped (named in the
+// CONNACK's user property subscription-dropped, counted, its positions
+// deleted) and sends nothing more, the one still allowed resumes, and a
+// fresh SUBSCRIBE of the dropped filter is refused.
+func TestResumeReauthorized(t *testing.T) {
+	cat, uri := testCatalog(t, 30)
+	wide := []auth.Rule{{Principal: "dash", Allow: []auth.Action{auth.Subscribe}, Topics: []string{"factory/#"}}}
+	narrow := []auth.Rule{{Principal: "dash", Allow: []auth.Action{auth.Subscribe}, Topics: []string{"factory/1/#"}}}
+	const keep, gone = "$stream/" + testStream + "/factory/1/#", "$stream/" + testStream + "/factory/2/#"
+	s := startServer(t, cat, uri, func(c *Config) { c.Auth = testAuthority(t, wide) })
+	c, ca := connect(t, s.Addr(), userConnect("dash", "dash", false, 600), false)
+	if ca.ReasonCode != 0 {
+		t.Fatalf("CONNACK 0x%02x", ca.ReasonCode)
+	}
+	for _, f := range []string{keep, gone} {
+		if code := c.sub(t, f, "earliest"); code != 1 {
+			t.Fatalf("%s: SUBACK 0x%02x", f, code)
+		}
+	}
+	for range 20 { // rows 1, 4, … and 2, 5, …: every row of both filters
+		c.offset(t)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The rules narrow; the server restarts; more rows arrive.
+	s = startServer(t, cat, uri, func(c *Config) { c.Auth = testAuthority(t, narrow) })
+	c, ca = connect(t, s.Addr(), userConnect("dash", "dash", false, 600), false)
+	if ca.ReasonCode != 0 || !c.present {
+		t.Fatalf("resume: CONNACK 0x%02x, present %v", ca.ReasonCode, c.present)
+	}
+	if got := ca.Properties.User.Get("subscription-dropped"); got != gone {
+		t.Errorf("CONNACK subscription-dropped %q, want %q", got, gone)
+	}
+	commitRows(t, cat, 30, 36)
+	// Rows of keep not acknowledged before the restart may come again;
+	// a row of gone must not come at all.
+	for last := int64(0); last < 34; {
+		off, m := c.offset(t)
+		if m.Topic != "factory/1/t" {
+			t.Fatalf("resumed: offset %d of %s, want only %s's rows", off, m.Topic, keep)
+		}
+		last = off
+	}
+	if code := c.sub(t, gone, "earliest"); code != codeNotAuthorized {
+		t.Fatalf("fresh SUBSCRIBE of %s: SUBACK 0x%02x, want 0x87", gone, code)
+	}
+	s.mu.Lock()
+	var filters []string
+	for _, su := range s.sessions["dash"].subs {
+		filters = append(filters, su.filter)
+	}
+	s.mu.Unlock()
+	if len(filters) != 1 || filters[0] != keep {
+		t.Fatalf("resumed session's subscriptions %v, want [%s]", filters, keep)
+	}
+	ss, pos, err := s.store.Load(ctx, "dash")
+	if err != nil || ss == nil || len(ss.Subs) != 1 || ss.Subs[0].Filter != keep || pos[gone] != nil {
+		t.Fatalf("stored session %+v, positions %v (%v): want only %s", ss, pos, err, keep)
+	}
+	if n := counter(t, s, "tributary_cloud_mqtt_resumed_subscriptions_dropped_total"); n != 1 {
+		t.Errorf("resumed subscriptions dropped: %v, want 1", n)
+	}
+	select {
+	case m := <-c.msgs:
+		t.Fatalf("a row of %s after all: offset %s %s", gone, m.Properties.User.Get("offset"), m.Topic)
+	default:
+	}
+}
+
+// commitRows commits rows [from, to) to the test stream (topics
+// factory/<i%3>/t).
+func commitRows(t *testing.T, cat *tables.Catalog, from, to int) {
+	t.Helper()
+	var recs []*tributary.Record
+	for i := from; i < to; i++ {
+		recs = append(recs, &tributary.Record{Stream: testStream, Offset: int64(i), Timestamp: time.Now().UnixMicro(),
+			Topic: fmt.Sprintf("factory/%d/t", i%3), Value: []byte(fmt.Sprintf("value %d", i)), Source: "mqtt", ClientID: "c", Node: "edge-1"})
+	}
+	tabletest.Commit(t, cat, testStream, recs)
+}
+
+// counter is the value of s's counter name (0 when s has none).
+func counter(t *testing.T, s *Server, name string) float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(s.Collectors()...)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.Metric) == 1 {
+			return mf.Metric[0].GetCounter().GetValue()
+		}
+	}
+	return 0
 }

@@ -194,6 +194,11 @@ func (c *conn) connect(pk packets.Packet) (*session, bool) {
 	if c.version == 5 {
 		pr := &ack.Properties
 		pr.AssignedClientID = assigned
+		// Stored subscriptions the rules in force refuse have no SUBACK
+		// to be refused in: the CONNACK names them.
+		for _, f := range se.dropped {
+			pr.User = append(pr.User, packets.UserProperty{Key: "subscription-dropped", Val: f})
+		}
 		pr.MaximumQos, pr.MaximumQosFlag = 1, true
 		pr.RetainAvailable, pr.RetainAvailableFlag = 0, true
 		pr.SharedSubAvailable, pr.SharedSubAvailableFlag = 1, true

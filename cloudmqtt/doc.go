@@ -60,9 +60,12 @@
 // before a crash). A session belongs to its principal: a client id whose
 // session, stored or connected here, is another principal's is refused
 // (0x87) before anything is ended or deleted, Clean Start included
-// (Server.take). Two cloud servers serving one client id at the same
-// moment are not detected (the newest connection on one server takes
-// over an older one of the same principal there, 0x8E).
+// (Server.take). A resumed session's subscriptions are authorised again
+// under the rules in force; refused ones are dropped with their
+// positions (MQTT 5: CONNACK user property subscription-dropped). Two
+// cloud servers serving one client id at the same moment are not
+// detected (the newest connection on one server takes over an older one
+// of the same principal there, 0x8E).
 //
 // # Read-only
 //

@@ -48,6 +48,9 @@ type session struct {
 	// refused or failed CONNECT never writes over a stored session);
 	// present: a stored session was resumed.
 	loaded, present bool
+	// dropped: the stored subscription filters load refused under the
+	// rules in force (told in the CONNACK to MQTT 5 clients).
+	dropped []string
 
 	mu       sync.Mutex
 	subs     []*sub
@@ -180,6 +183,27 @@ func (se *session) load(clean bool) error {
 					}
 					sort.Strings(streams)
 				}
+				if len(streams) == 0 {
+					continue
+				}
+				// Authorised again, as a new SUBSCRIBE would be: the rules
+				// may have changed since it was granted.
+				kept := se.reauthorize(x.Filter, t, streams)
+				if len(kept) == 0 {
+					se.dropped = append(se.dropped, x.Filter)
+					if err := st.DropFilter(ctx, se.id, x.Filter); err != nil {
+						return err
+					}
+					continue
+				}
+				for _, name := range streams {
+					if !slices.Contains(kept, name) {
+						if err := st.DropStream(ctx, se.id, x.Filter, name); err != nil {
+							return err
+						}
+					}
+				}
+				streams = kept
 				for _, st := range streams {
 					tt := t
 					tt.Stream = st
@@ -205,6 +229,33 @@ func (se *session) load(clean bool) error {
 	}
 	se.loaded = true
 	return nil
+}
+
+// reauthorize is what is left of a stored subscription's streams under
+// the rules in force: none when its filter is refused. Each refusal is
+// audited, logged and counted.
+func (se *session) reauthorize(filter string, t wire.Target, streams []string) []string {
+	a := se.s.cfg.Auth
+	if a == nil {
+		return streams
+	}
+	rq := auth.Request{Client: auth.Client{Protocol: "mqtt", Remote: se.conn.remote}, Principal: se.p,
+		Action: auth.Subscribe, ClientID: se.id, Topic: t.Filter, Stream: t.Stream}
+	var kept []string
+	if a.Authorize(rq) == nil {
+		for _, st := range streams {
+			rq.Stream = st
+			if t.Stream != "" || a.Allowed(rq) {
+				kept = append(kept, st)
+			}
+		}
+	}
+	if len(kept) < len(streams) {
+		se.s.m.resumeDropped.Inc()
+		se.s.log.Info("cloud mqtt: stored subscription no longer authorized, dropped from the resumed session",
+			"client", se.id, "principal", se.p.String(), "filter", filter, "streams", len(streams)-len(kept))
+	}
+	return kept
 }
 
 // row is the session's stored row (caller holds mu or owns se).

@@ -339,6 +339,21 @@ func (s *store) DropFilter(ctx context.Context, client, filter string) error {
 	return err
 }
 
+// DropStream deletes the positions of one stream of one subscription of
+// client (a plain filter's stream the principal may no longer read).
+func (s *store) DropStream(ctx context.Context, client, filter, stream string) error {
+	s.mu.Lock()
+	for k := range s.dirty {
+		if k.client == client && k.filter == filter && k.stream == stream {
+			delete(s.dirty, k)
+		}
+	}
+	s.mu.Unlock()
+	_, err := s.db.ExecContext(ctx, s.db.Q(`DELETE FROM tributary_mqtt_positions WHERE client_id = ? AND filter = ? AND stream = ?`),
+		client, filter, stream)
+	return err
+}
+
 // Delete deletes client's session and positions.
 func (s *store) Delete(ctx context.Context, client string) error {
 	s.mu.Lock()
