@@ -14,11 +14,12 @@ type Request struct {
 	// ClientID is the protocol's client id (MQTT); %c in topic patterns.
 	ClientID string
 	// Topic: the MQTT topic published to, or the filter subscribed to
-	// ($share/NAME/ prefixes are stripped).
+	// ($share/NAME/ prefixes are stripped; NAME is then the Group).
 	Topic string
 	// Stream: namespace.stream produced to, consumed or written.
 	Stream string
-	// Group: a Kafka consumer group or Pulsar subscription.
+	// Group: a Kafka consumer group, Pulsar or gRPC/HTTP subscription,
+	// or an MQTT shared subscription's group.
 	Group string
 	// Namespace: a catalog namespace read or written (a rule covers it
 	// when one of its stream patterns could name a stream in it).
@@ -140,6 +141,13 @@ func (rule Rule) allows(r Request) bool {
 		if r.Stream != "" && !anyGlob(rule.Streams, r.Principal.Name, r.Stream) {
 			return false
 		}
+		// A shared subscription's group is a group like a Kafka consumer
+		// group's or a gRPC/HTTP subscription's: a rule listing groups
+		// must cover it, or another principal could join a team's group
+		// and divert its rows.
+		if g := shareGroup(r); g != "" && !anyGlob(rule.Groups, r.Principal.Name, g) {
+			return false
+		}
 		if len(rule.Topics) == 0 {
 			return true
 		}
@@ -242,6 +250,20 @@ func glob(pattern, s string) bool {
 		p++
 	}
 	return p == len(pattern)
+}
+
+// shareGroup is the group of a shared subscription request: r.Group, or
+// the NAME of a $share/NAME/ topic filter.
+func shareGroup(r Request) string {
+	if r.Group != "" || r.Action != Subscribe {
+		return r.Group
+	}
+	if rest, ok := strings.CutPrefix(r.Topic, "$share/"); ok {
+		if g, _, ok := strings.Cut(rest, "/"); ok {
+			return g
+		}
+	}
+	return ""
 }
 
 func stripShare(f string) string {

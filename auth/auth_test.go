@@ -214,6 +214,7 @@ func TestACL(t *testing.T) {
 			{Principal: "edge", Allow: []Action{Write}, Streams: []string{"factory.*"}, ClientIDs: []string{"edge-node-*"}},
 			{Principal: "ops", Allow: []Action{Admin}},
 			{Principal: "dash", Allow: []Action{Subscribe}, Topics: []string{"factory/+/temp"}, Streams: []string{"factory.*"}},
+			{Principal: "team-a", Allow: []Action{Subscribe}, Topics: []string{"factory/#"}, Groups: []string{"team-a*"}},
 		}})
 	P := func(n string) Principal { return Principal{Name: n, Method: MethodPassword} }
 	cases := []struct {
@@ -234,6 +235,12 @@ func TestACL(t *testing.T) {
 		{Request{Principal: P("dash"), Action: Subscribe, Topic: "factory/+/temp", Stream: "office.telemetry"}, false},
 		{Request{Principal: P("dash"), Action: Subscribe, Topic: "factory/#", Stream: "factory.telemetry"}, false},
 		{Request{Principal: P("sensor-#"), Action: Publish, Topic: "factory/#"}, false}, // a wildcard in a name never widens %u
+		// $share groups: the rule's groups (none listed: any).
+		{Request{Principal: P("team-a"), Action: Subscribe, Topic: "$share/team-a/factory/#"}, true},
+		{Request{Principal: P("team-a"), Action: Subscribe, Topic: "$share/team-b/factory/#"}, false},
+		{Request{Principal: P("team-a"), Action: Subscribe, Topic: "factory/#", Stream: "factory.x", Group: "team-a-2"}, true},
+		{Request{Principal: P("team-a"), Action: Subscribe, Topic: "factory/#", Stream: "factory.x", Group: "team-b"}, false},
+		{Request{Principal: P("team-a"), Action: Subscribe, Topic: "factory/#"}, true},
 		{Request{Principal: P("analyst-1"), Action: Consume, Stream: "factory.temp", Group: "analyst-1-dash"}, true},
 		{Request{Principal: P("analyst-1"), Action: Consume, Stream: "factory.temp", Group: "other"}, false},
 		{Request{Principal: P("analyst-1"), Action: Consume, Stream: "office.temp"}, false},

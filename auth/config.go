@@ -103,8 +103,9 @@ type Rule struct {
 	// the stream a cloud MQTT `$stream/…` subscription names (subscribe).
 	// Empty = every stream.
 	Streams []string `yaml:"streams"`
-	// Groups: Kafka consumer groups and Pulsar subscriptions (* wildcards)
-	// a consume rule allows. Empty = every group.
+	// Groups: Kafka consumer groups, Pulsar subscriptions (* wildcards)
+	// a consume rule allows, and the MQTT shared subscription groups
+	// ($share/GROUP/…) a subscribe rule allows. Empty = every group.
 	Groups []string `yaml:"groups"`
 	// ClientIDs: the MQTT client ids the principal may connect with
 	// (* wildcards, %u). A principal none of whose rules name client ids

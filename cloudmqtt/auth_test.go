@@ -225,6 +225,52 @@ func commitRows(t *testing.T, cat *tables.Catalog, from, to int) {
 	tabletest.Commit(t, cat, testStream, recs)
 }
 
+// TestShareGroupACL: a $share group is checked against the rule's
+// groups, as gRPC and HTTP subscriptions are: mallory cannot join
+// team-a's group (and divert its rows); team-a can, and a rule without
+// groups allows any group.
+func TestShareGroupACL(t *testing.T) {
+	cat, uri := testCatalog(t, 30)
+	rules := []auth.Rule{
+		{Principal: "team-a", Allow: []auth.Action{auth.Subscribe}, Topics: []string{"factory/#"}, Groups: []string{"team-a*"}},
+		{Principal: "mallory", Allow: []auth.Action{auth.Subscribe}, Topics: []string{"#"}, Groups: []string{"mallory-*"}},
+		{Principal: "dash", Allow: []auth.Action{auth.Subscribe}, Topics: []string{"factory/#"}},
+	}
+	s := startServer(t, cat, uri, func(c *Config) { c.Auth = testAuthority(t, rules) })
+	const team = "$share/team-a/$stream/" + testStream + "/factory/#"
+	for _, c := range []struct {
+		user, filter string
+		want         byte
+	}{
+		{"mallory", team, codeNotAuthorized},
+		{"mallory", "$share/team-a/factory/#", codeNotAuthorized},
+		{"mallory", "$share/mallory-1/$stream/" + testStream + "/factory/#", 1},
+		{"mallory", "$stream/" + testStream + "/factory/#", 1},
+		{"team-a", "$share/other/$stream/" + testStream + "/factory/#", codeNotAuthorized},
+		{"dash", "$share/anything/$stream/" + testStream + "/factory/#", 1},
+	} {
+		cl, ca := connect(t, s.Addr(), userConnect(c.user, c.user, true, 0), false)
+		if ca.ReasonCode != 0 {
+			t.Fatalf("%s: CONNACK 0x%02x", c.user, ca.ReasonCode)
+		}
+		if code := cl.sub(t, c.filter, "earliest"); code != c.want {
+			t.Errorf("%s subscribing %s: SUBACK 0x%02x, want 0x%02x", c.user, c.filter, code, c.want)
+		}
+		cl.conn.Close()
+	}
+	// team-a's group (new: no member yet) gets every row from earliest:
+	// nobody else took a share.
+	cl, _ := connect(t, s.Addr(), userConnect("team-a", "team-a", true, 0), false)
+	if code := cl.sub(t, team, "earliest"); code != 1 {
+		t.Fatalf("team-a: SUBACK 0x%02x", code)
+	}
+	for want := int64(0); want < 30; want++ {
+		if off, _ := cl.offset(t); off != want {
+			t.Fatalf("team-a's group: offset %d, want %d", off, want)
+		}
+	}
+}
+
 // counter is the value of s's counter name (0 when s has none).
 func counter(t *testing.T, s *Server, name string) float64 {
 	t.Helper()

@@ -18,7 +18,8 @@
 // those the principal may read. The ACL decides each
 // filter with auth's `subscribe` action on the topic filter and the
 // stream: a rule's topics must cover the filter (so `#` needs a rule
-// granting `#`) and its streams, when it lists any, the stream.
+// granting `#`), its streams, when it lists any, the stream, and its
+// groups, when it lists any, a `$share` group.
 //
 // # Start position
 //

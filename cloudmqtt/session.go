@@ -240,7 +240,7 @@ func (se *session) reauthorize(filter string, t wire.Target, streams []string) [
 		return streams
 	}
 	rq := auth.Request{Client: auth.Client{Protocol: "mqtt", Remote: se.conn.remote}, Principal: se.p,
-		Action: auth.Subscribe, ClientID: se.id, Topic: t.Filter, Stream: t.Stream}
+		Action: auth.Subscribe, ClientID: se.id, Topic: t.Filter, Stream: t.Stream, Group: t.Share}
 	var kept []string
 	if a.Authorize(rq) == nil {
 		for _, st := range streams {
@@ -415,7 +415,7 @@ func (se *session) subscribeOne(ctx context.Context, f packets.Subscription, sta
 	}
 	a := s.cfg.Auth
 	rq := auth.Request{Client: auth.Client{Protocol: "mqtt", Remote: se.conn.remote}, Principal: se.p,
-		Action: auth.Subscribe, ClientID: se.id, Topic: t.Filter, Stream: t.Stream}
+		Action: auth.Subscribe, ClientID: se.id, Topic: t.Filter, Stream: t.Stream, Group: t.Share}
 	if a != nil && a.Authorize(rq) != nil {
 		return codeNotAuthorized, "not authorized"
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -636,4 +637,48 @@ func TestQuickReconnectSameID(t *testing.T) {
 		again.Close()
 		time.Sleep(600 * time.Millisecond)
 	}
+}
+
+// openAuthority is an Authority with users (password "pw-" + name) and
+// rules, anonymous clients allowed with the rules of principal anonymous.
+func openAuthority(t *testing.T, users []string, rules []auth.Rule) *auth.Authority {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "passwd")
+	for _, u := range users {
+		if err := auth.SetPassword(file, u, []byte("pw-"+u)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	yes := true
+	a, err := auth.Open(auth.Config{AllowAnonymous: &yes, UsersFile: file, ACL: rules},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// TestAuthShareGroup: a $share group is checked against the rule's
+// groups (as in the cloud and for Kafka, Pulsar, gRPC and HTTP groups):
+// mallory cannot join team-a's group and divert its messages; team-a
+// can, and receives them.
+func TestAuthShareGroup(t *testing.T) {
+	a := openAuthority(t, []string{"team-a", "mallory", "ops"}, []auth.Rule{
+		{Principal: "team-a", Allow: []auth.Action{auth.Subscribe}, Topics: []string{"factory/#"}, Groups: []string{"team-a"}},
+		{Principal: "mallory", Allow: []auth.Action{auth.Subscribe}, Topics: []string{"#"}, Groups: []string{"mallory-*"}},
+		{Principal: "ops", Allow: []auth.Action{auth.Admin}},
+	})
+	f := startServer(t, func(c *Config) { c.Auth = a })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m := loginAt(t, f.tcp, "mallory", "mallory", nil)
+	sa, _ := m.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{
+		{Topic: "$share/team-a/factory/#", QoS: 1}, {Topic: "$share/mallory-1/factory/#", QoS: 1}}})
+	if sa == nil || len(sa.Reasons) != 2 || sa.Reasons[0] != 0x87 || sa.Reasons[1] != 1 {
+		t.Fatalf("mallory's SUBACK %+v, want 0x87 for team-a's group, 1 for its own", sa)
+	}
+	var got received
+	subscribe(t, loginAt(t, f.tcp, "team-a", "team-a", &got), "$share/team-a/factory/#", 1)
+	mustPublish(t, loginAt(t, f.tcp, "ops", "ops", nil), "factory/x", 1, "for team-a")
+	testkit.Eventually(t, 5*time.Second, "team-a's group receives the message", func() bool { return len(got.all()) == 1 })
 }

@@ -52,7 +52,8 @@
 //     nothing at QoS 0; MQTT 3.1.1, which has no negative acknowledgement,
 //     is disconnected [MQTT-3.3.5-2].
 //   - SUBSCRIBE: each filter needs subscribe rights covering everything the
-//     filter matches ($share/<group>/ is stripped); a denied filter gets
+//     filter matches ($share/<group>/ is stripped, the group checked
+//     against the rule's groups); a denied filter gets
 //     SUBACK 0x87 (3.1.1: 0x80), the others of the packet are granted.
 //     Every delivery is checked again for the receiving client, retained
 //     messages included, so nothing reaches a client through a filter it
