@@ -68,7 +68,10 @@ func (a *Authority) Allowed(r Request) bool {
 
 // AuthorizeClientID decides whether p may connect with clientID: the
 // client id patterns of p's rules (any id for an admin), by default "%u"
-// and "%u-*" (see Rule.ClientIDs). Denials are audited.
+// only — never a pattern that could name another principal — and for an
+// anonymous client none: it gets an id the server assigns unless a rule
+// of principal anonymous lists client_ids (see Rule.ClientIDs). Denials
+// are audited.
 func (a *Authority) AuthorizeClientID(c Client, p Principal, clientID string) error {
 	if a.clientIDAllowed(p, clientID) {
 		return nil
@@ -95,9 +98,12 @@ func (a *Authority) clientIDAllowed(p Principal, clientID string) bool {
 	}
 	if len(patterns) == 0 {
 		if p.Anonymous() {
-			return true // nothing to bind an anonymous client to
+			// Any id would be another client's: an anonymous client has
+			// no name to bind one to, so it gets a server-assigned id.
+			return false
 		}
-		patterns = []string{"%u", "%u-*"}
+		// Its own name only: "%u-*" let user sensor take sensor-1.
+		patterns = []string{"%u"}
 	}
 	for _, pat := range patterns {
 		if pat, ok := substitute(pat, p.Name, "", "*"); ok && glob(pat, clientID) {

@@ -265,11 +265,31 @@ func TestACL(t *testing.T) {
 		p    string
 		id   string
 		want bool
-	}{{"sensor-1", "sensor-1", true}, {"sensor-1", "sensor-1-a", true}, {"sensor-1", "sensor-2", false},
-		{"edge", "edge-node-3", true}, {"edge", "edge", false}, {"ops", "anything", true}}
+	}{{"sensor-1", "sensor-1", true}, {"sensor-1", "sensor-2", false},
+		// By default a principal's own name only: sensor cannot take
+		// sensor-1 (and its cmd/sensor-1 commands) as "%u-*" allowed.
+		{"sensor", "sensor-1", false}, {"sensor-1", "sensor-1-a", false},
+		{"edge", "edge-node-3", true}, {"edge", "edge", false}, {"ops", "anything", true},
+		// Anonymous: no rule of its lists client ids, so any id is refused
+		// (it gets one the server assigns).
+		{"", "sensor-1", false}, {"", "anything", false}}
 	for _, c := range ids {
 		if err := a.AuthorizeClientID(cl, P(c.p), c.id); (err == nil) != c.want {
-			t.Errorf("client id %s as %s: %v", c.id, c.p, err)
+			t.Errorf("client id %s as %q: %v", c.id, c.p, err)
+		}
+	}
+	// Explicit patterns keep working, for anonymous clients too.
+	yes := true
+	b := open(t, Config{UsersFile: "testdata/mosquitto.passwd", AllowAnonymous: &yes, ACL: []Rule{
+		{Principal: "sensor-*", Allow: []Action{Publish}, ClientIDs: []string{"%u", "%u-*"}},
+		{Principal: "anonymous", Allow: []Action{Subscribe}, ClientIDs: []string{"kiosk-*"}},
+	}})
+	for _, c := range []struct {
+		p, id string
+		want  bool
+	}{{"sensor-1", "sensor-1-backup", true}, {"sensor-1", "sensor-2", false}, {"", "kiosk-3", true}, {"", "sensor-1", false}} {
+		if err := b.AuthorizeClientID(cl, P(c.p), c.id); (err == nil) != c.want {
+			t.Errorf("configured patterns: client id %s as %q: %v", c.id, c.p, err)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -20,12 +21,12 @@ import (
 )
 
 // testAuthority is an Authority whose users (password "pw-" + name) are
-// dash, mallory, team-a and ops, with rules (nil: authRules) and
+// dash, mallory, team-a, ops, sensor and sensor-1, with rules (nil: authRules) and
 // anonymous clients allowed with the rules of principal anonymous.
 func testAuthority(t *testing.T, rules []auth.Rule) *auth.Authority {
 	t.Helper()
 	users := filepath.Join(t.TempDir(), "passwd")
-	for _, u := range []string{"dash", "mallory", "team-a", "ops"} {
+	for _, u := range []string{"dash", "mallory", "team-a", "ops", "sensor", "sensor-1"} {
 		if err := auth.SetPassword(users, u, []byte("pw-"+u)); err != nil {
 			t.Fatal(err)
 		}
@@ -269,6 +270,72 @@ func TestShareGroupACL(t *testing.T) {
 			t.Fatalf("team-a's group: offset %d, want %d", off, want)
 		}
 	}
+}
+
+// TestClientIDDefaults: by default a principal may use its own name as
+// client id and nothing else — user sensor cannot take device sensor-1's
+// id — and an anonymous client gets an id the server assigns (MQTT 5
+// Assigned Client Identifier; 3.1.1 an empty id with clean session)
+// unless a rule lists client ids for it (auth's TestACL: those patterns,
+// and configured ones such as "%u-*", keep working).
+func TestClientIDDefaults(t *testing.T) {
+	cat, uri := testCatalog(t, 3)
+	s := startServer(t, cat, uri, func(c *Config) {
+		c.Auth = testAuthority(t, []auth.Rule{
+			{Principal: "sensor*", Allow: []auth.Action{auth.Subscribe}, Topics: []string{"cmd/%c"}},
+			{Principal: "anonymous", Allow: []auth.Action{auth.Subscribe}, Topics: []string{"public/#"}},
+		})
+	})
+	for _, c := range []struct {
+		name     string
+		user, id string
+		want     byte
+	}{
+		{"another principal's name", "sensor", "sensor-1", codeNotAuthorized},
+		{"its own name", "sensor-1", "sensor-1", 0},
+		{"anonymous with an id", "", "free-id", codeNotAuthorized},
+		{"anonymous without an id", "", "", 0},
+	} {
+		cl, ca := connect(t, s.Addr(), userConnect(c.user, c.id, true, 0), false)
+		if ca.ReasonCode != c.want {
+			t.Errorf("%s: CONNACK 0x%02x, want 0x%02x", c.name, ca.ReasonCode, c.want)
+		}
+		if c.id == "" && ca.ReasonCode == 0 && (ca.Properties == nil || ca.Properties.AssignedClientID == "") {
+			t.Errorf("%s: no Assigned Client Identifier", c.name)
+		}
+		cl.conn.Close()
+	}
+	// MQTT 3.1.1: an empty id with clean session is assigned one.
+	for _, c := range []struct {
+		id   string
+		want byte
+	}{{"free-id", 0x05}, {"", 0x00}} {
+		if rc := connack311(t, s.Addr(), c.id); rc != c.want {
+			t.Errorf("3.1.1 anonymous, client id %q: return code 0x%02x, want 0x%02x", c.id, rc, c.want)
+		}
+	}
+}
+
+// connack311 sends an MQTT 3.1.1 CONNECT (clean session, no credentials)
+// and returns the CONNACK's return code.
+func connack311(t *testing.T, addr, id string) byte {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := []byte{0, 4, 'M', 'Q', 'T', 'T', 4, 0x02, 0, 60, byte(len(id) >> 8), byte(len(id))}
+	body = append(body, id...)
+	if _, err := conn.Write(append([]byte{0x10, byte(len(body))}, body...)); err != nil {
+		t.Fatal(err)
+	}
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b := make([]byte, 4)
+	if _, err := io.ReadFull(conn, b); err != nil || b[0] != 0x20 {
+		t.Fatalf("no 3.1.1 CONNACK: %x %v", b, err)
+	}
+	return b[3]
 }
 
 // counter is the value of s's counter name (0 when s has none).

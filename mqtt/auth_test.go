@@ -22,11 +22,13 @@ import (
 )
 
 // The fixture's rules: devices sensor-* publish and subscribe under
-// factory/<their name>/, reader subscribes to everything under factory/,
-// ops is an admin (any topic, any client id). Anonymous clients are
-// refused. Passwords are "pw-" + the user name.
+// factory/<their name>/ with client ids <their name>[-*] (written out:
+// the default is the name only), reader subscribes to everything under
+// factory/, ops is an admin (any topic, any client id). Anonymous clients
+// are refused. Passwords are "pw-" + the user name.
 var authACL = []auth.Rule{
-	{Principal: "sensor-*", Allow: []auth.Action{auth.Publish, auth.Subscribe}, Topics: []string{"factory/%u/#"}},
+	{Principal: "sensor-*", Allow: []auth.Action{auth.Publish, auth.Subscribe}, Topics: []string{"factory/%u/#"},
+		ClientIDs: []string{"%u", "%u-*"}},
 	{Principal: "reader", Allow: []auth.Action{auth.Subscribe}, Topics: []string{"factory/#"}},
 	{Principal: "ops", Allow: []auth.Action{auth.Admin}},
 }
@@ -131,7 +133,7 @@ func TestAuthConnect(t *testing.T) {
 		{"user without password", paho.Connect{ClientID: "sensor-a", Username: "sensor-a"}, 0x86},
 		{"password", paho.Connect{ClientID: "sensor-a", Username: "sensor-a", Password: []byte("pw-sensor-a")}, 0},
 		{"client id of another device", paho.Connect{ClientID: "sensor-b", Username: "sensor-a", Password: []byte("pw-sensor-a")}, 0x87},
-		{"client id with the user's prefix", paho.Connect{ClientID: "sensor-a-2", Username: "sensor-a", Password: []byte("pw-sensor-a")}, 0},
+		{"client id with the user's prefix (a configured pattern)", paho.Connect{ClientID: "sensor-a-2", Username: "sensor-a", Password: []byte("pw-sensor-a")}, 0},
 		{"client id assigned by the server", paho.Connect{Username: "sensor-a", Password: []byte("pw-sensor-a")}, 0},
 		{"jwt", paho.Connect{ClientID: "sensor-b", Password: []byte(f.token(t, "sensor-b", time.Minute))}, 0},
 		{"jwt with its user name", paho.Connect{ClientID: "sensor-b", Username: "sensor-b", Password: []byte(f.token(t, "sensor-b", time.Minute))}, 0},
@@ -636,6 +638,51 @@ func TestQuickReconnectSameID(t *testing.T) {
 		again := dialRaw(t, ts.tcp, level, "quick") // fails the test on a refused CONNACK
 		again.Close()
 		time.Sleep(600 * time.Millisecond)
+	}
+}
+
+// TestAuthClientIDDefaults: by default a principal may use its own name
+// as client id and nothing else — user sensor cannot take device
+// sensor-1's id (and its cmd/sensor-1 commands) — and an anonymous client
+// gets an id the server assigns (MQTT 5 Assigned Client Identifier; 3.1.1
+// an empty id with clean session) unless a rule lists client ids for it
+// (TestAuthConnect: a configured "%u-*" keeps working; auth's TestACL:
+// anonymous patterns).
+func TestAuthClientIDDefaults(t *testing.T) {
+	a := openAuthority(t, []string{"sensor", "sensor-1"}, []auth.Rule{
+		{Principal: "sensor*", Allow: []auth.Action{auth.Publish, auth.Subscribe}, Topics: []string{"cmd/%c", "factory/%u/#"}},
+		{Principal: "anonymous", Allow: []auth.Action{auth.Subscribe}, Topics: []string{"public/#"}},
+	})
+	f := startServer(t, func(c *Config) { c.Auth = a })
+	for _, tc := range []struct {
+		name string
+		cp   paho.Connect
+		want byte
+	}{
+		{"another principal's name", paho.Connect{ClientID: "sensor-1", Username: "sensor", Password: []byte("pw-sensor")}, 0x87},
+		{"its own name", paho.Connect{ClientID: "sensor-1", Username: "sensor-1", Password: []byte("pw-sensor-1")}, 0},
+		{"anonymous with an id", paho.Connect{ClientID: "free-id"}, 0x87},
+		{"anonymous with a device's id", paho.Connect{ClientID: "sensor-2"}, 0x87},
+		{"anonymous without an id", paho.Connect{}, 0},
+	} {
+		tc.cp.CleanStart = true
+		c, rc := login(t, dialTCP(t, f.tcp), tc.cp, nil)
+		if rc != tc.want {
+			t.Errorf("%s: CONNACK reason %#x, want %#x", tc.name, rc, tc.want)
+		}
+		if c != nil {
+			_ = c.Disconnect(&paho.Disconnect{})
+		}
+	}
+	for _, tc := range []struct {
+		name, id string
+		want     byte
+	}{{"anonymous with an id", "free-id", 0x05}, {"anonymous without an id", "", 0x00}} {
+		conn, rc := connack3(t, f.tcp, tc.id, "", "")
+		if rc != tc.want {
+			t.Errorf("3.1.1 %s: return code %#x, want %#x", tc.name, rc, tc.want)
+		}
+		conn.Close()
 	}
 }
 

@@ -40,8 +40,9 @@
 //     user, wrong password, bad or expired token) get CONNACK 0x86 bad user
 //     name or password (MQTT 3.1.1: return code 0x04); no credentials while
 //     anonymous access is off, a client id the principal's rules do not
-//     allow (by default its own name or name-*; one the server assigns is
-//     always allowed), a client id whose session — connected or kept —
+//     allow (by default its own name only, none for an anonymous client;
+//     one the server assigns is always allowed), a client id whose
+//     session — connected or kept —
 //     belongs to another principal, or a will on a topic the principal may
 //     not publish to get 0x87 not authorized (3.1.1: 0x05). Those checks
 //     run before mochi takes an existing session of the id over, so one
