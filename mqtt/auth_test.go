@@ -158,7 +158,7 @@ func TestAuthConnect(t *testing.T) {
 		t.Errorf("RefusedConnects = %d, want 9", n)
 	}
 	for _, want := range []string{"reason=no_credentials", "reason=bad_password", "reason=unknown_user", "reason=token_expired",
-		`resource=client_id:sensor-b`, "resource=topic:factory/sensor-b/status"} {
+		`resource=client_id:sensor-b`, `resource="topic:factory/sensor-b/status stream:default.mqtt"`} {
 		if !strings.Contains(f.audit.String(), want) {
 			t.Errorf("audit log lacks %q:\n%s", want, f.audit)
 		}
@@ -703,6 +703,51 @@ func openAuthority(t *testing.T, users []string, rules []auth.Rule) *auth.Author
 		t.Fatal(err)
 	}
 	return a
+}
+
+// TestAuthPublishStreams: a publish rule's streams are checked on the
+// stream the route picks for the topic (the fixture routes sensors/+/temp
+// to plant.temps, the rest of sensors/# to plant.sensors, everything else
+// to default.mqtt), so topic wildcards do not reach every stream; a will
+// likewise. Publishes inside the rule's streams are accepted.
+func TestAuthPublishStreams(t *testing.T) {
+	a := openAuthority(t, []string{"sensor-a", "ops"}, []auth.Rule{
+		{Principal: "sensor-a", Allow: []auth.Action{auth.Publish}, Topics: []string{"#"}, Streams: []string{"plant.temps"}},
+		{Principal: "ops", Allow: []auth.Action{auth.Admin}},
+	})
+	f := startServer(t, func(c *Config) { c.Auth = a })
+	c := loginAt(t, f.tcp, "sensor-a", "sensor-a", nil)
+	mustPublish(t, c, "sensors/a/temp", 1, "in its stream")
+	for _, topic := range []string{"sensors/a/humidity", "elsewhere/x"} { // plant.sensors, default.mqtt
+		for _, qos := range []byte{1, 2} {
+			resp, _ := publish(t, c, &paho.Publish{Topic: topic, QoS: qos, Payload: []byte("other stream")})
+			if resp == nil || resp.ReasonCode != 0x87 {
+				t.Fatalf("qos %d publish to %s (another stream): response %+v, want reason 0x87", qos, topic, resp)
+			}
+		}
+	}
+	mustPublish(t, c, "sensors/b/temp", 2, "still in its stream")
+	ops := loginAt(t, f.tcp, "ops", "ops", nil)
+	mustPublish(t, ops, "elsewhere/x", 1, "admin") // an admin's rule has no streams to keep to
+	testkit.Eventually(t, 5*time.Second, "3 accepted publishes", func() bool { return f.sink.len() == 3 })
+	for _, r := range f.sink.records() {
+		if string(r.Value) == "other stream" {
+			t.Errorf("a publish outside the rule's streams was appended: %s to %s", r.Topic, r.Stream)
+		}
+	}
+	for _, tc := range []struct {
+		topic string
+		want  byte
+	}{{"sensors/a/status", 0x87}, {"sensors/a/temp", 0}} {
+		cl, rc := login(t, dialTCP(t, f.tcp), paho.Connect{ClientID: "sensor-a", CleanStart: true, Username: "sensor-a",
+			Password: []byte("pw-sensor-a"), WillMessage: &paho.WillMessage{Topic: tc.topic, Payload: []byte("gone")}}, nil)
+		if rc != tc.want {
+			t.Errorf("will on %s: CONNACK %#x, want %#x", tc.topic, rc, tc.want)
+		}
+		if cl != nil {
+			_ = cl.Disconnect(&paho.Disconnect{})
+		}
+	}
 }
 
 // TestAuthShareGroup: a $share group is checked against the rule's
