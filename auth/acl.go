@@ -14,11 +14,12 @@ type Request struct {
 	// ClientID is the protocol's client id (MQTT); %c in topic patterns.
 	ClientID string
 	// Topic: the MQTT topic published to, or the filter subscribed to
-	// ($share/NAME/ prefixes are stripped).
+	// ($share/NAME/ prefixes are stripped; NAME is then the Group).
 	Topic string
 	// Stream: namespace.stream produced to, consumed or written.
 	Stream string
-	// Group: a Kafka consumer group or Pulsar subscription.
+	// Group: a Kafka consumer group, Pulsar or gRPC/HTTP subscription,
+	// or an MQTT shared subscription's group.
 	Group string
 	// Namespace: a catalog namespace read or written (a rule covers it
 	// when one of its stream patterns could name a stream in it).
@@ -67,7 +68,10 @@ func (a *Authority) Allowed(r Request) bool {
 
 // AuthorizeClientID decides whether p may connect with clientID: the
 // client id patterns of p's rules (any id for an admin), by default "%u"
-// and "%u-*" (see Rule.ClientIDs). Denials are audited.
+// only — never a pattern that could name another principal — and for an
+// anonymous client none: it gets an id the server assigns unless a rule
+// of principal anonymous lists client_ids (see Rule.ClientIDs). Denials
+// are audited.
 func (a *Authority) AuthorizeClientID(c Client, p Principal, clientID string) error {
 	if a.clientIDAllowed(p, clientID) {
 		return nil
@@ -94,9 +98,12 @@ func (a *Authority) clientIDAllowed(p Principal, clientID string) bool {
 	}
 	if len(patterns) == 0 {
 		if p.Anonymous() {
-			return true // nothing to bind an anonymous client to
+			// Any id would be another client's: an anonymous client has
+			// no name to bind one to, so it gets a server-assigned id.
+			return false
 		}
-		patterns = []string{"%u", "%u-*"}
+		// Its own name only: "%u-*" let user sensor take sensor-1.
+		patterns = []string{"%u"}
 	}
 	for _, pat := range patterns {
 		if pat, ok := substitute(pat, p.Name, "", "*"); ok && glob(pat, clientID) {
@@ -138,6 +145,13 @@ func (rule Rule) allows(r Request) bool {
 		// The cloud MQTT listener's $stream subscriptions name the stream
 		// too: a rule listing streams must cover it.
 		if r.Stream != "" && !anyGlob(rule.Streams, r.Principal.Name, r.Stream) {
+			return false
+		}
+		// A shared subscription's group is a group like a Kafka consumer
+		// group's or a gRPC/HTTP subscription's: a rule listing groups
+		// must cover it, or another principal could join a team's group
+		// and divert its rows.
+		if g := shareGroup(r); g != "" && !anyGlob(rule.Groups, r.Principal.Name, g) {
 			return false
 		}
 		if len(rule.Topics) == 0 {
@@ -242,6 +256,20 @@ func glob(pattern, s string) bool {
 		p++
 	}
 	return p == len(pattern)
+}
+
+// shareGroup is the group of a shared subscription request: r.Group, or
+// the NAME of a $share/NAME/ topic filter.
+func shareGroup(r Request) string {
+	if r.Group != "" || r.Action != Subscribe {
+		return r.Group
+	}
+	if rest, ok := strings.CutPrefix(r.Topic, "$share/"); ok {
+		if g, _, ok := strings.Cut(rest, "/"); ok {
+			return g
+		}
+	}
+	return ""
 }
 
 func stripShare(f string) string {

@@ -214,6 +214,7 @@ func TestACL(t *testing.T) {
 			{Principal: "edge", Allow: []Action{Write}, Streams: []string{"factory.*"}, ClientIDs: []string{"edge-node-*"}},
 			{Principal: "ops", Allow: []Action{Admin}},
 			{Principal: "dash", Allow: []Action{Subscribe}, Topics: []string{"factory/+/temp"}, Streams: []string{"factory.*"}},
+			{Principal: "team-a", Allow: []Action{Subscribe}, Topics: []string{"factory/#"}, Groups: []string{"team-a*"}},
 		}})
 	P := func(n string) Principal { return Principal{Name: n, Method: MethodPassword} }
 	cases := []struct {
@@ -234,6 +235,12 @@ func TestACL(t *testing.T) {
 		{Request{Principal: P("dash"), Action: Subscribe, Topic: "factory/+/temp", Stream: "office.telemetry"}, false},
 		{Request{Principal: P("dash"), Action: Subscribe, Topic: "factory/#", Stream: "factory.telemetry"}, false},
 		{Request{Principal: P("sensor-#"), Action: Publish, Topic: "factory/#"}, false}, // a wildcard in a name never widens %u
+		// $share groups: the rule's groups (none listed: any).
+		{Request{Principal: P("team-a"), Action: Subscribe, Topic: "$share/team-a/factory/#"}, true},
+		{Request{Principal: P("team-a"), Action: Subscribe, Topic: "$share/team-b/factory/#"}, false},
+		{Request{Principal: P("team-a"), Action: Subscribe, Topic: "factory/#", Stream: "factory.x", Group: "team-a-2"}, true},
+		{Request{Principal: P("team-a"), Action: Subscribe, Topic: "factory/#", Stream: "factory.x", Group: "team-b"}, false},
+		{Request{Principal: P("team-a"), Action: Subscribe, Topic: "factory/#"}, true},
 		{Request{Principal: P("analyst-1"), Action: Consume, Stream: "factory.temp", Group: "analyst-1-dash"}, true},
 		{Request{Principal: P("analyst-1"), Action: Consume, Stream: "factory.temp", Group: "other"}, false},
 		{Request{Principal: P("analyst-1"), Action: Consume, Stream: "office.temp"}, false},
@@ -258,11 +265,31 @@ func TestACL(t *testing.T) {
 		p    string
 		id   string
 		want bool
-	}{{"sensor-1", "sensor-1", true}, {"sensor-1", "sensor-1-a", true}, {"sensor-1", "sensor-2", false},
-		{"edge", "edge-node-3", true}, {"edge", "edge", false}, {"ops", "anything", true}}
+	}{{"sensor-1", "sensor-1", true}, {"sensor-1", "sensor-2", false},
+		// By default a principal's own name only: sensor cannot take
+		// sensor-1 (and its cmd/sensor-1 commands) as "%u-*" allowed.
+		{"sensor", "sensor-1", false}, {"sensor-1", "sensor-1-a", false},
+		{"edge", "edge-node-3", true}, {"edge", "edge", false}, {"ops", "anything", true},
+		// Anonymous: no rule of its lists client ids, so any id is refused
+		// (it gets one the server assigns).
+		{"", "sensor-1", false}, {"", "anything", false}}
 	for _, c := range ids {
 		if err := a.AuthorizeClientID(cl, P(c.p), c.id); (err == nil) != c.want {
-			t.Errorf("client id %s as %s: %v", c.id, c.p, err)
+			t.Errorf("client id %s as %q: %v", c.id, c.p, err)
+		}
+	}
+	// Explicit patterns keep working, for anonymous clients too.
+	yes := true
+	b := open(t, Config{UsersFile: "testdata/mosquitto.passwd", AllowAnonymous: &yes, ACL: []Rule{
+		{Principal: "sensor-*", Allow: []Action{Publish}, ClientIDs: []string{"%u", "%u-*"}},
+		{Principal: "anonymous", Allow: []Action{Subscribe}, ClientIDs: []string{"kiosk-*"}},
+	}})
+	for _, c := range []struct {
+		p, id string
+		want  bool
+	}{{"sensor-1", "sensor-1-backup", true}, {"sensor-1", "sensor-2", false}, {"", "kiosk-3", true}, {"", "sensor-1", false}} {
+		if err := b.AuthorizeClientID(cl, P(c.p), c.id); (err == nil) != c.want {
+			t.Errorf("configured patterns: client id %s as %q: %v", c.id, c.p, err)
 		}
 	}
 }

@@ -103,13 +103,18 @@ type Rule struct {
 	// the stream a cloud MQTT `$stream/…` subscription names (subscribe).
 	// Empty = every stream.
 	Streams []string `yaml:"streams"`
-	// Groups: Kafka consumer groups and Pulsar subscriptions (* wildcards)
-	// a consume rule allows. Empty = every group.
+	// Groups: Kafka consumer groups, Pulsar subscriptions (* wildcards)
+	// a consume rule allows, and the MQTT shared subscription groups
+	// ($share/GROUP/…) a subscribe rule allows. Empty = every group.
 	Groups []string `yaml:"groups"`
 	// ClientIDs: the MQTT client ids the principal may connect with
 	// (* wildcards, %u). A principal none of whose rules name client ids
-	// may use "%u" and "%u-*" only, so that one device cannot take over
-	// another's session.
+	// may use "%u" (its own name) only, so that one device cannot take
+	// over another's session; an anonymous client none of whose rules
+	// name client ids gets a server-assigned id only (it sends an empty
+	// one). A pattern such as "%u-*" can name another principal (user
+	// sensor would take sensor-1): write it only where names cannot
+	// collide.
 	ClientIDs []string `yaml:"client_ids"`
 }
 

@@ -164,18 +164,22 @@ func (c *conn) connect(pk packets.Packet) (*session, bool) {
 	if rm := pk.Properties.ReceiveMaximum; c.version == 5 && rm > 0 {
 		se.maxIn = min(se.maxIn, int(rm)) // the client's Receive Maximum
 	}
-	// One connection per client id on this server: the newest wins.
-	s.mu.Lock()
-	old := s.sessions[id]
-	s.sessions[id] = se
-	s.mu.Unlock()
-	if old != nil {
-		old.conn.end(codeTakenOver, "session taken over")
-		<-old.done
+	// The id's session must be this principal's before anything is ended
+	// or deleted (Clean Start included); then one connection per client
+	// id on this server: the newest wins.
+	old, err := s.take(se)
+	if err == nil {
+		if old != nil {
+			old.conn.end(codeTakenOver, "session taken over")
+			<-old.done
+		}
+		err = se.load(pk.Connect.Clean)
 	}
-	present, err := se.load(pk.Connect.Clean)
 	if err != nil {
 		if errors.Is(err, errSessionOwner) {
+			s.log.Warn("client id denied: its session belongs to another principal", "event", "authorization",
+				"decision", "deny", "protocol", "mqtt", "remote", c.remote, "principal", p.String(),
+				"action", "connect", "resource", "client_id:"+id)
 			c.refuse(codeNotAuthorized, 0x05, "the client id's session belongs to another principal")
 		} else {
 			s.log.Warn("cloud mqtt: load session", "client", id, "err", err)
@@ -184,11 +188,17 @@ func (c *conn) connect(pk packets.Packet) (*session, bool) {
 		se.finish()
 		return nil, false
 	}
+	present := se.present
 	ack := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connack}, ProtocolVersion: c.version,
 		SessionPresent: present, ReasonCode: codeSuccess}
 	if c.version == 5 {
 		pr := &ack.Properties
 		pr.AssignedClientID = assigned
+		// Stored subscriptions the rules in force refuse have no SUBACK
+		// to be refused in: the CONNACK names them.
+		for _, f := range se.dropped {
+			pr.User = append(pr.User, packets.UserProperty{Key: "subscription-dropped", Val: f})
+		}
 		pr.MaximumQos, pr.MaximumQosFlag = 1, true
 		pr.RetainAvailable, pr.RetainAvailableFlag = 0, true
 		pr.SharedSubAvailable, pr.SharedSubAvailableFlag = 1, true

@@ -18,7 +18,8 @@
 // those the principal may read. The ACL decides each
 // filter with auth's `subscribe` action on the topic filter and the
 // stream: a rule's topics must cover the filter (so `#` needs a rule
-// granting `#`) and its streams, when it lists any, the stream.
+// granting `#`), its streams, when it lists any, the stream, and its
+// groups, when it lists any, a `$share` group.
 //
 // # Start position
 //
@@ -58,9 +59,14 @@
 // positions: QoS 1 is at-least-once, and the only rows received twice are
 // those not acknowledged (or acknowledged within the last position write
 // before a crash). A session belongs to its principal: a client id whose
-// stored session is another principal's is refused (0x87). Two cloud
-// servers serving one client id at the same moment are not detected (the
-// newest connection on one server takes over an older one there, 0x8E).
+// session, stored or connected here, is another principal's is refused
+// (0x87) before anything is ended or deleted, Clean Start included
+// (Server.take). A resumed session's subscriptions are authorised again
+// under the rules in force; refused ones are dropped with their
+// positions (MQTT 5: CONNACK user property subscription-dropped). Two
+// cloud servers serving one client id at the same moment are not
+// detected (the newest connection on one server takes over an older one
+// of the same principal there, 0x8E).
 //
 // # Read-only
 //

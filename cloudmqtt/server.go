@@ -320,6 +320,7 @@ type metrics struct {
 	subsRefused    prometheus.Counter
 	positionWrites prometheus.Counter
 	skipped        prometheus.Counter
+	resumeDropped  prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -335,6 +336,7 @@ func newMetrics() *metrics {
 		subsRefused:    c("tributary_cloud_mqtt_subscriptions_refused_total", "Subscription filters refused (bad filter, unknown stream, ACL, caps)."),
 		positionWrites: c("tributary_cloud_mqtt_position_writes_total", "Transactions writing acknowledged session positions to the catalog database."),
 		skipped:        c("tributary_cloud_mqtt_oversized_skipped_total", "Rows not sent because the PUBLISH would exceed the client's Maximum Packet Size."),
+		resumeDropped:  c("tributary_cloud_mqtt_resumed_subscriptions_dropped_total", "Stored subscriptions (or streams of a plain filter) dropped from a resumed session because the rules in force refuse them."),
 	}
 }
 
@@ -342,6 +344,6 @@ func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tributary_cloud_mqtt_connections",
 			Help: "Open cloud MQTT connections (after CONNECT)."}, func() float64 { return m.conns() }),
-		m.stored, m.delivered, m.acks, m.refused, m.subsRefused, m.positionWrites, m.skipped,
+		m.stored, m.delivered, m.acks, m.refused, m.subsRefused, m.positionWrites, m.skipped, m.resumeDropped,
 	}
 }

@@ -25,6 +25,14 @@ const testStream = "factory.telemetry"
 // n committed rows in partition 0 (topics factory/<i%3>/t).
 func testServer(t *testing.T, n int) (*Server, *tables.Catalog) {
 	t.Helper()
+	cat, uri := testCatalog(t, n)
+	return startServer(t, cat, uri, nil), cat
+}
+
+// testCatalog is a fresh catalog (at uri) whose stream has n committed
+// rows in partition 0 (topics factory/<i%3>/t).
+func testCatalog(t *testing.T, n int) (*tables.Catalog, string) {
+	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
 	uri := "sqlite://" + filepath.Join(dir, "catalog.db")
@@ -43,8 +51,20 @@ func testServer(t *testing.T, n int) (*Server, *tables.Catalog) {
 			ClientID: "c", Node: "edge-1", Headers: []tributary.Header{{Key: "h", Value: []byte(strconv.Itoa(i))}}}
 	}
 	tabletest.Commit(t, cat, testStream, recs)
-	s, err := New(Config{Addr: "127.0.0.1:0", SessionsDB: uri, MaxInflight: 16,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, tables.NewReader(cat, tables.ReaderConfig{}))
+	return cat, uri
+}
+
+// startServer serves cat's streams with sessions in the database at uri;
+// mutate (optional) changes the config first. The server is closed at
+// the end of the test (closing it earlier is fine).
+func startServer(t *testing.T, cat *tables.Catalog, uri string, mutate func(*Config)) *Server {
+	t.Helper()
+	cfg := Config{Addr: "127.0.0.1:0", SessionsDB: uri, MaxInflight: 16,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	s, err := New(cfg, tables.NewReader(cat, tables.ReaderConfig{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +78,7 @@ func testServer(t *testing.T, n int) (*Server, *tables.Catalog) {
 			t.Error(err)
 		}
 	})
-	return s, cat
+	return s
 }
 
 type client struct {
@@ -71,10 +91,23 @@ type client struct {
 
 func dial(t *testing.T, addr, id string, expiry uint32, manual bool) *client {
 	t.Helper()
+	c, ca := connect(t, addr, paho.Connect{ClientID: id, CleanStart: expiry == 0,
+		Properties: &paho.ConnectProperties{SessionExpiryInterval: &expiry}}, manual)
+	if ca.ReasonCode != 0 {
+		t.Fatalf("connect %s: %+v", id, ca)
+	}
+	return c
+}
+
+// connect sends cp (keep alive 30 s) and returns the client and its
+// CONNACK, whatever the reason code.
+func connect(t *testing.T, addr string, cp paho.Connect, manual bool) (*client, *paho.Connack) {
+	t.Helper()
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { conn.Close() })
 	c := &client{conn: conn, msgs: make(chan *paho.Publish, 1000), disc: make(chan byte, 1)}
 	c.Client = paho.NewClient(paho.ClientConfig{Conn: conn, EnableManualAcknowledgment: manual, OnClientError: func(error) {},
 		OnServerDisconnect: func(d *paho.Disconnect) { c.disc <- d.ReasonCode },
@@ -84,14 +117,14 @@ func dial(t *testing.T, addr, id string, expiry uint32, manual bool) *client {
 		}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	ca, err := c.Connect(ctx, &paho.Connect{ClientID: id, KeepAlive: 30, CleanStart: expiry == 0,
-		Properties: &paho.ConnectProperties{SessionExpiryInterval: &expiry}})
-	if err != nil || ca.ReasonCode != 0 {
-		t.Fatalf("connect: %v %+v", err, ca)
+	cp.KeepAlive = 30
+	cp.UsernameFlag, cp.PasswordFlag = cp.Username != "", len(cp.Password) > 0
+	ca, err := c.Connect(ctx, &cp)
+	if ca == nil {
+		t.Fatalf("connect %s: %v", cp.ClientID, err)
 	}
 	c.present = ca.SessionPresent
-	t.Cleanup(func() { conn.Close() })
-	return c
+	return c, ca
 }
 
 func (c *client) sub(t *testing.T, filter, start string, props ...string) byte {

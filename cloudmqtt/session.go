@@ -44,6 +44,13 @@ type session struct {
 	wake    chan struct{} // cap 1
 	done    chan struct{} // closed by finish
 	finOnce sync.Once
+	// loaded: load succeeded, so finish may write the session back (a
+	// refused or failed CONNECT never writes over a stored session);
+	// present: a stored session was resumed.
+	loaded, present bool
+	// dropped: the stored subscription filters load refused under the
+	// rules in force (told in the CONNACK to MQTT 5 clients).
+	dropped []string
 
 	mu       sync.Mutex
 	subs     []*sub
@@ -113,26 +120,55 @@ func (se *session) kick() {
 	}
 }
 
-// load starts the session: clean drops a stored one; otherwise a stored
-// session of the same principal is resumed (present true).
-func (se *session) load(clean bool) (present bool, err error) {
+// take makes se the holder of its client id on this server and returns
+// the session it takes over (nil: none connected here) — unless the id's
+// session, stored or connected here, belongs to another principal
+// (errSessionOwner). It is checked before anything is ended or deleted,
+// so a client that may use an id but is not its session's owner can
+// neither disconnect the owner nor delete its session with Clean Start.
+// The local check and the registration are one step under s.mu, so two
+// principals racing for an id on one server cannot both pass.
+func (s *Server) take(se *session) (*session, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
+	defer cancel()
+	owner, err := s.store.Owner(ctx, se.id)
+	if err != nil {
+		return nil, err
+	}
+	if owner != "" && owner != se.p.String() {
+		return nil, errSessionOwner
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.sessions[se.id]
+	if old != nil && old.p.String() != se.p.String() {
+		return nil, errSessionOwner
+	}
+	s.sessions[se.id] = se
+	return old, nil
+}
+
+// load starts the session (the caller has taken its id, see take): clean
+// drops a stored one; otherwise a stored session of the same principal
+// is resumed (se.present).
+func (se *session) load(clean bool) error {
 	ctx, cancel := context.WithTimeout(se.s.ctx, 30*time.Second)
 	defer cancel()
 	st := se.s.store
 	if clean {
 		if err := st.Delete(ctx, se.id); err != nil {
-			return false, err
+			return err
 		}
 	} else {
 		ss, pos, err := st.Load(ctx, se.id)
 		if err != nil {
-			return false, err
+			return err
 		}
 		if ss != nil {
 			if ss.Principal != se.p.String() {
-				return false, errSessionOwner
+				return errSessionOwner
 			}
-			present = true
+			se.present = true
 			for _, x := range ss.Subs {
 				t, err := wire.ParseFilter(x.Filter)
 				if err != nil {
@@ -147,6 +183,27 @@ func (se *session) load(clean bool) (present bool, err error) {
 					}
 					sort.Strings(streams)
 				}
+				if len(streams) == 0 {
+					continue
+				}
+				// Authorised again, as a new SUBSCRIBE would be: the rules
+				// may have changed since it was granted.
+				kept := se.reauthorize(x.Filter, t, streams)
+				if len(kept) == 0 {
+					se.dropped = append(se.dropped, x.Filter)
+					if err := st.DropFilter(ctx, se.id, x.Filter); err != nil {
+						return err
+					}
+					continue
+				}
+				for _, name := range streams {
+					if !slices.Contains(kept, name) {
+						if err := st.DropStream(ctx, se.id, x.Filter, name); err != nil {
+							return err
+						}
+					}
+				}
+				streams = kept
 				for _, st := range streams {
 					tt := t
 					tt.Stream = st
@@ -161,13 +218,44 @@ func (se *session) load(clean bool) (present bool, err error) {
 		}
 	}
 	if se.persistent() {
-		return present, st.Save(ctx, se.id, se.row())
-	}
-	if !clean {
+		if err := st.Save(ctx, se.id, se.row()); err != nil {
+			return err
+		}
+	} else if !clean {
 		// Not kept after this connection: forget the stored one now.
-		return present, st.Delete(ctx, se.id)
+		if err := st.Delete(ctx, se.id); err != nil {
+			return err
+		}
 	}
-	return present, nil
+	se.loaded = true
+	return nil
+}
+
+// reauthorize is what is left of a stored subscription's streams under
+// the rules in force: none when its filter is refused. Each refusal is
+// audited, logged and counted.
+func (se *session) reauthorize(filter string, t wire.Target, streams []string) []string {
+	a := se.s.cfg.Auth
+	if a == nil {
+		return streams
+	}
+	rq := auth.Request{Client: auth.Client{Protocol: "mqtt", Remote: se.conn.remote}, Principal: se.p,
+		Action: auth.Subscribe, ClientID: se.id, Topic: t.Filter, Stream: t.Stream, Group: t.Share}
+	var kept []string
+	if a.Authorize(rq) == nil {
+		for _, st := range streams {
+			rq.Stream = st
+			if t.Stream != "" || a.Allowed(rq) {
+				kept = append(kept, st)
+			}
+		}
+	}
+	if len(kept) < len(streams) {
+		se.s.m.resumeDropped.Inc()
+		se.s.log.Info("cloud mqtt: stored subscription no longer authorized, dropped from the resumed session",
+			"client", se.id, "principal", se.p.String(), "filter", filter, "streams", len(streams)-len(kept))
+	}
+	return kept
 }
 
 // row is the session's stored row (caller holds mu or owns se).
@@ -196,16 +284,20 @@ func (se *session) finish() {
 			}
 		}
 		se.watching = map[string]int{}
-		persistent, row := se.persistent(), se.row()
+		persistent, row := se.persistent() && se.loaded, se.row()
 		subs := slices.Clone(se.subs)
 		se.mu.Unlock()
 		se.releaseShares(subs)
 		s := se.s
-		s.mu.Lock()
-		if s.sessions[se.id] == se {
-			delete(s.sessions, se.id)
-		}
-		s.mu.Unlock()
+		// The id stays held until the row is written, so that a new
+		// connection of the id waits for done instead of racing the write.
+		defer func() {
+			s.mu.Lock()
+			if s.sessions[se.id] == se {
+				delete(s.sessions, se.id)
+			}
+			s.mu.Unlock()
+		}()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if !persistent {
@@ -323,7 +415,7 @@ func (se *session) subscribeOne(ctx context.Context, f packets.Subscription, sta
 	}
 	a := s.cfg.Auth
 	rq := auth.Request{Client: auth.Client{Protocol: "mqtt", Remote: se.conn.remote}, Principal: se.p,
-		Action: auth.Subscribe, ClientID: se.id, Topic: t.Filter, Stream: t.Stream}
+		Action: auth.Subscribe, ClientID: se.id, Topic: t.Filter, Stream: t.Stream, Group: t.Share}
 	if a != nil && a.Authorize(rq) != nil {
 		return codeNotAuthorized, "not authorized"
 	}

@@ -272,6 +272,26 @@ func (s *store) Load(ctx context.Context, client string) (*storedSession, positi
 	return &ss, pos, rows.Err()
 }
 
+// Owner is the principal of client's stored session ("" when there is
+// none or it has expired), read without touching anything: the owner is
+// compared before a CONNECT ends, deletes or replaces a session.
+func (s *store) Owner(ctx context.Context, client string) (string, error) {
+	var owner string
+	var expiry, seen int64
+	err := s.db.QueryRowContext(ctx, s.db.Q(`SELECT principal, expiry, seen FROM tributary_mqtt_sessions
+		WHERE client_id = ?`), client).Scan(&owner, &expiry, &seen)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if expiry >= 0 && time.UnixMilli(seen).Add(time.Duration(expiry)*time.Second).Before(time.Now()) {
+		return "", nil
+	}
+	return owner, nil
+}
+
 // Save writes a session's row (not its positions).
 func (s *store) Save(ctx context.Context, client string, ss storedSession) error {
 	subs, err := json.Marshal(ss.Subs)
@@ -316,6 +336,21 @@ func (s *store) DropFilter(ctx context.Context, client, filter string) error {
 	}
 	s.mu.Unlock()
 	_, err := s.db.ExecContext(ctx, s.db.Q(`DELETE FROM tributary_mqtt_positions WHERE client_id = ? AND filter = ?`), client, filter)
+	return err
+}
+
+// DropStream deletes the positions of one stream of one subscription of
+// client (a plain filter's stream the principal may no longer read).
+func (s *store) DropStream(ctx context.Context, client, filter, stream string) error {
+	s.mu.Lock()
+	for k := range s.dirty {
+		if k.client == client && k.filter == filter && k.stream == stream {
+			delete(s.dirty, k)
+		}
+	}
+	s.mu.Unlock()
+	_, err := s.db.ExecContext(ctx, s.db.Q(`DELETE FROM tributary_mqtt_positions WHERE client_id = ? AND filter = ? AND stream = ?`),
+		client, filter, stream)
 	return err
 }
 

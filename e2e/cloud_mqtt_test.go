@@ -598,13 +598,15 @@ func TestCloudMQTTReplay(t *testing.T) {
 	}
 }
 
-// cloudMQTTACL: anonymous devices may publish to the edge only; dash
+// cloudMQTTACL: anonymous devices may publish to the edge only (with
+// client ids dev*: an anonymous client's id must be listed); dash
 // subscribes to factory/ topics of factory.* streams; ops is an admin.
 const cloudMQTTACL = `allow_anonymous: true
 users_file: %s
 acl:
   - principal: anonymous
     allow: [publish]
+    client_ids: ["dev*"]
   - principal: dash
     allow: [subscribe]
     topics: ["factory/#"]

@@ -25,8 +25,9 @@ import (
 )
 
 // mqttAuthACL: devices sensor-* publish and subscribe under
-// factory/<their name>/, reader subscribes to all of factory/, ops is an
-// admin.
+// factory/<their name>/ with client ids <their name>[-*] (written out:
+// the default is the name only), reader subscribes to all of factory/,
+// ops is an admin.
 const mqttAuthACL = `allow_anonymous: false
 users_file: %s
 jwt:
@@ -35,6 +36,7 @@ acl:
   - principal: "sensor-*"
     allow: [publish, subscribe]
     topics: ["factory/%%u/#"]
+    client_ids: ["%%u", "%%u-*"]
   - principal: reader
     allow: [subscribe]
     topics: ["factory/#"]

@@ -37,7 +37,9 @@ import (
 //     each SUBSCRIBE filter and again for every delivery (publishToClient,
 //     retained messages included), so a topic reaches a client only
 //     through a filter its principal may subscribe to.
-//   - Publishes are checked after topic-alias resolution: OnACLCheck
+//   - Publishes are checked after topic-alias resolution, on their topic
+//     and on the stream the router picks for it (a rule's streams must
+//     cover it), wills likewise at CONNECT: OnACLCheck
 //     (write) runs before mochi resolves an alias, so the publish check is
 //     in publishHook.OnPublish instead, before the WAL; a denied publish is
 //     never appended, retained or delivered.
@@ -166,7 +168,9 @@ func (h *authHook) admit(c auth.Client, cl *mochi.Client, pk packets.Packet) (p 
 		}
 	}
 	if pk.Connect.WillFlag {
-		err = a.Authorize(auth.Request{Client: c, Principal: p, Action: auth.Publish, Topic: pk.Connect.WillTopic, ClientID: cl.ID})
+		// A will is a publish: on its topic and the stream the route picks.
+		err = a.Authorize(auth.Request{Client: c, Principal: p, Action: auth.Publish, Topic: pk.Connect.WillTopic,
+			Stream: h.s.router.StreamFor(pk.Connect.WillTopic), ClientID: cl.ID})
 		if err != nil {
 			return p, refuseNotAuthorized, err
 		}
@@ -242,13 +246,14 @@ func (h *authHook) OnACLCheck(cl *mochi.Client, topic string, write bool) bool {
 	if write || cl.Net.Inline {
 		return true
 	}
-	_, err := h.authorize(cl, auth.Subscribe, topic)
+	_, err := h.authorize(cl, auth.Subscribe, topic, "")
 	return err == nil
 }
 
-// authorize decides action on topic for a network client (denials
-// audited) and returns its principal.
-func (h *authHook) authorize(cl *mochi.Client, action auth.Action, topic string) (auth.Principal, error) {
+// authorize decides action on topic (and, for a publish, the stream its
+// route picks, which a rule listing streams must cover) for a network
+// client (denials audited) and returns its principal.
+func (h *authHook) authorize(cl *mochi.Client, action auth.Action, topic, stream string) (auth.Principal, error) {
 	a := h.s.cfg.Auth
 	p, ok := h.principal(cl)
 	if !ok {
@@ -258,7 +263,7 @@ func (h *authHook) authorize(cl *mochi.Client, action auth.Action, topic string)
 		return p, nil
 	}
 	return p, a.Authorize(auth.Request{Client: auth.Client{Protocol: "mqtt", Remote: cl.Net.Remote},
-		Principal: p, Action: action, Topic: topic, ClientID: cl.ID})
+		Principal: p, Action: action, Topic: topic, Stream: stream, ClientID: cl.ID})
 }
 
 // OnDisconnect forgets the principal of a session that ends with its

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -21,11 +22,13 @@ import (
 )
 
 // The fixture's rules: devices sensor-* publish and subscribe under
-// factory/<their name>/, reader subscribes to everything under factory/,
-// ops is an admin (any topic, any client id). Anonymous clients are
-// refused. Passwords are "pw-" + the user name.
+// factory/<their name>/ with client ids <their name>[-*] (written out:
+// the default is the name only), reader subscribes to everything under
+// factory/, ops is an admin (any topic, any client id). Anonymous clients
+// are refused. Passwords are "pw-" + the user name.
 var authACL = []auth.Rule{
-	{Principal: "sensor-*", Allow: []auth.Action{auth.Publish, auth.Subscribe}, Topics: []string{"factory/%u/#"}},
+	{Principal: "sensor-*", Allow: []auth.Action{auth.Publish, auth.Subscribe}, Topics: []string{"factory/%u/#"},
+		ClientIDs: []string{"%u", "%u-*"}},
 	{Principal: "reader", Allow: []auth.Action{auth.Subscribe}, Topics: []string{"factory/#"}},
 	{Principal: "ops", Allow: []auth.Action{auth.Admin}},
 }
@@ -130,7 +133,7 @@ func TestAuthConnect(t *testing.T) {
 		{"user without password", paho.Connect{ClientID: "sensor-a", Username: "sensor-a"}, 0x86},
 		{"password", paho.Connect{ClientID: "sensor-a", Username: "sensor-a", Password: []byte("pw-sensor-a")}, 0},
 		{"client id of another device", paho.Connect{ClientID: "sensor-b", Username: "sensor-a", Password: []byte("pw-sensor-a")}, 0x87},
-		{"client id with the user's prefix", paho.Connect{ClientID: "sensor-a-2", Username: "sensor-a", Password: []byte("pw-sensor-a")}, 0},
+		{"client id with the user's prefix (a configured pattern)", paho.Connect{ClientID: "sensor-a-2", Username: "sensor-a", Password: []byte("pw-sensor-a")}, 0},
 		{"client id assigned by the server", paho.Connect{Username: "sensor-a", Password: []byte("pw-sensor-a")}, 0},
 		{"jwt", paho.Connect{ClientID: "sensor-b", Password: []byte(f.token(t, "sensor-b", time.Minute))}, 0},
 		{"jwt with its user name", paho.Connect{ClientID: "sensor-b", Username: "sensor-b", Password: []byte(f.token(t, "sensor-b", time.Minute))}, 0},
@@ -155,7 +158,7 @@ func TestAuthConnect(t *testing.T) {
 		t.Errorf("RefusedConnects = %d, want 9", n)
 	}
 	for _, want := range []string{"reason=no_credentials", "reason=bad_password", "reason=unknown_user", "reason=token_expired",
-		`resource=client_id:sensor-b`, "resource=topic:factory/sensor-b/status"} {
+		`resource=client_id:sensor-b`, `resource="topic:factory/sensor-b/status stream:default.mqtt"`} {
 		if !strings.Contains(f.audit.String(), want) {
 			t.Errorf("audit log lacks %q:\n%s", want, f.audit)
 		}
@@ -636,4 +639,138 @@ func TestQuickReconnectSameID(t *testing.T) {
 		again.Close()
 		time.Sleep(600 * time.Millisecond)
 	}
+}
+
+// TestAuthClientIDDefaults: by default a principal may use its own name
+// as client id and nothing else — user sensor cannot take device
+// sensor-1's id (and its cmd/sensor-1 commands) — and an anonymous client
+// gets an id the server assigns (MQTT 5 Assigned Client Identifier; 3.1.1
+// an empty id with clean session) unless a rule lists client ids for it
+// (TestAuthConnect: a configured "%u-*" keeps working; auth's TestACL:
+// anonymous patterns).
+func TestAuthClientIDDefaults(t *testing.T) {
+	a := openAuthority(t, []string{"sensor", "sensor-1"}, []auth.Rule{
+		{Principal: "sensor*", Allow: []auth.Action{auth.Publish, auth.Subscribe}, Topics: []string{"cmd/%c", "factory/%u/#"}},
+		{Principal: "anonymous", Allow: []auth.Action{auth.Subscribe}, Topics: []string{"public/#"}},
+	})
+	f := startServer(t, func(c *Config) { c.Auth = a })
+	for _, tc := range []struct {
+		name string
+		cp   paho.Connect
+		want byte
+	}{
+		{"another principal's name", paho.Connect{ClientID: "sensor-1", Username: "sensor", Password: []byte("pw-sensor")}, 0x87},
+		{"its own name", paho.Connect{ClientID: "sensor-1", Username: "sensor-1", Password: []byte("pw-sensor-1")}, 0},
+		{"anonymous with an id", paho.Connect{ClientID: "free-id"}, 0x87},
+		{"anonymous with a device's id", paho.Connect{ClientID: "sensor-2"}, 0x87},
+		{"anonymous without an id", paho.Connect{}, 0},
+	} {
+		tc.cp.CleanStart = true
+		c, rc := login(t, dialTCP(t, f.tcp), tc.cp, nil)
+		if rc != tc.want {
+			t.Errorf("%s: CONNACK reason %#x, want %#x", tc.name, rc, tc.want)
+		}
+		if c != nil {
+			_ = c.Disconnect(&paho.Disconnect{})
+		}
+	}
+	for _, tc := range []struct {
+		name, id string
+		want     byte
+	}{{"anonymous with an id", "free-id", 0x05}, {"anonymous without an id", "", 0x00}} {
+		conn, rc := connack3(t, f.tcp, tc.id, "", "")
+		if rc != tc.want {
+			t.Errorf("3.1.1 %s: return code %#x, want %#x", tc.name, rc, tc.want)
+		}
+		conn.Close()
+	}
+}
+
+// openAuthority is an Authority with users (password "pw-" + name) and
+// rules, anonymous clients allowed with the rules of principal anonymous.
+func openAuthority(t *testing.T, users []string, rules []auth.Rule) *auth.Authority {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "passwd")
+	for _, u := range users {
+		if err := auth.SetPassword(file, u, []byte("pw-"+u)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	yes := true
+	a, err := auth.Open(auth.Config{AllowAnonymous: &yes, UsersFile: file, ACL: rules},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// TestAuthPublishStreams: a publish rule's streams are checked on the
+// stream the route picks for the topic (the fixture routes sensors/+/temp
+// to plant.temps, the rest of sensors/# to plant.sensors, everything else
+// to default.mqtt), so topic wildcards do not reach every stream; a will
+// likewise. Publishes inside the rule's streams are accepted.
+func TestAuthPublishStreams(t *testing.T) {
+	a := openAuthority(t, []string{"sensor-a", "ops"}, []auth.Rule{
+		{Principal: "sensor-a", Allow: []auth.Action{auth.Publish}, Topics: []string{"#"}, Streams: []string{"plant.temps"}},
+		{Principal: "ops", Allow: []auth.Action{auth.Admin}},
+	})
+	f := startServer(t, func(c *Config) { c.Auth = a })
+	c := loginAt(t, f.tcp, "sensor-a", "sensor-a", nil)
+	mustPublish(t, c, "sensors/a/temp", 1, "in its stream")
+	for _, topic := range []string{"sensors/a/humidity", "elsewhere/x"} { // plant.sensors, default.mqtt
+		for _, qos := range []byte{1, 2} {
+			resp, _ := publish(t, c, &paho.Publish{Topic: topic, QoS: qos, Payload: []byte("other stream")})
+			if resp == nil || resp.ReasonCode != 0x87 {
+				t.Fatalf("qos %d publish to %s (another stream): response %+v, want reason 0x87", qos, topic, resp)
+			}
+		}
+	}
+	mustPublish(t, c, "sensors/b/temp", 2, "still in its stream")
+	ops := loginAt(t, f.tcp, "ops", "ops", nil)
+	mustPublish(t, ops, "elsewhere/x", 1, "admin") // an admin's rule has no streams to keep to
+	testkit.Eventually(t, 5*time.Second, "3 accepted publishes", func() bool { return f.sink.len() == 3 })
+	for _, r := range f.sink.records() {
+		if string(r.Value) == "other stream" {
+			t.Errorf("a publish outside the rule's streams was appended: %s to %s", r.Topic, r.Stream)
+		}
+	}
+	for _, tc := range []struct {
+		topic string
+		want  byte
+	}{{"sensors/a/status", 0x87}, {"sensors/a/temp", 0}} {
+		cl, rc := login(t, dialTCP(t, f.tcp), paho.Connect{ClientID: "sensor-a", CleanStart: true, Username: "sensor-a",
+			Password: []byte("pw-sensor-a"), WillMessage: &paho.WillMessage{Topic: tc.topic, Payload: []byte("gone")}}, nil)
+		if rc != tc.want {
+			t.Errorf("will on %s: CONNACK %#x, want %#x", tc.topic, rc, tc.want)
+		}
+		if cl != nil {
+			_ = cl.Disconnect(&paho.Disconnect{})
+		}
+	}
+}
+
+// TestAuthShareGroup: a $share group is checked against the rule's
+// groups (as in the cloud and for Kafka, Pulsar, gRPC and HTTP groups):
+// mallory cannot join team-a's group and divert its messages; team-a
+// can, and receives them.
+func TestAuthShareGroup(t *testing.T) {
+	a := openAuthority(t, []string{"team-a", "mallory", "ops"}, []auth.Rule{
+		{Principal: "team-a", Allow: []auth.Action{auth.Subscribe}, Topics: []string{"factory/#"}, Groups: []string{"team-a"}},
+		{Principal: "mallory", Allow: []auth.Action{auth.Subscribe}, Topics: []string{"#"}, Groups: []string{"mallory-*"}},
+		{Principal: "ops", Allow: []auth.Action{auth.Admin}},
+	})
+	f := startServer(t, func(c *Config) { c.Auth = a })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m := loginAt(t, f.tcp, "mallory", "mallory", nil)
+	sa, _ := m.Subscribe(ctx, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{
+		{Topic: "$share/team-a/factory/#", QoS: 1}, {Topic: "$share/mallory-1/factory/#", QoS: 1}}})
+	if sa == nil || len(sa.Reasons) != 2 || sa.Reasons[0] != 0x87 || sa.Reasons[1] != 1 {
+		t.Fatalf("mallory's SUBACK %+v, want 0x87 for team-a's group, 1 for its own", sa)
+	}
+	var got received
+	subscribe(t, loginAt(t, f.tcp, "team-a", "team-a", &got), "$share/team-a/factory/#", 1)
+	mustPublish(t, loginAt(t, f.tcp, "ops", "ops", nil), "factory/x", 1, "for team-a")
+	testkit.Eventually(t, 5*time.Second, "team-a's group receives the message", func() bool { return len(got.all()) == 1 })
 }

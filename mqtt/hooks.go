@@ -99,7 +99,8 @@ func (h *publishHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pa
 		return pk, nil // the node's own messages: not logged, see package comment
 	}
 	s := h.s
-	p, err := s.auth.authorize(cl, auth.Publish, pk.TopicName)
+	stream := s.router.StreamFor(pk.TopicName)
+	p, err := s.auth.authorize(cl, auth.Publish, pk.TopicName, stream)
 	if err != nil {
 		if s.pipe != nil && pk.FixedHeader.Qos > 0 && cl.Properties.ProtocolVersion >= 5 &&
 			s.pipe.refuseInOrder(cl, pk, "", auth.ErrDenied, &packets.ErrNotAuthorized) {
@@ -109,14 +110,13 @@ func (h *publishHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pa
 		return pk, s.deny(cl, pk)
 	}
 	if pk.FixedHeader.Retain && !s.retained.admit(pk.TopicName, len(pk.Payload)) {
-		stream := s.router.StreamFor(pk.TopicName)
 		if s.pipe != nil && pk.FixedHeader.Qos > 0 && s.pipe.refuseInOrder(cl, pk, stream, errRetainedQuota, nil) {
 			return pk, packets.ErrRejectPacket
 		}
 		return pk, s.refuse(cl, pk, stream, errRetainedQuota)
 	}
 	rec := &tributary.Record{
-		Stream:    s.router.StreamFor(pk.TopicName),
+		Stream:    stream,
 		Topic:     pk.TopicName,
 		Value:     pk.Payload,
 		Source:    "mqtt",

@@ -42,19 +42,22 @@
 //     user, wrong password, bad or expired token) get CONNACK 0x86 bad user
 //     name or password (MQTT 3.1.1: return code 0x04); no credentials while
 //     anonymous access is off, a client id the principal's rules do not
-//     allow (by default its own name or name-*; one the server assigns is
-//     always allowed), a client id whose session — connected or kept —
-//     belongs to another principal, or a will on a topic the principal may
-//     not publish to get 0x87 not authorized (3.1.1: 0x05). Those checks
+//     allow (by default its own name only, none for an anonymous client;
+//     one the server assigns is always allowed), a client id whose
+//     session — connected or kept — belongs to another principal, or a
+//     will the principal may not publish get 0x87 not authorized (3.1.1:
+//     0x05). Those checks
 //     run before mochi takes an existing session of the id over, so one
 //     device can neither kick another off nor inherit its session.
 //   - PUBLISH: the principal needs publish on the topic (after topic-alias
-//     resolution). A denied publish is not written to the WAL, retained or
-//     delivered: MQTT 5 gets PUBACK (QoS 1) or PUBREC (QoS 2) 0x87 and
-//     nothing at QoS 0; MQTT 3.1.1, which has no negative acknowledgement,
-//     is disconnected [MQTT-3.3.5-2].
+//     resolution) and on the stream the router picks for it (a will at
+//     CONNECT likewise). A denied publish is not written to the WAL,
+//     retained or delivered: MQTT 5 gets PUBACK (QoS 1) or PUBREC (QoS 2)
+//     0x87 and nothing at QoS 0; MQTT 3.1.1, which has no negative
+//     acknowledgement, is disconnected [MQTT-3.3.5-2].
 //   - SUBSCRIBE: each filter needs subscribe rights covering everything the
-//     filter matches ($share/<group>/ is stripped); a denied filter gets
+//     filter matches ($share/<group>/ is stripped, the group checked
+//     against the rule's groups); a denied filter gets
 //     SUBACK 0x87 (3.1.1: 0x80), the others of the packet are granted.
 //     Every delivery is checked again for the receiving client, retained
 //     messages included, so nothing reaches a client through a filter it
