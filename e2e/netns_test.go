@@ -184,7 +184,8 @@ func (s *netSite) destroy() {
 }
 
 // removeStaleNamespaces deletes the namespaces nsPrefix-<pid>-... of
-// processes that no longer run (a test binary killed before its cleanup).
+// test processes that no longer run (a test binary killed before its
+// cleanup), after killing what still runs in them.
 func removeStaleNamespaces(t *testing.T) {
 	entries, _ := os.ReadDir("/run/netns")
 	for _, e := range entries {
@@ -199,6 +200,13 @@ func removeStaleNamespaces(t *testing.T) {
 		}
 		if syscall.Kill(pid, 0) == nil {
 			continue // another run's, still going
+		}
+		// Nodes that run's test started and never ended (it was killed).
+		out, _ := exec.Command("ip", "netns", "pids", e.Name()).Output()
+		for _, f := range strings.Fields(string(out)) {
+			if p, err := strconv.Atoi(f); err == nil {
+				syscall.Kill(p, syscall.SIGKILL)
+			}
 		}
 		if out, err := exec.Command("ip", "netns", "del", e.Name()).CombinedOutput(); err != nil {
 			t.Logf("removing stale namespace %s: %v: %s", e.Name(), err, out)

@@ -289,8 +289,11 @@ type partPub struct {
 	acked   map[string]bool
 	ackAt   []time.Time
 	refused map[byte]int
-	sent    int
-	lastErr string
+	// refusedIDs are the ids refused at least once.
+	refusedIDs map[string]bool
+	sent       int
+	unknown    int // publishes without an answer (timeout, connection lost)
+	lastErr    string
 }
 
 type partLoad struct {
@@ -302,7 +305,7 @@ type partLoad struct {
 func (s *partSite) startLoad() *partLoad {
 	ld := &partLoad{pubs: map[string]*partPub{}, stop: make(chan struct{})}
 	for _, id := range s.ids {
-		pp := &partPub{node: id, acked: map[string]bool{}, refused: map[byte]int{}}
+		pp := &partPub{node: id, acked: map[string]bool{}, refused: map[byte]int{}, refusedIDs: map[string]bool{}}
 		ld.pubs[id] = pp
 		ld.wg.Go(func() { s.publish(ld, pp) })
 	}
@@ -370,11 +373,14 @@ func (s *partSite) publishOn(ld *partLoad, pp *partPub, cl *paho.Client, tick *t
 		pp.mu.Lock()
 		pp.sent++
 		switch {
+		case pr != nil && pr.ReasonCode >= 0x80: // paho returns the PUBACK and an error
+			pp.refused[pr.ReasonCode]++ // re-sent with the same id
+			pp.refusedIDs[id] = true
+			err = nil
 		case err != nil:
 			pp.lastErr = err.Error()
+			pp.unknown++
 			seq++ // unknown outcome: never re-sent
-		case pr.ReasonCode >= 0x80:
-			pp.refused[pr.ReasonCode]++ // re-sent with the same id
 		default:
 			pp.acked[id] = true
 			pp.ackAt = append(pp.ackAt, time.Now())
@@ -524,6 +530,7 @@ type partResult struct {
 	acked, inTable, missing, dups    int
 	refused                          map[byte]int
 	refusedInTable, quarantined      int
+	unknown                          int
 	takeover, restored               time.Duration
 	rateBefore, rateDuring           float64
 	missingInQuarantine, missingNote string
@@ -541,8 +548,8 @@ func (r partResult) String() string {
 		}
 		return d.Round(100 * time.Millisecond).String()
 	}
-	s := fmt.Sprintf("%s: acknowledged %d, in the table %d, missing %d%s, duplicated %d, refused [%s] (ids in the table after a refusal: %d), quarantined %d, takeover %s, replication restored %s after the heal",
-		r.name, r.acked, r.inTable, r.missing, r.missingInQuarantine, r.dups, strings.Join(codes, " "), r.refusedInTable, r.quarantined, dur(r.takeover), dur(r.restored))
+	s := fmt.Sprintf("%s: acknowledged %d, in the table %d, missing %d%s, duplicated %d, refused [%s] (ids in the table after a refusal: %d), unanswered %d, quarantined %d, takeover %s, replication restored %s after the heal",
+		r.name, r.acked, r.inTable, r.missing, r.missingInQuarantine, r.dups, strings.Join(codes, " "), r.refusedInTable, r.unknown, r.quarantined, dur(r.takeover), dur(r.restored))
 	if r.rateBefore > 0 {
 		s += fmt.Sprintf(", majority ingest %.0f/s during the cut against %.0f/s before (%.2f)", r.rateDuring, r.rateBefore, r.rateDuring/r.rateBefore)
 	}
@@ -611,6 +618,7 @@ func (s *partSite) check(r *partResult) {
 		for c, n := range pp.refused {
 			r.refused[c] += n
 		}
+		r.unknown += pp.unknown
 		pp.mu.Unlock()
 	}
 	seen := map[string]int{}
@@ -632,14 +640,18 @@ func (s *partSite) check(r *partResult) {
 		}
 	}
 	r.missing = len(missing)
-	// Refused ids: those re-sent at least once (a refusal keeps the id).
+	// A refused id whose copies in the table outnumber its acknowledgement
+	// (one if it was acknowledged on a retry, none otherwise): a refused
+	// publish that was uploaded anyway.
 	for _, pp := range s.load.pubs {
 		pp.mu.Lock()
-		if len(pp.refused) > 0 {
-			for id, n := range seen {
-				if strings.HasPrefix(id, pp.node+"-") && n > 1 {
-					r.refusedInTable++
-				}
+		for id := range pp.refusedIDs {
+			want := 0
+			if pp.acked[id] {
+				want = 1
+			}
+			if seen[id] > want {
+				r.refusedInTable++
 			}
 		}
 		pp.mu.Unlock()
