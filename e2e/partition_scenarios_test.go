@@ -40,13 +40,17 @@ func partScenarios(tm partTimes) []partScenario {
 		}},
 		{"d_node_flapping", 3, "degrade", func(s *partSite, r *partResult) {
 			rest := []string{"n1", "n2"}
-			for i := range 5 {
-				last := i == 4
-				s.fault(r, tm.flapCut, rest, func() { s.net.cut("n3", rest...) }, func() { s.net.heal("n3", rest...) })
-				if !last {
-					time.Sleep(tm.flapUp) // the link up between two cuts: a duration of the scenario, not a wait
+			cut, heal := func() { s.net.cut("n3", rest...) }, func() { s.net.heal("n3", rest...) }
+			// Four flaps, then the fifth with the wait for replication.
+			r.takeover = s.watch(time.Now(), func() {
+				for range 4 {
+					cut()
+					time.Sleep(tm.flapCut) // the flap's durations: the scenario's, not waits for a condition
+					heal()
+					time.Sleep(tm.flapUp)
 				}
-			}
+			})
+			s.fault(r, tm.flapCut, rest, cut, heal)
 		}},
 		{"e_two_nodes_cut_from_each_other", 3, "degrade", func(s *partSite, r *partResult) {
 			s.fault(r, tm.hold, []string{"n3"}, func() { s.net.cut("n1", "n2") }, func() { s.net.heal("n1", "n2") })
@@ -93,14 +97,22 @@ func (s *partSite) fault(r *partResult, hold time.Duration, majority []string, c
 	}
 }
 
-// runPartition runs each scenario on a fresh site and prints every
-// scenario's figures together at the end.
-func runPartition(t *testing.T, scenarios []partScenario) {
+// runPartition runs each scenario on a fresh site of its own, parallel
+// at a time (each site has its own namespaces, so they cannot meet), and
+// prints every scenario's figures together once all have run.
+func runPartition(t *testing.T, scenarios []partScenario, parallel int) {
 	var mu sync.Mutex
 	var lines []string
 	start := time.Now()
+	t.Cleanup(func() {
+		t.Logf("partition suite, %s in all:\n%s", time.Since(start).Round(time.Second), strings.Join(lines, "\n"))
+	})
+	sem := make(chan struct{}, parallel)
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
+			sem <- struct{}{}
+			defer func() { <-sem }()
 			r := &partResult{name: sc.name + " (" + sc.policy + ")"}
 			defer func() {
 				status := "ok"
@@ -121,11 +133,11 @@ func runPartition(t *testing.T, scenarios []partScenario) {
 			s.check(r)
 		})
 	}
-	t.Logf("partition suite, %s in all:\n%s", time.Since(start).Round(time.Second), strings.Join(lines, "\n"))
 }
 
-// TestPartition is the partition suite with the short holds of make test
-// (the 60 s holds and the 5-node site are TestBenchPartition's).
+// TestPartition is the partition suite with the short holds of make test,
+// two sites at a time (the 60 s holds and the 5-node site are
+// TestBenchPartition's).
 func TestPartition(t *testing.T) {
-	runPartition(t, partScenarios(shortTimes))
+	runPartition(t, partScenarios(shortTimes), 2)
 }
