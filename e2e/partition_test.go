@@ -528,7 +528,7 @@ func (s *partSite) replicationRestored(from time.Time) (time.Duration, error) {
 type partResult struct {
 	name                             string
 	acked, inTable, missing, dups    int
-	refused                          map[byte]int
+	refused                          map[string]int // "node 0xNN" -> publishes refused
 	refusedInTable, quarantined      int
 	unknown                          int
 	takeover, restored               time.Duration
@@ -539,7 +539,7 @@ type partResult struct {
 func (r partResult) String() string {
 	codes := []string{}
 	for c, n := range r.refused {
-		codes = append(codes, fmt.Sprintf("0x%02x×%d", c, n))
+		codes = append(codes, fmt.Sprintf("%s×%d", c, n))
 	}
 	sort.Strings(codes)
 	dur := func(d time.Duration) string {
@@ -548,7 +548,7 @@ func (r partResult) String() string {
 		}
 		return d.Round(100 * time.Millisecond).String()
 	}
-	s := fmt.Sprintf("%s: acknowledged %d, in the table %d, missing %d%s, duplicated %d, refused [%s] (ids in the table after a refusal: %d), unanswered %d, quarantined %d, takeover %s, replication restored %s after the heal",
+	s := fmt.Sprintf("%s: acknowledged %d, in the table %d, missing %d%s, duplicated %d, refused by node and code [%s] (ids in the table after a refusal: %d), unanswered %d, quarantined %d, takeover %s, replication restored %s after the heal",
 		r.name, r.acked, r.inTable, r.missing, r.missingInQuarantine, r.dups, strings.Join(codes, " "), r.refusedInTable, r.unknown, r.quarantined, dur(r.takeover), dur(r.restored))
 	if r.rateBefore > 0 {
 		s += fmt.Sprintf(", majority ingest %.0f/s during the cut against %.0f/s before (%.2f)", r.rateDuring, r.rateBefore, r.rateDuring/r.rateBefore)
@@ -609,14 +609,14 @@ func (s *partSite) check(r *partResult) {
 	s.settle()
 	rows := readTable(t, s.shared, "factory.telemetry")
 	acked := map[string]bool{}
-	r.refused = map[byte]int{}
+	r.refused = map[string]int{}
 	for _, pp := range s.load.pubs {
 		pp.mu.Lock()
 		for id := range pp.acked {
 			acked[id] = true
 		}
 		for c, n := range pp.refused {
-			r.refused[c] += n
+			r.refused[fmt.Sprintf("%s 0x%02x", pp.node, c)] += n
 		}
 		r.unknown += pp.unknown
 		pp.mu.Unlock()
