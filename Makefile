@@ -7,7 +7,7 @@ GO        ?= go
 BIN       := bin/tributary
 PKGS      := ./...
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v /e2e)
-APT_PKGS  := mosquitto mosquitto-clients kcat postgresql chromium
+APT_PKGS  := mosquitto mosquitto-clients kcat postgresql chromium nftables iproute2
 DATA      ?= ./data
 VERSITYGW := v1.8.0
 
@@ -23,9 +23,11 @@ run: build
 
 # deps installs the real clients and servers the tests talk to. It needs
 # root (CI runs as root) and a reachable Debian mirror; it fails loudly
-# rather than letting tests skip.
+# rather than letting tests skip. The partition suite (e2e/partition_*)
+# needs ip (iproute2) for network namespaces and nft (nftables) for its
+# silent cuts.
 deps:
-	@missing=""; for b in mosquitto mosquitto_pub mosquitto_sub kcat; do \
+	@missing=""; for b in mosquitto mosquitto_pub mosquitto_sub kcat nft ip; do \
 	  command -v $$b >/dev/null 2>&1 || [ -x /usr/sbin/$$b ] || missing="$$missing $$b"; done; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \

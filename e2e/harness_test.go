@@ -11,10 +11,12 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -76,7 +78,10 @@ type proc struct {
 	// Gossip and Peer are the cluster listeners ("" for a single node).
 	Gossip, Peer string
 	// TLS is the client TLS of the process's listeners (nil: plain text).
-	TLS      *tls.Config
+	TLS *tls.Config
+	// dial, when set, dials the process's ports (e.g. from inside the
+	// network namespace it runs in; see netns_test.go).
+	dial     func(ctx context.Context, network, addr string) (net.Conn, error)
 	exited   chan struct{}
 	logMu    sync.Mutex
 	logLines []string
@@ -127,6 +132,9 @@ func (p *proc) httpGet(path string) (*http.Response, error) {
 		c.Transport = &http.Transport{TLSClientConfig: p.TLS.Clone()}
 		scheme = "https://"
 	}
+	if p.dial != nil {
+		c.Transport = &http.Transport{DialContext: p.dial, TLSClientConfig: p.TLS.Clone()}
+	}
 	return c.Get(scheme + p.HTTP + path)
 }
 
@@ -141,8 +149,19 @@ func startEdge(t *testing.T, dataDir, config string) *proc {
 // listener addresses it writes once every listener is up.
 func startProc(t *testing.T, dataDir string, args ...string) *proc {
 	t.Helper()
+	return startProcWrapped(t, nil, dataDir, args...)
+}
+
+// startProcWrapped is startProc with the binary run by a wrapper command
+// (e.g. ip netns exec NS): wrap, then the binary and args.
+func startProcWrapped(t *testing.T, wrap []string, dataDir string, args ...string) *proc {
+	t.Helper()
 	readyFile := filepath.Join(t.TempDir(), "ready.json")
-	cmd := exec.Command(binPath, append([]string{args[0], "--ready-file", readyFile}, args[1:]...)...)
+	argv := append([]string{binPath, args[0], "--ready-file", readyFile}, args[1:]...)
+	if len(wrap) > 0 {
+		argv = append(slices.Clone(wrap), argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout = io.Discard
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
