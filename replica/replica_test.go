@@ -209,7 +209,13 @@ func TestFencedByReplica(t *testing.T) {
 	}
 	if err := a.ingest(t, 0, 1, 0); !errors.Is(err, ErrFenced) {
 		t.Fatalf("later append: %v", err)
-	} // a takes the partition back at a higher epoch: replicated again.
+	}
+	// A fenced partition is not replication lag: nothing of it is to be
+	// replicated any more (the gauge stayed up on fenced nodes).
+	if lag := a.r.Stats().LagRecords; lag != 0 {
+		t.Fatalf("lag %d records on a fenced partition", lag)
+	}
+	// a takes the partition back at a higher epoch: replicated again.
 	if err := a.ingest(t, 0, 2, 2); err != nil {
 		t.Fatalf("append at a higher epoch: %v", err)
 	}

@@ -506,6 +506,9 @@ func (o *outPart) try(w *waiter) bool {
 func (o *outPart) lag() int64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.fenced {
+		return 0 // not replicated any more: another node owns it
+	}
 	var lag int64
 	for _, t := range o.targets {
 		lag = max(lag, o.next-max(t.acked, 0))
