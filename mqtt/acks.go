@@ -54,7 +54,9 @@ type PipelinedSink interface {
 //     acknowledgement is written (mochi's order: retained, acked,
 //     delivered), the packet is injected (Server.InjectPacket) through an
 //     inline client carrying the publisher's client id, so mochi's retain and delivery code runs with
-//     the right origin (NoLocal), the MQTT 5 properties and the cluster
+//     the right origin (NoLocal), the MQTT 5 properties (the inline client
+//     is of version 5: mochi expires only version-5 messages queued for an
+//     offline session [MQTT-3.3.2-5]) and the cluster
 //     routing (called here, as the cluster hook does for blocking
 //     acknowledgements). A durable publish is delivered once, also when
 //     its acknowledgement could not be written (the client's re-send is
@@ -147,7 +149,14 @@ var errReject error = packets.ErrRejectPacket
 
 func newPipeline(s *Server) *pipeline {
 	p := &pipeline{s: s, rm: int(s.cfg.ReceiveMaximum), sessions: map[string]*ackSession{}, stop: make(chan struct{})}
-	p.locals.New = func() any { return s.broker.NewClient(nil, "local", "", true) }
+	p.locals.New = func() any {
+		local := s.broker.NewClient(nil, "local", "", true)
+		// mochi stamps each queued message with the injecting client's
+		// version, and its expiry sweep drops only version-5 messages
+		// [MQTT-3.3.2-5]; version 5 also keeps the MQTT 5 properties.
+		local.Properties.ProtocolVersion = 5
+		return local
+	}
 	return p
 }
 
