@@ -135,6 +135,8 @@ type ackSession struct {
 type pendingPub struct {
 	pk     packets.Packet
 	stream string
+	rec    *tributary.Record // the appended record (nil for a refusal or a re-send)
+	stored *storedPub        // a re-send of a stored, unacknowledged publish: confirmed, not appended
 	gen    uint64
 	start  time.Time
 	done   bool // durable, failed or refused: ready at the head
@@ -315,7 +317,18 @@ func (p *pipeline) publish(cl *mochi.Client, pk packets.Packet, rec *tributary.R
 			return errReject
 		}
 	}
-	e := &pendingPub{pk: pk, stream: rec.Stream, gen: a.gen, start: time.Now()}
+	if sp := s.stored.take(cl.ID, pk); sp != nil {
+		// The re-send of a publish stored but not acknowledged (stored.go):
+		// its stored record is confirmed, not appended again.
+		e := &pendingPub{pk: pk, stream: rec.Stream, stored: sp, gen: a.gen, start: time.Now()}
+		a.queue = append(a.queue, e)
+		a.byID[pk.PacketID] = e
+		a.mu.Unlock()
+		s.resentStored.Add(1)
+		go func() { p.complete(a, e, s.confirm(sp)) }()
+		return errReject
+	}
+	e := &pendingPub{pk: pk, stream: rec.Stream, rec: rec, gen: a.gen, start: time.Now()}
 	a.queue = append(a.queue, e)
 	a.byID[pk.PacketID] = e
 	a.mu.Unlock()
@@ -537,7 +550,7 @@ func hasSubscribers(broker *mochi.Server, topic string) bool {
 func (p *pipeline) answer(cl, local *mochi.Client, batch []*pendingPub, buf []byte) []byte {
 	s := p.s
 	for _, e := range batch {
-		if e.again || e.deny != nil || e.err != nil {
+		if e.again || e.deny != nil || e.err != nil || e.stored != nil && e.stored.delivered {
 			continue
 		}
 		pk := e.pk
@@ -561,8 +574,24 @@ func (p *pipeline) answer(cl, local *mochi.Client, batch []*pendingPub, buf []by
 		}
 	}
 	ok := false
+	gone := false // disconnected for a stored, unconfirmed publish
 	for _, e := range batch {
 		switch {
+		case gone && e.err == nil && e.deny == nil && !e.again:
+			// Durable (and delivered), but its acknowledgement cannot be
+			// written any more: remembered like a stored, unconfirmed one,
+			// so the re-send is not appended twice (QoS 2: its PUBREC is in
+			// pubrecs already).
+			if e.pk.FixedHeader.Qos == 1 {
+				p.rememberStored(cl, e, true)
+			}
+		case gone:
+			// Written into a closed connection: nothing to answer.
+		case e.err != nil && s.storedUnconfirmed(e.err):
+			buf = p.flush(cl, buf)
+			p.rememberStored(cl, e, false)
+			_ = s.refuse(cl, e.pk, e.stream, e.err) // disconnects
+			gone = true
 		case e.again:
 			buf = appendAck(buf, e.pk)
 		case e.deny != nil:
@@ -583,6 +612,18 @@ func (p *pipeline) answer(cl, local *mochi.Client, batch []*pendingPub, buf []by
 		s.budget.ok(s)
 	}
 	return p.flush(cl, buf)
+}
+
+// rememberStored remembers e's record as stored and not acknowledged
+// (stored.go); delivered: it was delivered to subscribers already.
+func (p *pipeline) rememberStored(cl *mochi.Client, e *pendingPub, delivered bool) {
+	switch {
+	case e.stored != nil:
+		e.stored.delivered = e.stored.delivered || delivered
+		p.s.stored.put(e.stored)
+	case e.rec != nil:
+		p.s.stored.remember(cl.ID, e.pk, e.rec, delivered)
+	}
 }
 
 // appendAck appends the success PUBACK (QoS 1) or PUBREC (QoS 2) of pk:

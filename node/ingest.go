@@ -46,7 +46,23 @@ func (in *ingest) append(ctx context.Context, recs []*tributary.Record) error {
 		return err
 	}
 	in.count.add(recs)
-	return in.repl.wait(ctx, recs)
+	if err := in.repl.wait(ctx, recs); err != nil {
+		return fmt.Errorf("%w: %w", tributary.ErrAfterAppend, err)
+	}
+	return nil
+}
+
+// Confirm waits again for the replicas of a record an append stored and
+// reported failed (tributary.ErrAfterAppend); rec needs the Stream,
+// Partition, Offset and Epoch that append set. It returns nil once the
+// replicas hold it as the policy requires (at once when it no longer
+// requires them), so the MQTT front door acknowledges a client's re-send
+// of it without appending it twice.
+func (in *ingest) Confirm(ctx context.Context, rec *tributary.Record) error {
+	if err := in.repl.wait(ctx, []*tributary.Record{rec}); err != nil {
+		return fmt.Errorf("%w: %w", tributary.ErrAfterAppend, err)
+	}
+	return nil
 }
 
 // stamp sets a record's partition (this node's own), epoch and node.
@@ -193,7 +209,12 @@ func (in *ingest) AppendPipelined(ctx context.Context, r *tributary.Record, done
 		in.count.add(recs)
 		// The replicas got the records while the WAL fsynced them (its
 		// Tap); their answer completes the acknowledgement.
-		in.repl.waitAsync(recs, done)
+		in.repl.waitAsync(recs, func(err error) {
+			if err != nil {
+				err = fmt.Errorf("%w: %w", tributary.ErrAfterAppend, err)
+			}
+			done(err)
+		})
 	})
 	return nil
 }
