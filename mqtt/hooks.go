@@ -26,7 +26,7 @@ func (h *publishHook) ID() string { return "tributary-wal" }
 
 func (h *publishHook) Provides(b byte) bool {
 	switch b {
-	case mochi.OnPublish, mochi.OnPacketRead:
+	case mochi.OnPublish, mochi.OnPacketRead, mochi.OnPacketEncode:
 		return true
 	case mochi.OnSessionEstablish:
 		return h.s.pipe != nil // the asynchronous acknowledgements follow sessions (acks.go)
@@ -105,6 +105,19 @@ func (h *publishHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets
 	}
 	// ErrRejectPacket from OnPacketRead ends the read loop: the connection closes.
 	return pk, packets.ErrRejectPacket
+}
+
+// OnPacketEncode keeps the user properties of a PUBLISH to a client that
+// asked for no problem information (Request Problem Information 0, which
+// paho.golang sends whenever it sends CONNECT properties): mochi v2.7.9
+// then drops user properties from every packet, while MQTT 5 forbids
+// them only on packets other than PUBLISH, CONNACK and DISCONNECT
+// [MQTT-3.1.2-29] — a device's metadata must reach its subscribers.
+func (h *publishHook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type == packets.Publish {
+		pk.Mods.DisallowProblemInfo = false
+	}
+	return pk
 }
 
 // OnPublish runs on the client's read goroutine before mochi writes the
