@@ -137,6 +137,7 @@ type pendingPub struct {
 	stream string
 	rec    *tributary.Record // the appended record (nil for a refusal or a re-send)
 	stored *storedPub        // a re-send of a stored, unacknowledged publish: confirmed, not appended
+	read   *mochi.Client     // the connection it was read on
 	gen    uint64
 	start  time.Time
 	done   bool // durable, failed or refused: ready at the head
@@ -320,7 +321,7 @@ func (p *pipeline) publish(cl *mochi.Client, pk packets.Packet, rec *tributary.R
 	if sp := s.stored.take(cl.ID, pk); sp != nil {
 		// The re-send of a publish stored but not acknowledged (stored.go):
 		// its stored record is confirmed, not appended again.
-		e := &pendingPub{pk: pk, stream: rec.Stream, stored: sp, gen: a.gen, start: time.Now()}
+		e := &pendingPub{pk: pk, stream: rec.Stream, stored: sp, read: cl, gen: a.gen, start: time.Now()}
 		a.queue = append(a.queue, e)
 		a.byID[pk.PacketID] = e
 		a.mu.Unlock()
@@ -328,7 +329,7 @@ func (p *pipeline) publish(cl *mochi.Client, pk packets.Packet, rec *tributary.R
 		go func() { p.complete(a, e, s.confirm(sp)) }()
 		return errReject
 	}
-	e := &pendingPub{pk: pk, stream: rec.Stream, rec: rec, gen: a.gen, start: time.Now()}
+	e := &pendingPub{pk: pk, stream: rec.Stream, rec: rec, read: cl, gen: a.gen, start: time.Now()}
 	a.queue = append(a.queue, e)
 	a.byID[pk.PacketID] = e
 	a.mu.Unlock()
@@ -504,6 +505,13 @@ func (p *pipeline) work(a *ackSession) {
 			if a.byID[e.pk.PacketID] == e {
 				delete(a.byID, e.pk.PacketID)
 			}
+			if e.err == nil && !e.again && e.deny == nil && e.pk.FixedHeader.Qos == 1 && e.read != a.conn {
+				// Read on an earlier connection of the session: the client
+				// may re-send it before this PUBACK reaches it, and that
+				// re-send, once it finds no pending entry, must not be
+				// appended again (stored.go; QoS 2 has pubrecs).
+				p.rememberStored(a.id, e, true)
+			}
 			if e.err == nil && !e.again && e.pk.FixedHeader.Qos == 2 {
 				// Remembered before the PUBREC is written: the PUBREL may
 				// come at once.
@@ -583,13 +591,13 @@ func (p *pipeline) answer(cl, local *mochi.Client, batch []*pendingPub, buf []by
 			// so the re-send is not appended twice (QoS 2: its PUBREC is in
 			// pubrecs already).
 			if e.pk.FixedHeader.Qos == 1 {
-				p.rememberStored(cl, e, true)
+				p.rememberStored(cl.ID, e, true)
 			}
 		case gone:
 			// Written into a closed connection: nothing to answer.
 		case e.err != nil && s.storedUnconfirmed(e.err):
 			buf = p.flush(cl, buf)
-			p.rememberStored(cl, e, false)
+			p.rememberStored(cl.ID, e, false)
 			_ = s.refuse(cl, e.pk, e.stream, e.err) // disconnects
 			gone = true
 		case e.again:
@@ -616,13 +624,13 @@ func (p *pipeline) answer(cl, local *mochi.Client, batch []*pendingPub, buf []by
 
 // rememberStored remembers e's record as stored and not acknowledged
 // (stored.go); delivered: it was delivered to subscribers already.
-func (p *pipeline) rememberStored(cl *mochi.Client, e *pendingPub, delivered bool) {
+func (p *pipeline) rememberStored(client string, e *pendingPub, delivered bool) {
 	switch {
 	case e.stored != nil:
 		e.stored.delivered = e.stored.delivered || delivered
 		p.s.stored.put(e.stored)
 	case e.rec != nil:
-		p.s.stored.remember(cl.ID, e.pk, e.rec, delivered)
+		p.s.stored.remember(client, e.pk, e.rec, delivered)
 	}
 }
 

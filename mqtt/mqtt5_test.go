@@ -133,6 +133,27 @@ func TestMQTT5ExpiryOfflineSession(t *testing.T) {
 	}
 }
 
+// live drops the copies of a payload received more than once, keeping
+// one without the retain flag if there is one: mochi (v2.7.9) writes the
+// SUBACK before it sends the retained messages of the new subscription,
+// so a retained publish made just after the SUBACK can also arrive as
+// retained-on-subscribe (flag set) beside its live copy.
+func live(msgs []*paho.Publish) []*paho.Publish {
+	var out []*paho.Publish
+	at := map[string]int{}
+	for _, m := range msgs {
+		i, ok := at[string(m.Payload)]
+		switch {
+		case !ok:
+			at[string(m.Payload)] = len(out)
+			out = append(out, m)
+		case out[i].Retain && !m.Retain:
+			out[i] = m
+		}
+	}
+	return out
+}
+
 // TestMQTT5PropertiesDelivered: the MQTT 5 properties of a publish and the
 // subscription options reach subscribers the same way on both ack paths
 // (the pipeline delivers through an inline client, the blocking hook
@@ -289,8 +310,8 @@ func TestMQTT5PropertiesDelivered(t *testing.T) {
 					if s.opts.NoLocal && s.id == "publisher" {
 						want = 0
 					}
-					testkit.Eventually(t, 5*time.Second, s.id+" received every publish", func() bool { return len(rcv[s.id].all()) >= want })
-					got[s.id] = rcv[s.id].all()
+					testkit.Eventually(t, 5*time.Second, s.id+" received every publish", func() bool { return len(live(rcv[s.id].all())) >= want })
+					got[s.id] = live(rcv[s.id].all())
 					for i, m := range got[s.id] {
 						if string(m.Payload) != fmt.Sprint(i) {
 							t.Fatalf("%s: message %d is %q", s.id, i, m.Payload)

@@ -45,13 +45,22 @@ type ConfirmSink interface {
 //  3. A clean start, or a session that ends, forgets the client's entries:
 //     its next publish of that packet id is a new message (a re-send
 //     after a clean start is stored again: a duplicate, README says so).
-//  4. Bounded: at most maxStored entries, each for at most storedTTL;
+//  4. Answered on another connection: a QoS 1 publish the pipeline
+//     acknowledges on a later connection of its session than the one it
+//     was read on (pending when the session resumed), or could not
+//     acknowledge (behind a withheld one), is remembered too (delivered),
+//     so a re-send the client made before it got the PUBACK is answered,
+//     not appended. Such publishes may be acknowledged — and delivered —
+//     before the withheld one, whose re-send waits for its confirmation;
+//     their table order is their append order.
+//  5. Bounded: at most maxStored entries, each for at most storedTTL;
 //     older ones are evicted (counted in Stats.StoredEvicted), and a
 //     re-send after that is stored again.
 type storedPubs struct {
 	mu      sync.Mutex
 	clients map[string]map[uint16]*list.Element
-	age     *list.List // of *storedPub, oldest first
+	age     *list.List   // of *storedPub, oldest first
+	n       atomic.Int64 // age.Len(), read without mu: take's fast path
 	max     int
 	ttl     time.Duration
 	evicted atomic.Uint64
@@ -107,6 +116,7 @@ func (s *storedPubs) put(e *storedPub) {
 	}
 	ids[e.id] = s.age.PushBack(e)
 	s.evict(time.Now())
+	s.n.Store(int64(s.age.Len()))
 }
 
 // evict drops the entries beyond max and those older than ttl (s.mu held).
@@ -129,17 +139,18 @@ func (s *storedPubs) remove(f *list.Element) {
 	if len(ids) == 0 {
 		delete(s.clients, e.client)
 	}
+	s.n.Store(int64(s.age.Len()))
 }
 
 // take returns and forgets the entry pk re-sends, if pk is its re-send
 // (DUP, same topic and payload). Another publish of the packet id is a
 // new message: the entry is forgotten.
 func (s *storedPubs) take(client string, pk packets.Packet) *storedPub {
+	if s.n.Load() == 0 {
+		return nil // the common case: no lock on every publish
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.clients) == 0 {
-		return nil
-	}
 	s.evict(time.Now())
 	f := s.clients[client][pk.PacketID]
 	if f == nil {
@@ -155,12 +166,16 @@ func (s *storedPubs) take(client string, pk packets.Packet) *storedPub {
 
 // forget drops client's entries (a clean start, the session's end).
 func (s *storedPubs) forget(client string) {
+	if s.n.Load() == 0 {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, f := range s.clients[client] {
 		s.age.Remove(f)
 	}
 	delete(s.clients, client)
+	s.n.Store(int64(s.age.Len()))
 }
 
 func (s *storedPubs) len() int {

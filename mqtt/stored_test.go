@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -206,5 +207,77 @@ func TestStoredPubsBounds(t *testing.T) {
 	s.forget("c")
 	if e := s.take("c", pk(5, true, "p")); e != nil {
 		t.Fatal("forgotten entry found")
+	}
+}
+
+// TestStoredRefusalInflightAfterIt: publishes in flight behind the
+// withheld one on the same connection are not lost or doubled by its
+// disconnect: after the client resumes its session and re-sends all
+// three (DUP), each is acknowledged, stored once and delivered once — on
+// both ack paths (the pipeline may have made the later ones durable and
+// delivered already, their PUBACKs unwritable).
+func TestStoredRefusalInflightAfterIt(t *testing.T) {
+	for _, mode := range ackModes {
+		t.Run(mode.name, func(t *testing.T) {
+			ts := startServer(t, func(c *Config) { c.BlockingAcks = mode.blocking; c.WSAddr = "" })
+			var rcv received
+			subscribe(t, dialPaho(t, ts.tcp, "inflight-sub", &rcv), "inf/#", 1)
+			ts.sink.mu.Lock()
+			ts.sink.storedFail = 1
+			ts.sink.mu.Unlock()
+			release := ts.sink.hold()
+			conn, _ := connectRaw(t, ts.tcp, rawConnectSession("inflight", true))
+			var all []byte
+			for id := uint16(1); id <= 3; id++ {
+				all = append(all, rawPublish(5, 1, id, "inf/t", []byte{byte('0' + id)})...)
+			}
+			if _, err := conn.Write(all); err != nil {
+				t.Fatal(err)
+			}
+			want := 3
+			if mode.blocking {
+				want = 1 // the read loop waits in the first
+			}
+			testkit.Eventually(t, 5*time.Second, "publishes at the sink", func() bool { return ts.sink.held() == want })
+			release()
+			b := readUntilClosed(t, conn, 10*time.Second)
+			if code, ok := disconnectReason(b); !ok || code != codeStoredUnconfirmed.Code {
+				t.Fatalf("got %x, want only DISCONNECT %#x", b, codeStoredUnconfirmed.Code)
+			}
+			testkit.Eventually(t, 5*time.Second, "disconnected", func() bool { return ts.Stats().Clients == 1 })
+
+			conn, r := connectRaw(t, ts.tcp, rawConnectSession("inflight", false))
+			all = all[:0]
+			for id := uint16(1); id <= 3; id++ {
+				p := rawPublish(5, 1, id, "inf/t", []byte{byte('0' + id)})
+				p[0] |= 0x08 // DUP
+				all = append(all, p...)
+			}
+			if _, err := conn.Write(all); err != nil {
+				t.Fatal(err)
+			}
+			// The pipeline answers 2 and 3, pending on the session, when it
+			// resumes, and 1 once its re-send is confirmed: any order.
+			ids, codes := readAcks(t, conn, r, 3)
+			slices.Sort(ids)
+			if fmt.Sprint(ids) != "[1 2 3]" || fmt.Sprint(codes) != "[0 0 0]" {
+				t.Fatalf("acks %v codes %v", ids, codes)
+			}
+			var stored []string
+			for _, rec := range ts.sink.byTopic("inf/t") {
+				stored = append(stored, string(rec.Value))
+			}
+			if fmt.Sprint(stored) != "[1 2 3]" {
+				t.Fatalf("stored %v, want [1 2 3] once each", stored)
+			}
+			testkit.Eventually(t, 5*time.Second, "three delivered", func() bool { return len(rcv.all()) >= 3 })
+			got := map[string]int{}
+			for _, m := range rcv.all() {
+				got[string(m.Payload)]++
+			}
+			if len(got) != 3 || got["1"] != 1 || got["2"] != 1 || got["3"] != 1 {
+				t.Fatalf("delivered %s", payloads(&rcv))
+			}
+		})
 	}
 }
