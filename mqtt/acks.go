@@ -42,7 +42,10 @@ type PipelinedSink interface {
 //     until it is below it (back-pressure, as the blocking design gave).
 //  4. A re-sent packet id that is still pending (a client that reconnected
 //     to its session and re-sent its unacknowledged publishes) is not
-//     appended twice: the pending original is acknowledged instead.
+//     appended twice: the pending original is acknowledged instead. One
+//     re-sent after its original was answered on the resumed connection,
+//     or withheld (stored, not confirmed: stored.go), is found in the
+//     server's stored publishes and answered from there.
 //  5. Never into a taken-over session: a completion is written only into
 //     the session's current connection, after it is established; while a
 //     new connection of the id takes the session over, completions wait
@@ -60,7 +63,8 @@ type PipelinedSink interface {
 //     routing (called here, as the cluster hook does for blocking
 //     acknowledgements). A durable publish is delivered once, also when
 //     its acknowledgement could not be written (the client's re-send is
-//     then logged again at QoS 1, answered from the session at QoS 2).
+//     then logged again at QoS 1 unless the connection was closed for a
+//     withheld publish, answered from the session at QoS 2).
 //  7. QoS 2: the PUBREC is remembered in the session (pubrecs) before it is
 //     written, until the client's PUBREL: a re-sent PUBLISH of that id gets
 //     the PUBREC again and is not logged, and the PUBREL, read on the
