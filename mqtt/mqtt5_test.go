@@ -161,24 +161,28 @@ func live(msgs []*paho.Publish) []*paho.Publish {
 // response topic, correlation data, user properties in order,
 // subscription identifiers, topic aliases (the publisher's resolved, the
 // subscriber's own assigned), retain-as-published and no-local.
+// propSub is a subscriber of TestMQTT5PropertiesDelivered.
+type propSub struct {
+	id     string
+	opts   paho.SubscribeOptions
+	subID  int    // subscription identifier, 0: none
+	aliasM uint16 // the subscriber's Topic Alias Maximum
+}
+
+// propPub is a publish of TestMQTT5PropertiesDelivered.
+type propPub struct {
+	topic  string
+	retain bool
+	props  *paho.PublishProperties
+}
+
 func TestMQTT5PropertiesDelivered(t *testing.T) {
-	type sub struct {
-		id     string
-		opts   paho.SubscribeOptions
-		subID  int    // subscription identifier, 0: none
-		aliasM uint16 // the subscriber's Topic Alias Maximum
-	}
-	type pub struct {
-		topic  string
-		retain bool
-		props  *paho.PublishProperties
-	}
 	u8 := func(b byte) *byte { return &b }
 	u16 := func(v uint16) *uint16 { return &v }
 	cases := []struct {
 		name  string
-		subs  []sub
-		pubs  []pub
+		subs  []propSub
+		pubs  []propPub
 		check func(t *testing.T, got map[string][]*paho.Publish)
 	}{
 		{
@@ -186,8 +190,8 @@ func TestMQTT5PropertiesDelivered(t *testing.T) {
 			// Problem Information 0, which must not cost a PUBLISH its
 			// user properties [MQTT-3.1.2-29].
 			name: "publish properties",
-			subs: []sub{{id: "s", opts: paho.SubscribeOptions{Topic: "pp/#", QoS: 1}}},
-			pubs: []pub{{topic: "pp/a", props: &paho.PublishProperties{PayloadFormat: u8(1), ContentType: "application/json",
+			subs: []propSub{{id: "s", opts: paho.SubscribeOptions{Topic: "pp/#", QoS: 1}}},
+			pubs: []propPub{{topic: "pp/a", props: &paho.PublishProperties{PayloadFormat: u8(1), ContentType: "application/json",
 				ResponseTopic: "pp/reply", CorrelationData: []byte{0, 1, 0xff},
 				User: paho.UserProperties{{Key: "b", Value: "1"}, {Key: "a", Value: "2"}, {Key: "b", Value: "3"}, {Key: "", Value: ""}}}}},
 			check: func(t *testing.T, got map[string][]*paho.Publish) {
@@ -204,10 +208,10 @@ func TestMQTT5PropertiesDelivered(t *testing.T) {
 		},
 		{
 			name: "subscription identifiers",
-			subs: []sub{{id: "s7", opts: paho.SubscribeOptions{Topic: "si/a/#", QoS: 1}, subID: 7},
+			subs: []propSub{{id: "s7", opts: paho.SubscribeOptions{Topic: "si/a/#", QoS: 1}, subID: 7},
 				{id: "s9", opts: paho.SubscribeOptions{Topic: "si/+/x", QoS: 1}, subID: 9},
 				{id: "s0", opts: paho.SubscribeOptions{Topic: "si/#", QoS: 1}}},
-			pubs: []pub{{topic: "si/a/x"}},
+			pubs: []propPub{{topic: "si/a/x"}},
 			check: func(t *testing.T, got map[string][]*paho.Publish) {
 				for id, want := range map[string]int{"s7": 7, "s9": 9} {
 					p := got[id][0].Properties
@@ -222,10 +226,10 @@ func TestMQTT5PropertiesDelivered(t *testing.T) {
 		},
 		{
 			name: "topic aliases",
-			subs: []sub{{id: "plain", opts: paho.SubscribeOptions{Topic: "ta/#", QoS: 1}},
+			subs: []propSub{{id: "plain", opts: paho.SubscribeOptions{Topic: "ta/#", QoS: 1}},
 				{id: "aliased", opts: paho.SubscribeOptions{Topic: "ta/#", QoS: 1}, aliasM: 10}},
 			// The publisher sets alias 3 with the topic, then uses it alone.
-			pubs: []pub{{topic: "ta/t", props: &paho.PublishProperties{TopicAlias: u16(3)}},
+			pubs: []propPub{{topic: "ta/t", props: &paho.PublishProperties{TopicAlias: u16(3)}},
 				{topic: "", props: &paho.PublishProperties{TopicAlias: u16(3)}}},
 			check: func(t *testing.T, got map[string][]*paho.Publish) {
 				for _, m := range got["plain"] {
@@ -243,9 +247,9 @@ func TestMQTT5PropertiesDelivered(t *testing.T) {
 		},
 		{
 			name: "retain as published",
-			subs: []sub{{id: "rap", opts: paho.SubscribeOptions{Topic: "rp/#", QoS: 1, RetainAsPublished: true}},
+			subs: []propSub{{id: "rap", opts: paho.SubscribeOptions{Topic: "rp/#", QoS: 1, RetainAsPublished: true}},
 				{id: "norap", opts: paho.SubscribeOptions{Topic: "rp/#", QoS: 1}}},
-			pubs: []pub{{topic: "rp/t", retain: true}, {topic: "rp/u"}},
+			pubs: []propPub{{topic: "rp/t", retain: true}, {topic: "rp/u"}},
 			check: func(t *testing.T, got map[string][]*paho.Publish) {
 				if r := got["rap"]; !r[0].Retain || r[1].Retain {
 					t.Fatalf("retain as published: retain %v then %v, want true then false", r[0].Retain, r[1].Retain)
@@ -257,9 +261,9 @@ func TestMQTT5PropertiesDelivered(t *testing.T) {
 		},
 		{
 			name: "no local",
-			subs: []sub{{id: "publisher", opts: paho.SubscribeOptions{Topic: "nl/#", QoS: 1, NoLocal: true}},
+			subs: []propSub{{id: "publisher", opts: paho.SubscribeOptions{Topic: "nl/#", QoS: 1, NoLocal: true}},
 				{id: "other", opts: paho.SubscribeOptions{Topic: "nl/#", QoS: 1, NoLocal: true}}},
-			pubs: []pub{{topic: "nl/t"}},
+			pubs: []propPub{{topic: "nl/t"}},
 			check: func(t *testing.T, got map[string][]*paho.Publish) {
 				if len(got["publisher"]) != 0 {
 					t.Fatalf("no-local subscriber got %d of its own", len(got["publisher"]))
@@ -268,64 +272,91 @@ func TestMQTT5PropertiesDelivered(t *testing.T) {
 		},
 	}
 	for _, mode := range ackModes {
-		for _, tc := range cases {
-			t.Run(mode.name+"/"+tc.name, func(t *testing.T) {
-				ts := startServer(t, func(c *Config) { c.BlockingAcks = mode.blocking; c.WSAddr = "" })
-				rcv := map[string]*received{}
-				clients := map[string]*paho.Client{}
-				for _, s := range tc.subs {
-					r := &received{}
-					rcv[s.id] = r
-					c, _ := dialSession(t, ts.tcp, s.id, r, true, 0, func(_ *paho.ClientConfig, cp *paho.Connect) {
-						if s.aliasM > 0 {
-							cp.Properties.TopicAliasMaximum = &s.aliasM
-						}
-					})
-					clients[s.id] = c
-					sp := &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{s.opts}}
-					if s.subID > 0 {
-						sp.Properties = &paho.SubscribeProperties{SubscriptionIdentifier: &s.subID}
-					}
-					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-					sa, err := c.Subscribe(ctx, sp)
-					cancel()
-					if err != nil || sa.Reasons[0] >= 0x80 {
-						t.Fatalf("subscribe %s: %v %+v", s.id, err, sa)
-					}
-				}
-				pc := clients["publisher"]
-				if pc == nil {
-					pc = dialPaho(t, ts.tcp, "publisher", nil)
-				}
-				for i, p := range tc.pubs {
-					resp, err := publish(t, pc, &paho.Publish{Topic: p.topic, QoS: 1, Retain: p.retain,
-						Payload: []byte(fmt.Sprint(i)), Properties: p.props})
-					if err != nil || resp.ReasonCode != 0 {
-						t.Fatalf("publish %d: %v %+v", i, err, resp)
-					}
-				}
-				got := map[string][]*paho.Publish{}
-				for _, s := range tc.subs {
-					want := len(tc.pubs)
-					if s.opts.NoLocal && s.id == "publisher" {
-						want = 0
-					}
-					testkit.Eventually(t, 5*time.Second, s.id+" received every publish", func() bool { return len(live(rcv[s.id].all())) >= want })
-					got[s.id] = live(rcv[s.id].all())
-					for i, m := range got[s.id] {
-						if string(m.Payload) != fmt.Sprint(i) {
-							t.Fatalf("%s: message %d is %q", s.id, i, m.Payload)
-						}
-					}
-				}
-				if _, ok := rcv["publisher"]; ok {
-					// What "other" received was delivered after the publisher's
-					// own copy would have been: wait for it, then check.
-					testkit.Eventually(t, 5*time.Second, "other received", func() bool { return len(rcv["other"].all()) == len(tc.pubs) })
-					got["publisher"] = rcv["publisher"].all()
-				}
-				tc.check(t, got)
-			})
+		for _, where := range []string{"one node", "cluster"} {
+			for _, tc := range cases {
+				t.Run(mode.name+"/"+where+"/"+tc.name, func(t *testing.T) {
+					propertiesCase(t, mode.blocking, where == "cluster", tc.subs, tc.pubs, tc.check)
+				})
+			}
 		}
 	}
+}
+
+// propertiesCase runs one case of TestMQTT5PropertiesDelivered: the
+// subscribers on the publisher's node, or (cluster) on another node but
+// for the publisher's own subscription.
+func propertiesCase(t *testing.T, blocking, cluster bool, subs []propSub, pubs []propPub, check func(*testing.T, map[string][]*paho.Publish)) {
+	var ts, subNode *testServer
+	if cluster {
+		tc := startClusterWith(t, 2, func(c *Config) { c.BlockingAcks = blocking })
+		ts, subNode = tc.nodes[0], tc.nodes[1]
+	} else {
+		ts = startServer(t, func(c *Config) { c.BlockingAcks = blocking; c.WSAddr = "" })
+		subNode = ts
+	}
+	rcv := map[string]*received{}
+	clients := map[string]*paho.Client{}
+	remote := map[string]bool{}
+	for _, s := range subs {
+		r := &received{}
+		rcv[s.id] = r
+		node := subNode
+		if s.id == "publisher" {
+			node = ts
+		} else if cluster {
+			remote[s.opts.Topic] = true
+		}
+		c, _ := dialSession(t, node.tcp, s.id, r, true, 0, func(_ *paho.ClientConfig, cp *paho.Connect) {
+			if s.aliasM > 0 {
+				cp.Properties.TopicAliasMaximum = &s.aliasM
+			}
+		})
+		clients[s.id] = c
+		sp := &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{s.opts}}
+		if s.subID > 0 {
+			sp.Properties = &paho.SubscribeProperties{SubscriptionIdentifier: &s.subID}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		sa, err := c.Subscribe(ctx, sp)
+		cancel()
+		if err != nil || sa.Reasons[0] >= 0x80 {
+			t.Fatalf("subscribe %s: %v %+v", s.id, err, sa)
+		}
+	}
+	if cluster {
+		testkit.Eventually(t, 5*time.Second, "the publisher's node knows the subscriptions",
+			func() bool { return ts.ClusterStats().RemoteSubscriptions >= len(remote) })
+	}
+	pc := clients["publisher"]
+	if pc == nil {
+		pc = dialPaho(t, ts.tcp, "publisher", nil)
+	}
+	for i, p := range pubs {
+		resp, err := publish(t, pc, &paho.Publish{Topic: p.topic, QoS: 1, Retain: p.retain,
+			Payload: []byte(fmt.Sprint(i)), Properties: p.props})
+		if err != nil || resp.ReasonCode != 0 {
+			t.Fatalf("publish %d: %v %+v", i, err, resp)
+		}
+	}
+	got := map[string][]*paho.Publish{}
+	for _, s := range subs {
+		want := len(pubs)
+		if s.opts.NoLocal && s.id == "publisher" {
+			want = 0
+		}
+		testkit.Eventually(t, 5*time.Second, s.id+" received every publish", func() bool { return len(live(rcv[s.id].all())) >= want })
+		got[s.id] = live(rcv[s.id].all())
+		for i, m := range got[s.id] {
+			if string(m.Payload) != fmt.Sprint(i) {
+				t.Fatalf("%s: message %d is %q", s.id, i, m.Payload)
+			}
+		}
+	}
+	if _, ok := rcv["publisher"]; ok {
+		// What "other" received was delivered after the publisher's
+		// own copy would have been: wait for it, then check.
+		testkit.Eventually(t, 5*time.Second, "other received", func() bool { return len(rcv["other"].all()) == len(pubs) })
+		got["publisher"] = rcv["publisher"].all()
+	}
+	check(t, got)
 }
