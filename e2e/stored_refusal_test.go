@@ -15,12 +15,12 @@ import (
 )
 
 // TestMQTTStoredRefusalLandsOnce: under replication_policy refuse, a
-// QoS 1 publish that n1 stored while its replica (n2 and n3 both paused
-// with SIGSTOP, so whichever it is)
-// did not confirm it in time is not acknowledged — DISCONNECT 0x89 — and
-// paho.golang re-sends it (DUP) when it resumes its session; once the
-// replica is back the re-send is acknowledged, and the table holds the
-// message once (issue 27: a refused publish's retry lands once).
+// QoS 1 publish that n1 stored while its replica did not confirm it in
+// time (n2 and n3 both paused with SIGSTOP, so whichever it is) is not
+// acknowledged — DISCONNECT 0x89 — and paho.golang re-sends it (DUP) when
+// it resumes its session; once the replicas are back the re-send is
+// acknowledged, and the table holds the message once (issue 27: a
+// refused publish's retry lands once).
 func TestMQTTStoredRefusalLandsOnce(t *testing.T) {
 	c := newReplClusterExtra(t, 200*time.Millisecond, func(string) string { return "  replication_policy: refuse\n" })
 	n1 := c.node("n1")
