@@ -116,6 +116,12 @@ func clusterLogs(p *proc) string {
 // (local gossip profile), and waits until every node sees all alive.
 func gossipNodes(t *testing.T, ids ...string) []*proc {
 	t.Helper()
+	return gossipNodesWith(t, nil, ids...)
+}
+
+// gossipNodesWith is gossipNodes with more flags for some nodes (by id).
+func gossipNodesWith(t *testing.T, extra map[string][]string, ids ...string) []*proc {
+	t.Helper()
 	base := t.TempDir()
 	var nodes []*proc
 	for i, id := range ids {
@@ -123,6 +129,7 @@ func gossipNodes(t *testing.T, ids ...string) []*proc {
 		if i > 0 {
 			args = append(args, "--join", gossipAddr(t, nodes[0]))
 		}
+		args = append(args, extra[id]...)
 		nodes = append(nodes, startDev(t, filepath.Join(base, id), args...))
 	}
 	waitFor(t, 20*time.Second, "every node to see all members alive", func() bool {

@@ -42,7 +42,10 @@ type PipelinedSink interface {
 //     until it is below it (back-pressure, as the blocking design gave).
 //  4. A re-sent packet id that is still pending (a client that reconnected
 //     to its session and re-sent its unacknowledged publishes) is not
-//     appended twice: the pending original is acknowledged instead.
+//     appended twice: the pending original is acknowledged instead. One
+//     re-sent after its original was answered on the resumed connection,
+//     or withheld (stored, not confirmed: stored.go), is found in the
+//     server's stored publishes and answered from there.
 //  5. Never into a taken-over session: a completion is written only into
 //     the session's current connection, after it is established; while a
 //     new connection of the id takes the session over, completions wait
@@ -54,11 +57,14 @@ type PipelinedSink interface {
 //     acknowledgement is written (mochi's order: retained, acked,
 //     delivered), the packet is injected (Server.InjectPacket) through an
 //     inline client carrying the publisher's client id, so mochi's retain and delivery code runs with
-//     the right origin (NoLocal), the MQTT 5 properties and the cluster
+//     the right origin (NoLocal), the MQTT 5 properties (the inline client
+//     is of version 5: mochi expires only version-5 messages queued for an
+//     offline session [MQTT-3.3.2-5]) and the cluster
 //     routing (called here, as the cluster hook does for blocking
 //     acknowledgements). A durable publish is delivered once, also when
 //     its acknowledgement could not be written (the client's re-send is
-//     then logged again at QoS 1, answered from the session at QoS 2).
+//     then logged again at QoS 1 unless the connection was closed for a
+//     withheld publish, answered from the session at QoS 2).
 //  7. QoS 2: the PUBREC is remembered in the session (pubrecs) before it is
 //     written, until the client's PUBREL: a re-sent PUBLISH of that id gets
 //     the PUBREC again and is not logged, and the PUBREL, read on the
@@ -133,6 +139,9 @@ type ackSession struct {
 type pendingPub struct {
 	pk     packets.Packet
 	stream string
+	rec    *tributary.Record // the appended record (nil for a refusal or a re-send)
+	stored *storedPub        // a re-send of a stored, unacknowledged publish: confirmed, not appended
+	read   *mochi.Client     // the connection it was read on
 	gen    uint64
 	start  time.Time
 	done   bool // durable, failed or refused: ready at the head
@@ -147,7 +156,14 @@ var errReject error = packets.ErrRejectPacket
 
 func newPipeline(s *Server) *pipeline {
 	p := &pipeline{s: s, rm: int(s.cfg.ReceiveMaximum), sessions: map[string]*ackSession{}, stop: make(chan struct{})}
-	p.locals.New = func() any { return s.broker.NewClient(nil, "local", "", true) }
+	p.locals.New = func() any {
+		local := s.broker.NewClient(nil, "local", "", true)
+		// mochi stamps each queued message with the injecting client's
+		// version, and its expiry sweep drops only version-5 messages
+		// [MQTT-3.3.2-5]; version 5 also keeps the MQTT 5 properties.
+		local.Properties.ProtocolVersion = 5
+		return local
+	}
 	return p
 }
 
@@ -306,7 +322,18 @@ func (p *pipeline) publish(cl *mochi.Client, pk packets.Packet, rec *tributary.R
 			return errReject
 		}
 	}
-	e := &pendingPub{pk: pk, stream: rec.Stream, gen: a.gen, start: time.Now()}
+	if sp := s.stored.take(cl.ID, pk); sp != nil {
+		// The re-send of a publish stored but not acknowledged (stored.go):
+		// its stored record is confirmed, not appended again.
+		e := &pendingPub{pk: pk, stream: rec.Stream, stored: sp, read: cl, gen: a.gen, start: time.Now()}
+		a.queue = append(a.queue, e)
+		a.byID[pk.PacketID] = e
+		a.mu.Unlock()
+		s.resentStored.Add(1)
+		go func() { p.complete(a, e, s.confirm(sp)) }()
+		return errReject
+	}
+	e := &pendingPub{pk: pk, stream: rec.Stream, rec: rec, read: cl, gen: a.gen, start: time.Now()}
 	a.queue = append(a.queue, e)
 	a.byID[pk.PacketID] = e
 	a.mu.Unlock()
@@ -482,6 +509,13 @@ func (p *pipeline) work(a *ackSession) {
 			if a.byID[e.pk.PacketID] == e {
 				delete(a.byID, e.pk.PacketID)
 			}
+			if e.err == nil && !e.again && e.deny == nil && e.pk.FixedHeader.Qos == 1 && e.read != a.conn {
+				// Read on an earlier connection of the session: the client
+				// may re-send it before this PUBACK reaches it, and that
+				// re-send, once it finds no pending entry, must not be
+				// appended again (stored.go; QoS 2 has pubrecs).
+				p.rememberStored(a.id, e, true)
+			}
 			if e.err == nil && !e.again && e.pk.FixedHeader.Qos == 2 {
 				// Remembered before the PUBREC is written: the PUBREL may
 				// come at once.
@@ -528,7 +562,7 @@ func hasSubscribers(broker *mochi.Server, topic string) bool {
 func (p *pipeline) answer(cl, local *mochi.Client, batch []*pendingPub, buf []byte) []byte {
 	s := p.s
 	for _, e := range batch {
-		if e.again || e.deny != nil || e.err != nil {
+		if e.again || e.deny != nil || e.err != nil || e.stored != nil && e.stored.delivered {
 			continue
 		}
 		pk := e.pk
@@ -552,8 +586,24 @@ func (p *pipeline) answer(cl, local *mochi.Client, batch []*pendingPub, buf []by
 		}
 	}
 	ok := false
+	gone := false // disconnected for a stored, unconfirmed publish
 	for _, e := range batch {
 		switch {
+		case gone && e.err == nil && e.deny == nil && !e.again:
+			// Durable (and delivered), but its acknowledgement cannot be
+			// written any more: remembered like a stored, unconfirmed one,
+			// so the re-send is not appended twice (QoS 2: its PUBREC is in
+			// pubrecs already).
+			if e.pk.FixedHeader.Qos == 1 {
+				p.rememberStored(cl.ID, e, true)
+			}
+		case gone:
+			// Written into a closed connection: nothing to answer.
+		case e.err != nil && s.storedUnconfirmed(e.err):
+			buf = p.flush(cl, buf)
+			p.rememberStored(cl.ID, e, false)
+			_ = s.refuse(cl, e.pk, e.stream, e.err) // disconnects
+			gone = true
 		case e.again:
 			buf = appendAck(buf, e.pk)
 		case e.deny != nil:
@@ -574,6 +624,18 @@ func (p *pipeline) answer(cl, local *mochi.Client, batch []*pendingPub, buf []by
 		s.budget.ok(s)
 	}
 	return p.flush(cl, buf)
+}
+
+// rememberStored remembers e's record as stored and not acknowledged
+// (stored.go); delivered: it was delivered to subscribers already.
+func (p *pipeline) rememberStored(client string, e *pendingPub, delivered bool) {
+	switch {
+	case e.stored != nil:
+		e.stored.delivered = e.stored.delivered || delivered
+		p.s.stored.put(e.stored)
+	case e.rec != nil:
+		p.s.stored.remember(client, e.pk, e.rec, delivered)
+	}
 }
 
 // appendAck appends the success PUBACK (QoS 1) or PUBREC (QoS 2) of pk:

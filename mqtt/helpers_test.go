@@ -3,6 +3,7 @@ package mqtt
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -26,6 +27,12 @@ type memSink struct {
 	gate    chan struct{} // non-nil: Append waits until it is closed
 	waiting int           // Appends currently held at the gate
 	calls   int
+
+	// storedFail: the next that many appends store their records and then
+	// fail with an error wrapping tributary.ErrAfterAppend (replicas too
+	// slow); confirmFail: the next that many Confirm calls fail.
+	storedFail, confirmFail int
+	confirmed               []*tributary.Record
 
 	// AppendPipelined: calls are numbered and appended in call order,
 	// like the WAL's committer, each waiting at the gate on its own.
@@ -109,7 +116,32 @@ func (m *memSink) store(recs []*tributary.Record) error {
 		r.Offset = int64(len(m.recs))
 		m.recs = append(m.recs, r)
 	}
+	if m.storedFail > 0 {
+		m.storedFail--
+		return fmt.Errorf("%w: %w", tributary.ErrAfterAppend, tributary.ErrNotReplicated)
+	}
 	return nil
+}
+
+// Confirm makes memSink a ConfirmSink: it records rec (a stored one).
+func (m *memSink) Confirm(ctx context.Context, rec *tributary.Record) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rec.Partition != 7 || rec.Offset < 0 || rec.Offset >= int64(len(m.recs)) {
+		return fmt.Errorf("confirm of a record never stored: %+v", rec)
+	}
+	if m.confirmFail > 0 {
+		m.confirmFail--
+		return tributary.ErrNotReplicated
+	}
+	m.confirmed = append(m.confirmed, rec)
+	return nil
+}
+
+func (m *memSink) confirms() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.confirmed)
 }
 
 func (m *memSink) setFail(err error) {

@@ -26,10 +26,12 @@ func (h *publishHook) ID() string { return "tributary-wal" }
 
 func (h *publishHook) Provides(b byte) bool {
 	switch b {
-	case mochi.OnPublish, mochi.OnPacketRead:
+	case mochi.OnPublish, mochi.OnPacketRead, mochi.OnPacketEncode:
 		return true
-	case mochi.OnSessionEstablish, mochi.OnSessionEstablished, mochi.OnDisconnect, mochi.OnClientExpired:
+	case mochi.OnSessionEstablish:
 		return h.s.pipe != nil // the asynchronous acknowledgements follow sessions (acks.go)
+	case mochi.OnSessionEstablished, mochi.OnDisconnect, mochi.OnClientExpired:
+		return true // so do the stored, unacknowledged publishes (stored.go)
 	}
 	return false
 }
@@ -43,20 +45,38 @@ func (h *publishHook) OnSessionEstablish(cl *mochi.Client, pk packets.Packet) {
 }
 
 // OnSessionEstablished runs once the connection has its CONNACK.
+// A clean start forgets the stored publishes the client did not get
+// acknowledged: a re-send is a new message.
 func (h *publishHook) OnSessionEstablished(cl *mochi.Client, pk packets.Packet) {
-	if !cl.Net.Inline {
+	if cl.Net.Inline {
+		return
+	}
+	if pk.Connect.Clean {
+		h.s.stored.forget(cl.ID)
+	}
+	if h.s.pipe != nil {
 		h.s.pipe.established(cl, pk.Connect.Clean)
 	}
 }
 
 func (h *publishHook) OnDisconnect(cl *mochi.Client, err error, expire bool) {
-	if !cl.Net.Inline {
+	if cl.Net.Inline {
+		return
+	}
+	if expire && !cl.IsTakenOver() {
+		h.s.stored.forget(cl.ID)
+	}
+	if h.s.pipe != nil {
 		h.s.pipe.disconnected(cl, expire)
 	}
 }
 
 func (h *publishHook) OnClientExpired(cl *mochi.Client) {
-	if !cl.Net.Inline {
+	if cl.Net.Inline {
+		return
+	}
+	h.s.stored.forget(cl.ID)
+	if h.s.pipe != nil {
 		h.s.pipe.expired(cl)
 	}
 }
@@ -85,6 +105,19 @@ func (h *publishHook) OnPacketRead(cl *mochi.Client, pk packets.Packet) (packets
 	}
 	// ErrRejectPacket from OnPacketRead ends the read loop: the connection closes.
 	return pk, packets.ErrRejectPacket
+}
+
+// OnPacketEncode keeps the user properties of a PUBLISH to a client that
+// asked for no problem information (Request Problem Information 0, which
+// paho.golang sends whenever it sends CONNECT properties): mochi v2.7.9
+// then drops user properties from every packet, while MQTT 5 forbids
+// them only on packets other than PUBLISH, CONNACK and DISCONNECT
+// [MQTT-3.1.2-29] — a device's metadata must reach its subscribers.
+func (h *publishHook) OnPacketEncode(cl *mochi.Client, pk packets.Packet) packets.Packet {
+	if pk.FixedHeader.Type == packets.Publish {
+		pk.Mods.DisallowProblemInfo = false
+	}
+	return pk
 }
 
 // OnPublish runs on the client's read goroutine before mochi writes the
@@ -157,7 +190,17 @@ func (h *publishHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pa
 		return held(pk), nil
 	}
 	start := time.Now()
-	err = s.sink.Append(s.ctx, rec)
+	if e := s.stored.take(cl.ID, pk); e != nil {
+		// The client's re-send of a publish stored but not acknowledged
+		// (stored.go): confirm the stored record instead of appending it.
+		s.resentStored.Add(1)
+		if err = s.confirm(e); err != nil {
+			s.stored.put(e)
+			return pk, s.refuse(cl, pk, rec.Stream, err)
+		}
+	} else {
+		err = s.sink.Append(s.ctx, rec)
+	}
 	if err == nil {
 		if pk.FixedHeader.Qos > 0 {
 			s.pubackLatency.Observe(time.Since(start).Seconds())
@@ -166,6 +209,9 @@ func (h *publishHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pa
 		s.payloadBytes.Add(uint64(len(pk.Payload)))
 		s.budget.ok(s)
 		return pk, nil
+	}
+	if pk.FixedHeader.Qos > 0 && s.storedUnconfirmed(err) {
+		s.stored.remember(cl.ID, pk, rec, false)
 	}
 	return pk, s.refuse(cl, pk, rec.Stream, err)
 }
@@ -227,6 +273,18 @@ func (s *Server) refuse(cl *mochi.Client, pk packets.Packet, stream string, caus
 		}
 	}
 
+	if s.storedUnconfirmed(cause) {
+		// Stored, not confirmed (stored.go): no negative acknowledgement,
+		// so the client keeps the publish and re-sends it (DUP) when it
+		// resumes its session, and the re-send is confirmed, not stored again.
+		s.withheld.Add(1)
+		if cl.Properties.ProtocolVersion < 5 {
+			cl.Stop(fmt.Errorf("publish stored, acknowledgement withheld: %w", cause))
+			return packets.ErrRejectPacket
+		}
+		_ = s.broker.DisconnectClient(cl, codeStoredUnconfirmed)
+		return packets.ErrRejectPacket
+	}
 	if cl.Properties.ProtocolVersion < 5 {
 		// MQTT 3.1.1 has no negative acknowledgement: close the connection
 		// without acking; the client re-sends the message after reconnecting.
@@ -313,6 +371,13 @@ func refusalCode(reason tributary.Reason) packets.Code {
 	}
 	return packets.ErrUnspecifiedError
 }
+
+// codeStoredUnconfirmed is the MQTT 5 DISCONNECT reason for a publish
+// stored on this node whose replicas did not confirm it in time
+// (tributary.ErrAfterAppend): 0x89 server busy, the QoS flow left open so
+// that the client re-sends it when it resumes its session (stored.go).
+var codeStoredUnconfirmed = packets.Code{Code: packets.ErrServerBusy.Code,
+	Reason: "message stored, too few replicas confirmed it in time; resume the session and re-send it"}
 
 // budgetState logs one line when budget refusals start and one when they end.
 type budgetState struct {

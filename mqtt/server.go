@@ -15,6 +15,10 @@
 //     elsewhere, 0x87 denied, 0x80 any other error); MQTT 3.1.1
 //     clients, which have no reason codes, are disconnected so that they
 //     re-send after reconnecting.
+//   - Stored is stored once. A publish stored but not confirmed by the
+//     replicas in time (tributary.ErrAfterAppend) gets no acknowledgement
+//     (MQTT 5: DISCONNECT 0x89); its DUP re-send on the resumed session is
+//     confirmed and acknowledged, not appended again (stored.go).
 //   - Nothing is silently dropped. A QoS 0 publish that cannot be appended is
 //     dropped (QoS 0 has no way back to the sender) but counted in Stats and
 //     logged, rate-limited. With an AsyncSink, QoS 0 publishes are queued for
@@ -244,7 +248,18 @@ type Stats struct {
 	RefusedReceiveMaximum uint64
 	// Resent: QoS 1/2 publishes re-sent while the original was still
 	// pending, answered by the original's acknowledgement, not logged twice.
-	Resent        uint64
+	Resent uint64
+	// WithheldAcks: of Refused, QoS 1/2 publishes stored on this node but
+	// not confirmed by the replicas in time (tributary.ErrAfterAppend):
+	// disconnected without an acknowledgement, remembered for the re-send.
+	WithheldAcks uint64
+	// ResentStored: re-sends (DUP) of such publishes after the client
+	// resumed its session, confirmed instead of appended again.
+	ResentStored uint64
+	// StoredEvicted: remembered stored publishes forgotten for the bound
+	// (count or age) before their re-send came; such a re-send is stored
+	// again.
+	StoredEvicted uint64
 	Retained      int    // retained topics held now
 	RetainedBytes int    // their payload bytes
 	BytesIn       int64  // bytes received from the network (all packets)
@@ -282,6 +297,9 @@ type Server struct {
 	refusedAuth     atomic.Uint64 // publishes the ACL denied
 	refusedRM       atomic.Uint64 // acks.go
 	resent          atomic.Uint64 // acks.go
+	stored          *storedPubs   // stored, unacknowledged publishes (stored.go)
+	withheld        atomic.Uint64 // refusals of stored publishes (stored.go)
+	resentStored    atomic.Uint64 // their re-sends, confirmed instead of appended
 	pipe            *pipeline     // asynchronous acknowledgements; nil = blocking (acks.go)
 	auth            *authHook
 	retained        *retained
@@ -376,6 +394,7 @@ func New(cfg Config, sink Sink) (*Server, error) {
 		SysTopicResendInterval: 10,
 	})
 	s.retained = newRetained(cfg.MaxRetained, cfg.MaxRetainedBytes)
+	s.stored = newStoredPubs(maxStored, storedTTL)
 	if _, ok := sink.(PipelinedSink); ok && !cfg.BlockingAcks {
 		s.pipe = newPipeline(s)
 	}
@@ -545,6 +564,9 @@ func (s *Server) Stats() Stats {
 		RefusedUnauthorized:   s.refusedAuth.Load(),
 		RefusedReceiveMaximum: s.refusedRM.Load(),
 		Resent:                s.resent.Load(),
+		WithheldAcks:          s.withheld.Load(),
+		ResentStored:          s.resentStored.Load(),
+		StoredEvicted:         s.stored.evicted.Load(),
 		BytesIn:               atomic.LoadInt64(&s.broker.Info.BytesReceived),
 		PayloadBytes:          s.payloadBytes.Load(),
 		Panics:                s.panics.Load(),

@@ -279,6 +279,9 @@ func (n *Node) registerMetrics(reg *prometheus.Registry) {
 	gauge("tributary_mqtt_retained_messages", "Retained messages held.", func() float64 { return float64(n.mqtt.Stats().Retained) })
 	counter("tributary_mqtt_publishes_refused_budget_total", "QoS 1/2 publishes refused because the WAL budget was exhausted.", func() float64 { return float64(n.mqtt.Stats().RefusedBudget) })
 	counter("tributary_mqtt_publishes_refused_replication_total", "QoS 1/2 publishes refused because too few replicas could store them (replication_policy refuse).", func() float64 { return float64(n.mqtt.Stats().RefusedReplication) })
+	counter("tributary_mqtt_publishes_withheld_total", "QoS 1/2 publishes stored but not confirmed by the replicas in time: disconnected without an acknowledgement, remembered for the client's re-send.", func() float64 { return float64(n.mqtt.Stats().WithheldAcks) })
+	counter("tributary_mqtt_publishes_resent_stored_total", "Re-sends (DUP) of withheld publishes, confirmed and acknowledged instead of stored again.", func() float64 { return float64(n.mqtt.Stats().ResentStored) })
+	counter("tributary_mqtt_stored_evicted_total", "Remembered stored-but-unacknowledged publishes forgotten for the bound (65536, an hour); a re-send after that is stored again.", func() float64 { return float64(n.mqtt.Stats().StoredEvicted) })
 	counter("tributary_mqtt_qos0_dropped_total", "QoS 0 publishes dropped because they could not be made durable.", func() float64 { return float64(n.mqtt.Stats().DroppedQoS0) })
 	kstat := func(f func(s produce.Stats) int64) func() float64 {
 		return func() float64 {

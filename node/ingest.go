@@ -45,7 +45,17 @@ func (in *ingest) append(ctx context.Context, recs []*tributary.Record) error {
 		return err
 	}
 	in.count.add(recs)
-	return in.repl.wait(ctx, recs)
+	return in.repl.wait(ctx, recs) // its errors wrap tributary.ErrAfterAppend
+}
+
+// Confirm waits again for the replicas of a record an append stored and
+// reported failed (tributary.ErrAfterAppend); rec needs the Stream,
+// Partition, Offset and Epoch that append set. It returns nil once the
+// replicas hold it as the policy requires (at once when it no longer
+// requires them), so the MQTT front door acknowledges a client's re-send
+// of it without appending it twice.
+func (in *ingest) Confirm(ctx context.Context, rec *tributary.Record) error {
+	return in.repl.wait(ctx, []*tributary.Record{rec}) // its errors wrap tributary.ErrAfterAppend
 }
 
 // stamp sets a record's partition (this node's own), epoch and node.
@@ -191,7 +201,7 @@ func (in *ingest) AppendPipelined(ctx context.Context, r *tributary.Record, done
 		in.count.add(recs)
 		// The replicas got the records while the WAL fsynced them (its
 		// Tap); their answer completes the acknowledgement.
-		in.repl.waitAsync(recs, done)
+		in.repl.waitAsync(recs, done) // its errors wrap tributary.ErrAfterAppend
 	})
 	return nil
 }

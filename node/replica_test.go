@@ -58,6 +58,20 @@ func TestReplicationRefusePolicy(t *testing.T) {
 	if st := n.replicaStats(); st.Degraded || st.ReplicatedRecords < 1 {
 		t.Fatalf("replica stats %+v", st)
 	}
+	// Confirm (the MQTT front door's answer to the re-send of a publish
+	// stored but refused) waits for a stored record's replicas again: here
+	// they hold it, so it returns nil, without appending.
+	stored := rec()
+	if err := n.ingest.Append(ctx, stored); err != nil {
+		t.Fatal(err)
+	}
+	next, _ := n.WAL().Partition("factory.telemetry", stored.Partition)
+	if err := n.ingest.Confirm(ctx, stored); err != nil {
+		t.Fatalf("confirm of a replicated record: %v", err)
+	}
+	if again, _ := n.WAL().Partition("factory.telemetry", stored.Partition); again.Next != next.Next {
+		t.Fatalf("confirm appended: next offset %d, then %d", next.Next, again.Next)
+	}
 	// The Kafka produce path replicates too.
 	before := n.replicaStats().ReplicatedRecords
 	p, err := n.ingest.partition(ctx, "factory.telemetry")
