@@ -37,10 +37,10 @@ import (
 // retried with the same id, as a device would), dense offsets per
 // partition, and nothing in any node's quarantine.
 
-// ownerLease is cluster.owner_lease for every node. "" leaves the key
-// out: until the owner-lease change lands the config loader rejects it
-// as unknown. Set it (e.g. "3s") to run the suite with leases.
-const ownerLease = ""
+// ownerLease is cluster.owner_lease for every node: short, so that a
+// takeover of a node that is really gone happens within the suite's
+// holds ("" leaves the key out: the default 10s).
+const ownerLease = "3s"
 
 // partToken is the cloud's catalog.node_token, the edge nodes' catalog.token.
 const partToken = "partition-suite-node-token"
