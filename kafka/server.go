@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"golang.org/x/sync/semaphore"
 
@@ -23,49 +24,50 @@ import (
 )
 
 // Kafka error codes (the protocol's int16 error_code) used by the produce
-// and consume sides.
-const (
-	CodeUnknownServerError           int16 = -1
-	CodeOffsetOutOfRange             int16 = 1
-	CodeCorruptMessage               int16 = 2
-	CodeUnknownTopicOrPartition      int16 = 3
-	CodeLeaderNotAvailable           int16 = 5
-	CodeNotLeaderOrFollower          int16 = 6
-	CodeMessageTooLarge              int16 = 10
-	CodeCoordinatorLoadInProgr       int16 = 14
-	CodeCoordinatorNotAvail          int16 = 15
-	CodeNotCoordinator               int16 = 16
-	CodeInvalidTopic                 int16 = 17
-	CodeInvalidRequiredAcks          int16 = 21
-	CodeIllegalGeneration            int16 = 22
-	CodeInconsistentProtocol         int16 = 23
-	CodeInvalidGroupID               int16 = 24
-	CodeUnknownMemberID              int16 = 25
-	CodeInvalidSessionTimeout        int16 = 26
-	CodeRebalanceInProgress          int16 = 27
-	CodeUnsupportedVersion           int16 = 35
-	CodeInvalidRequest               int16 = 42
-	CodeOutOfOrderSequence           int16 = 45
-	CodeInvalidProducerEpoch         int16 = 47
-	CodeKafkaStorageError            int16 = 56
-	CodeNotEnoughReplicas            int16 = 19
-	CodeNotEnoughReplicasAfterAppend int16 = 20
-	CodeOffsetMetadataTooLarge       int16 = 12
-	CodeInvalidCommitOffsetSize      int16 = 28
-	CodePolicyViolation              int16 = 44
-	CodeMemberIDRequired             int16 = 79
-	CodeGroupMaxSizeReached          int16 = 81
-	CodeInvalidRecord                int16 = 87
-	// Authentication and authorization.
-	CodeTopicAuthorizationFailed int16 = 29
-	CodeGroupAuthorizationFailed int16 = 30
-	CodeUnsupportedSaslMechanism int16 = 33
-	CodeIllegalSaslState         int16 = 34
-	CodeInvalidProducerIDMapping int16 = 49
-	CodeSaslAuthenticationFailed int16 = 58
-	// DefaultAuthorizedOps is "not requested" in Metadata responses.
-	DefaultAuthorizedOps int32 = -2147483648
+// and consume sides, from franz-go's kerr (the protocol's own table) rather
+// than written out again.
+var (
+	CodeUnknownServerError           = kerr.UnknownServerError.Code
+	CodeOffsetOutOfRange             = kerr.OffsetOutOfRange.Code
+	CodeCorruptMessage               = kerr.CorruptMessage.Code
+	CodeUnknownTopicOrPartition      = kerr.UnknownTopicOrPartition.Code
+	CodeLeaderNotAvailable           = kerr.LeaderNotAvailable.Code
+	CodeNotLeaderOrFollower          = kerr.NotLeaderForPartition.Code
+	CodeMessageTooLarge              = kerr.MessageTooLarge.Code
+	CodeCoordinatorLoadInProgr       = kerr.CoordinatorLoadInProgress.Code
+	CodeCoordinatorNotAvail          = kerr.CoordinatorNotAvailable.Code
+	CodeNotCoordinator               = kerr.NotCoordinator.Code
+	CodeInvalidTopic                 = kerr.InvalidTopicException.Code
+	CodeInvalidRequiredAcks          = kerr.InvalidRequiredAcks.Code
+	CodeIllegalGeneration            = kerr.IllegalGeneration.Code
+	CodeInconsistentProtocol         = kerr.InconsistentGroupProtocol.Code
+	CodeInvalidGroupID               = kerr.InvalidGroupID.Code
+	CodeUnknownMemberID              = kerr.UnknownMemberID.Code
+	CodeInvalidSessionTimeout        = kerr.InvalidSessionTimeout.Code
+	CodeRebalanceInProgress          = kerr.RebalanceInProgress.Code
+	CodeUnsupportedVersion           = kerr.UnsupportedVersion.Code
+	CodeInvalidRequest               = kerr.InvalidRequest.Code
+	CodeOutOfOrderSequence           = kerr.OutOfOrderSequenceNumber.Code
+	CodeInvalidProducerEpoch         = kerr.InvalidProducerEpoch.Code
+	CodeKafkaStorageError            = kerr.KafkaStorageError.Code
+	CodeNotEnoughReplicas            = kerr.NotEnoughReplicas.Code
+	CodeNotEnoughReplicasAfterAppend = kerr.NotEnoughReplicasAfterAppend.Code
+	CodeOffsetMetadataTooLarge       = kerr.OffsetMetadataTooLarge.Code
+	CodeInvalidCommitOffsetSize      = kerr.InvalidCommitOffsetSize.Code
+	CodePolicyViolation              = kerr.PolicyViolation.Code
+	CodeMemberIDRequired             = kerr.MemberIDRequired.Code
+	CodeGroupMaxSizeReached          = kerr.GroupMaxSizeReached.Code
+	CodeInvalidRecord                = kerr.InvalidRecord.Code
+	CodeTopicAuthorizationFailed     = kerr.TopicAuthorizationFailed.Code
+	CodeGroupAuthorizationFailed     = kerr.GroupAuthorizationFailed.Code
+	CodeUnsupportedSaslMechanism     = kerr.UnsupportedSaslMechanism.Code
+	CodeIllegalSaslState             = kerr.IllegalSaslState.Code
+	CodeInvalidProducerIDMapping     = kerr.InvalidProducerIDMapping.Code
+	CodeSaslAuthenticationFailed     = kerr.SaslAuthenticationFailed.Code
 )
+
+// DefaultAuthorizedOps is "not requested" in Metadata responses.
+const DefaultAuthorizedOps int32 = -2147483648
 
 const (
 	requestHeaderMinBytes        = 2 + 2 + 4 + 2
