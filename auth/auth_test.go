@@ -89,7 +89,7 @@ func TestSetPasswordAndReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw, _ := os.ReadFile(path)
-	if strings.Contains(string(raw), "dev2") || strings.Count(string(raw), "dev1") != 2 {
+	if strings.Contains(string(raw), "dev2") || strings.Count(string(raw), "dev1") != 3 {
 		t.Fatalf("file after delete:\n%s", raw)
 	}
 	if _, err := HashPassword("a:b", []byte("x")); err == nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -127,6 +128,7 @@ func (a *Authority) Reload() error {
 	if err != nil {
 		return err
 	}
+	a.warnUnprovisioned(users)
 	a.mu.Lock()
 	a.users, a.usersMod, a.usersSize, a.checked = users, mod, size, time.Now()
 	a.keys = keys
@@ -181,6 +183,25 @@ func (a *Authority) refreshUsers() {
 	}
 	a.users, a.usersMod, a.usersSize = users, mod, size
 	a.verified = map[[32]byte]struct{}{}
+	a.warnUnprovisioned(users)
+}
+
+// warnUnprovisioned logs the users that cannot use SCRAM-SHA-512 because
+// their entry has no credential for it (mosquitto_passwd entries, or ones
+// written before Tributary stored it apart from the $7$ hash).
+func (a *Authority) warnUnprovisioned(users map[string]*entry) {
+	var names []string
+	for u, e := range users {
+		if e.scram5 == nil {
+			names = append(names, u)
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	slices.Sort(names)
+	a.log.Warn("security.users_file: users without a SCRAM-SHA-512 credential cannot use SCRAM-SHA-512 (PLAIN and MQTT still work); re-run `tributary passwd FILE USER` for each",
+		"count", len(names), "users", strings.Join(names[:min(len(names), 10)], ","))
 }
 
 // AnonymousAllowed tells whether clients without credentials get in.
@@ -287,21 +308,35 @@ func verifiedKey(user string, password []byte, line string) [32]byte {
 // one (the caller still runs the exchange with a made-up credential so
 // that the answer does not tell which).
 func (a *Authority) SCRAM(mechanism, user string) (cred *SCRAMCredential, ok bool) {
+	cred, reason := a.scramCredential(mechanism, user)
+	return cred, reason == ""
+}
+
+// scramCredential is SCRAM's credential, or the audit reason why there is
+// none: unknown_user, or scram_not_provisioned for a user whose entry has
+// no line for the mechanism (written by mosquitto_passwd or an older
+// `tributary passwd`), which is also logged with what to do about it.
+func (a *Authority) scramCredential(mechanism, user string) (*SCRAMCredential, string) {
 	a.refreshUsers()
 	a.mu.RLock()
 	e := a.users[user]
 	a.mu.RUnlock()
 	if e == nil {
-		return nil, false
+		return nil, "unknown_user"
 	}
+	var c *SCRAMCredential
 	switch mechanism {
 	case "SCRAM-SHA-512":
-		c := e.scram512()
-		return c, c != nil
+		c = e.scram5
 	case "SCRAM-SHA-256":
-		return e.scram2, e.scram2 != nil
+		c = e.scram2
 	}
-	return nil, false
+	if c == nil {
+		a.log.Warn("user has no "+mechanism+" credential in security.users_file; re-run `tributary passwd FILE USER` for it (PLAIN still works)",
+			"event", "authentication", "principal", user, "mechanism", mechanism)
+		return nil, "scram_not_provisioned"
+	}
+	return c, ""
 }
 
 // Certificate admits the subject of a client certificate the TLS layer
