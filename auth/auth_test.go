@@ -134,7 +134,11 @@ func TestJWT(t *testing.T) {
 	jwks, _ := json.Marshal(map[string]any{"keys": []map[string]string{{"kty": "EC", "kid": "k1", "crv": "P-256",
 		"x": base64.RawURLEncoding.EncodeToString(ecJWKS.X.FillBytes(make([]byte, 32))),
 		"y": base64.RawURLEncoding.EncodeToString(ecJWKS.Y.FillBytes(make([]byte, 32)))}}})
-	a := open(t, Config{JWT: JWTConfig{SecretFile: writeFile(t, "secret", append(secret, '\n')),
+	users := filepath.Join(t.TempDir(), "passwd")
+	if err := SetPassword(users, "svc", []byte("pw")); err != nil {
+		t.Fatal(err)
+	}
+	a := open(t, Config{UsersFile: users, JWT: JWTConfig{SecretFile: writeFile(t, "secret", append(secret, '\n')),
 		PublicKeyFiles: []string{writeFile(t, "rsa.pem", pemPublic(t, &rsaKey.PublicKey)), writeFile(t, "ec.pem", pemPublic(t, &ecKey.PublicKey))},
 		JWKSFile:       writeFile(t, "jwks.json", jwks), Issuer: "plant"}})
 	sign := func(m jwt.SigningMethod, key any, kid string, claims jwt.MapClaims) string {
@@ -186,7 +190,7 @@ func TestJWT(t *testing.T) {
 			t.Errorf("%s: token accepted for another user name", c.name)
 		}
 	}
-	tok, exp, err := a.IssueToken(Principal{Name: "svc"}, time.Minute)
+	tok, exp, err := a.IssueToken(Principal{Name: "svc"}, time.Minute, time.Time{})
 	if err != nil || time.Until(exp) > time.Minute {
 		t.Fatal(err)
 	}
@@ -194,8 +198,8 @@ func TestJWT(t *testing.T) {
 		t.Fatalf("issued token: %+v %v", p, err)
 	}
 	// A process without the shared secret signs with a key of its own.
-	b := open(t, Config{})
-	tok2, _, _ := b.IssueToken(Principal{Name: "svc"}, 0)
+	b := open(t, Config{UsersFile: users})
+	tok2, _, _ := b.IssueToken(Principal{Name: "svc"}, 0, time.Time{})
 	if _, err := a.Token(cl, tok2); err == nil {
 		t.Fatal("a token signed by another process's own key accepted")
 	}
