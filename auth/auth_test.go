@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -12,6 +13,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -386,6 +388,36 @@ func TestGlobAndFilters(t *testing.T) {
 	}{{"a/b", "a/#", true}, {"a/#", "a/#", true}, {"a/+", "a/#", true}, {"#", "a/#", false}, {"a/+", "a/b", false}, {"a/+/c", "a/+/c", true}, {"a", "a/#", true}} {
 		if filterWithin(c.sub, c.f) != c.want {
 			t.Errorf("filterWithin(%q,%q)", c.sub, c.f)
+		}
+	}
+}
+
+// TestJWTStartupWarnings: keys of an outside identity provider without
+// issuer and audience, and accepting tokens without exp, are logged at
+// start-up with the keys to set.
+func TestJWTStartupWarnings(t *testing.T) {
+	ecKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	pub := writeFile(t, "ec.pem", pemPublic(t, &ecKey.PublicKey))
+	for _, c := range []struct {
+		jwt  JWTConfig
+		want []string
+	}{
+		{JWTConfig{PublicKeyFiles: []string{pub}}, []string{"security.jwt.issuer and security.jwt.audience"}},
+		{JWTConfig{PublicKeyFiles: []string{pub}, Issuer: "idp"}, []string{"security.jwt.issuer and security.jwt.audience"}},
+		{JWTConfig{PublicKeyFiles: []string{pub}, Issuer: "idp", Audience: "tributary"}, nil},
+		{JWTConfig{SecretFile: writeFile(t, "secret", []byte(strings.Repeat("s", 32))), AllowWithoutExp: true}, []string{"allow_without_exp"}},
+	} {
+		var buf bytes.Buffer
+		if _, err := Open(Config{JWT: c.jwt}, slog.New(slog.NewTextHandler(&buf, nil))); err != nil {
+			t.Fatal(err)
+		}
+		if len(c.want) == 0 && strings.Contains(buf.String(), "WARN") {
+			t.Errorf("%+v: unexpected warning %s", c.jwt, buf.String())
+		}
+		for _, w := range c.want {
+			if !strings.Contains(buf.String(), w) {
+				t.Errorf("%+v: no warning naming %q in %q", c.jwt, w, buf.String())
+			}
 		}
 	}
 }

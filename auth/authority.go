@@ -108,6 +108,13 @@ func Open(cfg Config, log *slog.Logger) (*Authority, error) {
 	if err := a.Reload(); err != nil {
 		return nil, err
 	}
+	if j := cfg.JWT; (len(j.PublicKeyFiles) > 0 || j.JWKSFile != "") && (j.Issuer == "" || j.Audience == "") {
+		log.Warn("security.jwt: public_key_files or jwks_file is set without both issuer and audience: any token those keys sign, for any service, is accepted here; set security.jwt.issuer and security.jwt.audience",
+			"issuer", j.Issuer, "audience", j.Audience)
+	}
+	if cfg.JWT.AllowWithoutExp {
+		log.Warn("security.jwt.allow_without_exp: tokens without an exp claim are accepted and never expire")
+	}
 	return a, nil
 }
 

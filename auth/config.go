@@ -52,8 +52,14 @@ type JWTConfig struct {
 	// JWKSFile: a JSON Web Key Set file (RSA and EC keys, by kid).
 	JWKSFile string `yaml:"jwks_file"`
 	// Issuer and Audience, when set, must match the iss and aud claims.
+	// With public_key_files or jwks_file (keys of an outside identity
+	// provider, which signs tokens for other services too) set both: a
+	// start-up warning says so when either is missing.
 	Issuer   string `yaml:"issuer"`
 	Audience string `yaml:"audience"`
+	// AllowWithoutExp accepts tokens without an exp claim (valid until
+	// the key changes). Default false: a token must expire.
+	AllowWithoutExp bool `yaml:"allow_without_exp"`
 	// PrincipalClaim names the claim holding the principal. Default sub.
 	PrincipalClaim string `yaml:"principal_claim"`
 }

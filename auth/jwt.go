@@ -160,8 +160,9 @@ func looksLikeJWT(b []byte) bool {
 
 // Token verifies a JWT: signature (HS256 with the secret or this
 // process's own issuing key, RS256/ES256 with the public keys or the
-// JWKS key its kid names), expiry and not-before (with 30s leeway), and
-// the issuer and audience when configured. The principal is the
+// JWKS key its kid names), expiry (required unless
+// jwt.allow_without_exp) and not-before (with 30s leeway), and the
+// issuer and audience when configured. The principal is the
 // configured claim (default sub).
 //
 // A token IssueToken made (it carries userClaim) is valid only while its
@@ -246,6 +247,9 @@ func (a *Authority) parseToken(token string) (Principal, jwt.MapClaims, string) 
 	ks := a.keys
 	a.mu.RUnlock()
 	opts := []jwt.ParserOption{jwt.WithValidMethods([]string{"HS256", "RS256", "ES256"}), jwt.WithLeeway(30 * time.Second)}
+	if !a.cfg.JWT.AllowWithoutExp {
+		opts = append(opts, jwt.WithExpirationRequired())
+	}
 	if a.cfg.JWT.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(a.cfg.JWT.Issuer))
 	}
@@ -285,6 +289,8 @@ func (a *Authority) parseToken(token string) (Principal, jwt.MapClaims, string) 
 		return jwt.VerificationKeySet{Keys: keys}, nil
 	})
 	switch {
+	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
+		return Principal{}, nil, "token_without_exp"
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return Principal{}, nil, "token_expired"
 	case errors.Is(err, jwt.ErrTokenNotValidYet):

@@ -13,6 +13,7 @@ import (
 	"github.com/apache/iceberg-go/catalog"
 	restcat "github.com/apache/iceberg-go/catalog/rest"
 	"github.com/apache/iceberg-go/table"
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/internal/testkit"
@@ -273,5 +274,38 @@ func TestRESTAuthTokenRevocation(t *testing.T) {
 	}
 	if s := list(other.AccessToken); s != 200 {
 		t.Fatalf("another user's token after the deletion: %d", s)
+	}
+}
+
+// TestRESTAuthTokenWithoutExp: a JWT without exp is refused unless
+// security.jwt.allow_without_exp says otherwise.
+func TestRESTAuthTokenWithoutExp(t *testing.T) {
+	secretFile := filepath.Join(t.TempDir(), "jwt.secret")
+	secret := []byte(strings.Repeat("x", 40))
+	if err := os.WriteFile(secretFile, secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	forever, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "svc", "iat": time.Now().Unix()}).SignedString(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiring := testkit.HS256Token(t, secret, "svc", time.Hour)
+	for _, allow := range []bool{false, true} {
+		no := false
+		a, err := auth.Open(auth.Config{AllowAnonymous: &no, JWT: auth.JWTConfig{SecretFile: secretFile, AllowWithoutExp: allow},
+			ACL: []auth.Rule{{Principal: "svc", Allow: []auth.Action{auth.Consume}}}}, quietLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := newEnv(t, 1, rest.Options{Auth: a})
+		get := func(tok string) int {
+			return do(t, "GET", e.servers[0].URL()+"/v1/namespaces", "", "Authorization", "Bearer "+tok).status
+		}
+		if s := get(expiring); s != 200 {
+			t.Fatalf("allow_without_exp %v: a token with exp: %d", allow, s)
+		}
+		if s, want := get(forever), map[bool]int{false: 401, true: 200}[allow]; s != want {
+			t.Fatalf("allow_without_exp %v: a token without exp: %d, want %d", allow, s, want)
+		}
 	}
 }
