@@ -34,6 +34,10 @@ type Principal struct {
 	// an anonymous client.
 	Name   string
 	Method Method
+	// Expires is when the credential stops being valid (a token's exp);
+	// zero = no limit. A connection or stream of this principal ends
+	// then (ErrExpired).
+	Expires time.Time
 }
 
 // Anonymous tells whether p carries no identity.
@@ -63,6 +67,9 @@ var (
 	ErrNoCredentials = fmt.Errorf("%w: credentials required", tributary.ErrUnauthorized)
 	// ErrDenied: authenticated, but no rule allows the request.
 	ErrDenied = fmt.Errorf("%w: not authorized", tributary.ErrUnauthorized)
+	// ErrExpired: the token a connection or stream authenticated with
+	// has expired (Principal.Expires); the client must authenticate again.
+	ErrExpired = fmt.Errorf("%w: the token expired; authenticate again with a fresh one", tributary.ErrUnauthorized)
 )
 
 // usersCheckEvery bounds how often the password file's modification time

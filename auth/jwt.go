@@ -175,7 +175,9 @@ func (a *Authority) Token(c Client, token string) (Principal, error) {
 		return Principal{}, ErrBadCredentials
 	}
 	a.metrics.success(c.Protocol, MethodToken)
-	return v.p, nil
+	p := v.p
+	p.Expires = v.expires
+	return p, nil
 }
 
 // ExchangeToken verifies subject for a token exchange (the REST catalog's
@@ -192,7 +194,9 @@ func (a *Authority) ExchangeToken(c Client, subject string) (p Principal, expire
 		return Principal{}, time.Time{}, ErrBadCredentials
 	}
 	a.metrics.success(c.Protocol, MethodToken)
-	return v.p, v.expires, nil
+	p = v.p
+	p.Expires = v.expires
+	return p, v.expires, nil
 }
 
 // userClaim is the claim of the tokens IssueToken makes that binds them

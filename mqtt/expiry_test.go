@@ -1,0 +1,54 @@
+package mqtt
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+)
+
+// TestAuthTokenExpiryDisconnects: a client that connected with a JWT is
+// disconnected with DISCONNECT 0xA0 (maximum connect time) naming the
+// expiry when its token expires; a password client stays connected.
+func TestAuthTokenExpiryDisconnects(t *testing.T) {
+	f := startAuthServer(t, nil)
+	disc := make(chan *paho.Disconnect, 1)
+	conn := dialTCP(t, f.tcp)
+	c := paho.NewClient(paho.ClientConfig{ClientID: "sensor-b", Conn: conn, OnClientError: func(error) {},
+		OnServerDisconnect: func(d *paho.Disconnect) { disc <- d }})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ca, err := c.Connect(ctx, &paho.Connect{ClientID: "sensor-b", CleanStart: true, KeepAlive: 30, PasswordFlag: true,
+		Password: []byte(f.token(t, "sensor-b", 2*time.Second))})
+	if err != nil || ca.ReasonCode != 0 {
+		t.Fatalf("connect with a token: %v %+v", err, ca)
+	}
+	t.Cleanup(func() { conn.Close() })
+	steady := f.loginAs(t, "sensor-a", "sensor-a", nil)
+
+	select {
+	case d := <-disc:
+		reason := ""
+		if d.Properties != nil {
+			reason = d.Properties.ReasonString
+		}
+		if d.ReasonCode != 0xA0 {
+			t.Fatalf("DISCONNECT %#x %q, want 0xa0 (maximum connect time)", d.ReasonCode, reason)
+		}
+		t.Logf("DISCONNECT %#x %q", d.ReasonCode, reason)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the token expired 18s ago and the connection is still open")
+	}
+	select {
+	case <-c.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client is not done after the server's DISCONNECT")
+	}
+	// The password client is still served.
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	if _, err := steady.Subscribe(ctx2, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "factory/sensor-a/#"}}}); err != nil {
+		t.Fatalf("the password client after the other's expiry: %v", err)
+	}
+}
