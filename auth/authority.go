@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -90,6 +92,10 @@ type Authority struct {
 	checked   time.Time
 	keys      *keySet
 	verified  map[[32]byte]struct{} // sha256(user, password, hash line) of passwords that verified
+
+	throttle    *throttle
+	proxies     []netip.Prefix
+	derivations chan struct{} // a slot per password derivation running
 }
 
 // maxVerifiedCache bounds the cache of verified passwords.
@@ -111,7 +117,9 @@ func Open(cfg Config, log *slog.Logger) (*Authority, error) {
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("security: %s", strings.Join(problems, "; "))
 	}
-	a := &Authority{cfg: cfg, log: log.With("component", "audit"), metrics: newMetrics()}
+	proxies, _ := cfg.proxyPrefixes() // validated above
+	a := &Authority{cfg: cfg, log: log.With("component", "audit"), metrics: newMetrics(),
+		throttle: newThrottle(cfg.Throttle), proxies: proxies, derivations: make(chan struct{}, max(2, runtime.GOMAXPROCS(0)))}
 	if err := a.Reload(); err != nil {
 		return nil, err
 	}
@@ -277,6 +285,9 @@ func (a *Authority) Password(c Client, user string, password []byte) (Principal,
 		a.fail(c, user, "no_user")
 		return Principal{}, ErrBadCredentials
 	}
+	if a.throttled(c, user) {
+		return Principal{}, ErrBadCredentials
+	}
 	a.refreshUsers()
 	a.mu.RLock()
 	e := a.users[user]
@@ -288,11 +299,16 @@ func (a *Authority) Password(c Client, user string, password []byte) (Principal,
 	}
 	a.mu.RUnlock()
 	if e == nil {
+		// The same derivation as for a real user, so that the time taken
+		// does not tell whether the user exists.
+		a.derive(func() { dummyEntry.verify(password) })
 		a.fail(c, user, "unknown_user")
 		return Principal{}, ErrBadCredentials
 	}
 	if !cached {
-		if !e.verify(password) {
+		var ok bool
+		a.derive(func() { ok = e.verify(password) })
+		if !ok {
 			a.fail(c, user, "bad_password")
 			return Principal{}, ErrBadCredentials
 		}
@@ -303,6 +319,7 @@ func (a *Authority) Password(c Client, user string, password []byte) (Principal,
 		a.verified[key] = struct{}{}
 		a.mu.Unlock()
 	}
+	a.throttle.succeeded(userKey(user))
 	a.metrics.success(c.Protocol, MethodPassword)
 	return Principal{Name: user, Method: MethodPassword}, nil
 }
@@ -374,7 +391,35 @@ func (a *Authority) Authenticated(c Client, p Principal) {
 // (a SCRAM proof that did not verify, a malformed SASL message).
 func (a *Authority) Failed(c Client, user, reason string) { a.fail(c, user, reason) }
 
+// dummyEntry is what an unknown user's password is derived against.
+var dummyEntry = &entry{kind: 7, iter: DefaultIterations, salt: []byte("tributary-dummy"), hash: make([]byte, 64)}
+
+// derive runs a password derivation in one of the bounded slots (at most
+// GOMAXPROCS at once, so a flood of guesses queues instead of taking
+// every core from the node's real work).
+func (a *Authority) derive(f func()) {
+	a.derivations <- struct{}{}
+	defer func() { <-a.derivations }()
+	f()
+}
+
+// throttled tells (audited) whether c's address or user is in its
+// back-off after repeated failures (security.throttle); such an attempt
+// is refused without being checked, and is not counted again.
+func (a *Authority) throttled(c Client, user string) bool {
+	if !a.throttle.blocked(time.Now(), a.throttle.addrKey(c.Remote), userKey(user)) {
+		return false
+	}
+	a.metrics.failure(c.Protocol, "throttled")
+	a.log.Warn("authentication failed", "event", "authentication", "decision", "deny", "protocol", c.Protocol,
+		"remote", c.Remote, "principal", user, "reason", "throttled")
+	return true
+}
+
 func (a *Authority) fail(c Client, user, reason string) {
+	if reason != "no_credentials" {
+		a.throttle.failed(time.Now(), a.throttle.addrKey(c.Remote), userKey(user))
+	}
 	a.metrics.failure(c.Protocol, reason)
 	a.log.Warn("authentication failed", "event", "authentication", "decision", "deny", "protocol", c.Protocol,
 		"remote", c.Remote, "principal", user, "reason", reason)

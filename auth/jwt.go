@@ -169,6 +169,9 @@ func looksLikeJWT(b []byte) bool {
 // principal's entry in the password file is the one it was issued for:
 // deleting the user or changing its password revokes it.
 func (a *Authority) Token(c Client, token string) (Principal, error) {
+	if a.throttled(c, "") {
+		return Principal{}, ErrBadCredentials
+	}
 	v, reason := a.verifyToken(token)
 	if reason != "" {
 		a.fail(c, v.p.Name, reason)
@@ -185,6 +188,9 @@ func (a *Authority) Token(c Client, token string) (Principal, error) {
 // still exists with the same password, is exchanged; expires is its
 // expiry, which the new token must not outlive. Failures are audited.
 func (a *Authority) ExchangeToken(c Client, subject string) (p Principal, expires time.Time, err error) {
+	if a.throttled(c, "") {
+		return Principal{}, time.Time{}, ErrBadCredentials
+	}
 	v, reason := a.verifyToken(subject)
 	if reason == "" && !v.own {
 		reason = "token_exchange_not_ours"

@@ -105,6 +105,10 @@ func (s *SCRAM) first(msg string) ([]byte, bool, error) {
 		return s.failed("scram_delegation_token")
 	}
 	s.user = user
+	if s.a.throttled(s.c, user) {
+		s.step = 3
+		return nil, false, ErrBadCredentials
+	}
 	s.cred, s.unknown = s.a.scramCredential(s.mech, user)
 	s.known = s.unknown == ""
 	if !s.known {
@@ -167,6 +171,7 @@ func (s *SCRAM) final(msg string) ([]byte, bool, error) {
 		return s.failed("bad_password")
 	}
 	s.principal = Principal{Name: s.user, Method: MethodPassword}
+	s.a.throttle.succeeded(userKey(s.user))
 	s.a.metrics.success(s.c.Protocol, MethodPassword)
 	srvSig := hmacSum(s.newHash, s.cred.ServerKey, []byte(authMsg))
 	return []byte("v=" + base64.StdEncoding.EncodeToString(srvSig)), true, nil

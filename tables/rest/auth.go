@@ -76,7 +76,7 @@ func callerOf(ctx context.Context) *caller {
 // identify tells who r is; nil when it must be refused with 401.
 func (h *handler) identify(r *http.Request, node bool) *caller {
 	tok := bearer(r)
-	cl := auth.Client{Protocol: "rest", Remote: r.RemoteAddr}
+	cl := auth.Client{Protocol: "rest", Remote: h.remote(r)}
 	a := h.opts.Auth
 	switch {
 	case node:
@@ -205,7 +205,7 @@ func (h *handler) issueToken(w http.ResponseWriter, r *http.Request) {
 		oauthError(w, http.StatusBadRequest, "invalid_request", "malformed form body: "+err.Error())
 		return
 	}
-	cl := auth.Client{Protocol: "rest", Remote: r.RemoteAddr}
+	cl := auth.Client{Protocol: "rest", Remote: h.remote(r)}
 	var p auth.Principal
 	var notAfter time.Time
 	switch grant := r.PostForm.Get("grant_type"); grant {

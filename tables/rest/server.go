@@ -147,9 +147,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	node := tokenIs(bearer(r), h.opts.NodeToken)
-	if !node && !h.rates.allow(r.RemoteAddr) {
-		w.Header().Set("Retry-After", "1")
-		writeError(w, r, http.StatusTooManyRequests, "SlowDownException", "too many requests from this address; retry later")
+	if r.Context().Value(limitedKey) == nil && !h.limit(w, r, node) {
 		return
 	}
 	if r.URL.Path == TokenPath && h.opts.Auth != nil {
@@ -178,7 +176,44 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
-// ---- errors and JSON ----
+// remote is the client's address: the connection's, or the one a
+// trusted proxy names (security.trusted_proxies, auth.Authority.ClientAddr).
+func (h *handler) remote(r *http.Request) string {
+	if h.opts.Auth != nil {
+		return h.opts.Auth.ClientAddr(r)
+	}
+	return r.RemoteAddr
+}
+
+// limit takes a token of the request's address (none for the NodeToken);
+// false when it answered 429.
+func (h *handler) limit(w http.ResponseWriter, r *http.Request, node bool) bool {
+	if node || h.rates.allow(h.remote(r)) {
+		return true
+	}
+	w.Header().Set("Retry-After", "1")
+	writeError(w, r, http.StatusTooManyRequests, "SlowDownException", "too many requests from this address; retry later")
+	return false
+}
+
+const limitedKey ctxKey = 2
+
+// RateLimited puts every request of the listener that serves catalog
+// (made by NewHandler) beside other routes (metrics, probes, the console)
+// under catalog's per-address rate limit (Options.RatePerIP), once each:
+// no route of the catalog port is outside it.
+func RateLimited(catalog, all http.Handler) http.Handler {
+	h, ok := catalog.(*handler)
+	if !ok {
+		return all
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !h.limit(w, r, tokenIs(bearer(r), h.opts.NodeToken)) {
+			return
+		}
+		all.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), limitedKey, true)))
+	})
+}
 
 type errorModel struct {
 	Message string `json:"message"`
