@@ -234,6 +234,11 @@ func (a *Authority) verifyToken(token string) (verified, string) {
 	v := verified{p: p}
 	if exp, err := claims.GetExpirationTime(); err == nil && exp != nil {
 		v.expires = exp.Time
+		// The leeway is for a token not yet valid by our clock, not for
+		// one expired: a connection it opened would end at once.
+		if !time.Now().Before(v.expires) {
+			return v, "token_expired"
+		}
 	}
 	if fp, ok := claims[userClaim]; ok {
 		s, _ := fp.(string)

@@ -2,6 +2,9 @@ package mqtt
 
 import (
 	"context"
+	"net"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,4 +54,25 @@ func TestAuthTokenExpiryDisconnects(t *testing.T) {
 	if _, err := steady.Subscribe(ctx2, &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "factory/sensor-a/#"}}}); err != nil {
 		t.Fatalf("the password client after the other's expiry: %v", err)
 	}
+}
+
+// TestAuthTokenExpiryClosesV311: an MQTT 3.1.1 client (mosquitto_sub),
+// which has no server DISCONNECT, has its connection closed at its
+// token's expiry; its reconnect with the expired token is refused, and
+// mosquitto_sub gives up.
+func TestAuthTokenExpiryClosesV311(t *testing.T) {
+	f := startAuthServer(t, nil)
+	host, port, _ := net.SplitHostPort(f.tcp)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "stdbuf", "-oL", "mosquitto_sub", "-V", "mqttv311", "-h", host, "-p", port, "-i", "sensor-b",
+		"-u", "sensor-b", "-P", f.token(t, "sensor-b", 2*time.Second), "-t", "factory/sensor-b/#", "-k", "30", "-d") // -d: its story, logged
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("mosquitto_sub still connected 23s after its token expired: %v %s\n%s", err, out, f.audit.String())
+	}
+	if !strings.Contains(f.audit.String(), "token_expired") {
+		t.Fatalf("no token_expired refusal of the reconnect in the audit log; mosquitto_sub said %v %s", err, out)
+	}
+	t.Logf("mosquitto_sub: %v %s", err, out)
 }
