@@ -20,12 +20,13 @@ import (
 	"github.com/tributary-io/tributary/grpcapi/pb/pbconnect"
 	"github.com/tributary-io/tributary/internal/tabletest"
 	"github.com/tributary-io/tributary/internal/testkit"
+	"github.com/tributary-io/tributary/subscription"
 	"github.com/tributary-io/tributary/tables"
 )
 
-// TestFetchTokenExpiry: a following Fetch authenticated with a token
-// ends when the token expires, Unauthenticated naming the expiry, after
-// the records committed before it.
+// TestFetchTokenExpiry: a following Fetch, and a Subscribe, authenticated
+// with a token end when the token expires, Unauthenticated naming the
+// expiry, after the records committed before it.
 func TestFetchTokenExpiry(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -54,8 +55,21 @@ func TestFetchTokenExpiry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	store, err := subscription.OpenCursorStore("sqlite://" + filepath.Join(dir, "cursors.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	subs := subscription.NewManager(store, quiet())
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		subs.Close(ctx)
+		if c, ok := store.(interface{ Close() error }); ok {
+			c.Close()
+		}
+	})
 	mux := http.NewServeMux()
-	NewReader(ReaderConfig{Auth: a, Logger: quiet()}, tables.NewReader(cat, tables.ReaderConfig{})).Register(mux)
+	NewReader(ReaderConfig{Auth: a, Logger: quiet(), Subscriptions: subs}, tables.NewReader(cat, tables.ReaderConfig{})).Register(mux)
 	srv := httptest.NewUnstartedServer(mux)
 	srv.Config.Protocols = new(http.Protocols)
 	srv.Config.Protocols.SetUnencryptedHTTP2(true)
@@ -85,5 +99,28 @@ func TestFetchTokenExpiry(t *testing.T) {
 	}
 	if n != 3 {
 		t.Fatalf("%d records before the expiry, want 3", n)
+	}
+
+	// Subscribe: the same for a bidirectional stream.
+	sctx, scancel := context.WithTimeout(ctx, 25*time.Second)
+	defer scancel()
+	bidi := cl.Subscribe(sctx)
+	bidi.RequestHeader().Set("Authorization", "Bearer "+testkit.HS256Token(t, secret, "reader", 2*time.Second))
+	if err := bidi.Send(&pb.SubscribeRequest{Stream: "factory.t", Subscription: "s1", InitialPosition: pb.InitialPosition_INITIAL_POSITION_EARLIEST}); err != nil {
+		t.Fatal(err)
+	}
+	n = 0
+	for {
+		resp, err := bidi.Receive()
+		if err != nil {
+			if connect.CodeOf(err) != connect.CodeUnauthenticated || !strings.Contains(err.Error(), "token expired") || sctx.Err() != nil {
+				t.Fatalf("a Subscribe past its token's expiry ended with %v (code %v), want Unauthenticated naming the expiry", err, connect.CodeOf(err))
+			}
+			break
+		}
+		n += len(resp.Records)
+	}
+	if n != 3 {
+		t.Fatalf("Subscribe: %d records before the expiry, want 3", n)
 	}
 }
