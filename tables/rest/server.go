@@ -50,8 +50,11 @@ type Options struct {
 	// MaxBodyBytes bounds a request body; 0 means 32 MiB.
 	MaxBodyBytes int64
 	// RatePerIP and BurstPerIP limit the requests of one remote address
-	// (token bucket; beyond it 429 with Retry-After). Requests bearing the
-	// NodeToken are not limited. 0 = 200/s with a burst of 400; < 0 = off.
+	// (token bucket; beyond it 429 with Retry-After), the address being
+	// Auth.ClientAddr's (X-Forwarded-For only from trusted proxies).
+	// Requests bearing the NodeToken are not limited. RateLimited extends
+	// the limit over the other routes of the catalog's listener. 0 =
+	// 200/s with a burst of 400; < 0 = off.
 	RatePerIP  float64
 	BurstPerIP int
 }
