@@ -174,7 +174,7 @@ func (a *Authority) Token(c Client, token string) (Principal, error) {
 	}
 	v, reason := a.verifyToken(token)
 	if reason != "" {
-		a.fail(c, v.p.Name, reason)
+		a.fail(c, "", reason) // a token failure throttles its address, not a user name it may not prove
 		return Principal{}, ErrBadCredentials
 	}
 	a.metrics.success(c.Protocol, MethodToken)
@@ -196,7 +196,7 @@ func (a *Authority) ExchangeToken(c Client, subject string) (p Principal, expire
 		reason = "token_exchange_not_ours"
 	}
 	if reason != "" {
-		a.fail(c, v.p.Name, reason)
+		a.fail(c, "", reason) // a token failure throttles its address, not a user name it may not prove
 		return Principal{}, time.Time{}, ErrBadCredentials
 	}
 	a.metrics.success(c.Protocol, MethodToken)
