@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -12,6 +13,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -89,7 +91,7 @@ func TestSetPasswordAndReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	raw, _ := os.ReadFile(path)
-	if strings.Contains(string(raw), "dev2") || strings.Count(string(raw), "dev1") != 2 {
+	if strings.Contains(string(raw), "dev2") || strings.Count(string(raw), "dev1") != 3 {
 		t.Fatalf("file after delete:\n%s", raw)
 	}
 	if _, err := HashPassword("a:b", []byte("x")); err == nil {
@@ -134,7 +136,11 @@ func TestJWT(t *testing.T) {
 	jwks, _ := json.Marshal(map[string]any{"keys": []map[string]string{{"kty": "EC", "kid": "k1", "crv": "P-256",
 		"x": base64.RawURLEncoding.EncodeToString(ecJWKS.X.FillBytes(make([]byte, 32))),
 		"y": base64.RawURLEncoding.EncodeToString(ecJWKS.Y.FillBytes(make([]byte, 32)))}}})
-	a := open(t, Config{JWT: JWTConfig{SecretFile: writeFile(t, "secret", append(secret, '\n')),
+	users := filepath.Join(t.TempDir(), "passwd")
+	if err := SetPassword(users, "svc", []byte("pw")); err != nil {
+		t.Fatal(err)
+	}
+	a := open(t, Config{UsersFile: users, JWT: JWTConfig{SecretFile: writeFile(t, "secret", append(secret, '\n')),
 		PublicKeyFiles: []string{writeFile(t, "rsa.pem", pemPublic(t, &rsaKey.PublicKey)), writeFile(t, "ec.pem", pemPublic(t, &ecKey.PublicKey))},
 		JWKSFile:       writeFile(t, "jwks.json", jwks), Issuer: "plant"}})
 	sign := func(m jwt.SigningMethod, key any, kid string, claims jwt.MapClaims) string {
@@ -186,7 +192,7 @@ func TestJWT(t *testing.T) {
 			t.Errorf("%s: token accepted for another user name", c.name)
 		}
 	}
-	tok, exp, err := a.IssueToken(Principal{Name: "svc"}, time.Minute)
+	tok, exp, err := a.IssueToken(Principal{Name: "svc"}, time.Minute, time.Time{})
 	if err != nil || time.Until(exp) > time.Minute {
 		t.Fatal(err)
 	}
@@ -194,8 +200,8 @@ func TestJWT(t *testing.T) {
 		t.Fatalf("issued token: %+v %v", p, err)
 	}
 	// A process without the shared secret signs with a key of its own.
-	b := open(t, Config{})
-	tok2, _, _ := b.IssueToken(Principal{Name: "svc"}, 0)
+	b := open(t, Config{UsersFile: users})
+	tok2, _, _ := b.IssueToken(Principal{Name: "svc"}, 0, time.Time{})
 	if _, err := a.Token(cl, tok2); err == nil {
 		t.Fatal("a token signed by another process's own key accepted")
 	}
@@ -409,6 +415,36 @@ func TestGlobAndFilters(t *testing.T) {
 	}{{"a/b", "a/#", true}, {"a/#", "a/#", true}, {"a/+", "a/#", true}, {"#", "a/#", false}, {"a/+", "a/b", false}, {"a/+/c", "a/+/c", true}, {"a", "a/#", true}} {
 		if filterWithin(c.sub, c.f) != c.want {
 			t.Errorf("filterWithin(%q,%q)", c.sub, c.f)
+		}
+	}
+}
+
+// TestJWTStartupWarnings: keys of an outside identity provider without
+// issuer and audience, and accepting tokens without exp, are logged at
+// start-up with the keys to set.
+func TestJWTStartupWarnings(t *testing.T) {
+	ecKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	pub := writeFile(t, "ec.pem", pemPublic(t, &ecKey.PublicKey))
+	for _, c := range []struct {
+		jwt  JWTConfig
+		want []string
+	}{
+		{JWTConfig{PublicKeyFiles: []string{pub}}, []string{"security.jwt.issuer and security.jwt.audience"}},
+		{JWTConfig{PublicKeyFiles: []string{pub}, Issuer: "idp"}, []string{"security.jwt.issuer and security.jwt.audience"}},
+		{JWTConfig{PublicKeyFiles: []string{pub}, Issuer: "idp", Audience: "tributary"}, nil},
+		{JWTConfig{SecretFile: writeFile(t, "secret", []byte(strings.Repeat("s", 32))), AllowWithoutExp: true}, []string{"allow_without_exp"}},
+	} {
+		var buf bytes.Buffer
+		if _, err := Open(Config{JWT: c.jwt}, slog.New(slog.NewTextHandler(&buf, nil))); err != nil {
+			t.Fatal(err)
+		}
+		if len(c.want) == 0 && strings.Contains(buf.String(), "WARN") {
+			t.Errorf("%+v: unexpected warning %s", c.jwt, buf.String())
+		}
+		for _, w := range c.want {
+			if !strings.Contains(buf.String(), w) {
+				t.Errorf("%+v: no warning naming %q in %q", c.jwt, w, buf.String())
+			}
 		}
 	}
 }

@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -33,6 +36,10 @@ type Principal struct {
 	// an anonymous client.
 	Name   string
 	Method Method
+	// Expires is when the credential stops being valid (a token's exp);
+	// zero = no limit. A connection or stream of this principal ends
+	// then (ErrExpired).
+	Expires time.Time
 }
 
 // Anonymous tells whether p carries no identity.
@@ -62,6 +69,9 @@ var (
 	ErrNoCredentials = fmt.Errorf("%w: credentials required", tributary.ErrUnauthorized)
 	// ErrDenied: authenticated, but no rule allows the request.
 	ErrDenied = fmt.Errorf("%w: not authorized", tributary.ErrUnauthorized)
+	// ErrExpired: the token a connection or stream authenticated with
+	// has expired (Principal.Expires); the client must authenticate again.
+	ErrExpired = fmt.Errorf("%w: the token expired; authenticate again with a fresh one", tributary.ErrUnauthorized)
 )
 
 // usersCheckEvery bounds how often the password file's modification time
@@ -82,6 +92,10 @@ type Authority struct {
 	checked   time.Time
 	keys      *keySet
 	verified  map[[32]byte]struct{} // sha256(user, password, hash line) of passwords that verified
+
+	throttle    *throttle
+	proxies     []netip.Prefix
+	derivations chan struct{} // a slot per password derivation running
 }
 
 // maxVerifiedCache bounds the cache of verified passwords.
@@ -103,9 +117,18 @@ func Open(cfg Config, log *slog.Logger) (*Authority, error) {
 	if len(problems) > 0 {
 		return nil, fmt.Errorf("security: %s", strings.Join(problems, "; "))
 	}
-	a := &Authority{cfg: cfg, log: log.With("component", "audit"), metrics: newMetrics()}
+	proxies, _ := cfg.proxyPrefixes() // validated above
+	a := &Authority{cfg: cfg, log: log.With("component", "audit"), metrics: newMetrics(),
+		throttle: newThrottle(cfg.Throttle), proxies: proxies, derivations: make(chan struct{}, max(2, runtime.GOMAXPROCS(0)))}
 	if err := a.Reload(); err != nil {
 		return nil, err
+	}
+	if j := cfg.JWT; (len(j.PublicKeyFiles) > 0 || j.JWKSFile != "") && (j.Issuer == "" || j.Audience == "") {
+		log.Warn("security.jwt: public_key_files or jwks_file is set without both issuer and audience: any token those keys sign, for any service, is accepted here; set security.jwt.issuer and security.jwt.audience",
+			"issuer", j.Issuer, "audience", j.Audience)
+	}
+	if cfg.JWT.AllowWithoutExp {
+		log.Warn("security.jwt.allow_without_exp: tokens without an exp claim are accepted and never expire")
 	}
 	return a, nil
 }
@@ -127,6 +150,7 @@ func (a *Authority) Reload() error {
 	if err != nil {
 		return err
 	}
+	a.warnUnprovisioned(users)
 	a.mu.Lock()
 	a.users, a.usersMod, a.usersSize, a.checked = users, mod, size, time.Now()
 	a.keys = keys
@@ -181,6 +205,25 @@ func (a *Authority) refreshUsers() {
 	}
 	a.users, a.usersMod, a.usersSize = users, mod, size
 	a.verified = map[[32]byte]struct{}{}
+	a.warnUnprovisioned(users)
+}
+
+// warnUnprovisioned logs the users that cannot use SCRAM-SHA-512 because
+// their entry has no credential for it (mosquitto_passwd entries, or ones
+// written before Tributary stored it apart from the $7$ hash).
+func (a *Authority) warnUnprovisioned(users map[string]*entry) {
+	var names []string
+	for u, e := range users {
+		if e.scram5 == nil {
+			names = append(names, u)
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	slices.Sort(names)
+	a.log.Warn("security.users_file: users without a SCRAM-SHA-512 credential cannot use SCRAM-SHA-512 (PLAIN and MQTT still work); re-run `tributary passwd FILE USER` for each",
+		"count", len(names), "users", strings.Join(names[:min(len(names), 10)], ","))
 }
 
 // AnonymousAllowed tells whether clients without credentials get in.
@@ -242,6 +285,9 @@ func (a *Authority) Password(c Client, user string, password []byte) (Principal,
 		a.fail(c, user, "no_user")
 		return Principal{}, ErrBadCredentials
 	}
+	if a.throttled(c, user) {
+		return Principal{}, ErrBadCredentials
+	}
 	a.refreshUsers()
 	a.mu.RLock()
 	e := a.users[user]
@@ -253,11 +299,16 @@ func (a *Authority) Password(c Client, user string, password []byte) (Principal,
 	}
 	a.mu.RUnlock()
 	if e == nil {
+		// The same derivation as for a real user, so that the time taken
+		// does not tell whether the user exists.
+		a.derive(func() { dummyEntry.verify(password) })
 		a.fail(c, user, "unknown_user")
 		return Principal{}, ErrBadCredentials
 	}
 	if !cached {
-		if !e.verify(password) {
+		var ok bool
+		a.derive(func() { ok = e.verify(password) })
+		if !ok {
 			a.fail(c, user, "bad_password")
 			return Principal{}, ErrBadCredentials
 		}
@@ -268,6 +319,7 @@ func (a *Authority) Password(c Client, user string, password []byte) (Principal,
 		a.verified[key] = struct{}{}
 		a.mu.Unlock()
 	}
+	a.throttle.succeeded(userKey(user))
 	a.metrics.success(c.Protocol, MethodPassword)
 	return Principal{Name: user, Method: MethodPassword}, nil
 }
@@ -287,21 +339,35 @@ func verifiedKey(user string, password []byte, line string) [32]byte {
 // one (the caller still runs the exchange with a made-up credential so
 // that the answer does not tell which).
 func (a *Authority) SCRAM(mechanism, user string) (cred *SCRAMCredential, ok bool) {
+	cred, reason := a.scramCredential(mechanism, user)
+	return cred, reason == ""
+}
+
+// scramCredential is SCRAM's credential, or the audit reason why there is
+// none: unknown_user, or scram_not_provisioned for a user whose entry has
+// no line for the mechanism (written by mosquitto_passwd or an older
+// `tributary passwd`), which is also logged with what to do about it.
+func (a *Authority) scramCredential(mechanism, user string) (*SCRAMCredential, string) {
 	a.refreshUsers()
 	a.mu.RLock()
 	e := a.users[user]
 	a.mu.RUnlock()
 	if e == nil {
-		return nil, false
+		return nil, "unknown_user"
 	}
+	var c *SCRAMCredential
 	switch mechanism {
 	case "SCRAM-SHA-512":
-		c := e.scram512()
-		return c, c != nil
+		c = e.scram5
 	case "SCRAM-SHA-256":
-		return e.scram2, e.scram2 != nil
+		c = e.scram2
 	}
-	return nil, false
+	if c == nil {
+		a.log.Warn("user has no "+mechanism+" credential in security.users_file; re-run `tributary passwd FILE USER` for it (PLAIN still works)",
+			"event", "authentication", "principal", user, "mechanism", mechanism)
+		return nil, "scram_not_provisioned"
+	}
+	return c, ""
 }
 
 // Certificate admits the subject of a client certificate the TLS layer
@@ -325,7 +391,35 @@ func (a *Authority) Authenticated(c Client, p Principal) {
 // (a SCRAM proof that did not verify, a malformed SASL message).
 func (a *Authority) Failed(c Client, user, reason string) { a.fail(c, user, reason) }
 
+// dummyEntry is what an unknown user's password is derived against.
+var dummyEntry = &entry{kind: 7, iter: DefaultIterations, salt: []byte("tributary-dummy"), hash: make([]byte, 64)}
+
+// derive runs a password derivation in one of the bounded slots (at most
+// GOMAXPROCS at once, so a flood of guesses queues instead of taking
+// every core from the node's real work).
+func (a *Authority) derive(f func()) {
+	a.derivations <- struct{}{}
+	defer func() { <-a.derivations }()
+	f()
+}
+
+// throttled tells (audited) whether c's address or user is in its
+// back-off after repeated failures (security.throttle); such an attempt
+// is refused without being checked, and is not counted again.
+func (a *Authority) throttled(c Client, user string) bool {
+	if !a.throttle.blocked(time.Now(), a.throttle.addrKey(c.Remote), userKey(user)) {
+		return false
+	}
+	a.metrics.failure(c.Protocol, "throttled")
+	a.log.Warn("authentication failed", "event", "authentication", "decision", "deny", "protocol", c.Protocol,
+		"remote", c.Remote, "principal", user, "reason", "throttled")
+	return true
+}
+
 func (a *Authority) fail(c Client, user, reason string) {
+	if reason != "no_credentials" {
+		a.throttle.failed(time.Now(), a.throttle.addrKey(c.Remote), userKey(user))
+	}
 	a.metrics.failure(c.Protocol, reason)
 	a.log.Warn("authentication failed", "event", "authentication", "decision", "deny", "protocol", c.Protocol,
 		"remote", c.Remote, "principal", user, "reason", reason)

@@ -2,6 +2,7 @@ package auth
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -38,6 +39,31 @@ type Config struct {
 	// TokenTTL is the lifetime of the tokens the REST catalog's OAuth2
 	// endpoint issues. Default 1h.
 	TokenTTL time.Duration `yaml:"token_ttl"`
+	// Throttle limits guessing: failed authentications per address and
+	// per user, across every protocol (see ThrottleConfig).
+	Throttle ThrottleConfig `yaml:"throttle"`
+	// TrustedProxies: addresses or CIDR prefixes of reverse proxies whose
+	// X-Forwarded-For header names the client (for the throttle, the
+	// REST rate limit and the audit log). Empty (the default): the header
+	// is ignored and the connection's address is the client's.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+}
+
+// proxyPrefixes parses TrustedProxies.
+func (c Config) proxyPrefixes() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range c.TrustedProxies {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, err2 := netip.ParseAddr(s)
+			if err2 != nil {
+				return nil, fmt.Errorf("%q: want an IP address or a CIDR prefix", s)
+			}
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }
 
 // JWTConfig configures the JSON Web Tokens accepted. Any of the key
@@ -52,8 +78,14 @@ type JWTConfig struct {
 	// JWKSFile: a JSON Web Key Set file (RSA and EC keys, by kid).
 	JWKSFile string `yaml:"jwks_file"`
 	// Issuer and Audience, when set, must match the iss and aud claims.
+	// With public_key_files or jwks_file (keys of an outside identity
+	// provider, which signs tokens for other services too) set both: a
+	// start-up warning says so when either is missing.
 	Issuer   string `yaml:"issuer"`
 	Audience string `yaml:"audience"`
+	// AllowWithoutExp accepts tokens without an exp claim (valid until
+	// the key changes). Default false: a token must expire.
+	AllowWithoutExp bool `yaml:"allow_without_exp"`
 	// PrincipalClaim names the claim holding the principal. Default sub.
 	PrincipalClaim string `yaml:"principal_claim"`
 }
@@ -146,6 +178,12 @@ func (c Config) Validate(bad func(field, format string, args ...any)) {
 	}
 	if c.TokenTTL < 0 {
 		bad("security.token_ttl", "%s is negative", c.TokenTTL)
+	}
+	if _, err := c.proxyPrefixes(); err != nil {
+		bad("security.trusted_proxies", "%v", err)
+	}
+	if c.Throttle.Backoff < 0 || c.Throttle.MaxBackoff < 0 {
+		bad("security.throttle", "backoff and max_backoff must not be negative")
 	}
 }
 

@@ -21,4 +21,11 @@
 //     logged; a failed authentication says why in the audit log, never
 //     to the client beyond the protocol's own "bad credentials".
 //   - A principal never names itself anonymous: the name is reserved.
+//   - Guessing is not free: an unknown user costs the same derivation as
+//     a wrong password; derivations run in a bounded pool; repeated
+//     failures per address and per user, across protocols, are refused
+//     unchecked for a growing back-off (security.throttle).
+//   - An identity lasts as long as its credential: a token IssueToken
+//     made dies with its user's entry; a Principal carries its token's
+//     expiry, at which its connections and streams end.
 package auth

@@ -1,8 +1,10 @@
 package auth
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // FuzzParsePasswd: any file either parses or errors; never panics; every
@@ -48,11 +50,15 @@ func FuzzSCRAM(f *testing.F) {
 
 // FuzzToken: any string is refused or verified without panicking.
 func FuzzToken(f *testing.F) {
-	a, err := Open(Config{}, nil)
+	users := filepath.Join(f.TempDir(), "passwd")
+	if err := SetPassword(users, "x", []byte("pw")); err != nil {
+		f.Fatal(err)
+	}
+	a, err := Open(Config{UsersFile: users}, nil)
 	if err != nil {
 		f.Fatal(err)
 	}
-	tok, _, _ := a.IssueToken(Principal{Name: "x"}, 0)
+	tok, _, _ := a.IssueToken(Principal{Name: "x"}, 0, time.Time{})
 	f.Add(tok)
 	f.Add("eyJhbGciOiJub25lIn0.eyJzdWIiOiJ4In0.")
 	f.Fuzz(func(t *testing.T, s string) {

@@ -10,7 +10,7 @@ import (
 // user, or a JWT as the password), a Bearer JWT, or nothing (anonymous,
 // when allowed). protocol names the listener in the audit log ("http").
 func (a *Authority) HTTP(r *http.Request, protocol string) (Principal, error) {
-	c := Client{Protocol: protocol, Remote: r.RemoteAddr}
+	c := Client{Protocol: protocol, Remote: a.ClientAddr(r)}
 	if user, pw, ok := r.BasicAuth(); ok {
 		return a.Password(c, user, []byte(pw))
 	}
@@ -29,7 +29,7 @@ func (a *Authority) HTTP(r *http.Request, protocol string) (Principal, error) {
 // Authorization header is its certificate's principal; otherwise HTTP.
 func (a *Authority) HTTPClient(r *http.Request, protocol string) (Principal, error) {
 	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.PeerCertificates) > 0 && r.Header.Get("Authorization") == "" {
-		return a.Certificate(Client{Protocol: protocol, Remote: r.RemoteAddr}, r.TLS.PeerCertificates[0])
+		return a.Certificate(Client{Protocol: protocol, Remote: a.ClientAddr(r)}, r.TLS.PeerCertificates[0])
 	}
 	return a.HTTP(r, protocol)
 }
@@ -57,7 +57,7 @@ func (a *Authority) Guard(protocol string, action Action, next http.Handler) htt
 			need = Admin
 		}
 		if need != "" {
-			if err := a.Authorize(Request{Client: Client{Protocol: protocol, Remote: r.RemoteAddr}, Principal: p, Action: need}); err != nil {
+			if err := a.Authorize(Request{Client: Client{Protocol: protocol, Remote: a.ClientAddr(r)}, Principal: p, Action: need}); err != nil {
 				http.Error(w, p.String()+" may not "+string(need)+" here", http.StatusForbidden)
 				return
 			}

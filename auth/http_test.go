@@ -22,7 +22,7 @@ func TestGuard(t *testing.T) {
 	no := false
 	a := open(t, Config{AllowAnonymous: &no, UsersFile: users, JWT: JWTConfig{SecretFile: writeFile(t, "secret", []byte(strings.Repeat("k", 32)))},
 		ACL: []Rule{{Principal: "ops", Allow: []Action{Admin}}, {Principal: "viewer", Allow: []Action{Consume}}}})
-	tok, _, err := a.IssueToken(Principal{Name: "ops"}, time.Minute)
+	tok, _, err := a.IssueToken(Principal{Name: "ops"}, time.Minute, time.Time{})
 	if err != nil {
 		t.Fatal(err)
 	}

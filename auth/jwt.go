@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
@@ -158,27 +160,111 @@ func looksLikeJWT(b []byte) bool {
 
 // Token verifies a JWT: signature (HS256 with the secret or this
 // process's own issuing key, RS256/ES256 with the public keys or the
-// JWKS key its kid names), expiry and not-before (with 30s leeway), and
-// the issuer and audience when configured. The principal is the
+// JWKS key its kid names), expiry (required unless
+// jwt.allow_without_exp) and not-before (with 30s leeway), and the
+// issuer and audience when configured. The principal is the
 // configured claim (default sub).
+//
+// A token IssueToken made (it carries userClaim) is valid only while its
+// principal's entry in the password file is the one it was issued for:
+// deleting the user or changing its password revokes it.
 func (a *Authority) Token(c Client, token string) (Principal, error) {
-	p, reason := a.verifyToken(token)
+	if a.throttled(c, "") {
+		return Principal{}, ErrBadCredentials
+	}
+	v, reason := a.verifyToken(token)
 	if reason != "" {
-		a.fail(c, "", reason)
+		a.fail(c, "", reason) // a token failure throttles its address, not a user name it may not prove
 		return Principal{}, ErrBadCredentials
 	}
 	a.metrics.success(c.Protocol, MethodToken)
+	p := v.p
+	p.Expires = v.expires
 	return p, nil
 }
 
-func (a *Authority) verifyToken(token string) (Principal, string) {
+// ExchangeToken verifies subject for a token exchange (the REST catalog's
+// refresh): only a token this Authority issued (IssueToken), whose user
+// still exists with the same password, is exchanged; expires is its
+// expiry, which the new token must not outlive. Failures are audited.
+func (a *Authority) ExchangeToken(c Client, subject string) (p Principal, expires time.Time, err error) {
+	if a.throttled(c, "") {
+		return Principal{}, time.Time{}, ErrBadCredentials
+	}
+	v, reason := a.verifyToken(subject)
+	if reason == "" && !v.own {
+		reason = "token_exchange_not_ours"
+	}
+	if reason != "" {
+		a.fail(c, "", reason) // a token failure throttles its address, not a user name it may not prove
+		return Principal{}, time.Time{}, ErrBadCredentials
+	}
+	a.metrics.success(c.Protocol, MethodToken)
+	p = v.p
+	p.Expires = v.expires
+	return p, v.expires, nil
+}
+
+// userClaim is the claim of the tokens IssueToken makes that binds them
+// to the password-file entry of their principal (userFingerprint).
+const userClaim = "tributary_user"
+
+// userFingerprint binds a token to user's entry line: a MAC with the
+// issuing key, so that only this Authority (or a replica sharing
+// jwt.secret_file) makes one, and a new line (password changed) or none
+// (user deleted) no longer matches.
+func userFingerprint(key []byte, user, line string) string {
+	m := hmac.New(sha256.New, key)
+	fmt.Fprintf(m, "%d:%s:%s", len(user), user, line)
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:18])
+}
+
+// verified is what verifyToken found.
+type verified struct {
+	p       Principal
+	own     bool      // issued by IssueToken (carries a current userClaim)
+	expires time.Time // the exp claim; zero without one
+}
+
+func (a *Authority) verifyToken(token string) (verified, string) {
+	p, claims, reason := a.parseToken(token)
+	if reason != "" {
+		return verified{p: p}, reason
+	}
+	v := verified{p: p}
+	if exp, err := claims.GetExpirationTime(); err == nil && exp != nil {
+		v.expires = exp.Time
+		// The leeway is for a token not yet valid by our clock, not for
+		// one expired: a connection it opened would end at once.
+		if !time.Now().Before(v.expires) {
+			return v, "token_expired"
+		}
+	}
+	if fp, ok := claims[userClaim]; ok {
+		s, _ := fp.(string)
+		a.refreshUsers()
+		a.mu.RLock()
+		e, key := a.users[p.Name], a.keys.issue
+		a.mu.RUnlock()
+		if e == nil || s == "" || !hmac.Equal([]byte(s), []byte(userFingerprint(key, p.Name, e.line))) {
+			return v, "token_revoked"
+		}
+		v.own = true
+	}
+	return v, ""
+}
+
+func (a *Authority) parseToken(token string) (Principal, jwt.MapClaims, string) {
 	if len(token) > maxTokenBytes {
-		return Principal{}, "token_too_large"
+		return Principal{}, nil, "token_too_large"
 	}
 	a.mu.RLock()
 	ks := a.keys
 	a.mu.RUnlock()
 	opts := []jwt.ParserOption{jwt.WithValidMethods([]string{"HS256", "RS256", "ES256"}), jwt.WithLeeway(30 * time.Second)}
+	if !a.cfg.JWT.AllowWithoutExp {
+		opts = append(opts, jwt.WithExpirationRequired())
+	}
 	if a.cfg.JWT.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(a.cfg.JWT.Issuer))
 	}
@@ -218,14 +304,16 @@ func (a *Authority) verifyToken(token string) (Principal, string) {
 		return jwt.VerificationKeySet{Keys: keys}, nil
 	})
 	switch {
+	case errors.Is(err, jwt.ErrTokenRequiredClaimMissing):
+		return Principal{}, nil, "token_without_exp"
 	case errors.Is(err, jwt.ErrTokenExpired):
-		return Principal{}, "token_expired"
+		return Principal{}, nil, "token_expired"
 	case errors.Is(err, jwt.ErrTokenNotValidYet):
-		return Principal{}, "token_not_valid_yet"
+		return Principal{}, nil, "token_not_valid_yet"
 	case errors.Is(err, jwt.ErrTokenInvalidIssuer), errors.Is(err, jwt.ErrTokenInvalidAudience):
-		return Principal{}, "token_wrong_issuer_or_audience"
+		return Principal{}, nil, "token_wrong_issuer_or_audience"
 	case err != nil:
-		return Principal{}, "bad_token"
+		return Principal{}, nil, "bad_token"
 	}
 	claim := a.cfg.JWT.PrincipalClaim
 	if claim == "" {
@@ -233,28 +321,41 @@ func (a *Authority) verifyToken(token string) (Principal, string) {
 	}
 	name, _ := claims[claim].(string)
 	if name == "" || name == anonymousName || strings.ContainsAny(name, "\n\r") {
-		return Principal{}, "token_without_principal"
+		return Principal{}, nil, "token_without_principal"
 	}
-	return Principal{Name: name, Method: MethodToken}, ""
+	return Principal{Name: name, Method: MethodToken}, claims, ""
 }
 
-// IssueToken signs a token for p valid for ttl (0 = the configured
-// token_ttl), HS256 with jwt.secret_file's secret when set (so every
-// replica of a stateless cloud server accepts it), else with a key of
-// this process's own.
-func (a *Authority) IssueToken(p Principal, ttl time.Duration) (string, time.Time, error) {
+// IssueToken signs a token for p, a user of the password file, valid for
+// ttl (0 = the configured token_ttl) but never beyond notAfter when it is
+// set (a token exchange: no lifetime beyond the subject token's). It is
+// HS256 with jwt.secret_file's secret when set (so every replica of a
+// stateless cloud server accepts it), else with a key of this process's
+// own, and carries userClaim, so that it is valid only while the user's
+// entry stays as it was (see Token).
+func (a *Authority) IssueToken(p Principal, ttl time.Duration, notAfter time.Time) (string, time.Time, error) {
 	if p.Name == "" {
 		return "", time.Time{}, errors.New("auth: no token for an anonymous principal")
 	}
 	if ttl <= 0 {
 		ttl = a.cfg.TokenTTL
 	}
+	a.refreshUsers()
 	a.mu.RLock()
-	key := a.keys.issue
+	key, e := a.keys.issue, a.users[p.Name]
 	a.mu.RUnlock()
+	if e == nil {
+		return "", time.Time{}, fmt.Errorf("auth: no token for %q: not a user of security.users_file", p.Name)
+	}
 	now := time.Now()
 	exp := now.Add(ttl)
-	claims := jwt.MapClaims{"sub": p.Name, "iat": now.Unix(), "exp": exp.Unix()}
+	if !notAfter.IsZero() && exp.After(notAfter) {
+		exp = notAfter
+	}
+	if !exp.After(now) {
+		return "", time.Time{}, errors.New("auth: no token: its subject token has expired")
+	}
+	claims := jwt.MapClaims{"sub": p.Name, "iat": now.Unix(), "exp": exp.Unix(), userClaim: userFingerprint(key, p.Name, e.line)}
 	if c := a.cfg.JWT.PrincipalClaim; c != "" && c != "sub" {
 		claims[c] = p.Name
 	}
@@ -265,5 +366,5 @@ func (a *Authority) IssueToken(p Principal, ttl time.Duration) (string, time.Tim
 		claims["aud"] = a.cfg.JWT.Audience
 	}
 	s, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString(key)
-	return s, exp, err
+	return s, time.Unix(exp.Unix(), 0), err
 }

@@ -25,20 +25,24 @@ import (
 //	user:$6$SALT$HASH              SHA-512(password || salt) (mosquitto 1.x)
 //
 // SALT and HASH are standard base64. Lines starting with # are comments
-// for mosquitto; Tributary keeps its SCRAM-SHA-256 credentials there, in
-// lines `#tributary-scram-sha-256:user:ITERATIONS:SALT:STOREDKEY:SERVERKEY`
-// that `tributary passwd` writes beside each $7$ line (SCRAM-SHA-512 needs
-// none: its salted password is the $7$ hash itself).
+// for mosquitto; Tributary keeps its SCRAM credentials there, in lines
+// `#tributary-scram-sha-256:user:ITERATIONS:SALT:STOREDKEY:SERVERKEY` and
+// `#tributary-scram-sha-512:...` (the same fields) that `tributary passwd`
+// writes beside each $7$ line, each with a salt of its own. The $7$ hash
+// is never used as SCRAM-SHA-512's salted password: that would make the
+// file password-equivalent (whoever reads it could log in as anyone). An
+// entry without a SCRAM-SHA-512 line cannot use that mechanism.
 
 // DefaultIterations is the PBKDF2 iteration count HashPassword uses
 // (Kafka's SCRAM clients want at least 4096).
 const DefaultIterations = 10000
 
 const (
-	saltLen      = 12
-	scramComment = "#tributary-scram-sha-256:"
-	maxLineBytes = 64 << 10
-	maxUsers     = 1 << 20
+	saltLen         = 12
+	scramComment    = "#tributary-scram-sha-256:"
+	scram512Comment = "#tributary-scram-sha-512:"
+	maxLineBytes    = 64 << 10
+	maxUsers        = 1 << 20
 )
 
 // entry is one user's credentials from the password file.
@@ -48,6 +52,7 @@ type entry struct {
 	salt   []byte
 	hash   []byte
 	scram2 *SCRAMCredential // SCRAM-SHA-256, when the file has it
+	scram5 *SCRAMCredential // SCRAM-SHA-512, when the file has it
 	line   string
 }
 
@@ -65,6 +70,7 @@ type SCRAMCredential struct {
 func parsePasswd(r io.Reader) (map[string]*entry, error) {
 	users := map[string]*entry{}
 	scram := map[string]*SCRAMCredential{}
+	scram5 := map[string]*SCRAMCredential{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 4096), maxLineBytes)
 	n := 0
@@ -72,11 +78,19 @@ func parsePasswd(r io.Reader) (map[string]*entry, error) {
 		n++
 		line := strings.TrimRight(sc.Text(), "\r")
 		if rest, ok := strings.CutPrefix(line, scramComment); ok {
-			user, cred, err := parseSCRAMLine(rest)
+			user, cred, err := parseSCRAMLine(rest, "SCRAM-SHA-256", sha256.Size)
 			if err != nil {
 				return nil, fmt.Errorf("line %d: %w", n, err)
 			}
 			scram[user] = cred
+			continue
+		}
+		if rest, ok := strings.CutPrefix(line, scram512Comment); ok {
+			user, cred, err := parseSCRAMLine(rest, "SCRAM-SHA-512", sha512.Size)
+			if err != nil {
+				return nil, fmt.Errorf("line %d: %w", n, err)
+			}
+			scram5[user] = cred
 			continue
 		}
 		if strings.TrimSpace(line) == "" || strings.HasPrefix(line, "#") {
@@ -102,6 +116,11 @@ func parsePasswd(r io.Reader) (map[string]*entry, error) {
 	for u, c := range scram {
 		if e, ok := users[u]; ok {
 			e.scram2 = c
+		}
+	}
+	for u, c := range scram5 {
+		if e, ok := users[u]; ok {
+			e.scram5 = c
 		}
 	}
 	return users, nil
@@ -133,10 +152,10 @@ func parseHash(h string) (*entry, error) {
 	return nil, errors.New("unknown hash format (want $7$ as mosquitto_passwd writes, or $6$)")
 }
 
-func parseSCRAMLine(rest string) (string, *SCRAMCredential, error) {
+func parseSCRAMLine(rest, mech string, size int) (string, *SCRAMCredential, error) {
 	f := strings.Split(rest, ":")
 	if len(f) != 5 {
-		return "", nil, errors.New("bad SCRAM-SHA-256 line")
+		return "", nil, fmt.Errorf("bad %s line", mech)
 	}
 	iter, err := strconv.Atoi(f[1])
 	b64 := base64.StdEncoding
@@ -144,8 +163,8 @@ func parseSCRAMLine(rest string) (string, *SCRAMCredential, error) {
 	stored, e2 := b64.DecodeString(f[3])
 	server, e3 := b64.DecodeString(f[4])
 	if f[0] == "" || err != nil || iter < 1 || iter > 10_000_000 || e1 != nil || e2 != nil || e3 != nil ||
-		len(stored) != sha256.Size || len(server) != sha256.Size {
-		return "", nil, errors.New("bad SCRAM-SHA-256 line")
+		len(stored) != size || len(server) != size {
+		return "", nil, fmt.Errorf("bad %s line", mech)
 	}
 	return f[0], &SCRAMCredential{Salt: salt, Iterations: iter, StoredKey: stored, ServerKey: server}, nil
 }
@@ -167,17 +186,6 @@ func (e *entry) verify(password []byte) bool {
 	return subtle.ConstantTimeCompare(got, e.hash) == 1
 }
 
-// scram512 is the SCRAM-SHA-512 credential of a $7$ entry: its hash is
-// the salted password SCRAM derives (PBKDF2-HMAC-SHA512 over the salt).
-func (e *entry) scram512() *SCRAMCredential {
-	if e.kind != 7 {
-		return nil
-	}
-	c := scramFromSalted(sha512.New, e.hash)
-	c.Salt, c.Iterations = e.salt, e.iter
-	return c
-}
-
 // scramFromSalted derives StoredKey and ServerKey from a salted password.
 func scramFromSalted(newHash func() hash.Hash, salted []byte) *SCRAMCredential {
 	clientKey := hmacSum(newHash, salted, []byte("Client Key"))
@@ -187,9 +195,10 @@ func scramFromSalted(newHash func() hash.Hash, salted []byte) *SCRAMCredential {
 	return &SCRAMCredential{StoredKey: h.Sum(nil), ServerKey: serverKey}
 }
 
-// HashPassword is the password-file line for user: a $7$ PBKDF2-SHA512
-// entry that mosquitto reads, followed by Tributary's SCRAM-SHA-256
-// comment line (see the format above).
+// HashPassword is the password-file lines for user: a $7$ PBKDF2-SHA512
+// entry that mosquitto reads, followed by Tributary's SCRAM-SHA-256 and
+// SCRAM-SHA-512 comment lines, each with its own salt (see the format
+// above).
 func HashPassword(user string, password []byte) (string, error) {
 	if user == "" || strings.ContainsAny(user, ":\n\r") || user == anonymousName {
 		return "", fmt.Errorf("bad user name %q: must be non-empty, without ':' or newlines, and not %q", user, anonymousName)
@@ -200,20 +209,37 @@ func HashPassword(user string, password []byte) (string, error) {
 	b64 := base64.StdEncoding
 	salt := make([]byte, saltLen)
 	rand.Read(salt)
-	hash, err := pbkdf2.Key(sha512.New, string(password), salt, DefaultIterations, sha512.Size)
+	h7, err := pbkdf2.Key(sha512.New, string(password), salt, DefaultIterations, sha512.Size)
 	if err != nil {
 		return "", err
 	}
-	salt2 := make([]byte, saltLen)
-	rand.Read(salt2)
-	salted2, err := pbkdf2.Key(sha256.New, string(password), salt2, DefaultIterations, sha256.Size)
-	if err != nil {
-		return "", err
+	line := fmt.Sprintf("%s:$7$%d$%s$%s\n", user, DefaultIterations, b64.EncodeToString(salt), b64.EncodeToString(h7))
+	for _, m := range []struct {
+		prefix  string
+		newHash func() hash.Hash
+	}{{scramComment, sha256.New}, {scram512Comment, sha512.New}} {
+		c, err := NewSCRAMCredential(m.newHash, password, DefaultIterations)
+		if err != nil {
+			return "", err
+		}
+		line += fmt.Sprintf("%s%s:%d:%s:%s:%s\n", m.prefix, user, c.Iterations, b64.EncodeToString(c.Salt),
+			b64.EncodeToString(c.StoredKey), b64.EncodeToString(c.ServerKey))
 	}
-	c := scramFromSalted(sha256.New, salted2)
-	return fmt.Sprintf("%s:$7$%d$%s$%s\n%s%s:%d:%s:%s:%s\n", user, DefaultIterations, b64.EncodeToString(salt),
-		b64.EncodeToString(hash), scramComment, user, DefaultIterations, b64.EncodeToString(salt2),
-		b64.EncodeToString(c.StoredKey), b64.EncodeToString(c.ServerKey)), nil
+	return line, nil
+}
+
+// NewSCRAMCredential derives a SCRAM credential for password with a fresh
+// salt (RFC 5802: SaltedPassword = PBKDF2(password, salt, iterations)).
+func NewSCRAMCredential(newHash func() hash.Hash, password []byte, iterations int) (*SCRAMCredential, error) {
+	salt := make([]byte, saltLen)
+	rand.Read(salt)
+	salted, err := pbkdf2.Key(newHash, string(password), salt, iterations, newHash().Size())
+	if err != nil {
+		return nil, err
+	}
+	c := scramFromSalted(newHash, salted)
+	c.Salt, c.Iterations = salt, iterations
+	return c, nil
 }
 
 // SetPassword creates or updates user's entry in the password file at
@@ -234,7 +260,8 @@ func SetPassword(path, user string, password []byte) error {
 		if t == "" {
 			continue
 		}
-		if strings.HasPrefix(t, user+":") || strings.HasPrefix(t, scramComment+user+":") {
+		if strings.HasPrefix(t, user+":") || strings.HasPrefix(t, scramComment+user+":") ||
+			strings.HasPrefix(t, scram512Comment+user+":") {
 			continue
 		}
 		out.WriteString(t + "\n")
@@ -260,7 +287,8 @@ func DeletePassword(path, user string) error {
 	found := false
 	for _, l := range strings.SplitAfter(string(old), "\n") {
 		t := strings.TrimRight(l, "\r\n")
-		if strings.HasPrefix(t, user+":") || strings.HasPrefix(t, scramComment+user+":") {
+		if strings.HasPrefix(t, user+":") || strings.HasPrefix(t, scramComment+user+":") ||
+			strings.HasPrefix(t, scram512Comment+user+":") {
 			found = true
 			continue
 		}

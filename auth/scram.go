@@ -27,6 +27,7 @@ type SCRAM struct {
 	user      string
 	cred      *SCRAMCredential
 	known     bool
+	unknown   string // the audit reason when !known
 	nonce     string
 	firstBare string
 	srvFirst  string
@@ -104,7 +105,12 @@ func (s *SCRAM) first(msg string) ([]byte, bool, error) {
 		return s.failed("scram_delegation_token")
 	}
 	s.user = user
-	s.cred, s.known = s.a.SCRAM(s.mech, user)
+	if s.a.throttled(s.c, user) {
+		s.step = 3
+		return nil, false, ErrBadCredentials
+	}
+	s.cred, s.unknown = s.a.scramCredential(s.mech, user)
+	s.known = s.unknown == ""
 	if !s.known {
 		s.cred = s.fakeCredential(user)
 	}
@@ -160,11 +166,12 @@ func (s *SCRAM) final(msg string) ([]byte, bool, error) {
 	h.Write(clientKey)
 	if subtle.ConstantTimeCompare(h.Sum(nil), s.cred.StoredKey) != 1 || !s.known {
 		if !s.known {
-			return s.failed("unknown_user")
+			return s.failed(s.unknown)
 		}
 		return s.failed("bad_password")
 	}
 	s.principal = Principal{Name: s.user, Method: MethodPassword}
+	s.a.throttle.succeeded(userKey(s.user))
 	s.a.metrics.success(s.c.Protocol, MethodPassword)
 	srvSig := hmacSum(s.newHash, s.cred.ServerKey, []byte(authMsg))
 	return []byte("v=" + base64.StdEncoding.EncodeToString(srvSig)), true, nil

@@ -148,7 +148,7 @@ func (s *Server) listen() error {
 		h := rest.NewHandler(s.cat.Iceberg(), rest.Options{Warehouse: cfg.Catalog.Warehouse, Token: cfg.Catalog.Token,
 			NodeToken: cfg.Catalog.NodeToken, Auth: s.auth, Logger: s.log.With("component", "rest-catalog")})
 		s.con = newCloudConsole(s.cat)
-		rs, err := rest.Listen(a, withProbes(h, s.cat, s.reg, s.auth, s.con),
+		rs, err := rest.Listen(a, rest.RateLimited(h, withProbes(h, s.cat, s.reg, s.auth, s.con)),
 			listen.Config{Logger: s.log, TLS: s.tls.Server("rest")})
 		if err != nil {
 			return fmt.Errorf("listen catalog %s: %w", a, err)

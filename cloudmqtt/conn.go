@@ -38,6 +38,7 @@ const (
 	codePacketTooLarge   = 0x95
 	codeQuotaExceeded    = 0x97
 	codeSharedNotSupp    = 0x9E
+	codeMaxConnectTime   = 0xA0
 	codeWildcardNotSupp  = 0xA2
 )
 
@@ -91,6 +92,11 @@ func (s *Server) serveConn(nc net.Conn) {
 		s.mu.Unlock()
 	}()
 	listen.Ready(nc)
+	if exp := se.p.Expires; !exp.IsZero() {
+		// A token-authenticated connection ends with its token.
+		t := time.AfterFunc(time.Until(exp), func() { c.end(codeMaxConnectTime, "the token expired; connect again with a fresh one") })
+		defer t.Stop()
+	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	pumped := make(chan struct{})
 	go func() { defer close(pumped); se.pump(ctx) }()

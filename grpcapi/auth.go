@@ -25,15 +25,33 @@ type identity struct {
 type identityKey struct{}
 
 // withIdentity authenticates every request before connect decodes it
-// and leaves the answer in its context for the handlers.
+// and leaves the answer in its context for the handlers. A call
+// authenticated with a token has the token's expiry as its context's
+// deadline, with auth.ErrExpired as the cause (see expired).
 func withIdentity(a *auth.Authority, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id := identity{remote: r.RemoteAddr}
 		if !a.Open() {
 			id.p, id.err = a.HTTPClient(r, protocol)
 		}
-		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, id)))
+		ctx := context.WithValue(r.Context(), identityKey{}, id)
+		if id.err == nil && !id.p.Expires.IsZero() {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadlineCause(ctx, id.p.Expires, auth.ErrExpired)
+			defer cancel()
+		}
+		h.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// expired is what a streaming call whose context ended returns:
+// Unauthenticated naming the expiry when its token expired, else nil (the
+// client went away).
+func expired(ctx context.Context) error {
+	if errors.Is(context.Cause(ctx), auth.ErrExpired) {
+		return connect.NewError(connect.CodeUnauthenticated, auth.ErrExpired)
+	}
+	return nil
 }
 
 // guard checks the call's identity: Unauthenticated when it has none.

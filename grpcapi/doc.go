@@ -13,7 +13,8 @@
 //   - A refused record (back-pressure, a bad field, an unknown stream)
 //     gets an answer with an Error and the stream goes on; nothing of it
 //     was appended. Authentication failures end the call
-//     (Unauthenticated), as do protocol errors.
+//     (Unauthenticated), as do protocol errors, and so does the expiry
+//     of the token a call authenticated with (auth.ErrExpired).
 //   - Fetch reads through the cloud's one tables.Reader: offset N is the
 //     Kafka offset N, Pulsar entry N and the HTTP API's offset N, and
 //     nothing at or past the committed mark is served.

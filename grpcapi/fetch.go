@@ -153,13 +153,13 @@ func (rd *Reader) Fetch(ctx context.Context, req *connect.Request[pb.FetchReques
 		}
 		select {
 		case <-ctx.Done():
-			return nil
+			return expired(ctx)
 		case <-time.After(tick):
 		}
 		if nv, err := rd.tables.Partition(ctx, v.Stream, v.Partition); err == nil {
 			v = nv
 		} else if ctx.Err() != nil {
-			return nil
+			return expired(ctx)
 		}
 	}
 }

@@ -95,6 +95,9 @@ func (rd *Reader) Subscribe(ctx context.Context, st *connect.BidiStream[pb.Subsc
 	for {
 		select {
 		case <-ctx.Done():
+			if err := expired(ctx); err != nil {
+				return err
+			}
 			select {
 			case err := <-recvErr:
 				return err

@@ -96,6 +96,13 @@ func authorize(w http.ResponseWriter, r *http.Request, a *auth.Authority, action
 	return p, true
 }
 
+// tokenExpired answers a long poll whose token expired while it waited:
+// 401 naming the expiry.
+func tokenExpired(w http.ResponseWriter) {
+	w.Header().Add("WWW-Authenticate", `Bearer realm="tributary", error="invalid_token"`)
+	writeError(w, http.StatusUnauthorized, auth.ErrExpired.Error(), "token_expired")
+}
+
 // allowed is authorize's decision without an answer or an audit line (for
 // filtering listings).
 func allowed(a *auth.Authority, r *http.Request, p auth.Principal, stream string) bool {

@@ -28,7 +28,9 @@
 //     (IdleTimeout, read deadline) and a write may block (WriteTimeout:
 //     a client that does not read its reports or events is cut off), the
 //     concurrent streams (max_streams, 429 beyond), the records and bytes
-//     of one read and the wait of a long poll.
+//     of one read and the wait of a long poll. Nothing outlives the
+//     token it authenticated with: a long poll waiting past it is 401,
+//     an event stream ends with an error event (auth.ErrExpired).
 //   - Back-pressure (WAL budget, replication, a partition being taken
 //     over) is 429 (budget) or 503 with Retry-After and the reason, never
 //     a silent drop.

@@ -108,25 +108,32 @@ func (rd *Reader) serveStreams(w http.ResponseWriter, r *http.Request) {
 // partition resolves {stream} and {p} of r after authorizing consume:
 // nil when the error answer has been written.
 func (rd *Reader) partition(w http.ResponseWriter, r *http.Request) *tables.Partition {
+	v, _ := rd.partitionOf(w, r)
+	return v
+}
+
+// partitionOf is partition, and the principal authorized.
+func (rd *Reader) partitionOf(w http.ResponseWriter, r *http.Request) (*tables.Partition, auth.Principal) {
 	stream := r.PathValue("stream")
 	if _, _, err := tributary.ParseStream(stream); err != nil {
 		writeError(w, http.StatusBadRequest, "stream: "+err.Error(), "")
-		return nil
+		return nil, auth.Principal{}
 	}
-	if _, ok := authorize(w, r, rd.cfg.Auth, auth.Consume, stream, ""); !ok {
-		return nil
+	who, ok := authorize(w, r, rd.cfg.Auth, auth.Consume, stream, "")
+	if !ok {
+		return nil, who
 	}
 	p, err := strconv.ParseInt(r.PathValue("p"), 10, 32)
 	if err != nil || p < 0 {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("partition: %q is not a partition number", r.PathValue("p")), "")
-		return nil
+		return nil, who
 	}
 	v, err := rd.tables.Partition(r.Context(), stream, int32(p))
 	if err != nil {
 		rd.tableError(w, stream, err)
-		return nil
+		return nil, who
 	}
-	return v
+	return v, who
 }
 
 func (rd *Reader) tableError(w http.ResponseWriter, stream string, err error) {
@@ -314,7 +321,7 @@ func (rd *Reader) serveRecords(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	v := rd.partition(w, r)
+	v, who := rd.partitionOf(w, r)
 	if v == nil {
 		return
 	}
@@ -328,18 +335,26 @@ func (rd *Reader) serveRecords(w http.ResponseWriter, r *http.Request) {
 	}
 	defer rd.streams.release()
 	if sse {
-		rd.serveEvents(w, r, v, off, params)
+		rd.serveEvents(w, r, v, off, params, who.Expires)
 		return
 	}
 	ctx := r.Context()
 	deadline := time.Now().Add(params.timeout)
 	tick := rd.tables.MetadataMaxAge() / 2
 	for off >= v.End && time.Now().Before(deadline) {
-		// Long poll: look at the table again every half metadata age.
+		// Long poll: look at the table again every half metadata age;
+		// a token that expires meanwhile ends the wait with a 401.
+		wait := min(tick, time.Until(deadline))
+		if !who.Expires.IsZero() {
+			if wait = min(wait, time.Until(who.Expires)); wait <= 0 {
+				tokenExpired(w)
+				return
+			}
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(min(tick, time.Until(deadline))):
+		case <-time.After(wait):
 		}
 		if v, err = rd.tables.Partition(ctx, v.Stream, v.Partition); err != nil {
 			rd.tableError(w, v.Stream, err)

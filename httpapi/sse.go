@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/tables"
 )
 
@@ -44,8 +45,18 @@ func resumeOffset(id, p string) (int64, error) {
 // off, and no more than one read's worth (max_records, max_bytes) is held
 // at a time. A reconnecting EventSource sends Last-Event-ID and resumes
 // after it with no gap or duplicate.
-func (rd *Reader) serveEvents(w http.ResponseWriter, r *http.Request, v *tables.Partition, off int64, params readParams) {
+//
+// A stream authenticated with a token (expires not zero) ends when the
+// token expires, with an error event naming the expiry; the EventSource
+// then reconnects and must authenticate again.
+func (rd *Reader) serveEvents(w http.ResponseWriter, r *http.Request, v *tables.Partition, off int64, params readParams, expires time.Time) {
 	ctx := r.Context()
+	var expired <-chan time.Time
+	if !expires.IsZero() {
+		t := time.NewTimer(time.Until(expires))
+		defer t.Stop()
+		expired = t.C
+	}
 	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -78,7 +89,15 @@ func (rd *Reader) serveEvents(w http.ResponseWriter, r *http.Request, v *tables.
 		return rc.Flush()
 	}
 	var ev []byte // one event
+	endExpired := func() {
+		write("event: error\ndata: %s\n\n", auth.ErrExpired.Error())
+		flush()
+	}
 	for {
+		if !expires.IsZero() && !time.Now().Before(expires) {
+			endExpired()
+			return
+		}
 		recs, next, err := rd.read(ctx, v, off, params)
 		for _, rec := range recs {
 			ev = append(ev[:0], "id: "...)
@@ -120,6 +139,9 @@ func (rd *Reader) serveEvents(w http.ResponseWriter, r *http.Request, v *tables.
 		}
 		select {
 		case <-ctx.Done():
+			return
+		case <-expired:
+			endExpired()
 			return
 		case <-time.After(tick):
 		}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"time"
 
 	mochi "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -138,14 +139,37 @@ func (h *authHook) OnConnect(cl *mochi.Client, pk packets.Packet) error {
 	return nil
 }
 
-// OnSessionEstablished: the session taken over (if any) is gone.
+// OnSessionEstablished: the session taken over (if any) is gone; a
+// client that authenticated with a token is disconnected when it expires.
 func (h *authHook) OnSessionEstablished(cl *mochi.Client, pk packets.Packet) {
 	h.mu.Lock()
-	if e, ok := h.sessions[cl.ID]; ok && e.cl == cl && e.prev != nil {
+	e, ok := h.sessions[cl.ID]
+	if ok && e.cl == cl && e.prev != nil {
 		e.prev = nil
 		h.sessions[cl.ID] = e
 	}
 	h.mu.Unlock()
+	if ok && e.cl == cl && !e.p.Expires.IsZero() {
+		time.AfterFunc(time.Until(e.p.Expires), func() { h.expire(cl) })
+	}
+}
+
+// expire ends cl's connection at its token's expiry: MQTT 5 clients get
+// DISCONNECT 0xA0 (maximum connect time) saying why, 3.1.1 clients (which
+// have no server DISCONNECT) a closed connection. The session itself is
+// kept or ended as its expiry interval says, like any other disconnect.
+func (h *authHook) expire(cl *mochi.Client) {
+	if cl.Closed() {
+		return
+	}
+	h.s.log.Info("mqtt connection ended: its token expired", "client", cl.ID, "remote", cl.Net.Remote)
+	if cl.Properties.ProtocolVersion >= 5 {
+		code := packets.ErrMaxConnectTime
+		code.Reason = "the token expired; connect again with a fresh one"
+		_ = h.s.broker.DisconnectClient(cl, code)
+		return
+	}
+	cl.Stop(auth.ErrExpired)
 }
 
 // admit authenticates cl and decides its client id and will.

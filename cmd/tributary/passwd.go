@@ -24,10 +24,12 @@ input is not a terminal, from its first line. -D deletes USER instead.
 
 The file is mosquitto-compatible: mosquitto and mosquitto_passwd read the
 $7$ (PBKDF2-SHA512) lines it writes, and Tributary reads theirs. Each
-entry written here also carries a SCRAM-SHA-256 credential (in a comment
-line mosquitto ignores), so Kafka clients can use SCRAM-SHA-256 as well as
-SCRAM-SHA-512 and PLAIN. Entries made by mosquitto_passwd work for MQTT,
-Kafka PLAIN and (with 4096 or more iterations) SCRAM-SHA-512.
+entry written here also carries SCRAM-SHA-256 and SCRAM-SHA-512
+credentials (StoredKey/ServerKey with their own salts, in comment lines
+mosquitto ignores), so Kafka clients can use SCRAM as well as PLAIN.
+Entries made by mosquitto_passwd (or an older tributary passwd) work for
+MQTT, HTTP and Kafka PLAIN, not SCRAM: run this again for those users.
+Keep the file secret (mode 0600) either way.
 A running node reads the changed file within a few seconds.
 `
 

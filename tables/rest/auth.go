@@ -12,7 +12,8 @@ package rest
 //   - Without an Authority, or with an open one (nothing to
 //     authenticate with), nothing else: Token, when set, is required.
 //   - With one, any other bearer token must be a JWT the Authority verifies
-//     (its own tokens from POST /v1/oauth/tokens included); a request
+//     (its own tokens from POST /v1/oauth/tokens included, valid only
+//     while their user exists with the same password); a request
 //     without one is anonymous when the Authority allows it and no static
 //     Token is configured. Otherwise 401 NotAuthorizedException with
 //     WWW-Authenticate: Bearer.
@@ -75,7 +76,7 @@ func callerOf(ctx context.Context) *caller {
 // identify tells who r is; nil when it must be refused with 401.
 func (h *handler) identify(r *http.Request, node bool) *caller {
 	tok := bearer(r)
-	cl := auth.Client{Protocol: "rest", Remote: r.RemoteAddr}
+	cl := auth.Client{Protocol: "rest", Remote: h.remote(r)}
 	a := h.opts.Auth
 	switch {
 	case node:
@@ -186,12 +187,17 @@ const (
 )
 
 // issueToken serves POST /v1/oauth/tokens: grant_type client_credentials
-// with client_id and client_secret as form fields or HTTP Basic (checked
-// with Authority.Password against the users file), or a token exchange of
-// a valid token for a fresh one of the same principal (the Java client's
-// refresh). It answers {access_token, token_type: bearer, expires_in,
-// issued_token_type}; errors per RFC 6749: 400 invalid_request /
-// unsupported_grant_type / invalid_grant, 401 invalid_client.
+// with client_id and client_secret as form fields or HTTP Basic (a user
+// and password of the users file: a JWT as the secret is refused), or a
+// token exchange (the Java client's refresh) of a token this endpoint
+// issued, while its user exists with the same password, for a fresh one
+// of the same principal that expires no later than it (Authority.
+// ExchangeToken). It answers {access_token, token_type: bearer,
+// expires_in, issued_token_type}, and no scope: a token carries its
+// principal's ACL rights whatever scope was asked for, so none is
+// granted by name (RFC 6749 5.1). Errors per RFC 6749: 400
+// invalid_request / unsupported_grant_type / invalid_grant, 401
+// invalid_client.
 func (h *handler) issueToken(w http.ResponseWriter, r *http.Request) {
 	a := h.opts.Auth
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
@@ -199,8 +205,9 @@ func (h *handler) issueToken(w http.ResponseWriter, r *http.Request) {
 		oauthError(w, http.StatusBadRequest, "invalid_request", "malformed form body: "+err.Error())
 		return
 	}
-	cl := auth.Client{Protocol: "rest", Remote: r.RemoteAddr}
+	cl := auth.Client{Protocol: "rest", Remote: h.remote(r)}
 	var p auth.Principal
+	var notAfter time.Time
 	switch grant := r.PostForm.Get("grant_type"); grant {
 	case "":
 		oauthError(w, http.StatusBadRequest, "invalid_request", "grant_type is required")
@@ -224,21 +231,22 @@ func (h *handler) issueToken(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var err error
-		if p, err = a.Password(cl, id, []byte(secret)); err != nil || p.Anonymous() {
+		if p, err = a.Password(cl, id, []byte(secret)); err != nil || p.Method != auth.MethodPassword {
+			// A JWT as the secret would be an exchange without its checks.
 			oauthError(w, http.StatusUnauthorized, "invalid_client", "client authentication failed")
 			return
 		}
 	case grantTokenExchange:
 		var err error
-		if p, err = a.Token(cl, r.PostForm.Get("subject_token")); err != nil {
-			oauthError(w, http.StatusBadRequest, "invalid_grant", "subject_token is not a valid token")
+		if p, notAfter, err = a.ExchangeToken(cl, r.PostForm.Get("subject_token")); err != nil {
+			oauthError(w, http.StatusBadRequest, "invalid_grant", "subject_token is not a valid token issued here")
 			return
 		}
 	default:
 		oauthError(w, http.StatusBadRequest, "unsupported_grant_type", "grant_type "+strconv.Quote(grant)+" is not supported (client_credentials)")
 		return
 	}
-	tok, exp, err := a.IssueToken(p, 0)
+	tok, exp, err := a.IssueToken(p, 0, notAfter)
 	if err != nil {
 		h.log.Error("iceberg rest: issue token", "err", err)
 		oauthError(w, http.StatusInternalServerError, "server_error", "could not issue a token")
@@ -248,8 +256,5 @@ func (h *handler) issueToken(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Pragma", "no-cache")
 	resp := map[string]any{"access_token": tok, "token_type": "bearer", "issued_token_type": accessTokenType,
 		"expires_in": max(int64(time.Until(exp).Seconds()), 1)}
-	if s := r.PostForm.Get("scope"); s != "" {
-		resp["scope"] = s
-	}
 	writeJSON(w, http.StatusOK, resp)
 }

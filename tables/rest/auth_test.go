@@ -4,15 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/apache/iceberg-go/catalog"
 	restcat "github.com/apache/iceberg-go/catalog/rest"
 	"github.com/apache/iceberg-go/table"
+	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/tributary-io/tributary/auth"
+	"github.com/tributary-io/tributary/internal/testkit"
 	"github.com/tributary-io/tributary/tables/rest"
 )
 
@@ -181,5 +185,127 @@ func TestRESTAuthOpen(t *testing.T) {
 	c := e.client(t, 0, map[string]string{"token": "whatever"})
 	if _, err := c.AllocatePartition(context.Background(), "a.b", "n1"); err == nil || !strings.Contains(err.Error(), "edge nodes only") {
 		t.Fatalf("reserved properties without the node token: %v", err)
+	}
+}
+
+// TestRESTAuthTokenRevocation: the token endpoint issues tokens only to
+// users of the password file, exchanges only its own tokens, never for a
+// lifetime beyond the subject token's, returns no scope it does not
+// enforce; deleting the user revokes its tokens, for requests and for
+// exchanges.
+func TestRESTAuthTokenRevocation(t *testing.T) {
+	dir := t.TempDir()
+	users, secretFile := filepath.Join(dir, "passwd"), filepath.Join(dir, "jwt.secret")
+	secret := []byte(strings.Repeat("r", 40))
+	if err := os.WriteFile(secretFile, secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"reader", "other"} {
+		if err := auth.SetPassword(users, u, []byte("pw-"+u)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	no := false
+	open := func(ttl time.Duration) *env {
+		a, err := auth.Open(auth.Config{AllowAnonymous: &no, UsersFile: users, TokenTTL: ttl, JWT: auth.JWTConfig{SecretFile: secretFile},
+			ACL: []auth.Rule{{Principal: "*", Allow: []auth.Action{auth.Consume}, Streams: []string{"f.*"}}}}, quietLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newEnv(t, 1, rest.Options{Auth: a})
+	}
+	e, short := open(time.Hour), open(2*time.Minute) // two replicas sharing the secret
+	type tokenResp struct {
+		AccessToken string `json:"access_token"`
+		ExpiresIn   int64  `json:"expires_in"`
+	}
+	post := func(e *env, v url.Values, hdr ...string) (rawResp, tokenResp) {
+		t.Helper()
+		r := do(t, "POST", e.servers[0].URL()+rest.TokenPath, append([]string{v.Encode(), "Content-Type", "application/x-www-form-urlencoded"}, hdr...)...)
+		var tr tokenResp
+		json.Unmarshal(r.body, &tr)
+		return r, tr
+	}
+	exchange := func(e *env, tok string) (rawResp, tokenResp) {
+		return post(e, url.Values{"grant_type": {"urn:ietf:params:oauth:grant-type:token-exchange"}, "subject_token": {tok},
+			"subject_token_type": {"urn:ietf:params:oauth:token-type:access_token"}})
+	}
+	list := func(tok string) int {
+		return do(t, "GET", e.servers[0].URL()+"/v1/namespaces", "", "Authorization", "Bearer "+tok).status
+	}
+
+	r, tok := post(e, url.Values{"grant_type": {"client_credentials"}, "client_id": {"reader"}, "client_secret": {"pw-reader"},
+		"scope": {"catalog PRINCIPAL_ROLE:ALL"}})
+	if r.status != 200 || tok.AccessToken == "" || strings.Contains(string(r.body), "scope") {
+		t.Fatalf("client credentials: %d %s (want a token and no scope echoed)", r.status, r.body)
+	}
+	if s := list(tok.AccessToken); s != 200 {
+		t.Fatalf("the reader's token: %d", s)
+	}
+
+	// An exchange never outlives its subject token.
+	_, sub := post(short, url.Values{"grant_type": {"client_credentials"}, "client_id": {"reader"}, "client_secret": {"pw-reader"}})
+	if r, ex := exchange(e, sub.AccessToken); r.status != 200 || ex.ExpiresIn > 120 {
+		t.Fatalf("exchange of a 2-minute token: %d %s (want expires_in <= 120)", r.status, r.body)
+	}
+
+	// A JWT the Authority accepts but did not issue is not exchanged, nor
+	// taken as a client secret.
+	foreign := testkit.HS256Token(t, secret, "reader", time.Hour)
+	if s := list(foreign); s != 200 {
+		t.Fatalf("the foreign token as a bearer: %d", s)
+	}
+	if r, _ := exchange(e, foreign); r.status != 400 || !strings.Contains(string(r.body), "invalid_grant") {
+		t.Fatalf("exchange of a foreign token: %d %s", r.status, r.body)
+	}
+	if r, _ := post(e, url.Values{"grant_type": {"client_credentials"}, "client_id": {"reader"}, "client_secret": {foreign}}); r.status != 401 {
+		t.Fatalf("a JWT as the client secret: %d %s", r.status, r.body)
+	}
+
+	// Deleting the user revokes its tokens (the file is re-read within
+	// seconds); the other user's stay valid.
+	_, other := post(e, url.Values{"grant_type": {"client_credentials"}, "client_id": {"other"}, "client_secret": {"pw-other"}})
+	if err := auth.DeletePassword(users, "reader"); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, 20*time.Second, "the deleted user's token refused", func() bool { return list(tok.AccessToken) == 401 })
+	if r, _ := exchange(e, tok.AccessToken); r.status != 400 {
+		t.Fatalf("exchange of a deleted user's token: %d %s", r.status, r.body)
+	}
+	if s := list(other.AccessToken); s != 200 {
+		t.Fatalf("another user's token after the deletion: %d", s)
+	}
+}
+
+// TestRESTAuthTokenWithoutExp: a JWT without exp is refused unless
+// security.jwt.allow_without_exp says otherwise.
+func TestRESTAuthTokenWithoutExp(t *testing.T) {
+	secretFile := filepath.Join(t.TempDir(), "jwt.secret")
+	secret := []byte(strings.Repeat("x", 40))
+	if err := os.WriteFile(secretFile, secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	forever, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "svc", "iat": time.Now().Unix()}).SignedString(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expiring := testkit.HS256Token(t, secret, "svc", time.Hour)
+	for _, allow := range []bool{false, true} {
+		no := false
+		a, err := auth.Open(auth.Config{AllowAnonymous: &no, JWT: auth.JWTConfig{SecretFile: secretFile, AllowWithoutExp: allow},
+			ACL: []auth.Rule{{Principal: "svc", Allow: []auth.Action{auth.Consume}}}}, quietLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := newEnv(t, 1, rest.Options{Auth: a})
+		get := func(tok string) int {
+			return do(t, "GET", e.servers[0].URL()+"/v1/namespaces", "", "Authorization", "Bearer "+tok).status
+		}
+		if s := get(expiring); s != 200 {
+			t.Fatalf("allow_without_exp %v: a token with exp: %d", allow, s)
+		}
+		if s, want := get(forever), map[bool]int{false: 401, true: 200}[allow]; s != want {
+			t.Fatalf("allow_without_exp %v: a token without exp: %d, want %d", allow, s, want)
+		}
 	}
 }

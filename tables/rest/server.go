@@ -51,8 +51,11 @@ type Options struct {
 	// MaxBodyBytes bounds a request body; 0 means 32 MiB.
 	MaxBodyBytes int64
 	// RatePerIP and BurstPerIP limit the requests of one remote address
-	// (token bucket; beyond it 429 with Retry-After). Requests bearing the
-	// NodeToken are not limited. 0 = 200/s with a burst of 400; < 0 = off.
+	// (token bucket; beyond it 429 with Retry-After), the address being
+	// Auth.ClientAddr's (X-Forwarded-For only from trusted proxies).
+	// Requests bearing the NodeToken are not limited. RateLimited extends
+	// the limit over the other routes of the catalog's listener. 0 =
+	// 200/s with a burst of 400; < 0 = off.
 	RatePerIP  float64
 	BurstPerIP int
 }
@@ -148,9 +151,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	node := tokenIs(bearer(r), h.opts.NodeToken)
-	if !node && !h.rates.allow(r.RemoteAddr) {
-		w.Header().Set("Retry-After", "1")
-		writeError(w, r, http.StatusTooManyRequests, "SlowDownException", "too many requests from this address; retry later")
+	if r.Context().Value(limitedKey) == nil && !h.limit(w, r, node) {
 		return
 	}
 	if r.URL.Path == TokenPath && h.opts.Auth != nil {
@@ -179,7 +180,44 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
-// ---- errors and JSON ----
+// remote is the client's address: the connection's, or the one a
+// trusted proxy names (security.trusted_proxies, auth.Authority.ClientAddr).
+func (h *handler) remote(r *http.Request) string {
+	if h.opts.Auth != nil {
+		return h.opts.Auth.ClientAddr(r)
+	}
+	return r.RemoteAddr
+}
+
+// limit takes a token of the request's address (none for the NodeToken);
+// false when it answered 429.
+func (h *handler) limit(w http.ResponseWriter, r *http.Request, node bool) bool {
+	if node || h.rates.allow(h.remote(r)) {
+		return true
+	}
+	w.Header().Set("Retry-After", "1")
+	writeError(w, r, http.StatusTooManyRequests, "SlowDownException", "too many requests from this address; retry later")
+	return false
+}
+
+const limitedKey ctxKey = 2
+
+// RateLimited puts every request of the listener that serves catalog
+// (made by NewHandler) beside other routes (metrics, probes, the console)
+// under catalog's per-address rate limit (Options.RatePerIP), once each:
+// no route of the catalog port is outside it.
+func RateLimited(catalog, all http.Handler) http.Handler {
+	h, ok := catalog.(*handler)
+	if !ok {
+		return all
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !h.limit(w, r, tokenIs(bearer(r), h.opts.NodeToken)) {
+			return
+		}
+		all.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), limitedKey, true)))
+	})
+}
 
 type errorModel struct {
 	Message string `json:"message"`
