@@ -55,6 +55,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -322,16 +323,27 @@ func (c *Cluster) joinLoop(seeds []string) {
 func (c *Cluster) watchLoop() {
 	defer c.wg.Done()
 	poll := c.conf.ProbeInterval / 4
-	reconnect := 5 * c.conf.ProbeInterval
+	// Dead members are re-joined every probe interval, so that a healed
+	// cut merges within about a second (it took up to five, and the
+	// replicas of a healed member wait for it to be alive again). A
+	// re-join runs beside the loop (a join towards a member still cut
+	// off waits for its TCP timeout), one at a time.
+	reconnect := c.conf.ProbeInterval
 	var lastMeta, lastReconnect time.Time
+	var joining atomic.Bool
 	for c.sleep(poll) {
 		if time.Since(lastMeta) >= c.cfg.MetaInterval {
 			lastMeta = time.Now()
 			c.refreshMeta()
 		}
-		if time.Since(lastReconnect) >= reconnect {
+		if time.Since(lastReconnect) >= reconnect && joining.CompareAndSwap(false, true) {
 			lastReconnect = time.Now()
-			c.reconnect()
+			c.wg.Add(1)
+			go func() {
+				defer c.wg.Done()
+				defer joining.Store(false)
+				c.reconnect()
+			}()
 		}
 		c.expire(time.Now())
 	}
