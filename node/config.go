@@ -14,6 +14,8 @@ import (
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/config"
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/listen"
+	"github.com/tributary-io/tributary/mqtt"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/tables/typed"
 	"github.com/tributary-io/tributary/uplink"
@@ -227,7 +229,8 @@ type Config struct {
 		// MaxStreams caps the streams auto-creation may reach (counting
 		// every stream of the catalog); beyond, POLICY_VIOLATION. Default 1000.
 		MaxStreams int `yaml:"max_streams"`
-		// MaxBatchBytes is the largest record batch accepted. Default 1 MiB.
+		// MaxBatchBytes is the largest record batch accepted. Default
+		// 1048588 (1 MiB and a batch header, Kafka's message.max.bytes).
 		MaxBatchBytes ByteSize `yaml:"max_batch_bytes"`
 		// MaxInflightBytes bounds the request bytes the Kafka listener
 		// holds across all connections (read, not yet answered, acks>=1
@@ -353,26 +356,47 @@ type Config struct {
 	// tables; tributary dev serves 127.0.0.1:8181.
 	CatalogAddr string `yaml:"catalog_addr"`
 	// CloudKafkaAddr serves Kafka consumers reading the stream tables.
+	// Default "" (off).
 	CloudKafkaAddr string `yaml:"cloud_kafka_addr"`
 	// CloudPulsarAddr serves Pulsar consumers reading the stream tables.
+	// Default "" (off).
 	CloudPulsarAddr string `yaml:"cloud_pulsar_addr"`
 	// CloudMQTTAddr and CloudMQTTWSAddr serve MQTT subscribers reading the
-	// stream tables (TCP and WebSocket; package cloudmqtt).
+	// stream tables (TCP and WebSocket; package cloudmqtt). Default ""
+	// (off).
 	CloudMQTTAddr   string `yaml:"cloud_mqtt_addr"`
 	CloudMQTTWSAddr string `yaml:"cloud_mqtt_ws_addr"`
 	// CloudHTTPAddr serves the HTTP read API (long poll, Server-Sent
-	// Events, group offsets) over the stream tables; tributary dev serves
-	// 127.0.0.1:18080.
+	// Events, group offsets) over the stream tables. Default "" (off);
+	// tributary dev serves 127.0.0.1:18080.
 	CloudHTTPAddr string `yaml:"cloud_http_addr"`
 
 	// ShutdownTimeout bounds the final commit on shutdown. Default 30s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 }
 
-// Defaults returns the configuration of an edge node on embedded defaults.
+// DefaultMQTTAddr and DefaultHTTPAddr are the listeners of a config file
+// that does not name mqtt.addr or http_addr (a key written as "" turns its
+// listener off; in a Config built by a program, "" is off).
+const (
+	DefaultMQTTAddr = "127.0.0.1:1883"
+	DefaultHTTPAddr = "127.0.0.1:8080"
+)
+
+// Defaults returns the configuration of an edge node on embedded defaults:
+// what a config file without any key means.
 func Defaults() Config {
-	var c Config
+	c := listenerDefaults()
 	c.applyDefaults()
+	return c
+}
+
+// listenerDefaults is the zero Config with the listeners a file that does
+// not name them gets; decoding a file over it keeps them unless the file
+// sets the key (to "" for off).
+func listenerDefaults() Config {
+	var c Config
+	c.MQTT.Addr, c.HTTPAddr = DefaultMQTTAddr, DefaultHTTPAddr
 	return c
 }
 
@@ -408,6 +432,27 @@ func (c *Config) applyDefaults() {
 	}
 	if c.MQTT.ReceiveMaximum == 0 {
 		c.MQTT.ReceiveMaximum = 64
+	}
+	// The caps the mqtt and listen packages would apply to a zero, so
+	// that the effective settings (config check) are the documented ones.
+	for _, d := range []struct {
+		v   *int
+		def int
+	}{{&c.MQTT.MaxRetained, mqtt.DefaultMaxRetained}, {&c.MQTT.MaxSessions, mqtt.DefaultMaxSessions},
+		{&c.MQTT.MaxConnections, listen.DefaultMaxConns}, {&c.MQTT.MaxConnectionsPerIP, listen.DefaultMaxConnsPerIP},
+		{&c.MQTT.MaxQueuedMessages, mqtt.DefaultMaxQueuedMessages}} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if c.MQTT.MaxRetainedBytes == 0 {
+		c.MQTT.MaxRetainedBytes = mqtt.DefaultMaxRetainedBytes
+	}
+	if c.MQTT.ConnectTimeout == 0 {
+		c.MQTT.ConnectTimeout = listen.DefaultHandshakeTimeout
+	}
+	if c.MQTT.WriteTimeout == 0 {
+		c.MQTT.WriteTimeout = mqtt.DefaultWriteTimeout
 	}
 	if c.Kafka.MaxStreams <= 0 {
 		c.Kafka.MaxStreams = 1000
@@ -616,17 +661,34 @@ func LoadConfig(path string) (Config, error) {
 	return ParseConfig(raw)
 }
 
-// ParseConfig is LoadConfig on bytes.
+// ParseConfig is LoadConfig on bytes. A file must leave at least one
+// listener on (checkListeners).
 func ParseConfig(raw []byte) (Config, error) {
-	var c Config
+	c := listenerDefaults()
 	if err := config.Decode(raw, &c); err != nil {
 		return Config{}, err
 	}
 	c.applyDefaults()
-	if err := c.Validate(); err != nil {
+	err := c.Validate()
+	if err == nil {
+		err = c.checkListeners()
+	}
+	if err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
 	return c, nil
+}
+
+// checkListeners refuses a node that would listen on nothing: no front
+// door, no status port, no cluster or cloud listener.
+func (c *Config) checkListeners() error {
+	for _, a := range []string{c.MQTT.Addr, c.MQTT.WSAddr, c.Kafka.Addr, c.HTTPAddr, c.Cluster.GossipAddr,
+		c.CatalogAddr, c.CloudKafkaAddr, c.CloudPulsarAddr, c.CloudMQTTAddr, c.CloudMQTTWSAddr, c.CloudHTTPAddr} {
+		if a != "" {
+			return nil
+		}
+	}
+	return fmt.Errorf("mqtt.addr, mqtt.ws_addr, kafka.addr and http_addr are all off (\"\"), so the node would listen on nothing: set one of them, e.g. mqtt.addr: %s, or leave the key out for its default", DefaultMQTTAddr)
 }
 
 // S3Options are the storage.s3 settings for the uplink and the catalog.

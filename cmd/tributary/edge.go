@@ -158,9 +158,28 @@ func checkSchemaChanges(cfg node.Config, stdout io.Writer) []string {
 }
 
 func printConfig(w io.Writer, c node.Config) {
-	fmt.Fprintf(w, "node_id: %s\ndata_dir: %s\nwal: %s (budget %d bytes)\ncatalog: %s (%s)\nwarehouse: %s\nmqtt: %s ws=%q default_stream=%s routes=%d\ncommit_interval: %s\nhttp: %s\n",
+	fmt.Fprintf(w, "node_id: %s\ndata_dir: %s\nwal: %s (budget %d bytes)\ncatalog: %s (%s)\nwarehouse: %s\nmqtt: default_stream=%s routes=%d\ncommit_interval: %s\n",
 		c.NodeID, c.DataDir, c.WAL.Path, c.WAL.MaxBytes, tables.Redact(c.Catalog.URI), c.Catalog.Name, tables.Redact(c.Catalog.Warehouse),
-		c.MQTT.Addr, c.MQTT.WSAddr, c.MQTT.DefaultStream, len(c.MQTT.Routes), c.Uplink.CommitInterval, c.HTTPAddr)
+		c.MQTT.DefaultStream, len(c.MQTT.Routes), c.Uplink.CommitInterval)
+	for _, l := range []struct{ key, addr, what string }{
+		{"mqtt.addr", c.MQTT.Addr, "MQTT over TCP"},
+		{"mqtt.ws_addr", c.MQTT.WSAddr, "MQTT over WebSocket"},
+		{"kafka.addr", c.Kafka.Addr, "Kafka produce"},
+		{"http_addr", c.HTTPAddr, "health, status, console, /metrics, HTTP and gRPC produce"},
+		{"cluster.gossip_addr", c.Cluster.GossipAddr, "gossip with the other nodes of a cluster"},
+	} {
+		printListener(w, l.key, l.addr, l.what)
+	}
+}
+
+// printListener prints a listener's effective address and what it
+// serves, or that it is off and which key turns it on.
+func printListener(w io.Writer, key, addr, what string) {
+	if addr == "" {
+		fmt.Fprintf(w, "%s: off (%s; set %s to turn it on)\n", key, what, key)
+		return
+	}
+	fmt.Fprintf(w, "%s: %s (%s)\n", key, addr, what)
 }
 
 // runNode starts a node (and, when the config asks for catalog_addr,

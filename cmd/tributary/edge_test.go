@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -53,5 +55,34 @@ func TestPrintDevTLS(t *testing.T) {
 		if strings.Contains(plain.String(), want) {
 			t.Errorf("without TLS, %q in:\n%s", want, plain.String())
 		}
+	}
+}
+
+// TestConfigCheckPrintsListeners: config check of a file naming no
+// listener prints the defaults it gets, each with what it serves, and
+// the listeners that are off with the key that turns them on; a file
+// turning every listener off is refused, naming the keys.
+func TestConfigCheckPrintsListeners(t *testing.T) {
+	dir := t.TempDir()
+	f := filepath.Join(dir, "e.yaml")
+	os.WriteFile(f, []byte("data_dir: "+dir+"\nmqtt:\n  routes:\n    - {filter: \"factory/#\", stream: factory.telemetry}\n"), 0o644)
+	var out, errs strings.Builder
+	if code := run([]string{"config", "check", f}, &out, &errs); code != 0 {
+		t.Fatalf("exit %d: %s", code, errs.String())
+	}
+	for _, want := range []string{"mqtt.addr: 127.0.0.1:1883 (MQTT over TCP)", "http_addr: 127.0.0.1:8080 (health, status",
+		"kafka.addr: off (Kafka produce; set kafka.addr to turn it on)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no %q in:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "http: \n") {
+		t.Errorf("a bare http: line:\n%s", out.String())
+	}
+	os.WriteFile(f, []byte("data_dir: "+dir+"\nmqtt:\n  addr: \"\"\nhttp_addr: \"\"\n"), 0o644)
+	out.Reset()
+	errs.Reset()
+	if code := run([]string{"config", "check", f}, &out, &errs); code == 0 || !strings.Contains(errs.String(), "mqtt.addr, mqtt.ws_addr, kafka.addr and http_addr are all off") {
+		t.Fatalf("every listener off: exit %d, %s", code, errs.String())
 	}
 }
