@@ -42,6 +42,12 @@ type Route struct {
 	// Timestamps (infer): a new string field whose first value is an RFC
 	// 3339 date-time becomes a timestamptz column. Default false.
 	Timestamps bool `yaml:"timestamps"`
+	// Numbers (infer) is the type of a new number field: double (every
+	// number, the default: a reading of 22 and then 21.5 keeps both) or
+	// long (a field whose first value is an integer becomes long; once
+	// the table has it, a fraction goes to the dead-letter table). A
+	// table keeps the types it has whatever this says.
+	Numbers string `yaml:"numbers"`
 	// MaxColumns (infer) caps the stream's typed columns, at every level
 	// of nesting; a payload that would add more goes to the dead-letter
 	// table. Default 512.
@@ -54,7 +60,7 @@ func (c *Config) Payloads() (map[string]typed.Policy, error) {
 	out := map[string]typed.Policy{}
 	set := map[string]int{} // stream -> index of the route that set it
 	for i, r := range c.MQTT.Routes {
-		if r.Payload == "" && !r.Timestamps && r.MaxColumns == 0 && r.SchemaFile == "" && r.EventTime == "" && r.PartitionBy == "" {
+		if r.Payload == "" && !r.Timestamps && r.MaxColumns == 0 && r.SchemaFile == "" && r.EventTime == "" && r.PartitionBy == "" && r.Numbers == "" {
 			continue // says nothing: another route of the stream may
 		}
 		m, err := typed.ParseMode(r.Payload)
@@ -76,6 +82,15 @@ func (c *Config) Payloads() (map[string]typed.Policy, error) {
 		default:
 			return nil, fmt.Errorf("mqtt.routes[%d].partition_by: %q: want timestamp or event_time", i, r.PartitionBy)
 		}
+		switch r.Numbers {
+		case "", "double":
+		case "long":
+			if m != typed.Infer {
+				return nil, fmt.Errorf("mqtt.routes[%d].numbers: long needs payload: infer (in schema mode the schema says integer or number)", i)
+			}
+		default:
+			return nil, fmt.Errorf("mqtt.routes[%d].numbers: %q: want double (the default) or long", i, r.Numbers)
+		}
 		if r.EventTime != "" && m == typed.Raw {
 			return nil, fmt.Errorf("mqtt.routes[%d].event_time: needs payload: infer or schema", i)
 		}
@@ -83,10 +98,11 @@ func (c *Config) Payloads() (map[string]typed.Policy, error) {
 			return nil, fmt.Errorf("mqtt.routes[%d].event_time: %q cannot name a payload field", i, r.EventTime)
 		}
 		pol := typed.Policy{Mode: m, Timestamps: r.Timestamps, MaxColumns: r.MaxColumns, SchemaFile: r.SchemaFile,
-			EventTime: r.EventTime, PartitionByEventTime: r.PartitionBy == "event_time"}
+			EventTime: r.EventTime, PartitionByEventTime: r.PartitionBy == "event_time", Longs: r.Numbers == "long"}
 		if j, ok := set[r.Stream]; ok {
 			if prev := out[r.Stream]; prev.Mode != pol.Mode || prev.Timestamps != pol.Timestamps || prev.MaxColumns != pol.MaxColumns ||
-				prev.SchemaFile != pol.SchemaFile || prev.EventTime != pol.EventTime || prev.PartitionByEventTime != pol.PartitionByEventTime {
+				prev.SchemaFile != pol.SchemaFile || prev.EventTime != pol.EventTime || prev.PartitionByEventTime != pol.PartitionByEventTime ||
+				prev.Longs != pol.Longs {
 				return nil, fmt.Errorf("mqtt.routes[%d]: stream %s has other payload settings in mqtt.routes[%d]: one stream, one setting", i, r.Stream, j)
 			}
 			continue
