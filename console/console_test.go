@@ -181,3 +181,36 @@ func TestHandler(t *testing.T) {
 		t.Fatalf("recent rows (newest first, text or hex): %+v", rec)
 	}
 }
+
+// TestDeadLetterCard: a dead-letter table's card gets its latest dead
+// letters with their reasons, and the page draws them instead of "No
+// message since this node started".
+func TestDeadLetterCard(t *testing.T) {
+	at := time.Date(2026, 12, 2, 3, 4, 5, 0, time.UTC)
+	h := &fakeHost{s: Snapshot{Node: "n1", Role: "edge", Streams: []Stream{{Name: "factory.telemetry_dlq",
+		DeadLetters: []DeadLetter{{Partition: 0, Offset: 7, At: at, Error: "type conflict: field c is a long column (the table's type, which it keeps) and 21.5 is not a whole number"}}}}}}
+	c, _ := newTest(h)
+	c.Sample()
+	srv := httptest.NewServer(c.Handler())
+	defer srv.Close()
+	res, err := http.Get(srv.URL + "/console/api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var m Model
+	if err := json.NewDecoder(res.Body).Decode(&m); err != nil {
+		t.Fatal(err)
+	}
+	dl := m.Streams[0].DeadLetters
+	if len(dl) != 1 || dl[0].Offset != 7 || !dl[0].At.Equal(at) || !strings.Contains(dl[0].Error, "21.5 is not a whole number") {
+		t.Fatalf("dead letters %+v", dl)
+	}
+	js, err := assets.ReadFile("assets/app.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(js), "s.dead_letters.map") || !strings.Contains(string(js), "Latest dead letters, with why") {
+		t.Error("app.js does not draw dead_letters")
+	}
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/console"
+	"github.com/tributary-io/tributary/tables"
 )
 
 // The node feeds the operator's console (package console) with a
@@ -134,6 +135,10 @@ func (n *Node) consoleSnapshot() console.Snapshot {
 			st.Maintenance = &console.Maintenance{LastPass: m.LastPass, LastDuration: m.LastDuration, Passes: m.Passes,
 				Failures: m.Failures, LastError: m.LastError, LeaseHolder: m.LeaseHolder}
 		}
+	}
+	for _, d := range us.LatestDeadLetters { // newest first
+		st := stream(tables.DLQStream(d.Stream))
+		st.DeadLetters = append(st.DeadLetters, console.DeadLetter{Partition: d.Partition, Offset: d.Offset, At: d.At, Error: d.Error})
 	}
 	for name, st := range byStream {
 		st.Recent = n.ingest.count.recent(name)

@@ -29,6 +29,7 @@ const tablesUsage = `usage: tributary tables <list | describe STREAM | scan STRE
       --partition P          only partition P
       --from-offset O        with --partition: start at offset O
       --json                 one JSON object per row (value as text when UTF-8, else base64)
+                             a dead-letter table (STREAM_dlq) also shows each row's error
   maintain STREAM            one maintenance pass: merge manifests, compact small files,
                              expire snapshots, delete orphans (under the table's lease)
       --dry-run              only say what the pass would do
@@ -221,12 +222,32 @@ func tablesDescribe(ctx context.Context, cat *tables.Catalog, stream string, w i
 	return nil
 }
 
+// scanRow is one row of a scan: the record and, in a dead-letter table,
+// why its payload was not typed.
+type scanRow struct {
+	*tributary.Record
+	Error string
+}
+
 func tablesScan(ctx context.Context, cat *tables.Catalog, stream string, opts tables.ScanOptions, asJSON bool, w, progress io.Writer) error {
 	lim := opts.Limit
 	opts.Limit = 0 // order first, then limit
-	rows, err := scanWithProgress(ctx, cat, stream, opts, progress)
-	if err != nil {
-		return err
+	dlq := tables.IsDLQ(stream)
+	var rows []scanRow
+	if dlq {
+		var err error
+		if rows, err = scanDeadLetters(ctx, cat, stream, opts); err != nil {
+			return err
+		}
+	} else {
+		recs, err := scanWithProgress(ctx, cat, stream, opts, progress)
+		if err != nil {
+			return err
+		}
+		rows = make([]scanRow, len(recs))
+		for i, r := range recs {
+			rows[i].Record = r
+		}
 	}
 	if lim > 0 && int64(len(rows)) > lim {
 		rows = rows[:lim]
@@ -250,6 +271,9 @@ func tablesScan(ctx context.Context, cat *tables.Catalog, stream string, opts ta
 				}
 				m["headers"] = hs
 			}
+			if dlq {
+				m["error"] = r.Error
+			}
 			if err := enc.Encode(m); err != nil {
 				return err
 			}
@@ -257,7 +281,11 @@ func tablesScan(ctx context.Context, cat *tables.Catalog, stream string, opts ta
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PARTITION\tOFFSET\tTIMESTAMP\tTOPIC\tSOURCE\tCLIENT\tVALUE")
+	head := "PARTITION\tOFFSET\tTIMESTAMP\tTOPIC\tSOURCE\tCLIENT\tVALUE"
+	if dlq {
+		head += "\tERROR"
+	}
+	fmt.Fprintln(tw, head)
 	for _, r := range rows {
 		s := string(r.Value)
 		if !utf8.Valid(r.Value) {
@@ -266,14 +294,40 @@ func tablesScan(ctx context.Context, cat *tables.Catalog, stream string, opts ta
 		if len(s) > 120 {
 			s = s[:117] + "..."
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Partition, r.Offset,
+		line := fmt.Sprintf("%d\t%d\t%s\t%s\t%s\t%s\t%s", r.Partition, r.Offset,
 			time.UnixMicro(r.Timestamp).UTC().Format("2006-01-02T15:04:05.000000Z"), r.Topic, r.Source, r.ClientID, s)
+		if dlq {
+			line += "\t" + strings.ReplaceAll(r.Error, "\t", " ")
+		}
+		fmt.Fprintln(tw, line)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "(%d rows)\n", len(rows))
 	return nil
+}
+
+// scanDeadLetters reads a dead-letter table in (partition, offset) order.
+func scanDeadLetters(ctx context.Context, cat *tables.Catalog, stream string, opts tables.ScanOptions) ([]scanRow, error) {
+	t, err := cat.LoadTable(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	var rows []scanRow
+	for d, err := range tables.ScanDeadLetters(ctx, t, opts) {
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, scanRow{Record: d.Record, Error: d.Error})
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		if rows[i].Partition != rows[j].Partition {
+			return rows[i].Partition < rows[j].Partition
+		}
+		return rows[i].Offset < rows[j].Offset
+	})
+	return rows, nil
 }
 
 func textOrBytes(b []byte) any {

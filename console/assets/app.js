@@ -266,6 +266,11 @@
         s.recent.map((r) => el('tr', { class: 'row', 'data-offset': r.offset }, td(fmtNum(r.offset), 'num'), td(r.partition, 'num'),
           td(fmtTime(r.timestamp), 'mono'), td(r.topic), td(protoName[r.source] || r.source), td(r.client_id || '–'), payloadCell(r))), [0, 1])
         : el('div', { class: 'none', text: 'No message since this node started.' });
+      const dlq = s.name.endsWith('_dlq');
+      const dead = s.dead_letters && s.dead_letters.length ? table(['Offset', 'Partition', 'Committed', 'Reason'],
+        s.dead_letters.map((d) => el('tr', { class: 'row dead', 'data-offset': d.offset }, td(fmtNum(d.offset), 'num'), td(d.partition, 'num'),
+          td(fmtTime(d.at), 'mono'), td(d.error, 'reason'))), [0, 1])
+        : el('div', { class: 'none', text: 'No dead letter since this node started; earlier ones: tributary tables scan ' + s.name + '.' });
       const mt = s.maintenance;
       const maint = mt ? el('span', { class: 'kv' }, 'maintenance ',
         mt.last_error ? el('span', { class: 'badge bad', text: 'failing' }) : el('span', { class: 'badge ok', text: 'ok' }),
@@ -280,7 +285,8 @@
           el('span', { class: 'kv' }, el('b', { text: fmtNum(s.snapshots) }), ' snapshots'),
           s.metadata_bytes ? el('span', { class: 'kv' }, 'metadata ', el('b', { text: fmtBytes(s.metadata_bytes) })) : null, maint),
         el('div', { class: 'sub-h', text: 'Partitions' }), parts,
-        el('div', { class: 'sub-h', text: 'Latest messages' }), recent, schema);
+        dlq ? el('div', { class: 'sub-h', text: 'Latest dead letters, with why' }) : el('div', { class: 'sub-h', text: 'Latest messages' }),
+        dlq ? dead : recent, schema);
     }));
   }
   function stateBadge(st) {
