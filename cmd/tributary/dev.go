@@ -179,7 +179,7 @@ func printDev(w io.Writer, cfg node.Config, data string, devices int, simRate fl
 Publish:      mosquitto_pub -h 127.0.0.1 -p %s%s -t factory/line1/temp -m '{"c":21.5}' -q 1
               echo 'k1:{"c":22}' | kcat -b %s%s -P -t factory.telemetry -K:
               curl -H 'Content-Type: application/json' %s%s/v3/clusters/%s/topics/factory.telemetry/records -d '{"value":{"data":{"c":23}}}'
-Look at rows: bin/tributary tables scan factory.telemetry --data %s --limit 5
+Look at rows: bin/tributary tables scan factory.telemetry --data %s --tail 5
 Other topics go to stream %s. Ctrl-C stops with a final commit.
 %s
 `, cfg.DataDir, cfg.Catalog.Name,

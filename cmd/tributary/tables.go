@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -25,7 +26,8 @@ const tablesUsage = `usage: tributary tables <list | describe STREAM | scan STRE
   list                       every stream table with its row count and partitions
   describe STREAM            schema, partition spec, properties, high-water marks, snapshots
   scan STREAM                rows in (partition, offset) order
-      --limit N              at most N rows (default 20; 0 = all)
+      --limit N              at most N rows, the first (default 20; 0 = all)
+      --tail N               the latest N rows instead (by accept time; shown in order)
       --partition P          only partition P
       --from-offset O        with --partition: start at offset O
       --json                 one JSON object per row (value as text when UTF-8, else base64)
@@ -64,12 +66,13 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 func cmdTables(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("tables", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, tablesUsage) }
+	fs.Usage = func() {} // printed below: to stdout when asked for with -h
 	data := fs.String("data", "./data", "")
 	catURI := fs.String("catalog", "", "")
 	warehouse := fs.String("warehouse", "", "")
 	catName := fs.String("catalog-name", "tributary", "")
 	limit := fs.Int64("limit", 20, "")
+	tail := fs.Int64("tail", 0, "")
 	partition := fs.Int("partition", -1, "")
 	from := fs.Int64("from-offset", 0, "")
 	asJSON := fs.Bool("json", false, "")
@@ -79,7 +82,12 @@ func cmdTables(args []string, stdout, stderr io.Writer) int {
 	retain := fs.Int("retain-snapshots", 0, "")
 	grace := fs.Duration("orphan-grace", 0, "")
 	pos, err := parseInterspersed(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, tablesUsage) // asked for: not an error
+		return 0
+	}
 	if err != nil {
+		fmt.Fprint(stderr, tablesUsage)
 		return 2
 	}
 	if len(pos) == 0 {
@@ -122,7 +130,15 @@ func cmdTables(args []string, stdout, stderr io.Writer) int {
 		if !need(2) {
 			return 2
 		}
-		err = tablesScan(ctx, cat, pos[1], tables.ScanOptions{Partition: int32(*partition), FromOffset: *from, Limit: *limit}, *asJSON, stdout, stderr)
+		if *tail < 0 {
+			fmt.Fprintln(stderr, "tributary tables scan: --tail must be 1 or more")
+			return 2
+		}
+		lim := *limit
+		if *tail > 0 {
+			lim = -*tail // tablesScan: a negative limit keeps the latest
+		}
+		err = tablesScan(ctx, cat, pos[1], tables.ScanOptions{Partition: int32(*partition), FromOffset: *from, Limit: lim}, *asJSON, stdout, stderr)
 	case "maintain":
 		if !need(2) {
 			return 2
@@ -229,6 +245,9 @@ type scanRow struct {
 	Error string
 }
 
+// tablesScan prints a stream's rows in (partition, offset) order: the
+// first opts.Limit (0 = all), or with a negative limit the latest -Limit
+// by accept time.
 func tablesScan(ctx context.Context, cat *tables.Catalog, stream string, opts tables.ScanOptions, asJSON bool, w, progress io.Writer) error {
 	lim := opts.Limit
 	opts.Limit = 0 // order first, then limit
@@ -251,6 +270,9 @@ func tablesScan(ctx context.Context, cat *tables.Catalog, stream string, opts ta
 	}
 	if lim > 0 && int64(len(rows)) > lim {
 		rows = rows[:lim]
+	}
+	if n := -lim; n > 0 && int64(len(rows)) > n {
+		rows = latest(rows, int(n))
 	}
 	if asJSON {
 		enc := json.NewEncoder(w)
@@ -306,6 +328,29 @@ func tablesScan(ctx context.Context, cat *tables.Catalog, stream string, opts ta
 	}
 	fmt.Fprintf(w, "(%d rows)\n", len(rows))
 	return nil
+}
+
+// latest keeps the n rows accepted last (by timestamp, then offset) of
+// rows, in their order.
+func latest(rows []scanRow, n int) []scanRow {
+	idx := make([]int, len(rows))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool {
+		ra, rb := rows[idx[a]], rows[idx[b]]
+		if ra.Timestamp != rb.Timestamp {
+			return ra.Timestamp > rb.Timestamp
+		}
+		return ra.Offset > rb.Offset
+	})
+	keep := idx[:n]
+	sort.Ints(keep)
+	out := make([]scanRow, n)
+	for i, j := range keep {
+		out[i] = rows[j]
+	}
+	return out
 }
 
 // scanDeadLetters reads a dead-letter table in (partition, offset) order.

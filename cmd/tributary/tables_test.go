@@ -56,3 +56,29 @@ func TestTablesScanDeadLetters(t *testing.T) {
 		t.Errorf("json scan: %q", out.String())
 	}
 }
+
+// TestTablesScanTail: --tail N shows the latest N rows (in order), and
+// -h prints the usage and exits 0.
+func TestTablesScanTail(t *testing.T) {
+	dir := deadLetterCatalog(t, 30)
+	var out, errs strings.Builder
+	if code := run([]string{"tables", "scan", "factory.telemetry_dlq", "--data", dir, "--tail", "3", "--json"}, &out, &errs); code != 0 {
+		t.Fatalf("exit %d: %s", code, errs.String())
+	}
+	var offs []string
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var row map[string]any
+		if err := json.Unmarshal([]byte(l), &row); err != nil {
+			t.Fatalf("%q: %v", l, err)
+		}
+		offs = append(offs, fmt.Sprint(row["offset"]))
+	}
+	if strings.Join(offs, ",") != "27,28,29" {
+		t.Errorf("--tail 3: offsets %v, want 27,28,29", offs)
+	}
+	out.Reset()
+	errs.Reset()
+	if code := run([]string{"tables", "scan", "-h"}, &out, &errs); code != 0 || !strings.Contains(out.String(), "--tail N") {
+		t.Errorf("scan -h: exit %d, stdout %q, stderr %q", code, out.String(), errs.String())
+	}
+}
