@@ -205,7 +205,7 @@ func devCloudReads(cfg node.Config, scheme func(listener, plain, secure string) 
 			portOf(a), mosq, scheme("mqtt", "", "mqtts://"), a)
 	}
 	if a := cfg.CloudHTTPAddr; a != "" {
-		fmt.Fprintf(&b, "Read (HTTP):  curl -N -H 'Accept: text/event-stream' '%s%s/v1/streams/factory.telemetry/partitions/0/records?offset=earliest'   (gRPC Fetch and Subscribe on the same port)\n",
+		fmt.Fprintf(&b, "Read (HTTP):  curl -N -H 'Accept: text/event-stream' '%s%s/v1/streams/factory.telemetry/partitions/0/records?offset=earliest&format=json'   (gRPC Fetch and Subscribe on the same port)\n",
 			scheme("http", "http://", "https://"), a)
 	}
 	return b.String()
