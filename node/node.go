@@ -143,6 +143,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	}
 	n.wal, err = wal.Open(wal.Options{Path: cfg.WAL.Path, MaxBytes: int64(cfg.WAL.MaxBytes), Logger: log,
 		TestTapDelay: testTapDelay(log)})
+	if errors.Is(err, wal.ErrLocked) {
+		dir, _ := filepath.Abs(cfg.DataDir)
+		return nil, fmt.Errorf("another process holds DATA_DIR (%s): its WAL %s is locked; stop that process, or give this one another data_dir (tributary dev --data DIR): %w",
+			dir, cfg.WAL.Path, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open wal: %w", err)
 	}
