@@ -115,7 +115,10 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	printDev(stdout, cfg, *data, *devices, *simRate)
-	return runNode(cfg, sim, *readyFile, log, stdout, stderr)
+	return runNode(cfg, sim, *readyFile, log, stdout, stderr, map[string]string{"--mqtt-addr": cfg.MQTT.Addr, "--mqtt-ws-addr": cfg.MQTT.WSAddr,
+		"--http-addr": cfg.HTTPAddr, "--kafka-addr": cfg.Kafka.Addr, "--catalog-addr": cfg.CatalogAddr, "--cloud-kafka-addr": cfg.CloudKafkaAddr,
+		"--pulsar-addr": cfg.CloudPulsarAddr, "--cloud-mqtt-addr": cfg.CloudMQTTAddr, "--cloud-mqtt-ws-addr": cfg.CloudMQTTWSAddr,
+		"--cloud-http-addr": cfg.CloudHTTPAddr, "--gossip-addr": cfg.Cluster.GossipAddr, "--peer-addr": cfg.Cluster.PeerAddr})
 }
 
 func portOf(addr string) string {

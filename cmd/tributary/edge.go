@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -54,7 +55,51 @@ func cmdEdge(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	return runNode(cfg, nil, *readyFile, log, stdout, stderr)
+	return runNode(cfg, nil, *readyFile, log, stdout, stderr, edgeListenerKeys(cfg))
+}
+
+// edgeListenerKeys maps each listener key of an edge config to its address.
+func edgeListenerKeys(cfg node.Config) map[string]string {
+	return map[string]string{"mqtt.addr": cfg.MQTT.Addr, "mqtt.ws_addr": cfg.MQTT.WSAddr, "kafka.addr": cfg.Kafka.Addr,
+		"http_addr": cfg.HTTPAddr, "cluster.gossip_addr": cfg.Cluster.GossipAddr, "cluster.peer_addr": cfg.Cluster.PeerAddr,
+		"catalog_addr": cfg.CatalogAddr, "cloud_kafka_addr": cfg.CloudKafkaAddr, "cloud_pulsar_addr": cfg.CloudPulsarAddr,
+		"cloud_mqtt_addr": cfg.CloudMQTTAddr, "cloud_mqtt_ws_addr": cfg.CloudMQTTWSAddr, "cloud_http_addr": cfg.CloudHTTPAddr}
+}
+
+// containsAddr reports whether msg names addr (not merely a longer port
+// that starts with its port).
+func containsAddr(msg, addr string) bool {
+	for i := strings.Index(msg, addr); i >= 0; i = strings.Index(msg, addr) {
+		msg = msg[i+len(addr):]
+		if msg == "" || msg[0] < '0' || msg[0] > '9' {
+			return true
+		}
+	}
+	return false
+}
+
+// startError is what a failed start prints: for an address in use, the
+// setting (YAML key or flag, in listeners: setting -> address) that
+// moves the listener.
+func startError(err error, listeners map[string]string) string {
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return err.Error()
+	}
+	var names []string
+	for name, addr := range listeners {
+		if addr != "" && !strings.HasSuffix(addr, ":0") && containsAddr(err.Error(), addr) {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return err.Error()
+	}
+	sort.Strings(names)
+	if le, ok := errors.AsType[*node.ListenError](err); ok {
+		err = le.Err // its hint names the YAML key; this one the setting of this command
+	}
+	return fmt.Sprintf("%v\n  %s is in use by another process: stop it, or move this listener with %s", err,
+		listeners[names[0]], strings.Join(names, " or "))
 }
 
 func cmdConfig(args []string, stdout, stderr io.Writer) int {
@@ -186,7 +231,11 @@ func printListener(w io.Writer, key, addr, what string) {
 // cloud_kafka_addr or cloud_pulsar_addr, a cloud server over the node's
 // catalog, and optionally a simulated fleet against it), waits for
 // SIGINT/SIGTERM, and shuts down with a final commit.
-func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *slog.Logger, stdout, stderr io.Writer) int {
+//
+// listeners maps the settings that move each listener (YAML keys, or the
+// flags of tributary dev) to their addresses, for a start that fails on
+// an address in use.
+func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *slog.Logger, stdout, stderr io.Writer, listeners map[string]string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	n, err := node.New(ctx, cfg, log)
@@ -197,7 +246,7 @@ func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *sl
 	var cs *cloud.Server
 	if ccfg, ok := cloudOf(cfg); ok {
 		if cs, err = cloud.OpenOn(n.Catalog(), ccfg, log); err != nil {
-			fmt.Fprintln(stderr, "tributary:", err)
+			fmt.Fprintln(stderr, "tributary:", startError(err, listeners))
 			n.Close(context.Background())
 			return 1
 		}
@@ -217,7 +266,7 @@ func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *sl
 		}
 	}
 	if err := n.Start(ctx); err != nil {
-		fmt.Fprintln(stderr, "tributary:", err)
+		fmt.Fprintln(stderr, "tributary:", startError(err, listeners))
 		closeCloud()
 		n.Close(context.Background())
 		return 1

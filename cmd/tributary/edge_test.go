@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -84,5 +85,35 @@ func TestConfigCheckPrintsListeners(t *testing.T) {
 	errs.Reset()
 	if code := run([]string{"config", "check", f}, &out, &errs); code == 0 || !strings.Contains(errs.String(), "mqtt.addr, mqtt.ws_addr, kafka.addr and http_addr are all off") {
 		t.Fatalf("every listener off: exit %d, %s", code, errs.String())
+	}
+}
+
+// TestPortClashNamesTheSetting: an edge or dev whose listener's address
+// is taken exits 1 naming the YAML key or flag that moves it, and logs no
+// "final commit done" for a start that never happened.
+func TestPortClashNamesTheSetting(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	addr := busy.Addr().String()
+	dir := t.TempDir()
+	f := filepath.Join(dir, "e.yaml")
+	os.WriteFile(f, []byte("data_dir: "+dir+"\nmqtt:\n  addr: "+addr+"\nhttp_addr: \"\"\n"), 0o644)
+	var out, errs strings.Builder
+	if code := run([]string{"edge", "-config", f}, &out, &errs); code != 1 || !strings.Contains(errs.String(), "move this listener with mqtt.addr") ||
+		strings.Contains(errs.String(), "final commit done") {
+		t.Errorf("edge: exit %d\n%s", code, errs.String())
+	}
+	out.Reset()
+	errs.Reset()
+	args := []string{"dev", "--data", t.TempDir(), "--sim-devices", "0", "--mqtt-addr", "127.0.0.1:0", "--http-addr", addr}
+	for _, off := range []string{"--mqtt-ws-addr", "--kafka-addr", "--catalog-addr", "--cloud-kafka-addr", "--pulsar-addr", "--cloud-mqtt-addr", "--cloud-http-addr"} {
+		args = append(args, off, "")
+	}
+	if code := run(args, &out, &errs); code != 1 || !strings.Contains(errs.String(), "move this listener with --http-addr") ||
+		strings.Contains(errs.String(), "final commit done") {
+		t.Errorf("dev: exit %d\n%s", code, errs.String())
 	}
 }
