@@ -214,3 +214,32 @@ func TestDeadLetterCard(t *testing.T) {
 		t.Error("app.js does not draw dead_letters")
 	}
 }
+
+// TestWALGroupChart: the group-commit chart counts whole writes: ten
+// commits of one write each are a median of 1, not the 0.50 that
+// interpolating in the first bucket gives.
+func TestWALGroupChart(t *testing.T) {
+	g := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "g", Buckets: prometheus.ExponentialBuckets(1, 2, 14)})
+	host := &fakeHost{s: Snapshot{Node: "n1", Latency: Histograms("wal_group", g)}}
+	c, clk := newTest(host)
+	c.Sample()
+	for range 10 {
+		g.Observe(1)
+	}
+	host.s.Latency = Histograms("wal_group", g)
+	clk.t = clk.t.Add(time.Second)
+	c.Sample()
+	ch := chart(c.Model(), "wal_group")
+	if !strings.Contains(ch.Title, "WAL writes sharing one fsync") {
+		t.Errorf("title %q", ch.Title)
+	}
+	for _, s := range ch.Series {
+		if s.Key == "lat:wal_group:p50" {
+			if v := s.V[len(s.V)-1]; v == nil || *v != 1 {
+				t.Fatalf("median %v, want 1", v)
+			}
+			return
+		}
+	}
+	t.Fatalf("no median series: %+v", ch.Series)
+}

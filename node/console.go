@@ -140,6 +140,15 @@ func (n *Node) consoleSnapshot() console.Snapshot {
 		st := stream(tables.DLQStream(d.Stream))
 		st.DeadLetters = append(st.DeadLetters, console.DeadLetter{Partition: d.Partition, Offset: d.Offset, At: d.At, Error: d.Error})
 	}
+	if n.maint != nil {
+		// On before its first pass over a stream: the card says so
+		// rather than "off" (a pass runs every maintenance.interval).
+		for _, st := range byStream {
+			if st.Maintenance == nil {
+				st.Maintenance = &console.Maintenance{}
+			}
+		}
+	}
 	for name, st := range byStream {
 		st.Recent = n.ingest.count.recent(name)
 		s.Streams = append(s.Streams, *st)

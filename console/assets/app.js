@@ -273,7 +273,7 @@
         : el('div', { class: 'none', text: 'No dead letter since this node started; earlier ones: tributary tables scan ' + s.name + '.' });
       const mt = s.maintenance;
       const maint = mt ? el('span', { class: 'kv' }, 'maintenance ',
-        mt.last_error ? el('span', { class: 'badge bad', text: 'failing' }) : el('span', { class: 'badge ok', text: 'ok' }),
+        mt.last_error ? el('span', { class: 'badge bad', text: 'failing' }) : el('span', { class: 'badge ok', text: mt.last_pass ? 'ok' : 'on' }),
         ' last pass ', el('b', { text: mt.last_pass ? ago(mt.last_pass, now) : 'not yet' }),
         mt.lease_holder ? ' · lease ' + mt.lease_holder : '') : el('span', { class: 'kv', text: 'maintenance off on this node' });
       const schema = s.schema && s.schema.length ? el('details', {}, el('summary', { text: 'Schema (' + s.schema.length + ' columns)' }),
@@ -358,7 +358,10 @@
   }
   async function poll() {
     try {
-      const r = await fetch('/console/api', { cache: 'no-store' });
+      // location.origin, never a relative URL: a page opened as
+      // http://user:password@host/ resolves relative URLs with the
+      // credentials in them, which fetch refuses (a blank page).
+      const r = await fetch(location.origin + '/console/api', { cache: 'no-store' });
       if (!r.ok) throw new Error('HTTP ' + r.status);
       lastModel = await r.json();
       lastOK = Date.now();
@@ -371,7 +374,9 @@
       document.getElementById('updated').textContent = 'live · up ' + fmtDur(lastModel.uptime_seconds);
     } catch (e) {
       document.getElementById('live-dot').className = 'dot off';
-      document.getElementById('updated').textContent = 'connection lost' + (lastOK ? ' ' + fmtDur((Date.now() - lastOK) / 1000) + ' ago' : '');
+      const upd = document.getElementById('updated');
+      upd.textContent = 'connection lost' + (lastOK ? ' ' + fmtDur((Date.now() - lastOK) / 1000) + ' ago' : '');
+      upd.title = String(e && e.message || e);
     }
   }
   let resizeTimer = 0;
