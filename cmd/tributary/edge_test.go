@@ -44,10 +44,10 @@ func TestPrintDevTLS(t *testing.T) {
 		CatalogAddr: "127.0.0.1:8181", CloudKafkaAddr: "127.0.0.1:19092", CloudPulsarAddr: "127.0.0.1:6650"})
 	cfg.MQTT.Addr, cfg.MQTT.WSAddr, cfg.Kafka.Addr = "127.0.0.1:1883", "127.0.0.1:1884", "127.0.0.1:9092"
 	var plain strings.Builder
-	printDev(&plain, cfg, "./data", 0, 1)
+	printDev(&plain, cfg, "./data", 0, 1, "")
 	cfg.Security.TLS.CertFile, cfg.Security.TLS.KeyFile, cfg.Security.TLS.ClientCAFile = "s.crt", "s.key", "ca.crt"
 	var secure strings.Builder
-	printDev(&secure, cfg, "./data", 0, 1)
+	printDev(&secure, cfg, "./data", 0, 1, "")
 	for _, want := range []string{"mqtts://127.0.0.1:1883", "wss://127.0.0.1:1884", "https://127.0.0.1:8080/metrics",
 		"https://127.0.0.1:8181", "pulsar+ssl://127.0.0.1:6650", "--cafile ca.crt", "-X security.protocol=SSL -X ssl.ca.location=ca.crt"} {
 		if !strings.Contains(secure.String(), want) {
@@ -56,6 +56,29 @@ func TestPrintDevTLS(t *testing.T) {
 		if strings.Contains(plain.String(), want) {
 			t.Errorf("without TLS, %q in:\n%s", want, plain.String())
 		}
+	}
+}
+
+// TestPrintDevSecurity: with authentication on, the banner's publish
+// commands carry credentials (and the CA with TLS), and a simulator
+// without a user is announced as not started rather than as running.
+func TestPrintDevSecurity(t *testing.T) {
+	cfg := node.WithDefaults(node.Config{NodeID: "d", DataDir: t.TempDir(), HTTPAddr: "127.0.0.1:8080"})
+	cfg.MQTT.Addr, cfg.Kafka.Addr = "127.0.0.1:1883", "127.0.0.1:9092"
+	cfg.Security.UsersFile = "/etc/tributary/passwd"
+	cfg.Security.TLS.CertFile, cfg.Security.TLS.KeyFile, cfg.Security.TLS.ClientCAFile = "s.crt", "s.key", "ca.crt"
+	var b strings.Builder
+	printDev(&b, cfg, "./data", 8, 2, "")
+	for _, want := range []string{"simulator  not started: anonymous MQTT clients are refused", "--cafile ca.crt -u USER -P PASSWORD",
+		"-X security.protocol=SASL_SSL -X ssl.ca.location=ca.crt -X sasl.mechanisms=PLAIN -X sasl.username=USER", "curl --cacert ca.crt -u USER:PASSWORD"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("no %q in:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	printDev(&b, cfg, "./data", 8, 2, "sim-device")
+	if !strings.Contains(b.String(), "simulator  8 devices") {
+		t.Errorf("a simulator with a user:\n%s", b.String())
 	}
 }
 
