@@ -101,7 +101,11 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg = node.WithDefaults(cfg)
-	if err := cfg.Validate(); err != nil {
+	err = cfg.Validate()
+	if err == nil {
+		err = loadSecurityFiles(cfg.Security) // before the banner, which would announce listeners that cannot start
+	}
+	if err != nil {
 		fmt.Fprintln(stderr, "tributary dev:", err)
 		return 2
 	}

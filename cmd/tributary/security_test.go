@@ -57,3 +57,15 @@ func TestPasswdCreatesItsDirectory(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs.String())
 	}
 }
+
+// TestDevSecurityFilesBeforeBanner: dev --security naming a certificate
+// that does not exist fails before it prints where to connect.
+func TestDevSecurityFilesBeforeBanner(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "security.yaml")
+	os.WriteFile(f, []byte("security:\n  tls:\n    listeners:\n      mqtt: {cert_file: /no/such/mqtt.crt, key_file: /no/such/mqtt.key}\n"), 0o644)
+	var out, errs strings.Builder
+	code := run([]string{"dev", "--data", t.TempDir(), "--security", f, "--sim-devices", "0"}, &out, &errs)
+	if code != 2 || !strings.Contains(errs.String(), "/no/such/mqtt.crt") || strings.Contains(out.String(), "Publish:") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errs.String())
+	}
+}
