@@ -15,7 +15,10 @@ VERSITYGW := v1.8.0
 
 all: build
 
+# The first build compiles every dependency (about 1.9 GB of build cache;
+# minutes on a small machine, with nothing printed meanwhile): say so.
 build:
+	@test -x $(BIN) || echo "building $(BIN): the first build compiles every dependency and takes minutes (later builds take seconds)"
 	$(GO) build -o $(BIN) ./cmd/tributary
 
 run: build

@@ -15,7 +15,7 @@ type Storage struct {
 	S3 struct {
 		// Endpoint of an S3-compatible store, e.g. http://minio:9000.
 		Endpoint string `yaml:"endpoint"`
-		// Region. Default us-east-1.
+		// Region. Default "", which means us-east-1.
 		Region string `yaml:"region"`
 		// PathStyle puts the bucket in the path (most S3-compatible
 		// stores want this). Default false.

@@ -203,3 +203,65 @@ func TestReadmittedShown(t *testing.T) {
 		t.Fatalf("alerts %+v", m.Health)
 	}
 }
+
+// TestDeadLetterCard: a dead-letter table's card gets its latest dead
+// letters with their reasons, and the page draws them instead of "No
+// message since this node started".
+func TestDeadLetterCard(t *testing.T) {
+	at := time.Date(2026, 12, 2, 3, 4, 5, 0, time.UTC)
+	h := &fakeHost{s: Snapshot{Node: "n1", Role: "edge", Streams: []Stream{{Name: "factory.telemetry_dlq",
+		DeadLetters: []DeadLetter{{Partition: 0, Offset: 7, At: at, Error: "type conflict: field c is a long column (the table's type, which it keeps) and 21.5 is not a whole number"}}}}}}
+	c, _ := newTest(h)
+	c.Sample()
+	srv := httptest.NewServer(c.Handler())
+	defer srv.Close()
+	res, err := http.Get(srv.URL + "/console/api")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var m Model
+	if err := json.NewDecoder(res.Body).Decode(&m); err != nil {
+		t.Fatal(err)
+	}
+	dl := m.Streams[0].DeadLetters
+	if len(dl) != 1 || dl[0].Offset != 7 || !dl[0].At.Equal(at) || !strings.Contains(dl[0].Error, "21.5 is not a whole number") {
+		t.Fatalf("dead letters %+v", dl)
+	}
+	js, err := assets.ReadFile("assets/app.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(js), "s.dead_letters.map") || !strings.Contains(string(js), "Latest dead letters, with why") {
+		t.Error("app.js does not draw dead_letters")
+	}
+}
+
+// TestWALGroupChart: the group-commit chart counts whole writes: ten
+// commits of one write each are a median of 1, not the 0.50 that
+// interpolating in the first bucket gives.
+func TestWALGroupChart(t *testing.T) {
+	g := prometheus.NewHistogram(prometheus.HistogramOpts{Name: "g", Buckets: prometheus.ExponentialBuckets(1, 2, 14)})
+	host := &fakeHost{s: Snapshot{Node: "n1", Latency: Histograms("wal_group", g)}}
+	c, clk := newTest(host)
+	c.Sample()
+	for range 10 {
+		g.Observe(1)
+	}
+	host.s.Latency = Histograms("wal_group", g)
+	clk.t = clk.t.Add(time.Second)
+	c.Sample()
+	ch := chart(c.Model(), "wal_group")
+	if !strings.Contains(ch.Title, "WAL writes sharing one fsync") {
+		t.Errorf("title %q", ch.Title)
+	}
+	for _, s := range ch.Series {
+		if s.Key == "lat:wal_group:p50" {
+			if v := s.V[len(s.V)-1]; v == nil || *v != 1 {
+				t.Fatalf("median %v, want 1", v)
+			}
+			return
+		}
+	}
+	t.Fatalf("no median series: %+v", ch.Series)
+}

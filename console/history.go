@@ -163,6 +163,9 @@ func (sp *sampler) sample(s *Snapshot, now time.Time) row {
 			if h.Stream != "" {
 				key = def.streamKind + ":" + h.Stream
 			}
+			if def.whole {
+				v = max(1, math.Ceil(v)) // a count: 0.50 (interpolated below the first bucket) reads as 1
+			}
 			r.v[key] = v * def.scale
 		}
 	}
@@ -175,11 +178,12 @@ var histDefs = map[string]struct {
 	scale      float64 // seconds -> chart unit
 	quantiles  []namedQ
 	streamKind string // series kind of a per-stream histogram
+	whole      bool   // a count of at least one: quantiles are rounded up
 }{
 	"puback":    {scale: 1000, quantiles: []namedQ{{"p50", .5}, {"p99", .99}}},
 	"produce":   {scale: 1000, quantiles: []namedQ{{"p50", .5}, {"p99", .99}}},
 	"wal_fsync": {scale: 1000, quantiles: []namedQ{{"p50", .5}, {"p99", .99}}},
-	"wal_group": {scale: 1, quantiles: []namedQ{{"p50", .5}, {"p99", .99}}},
+	"wal_group": {scale: 1, quantiles: []namedQ{{"p50", .5}, {"p99", .99}}, whole: true},
 	"upload":    {scale: 1, quantiles: []namedQ{{"p99", .99}}},
 	"commit":    {scale: 1, quantiles: []namedQ{{"p99", .99}}},
 	"freshness": {scale: 1, quantiles: []namedQ{{"p99", .99}}, streamKind: "fresh"},
@@ -215,8 +219,8 @@ var chartDefs = []chartDef{
 	{ID: "freshness", Title: "Freshness, accepted → committed (p99)", Unit: "s", Prefixes: []string{"fresh:"}},
 	{ID: "uplink_latency", Title: "Upload and table commit (p99)", Unit: "s", Prefixes: []string{"lat:upload:", "lat:commit:"},
 		Labels: map[string]string{"lat:upload:p99": "Parquet upload", "lat:commit:p99": "Catalog commit"}},
-	{ID: "wal_group", Title: "Operations per WAL fsync", Unit: "ops", Prefixes: []string{"lat:wal_group:"},
-		Labels: map[string]string{"lat:wal_group:p50": "p50", "lat:wal_group:p99": "p99"}},
+	{ID: "wal_group", Title: "WAL writes sharing one fsync (appends and releases, group commit)", Unit: "writes", Prefixes: []string{"lat:wal_group:"},
+		Labels: map[string]string{"lat:wal_group:p50": "median", "lat:wal_group:p99": "p99"}},
 	{ID: "refusals", Title: "Refusals by reason", Unit: "/s", Prefixes: []string{"refuse:"}},
 	{ID: "consumer_lag", Title: "Kafka consumer group lag", Unit: "messages", Prefixes: []string{"lag:"}},
 	{ID: "pulsar_backlog", Title: "Pulsar subscription backlog", Unit: "messages", Prefixes: []string{"backlog:"}},

@@ -95,6 +95,16 @@ type StreamV struct {
 	Schema        []ColumnV    `json:"schema,omitempty"`
 	Maintenance   *MaintV      `json:"maintenance,omitempty"`
 	Recent        []RowV       `json:"recent"`
+	// DeadLetters: a dead-letter table's latest rows, newest first.
+	DeadLetters []DeadLetterV `json:"dead_letters,omitempty"`
+}
+
+// DeadLetterV is one dead letter with its reason.
+type DeadLetterV struct {
+	Partition int32     `json:"partition"`
+	Offset    int64     `json:"offset"`
+	At        time.Time `json:"at"`
+	Error     string    `json:"error"`
 }
 
 // PartitionV is one partition of a stream.
@@ -265,6 +275,9 @@ func streamViews(ss []Stream) []StreamV {
 		}
 		for i := len(s.Recent) - 1; i >= 0; i-- { // newest first
 			v.Recent = append(v.Recent, rowView(s.Recent[i]))
+		}
+		for _, d := range s.DeadLetters {
+			v.DeadLetters = append(v.DeadLetters, DeadLetterV{Partition: d.Partition, Offset: d.Offset, At: d.At.UTC(), Error: d.Error})
 		}
 		out = append(out, v)
 	}

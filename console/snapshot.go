@@ -86,6 +86,17 @@ type Stream struct {
 	Schema        []Column
 	Maintenance   *Maintenance
 	Recent        []Row // newest last
+	// DeadLetters (a dead-letter table's stream) are the latest dead
+	// letters this host committed to it, newest first, with their reasons.
+	DeadLetters []DeadLetter
+}
+
+// DeadLetter is one record whose payload was not typed, and why.
+type DeadLetter struct {
+	Partition int32
+	Offset    int64 // in the stream table (and the dead-letter table)
+	At        time.Time
+	Error     string
 }
 
 // Partition is one partition of a stream, as this host sees it.

@@ -120,7 +120,7 @@ func TestTypedInfer(t *testing.T) {
 
 	tbl := loadSQLiteTable(t, filepath.Join(dir, "catalog.db"), "factory.telemetry", nil)
 	types := schemaTypes(tbl)
-	for col, typ := range map[string]string{"device": "string", "line": "string", "seq": "long", "ts": "timestamptz",
+	for col, typ := range map[string]string{"device": "string", "line": "string", "seq": "double", "ts": "timestamptz",
 		"temp_c": "double", "humidity": "double", "vibration_mm_s": "double", "status": "string"} {
 		got, ok := types[col]
 		if !ok || !strings.HasPrefix(got, typ+"#") {
@@ -349,7 +349,7 @@ func TestTypedEvolution(t *testing.T) {
 		for round := range 3 {
 			for n := 1; n <= 2; n++ {
 				f := fmt.Sprintf("n%d_r%d", n, round)
-				if !strings.HasPrefix(schemaTypes(tbl)[f], "long#") {
+				if !strings.HasPrefix(schemaTypes(tbl)[f], "double#") {
 					t.Fatalf("column %s missing: %v", f, schemaTypes(tbl))
 				}
 				sel = append(sel, fmt.Sprintf("count(%s) AS %s", f, f))

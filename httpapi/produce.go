@@ -218,6 +218,30 @@ func (p *Producer) serveProduce(w http.ResponseWriter, r *http.Request) {
 		close(replay)
 		items = replay
 	}
+	if streaming {
+		// The status waits for the first record: a stream without one
+		// (an empty body, whitespace) is a bad request, as a body of
+		// known length without one is.
+		first, ok := <-items
+		if !ok {
+			p.stats.Malformed.Add(1)
+			writeError(w, http.StatusBadRequest, "body: the stream ended without a record (want JSON objects such as {\"value\": {\"type\": \"JSON\", \"data\": ...}})", "")
+			return
+		}
+		src, joined := items, make(chan *item, itemQueueDepth)
+		joined <- first
+		go func() {
+			defer close(joined)
+			for it := range src {
+				select {
+				case joined <- it:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+		items = joined
+	}
 	w.Header().Set("Content-Type", "application/json")
 	if streaming {
 		// A stream may end before its body does (a malformed record):

@@ -170,3 +170,21 @@ func TestProduceAuth(t *testing.T) {
 		t.Fatalf("appended %+v", sink.recs)
 	}
 }
+
+// TestProduceEmptyStream: a chunked body without a record (empty, or
+// whitespace only) is answered 400, as a body of known length is; a
+// stream with records still gets 200 and a report each.
+func TestProduceEmptyStream(t *testing.T) {
+	sink := &fakeSink{}
+	srv := newTestProducer(t, sink, nil)
+	for _, body := range []string{"", " \n"} {
+		for _, streamed := range []bool{true, false} {
+			if resp, _ := produce(t, srv, body, streamed, ""); resp.StatusCode != http.StatusBadRequest {
+				t.Errorf("body %q (streamed %v): status %d, want 400", body, streamed, resp.StatusCode)
+			}
+		}
+	}
+	if resp, reps := produce(t, srv, `{"value":{"data":1}}`, true, ""); resp.StatusCode != 200 || len(reps) != 1 || reps[0].ErrorCode != 200 {
+		t.Fatalf("one streamed record: %d %+v", resp.StatusCode, reps)
+	}
+}

@@ -151,6 +151,19 @@ const (
 	ListenerWS  = "ws"
 )
 
+// ListenError is Start's error when a listener (ListenerTCP or
+// ListenerWS) cannot bind its address.
+type ListenError struct {
+	Listener, Addr string
+	Err            error
+}
+
+func (e *ListenError) Error() string {
+	return fmt.Sprintf("listen %s %s: %v", e.Listener, e.Addr, e.Err)
+}
+
+func (e *ListenError) Unwrap() error { return e.Err }
+
 // Defaults for Config fields left zero.
 const (
 	DefaultMaxPacketSize  = 1 << 20
@@ -450,7 +463,7 @@ func (s *Server) Start() error {
 		lim.Name = "mqtt"
 		ln, err := listen.Listen(s.cfg.TCPAddr, lim)
 		if err != nil {
-			return fail(fmt.Errorf("listen tcp %s: %w", s.cfg.TCPAddr, err))
+			return fail(&ListenError{Listener: ListenerTCP, Addr: s.cfg.TCPAddr, Err: err})
 		}
 		opened = append(opened, ln)
 		s.guards = append(s.guards, ln)
@@ -465,7 +478,7 @@ func (s *Server) Start() error {
 		lim.TLS = s.cfg.WSTLS
 		ln, err := listen.Listen(s.cfg.WSAddr, lim)
 		if err != nil {
-			return fail(fmt.Errorf("listen ws %s: %w", s.cfg.WSAddr, err))
+			return fail(&ListenError{Listener: ListenerWS, Addr: s.cfg.WSAddr, Err: err})
 		}
 		opened = append(opened, ln)
 		s.guards = append(s.guards, ln)

@@ -15,6 +15,8 @@ import (
 	"github.com/tributary-io/tributary/config"
 	"github.com/tributary-io/tributary/httpapi"
 	"github.com/tributary-io/tributary/kafka"
+	"github.com/tributary-io/tributary/listen"
+	"github.com/tributary-io/tributary/mqtt"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/tables/typed"
 	"github.com/tributary-io/tributary/uplink"
@@ -41,6 +43,12 @@ type Route struct {
 	// Timestamps (infer): a new string field whose first value is an RFC
 	// 3339 date-time becomes a timestamptz column. Default false.
 	Timestamps bool `yaml:"timestamps"`
+	// Numbers (infer) is the type of a new number field: double (every
+	// number, the default: a reading of 22 and then 21.5 keeps both) or
+	// long (a field whose first value is an integer becomes long; once
+	// the table has it, a fraction goes to the dead-letter table). A
+	// table keeps the types it has whatever this says.
+	Numbers string `yaml:"numbers"`
 	// MaxColumns (infer) caps the stream's typed columns, at every level
 	// of nesting; a payload that would add more goes to the dead-letter
 	// table. Default 512.
@@ -53,7 +61,7 @@ func (c *Config) Payloads() (map[string]typed.Policy, error) {
 	out := map[string]typed.Policy{}
 	set := map[string]int{} // stream -> index of the route that set it
 	for i, r := range c.MQTT.Routes {
-		if r.Payload == "" && !r.Timestamps && r.MaxColumns == 0 && r.SchemaFile == "" && r.EventTime == "" && r.PartitionBy == "" {
+		if r.Payload == "" && !r.Timestamps && r.MaxColumns == 0 && r.SchemaFile == "" && r.EventTime == "" && r.PartitionBy == "" && r.Numbers == "" {
 			continue // says nothing: another route of the stream may
 		}
 		m, err := typed.ParseMode(r.Payload)
@@ -75,6 +83,15 @@ func (c *Config) Payloads() (map[string]typed.Policy, error) {
 		default:
 			return nil, fmt.Errorf("mqtt.routes[%d].partition_by: %q: want timestamp or event_time", i, r.PartitionBy)
 		}
+		switch r.Numbers {
+		case "", "double":
+		case "long":
+			if m != typed.Infer {
+				return nil, fmt.Errorf("mqtt.routes[%d].numbers: long needs payload: infer (in schema mode the schema says integer or number)", i)
+			}
+		default:
+			return nil, fmt.Errorf("mqtt.routes[%d].numbers: %q: want double (the default) or long", i, r.Numbers)
+		}
 		if r.EventTime != "" && m == typed.Raw {
 			return nil, fmt.Errorf("mqtt.routes[%d].event_time: needs payload: infer or schema", i)
 		}
@@ -82,10 +99,11 @@ func (c *Config) Payloads() (map[string]typed.Policy, error) {
 			return nil, fmt.Errorf("mqtt.routes[%d].event_time: %q cannot name a payload field", i, r.EventTime)
 		}
 		pol := typed.Policy{Mode: m, Timestamps: r.Timestamps, MaxColumns: r.MaxColumns, SchemaFile: r.SchemaFile,
-			EventTime: r.EventTime, PartitionByEventTime: r.PartitionBy == "event_time"}
+			EventTime: r.EventTime, PartitionByEventTime: r.PartitionBy == "event_time", Longs: r.Numbers == "long"}
 		if j, ok := set[r.Stream]; ok {
 			if prev := out[r.Stream]; prev.Mode != pol.Mode || prev.Timestamps != pol.Timestamps || prev.MaxColumns != pol.MaxColumns ||
-				prev.SchemaFile != pol.SchemaFile || prev.EventTime != pol.EventTime || prev.PartitionByEventTime != pol.PartitionByEventTime {
+				prev.SchemaFile != pol.SchemaFile || prev.EventTime != pol.EventTime || prev.PartitionByEventTime != pol.PartitionByEventTime ||
+				prev.Longs != pol.Longs {
 				return nil, fmt.Errorf("mqtt.routes[%d]: stream %s has other payload settings in mqtt.routes[%d]: one stream, one setting", i, r.Stream, j)
 			}
 			continue
@@ -365,26 +383,47 @@ type Config struct {
 	// tables; tributary dev serves 127.0.0.1:8181.
 	CatalogAddr string `yaml:"catalog_addr"`
 	// CloudKafkaAddr serves Kafka consumers reading the stream tables.
+	// Default "" (off).
 	CloudKafkaAddr string `yaml:"cloud_kafka_addr"`
 	// CloudPulsarAddr serves Pulsar consumers reading the stream tables.
+	// Default "" (off).
 	CloudPulsarAddr string `yaml:"cloud_pulsar_addr"`
 	// CloudMQTTAddr and CloudMQTTWSAddr serve MQTT subscribers reading the
-	// stream tables (TCP and WebSocket; package cloudmqtt).
+	// stream tables (TCP and WebSocket; package cloudmqtt). Default ""
+	// (off).
 	CloudMQTTAddr   string `yaml:"cloud_mqtt_addr"`
 	CloudMQTTWSAddr string `yaml:"cloud_mqtt_ws_addr"`
 	// CloudHTTPAddr serves the HTTP read API (long poll, Server-Sent
-	// Events, group offsets) over the stream tables; tributary dev serves
-	// 127.0.0.1:18080.
+	// Events, group offsets) over the stream tables. Default "" (off);
+	// tributary dev serves 127.0.0.1:18080.
 	CloudHTTPAddr string `yaml:"cloud_http_addr"`
 
 	// ShutdownTimeout bounds the final commit on shutdown. Default 30s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 }
 
-// Defaults returns the configuration of an edge node on embedded defaults.
+// DefaultMQTTAddr and DefaultHTTPAddr are the listeners of a config file
+// that does not name mqtt.addr or http_addr (a key written as "" turns its
+// listener off; in a Config built by a program, "" is off).
+const (
+	DefaultMQTTAddr = "127.0.0.1:1883"
+	DefaultHTTPAddr = "127.0.0.1:8080"
+)
+
+// Defaults returns the configuration of an edge node on embedded defaults:
+// what a config file without any key means.
 func Defaults() Config {
-	var c Config
+	c := listenerDefaults()
 	c.applyDefaults()
+	return c
+}
+
+// listenerDefaults is the zero Config with the listeners a file that does
+// not name them gets; decoding a file over it keeps them unless the file
+// sets the key (to "" for off).
+func listenerDefaults() Config {
+	var c Config
+	c.MQTT.Addr, c.HTTPAddr = DefaultMQTTAddr, DefaultHTTPAddr
 	return c
 }
 
@@ -420,6 +459,27 @@ func (c *Config) applyDefaults() {
 	}
 	if c.MQTT.ReceiveMaximum == 0 {
 		c.MQTT.ReceiveMaximum = 64
+	}
+	// The caps the mqtt and listen packages would apply to a zero, so
+	// that the effective settings (config check) are the documented ones.
+	for _, d := range []struct {
+		v   *int
+		def int
+	}{{&c.MQTT.MaxRetained, mqtt.DefaultMaxRetained}, {&c.MQTT.MaxSessions, mqtt.DefaultMaxSessions},
+		{&c.MQTT.MaxConnections, listen.DefaultMaxConns}, {&c.MQTT.MaxConnectionsPerIP, listen.DefaultMaxConnsPerIP},
+		{&c.MQTT.MaxQueuedMessages, mqtt.DefaultMaxQueuedMessages}} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+	}
+	if c.MQTT.MaxRetainedBytes == 0 {
+		c.MQTT.MaxRetainedBytes = mqtt.DefaultMaxRetainedBytes
+	}
+	if c.MQTT.ConnectTimeout == 0 {
+		c.MQTT.ConnectTimeout = listen.DefaultHandshakeTimeout
+	}
+	if c.MQTT.WriteTimeout == 0 {
+		c.MQTT.WriteTimeout = mqtt.DefaultWriteTimeout
 	}
 	if c.Kafka.MaxStreams <= 0 {
 		c.Kafka.MaxStreams = 1000
@@ -634,17 +694,34 @@ func LoadConfig(path string) (Config, error) {
 	return ParseConfig(raw)
 }
 
-// ParseConfig is LoadConfig on bytes.
+// ParseConfig is LoadConfig on bytes. A file must leave at least one
+// listener on (checkListeners).
 func ParseConfig(raw []byte) (Config, error) {
-	var c Config
+	c := listenerDefaults()
 	if err := config.Decode(raw, &c); err != nil {
 		return Config{}, err
 	}
 	c.applyDefaults()
-	if err := c.Validate(); err != nil {
+	err := c.Validate()
+	if err == nil {
+		err = c.checkListeners()
+	}
+	if err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
 	return c, nil
+}
+
+// checkListeners refuses a node that would listen on nothing: no front
+// door, no status port, no cluster or cloud listener.
+func (c *Config) checkListeners() error {
+	for _, a := range []string{c.MQTT.Addr, c.MQTT.WSAddr, c.Kafka.Addr, c.HTTPAddr, c.Cluster.GossipAddr,
+		c.CatalogAddr, c.CloudKafkaAddr, c.CloudPulsarAddr, c.CloudMQTTAddr, c.CloudMQTTWSAddr, c.CloudHTTPAddr} {
+		if a != "" {
+			return nil
+		}
+	}
+	return fmt.Errorf("mqtt.addr, mqtt.ws_addr, kafka.addr and http_addr are all off (\"\"), so the node would listen on nothing: set one of them, e.g. mqtt.addr: %s, or leave the key out for its default", DefaultMQTTAddr)
 }
 
 // S3Options are the storage.s3 settings for the uplink and the catalog.

@@ -172,7 +172,8 @@ func TestPayloadsConfig(t *testing.T) {
 	bad := filepath.Join(dir, "bad.json")
 	os.WriteFile(bad, []byte(`{"type":"object","properties":{"a":{"type":"integer","minimum":1}}}`), 0o644)
 	c, err := ParseConfig([]byte("mqtt:\n  routes:\n    - {filter: a/#, stream: a.b, payload: infer, timestamps: true}\n    - {filter: b/#, stream: a.b}\n" +
-		"    - {filter: c/#, stream: a.c, payload: schema, schema_file: " + good + "}\n    - {filter: d/#, stream: a.d, payload: raw}\n"))
+		"    - {filter: c/#, stream: a.c, payload: schema, schema_file: " + good + "}\n    - {filter: d/#, stream: a.d, payload: raw}\n" +
+		"    - {filter: e/#, stream: a.e, payload: infer, numbers: long}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +181,7 @@ func TestPayloadsConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(pols) != 2 || !pols["a.b"].Timestamps || pols["a.c"].Columns == nil || pols["a.c"].Columns.String() != "struct<a: long>" {
+	if len(pols) != 3 || !pols["a.b"].Timestamps || pols["a.b"].Longs || !pols["a.e"].Longs || pols["a.c"].Columns == nil || pols["a.c"].Columns.String() != "struct<a: long>" {
 		t.Errorf("payloads %+v", pols)
 	}
 	for y, want := range map[string]string{
@@ -191,6 +192,8 @@ func TestPayloadsConfig(t *testing.T) {
 		"    - {filter: a, stream: a.b, payload: schema, schema_file: " + bad + "}":                    `"minimum" is not supported`,
 		"    - {filter: a, stream: a.b_dlq}":                                                           "dead-letter",
 		"    - {filter: a, stream: a.b, payload: infer, max_columns: -1}":                              "max_columns",
+		"    - {filter: a, stream: a.b, payload: infer, numbers: int}":                                 "mqtt.routes[0].numbers",
+		"    - {filter: a, stream: a.b, numbers: long}":                                                "long needs payload: infer",
 	} {
 		_, err := ParseConfig([]byte("mqtt:\n  routes:\n" + y + "\n"))
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/console"
+	"github.com/tributary-io/tributary/tables"
 )
 
 // The node feeds the operator's console (package console) with a
@@ -134,6 +135,19 @@ func (n *Node) consoleSnapshot() console.Snapshot {
 				max(st.Rows, m.Records), m.MetadataBytes
 			st.Maintenance = &console.Maintenance{LastPass: m.LastPass, LastDuration: m.LastDuration, Passes: m.Passes,
 				Failures: m.Failures, LastError: m.LastError, LeaseHolder: m.LeaseHolder}
+		}
+	}
+	for _, d := range us.LatestDeadLetters { // newest first
+		st := stream(tables.DLQStream(d.Stream))
+		st.DeadLetters = append(st.DeadLetters, console.DeadLetter{Partition: d.Partition, Offset: d.Offset, At: d.At, Error: d.Error})
+	}
+	if n.maint != nil {
+		// On before its first pass over a stream: the card says so
+		// rather than "off" (a pass runs every maintenance.interval).
+		for _, st := range byStream {
+			if st.Maintenance == nil {
+				st.Maintenance = &console.Maintenance{}
+			}
 		}
 	}
 	for name, st := range byStream {

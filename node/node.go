@@ -92,9 +92,10 @@ type Node struct {
 	console       *console.Console
 	consoleTables *console.TableCache
 
-	started time.Time
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	started     time.Time
+	startFailed bool // Start returned an error: Close makes no final commit
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
 }
 
 // CatalogConfig is how the node opens its catalog: URI, warehouse,
@@ -143,6 +144,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	}
 	n.wal, err = wal.Open(wal.Options{Path: cfg.WAL.Path, MaxBytes: int64(cfg.WAL.MaxBytes), Logger: log,
 		TestTapDelay: testTapDelay(log)})
+	if errors.Is(err, wal.ErrLocked) {
+		dir, _ := filepath.Abs(cfg.DataDir)
+		return nil, fmt.Errorf("another process holds DATA_DIR (%s): its WAL %s is locked; stop that process, or give this one another data_dir (tributary dev --data DIR): %w",
+			dir, cfg.WAL.Path, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open wal: %w", err)
 	}
@@ -222,8 +228,33 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	return n, nil
 }
 
-// Start opens the listeners and starts the uplink.
+// ListenError is Start's error when a listener cannot bind: Key is its
+// setting as written in the edge config (mqtt.addr, mqtt.ws_addr,
+// kafka.addr, http_addr), which a caller with flags may name instead.
+type ListenError struct {
+	Key, Addr string
+	Err       error
+}
+
+func (e *ListenError) Error() string {
+	return fmt.Sprintf("%s %s: %v (is another process listening there? stop it, or set %s to another address)", e.Key, e.Addr, e.Err, e.Key)
+}
+
+func (e *ListenError) Unwrap() error { return e.Err }
+
+// Start opens the listeners and starts the uplink. After an error the
+// node is not running: Close releases what it opened without a final
+// commit (what is in the WAL stays for the next start), as it does for a
+// node never started.
 func (n *Node) Start(ctx context.Context) error {
+	err := n.start()
+	if err != nil {
+		n.startFailed = true
+	}
+	return err
+}
+
+func (n *Node) start() error {
 	n.started = time.Now()
 	runCtx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
@@ -245,10 +276,17 @@ func (n *Node) Start(ctx context.Context) error {
 		n.publishRoutes(runCtx)
 	}()
 	if err := n.mqtt.Start(); err != nil {
+		if le, ok := errors.AsType[*mqtt.ListenError](err); ok {
+			key := map[string]string{mqtt.ListenerTCP: "mqtt.addr", mqtt.ListenerWS: "mqtt.ws_addr"}[le.Listener]
+			return &ListenError{Key: key, Addr: le.Addr, Err: le.Err}
+		}
 		return fmt.Errorf("start mqtt: %w", err)
 	}
 	if n.kafka != nil {
 		if err := n.kafka.Start(); err != nil {
+			if _, ok := errors.AsType[*net.OpError](err); ok {
+				return &ListenError{Key: "kafka.addr", Addr: n.cfg.Kafka.Addr, Err: err}
+			}
 			return fmt.Errorf("start kafka: %w", err)
 		}
 	}
@@ -256,7 +294,7 @@ func (n *Node) Start(ctx context.Context) error {
 		ln, err := listen.Listen(n.cfg.HTTPAddr, listen.Config{Name: "http", HandshakeTimeout: -1, Logger: n.log,
 			TLS: n.tls.ServerH2("http")})
 		if err != nil {
-			return fmt.Errorf("listen http %s: %w", n.cfg.HTTPAddr, err)
+			return &ListenError{Key: "http_addr", Addr: n.cfg.HTTPAddr, Err: err}
 		}
 		n.httpLn = ln
 		n.http = listen.NewHTTPServer(ln, n.handler())
@@ -398,7 +436,9 @@ func (n *Node) Close(ctx context.Context) error {
 		n.http.Shutdown(ctx)
 	}
 	n.wg.Wait()
-	if err := n.up.SyncAll(ctx); err != nil {
+	if n.startFailed || n.started.IsZero() {
+		n.log.Info("not started: no final commit; what the WAL holds stays for the next start")
+	} else if err := n.up.SyncAll(ctx); err != nil {
 		n.log.Warn("final commit incomplete; records stay in the WAL for the next start", "err", err)
 	} else {
 		n.log.Info("final commit done")

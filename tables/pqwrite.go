@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math"
 	"reflect"
 	"sync"
 	"unsafe"
@@ -761,8 +762,13 @@ func (f *pqFiller) value(n *pqNode, v typed.Value, rep, def byte) {
 func primitiveValue(t iceberg.Type, v typed.Value) (parquet.Value, bool) {
 	switch t.(type) {
 	case iceberg.Int64Type:
-		if v.Kind == typed.Long {
+		switch v.Kind {
+		case typed.Long:
 			return parquet.Int64Value(v.Long), true
+		case typed.Double: // whole: typed.Check let only those through
+			if v.Double == math.Trunc(v.Double) {
+				return parquet.Int64Value(int64(v.Double)), true
+			}
 		}
 	case iceberg.Float64Type:
 		switch v.Kind {

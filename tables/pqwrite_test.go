@@ -89,7 +89,7 @@ func TestParquetNestedRoundTrip(t *testing.T) {
 func TestParquetFileLayout(t *testing.T) {
 	c, _ := openTestCatalog(t)
 	recs := payloadRecords(0, 0, nestedPayloads...)
-	sh, err := c.Shape(context.Background(), "factory.layout", inferPolicy, recs)
+	sh, err := c.Shape(context.Background(), "factory.layout", typed.Policy{Mode: typed.Infer, Timestamps: true, Longs: true}, recs) // n a long column
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"iter"
 	"sort"
+	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -37,38 +38,90 @@ func (c *Catalog) Scan(ctx context.Context, stream string, opts ScanOptions) ite
 // ScanTable is Scan on an already loaded table.
 func ScanTable(ctx context.Context, t *table.Table, opts ScanOptions) iter.Seq2[*tributary.Record, error] {
 	return func(yield func(*tributary.Record, error) bool) {
-		var so []table.ScanOption
-		if opts.Partition >= 0 {
-			var f iceberg.BooleanExpression = iceberg.EqualTo(iceberg.Reference(ColPartition), opts.Partition)
-			if opts.FromOffset > 0 {
-				f = iceberg.NewAnd(f, iceberg.GreaterThanEqual(iceberg.Reference(ColOffset), opts.FromOffset))
-			}
-			so = append(so, table.WithRowFilter(f))
-		}
-		if opts.Limit > 0 {
-			so = append(so, table.WithLimit(opts.Limit))
-		}
-		_, batches, err := t.Scan(so...).ToArrowRecords(ctx)
-		if err != nil {
-			yield(nil, fmt.Errorf("scan %s: %w", t.Identifier(), err))
-			return
-		}
-		for b, err := range batches {
+		scanBatches(ctx, t, opts, func(b arrow.RecordBatch, err error) bool {
 			if err != nil {
-				yield(nil, fmt.Errorf("scan %s: %w", t.Identifier(), err))
-				return
+				return yield(nil, err)
 			}
 			recs, err := RecordsFromArrow(b)
-			b.Release()
 			if err != nil {
-				yield(nil, err)
-				return
+				return yield(nil, err)
 			}
 			for _, r := range recs {
 				if !yield(r, nil) {
-					return
+					return false
 				}
 			}
+			return true
+		})
+	}
+}
+
+// ScanDeadLetters reads a dead-letter table (DLQStream) as dead letters:
+// each record with the error that sent it there and the schema id it was
+// checked against.
+func ScanDeadLetters(ctx context.Context, t *table.Table, opts ScanOptions) iter.Seq2[DeadLetter, error] {
+	return func(yield func(DeadLetter, error) bool) {
+		scanBatches(ctx, t, opts, func(b arrow.RecordBatch, err error) bool {
+			if err != nil {
+				return yield(DeadLetter{}, err)
+			}
+			recs, err := RecordsFromArrow(b)
+			if err != nil {
+				return yield(DeadLetter{}, err)
+			}
+			var errCol *array.String
+			var verCol *array.Int32
+			if ix := b.Schema().FieldIndices(ColDLQError); len(ix) > 0 {
+				errCol, _ = b.Column(ix[0]).(*array.String)
+			}
+			if ix := b.Schema().FieldIndices(ColDLQSchemaVersion); len(ix) > 0 {
+				verCol, _ = b.Column(ix[0]).(*array.Int32)
+			}
+			for i, r := range recs {
+				d := DeadLetter{Record: r}
+				if errCol != nil && errCol.IsValid(i) {
+					d.Error = strings.Clone(errCol.Value(i)) // the batch is released
+				}
+				if verCol != nil && verCol.IsValid(i) {
+					d.SchemaVersion = verCol.Value(i)
+				}
+				if !yield(d, nil) {
+					return false
+				}
+			}
+			return true
+		})
+	}
+}
+
+// scanBatches runs t's scan for opts and hands each record batch (then
+// released) or the error that ends the scan to f, until f says stop.
+func scanBatches(ctx context.Context, t *table.Table, opts ScanOptions, f func(arrow.RecordBatch, error) bool) {
+	var so []table.ScanOption
+	if opts.Partition >= 0 {
+		var e iceberg.BooleanExpression = iceberg.EqualTo(iceberg.Reference(ColPartition), opts.Partition)
+		if opts.FromOffset > 0 {
+			e = iceberg.NewAnd(e, iceberg.GreaterThanEqual(iceberg.Reference(ColOffset), opts.FromOffset))
+		}
+		so = append(so, table.WithRowFilter(e))
+	}
+	if opts.Limit > 0 {
+		so = append(so, table.WithLimit(opts.Limit))
+	}
+	_, batches, err := t.Scan(so...).ToArrowRecords(ctx)
+	if err != nil {
+		f(nil, fmt.Errorf("scan %s: %w", t.Identifier(), err))
+		return
+	}
+	for b, err := range batches {
+		if err != nil {
+			f(nil, fmt.Errorf("scan %s: %w", t.Identifier(), err))
+			return
+		}
+		more := f(b, nil)
+		b.Release()
+		if !more {
+			return
 		}
 	}
 }

@@ -257,7 +257,7 @@ func decodeFor(pol typed.Policy, recs []*tributary.Record) *Shaped {
 }
 
 func inferOptions(pol typed.Policy) typed.Options {
-	return typed.Options{Timestamps: pol.Timestamps, MaxColumns: pol.MaxColumns, Reserved: envelopeNames}
+	return typed.Options{Timestamps: pol.Timestamps, MaxColumns: pol.MaxColumns, Longs: pol.Longs, Reserved: envelopeNames}
 }
 
 // settle decides, against t's schema and spec (the table the batch's

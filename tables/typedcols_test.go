@@ -145,7 +145,7 @@ func TestTypedColumnsEvolveAndDeadLetters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]string{"device": "string", "temp_c": "double", "seq": "long", "ts": "timestamptz"} {
+	for name, want := range map[string]string{"device": "string", "temp_c": "double", "seq": "double", "ts": "timestamptz"} {
 		f, ok := tb.Schema().FindFieldByName(name)
 		if !ok || f.Type.String() != want || f.ID <= FieldPrincipal {
 			t.Errorf("column %s: %+v (present %v), want %s with an id above %d", name, f, ok, want, FieldPrincipal)
@@ -448,4 +448,50 @@ func TestTypedColumnsEventTimePartitions(t *testing.T) {
 		t.Fatalf("compaction: %+v, want the two adjacent hour-3 files merged", res)
 	}
 	check("compacted")
+}
+
+// TestTypedNumbers: on a fresh stream a reading of 22 and then one of
+// 21.5 both land as typed rows of a double column, without a dead letter;
+// a table whose column is long (numbers: long) keeps it, takes 22.0 and
+// sends 21.5 to the dead-letter table with a plain reason.
+func TestTypedNumbers(t *testing.T) {
+	c, _ := openTestCatalog(t)
+	ctx := context.Background()
+	const stream = "factory.telemetry"
+	for i, p := range []string{`{"c":22}`, `{"c":21.5}`} {
+		if sh := commitShaped(t, c, stream, payloadRecords(0, int64(i), p)); len(sh.DeadLetters(payloadRecords(0, int64(i), p))) != 0 {
+			t.Fatalf("%s: dead letters %+v", p, sh.DeadLetters(payloadRecords(0, int64(i), p)))
+		}
+	}
+	tb, err := c.LoadTable(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, ok := tb.Schema().FindFieldByName("c"); !ok || f.Type.String() != "double" {
+		t.Fatalf("column c: %+v", f)
+	}
+	if got := scanColumns(t, tb, "c"); len(got) != 2 || got[0][0] != "22" || got[1][0] != "21.5" {
+		t.Fatalf("rows %v", got)
+	}
+	if dt, err := c.LoadTable(ctx, DLQStream(stream)); err == nil {
+		if dl := scanColumns(t, dt, ColDLQError); len(dl) != 0 {
+			t.Errorf("dead letters %v", dl)
+		}
+	}
+
+	const longs = "factory.counters"
+	commitShapedWith(t, c, longs, typed.Policy{Mode: typed.Infer, Longs: true}, payloadRecords(0, 0, `{"c":22}`))
+	recs := payloadRecords(0, 1, `{"c":23.0}`, `{"c":21.5}`)
+	sh := commitShapedWith(t, c, longs, inferPolicy, recs)
+	dls := sh.DeadLetters(recs)
+	if len(dls) != 1 || dls[0].Record.Offset != 2 || !strings.Contains(dls[0].Error, "field c is a long column (the table's type, which it keeps) and 21.5 is not a whole number") {
+		t.Fatalf("dead letters %+v", dls)
+	}
+	tb, _ = c.LoadTable(ctx, longs)
+	if f, _ := tb.Schema().FindFieldByName("c"); f.Type.String() != "long" {
+		t.Fatalf("column c became %s", f.Type)
+	}
+	if got := scanColumns(t, tb, "c"); got[0][0] != "22" || got[1][0] != "23" || got[2][0] != "null" {
+		t.Fatalf("rows %v", got)
+	}
 }

@@ -296,8 +296,11 @@ type Stats struct {
 	// DeadLetters counts, per typed stream, the records committed to its
 	// dead-letter table; TypedColumns the columns added to its table.
 	DeadLetters, TypedColumns map[string]int64
-	LastCommit                time.Time
-	LastError                 string
+	// LatestDeadLetters are the last dead letters committed (at most
+	// MaxDeadLetterNotes, newest first), each with its reason.
+	LatestDeadLetters []DeadLetterNote
+	LastCommit        time.Time
+	LastError         string
 	// Failing lists the streams currently in backoff.
 	Failing []string
 }
@@ -318,6 +321,8 @@ type Uplink struct {
 	stats   Stats
 	dlq     map[string]int64 // per typed stream (Stats.DeadLetters)
 	added   map[string]int64 // per typed stream (Stats.TypedColumns)
+	notes   []DeadLetterNote // Stats.LatestDeadLetters, oldest first
+	dlqLogs map[string]*dlqLog
 
 	commits, commitFailures, uploadFailures atomic.Int64
 	files, bytesUp, records                 atomic.Int64
@@ -547,6 +552,9 @@ func (u *Uplink) Stats() Stats {
 		s.Failing = append(s.Failing, k)
 	}
 	s.DeadLetters, s.TypedColumns = maps.Clone(u.dlq), maps.Clone(u.added)
+	for i := len(u.notes) - 1; i >= 0; i-- {
+		s.LatestDeadLetters = append(s.LatestDeadLetters, u.notes[i])
+	}
 	u.mu.Unlock()
 	sort.Strings(s.Failing)
 	s.Commits, s.CommitFailures, s.UploadFailures = u.commits.Load(), u.commitFailures.Load(), u.uploadFailures.Load()
@@ -902,6 +910,7 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 				u.records.Add(a.To - a.From)
 				if n := int64(len(dead[a.Partition])); n > 0 {
 					u.count(u.dlq, u.metrics.dlq, stream, n)
+					u.noteDeadLetters(stream, dead[a.Partition], time.Now())
 				}
 				u.metrics.committed(stream, batch[a.Partition], time.Now())
 			}

@@ -103,6 +103,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/tributary-io/tributary"
 )
@@ -110,6 +111,11 @@ import (
 // ErrInvalid is returned for arguments the WAL cannot store, such as an
 // empty stream name or a nil record.
 var ErrInvalid = errors.New("wal: invalid argument")
+
+// ErrLocked is Open's error when another process (or another open in
+// this one) holds the WAL file: bbolt's file lock was not released within
+// the open timeout.
+var ErrLocked = errors.New("wal: another process holds the WAL")
 
 // maxStreamLen bounds stream names so that bucket names stay small.
 const maxStreamLen = 1024
@@ -280,6 +286,9 @@ func Open(opts Options) (*WAL, error) {
 		FreelistType:    bolt.FreelistMapType,
 		InitialMmapSize: mmapSize(opts.MaxBytes),
 	})
+	if errors.Is(err, berrors.ErrTimeout) {
+		return nil, fmt.Errorf("open %s: %w (its lock was not released within 5s)", opts.Path, ErrLocked)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", opts.Path, err)
 	}

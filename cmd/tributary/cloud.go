@@ -188,20 +188,24 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 // (`tributary cloud --check`, `tributary config check`), one "key: value"
 // a line; secrets are not printed.
 func printCloudConfig(w io.Writer, c cloud.Config) {
-	fmt.Fprintf(w, "catalog: %s (%s)\ncatalog.addr: %s\nwarehouse: %s\nkafka.addr: %s\nkafka.peers: %v\npulsar.addr: %s\nmaintenance: %v every %s\ntls: %s\nauthentication: %v\n",
-		tables.Redact(c.Catalog.URI), c.Catalog.Name, c.Catalog.Addr, tables.Redact(c.Catalog.Warehouse),
-		*c.Kafka.Addr, c.Kafka.Peers, *c.Pulsar.Addr, *c.Maintenance.Enabled, c.Maintenance.Interval,
+	fmt.Fprintf(w, "catalog: %s (%s)\nwarehouse: %s\nkafka.peers: %v\nmaintenance: %v every %s\ntls: %s\nauthentication: %v\n",
+		tables.Redact(c.Catalog.URI), c.Catalog.Name, tables.Redact(c.Catalog.Warehouse),
+		c.Kafka.Peers, *c.Maintenance.Enabled, c.Maintenance.Interval,
 		tlsListeners(c.Security.TLS, "rest", "kafka", "pulsar"),
 		c.Security.UsersFile != "" || c.Security.JWT.Enabled() || c.Security.TLS.RequireClientCert)
-	m := c.MQTT
-	fmt.Fprintf(w, "mqtt.addr: %s\nmqtt.ws_addr: %s\nmqtt caps: max_inflight=%d max_subscriptions=%d max_session_expiry=%s write_timeout=%s\n",
-		m.Addr, m.WSAddr, m.MaxInflight, m.MaxSubscriptions, m.MaxSessionExpiry, m.WriteTimeout)
-	k := c.Kafka
+	m, k, h := c.MQTT, c.Kafka, c.HTTP
+	printListener(w, "catalog.addr", c.Catalog.Addr, "Iceberg REST catalog, /healthz, /metrics, console")
+	printListener(w, "kafka.addr", *k.Addr, "Kafka consumers reading the tables")
+	printListener(w, "pulsar.addr", *c.Pulsar.Addr, "Pulsar consumers reading the tables")
+	printListener(w, "mqtt.addr", m.Addr, "MQTT subscribers reading the tables")
+	printListener(w, "mqtt.ws_addr", m.WSAddr, "MQTT over WebSocket subscribers reading the tables")
+	printListener(w, "http.addr", *h.Addr, "HTTP read API: long poll, Server-Sent Events, gRPC")
+	fmt.Fprintf(w, "mqtt caps: max_inflight=%d max_subscriptions=%d max_session_expiry=%s write_timeout=%s\n",
+		m.MaxInflight, m.MaxSubscriptions, m.MaxSessionExpiry, m.WriteTimeout)
 	fmt.Fprintf(w, "kafka caps: max_groups=%d max_group_members=%d max_group_offsets=%d offsets_retention=%s max_inflight_bytes=%d\n",
 		k.MaxGroups, k.MaxGroupMembers, k.MaxGroupOffsets, k.OffsetsRetention, k.MaxInflightBytes)
-	h := c.HTTP
-	fmt.Fprintf(w, "http.addr: %s\nhttp caps: max_record_bytes=%d max_streams=%d idle_timeout=%s write_timeout=%s\n",
-		*h.Addr, h.MaxRecordBytes, h.MaxStreams, h.IdleTimeout, h.WriteTimeout)
+	fmt.Fprintf(w, "http caps: max_record_bytes=%d max_streams=%d idle_timeout=%s write_timeout=%s\n",
+		h.MaxRecordBytes, h.MaxStreams, h.IdleTimeout, h.WriteTimeout)
 }
 
 // splitList splits a comma-separated flag value, dropping empty items.

@@ -101,7 +101,11 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg = node.WithDefaults(cfg)
-	if err := cfg.Validate(); err != nil {
+	err = cfg.Validate()
+	if err == nil {
+		err = loadSecurityFiles(cfg.Security) // before the banner, which would announce listeners that cannot start
+	}
+	if err != nil {
 		fmt.Fprintln(stderr, "tributary dev:", err)
 		return 2
 	}
@@ -114,8 +118,11 @@ func cmdDev(args []string, stdout, stderr io.Writer) int {
 			sim.Password = os.Getenv("TRIBUTARY_SIM_PASSWORD")
 		}
 	}
-	printDev(stdout, cfg, *data, *devices, *simRate)
-	return runNode(cfg, sim, *readyFile, log, stdout, stderr)
+	printDev(stdout, cfg, *data, *devices, *simRate, *simUser)
+	return runNode(cfg, sim, *readyFile, log, stdout, stderr, map[string]string{"--mqtt-addr": cfg.MQTT.Addr, "--mqtt-ws-addr": cfg.MQTT.WSAddr,
+		"--http-addr": cfg.HTTPAddr, "--kafka-addr": cfg.Kafka.Addr, "--catalog-addr": cfg.CatalogAddr, "--cloud-kafka-addr": cfg.CloudKafkaAddr,
+		"--pulsar-addr": cfg.CloudPulsarAddr, "--cloud-mqtt-addr": cfg.CloudMQTTAddr, "--cloud-mqtt-ws-addr": cfg.CloudMQTTWSAddr,
+		"--cloud-http-addr": cfg.CloudHTTPAddr, "--gossip-addr": cfg.Cluster.GossipAddr, "--peer-addr": cfg.Cluster.PeerAddr})
 }
 
 func portOf(addr string) string {
@@ -145,7 +152,11 @@ func (l *stringList) Set(v string) error {
 // printDev prints where to connect: with TLS on a listener, its URL says
 // so (mqtts://, wss://, https://, pulsar+ssl://) and the example commands
 // take a CA file.
-func printDev(w io.Writer, cfg node.Config, data string, devices int, simRate float64) {
+//
+// With authentication on (security.users_file or JWT keys, anonymous
+// clients refused), the commands carry USER and PASSWORD placeholders, and
+// the simulator line says when it will not start (no --sim-username).
+func printDev(w io.Writer, cfg node.Config, data string, devices int, simRate float64, simUser string) {
 	tc := cfg.Security.TLS
 	scheme := func(listener, plain, secure string) string {
 		if tc.On(listener) {
@@ -157,13 +168,37 @@ func printDev(w io.Writer, cfg node.Config, data string, devices int, simRate fl
 	if ca == "" {
 		ca = "CA_FILE"
 	}
-	mosq, kcat, kafkaTLS := "", "", ""
+	anon := cfg.Security.UsersFile == "" && !cfg.Security.JWT.Enabled()
+	if cfg.Security.AllowAnonymous != nil {
+		anon = *cfg.Security.AllowAnonymous
+	}
+	mosq, kcat, kafkaTLS, curl := "", "", "", ""
 	if tc.On("mqtt") {
 		mosq = " --cafile " + ca
 	}
 	if tc.On("kafka") {
 		kcat = " -X security.protocol=SSL -X ssl.ca.location=" + ca
 		kafkaTLS = " over TLS"
+	}
+	if tc.On("http") {
+		curl = " --cacert " + ca
+	}
+	kcatProduce := kcat
+	if !anon {
+		mosq += " -u USER -P PASSWORD"
+		curl += " -u USER:PASSWORD"
+		proto := "SASL_PLAINTEXT"
+		if tc.On("kafka") {
+			proto = "SASL_SSL -X ssl.ca.location=" + ca
+		}
+		kcatProduce = " -X security.protocol=" + proto + " -X sasl.mechanisms=PLAIN -X sasl.username=USER -X sasl.password=PASSWORD"
+	}
+	sim := fmt.Sprintf("%d devices at %.1f msg/s each, topics factory/lineN/deviceM/telemetry -> stream factory.telemetry", devices, simRate)
+	switch {
+	case devices == 0:
+		sim = "off (--sim-devices 0)"
+	case !anon && simUser == "":
+		sim = "not started: anonymous MQTT clients are refused; give it a user with --sim-username and --sim-password"
 	}
 	ck := cfg.CloudKafkaAddr
 	fmt.Fprintf(w, `Tributary dev: edge node on embedded defaults
@@ -174,12 +209,12 @@ func printDev(w io.Writer, cfg node.Config, data string, devices int, simRate fl
   catalog    %s%s (Iceberg REST; warehouse file://%s/warehouse)
   consume    %s (Kafka consumers%s read the tables, e.g. kcat -b %s%s -C -t factory.telemetry)
              %s%s (Pulsar consumers, topic persistent://%s/factory/telemetry)
-  simulator  %d devices at %.1f msg/s each, topics factory/lineN/deviceM/telemetry -> stream factory.telemetry
+  simulator  %s
 
 Publish:      mosquitto_pub -h 127.0.0.1 -p %s%s -t factory/line1/temp -m '{"c":21.5}' -q 1
               echo 'k1:{"c":22}' | kcat -b %s%s -P -t factory.telemetry -K:
-              curl -H 'Content-Type: application/json' %s%s/v3/clusters/%s/topics/factory.telemetry/records -d '{"value":{"data":{"c":23}}}'
-Look at rows: bin/tributary tables scan factory.telemetry --data %s --limit 5
+              curl%s -H 'Content-Type: application/json' %s%s/v3/clusters/%s/topics/factory.telemetry/records -d '{"value":{"data":{"c":23}}}'
+Look at rows: bin/tributary tables scan factory.telemetry --data %s --tail 5
 Other topics go to stream %s. Ctrl-C stops with a final commit.
 %s
 `, cfg.DataDir, cfg.Catalog.Name,
@@ -190,9 +225,9 @@ Other topics go to stream %s. Ctrl-C stops with a final commit.
 		scheme("rest", "http://", "https://"), cfg.CatalogAddr, cfg.DataDir,
 		ck, kafkaTLS, ck, kcat,
 		scheme("pulsar", "pulsar://", "pulsar+ssl://"), cfg.CloudPulsarAddr, cfg.Catalog.Name,
-		devices, simRate,
-		portOf(cfg.MQTT.Addr), mosq, cfg.Kafka.Addr, kcat,
-		scheme("http", "http://", "https://"), cfg.HTTPAddr, cfg.Catalog.Name,
+		sim,
+		portOf(cfg.MQTT.Addr), mosq, cfg.Kafka.Addr, kcatProduce,
+		curl, scheme("http", "http://", "https://"), cfg.HTTPAddr, cfg.Catalog.Name,
 		data, cfg.MQTT.DefaultStream, devCloudReads(cfg, scheme, mosq))
 }
 
@@ -205,7 +240,7 @@ func devCloudReads(cfg node.Config, scheme func(listener, plain, secure string) 
 			portOf(a), mosq, scheme("mqtt", "", "mqtts://"), a)
 	}
 	if a := cfg.CloudHTTPAddr; a != "" {
-		fmt.Fprintf(&b, "Read (HTTP):  curl -N -H 'Accept: text/event-stream' '%s%s/v1/streams/factory.telemetry/partitions/0/records?offset=earliest'   (gRPC Fetch and Subscribe on the same port)\n",
+		fmt.Fprintf(&b, "Read (HTTP):  curl -N -H 'Accept: text/event-stream' '%s%s/v1/streams/factory.telemetry/partitions/0/records?offset=earliest&format=json'   (gRPC Fetch and Subscribe on the same port)\n",
 			scheme("http", "http://", "https://"), a)
 	}
 	return b.String()

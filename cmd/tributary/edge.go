@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -54,7 +55,51 @@ func cmdEdge(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
-	return runNode(cfg, nil, *readyFile, log, stdout, stderr)
+	return runNode(cfg, nil, *readyFile, log, stdout, stderr, edgeListenerKeys(cfg))
+}
+
+// edgeListenerKeys maps each listener key of an edge config to its address.
+func edgeListenerKeys(cfg node.Config) map[string]string {
+	return map[string]string{"mqtt.addr": cfg.MQTT.Addr, "mqtt.ws_addr": cfg.MQTT.WSAddr, "kafka.addr": cfg.Kafka.Addr,
+		"http_addr": cfg.HTTPAddr, "cluster.gossip_addr": cfg.Cluster.GossipAddr, "cluster.peer_addr": cfg.Cluster.PeerAddr,
+		"catalog_addr": cfg.CatalogAddr, "cloud_kafka_addr": cfg.CloudKafkaAddr, "cloud_pulsar_addr": cfg.CloudPulsarAddr,
+		"cloud_mqtt_addr": cfg.CloudMQTTAddr, "cloud_mqtt_ws_addr": cfg.CloudMQTTWSAddr, "cloud_http_addr": cfg.CloudHTTPAddr}
+}
+
+// containsAddr reports whether msg names addr (not merely a longer port
+// that starts with its port).
+func containsAddr(msg, addr string) bool {
+	for i := strings.Index(msg, addr); i >= 0; i = strings.Index(msg, addr) {
+		msg = msg[i+len(addr):]
+		if msg == "" || msg[0] < '0' || msg[0] > '9' {
+			return true
+		}
+	}
+	return false
+}
+
+// startError is what a failed start prints: for an address in use, the
+// setting (YAML key or flag, in listeners: setting -> address) that
+// moves the listener.
+func startError(err error, listeners map[string]string) string {
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return err.Error()
+	}
+	var names []string
+	for name, addr := range listeners {
+		if addr != "" && !strings.HasSuffix(addr, ":0") && containsAddr(err.Error(), addr) {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return err.Error()
+	}
+	sort.Strings(names)
+	if le, ok := errors.AsType[*node.ListenError](err); ok {
+		err = le.Err // its hint names the YAML key; this one the setting of this command
+	}
+	return fmt.Sprintf("%v\n  %s is in use by another process: stop it, or move this listener with %s", err,
+		listeners[names[0]], strings.Join(names, " or "))
 }
 
 func cmdConfig(args []string, stdout, stderr io.Writer) int {
@@ -161,16 +206,39 @@ func checkSchemaChanges(cfg node.Config, stdout io.Writer) []string {
 }
 
 func printConfig(w io.Writer, c node.Config) {
-	fmt.Fprintf(w, "node_id: %s\ndata_dir: %s\nwal: %s (budget %d bytes)\ncatalog: %s (%s)\nwarehouse: %s\nmqtt: %s ws=%q default_stream=%s routes=%d\ncommit_interval: %s\nhttp: %s\n",
+	fmt.Fprintf(w, "node_id: %s\ndata_dir: %s\nwal: %s (budget %d bytes)\ncatalog: %s (%s)\nwarehouse: %s\nmqtt: default_stream=%s routes=%d\ncommit_interval: %s\n",
 		c.NodeID, c.DataDir, c.WAL.Path, c.WAL.MaxBytes, tables.Redact(c.Catalog.URI), c.Catalog.Name, tables.Redact(c.Catalog.Warehouse),
-		c.MQTT.Addr, c.MQTT.WSAddr, c.MQTT.DefaultStream, len(c.MQTT.Routes), c.Uplink.CommitInterval, c.HTTPAddr)
+		c.MQTT.DefaultStream, len(c.MQTT.Routes), c.Uplink.CommitInterval)
+	for _, l := range []struct{ key, addr, what string }{
+		{"mqtt.addr", c.MQTT.Addr, "MQTT over TCP"},
+		{"mqtt.ws_addr", c.MQTT.WSAddr, "MQTT over WebSocket"},
+		{"kafka.addr", c.Kafka.Addr, "Kafka produce"},
+		{"http_addr", c.HTTPAddr, "health, status, console, /metrics, HTTP and gRPC produce"},
+		{"cluster.gossip_addr", c.Cluster.GossipAddr, "gossip with the other nodes of a cluster"},
+	} {
+		printListener(w, l.key, l.addr, l.what)
+	}
+}
+
+// printListener prints a listener's effective address and what it
+// serves, or that it is off and which key turns it on.
+func printListener(w io.Writer, key, addr, what string) {
+	if addr == "" {
+		fmt.Fprintf(w, "%s: off (%s; set %s to turn it on)\n", key, what, key)
+		return
+	}
+	fmt.Fprintf(w, "%s: %s (%s)\n", key, addr, what)
 }
 
 // runNode starts a node (and, when the config asks for catalog_addr,
 // cloud_kafka_addr or cloud_pulsar_addr, a cloud server over the node's
 // catalog, and optionally a simulated fleet against it), waits for
 // SIGINT/SIGTERM, and shuts down with a final commit.
-func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *slog.Logger, stdout, stderr io.Writer) int {
+//
+// listeners maps the settings that move each listener (YAML keys, or the
+// flags of tributary dev) to their addresses, for a start that fails on
+// an address in use.
+func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *slog.Logger, stdout, stderr io.Writer, listeners map[string]string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	n, err := node.New(ctx, cfg, log)
@@ -181,7 +249,7 @@ func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *sl
 	var cs *cloud.Server
 	if ccfg, ok := cloudOf(cfg); ok {
 		if cs, err = cloud.OpenOn(n.Catalog(), ccfg, log); err != nil {
-			fmt.Fprintln(stderr, "tributary:", err)
+			fmt.Fprintln(stderr, "tributary:", startError(err, listeners))
 			n.Close(context.Background())
 			return 1
 		}
@@ -201,7 +269,7 @@ func runNode(cfg node.Config, sim *firmwaresim.Config, readyFile string, log *sl
 		}
 	}
 	if err := n.Start(ctx); err != nil {
-		fmt.Fprintln(stderr, "tributary:", err)
+		fmt.Fprintln(stderr, "tributary:", startError(err, listeners))
 		closeCloud()
 		n.Close(context.Background())
 		return 1

@@ -7,6 +7,7 @@
 //	tributary tables  list, describe, scan and maintain stream tables
 //	tributary sim     the device-fleet simulator
 //	tributary config  check a config file
+//	tributary certs   a CA and TLS certificates for one site
 package main
 
 import (
@@ -30,6 +31,7 @@ commands:
   config   check FILE: validate a config file and print the effective settings
   quarantine list|replay: records of fenced or taken-over partitions, kept instead of dropped
   passwd   [-D] FILE USER: create, update or delete a user in a password file
+  certs    ca | node NAME [HOST|IP ...] | client NAME: a CA and certificates for TLS
 
 Run 'tributary <command> -h' for the flags of a command.
 `
@@ -61,6 +63,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdQuarantine(args[1:], stdout, stderr)
 	case "passwd":
 		return cmdPasswd(args[1:], os.Stdin, stdout, stderr)
+	case "certs":
+		return cmdCerts(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"golang.org/x/term"
@@ -18,7 +19,8 @@ const passwdUsage = `usage:
   tributary passwd [-D] FILE USER
 
 Creates or updates USER's entry in the password file FILE (the file
-security.users_file names; created with mode 0600 if missing). The
+security.users_file names; created with mode 0600 if missing, in a
+directory created with mode 0700 if missing). The
 password is read from the terminal (twice, not echoed) or, when standard
 input is not a terminal, from its first line. -D deletes USER instead.
 
@@ -54,6 +56,10 @@ func cmdPasswd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "deleted %s from %s\n", user, file)
 		return 0
 	}
+	if err := passwdDir(file, stdout); err != nil {
+		fmt.Fprintf(stderr, "tributary passwd: %v\n", err)
+		return 1
+	}
 	pw, err := readPassword(stdin, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "tributary passwd: %v\n", err)
@@ -65,6 +71,24 @@ func cmdPasswd(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "set the password of %s in %s\n", user, file)
 	return 0
+}
+
+// passwdDir makes sure the directory of a new password file exists:
+// created (0700) when missing, or an error that says why not and what to do.
+func passwdDir(file string, stdout io.Writer) error {
+	dir := filepath.Dir(file)
+	if fi, err := os.Stat(dir); err == nil {
+		if !fi.IsDir() {
+			return fmt.Errorf("%s: %s is not a directory", file, dir)
+		}
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("the directory %s of %s does not exist and cannot be created (%v): create it (e.g. sudo install -d -m 700 %s) or name a file in a directory you can write",
+			dir, file, errors.Unwrap(err), dir)
+	}
+	fmt.Fprintf(stdout, "created directory %s\n", dir)
+	return nil
 }
 
 // readPassword reads the new password: twice from a terminal without echo,

@@ -12,6 +12,7 @@ import (
 	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/config"
 	"github.com/tributary-io/tributary/listen"
+	"gopkg.in/yaml.v3"
 )
 
 // loadSecurityFiles loads what a security section names — certificates,
@@ -39,7 +40,8 @@ func loadCAFile(field, path string) error {
 }
 
 // readSecurity decodes path, a YAML file with the keys of a security
-// section (--security FILE of dev and cloud), into s; "" leaves s alone.
+// section (--security FILE of dev and cloud), with or without the
+// security: level above them, into s; "" leaves s alone.
 // The section's Validate runs with the rest of the config.
 func readSecurity(path string, s *config.Security) error {
 	if path == "" {
@@ -48,6 +50,19 @@ func readSecurity(path string, s *config.Security) error {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("--security: %w", err)
+	}
+	// The file may be a security section on its own or one under a
+	// security: key (as an edge config has it, README "Secure a site").
+	var probe map[string]any
+	if yaml.Unmarshal(raw, &probe) == nil && len(probe) == 1 && probe["security"] != nil {
+		var wrapped struct {
+			Security *config.Security `yaml:"security"`
+		}
+		wrapped.Security = s
+		if err := config.Decode(raw, &wrapped); err != nil {
+			return fmt.Errorf("--security %s: %w", path, err)
+		}
+		return nil
 	}
 	if err := config.Decode(raw, s); err != nil {
 		return fmt.Errorf("--security %s: %w", path, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -25,10 +26,12 @@ const tablesUsage = `usage: tributary tables <list | describe STREAM | scan STRE
   list                       every stream table with its row count and partitions
   describe STREAM            schema, partition spec, properties, high-water marks, snapshots
   scan STREAM                rows in (partition, offset) order
-      --limit N              at most N rows (default 20; 0 = all)
+      --limit N              at most N rows, the first (default 20; 0 = all)
+      --tail N               the latest N rows instead (by accept time; shown in order)
       --partition P          only partition P
       --from-offset O        with --partition: start at offset O
       --json                 one JSON object per row (value as text when UTF-8, else base64)
+                             a dead-letter table (STREAM_dlq) also shows each row's error
   maintain STREAM            one maintenance pass: merge manifests, compact small files,
                              expire snapshots, delete orphans (under the table's lease)
       --dry-run              only say what the pass would do
@@ -63,12 +66,13 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 func cmdTables(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("tables", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, tablesUsage) }
+	fs.Usage = func() {} // printed below: to stdout when asked for with -h
 	data := fs.String("data", "./data", "")
 	catURI := fs.String("catalog", "", "")
 	warehouse := fs.String("warehouse", "", "")
 	catName := fs.String("catalog-name", "tributary", "")
 	limit := fs.Int64("limit", 20, "")
+	tail := fs.Int64("tail", 0, "")
 	partition := fs.Int("partition", -1, "")
 	from := fs.Int64("from-offset", 0, "")
 	asJSON := fs.Bool("json", false, "")
@@ -78,7 +82,12 @@ func cmdTables(args []string, stdout, stderr io.Writer) int {
 	retain := fs.Int("retain-snapshots", 0, "")
 	grace := fs.Duration("orphan-grace", 0, "")
 	pos, err := parseInterspersed(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, tablesUsage) // asked for: not an error
+		return 0
+	}
 	if err != nil {
+		fmt.Fprint(stderr, tablesUsage)
 		return 2
 	}
 	if len(pos) == 0 {
@@ -121,7 +130,15 @@ func cmdTables(args []string, stdout, stderr io.Writer) int {
 		if !need(2) {
 			return 2
 		}
-		err = tablesScan(ctx, cat, pos[1], tables.ScanOptions{Partition: int32(*partition), FromOffset: *from, Limit: *limit}, *asJSON, stdout, stderr)
+		if *tail < 0 {
+			fmt.Fprintln(stderr, "tributary tables scan: --tail must be 1 or more")
+			return 2
+		}
+		lim := *limit
+		if *tail > 0 {
+			lim = -*tail // tablesScan: a negative limit keeps the latest
+		}
+		err = tablesScan(ctx, cat, pos[1], tables.ScanOptions{Partition: int32(*partition), FromOffset: *from, Limit: lim}, *asJSON, stdout, stderr)
 	case "maintain":
 		if !need(2) {
 			return 2
@@ -221,15 +238,41 @@ func tablesDescribe(ctx context.Context, cat *tables.Catalog, stream string, w i
 	return nil
 }
 
+// scanRow is one row of a scan: the record and, in a dead-letter table,
+// why its payload was not typed.
+type scanRow struct {
+	*tributary.Record
+	Error string
+}
+
+// tablesScan prints a stream's rows in (partition, offset) order: the
+// first opts.Limit (0 = all), or with a negative limit the latest -Limit
+// by accept time.
 func tablesScan(ctx context.Context, cat *tables.Catalog, stream string, opts tables.ScanOptions, asJSON bool, w, progress io.Writer) error {
 	lim := opts.Limit
 	opts.Limit = 0 // order first, then limit
-	rows, err := scanWithProgress(ctx, cat, stream, opts, progress)
-	if err != nil {
-		return err
+	dlq := tables.IsDLQ(stream)
+	var rows []scanRow
+	if dlq {
+		var err error
+		if rows, err = scanDeadLetters(ctx, cat, stream, opts); err != nil {
+			return err
+		}
+	} else {
+		recs, err := scanWithProgress(ctx, cat, stream, opts, progress)
+		if err != nil {
+			return err
+		}
+		rows = make([]scanRow, len(recs))
+		for i, r := range recs {
+			rows[i].Record = r
+		}
 	}
 	if lim > 0 && int64(len(rows)) > lim {
 		rows = rows[:lim]
+	}
+	if n := -lim; n > 0 && int64(len(rows)) > n {
+		rows = latest(rows, int(n))
 	}
 	if asJSON {
 		enc := json.NewEncoder(w)
@@ -250,6 +293,9 @@ func tablesScan(ctx context.Context, cat *tables.Catalog, stream string, opts ta
 				}
 				m["headers"] = hs
 			}
+			if dlq {
+				m["error"] = r.Error
+			}
 			if err := enc.Encode(m); err != nil {
 				return err
 			}
@@ -257,7 +303,11 @@ func tablesScan(ctx context.Context, cat *tables.Catalog, stream string, opts ta
 		return nil
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PARTITION\tOFFSET\tTIMESTAMP\tTOPIC\tSOURCE\tCLIENT\tVALUE")
+	head := "PARTITION\tOFFSET\tTIMESTAMP\tTOPIC\tSOURCE\tCLIENT\tVALUE"
+	if dlq {
+		head += "\tERROR"
+	}
+	fmt.Fprintln(tw, head)
 	for _, r := range rows {
 		s := string(r.Value)
 		if !utf8.Valid(r.Value) {
@@ -266,14 +316,63 @@ func tablesScan(ctx context.Context, cat *tables.Catalog, stream string, opts ta
 		if len(s) > 120 {
 			s = s[:117] + "..."
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Partition, r.Offset,
+		line := fmt.Sprintf("%d\t%d\t%s\t%s\t%s\t%s\t%s", r.Partition, r.Offset,
 			time.UnixMicro(r.Timestamp).UTC().Format("2006-01-02T15:04:05.000000Z"), r.Topic, r.Source, r.ClientID, s)
+		if dlq {
+			line += "\t" + strings.ReplaceAll(r.Error, "\t", " ")
+		}
+		fmt.Fprintln(tw, line)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "(%d rows)\n", len(rows))
 	return nil
+}
+
+// latest keeps the n rows accepted last (by timestamp, then offset) of
+// rows, in their order.
+func latest(rows []scanRow, n int) []scanRow {
+	idx := make([]int, len(rows))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool {
+		ra, rb := rows[idx[a]], rows[idx[b]]
+		if ra.Timestamp != rb.Timestamp {
+			return ra.Timestamp > rb.Timestamp
+		}
+		return ra.Offset > rb.Offset
+	})
+	keep := idx[:n]
+	sort.Ints(keep)
+	out := make([]scanRow, n)
+	for i, j := range keep {
+		out[i] = rows[j]
+	}
+	return out
+}
+
+// scanDeadLetters reads a dead-letter table in (partition, offset) order.
+func scanDeadLetters(ctx context.Context, cat *tables.Catalog, stream string, opts tables.ScanOptions) ([]scanRow, error) {
+	t, err := cat.LoadTable(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	var rows []scanRow
+	for d, err := range tables.ScanDeadLetters(ctx, t, opts) {
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, scanRow{Record: d.Record, Error: d.Error})
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		if rows[i].Partition != rows[j].Partition {
+			return rows[i].Partition < rows[j].Partition
+		}
+		return rows[i].Offset < rows[j].Offset
+	})
+	return rows, nil
 }
 
 func textOrBytes(b []byte) any {

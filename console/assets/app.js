@@ -268,9 +268,14 @@
         s.recent.map((r) => el('tr', { class: 'row', 'data-offset': r.offset }, td(fmtNum(r.offset), 'num'), td(r.partition, 'num'),
           td(fmtTime(r.timestamp), 'mono'), td(r.topic), td(protoName[r.source] || r.source), td(r.client_id || '–'), payloadCell(r))), [0, 1])
         : el('div', { class: 'none', text: 'No message since this node started.' });
+      const dlq = s.name.endsWith('_dlq');
+      const dead = s.dead_letters && s.dead_letters.length ? table(['Offset', 'Partition', 'Committed', 'Reason'],
+        s.dead_letters.map((d) => el('tr', { class: 'row dead', 'data-offset': d.offset }, td(fmtNum(d.offset), 'num'), td(d.partition, 'num'),
+          td(fmtTime(d.at), 'mono'), td(d.error, 'reason'))), [0, 1])
+        : el('div', { class: 'none', text: 'No dead letter since this node started; earlier ones: tributary tables scan ' + s.name + '.' });
       const mt = s.maintenance;
       const maint = mt ? el('span', { class: 'kv' }, 'maintenance ',
-        mt.last_error ? el('span', { class: 'badge bad', text: 'failing' }) : el('span', { class: 'badge ok', text: 'ok' }),
+        mt.last_error ? el('span', { class: 'badge bad', text: 'failing' }) : el('span', { class: 'badge ok', text: mt.last_pass ? 'ok' : 'on' }),
         ' last pass ', el('b', { text: mt.last_pass ? ago(mt.last_pass, now) : 'not yet' }),
         mt.lease_holder ? ' · lease ' + mt.lease_holder : '') : el('span', { class: 'kv', text: 'maintenance off on this node' });
       const schema = s.schema && s.schema.length ? el('details', {}, el('summary', { text: 'Schema (' + s.schema.length + ' columns)' }),
@@ -282,7 +287,8 @@
           el('span', { class: 'kv' }, el('b', { text: fmtNum(s.snapshots) }), ' snapshots'),
           s.metadata_bytes ? el('span', { class: 'kv' }, 'metadata ', el('b', { text: fmtBytes(s.metadata_bytes) })) : null, maint),
         el('div', { class: 'sub-h', text: 'Partitions' }), parts,
-        el('div', { class: 'sub-h', text: 'Latest messages' }), recent, schema);
+        dlq ? el('div', { class: 'sub-h', text: 'Latest dead letters, with why' }) : el('div', { class: 'sub-h', text: 'Latest messages' }),
+        dlq ? dead : recent, schema);
     }));
   }
   function stateBadge(st) {
@@ -354,7 +360,10 @@
   }
   async function poll() {
     try {
-      const r = await fetch('/console/api', { cache: 'no-store' });
+      // location.origin, never a relative URL: a page opened as
+      // http://user:password@host/ resolves relative URLs with the
+      // credentials in them, which fetch refuses (a blank page).
+      const r = await fetch(location.origin + '/console/api', { cache: 'no-store' });
       if (!r.ok) throw new Error('HTTP ' + r.status);
       lastModel = await r.json();
       lastOK = Date.now();
@@ -367,7 +376,9 @@
       document.getElementById('updated').textContent = 'live · up ' + fmtDur(lastModel.uptime_seconds);
     } catch (e) {
       document.getElementById('live-dot').className = 'dot off';
-      document.getElementById('updated').textContent = 'connection lost' + (lastOK ? ' ' + fmtDur((Date.now() - lastOK) / 1000) + ' ago' : '');
+      const upd = document.getElementById('updated');
+      upd.textContent = 'connection lost' + (lastOK ? ' ' + fmtDur((Date.now() - lastOK) / 1000) + ' ago' : '');
+      upd.title = String(e && e.message || e);
     }
   }
   let resizeTimer = 0;

@@ -3,6 +3,8 @@ package typed
 import (
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -74,6 +76,11 @@ type Options struct {
 	Timestamps bool
 	// MaxColumns caps the typed fields of a table (DefaultMaxColumns if 0).
 	MaxColumns int
+	// Longs: a new number field whose first value is an integer literal
+	// becomes a long column (widened to double while pending if a
+	// fraction follows). Otherwise every new number field is a double,
+	// since a serializer that drops ".0" must not make 21.5 a dead letter.
+	Longs bool
 	// Reserved are the top-level names that are not typed (the envelope's
 	// columns): a payload member with such a name is left in value only.
 	Reserved []string
@@ -135,8 +142,8 @@ func count(t *Type) int {
 func (s *Schema) Columns() int { return s.columns }
 
 // Extend adds to s the fields of v, a decoded payload, that s lacks, as
-// New fields; a New field seen as long and then as a fraction becomes
-// double, one seen as timestamptz and then as another string becomes
+// New fields (numbers as double unless Options.Longs); a New field seen as
+// long and then as a fraction becomes double, one seen as timestamptz and then as another string becomes
 // string. If v conflicts with a column (a string where a long is, an
 // object where a list is, …) or would pass the column limit, s is left
 // as it was and the error says why.
@@ -278,7 +285,7 @@ func fits(k Kind, v Value) bool {
 	case Bool:
 		return v.Kind == Bool
 	case Long:
-		return v.Kind == Long
+		return v.Kind == Long || v.Kind == Double && whole(v.Double)
 	case Double:
 		return v.Kind == Long || v.Kind == Double
 	case String:
@@ -290,7 +297,16 @@ func fits(k Kind, v Value) bool {
 	return false
 }
 
+// whole reports a double that a long column stores exactly (22.0, not 21.5).
+func whole(f float64) bool {
+	return f == math.Trunc(f) && f >= math.MinInt64 && f < math.MaxInt64
+}
+
 func conflict(path string, t *Type, v Value) error {
+	if t.Kind == Long && v.Kind == Double {
+		return fmt.Errorf("%w: field %s is a long column (the table's type, which it keeps) and %s is not a whole number",
+			ErrConflict, path, strconv.FormatFloat(v.Double, 'g', -1, 64))
+	}
 	got := v.Kind.String()
 	if v.Kind == String && t.Kind == Timestamp {
 		got = "a string that is not an RFC 3339 date-time"
@@ -301,7 +317,12 @@ func conflict(path string, t *Type, v Value) error {
 // primitive is the type a new primitive value gets, or nil.
 func (s *Schema) primitive(v Value) *Type {
 	switch v.Kind {
-	case Bool, Long, Double:
+	case Long:
+		if s.opts.Longs {
+			return &Type{Kind: Long}
+		}
+		return &Type{Kind: Double}
+	case Bool, Double:
 		return &Type{Kind: v.Kind}
 	case String:
 		if s.opts.Timestamps {

@@ -10,9 +10,11 @@
 // A payload is typed only if it is one JSON object (RFC 8259, UTF-8,
 // nesting at most MaxDepth, at most MaxMembers members an object, no
 // duplicate names, integers within 64 bits, numbers within a double).
-// Types: true/false → boolean; an integer literal → long; any other
-// number → double (a long column does not take a fraction: a conflict;
-// a double column takes integers); a string → string, or timestamptz when
+// Types: true/false → boolean; a number → double, or long for an
+// integer literal when Options.Longs is set (a stream's numbers: long);
+// a long column (inferred so, declared integer, or an existing table's)
+// takes integers and whole doubles such as 22.0, and a fraction is a
+// conflict; a double column takes every number; a string → string, or timestamptz when
 // Options.Timestamps is set and its first value is an RFC 3339 date-time;
 // an object → struct; an array → list of its elements' type. null, [] and
 // {} add no column. Members whose names are empty, longer than
@@ -61,6 +63,9 @@ type Policy struct {
 	Timestamps bool
 	// MaxColumns caps the typed fields (DefaultMaxColumns if 0).
 	MaxColumns int
+	// Longs (infer): integer literals of new fields become long columns
+	// (Options.Longs); default double.
+	Longs bool
 	// SchemaFile and Columns (schema mode): the JSON Schema file and the
 	// columns it declares (ParseJSONSchema).
 	SchemaFile string

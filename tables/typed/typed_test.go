@@ -112,8 +112,10 @@ func mustParse(t *testing.T, s string) Value {
 	return v
 }
 
+// TestExtend infers with Options.Longs (a stream's numbers: long);
+// TestNumbersAreDoubles covers the default.
 func TestExtend(t *testing.T) {
-	s := NewSchema(nil, Options{Timestamps: true, Reserved: []string{"offset"}})
+	s := NewSchema(nil, Options{Timestamps: true, Longs: true, Reserved: []string{"offset"}})
 	for _, p := range []string{
 		`{"device":"d1","seq":1,"temp_c":21,"ts":"2025-01-02T03:04:05.123456789Z","offset":3,"a.b":1,"":2}`,
 		`{"temp_c":21.5,"loc":{"x":1,"y":null},"tags":["a","b"],"empty":[],"nothing":null}`,
@@ -177,6 +179,43 @@ func TestExtend(t *testing.T) {
 	}
 	if err := Check(mustParse(t, `{"unknown":1}`), s2.Root, nil, false); err != nil {
 		t.Errorf("Check lax of an unknown field: %v", err)
+	}
+}
+
+// TestNumbersAreDoubles: by default a new number field is a double, so a
+// sensor that reports 22 and then 21.5 keeps both readings; a table whose
+// column is long keeps that type, takes a whole double (22.0) and refuses
+// a fraction with a plain reason.
+func TestNumbersAreDoubles(t *testing.T) {
+	s := NewSchema(nil, Options{})
+	for _, p := range []string{`{"c":22,"l":[1,2]}`, `{"c":21.5,"l":[0.5]}`} {
+		if err := s.Extend(mustParse(t, p)); err != nil {
+			t.Fatalf("Extend(%s): %v", p, err)
+		}
+		if err := Check(mustParse(t, p), s.Root, nil, true); err != nil {
+			t.Fatalf("Check(%s): %v", p, err)
+		}
+	}
+	if got := s.Root.String(); got != "struct<c: double, l: list<double>>" {
+		t.Fatalf("schema %s", got)
+	}
+
+	long := &Type{Kind: Struct, Fields: []*Field{{Name: "c", Type: &Type{Kind: Long}}}}
+	s = NewSchema(long, Options{})
+	for _, p := range []string{`{"c":22}`, `{"c":22.0}`, `{"c":-3e2}`} {
+		if err := s.Extend(mustParse(t, p)); err != nil {
+			t.Errorf("Extend(%s) on a long column: %v", p, err)
+		}
+		if err := Check(mustParse(t, p), s.Root, nil, true); err != nil {
+			t.Errorf("Check(%s) on a long column: %v", p, err)
+		}
+	}
+	err := s.Extend(mustParse(t, `{"c":21.5}`))
+	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "field c is a long column (the table's type, which it keeps) and 21.5 is not a whole number") {
+		t.Fatalf("a fraction into a long column: %v", err)
+	}
+	if got := s.Root.String(); got != "struct<c: long>" {
+		t.Fatalf("the table's type changed: %s", got)
 	}
 }
 
