@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 
 	"golang.org/x/sync/semaphore"
@@ -54,8 +55,18 @@ func (in *ingest) append(ctx context.Context, recs []*tributary.Record) error {
 // replicas hold it as the policy requires (at once when it no longer
 // requires them), so the MQTT front door acknowledges a client's re-send
 // of it without appending it twice.
+//
+// A record of a partition another node owns now (fenced) is confirmed
+// too: durable here, it reaches the table once either way — copied by the
+// new owner (below its epoch's start) or re-admitted by this node's
+// uplink into a partition of its own — so its re-send must not be
+// refused for good.
 func (in *ingest) Confirm(ctx context.Context, rec *tributary.Record) error {
-	return in.repl.wait(ctx, []*tributary.Record{rec}) // its errors wrap tributary.ErrAfterAppend
+	err := in.repl.wait(ctx, []*tributary.Record{rec}) // its errors wrap tributary.ErrAfterAppend
+	if errors.Is(err, tributary.ErrFenced) {
+		return nil
+	}
+	return err
 }
 
 // stamp sets a record's partition (this node's own), epoch and node.
