@@ -98,14 +98,14 @@ func TestMetricsMoving(t *testing.T) {
 		t.Errorf("tributary_wal_last_commit_duration_seconds = %v, want > 0 after group commits", d)
 	}
 
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Only the Metrics section lists metrics (other sections name tables
 	// such as tributary_group_offsets).
 	section := string(readme)
-	if i := strings.Index(section, "### Metrics"); i >= 0 {
+	if i := strings.Index(section, "## Metrics"); i >= 0 {
 		section = section[i:]
 		if j := strings.Index(section[1:], "\n## "); j >= 0 {
 			section = section[:j+1]
@@ -116,7 +116,7 @@ func TestMetricsMoving(t *testing.T) {
 		listed[m] = true
 	}
 	if len(listed) < 10 {
-		t.Fatalf("README.md names only %d tributary_* metrics; its Metrics section is missing", len(listed))
+		t.Fatalf("docs/operations.md names only %d tributary_* metrics; its Metrics section is missing", len(listed))
 	}
 	var missing []string
 	for m := range listed {
@@ -126,7 +126,7 @@ func TestMetricsMoving(t *testing.T) {
 	}
 	sort.Strings(missing)
 	if len(missing) > 0 {
-		t.Errorf("README.md lists metrics that /metrics does not expose: %s", strings.Join(missing, ", "))
+		t.Errorf("docs/operations.md lists metrics that /metrics does not expose: %s", strings.Join(missing, ", "))
 	}
 	// The other direction: every tributary_* family is documented.
 	var undocumented []string
@@ -137,6 +137,6 @@ func TestMetricsMoving(t *testing.T) {
 	}
 	sort.Strings(undocumented)
 	if len(undocumented) > 0 {
-		t.Errorf("/metrics exposes families README.md does not list: %s", strings.Join(undocumented, ", "))
+		t.Errorf("/metrics exposes families docs/operations.md does not list: %s", strings.Join(undocumented, ", "))
 	}
 }

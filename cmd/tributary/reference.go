@@ -31,7 +31,7 @@ func configReference(w io.Writer, root string) error {
 	b.WriteString("# Configuration reference\n\n" +
 		"Generated from the Config structs by `make docs` (`tributary config reference`); a test fails when this file and the code disagree, so edit the doc comments in the code, not this file. " +
 		"Defaults are what the code applies to an empty file: `./data` stands for the working directory's data folder (flag `--data`), `HOSTNAME` for the machine's host name. " +
-		"Sizes take KiB/MiB/GiB (or KB/MB/GB), durations Go's form (`250ms`, `5s`, `1h`); `${VAR}` expands from the environment. See README's Configuration section for where each file goes.\n\n")
+		"Sizes take KiB/MiB/GiB (or KB/MB/GB), durations Go's form (`250ms`, `5s`, `1h`); `${VAR}` expands from the environment. See [operations.md](operations.md#configuration) for where each file goes.\n\n")
 	b.WriteString(confdoc.Markdown("Edge node (`tributary edge -config FILE`)", "The edge's file; `tributary dev` uses the same keys for its edge side.", edge))
 	b.WriteString("\n")
 	b.WriteString(confdoc.Markdown("Cloud server (`tributary cloud -config FILE`, `role: cloud`)", "The cloud server's file.", cl))
