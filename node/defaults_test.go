@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tributary-io/tributary/internal/confdoc"
 	"github.com/tributary-io/tributary/internal/testkit"
 )
 
@@ -16,9 +17,11 @@ import (
 // says "Default" must be in the table below, its documented text must be
 // in that comment, and the effective value must be the one documented.
 func TestDocumentedDefaults(t *testing.T) {
-	docs := testkit.DocComments(t, []string{"config.go", "../config/sections.go", "../config/httpapi.go"}, "Config",
-		map[string]string{"StorageConfig": "Storage", "MaintenanceConfig": "Maintenance", "config.HTTPAPI": "HTTPAPI"})
 	c, err := ParseConfig([]byte("mqtt:\n  routes:\n    - {filter: \"factory/#\", stream: factory.telemetry}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := (&confdoc.Walker{Root: ".."}).Docs(c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,6 +87,7 @@ func TestDocumentedDefaults(t *testing.T) {
 		{"cluster.replication_policy", "Default degrade", "degrade"},
 		{"cluster.replication_timeout", "Default 5s", "5s"},
 		{"cluster.takeover_grace", "Default 5s", "5s"},
+		{"cluster.owner_lease", "Default 10s", "10s"},
 		{"cluster.gossip_key", "Default none", ""},
 		{"cluster.gossip_key_file", "Default none", ""},
 		{"cluster.gossip_secondary_keys", "Default none", "[]"},

@@ -25,6 +25,20 @@ import (
 // Module is the module path whose packages' sources are read.
 const Module = "github.com/tributary-io/tributary"
 
+// Docs maps every key of v (a struct value) to its doc comment, for tests
+// that hold the comments to the code.
+func (w *Walker) Docs(v any) (map[string]string, error) {
+	keys, err := w.Keys(v)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(keys))
+	for _, k := range keys {
+		out[k.Path] = k.Doc
+	}
+	return out, nil
+}
+
 // Key is one documented setting.
 type Key struct {
 	Path    string // e.g. cluster.owner_lease
@@ -77,8 +91,15 @@ func (w *Walker) walk(v reflect.Value, st *ast.StructType, prefix string, out *[
 	if len(fields) != t.NumField() {
 		return fmt.Errorf("confdoc: %s: %d fields in the source, %d in the type", t, len(fields), t.NumField())
 	}
+	group := "" // a comment above a group of fields serves each that has none
 	for i := 0; i < t.NumField(); i++ {
 		f, src := t.Field(i), fields[i]
+		doc := docOf(src)
+		if doc == "" {
+			doc = group
+		} else {
+			group = doc
+		}
 		tag := f.Tag.Get("yaml")
 		if tag == "-" || (!f.IsExported() && !f.Anonymous) {
 			continue
@@ -102,7 +123,7 @@ func (w *Walker) walk(v reflect.Value, st *ast.StructType, prefix string, out *[
 					return err
 				}
 			}
-			if doc := docOf(src); doc != "" && !inline {
+			if doc != "" && !inline {
 				*out = append(*out, Key{Path: path, Type: "section", Doc: doc})
 			}
 			if err := w.walk(fv, sub, path, out); err != nil {
@@ -110,7 +131,7 @@ func (w *Walker) walk(v reflect.Value, st *ast.StructType, prefix string, out *[
 			}
 			continue
 		}
-		*out = append(*out, Key{Path: path, Type: typeName(ft), Default: format(fv), Doc: docOf(src)})
+		*out = append(*out, Key{Path: path, Type: typeName(ft), Default: format(fv), Doc: doc})
 		// A list of sections (routes, users): document its items' keys.
 		if (ft.Kind() == reflect.Slice) && ft.Elem().Kind() == reflect.Struct && !leaf(ft.Elem()) {
 			var sub *ast.StructType

@@ -2,12 +2,8 @@ package testkit
 
 import (
 	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
 	"reflect"
 	"strings"
-	"testing"
 	"time"
 )
 
@@ -61,78 +57,3 @@ func leaves(v reflect.Value, prefix string) map[string]string {
 	return out
 }
 
-// DocComments maps each YAML key of the struct type root (in files) to
-// its doc comment, whitespace folded; a field without a comment of its
-// own has the comment of the group it follows. aliases maps a field's
-// type as written to the struct type it names; the security section (a
-// world of its own) is not walked. With Settings, a test compares the
-// defaults the comments state with a config's effective values.
-func DocComments(t *testing.T, files []string, root string, aliases map[string]string) map[string]string {
-	t.Helper()
-	types := map[string]*ast.StructType{}
-	fset := token.NewFileSet()
-	for _, f := range files {
-		af, err := parser.ParseFile(fset, f, nil, parser.ParseComments)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ast.Inspect(af, func(n ast.Node) bool {
-			if ts, ok := n.(*ast.TypeSpec); ok {
-				if st, ok := ts.Type.(*ast.StructType); ok {
-					types[ts.Name.Name] = st
-				}
-			}
-			return true
-		})
-	}
-	out := map[string]string{}
-	var walk func(st *ast.StructType, prefix string)
-	walk = func(st *ast.StructType, prefix string) {
-		group := ""
-		for _, f := range st.Fields.List {
-			doc := ""
-			if f.Doc != nil {
-				doc = strings.Join(strings.Fields(f.Doc.Text()), " ")
-				group = doc
-			} else {
-				doc = group
-			}
-			if f.Tag == nil {
-				continue
-			}
-			tag := reflect.StructTag(strings.Trim(f.Tag.Value, "`")).Get("yaml")
-			name, opts, _ := strings.Cut(tag, ",")
-			key := prefix + name
-			if opts == "inline" {
-				key = strings.TrimSuffix(prefix, ".")
-			}
-			out[key] = doc
-			switch ft := f.Type.(type) {
-			case *ast.StructType:
-				walk(ft, key+".")
-			default:
-				tn := types[aliases[exprString(ft)]]
-				if tn == nil {
-					tn = types[exprString(ft)]
-				}
-				if tn != nil && name != "security" {
-					walk(tn, key+".")
-				}
-			}
-		}
-	}
-	walk(types[root], "")
-	return out
-}
-
-func exprString(e ast.Expr) string {
-	switch x := e.(type) {
-	case *ast.Ident:
-		return x.Name
-	case *ast.SelectorExpr:
-		return exprString(x.X) + "." + x.Sel.Name
-	case *ast.StarExpr:
-		return exprString(x.X)
-	}
-	return ""
-}
