@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -214,4 +216,70 @@ func TestHostileRESTCatalog(t *testing.T) {
 		t.Fatalf("mosquitto_pub: %v %s", err, out)
 	}
 	waitFor(t, 30*time.Second, "the second row", func() bool { return len(readTable(t, data, "factory.telemetry")) == 2 })
+}
+
+// TestHostileMaintenanceDelete: through the dev node's REST catalog, with
+// a plain HTTP client, a client shortens the table's history with the
+// standard Iceberg keys and points a statistics file of an old snapshot
+// at a file outside the warehouse. The statistics are refused, the
+// history floored at the node's policy, and after maintenance passes the
+// victim still exists.
+func TestHostileMaintenanceDelete(t *testing.T) {
+	data := t.TempDir()
+	victim := filepath.Join(t.TempDir(), "victim.txt")
+	if err := os.WriteFile(victim, []byte("precious"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startDev(t, data, "--maintenance-interval", "1s")
+	host, port, _ := strings.Cut(p.MQTT, ":")
+	for i := range 2 {
+		if out, err := exec.Command(mosquittoPub(t), "-h", host, "-p", port, "-q", "1", "-t", "factory/l1/d1/telemetry", "-m", fmt.Sprintf(`{"c":%d}`, i)).CombinedOutput(); err != nil {
+			t.Fatalf("mosquitto_pub: %v %s", err, out)
+		}
+		waitFor(t, 30*time.Second, "the row", func() bool { return len(readTable(t, data, "factory.telemetry")) == i+1 })
+	}
+	ctx := context.Background()
+	cl, err := restcat.NewCatalog(ctx, "tributary", "http://"+p.Catalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := cl.LoadTable(ctx, table.Identifier{"factory", "telemetry"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := tb.Metadata().Snapshots()[0].SnapshotID
+	post := func(updates string) (int, string) {
+		req, err := http.NewRequest("POST", "http://"+p.Catalog+"/v1/namespaces/factory/tables/telemetry",
+			strings.NewReader(`{"requirements":[],"updates":[`+updates+`]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := post(`{"action":"set-properties","updates":{"history.expire.max-snapshot-age-ms":"1","history.expire.min-snapshots-to-keep":"1"}}`); code != 200 {
+		t.Fatalf("set-properties: %d %s", code, body)
+	}
+	statsCode, statsBody := post(fmt.Sprintf(`{"action":"set-statistics","snapshot-id":%d,"statistics":{"snapshot-id":%d,"statistics-path":%q,"file-size-in-bytes":8,"file-footer-size-in-bytes":1,"blob-metadata":[]}}`,
+		old, old, "file://"+victim))
+	// Passes run (the first comes after up to an interval).
+	start := labelledMetric(t, p, `tributary_maintenance_passes_total{stream="factory.telemetry"}`)
+	waitFor(t, 60*time.Second, "two maintenance passes", func() bool {
+		return labelledMetric(t, p, `tributary_maintenance_passes_total{stream="factory.telemetry"}`) >= start+2
+	})
+	if _, err := os.Stat(victim); err != nil {
+		t.Fatalf("a file outside the warehouse was deleted by maintenance: %v", err)
+	}
+	if statsCode != 403 {
+		t.Fatalf("set-statistics naming a file outside the table: %d %s", statsCode, statsBody)
+	}
+	if n := len(loadSQLiteTable(t, filepath.Join(data, "catalog.db"), "factory.telemetry", nil).Metadata().Snapshots()); n < 3 {
+		t.Fatalf("%d snapshots left: the table's 1 ms history was honoured below the node's 1h", n)
+	}
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/apache/iceberg-go/table"
+
+	"github.com/tributary-io/tributary/tables"
 )
 
 // What a client of the catalog may not do, whatever its token:
@@ -31,6 +33,10 @@ import (
 //     warehouse; maintenance deletes only inside a table's own folder. A
 //     create or commit naming another location is refused with 403, and a
 //     namespace may not carry a "location" property.
+//   - Name a file outside the table's folder: a set-statistics or
+//     set-partition-statistics path, or an add-snapshot's manifest list
+//     (maintenance deletes what expired snapshots point at; it also
+//     refuses any delete outside the folder, see tables/confine.go).
 //   - Name a namespace level or table "." / ".." or with "/" or "." in it,
 //     which would make two identifiers share a folder.
 
@@ -79,6 +85,16 @@ func (h *handler) checkLocation(id table.Identifier, loc string) error {
 		strings.Join(id, "."), h.tableLocation(id), loc)
 }
 
+// checkPath refuses a file a commit names (a statistics file, a
+// snapshot's manifest list) outside the table's own folder: maintenance
+// deletes what expired snapshots point at.
+func (h *handler) checkPath(id table.Identifier, what, p string) error {
+	if tables.InFolder(h.tableLocation(id), p) {
+		return nil
+	}
+	return forbidden("table %s: %s %q is outside the table's folder %s", strings.Join(id, "."), what, p, h.tableLocation(id))
+}
+
 // checkProperties refuses reserved keys of table id unless the request
 // may write them.
 func (h *handler) checkProperties(ctx context.Context, id table.Identifier, what string, keys []string) error {
@@ -97,7 +113,8 @@ func (h *handler) checkProperties(ctx context.Context, id table.Identifier, what
 func (h *handler) checkUpdates(ctx context.Context, id table.Identifier, updates []table.Update) error {
 	for _, u := range updates {
 		switch u.Action() {
-		case table.UpdateSetProperties, table.UpdateRemoveProperties, table.UpdateSetLocation:
+		case table.UpdateSetProperties, table.UpdateRemoveProperties, table.UpdateSetLocation,
+			table.UpdateSetStatistics, table.UpdateSetPartitionStatistics, table.UpdateAddSnapshot:
 		default:
 			continue
 		}
@@ -109,6 +126,15 @@ func (h *handler) checkUpdates(ctx context.Context, id table.Identifier, updates
 			Updates  map[string]string `json:"updates"`
 			Removals []string          `json:"removals"`
 			Location string            `json:"location"`
+			Stats    struct {
+				Path string `json:"statistics-path"`
+			} `json:"statistics"`
+			PartStats struct {
+				Path string `json:"statistics-path"`
+			} `json:"partition-statistics"`
+			Snapshot struct {
+				ManifestList string `json:"manifest-list"`
+			} `json:"snapshot"`
 		}
 		if err := json.Unmarshal(raw, &f); err != nil {
 			return badRequest("update %s: %v", u.Action(), err)
@@ -131,6 +157,18 @@ func (h *handler) checkUpdates(ctx context.Context, id table.Identifier, updates
 				return badRequest("set-location without a location")
 			}
 			if err := h.checkLocation(id, f.Location); err != nil {
+				return err
+			}
+		case table.UpdateSetStatistics:
+			if err := h.checkPath(id, "statistics-path", f.Stats.Path); err != nil {
+				return err
+			}
+		case table.UpdateSetPartitionStatistics:
+			if err := h.checkPath(id, "partition statistics-path", f.PartStats.Path); err != nil {
+				return err
+			}
+		case table.UpdateAddSnapshot:
+			if err := h.checkPath(id, "manifest-list", f.Snapshot.ManifestList); err != nil {
 				return err
 			}
 		}
