@@ -110,7 +110,7 @@ func open(cat *tables.Catalog, cfg Config, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	a, err := auth.Open(cfg.Security.Config, log)
+	a, err := auth.Open(cfg.Security.Auth(), log)
 	if err != nil {
 		return nil, err
 	}

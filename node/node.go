@@ -131,7 +131,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, log: log}
 	var err error
-	if n.auth, err = auth.Open(cfg.Security.Config, log); err != nil {
+	if n.auth, err = auth.Open(cfg.Security.Auth(), log); err != nil {
 		return nil, err
 	}
 	if n.tls, err = listen.NewTLS(cfg.Security.TLS, log.With("component", "tls")); err != nil {
