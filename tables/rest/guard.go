@@ -21,8 +21,9 @@ import (
 //     that never reached the table, a forged owner would fence the node.
 //     Only requests bearing Options.NodeToken may set or remove them (the
 //     nodes' own commits), and, with an Authority that is not open,
-//     authenticated principals with Write on that table (edge nodes with
-//     their own credentials; see auth.go); everybody else gets 403 —
+//     authenticated principals with Admin on that table, or with Write on
+//     it for the nodes' own keys (nodeProperty; edge nodes with their own
+//     credentials; see auth.go); everybody else gets 403 —
 //     readers, anonymous clients, the static Token. Without a NodeToken or
 //     such principals, no request may (edge nodes then commit to the
 //     backing catalog directly).
@@ -98,15 +99,37 @@ func (h *handler) checkPath(id table.Identifier, what, p string) error {
 // checkProperties refuses reserved keys of table id unless the request
 // may write them.
 func (h *handler) checkProperties(ctx context.Context, id table.Identifier, what string, keys []string) error {
-	if h.mayWriteReserved(ctx, id) {
-		return nil
-	}
 	for _, k := range keys {
-		if strings.HasPrefix(k, ReservedPrefix) {
+		if !strings.HasPrefix(k, ReservedPrefix) {
+			continue
+		}
+		switch h.mayWriteReserved(ctx, id) {
+		case reservedNone:
 			return forbidden("%s %q: properties under %q are written by edge nodes only", what, k, ReservedPrefix)
+		case reservedNode:
+			if !nodeProperty(k) {
+				return forbidden("%s %q: only admins set this property (edge nodes write their marks, owners, epochs and the maintenance lease)", what, k)
+			}
 		}
 	}
 	return nil
+}
+
+// nodeProperty tells whether k is one of the reserved properties an edge
+// node writes in its own commits (marks, partition owners and epochs,
+// partition allocation, the maintenance lease, MQTT routes); the others
+// (the maintenance policy, anything new) are an admin's.
+func nodeProperty(k string) bool {
+	for _, p := range []string{tables.PropHighWater, tables.PropOwner, tables.PropEpoch, tables.PropNodePartition, tables.PropMQTTRoutes} {
+		if strings.HasPrefix(k, p) {
+			return true
+		}
+	}
+	switch k {
+	case tables.PropNextPartition, tables.PropGranularity, tables.PropMaintainHolder, tables.PropMaintainUntil:
+		return true
+	}
+	return false
 }
 
 // checkUpdates applies the rules above to a commit's updates.

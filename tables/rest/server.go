@@ -848,7 +848,7 @@ func (h *handler) stageCreate(w http.ResponseWriter, r *http.Request, id table.I
 func (h *handler) dropTable(w http.ResponseWriter, r *http.Request) {
 	id, err := pathTable(r)
 	if err == nil {
-		err = h.authorize(r.Context(), auth.Write, nil, id)
+		err = h.authorize(r.Context(), auth.Admin, nil, id) // dropping (purging) is not a node's job
 	}
 	if err != nil {
 		h.fail(w, r, err)
@@ -885,10 +885,13 @@ func (h *handler) renameTable(w http.ResponseWriter, r *http.Request) {
 	}
 	to, err := req.Destination.ident()
 	if err == nil {
-		err = h.authorize(r.Context(), auth.Write, nil, from)
+		err = checkName("table name", to[len(to)-1])
 	}
 	if err == nil {
-		err = h.authorize(r.Context(), auth.Write, nil, to)
+		err = h.authorize(r.Context(), auth.Admin, nil, from)
+	}
+	if err == nil {
+		err = h.authorize(r.Context(), auth.Admin, nil, to)
 	}
 	if err != nil {
 		h.fail(w, r, err)
