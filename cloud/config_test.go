@@ -1,6 +1,7 @@
 package cloud
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func TestCloudConfigExampleAndErrors(t *testing.T) {
 		m.MaxSessionExpiry != 168*time.Hour || m.WriteTimeout != 30*time.Second {
 		t.Fatalf("mqtt defaults: %+v", m)
 	}
-	if c.MQTT != d.MQTT {
+	if !reflect.DeepEqual(c.MQTT, d.MQTT) {
 		t.Fatalf("deploy/cloud.yaml mqtt differs from the defaults: %+v", c.MQTT)
 	}
 	if k := c.Kafka; k.MaxGroups != d.Kafka.MaxGroups || k.OffsetsRetention != d.Kafka.OffsetsRetention || k.MaxInflightBytes != d.Kafka.MaxInflightBytes ||

@@ -58,7 +58,8 @@ func (s *Server) listenHTTP() error {
 	if err != nil {
 		return fmt.Errorf("cloud http: %w", err)
 	}
-	ln, err := listen.Listen(a, listen.Config{Name: "http-cloud", HandshakeTimeout: -1, Logger: s.log, TLS: s.tls.ServerH2("http")})
+	ln, err := listen.Listen(a, listen.Config{Name: "http-cloud", HandshakeTimeout: -1, Logger: s.log, TLS: s.tls.ServerH2("http"),
+		LoopbackHosts: s.openLoopback(a)})
 	if err != nil {
 		os.Close()
 		return fmt.Errorf("listen cloud http %s: %w", a, err)

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	restcat "github.com/apache/iceberg-go/catalog/rest"
 
 	"github.com/apache/iceberg-go"
@@ -281,5 +283,87 @@ func TestHostileMaintenanceDelete(t *testing.T) {
 	}
 	if n := len(loadSQLiteTable(t, filepath.Join(data, "catalog.db"), "factory.telemetry", nil).Metadata().Snapshots()); n < 3 {
 		t.Fatalf("%d snapshots left: the table's 1 ms history was honoured below the node's 1h", n)
+	}
+}
+
+// TestHostileOpenDevBrowser (issue 35, finding 14): an open dev node is
+// reachable from a browser on the same machine. A page whose DNS name is
+// rebound to 127.0.0.1 (a foreign Host) is refused on every HTTP
+// listener; a cross-site text/plain POST to the REST catalog is refused;
+// both MQTT WebSocket listeners refuse a foreign Origin. Loopback Hosts,
+// JSON bodies, same-host origins and clients without Origin still work.
+func TestHostileOpenDevBrowser(t *testing.T) {
+	p := startDev(t, t.TempDir(), "--mqtt-ws-addr", "127.0.0.1:0", "--cloud-mqtt-ws-addr", "127.0.0.1:0")
+	get := func(addr, host, path string) int {
+		req, err := http.NewRequest("GET", "http://"+addr+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for name, l := range map[string]struct{ addr, path string }{
+		"status port": {p.HTTP, "/healthz"}, "REST catalog": {p.Catalog, "/v1/config"}, "cloud HTTP": {p.CloudHTTP, "/healthz"},
+	} {
+		_, port, _ := strings.Cut(l.addr, ":")
+		if code := get(l.addr, "rebound.example:"+port, l.path); code != http.StatusMisdirectedRequest {
+			t.Errorf("%s: a foreign Host got %d", name, code)
+		}
+		for _, h := range []string{l.addr, "localhost:" + port, "[::1]:" + port} {
+			if code := get(l.addr, h, l.path); code != 200 {
+				t.Errorf("%s: Host %s got %d", name, h, code)
+			}
+		}
+	}
+	post := func(ct string) int {
+		req, err := http.NewRequest("POST", "http://"+p.Catalog+"/v1/namespaces", strings.NewReader(`{"namespace":["browser"]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", ct)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post("text/plain"); code != http.StatusUnsupportedMediaType {
+		t.Errorf("text/plain POST to the catalog: %d", code)
+	}
+	if code := post("application/json; charset=utf-8"); code != 200 {
+		t.Errorf("JSON POST to the catalog: %d", code)
+	}
+	for name, addr := range map[string]string{"edge": p.MQTTWS, "cloud": p.CloudMQTTWS} {
+		dial := func(origin string) int {
+			h := http.Header{}
+			if origin != "" {
+				h.Set("Origin", origin)
+			}
+			d := websocket.Dialer{Subprotocols: []string{"mqtt"}, HandshakeTimeout: 10 * time.Second}
+			c, resp, err := d.Dial("ws://"+addr+"/mqtt", h)
+			if err == nil {
+				c.Close()
+				return 101
+			}
+			if resp == nil {
+				t.Fatalf("%s websocket: %v", name, err)
+			}
+			return resp.StatusCode
+		}
+		if code := dial("http://evil.example"); code != http.StatusForbidden {
+			t.Errorf("%s websocket: a foreign Origin got %d", name, code)
+		}
+		if code := dial("http://" + addr); code != 101 {
+			t.Errorf("%s websocket: its own origin got %d", name, code)
+		}
+		if code := dial(""); code != 101 {
+			t.Errorf("%s websocket: no Origin got %d", name, code)
+		}
 	}
 }

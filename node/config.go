@@ -170,6 +170,11 @@ type Config struct {
 		Addr string `yaml:"addr"`
 		// WSAddr of the WebSocket listener. Default "" (off).
 		WSAddr string `yaml:"ws_addr"`
+		// WSAllowedOrigins are the browser origins (scheme://host[:port],
+		// or "*") the WebSocket listener accepts besides its own host.
+		// Default none: a browser page of another site is refused (403);
+		// clients that send no Origin are not browsers and pass.
+		WSAllowedOrigins []string `yaml:"ws_allowed_origins"`
 		// Routes from topic filters to streams; first match wins.
 		Routes []Route `yaml:"routes"`
 		// DefaultStream receives every topic no route matches. Default mqtt.default.

@@ -28,7 +28,9 @@
 // are filtered; table creation and commits need Write, renames and drops
 // (purge or not) Admin;
 // namespace creation Write on it, its drop and property changes Admin;
-// otherwise 403 ForbiddenException.
+// otherwise 403 ForbiddenException. An open catalog (no Token, and no
+// Authority or an open one) takes only application/json bodies (415), so
+// that a browser page cannot post to it cross-site without a preflight.
 //
 // Invariants:
 //   - A commit is a compare-and-swap. The request's requirements are

@@ -200,3 +200,26 @@ func TestCommitsNameOnlyTheTablesFiles(t *testing.T) {
 		t.Fatalf("statistics inside the table: %d %s", r.status, r.body)
 	}
 }
+
+// TestOpenCatalogTakesJSONOnly (issue 35, finding 14): a catalog anyone
+// may use refuses a body that is not application/json (a browser page's
+// cross-site text/plain or form POST needs no preflight); a catalog with
+// a token is not reachable that way and is unchanged.
+func TestOpenCatalogTakesJSONOnly(t *testing.T) {
+	e := newEnv(t, 1, rest.Options{})
+	u := e.servers[0].URL() + "/v1/namespaces"
+	for _, ct := range []string{"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"} {
+		checkError(t, ct, do(t, "POST", u, `{"namespace":["x"]}`, "Content-Type", ct), 415, "BadRequestException")
+	}
+	if r := do(t, "POST", u, `{"namespace":["x"]}`, "Content-Type", "application/json; charset=utf-8"); r.status != 200 {
+		t.Fatalf("JSON: %d %s", r.status, r.body)
+	}
+	if r := do(t, "DELETE", u+"/x", ""); r.status != 204 {
+		t.Fatalf("DELETE without a body: %d %s", r.status, r.body)
+	}
+	tok := newEnv(t, 1, rest.Options{Token: "client"})
+	if r := do(t, "POST", tok.servers[0].URL()+"/v1/namespaces", `{"namespace":["x"]}`, "Content-Type", "text/plain",
+		"Authorization", "Bearer client"); r.status != 200 {
+		t.Fatalf("text/plain with the token: %d %s", r.status, r.body)
+	}
+}

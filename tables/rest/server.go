@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"path"
 	"runtime/debug"
@@ -173,9 +174,33 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, http.StatusBadRequest, "BadRequestException", "malformed path "+strconv.Quote(p))
 		return
 	}
+	// A catalog anyone may use (no credentials at all) must not take a
+	// cross-site form or text/plain POST from a browser page: JSON only,
+	// which a page can send elsewhere only after a CORS preflight this
+	// server never answers.
+	if h.open() && r.Method != http.MethodGet && r.Method != http.MethodHead && !jsonBody(r) {
+		writeError(w, r, http.StatusUnsupportedMediaType, "BadRequestException", "request bodies must be Content-Type: application/json")
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes)
 	r = r.WithContext(context.WithValue(r.Context(), callerKey, c))
 	h.mux.ServeHTTP(w, r)
+}
+
+// open tells whether the catalog lets anyone in: no static token and no
+// Authority, or an open one.
+func (h *handler) open() bool {
+	return h.opts.Token == "" && (h.opts.Auth == nil || h.opts.Auth.Open())
+}
+
+// jsonBody tells whether r says its body is JSON (or has none: DELETE).
+func jsonBody(r *http.Request) bool {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return r.Method == http.MethodDelete && r.ContentLength <= 0
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/json"
 }
 
 // ---- errors and JSON ----
