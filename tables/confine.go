@@ -22,7 +22,9 @@ var ErrOutsideTable = errors.New("path outside the table's folder")
 // same scheme, the same authority (bucket, container@account), and a path
 // below folder's once cleaned, with no "." or ".." segment in p (plain or
 // percent-encoded), no backslash, query or fragment. A path without a
-// scheme is not inside a folder that has one.
+// scheme is inside a file:// folder when its absolute path is (the local
+// FileIO reads plain paths as local files, and iceberg-go's orphan
+// planning lists them so), and never inside a folder of another scheme.
 func InFolder(folder, p string) bool {
 	f, err := url.Parse(strings.TrimRight(folder, "/"))
 	if err != nil {
@@ -32,7 +34,8 @@ func InFolder(folder, p string) bool {
 	if err != nil || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" || strings.Contains(p, `\`) {
 		return false
 	}
-	if !strings.EqualFold(u.Scheme, f.Scheme) || u.Host != f.Host || u.User.String() != f.User.String() {
+	plainLocal := u.Scheme == "" && u.Host == "" && u.User == nil && strings.EqualFold(f.Scheme, "file") && f.Host == "" && strings.HasPrefix(p, "/")
+	if !plainLocal && (!strings.EqualFold(u.Scheme, f.Scheme) || u.Host != f.Host || u.User.String() != f.User.String()) {
 		return false
 	}
 	for _, seg := range strings.Split(u.Path, "/") {

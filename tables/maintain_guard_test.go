@@ -169,7 +169,9 @@ func TestInFolder(t *testing.T) {
 			t.Errorf("InFolder(%s): %v, want %v", p, got, want)
 		}
 	}
-	if !InFolder("file:///tmp/wh/ns/t/", "file:///tmp/wh/ns/t/data/x") || InFolder("file:///tmp/wh/ns/t", "/tmp/wh/ns/t/data/x") {
-		t.Error("file URLs")
+	if !InFolder("file:///tmp/wh/ns/t/", "file:///tmp/wh/ns/t/data/x") || !InFolder("file:///tmp/wh/ns/t", "/tmp/wh/ns/t/data/x") ||
+		InFolder("file:///tmp/wh/ns/t", "/tmp/wh/ns/u/data/x") || InFolder("file:///tmp/wh/ns/t", "/tmp/wh/ns/t/../u/x") ||
+		InFolder("file:///tmp/wh/ns/t", "tmp/wh/ns/t/data/x") || InFolder("file://host/tmp/wh/ns/t", "/tmp/wh/ns/t/data/x") {
+		t.Error("file URLs and local paths")
 	}
 }
