@@ -250,20 +250,26 @@ func TestHostileMaintenanceDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	old := tb.Metadata().Snapshots()[0].SnapshotID
-	post := func(updates string) (int, string) {
-		req, err := http.NewRequest("POST", "http://"+p.Catalog+"/v1/namespaces/factory/tables/telemetry",
-			strings.NewReader(`{"requirements":[],"updates":[`+updates+`]}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+	// The node's own commits (uplink, maintenance) race the client's: a
+	// 409 is the catalog's compare-and-swap, and the client tries again.
+	post := func(updates string) (code int, body string) {
+		waitFor(t, 30*time.Second, "a commit that does not conflict", func() bool {
+			req, err := http.NewRequest("POST", "http://"+p.Catalog+"/v1/namespaces/factory/tables/telemetry",
+				strings.NewReader(`{"requirements":[],"updates":[`+updates+`]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			code, body = resp.StatusCode, string(b)
+			return code != http.StatusConflict
+		})
+		return code, body
 	}
 	if code, body := post(`{"action":"set-properties","updates":{"history.expire.max-snapshot-age-ms":"1","history.expire.min-snapshots-to-keep":"1"}}`); code != 200 {
 		t.Fatalf("set-properties: %d %s", code, body)
