@@ -231,12 +231,12 @@ func (a *Authority) AnonymousAllowed() bool {
 	if a.cfg.AllowAnonymous != nil {
 		return *a.cfg.AllowAnonymous
 	}
-	return !a.Configured()
+	return !a.Configured() && !a.cfg.ClientCerts
 }
 
-// Configured tells whether any way of authenticating is set up (a
-// password file, JWT keys); client certificates count through
-// listen's client CA, which the caller knows about.
+// Configured tells whether any way of authenticating by credentials is
+// set up (a password file, JWT keys); client certificates turn anonymous
+// access off (Config.ClientCerts) without counting here.
 func (a *Authority) Configured() bool {
 	return a.cfg.UsersFile != "" || a.cfg.JWT.Enabled()
 }

@@ -19,6 +19,10 @@ type Config struct {
 	// a node that binds a non-loopback address with anonymous access
 	// and no authentication refuses to start unless it is written true.
 	AllowAnonymous *bool `yaml:"allow_anonymous"`
+	// ClientCerts is set by the process (not a key) when a listener
+	// verifies client certificates: they authenticate, so anonymous
+	// access is then off unless AllowAnonymous says otherwise.
+	ClientCerts bool `yaml:"-"`
 	// UsersFile is a mosquitto-compatible password file (user:$7$... lines,
 	// as mosquitto_passwd and `tributary passwd` write them). It is read
 	// again when it changes (checked at most every few seconds) and on

@@ -44,6 +44,7 @@ import (
 
 	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/cloudmqtt"
+	"github.com/tributary-io/tributary/config"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/kafka/consume"
 	"github.com/tributary-io/tributary/listen"
@@ -110,7 +111,7 @@ func open(cat *tables.Catalog, cfg Config, log *slog.Logger) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	a, err := auth.Open(cfg.Security.Config, log)
+	a, err := auth.Open(cfg.Security.Auth(), log)
 	if err != nil {
 		return nil, err
 	}
@@ -149,7 +150,7 @@ func (s *Server) listen() error {
 			NodeToken: cfg.Catalog.NodeToken, Auth: s.auth, Logger: s.log.With("component", "rest-catalog")})
 		s.con = newCloudConsole(s.cat)
 		rs, err := rest.Listen(a, rest.RateLimited(h, withProbes(h, s.cat, s.reg, s.auth, s.con)),
-			listen.Config{Logger: s.log, TLS: s.tls.Server("rest")})
+			listen.Config{Logger: s.log, TLS: s.tls.Server("rest"), LoopbackHosts: s.openLoopback(a)})
 		if err != nil {
 			return fmt.Errorf("listen catalog %s: %w", a, err)
 		}
@@ -227,6 +228,11 @@ func (s *Server) CatalogURL() string {
 
 // TLS tells whether the named listener (rest, kafka, pulsar) serves TLS.
 func (s *Server) TLS(listener string) bool { return s.tls.Server(listener) != nil }
+
+// openLoopback tells whether an HTTP listener at addr answers only
+// requests for a loopback Host: when the server lets anyone in and addr
+// is loopback (tributary dev), so that DNS rebinding cannot reach it.
+func (s *Server) openLoopback(addr string) bool { return s.auth.Open() && config.Loopback(addr) }
 
 // ReloadTLS reads the certificates, keys and CAs again (SIGHUP); on an
 // error the old ones stay (see listen.TLS.Reload).

@@ -239,8 +239,8 @@ func (c *Config) Validate() error {
 	}
 	c.Security.Validate(bad)
 	if c.Kafka.Addr != nil && c.Pulsar.Addr != nil {
-		if err := c.Security.Exposed(map[string]string{"catalog.addr": c.Catalog.Addr, "kafka.addr": *c.Kafka.Addr,
-			"pulsar.addr": *c.Pulsar.Addr, "mqtt.addr": c.MQTT.Addr, "mqtt.ws_addr": c.MQTT.WSAddr}); err != nil {
+		if err := c.Security.Exposed(map[string]config.Listener{"catalog.addr": config.Bind(c.Catalog.Addr, "rest"), "kafka.addr": config.Bind(*c.Kafka.Addr, "kafka"),
+			"pulsar.addr": config.Bind(*c.Pulsar.Addr, "pulsar"), "mqtt.addr": config.Bind(c.MQTT.Addr, "mqtt"), "mqtt.ws_addr": config.Bind(c.MQTT.WSAddr, "mqtt_ws")}); err != nil {
 			bad("security", "%v", err)
 		}
 	}

@@ -1,6 +1,7 @@
 package cloud
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,11 @@ func TestCloudConfigExampleAndErrors(t *testing.T) {
 		m.MaxSessionExpiry != 168*time.Hour || m.WriteTimeout != 30*time.Second {
 		t.Fatalf("mqtt defaults: %+v", m)
 	}
-	if c.MQTT != d.MQTT {
+	cm, dm := c.MQTT, d.MQTT
+	if len(cm.WSAllowedOrigins) == 0 && len(dm.WSAllowedOrigins) == 0 {
+		cm.WSAllowedOrigins, dm.WSAllowedOrigins = nil, nil // [] in the file is the default none
+	}
+	if !reflect.DeepEqual(cm, dm) {
 		t.Fatalf("deploy/cloud.yaml mqtt differs from the defaults: %+v", c.MQTT)
 	}
 	if k := c.Kafka; k.MaxGroups != d.Kafka.MaxGroups || k.OffsetsRetention != d.Kafka.OffsetsRetention || k.MaxInflightBytes != d.Kafka.MaxInflightBytes ||

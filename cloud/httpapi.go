@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/tributary-io/tributary/config"
 	"github.com/tributary-io/tributary/grpcapi"
 	"github.com/tributary-io/tributary/httpapi"
 	"github.com/tributary-io/tributary/listen"
@@ -40,7 +41,7 @@ func (c *Config) validateHTTP(bad func(field, format string, args ...any)) {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			bad("http.addr", "%q: want host:port, or \"\" to turn the HTTP read API off", a)
 		}
-		if err := c.Security.Exposed(map[string]string{"http.addr": a}); err != nil {
+		if err := c.Security.Exposed(map[string]config.Listener{"http.addr": config.Bind(a, "http")}); err != nil {
 			bad("security", "%v", err)
 		}
 	}
@@ -57,7 +58,8 @@ func (s *Server) listenHTTP() error {
 	if err != nil {
 		return fmt.Errorf("cloud http: %w", err)
 	}
-	ln, err := listen.Listen(a, listen.Config{Name: "http-cloud", HandshakeTimeout: -1, Logger: s.log, TLS: s.tls.ServerH2("http")})
+	ln, err := listen.Listen(a, listen.Config{Name: "http-cloud", HandshakeTimeout: -1, Logger: s.log, TLS: s.tls.ServerH2("http"),
+		LoopbackHosts: s.openLoopback(a)})
 	if err != nil {
 		os.Close()
 		return fmt.Errorf("listen cloud http %s: %w", a, err)

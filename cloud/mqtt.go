@@ -19,6 +19,11 @@ type MQTTConfig struct {
 	// WSAddr of the MQTT-over-WebSocket listener (TLS name "mqtt_ws").
 	// Default "" (off).
 	WSAddr string `yaml:"ws_addr"`
+	// WSAllowedOrigins are the browser origins (scheme://host[:port], or
+	// "*") the WebSocket listener accepts besides its own host. Default
+	// none: a page of another site is refused (403); clients that send no
+	// Origin are not browsers and pass.
+	WSAllowedOrigins []string `yaml:"ws_allowed_origins"`
 	// MaxInflight caps the QoS 1 messages a client has unacknowledged
 	// (its Receive Maximum, if lower, wins). Default 256.
 	MaxInflight int `yaml:"max_inflight"`
@@ -79,7 +84,7 @@ func (s *Server) listenMQTT() error {
 	ms, err := cloudmqtt.New(cloudmqtt.Config{Addr: m.Addr, WSAddr: m.WSAddr,
 		TLS: s.tls.Server("mqtt"), WSTLS: s.tls.Server("mqtt_ws"), SessionsDB: s.cfg.Catalog.URI, Auth: s.auth,
 		MaxInflight: m.MaxInflight, MaxSubscriptions: m.MaxSubscriptions, MaxSessionExpiry: m.MaxSessionExpiry,
-		WriteTimeout: m.WriteTimeout, Logger: s.log}, s.reader)
+		WriteTimeout: m.WriteTimeout, Logger: s.log, WSAllowedOrigins: m.WSAllowedOrigins, LoopbackHosts: s.openLoopback(m.WSAddr)}, s.reader)
 	if err != nil {
 		return fmt.Errorf("cloud mqtt: %w", err)
 	}

@@ -39,6 +39,12 @@ type Config struct {
 	WSAddr string
 	// TLS, WSTLS make the listeners serve mqtts / wss (nil: plain).
 	TLS, WSTLS *tls.Config
+	// WSAllowedOrigins: browser origins the WebSocket listener accepts
+	// besides its own host (listen.CheckOrigin).
+	WSAllowedOrigins []string
+	// LoopbackHosts makes the WebSocket listener answer only loopback
+	// Hosts (an open node: DNS rebinding).
+	LoopbackHosts bool
 	// SessionsDB is the catalog database URI (sqlite:///… or
 	// postgres://…) where persistent sessions live.
 	SessionsDB string
@@ -147,14 +153,14 @@ func (s *Server) Listen() error {
 	}
 	if a := s.cfg.WSAddr; a != "" {
 		ln, err := listen.Listen(a, listen.Config{Name: "cloud_mqtt_ws", Logger: s.log, TLS: s.cfg.WSTLS,
-			WriteTimeout: s.cfg.WriteTimeout, MaxConns: s.cfg.MaxConns})
+			WriteTimeout: s.cfg.WriteTimeout, MaxConns: s.cfg.MaxConns, LoopbackHosts: s.cfg.LoopbackHosts})
 		if err != nil {
 			return fmt.Errorf("listen cloud mqtt websocket %s: %w", a, err)
 		}
 		s.ws = ln
-		up := websocket.Upgrader{Subprotocols: []string{"mqtt"}, CheckOrigin: func(*http.Request) bool { return true }}
+		up := websocket.Upgrader{Subprotocols: []string{"mqtt"}, CheckOrigin: listen.CheckOrigin(s.cfg.WSAllowedOrigins)}
 		s.httpSrv = &http.Server{ReadHeaderTimeout: 10 * time.Second, ErrorLog: ln.ErrorLog(),
-			Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			Handler: ln.HostGuard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				if !s.track() {
 					http.Error(w, "shutting down", http.StatusServiceUnavailable)
 					return
@@ -168,7 +174,7 @@ func (s *Server) Listen() error {
 				c.SetReadLimit(int64(s.cfg.MaxPacketBytes) + 16)
 				wc := listen.NewWSConn(c)
 				ln.Protect(wc, func() { s.serveConn(wc) })
-			})}
+			}))}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()

@@ -40,32 +40,69 @@ func (s Security) Validate(bad func(field, format string, args ...any)) {
 	}
 }
 
-// Exposed checks the secure-by-default rule: a process whose listeners
-// (addrs: YAML field → host:port) bind an address other than loopback
-// must authenticate its clients — a users file, JWT keys, or client
-// certificates required by TLS — unless allow_anonymous: true is written.
-// The error names the listeners and what to configure.
-func (s Security) Exposed(addrs map[string]string) error {
+// Listener is one listener a process binds, for Exposed: its address and
+// its name in security.tls.listeners (listen.TLSListeners).
+type Listener struct {
+	Addr string
+	TLS  string
+}
+
+// Bind is the Listener at addr whose TLS files are those of tlsName.
+func Bind(addr, tlsName string) Listener { return Listener{Addr: addr, TLS: tlsName} }
+
+// Auth is the auth.Config of the section, with ClientCerts set when some
+// client listener (any but peer) verifies client certificates (so certificates alone turn
+// anonymous access off by default).
+func (s Security) Auth() auth.Config {
+	c := s.Config
+	for _, name := range listen.TLSListeners {
+		// A peer link's certificate authenticates a node, not a client.
+		if f := s.TLS.Files(name); name != "peer" && f.CertFile != "" && f.ClientCAFile != "" {
+			c.ClientCerts = true
+		}
+	}
+	return c
+}
+
+// Exposed checks the secure-by-default rule, listener by listener
+// (listeners: YAML key → listener): each one that binds an address other
+// than loopback must serve TLS with a certificate, and authenticate its
+// clients by something it verifies — a users file, JWT keys, or client
+// certificates it requires (require_client_cert with client_ca_file, in
+// the files that apply to that listener, next to its certificate) —
+// unless allow_anonymous: true is written. A client CA on a listener
+// without a certificate verifies nothing and does not count. The error
+// names each listener's key and what it lacks.
+func (s Security) Exposed(listeners map[string]Listener) error {
 	if s.AllowAnonymous != nil && *s.AllowAnonymous {
 		return nil
 	}
-	if s.UsersFile != "" || s.JWT.Enabled() || s.TLS.RequireClientCert {
-		return nil
-	}
+	users := s.UsersFile != "" || s.JWT.Enabled()
 	var open []string
-	for field, a := range addrs {
-		if a != "" && !Loopback(a) {
-			open = append(open, fmt.Sprintf("%s (%s)", field, a))
+	for field, l := range listeners {
+		if l.Addr == "" || Loopback(l.Addr) {
+			continue
+		}
+		f := s.TLS.Files(l.TLS)
+		var lacks []string
+		if f.CertFile == "" {
+			lacks = append(lacks, fmt.Sprintf("serves no TLS (security.tls.cert_file and key_file, or security.tls.listeners.%s)", l.TLS))
+		}
+		if !users && (f.CertFile == "" || f.ClientCAFile == "" || !f.RequireClientCert) {
+			lacks = append(lacks, "authenticates nobody")
+		}
+		if len(lacks) > 0 {
+			open = append(open, fmt.Sprintf("%s (%s) %s", field, l.Addr, strings.Join(lacks, " and ")))
 		}
 	}
 	if len(open) == 0 {
 		return nil
 	}
 	sort.Strings(open)
-	return fmt.Errorf("%s bind(s) a non-loopback address, but no client authentication is configured: "+
-		"set security.users_file (create users with 'tributary passwd FILE USER'), security.jwt, or security.tls.client_ca_file "+
+	return fmt.Errorf("%s: a listener on a non-loopback address must serve TLS and authenticate its clients: "+
+		"set security.tls cert_file and key_file, and security.users_file (create users with 'tributary passwd FILE USER'), security.jwt, or security.tls.client_ca_file "+
 		"with require_client_cert, and ACL rules under security.acl; or write security.allow_anonymous: true to accept "+
-		"anyone on the network (see README, \"Secure a site\")", strings.Join(open, ", "))
+		"anyone on the network (see README, \"Secure a site\")", strings.Join(open, "; "))
 }
 
 // Loopback tells whether host:port binds only a loopback address

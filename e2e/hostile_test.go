@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorilla/websocket"
 
 	restcat "github.com/apache/iceberg-go/catalog/rest"
 
@@ -214,4 +218,158 @@ func TestHostileRESTCatalog(t *testing.T) {
 		t.Fatalf("mosquitto_pub: %v %s", err, out)
 	}
 	waitFor(t, 30*time.Second, "the second row", func() bool { return len(readTable(t, data, "factory.telemetry")) == 2 })
+}
+
+// TestHostileMaintenanceDelete: through the dev node's REST catalog, with
+// a plain HTTP client, a client shortens the table's history with the
+// standard Iceberg keys and points a statistics file of an old snapshot
+// at a file outside the warehouse. The statistics are refused, the
+// history floored at the node's policy, and after maintenance passes the
+// victim still exists.
+func TestHostileMaintenanceDelete(t *testing.T) {
+	data := t.TempDir()
+	victim := filepath.Join(t.TempDir(), "victim.txt")
+	if err := os.WriteFile(victim, []byte("precious"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startDev(t, data, "--maintenance-interval", "1s")
+	host, port, _ := strings.Cut(p.MQTT, ":")
+	for i := range 2 {
+		if out, err := exec.Command(mosquittoPub(t), "-h", host, "-p", port, "-q", "1", "-t", "factory/l1/d1/telemetry", "-m", fmt.Sprintf(`{"c":%d}`, i)).CombinedOutput(); err != nil {
+			t.Fatalf("mosquitto_pub: %v %s", err, out)
+		}
+		waitFor(t, 30*time.Second, "the row", func() bool { return len(readTable(t, data, "factory.telemetry")) == i+1 })
+	}
+	ctx := context.Background()
+	cl, err := restcat.NewCatalog(ctx, "tributary", "http://"+p.Catalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, err := cl.LoadTable(ctx, table.Identifier{"factory", "telemetry"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := tb.Metadata().Snapshots()[0].SnapshotID
+	// The node's own commits (uplink, maintenance) race the client's: a
+	// 409 is the catalog's compare-and-swap, and the client tries again.
+	post := func(updates string) (code int, body string) {
+		waitFor(t, 30*time.Second, "a commit that does not conflict", func() bool {
+			req, err := http.NewRequest("POST", "http://"+p.Catalog+"/v1/namespaces/factory/tables/telemetry",
+				strings.NewReader(`{"requirements":[],"updates":[`+updates+`]}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			code, body = resp.StatusCode, string(b)
+			return code != http.StatusConflict
+		})
+		return code, body
+	}
+	if code, body := post(`{"action":"set-properties","updates":{"history.expire.max-snapshot-age-ms":"1","history.expire.min-snapshots-to-keep":"1"}}`); code != 200 {
+		t.Fatalf("set-properties: %d %s", code, body)
+	}
+	statsCode, statsBody := post(fmt.Sprintf(`{"action":"set-statistics","snapshot-id":%d,"statistics":{"snapshot-id":%d,"statistics-path":%q,"file-size-in-bytes":8,"file-footer-size-in-bytes":1,"blob-metadata":[]}}`,
+		old, old, "file://"+victim))
+	// Passes run (the first comes after up to an interval).
+	start := labelledMetric(t, p, `tributary_maintenance_passes_total{stream="factory.telemetry"}`)
+	waitFor(t, 60*time.Second, "two maintenance passes", func() bool {
+		return labelledMetric(t, p, `tributary_maintenance_passes_total{stream="factory.telemetry"}`) >= start+2
+	})
+	if _, err := os.Stat(victim); err != nil {
+		t.Fatalf("a file outside the warehouse was deleted by maintenance: %v", err)
+	}
+	if statsCode != 403 {
+		t.Fatalf("set-statistics naming a file outside the table: %d %s", statsCode, statsBody)
+	}
+	if n := len(loadSQLiteTable(t, filepath.Join(data, "catalog.db"), "factory.telemetry", nil).Metadata().Snapshots()); n < 3 {
+		t.Fatalf("%d snapshots left: the table's 1 ms history was honoured below the node's 1h", n)
+	}
+}
+
+// TestHostileOpenDevBrowser (issue 35, finding 14): an open dev node is
+// reachable from a browser on the same machine. A page whose DNS name is
+// rebound to 127.0.0.1 (a foreign Host) is refused on every HTTP
+// listener; a cross-site text/plain POST to the REST catalog is refused;
+// both MQTT WebSocket listeners refuse a foreign Origin. Loopback Hosts,
+// JSON bodies, same-host origins and clients without Origin still work.
+func TestHostileOpenDevBrowser(t *testing.T) {
+	p := startDev(t, t.TempDir(), "--mqtt-ws-addr", "127.0.0.1:0", "--cloud-mqtt-ws-addr", "127.0.0.1:0")
+	get := func(addr, host, path string) int {
+		req, err := http.NewRequest("GET", "http://"+addr+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for name, l := range map[string]struct{ addr, path string }{
+		"status port": {p.HTTP, "/healthz"}, "REST catalog": {p.Catalog, "/v1/config"}, "cloud HTTP": {p.CloudHTTP, "/healthz"},
+	} {
+		_, port, _ := strings.Cut(l.addr, ":")
+		if code := get(l.addr, "rebound.example:"+port, l.path); code != http.StatusMisdirectedRequest {
+			t.Errorf("%s: a foreign Host got %d", name, code)
+		}
+		for _, h := range []string{l.addr, "localhost:" + port, "[::1]:" + port} {
+			if code := get(l.addr, h, l.path); code != 200 {
+				t.Errorf("%s: Host %s got %d", name, h, code)
+			}
+		}
+	}
+	post := func(ct string) int {
+		req, err := http.NewRequest("POST", "http://"+p.Catalog+"/v1/namespaces", strings.NewReader(`{"namespace":["browser"]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", ct)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := post("text/plain"); code != http.StatusUnsupportedMediaType {
+		t.Errorf("text/plain POST to the catalog: %d", code)
+	}
+	if code := post("application/json; charset=utf-8"); code != 200 {
+		t.Errorf("JSON POST to the catalog: %d", code)
+	}
+	for name, addr := range map[string]string{"edge": p.MQTTWS, "cloud": p.CloudMQTTWS} {
+		dial := func(origin string) int {
+			h := http.Header{}
+			if origin != "" {
+				h.Set("Origin", origin)
+			}
+			d := websocket.Dialer{Subprotocols: []string{"mqtt"}, HandshakeTimeout: 10 * time.Second}
+			c, resp, err := d.Dial("ws://"+addr+"/mqtt", h)
+			if err == nil {
+				c.Close()
+				return 101
+			}
+			if resp == nil {
+				t.Fatalf("%s websocket: %v", name, err)
+			}
+			return resp.StatusCode
+		}
+		if code := dial("http://evil.example"); code != http.StatusForbidden {
+			t.Errorf("%s websocket: a foreign Origin got %d", name, code)
+		}
+		if code := dial("http://" + addr); code != 101 {
+			t.Errorf("%s websocket: its own origin got %d", name, code)
+		}
+		if code := dial(""); code != 101 {
+			t.Errorf("%s websocket: no Origin got %d", name, code)
+		}
+	}
 }

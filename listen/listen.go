@@ -102,6 +102,10 @@ type Config struct {
 	// WriteTimeout, when > 0, bounds every Write of a connection: one that
 	// times out closes the connection (Stats.WriteTimeouts).
 	WriteTimeout time.Duration
+	// LoopbackHosts makes an HTTP server on the listener (NewHTTPServer,
+	// HostGuard) answer only requests whose Host is loopback: set by a
+	// node that lets anyone in (DNS rebinding).
+	LoopbackHosts bool
 }
 
 func (c *Config) defaults() {

@@ -206,6 +206,10 @@ type Config struct {
 	// WSTLS, when set, makes the WebSocket listener wss (Limits.TLS is the
 	// TCP listener's).
 	WSTLS *tls.Config
+	// WSAllowedOrigins: browser origins the WebSocket listener accepts
+	// besides its own host (listen.CheckOrigin); Limits.LoopbackHosts
+	// makes it answer only loopback Hosts.
+	WSAllowedOrigins []string
 	// MaxKeepAlive caps a client's keep-alive in seconds (0 and larger
 	// values asked for become the cap, told to MQTT 5 clients as Server
 	// Keep Alive); 0 = DefaultMaxKeepAlive.
@@ -482,7 +486,7 @@ func (s *Server) Start() error {
 		}
 		opened = append(opened, ln)
 		s.guards = append(s.guards, ln)
-		wl := newWSListener(ListenerWS, ln, s.recoverClient)
+		wl := newWSListener(ListenerWS, ln, s.recoverClient, s.cfg.WSAllowedOrigins)
 		if lim.TLS != nil {
 			wl.protocol = "wss"
 		}

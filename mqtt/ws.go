@@ -33,7 +33,7 @@ type wsListener struct {
 	establish listeners.EstablishFn
 }
 
-func newWSListener(id string, ln net.Listener, recover func(net.Conn, any)) *wsListener {
+func newWSListener(id string, ln net.Listener, recover func(net.Conn, any), origins []string) *wsListener {
 	return &wsListener{
 		id:       id,
 		protocol: "ws",
@@ -41,7 +41,7 @@ func newWSListener(id string, ln net.Listener, recover func(net.Conn, any)) *wsL
 		recover:  recover,
 		upgrader: websocket.Upgrader{
 			Subprotocols: []string{"mqtt"},
-			CheckOrigin:  func(*http.Request) bool { return true },
+			CheckOrigin:  listen.CheckOrigin(origins),
 		},
 	}
 }
@@ -55,6 +55,7 @@ func (l *wsListener) Init(log *slog.Logger) error {
 	l.srv = &http.Server{Handler: l, ReadHeaderTimeout: 10 * time.Second}
 	if ll, ok := l.ln.(*listen.Listener); ok {
 		l.srv.ErrorLog = ll.ErrorLog() // TLS handshake errors: counted and logged there
+		l.srv.Handler = ll.HostGuard(l)
 	}
 	return nil
 }

@@ -189,6 +189,11 @@ type Config struct {
 		Addr string `yaml:"addr"`
 		// WSAddr of the WebSocket listener. Default "" (off).
 		WSAddr string `yaml:"ws_addr"`
+		// WSAllowedOrigins are the browser origins (scheme://host[:port],
+		// or "*") the WebSocket listener accepts besides its own host.
+		// Default none: a browser page of another site is refused (403);
+		// clients that send no Origin are not browsers and pass.
+		WSAllowedOrigins []string `yaml:"ws_allowed_origins"`
 		// Routes from topic filters to streams; first match wins.
 		Routes []Route `yaml:"routes"`
 		// DefaultStream receives every topic no route matches. Default mqtt.default.
@@ -575,8 +580,11 @@ func (c *Config) Validate() error {
 	c.Storage.Validate(c.Catalog.Warehouse, bad)
 	c.HTTPAPI.Validate("http_api", bad)
 	c.Security.Validate(bad)
-	if err := c.Security.Exposed(map[string]string{"mqtt.addr": c.MQTT.Addr, "mqtt.ws_addr": c.MQTT.WSAddr,
-		"kafka.addr": c.Kafka.Addr, "http_addr": c.HTTPAddr}); err != nil {
+	if err := c.Security.Exposed(map[string]config.Listener{"mqtt.addr": config.Bind(c.MQTT.Addr, "mqtt"), "mqtt.ws_addr": config.Bind(c.MQTT.WSAddr, "mqtt_ws"),
+		"kafka.addr": config.Bind(c.Kafka.Addr, "kafka"), "http_addr": config.Bind(c.HTTPAddr, "http"), "catalog_addr": config.Bind(c.CatalogAddr, "rest"),
+		"cloud_kafka_addr": config.Bind(c.CloudKafkaAddr, "kafka"), "cloud_pulsar_addr": config.Bind(c.CloudPulsarAddr, "pulsar"),
+		"cloud_mqtt_addr": config.Bind(c.CloudMQTTAddr, "mqtt"), "cloud_mqtt_ws_addr": config.Bind(c.CloudMQTTWSAddr, "mqtt_ws"),
+		"cloud_http_addr": config.Bind(c.CloudHTTPAddr, "http")}); err != nil {
 		bad("security", "%v", err)
 	}
 	if !strings.Contains(c.Catalog.Warehouse, "://") {

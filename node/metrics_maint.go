@@ -11,6 +11,7 @@ type maintCollector struct {
 	n                                              *Node
 	snapshots, manifests, files, rows, metaBytes   *prometheus.Desc
 	passes, failures, leaseBusy, lastPass, lastDur *prometheus.Desc
+	refused                                        *prometheus.Desc
 }
 
 func newMaintCollector(n *Node) *maintCollector {
@@ -28,12 +29,13 @@ func newMaintCollector(n *Node) *maintCollector {
 		leaseBusy: d("tributary_maintenance_lease_busy_total", "Passes skipped because another maintainer held the table's lease."),
 		lastPass:  d("tributary_maintenance_last_pass_timestamp_seconds", "Unix time of the last maintenance pass."),
 		lastDur:   d("tributary_maintenance_last_pass_duration_seconds", "Duration of the last maintenance pass."),
+		refused:   d("tributary_maintenance_deletes_refused_total", "Deletes of files outside the table's folder that maintenance refused."),
 	}
 }
 
 func (c *maintCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.snapshots, c.manifests, c.files, c.rows, c.metaBytes,
-		c.passes, c.failures, c.leaseBusy, c.lastPass, c.lastDur} {
+		c.passes, c.failures, c.leaseBusy, c.lastPass, c.lastDur, c.refused} {
 		ch <- d
 	}
 }
@@ -57,6 +59,7 @@ func (c *maintCollector) Collect(ch chan<- prometheus.Metric) {
 		k(c.passes, float64(s.Passes))
 		k(c.failures, float64(s.Failures))
 		k(c.leaseBusy, float64(s.LeaseBusy))
+		k(c.refused, float64(s.DeletesRefused))
 		if !s.LastPass.IsZero() {
 			g(c.lastPass, float64(s.LastPass.UnixNano())/1e9)
 		}

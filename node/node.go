@@ -46,6 +46,7 @@ import (
 
 	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/cluster"
+	"github.com/tributary-io/tributary/config"
 	"github.com/tributary-io/tributary/console"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/kafka/produce"
@@ -132,7 +133,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, log: log}
 	var err error
-	if n.auth, err = auth.Open(cfg.Security.Config, log); err != nil {
+	if n.auth, err = auth.Open(cfg.Security.Auth(), log); err != nil {
 		return nil, err
 	}
 	if n.tls, err = listen.NewTLS(cfg.Security.TLS, log.With("component", "tls")); err != nil {
@@ -217,8 +218,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		MaxRetained: cfg.MQTT.MaxRetained, MaxRetainedBytes: int(cfg.MQTT.MaxRetainedBytes), MaxSessions: cfg.MQTT.MaxSessions,
 		MaxQueuedMessages: cfg.MQTT.MaxQueuedMessages, BlockingAcks: cfg.MQTT.BlockingAcks,
 		Limits: listen.Config{MaxConns: cfg.MQTT.MaxConnections, MaxConnsPerIP: cfg.MQTT.MaxConnectionsPerIP,
-			HandshakeTimeout: cfg.MQTT.ConnectTimeout, WriteTimeout: cfg.MQTT.WriteTimeout, TLS: n.tls.Server("mqtt")},
-		WSTLS: n.tls.Server("mqtt_ws")}, n.ingest)
+			HandshakeTimeout: cfg.MQTT.ConnectTimeout, WriteTimeout: cfg.MQTT.WriteTimeout, TLS: n.tls.Server("mqtt"),
+			LoopbackHosts: n.openLoopback(cfg.MQTT.WSAddr)},
+		WSTLS: n.tls.Server("mqtt_ws"), WSAllowedOrigins: cfg.MQTT.WSAllowedOrigins}, n.ingest)
 	if err != nil {
 		n.bucket.Close()
 		n.cat.Close()
@@ -292,7 +294,7 @@ func (n *Node) start() error {
 	}
 	if n.cfg.HTTPAddr != "" {
 		ln, err := listen.Listen(n.cfg.HTTPAddr, listen.Config{Name: "http", HandshakeTimeout: -1, Logger: n.log,
-			TLS: n.tls.ServerH2("http")})
+			TLS: n.tls.ServerH2("http"), LoopbackHosts: n.openLoopback(n.cfg.HTTPAddr)})
 		if err != nil {
 			return &ListenError{Key: "http_addr", Addr: n.cfg.HTTPAddr, Err: err}
 		}
@@ -355,6 +357,11 @@ func (n *Node) HTTPAddr() string {
 // TLS tells whether the named listener (mqtt, mqtt_ws, kafka, http, peer)
 // serves TLS.
 func (n *Node) TLS(listener string) bool { return n.tls.Server(listener) != nil }
+
+// openLoopback tells whether an HTTP listener at addr answers only
+// requests for a loopback Host: when the node lets anyone in and addr is
+// loopback (tributary dev), so that DNS rebinding cannot reach it.
+func (n *Node) openLoopback(addr string) bool { return n.auth.Open() && config.Loopback(addr) }
 
 // ListenerTLS is the node's TLS (nil without security.tls), for the
 // listeners and dials composed around it (peer links).

@@ -46,6 +46,13 @@
 //     references it AND its modification time is older than the grace
 //     period (default 24h), so an upload whose commit is still in progress,
 //     or a compaction output not yet committed, is never touched.
+//  5. Deletes only inside the table's folder. A pass works on tables whose
+//     FileIO refuses (counts and reports) any Remove outside
+//     TableLocation (confine.go), so what expired snapshots point at
+//     (statistics, lists, manifests, data files: iceberg-go deletes them
+//     after the commit, wherever their paths lead) and orphans are deleted
+//     only there. The table's history.expire.* never shorten the node's
+//     policy, and gc.enabled=false does not stop expiry.
 //
 // # Maintenance: the lease
 //
@@ -101,8 +108,8 @@
 //     and rewrite manifests; merging in the pass keeps appends fast-append.
 //   - Snapshot expiry: snapshots older than SnapshotMaxAge beyond the last
 //     RetainSnapshots are removed; files reachable only from them
-//     (manifests, lists, compacted-away data files) are deleted after the
-//     commit by iceberg-go.
+//     (manifests, lists, compacted-away data files, statistics) are
+//     deleted after the commit by iceberg-go, through the confined FileIO.
 //   - Orphan cleanup: Table.PlanOrphanFiles with the grace period, then
 //     deleting the planned files, except the .attrs sidecars (gocloud.dev
 //     fileblob) of files that are not orphans.
@@ -119,5 +126,6 @@
 // 102 data manifests, 101 data files and a 155 KB metadata file at most,
 // 5,000 commits included. With the default 1h age and one commit a second,
 // a table keeps ~3,600 snapshots (a metadata file of ~2.5 MB): lower
-// history.expire.max-snapshot-age-ms for such streams if that is too much.
+// maintenance.snapshot_max_age if that is too much (a table's
+// history.expire.max-snapshot-age-ms may only raise it).
 package tables

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	iofs "io/fs"
+	"math"
 	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/apache/iceberg-go"
@@ -23,7 +25,9 @@ const (
 )
 
 // Per-stream policy overrides in table properties. The first two are the
-// standard Iceberg keys; the rest are Tributary's.
+// standard Iceberg keys, which a table may only raise above the node's
+// policy; the rest are Tributary's (the orphan grace floored at
+// MinOrphanGrace). gc.enabled is not honoured: see expire.
 const (
 	PropSnapshotMaxAgeMs = table.MaxSnapshotAgeMsKey   // history.expire.max-snapshot-age-ms
 	PropRetainSnapshots  = table.MinSnapshotsToKeepKey // history.expire.min-snapshots-to-keep
@@ -116,11 +120,15 @@ func (p Policy) withDefaults(props iceberg.Properties) Policy {
 		p.Holder = defaultHolder
 	}
 	if props != nil {
-		if v, err := strconv.ParseInt(props[PropSnapshotMaxAgeMs], 10, 64); err == nil && v > 0 {
-			p.SnapshotMaxAge = time.Duration(v) * time.Millisecond
+		// The history a table keeps is floored at the node's policy, as
+		// the orphan grace is at MinOrphanGrace: a client that may commit
+		// (history.expire.* are standard Iceberg keys, outside tributary.)
+		// may keep more, never make the node expire sooner.
+		if v, err := strconv.ParseInt(props[PropSnapshotMaxAgeMs], 10, 64); err == nil && v > 0 && v < math.MaxInt64/int64(time.Millisecond) {
+			p.SnapshotMaxAge = max(p.SnapshotMaxAge, time.Duration(v)*time.Millisecond)
 		}
 		if v, err := strconv.Atoi(props[PropRetainSnapshots]); err == nil && v > 0 {
-			p.RetainSnapshots = v
+			p.RetainSnapshots = max(p.RetainSnapshots, v)
 		}
 		if v, err := strconv.ParseInt(props[PropTargetFileSize], 10, 64); err == nil && v > 0 {
 			p.TargetFileSize = v
@@ -176,6 +184,12 @@ type PassResult struct {
 	OrphansFound   int
 	OrphansDeleted int
 	OrphanBytes    int64
+	// DeletesRefused counts deletes of paths outside the table's folder
+	// that the pass refused (a statistics file, manifest list, manifest or
+	// data file of an expired snapshot naming a file elsewhere);
+	// RefusedPaths lists the first maxRefusedPaths of them.
+	DeletesRefused int
+	RefusedPaths   []string
 	// Commits made by the pass and conflicts retried.
 	Commits, Conflicts int
 	Started            time.Time
@@ -206,7 +220,7 @@ func (c *Catalog) Maintain(ctx context.Context, stream string, opts MaintainOpti
 		return res, fmt.Errorf("maintain %s: %w: table location %s is not its folder %s of the warehouse", stream, ErrForeignLocation, loc, want)
 	}
 	pol := opts.Policy.withDefaults(t.Properties())
-	m := &pass{c: c, stream: stream, pol: pol, opts: opts, res: &res, progress: progress}
+	m := &pass{c: c, stream: stream, folder: c.TableLocation(stream), pol: pol, opts: opts, res: &res, progress: progress}
 
 	if !opts.DryRun {
 		progress(Progress{Step: "lease"})
@@ -255,6 +269,7 @@ func (c *Catalog) Maintain(ctx context.Context, stream string, opts MaintainOpti
 type pass struct {
 	c        *Catalog
 	stream   string
+	folder   string // the table's own folder: every delete stays inside it
 	pol      Policy
 	opts     MaintainOptions
 	res      *PassResult
@@ -262,6 +277,30 @@ type pass struct {
 	leased   bool
 
 	manifestsSeen bool
+	refusedMu     sync.Mutex
+}
+
+const maxRefusedPaths = 20
+
+// loadTable loads the table with its FileIO confined to the table's
+// folder (confine.go): every delete of the pass, and of iceberg-go's
+// post-commit cleanup of its transactions, goes through it.
+func (m *pass) loadTable(ctx context.Context) (*table.Table, error) {
+	t, err := m.c.LoadTable(ctx, m.stream)
+	if err != nil {
+		return nil, err
+	}
+	return confine(t, m.c.cat, m.folder, m.refused), nil
+}
+
+// refused records a delete the confined FileIO refused.
+func (m *pass) refused(path string) {
+	m.refusedMu.Lock()
+	defer m.refusedMu.Unlock()
+	m.res.DeletesRefused++
+	if len(m.res.RefusedPaths) < maxRefusedPaths {
+		m.res.RefusedPaths = append(m.res.RefusedPaths, path)
+	}
 }
 
 // leaseState reads the lease properties of a loaded table.
@@ -283,7 +322,7 @@ func LeaseHolder(t *table.Table) (string, time.Time) {
 
 func (m *pass) acquire(ctx context.Context) error {
 	for attempt := 1; ; attempt++ {
-		t, err := m.c.LoadTable(ctx, m.stream)
+		t, err := m.loadTable(ctx)
 		if err != nil {
 			return err
 		}
@@ -321,7 +360,7 @@ func (m *pass) leaseProps(now time.Time) iceberg.Properties {
 // load reloads the table and, outside dry runs, checks that this pass
 // still holds an unexpired lease on it.
 func (m *pass) load(ctx context.Context) (*table.Table, error) {
-	t, err := m.c.LoadTable(ctx, m.stream)
+	t, err := m.loadTable(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -349,7 +388,7 @@ func (m *pass) release(ctx context.Context) error {
 		return nil
 	}
 	for attempt := 1; ; attempt++ {
-		t, err := m.c.LoadTable(ctx, m.stream)
+		t, err := m.loadTable(ctx)
 		if err != nil {
 			return err
 		}
@@ -462,6 +501,15 @@ func (m *pass) expire(ctx context.Context) error {
 		before := len(t.Metadata().Snapshots())
 		m.res.SnapshotsBefore = before
 		tx := t.NewTransaction()
+		// gc.enabled=false would stop expiry (iceberg-go refuses it) and
+		// so every later step, for good: a table's files are confined to
+		// its own folder, which only its own metadata references, so the
+		// node keeps gc on (see floors in withDefaults).
+		if !t.Properties().GetBool(table.GCEnabledKey, table.GCEnabledDefault) {
+			if err := tx.SetProperties(iceberg.Properties{table.GCEnabledKey: "true"}); err != nil {
+				return err
+			}
+		}
 		if err := tx.ExpireSnapshots(table.WithOlderThan(m.pol.SnapshotMaxAge), table.WithRetainLast(m.pol.RetainSnapshots)); err != nil {
 			return err
 		}

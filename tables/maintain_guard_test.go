@@ -73,3 +73,105 @@ func TestOrphanGraceFloor(t *testing.T) {
 		t.Errorf("grace above the floor: %s", got)
 	}
 }
+
+// TestMaintainDeletesOnlyInsideTable: a client that could commit to the
+// backing catalog (here straight to it, below any REST guard) shortens
+// the history with the standard Iceberg keys and points a statistics file
+// of an old snapshot at a file outside the warehouse, and turns gc off.
+// The pass still expires the snapshot and deletes its manifest list in
+// the table's folder, but refuses (and counts) the delete outside it: the
+// victim survives.
+func TestMaintainDeletesOnlyInsideTable(t *testing.T) {
+	ctx := context.Background()
+	c, dir := openTestCatalog(t)
+	const stream = "factory.telemetry"
+	victim := filepath.Join(dir, "victim.txt")
+	if err := os.WriteFile(victim, []byte("not the table's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.EnsureTable(ctx, stream); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		f := writeFile(t, c, stream, testRecords(0, i*3, 3, time.Now().UnixMilli()))
+		if _, err := c.CommitAppend(ctx, stream, []PartitionAppend{{Partition: 0, From: int64(i * 3), To: int64(i*3 + 3), Files: []FileMeta{f}}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tb, err := c.LoadTable(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := tb.Metadata().Snapshots()[0]
+	id, _ := ident(stream)
+	if _, _, err := c.Iceberg().CommitTable(ctx, id, nil, []table.Update{
+		table.NewSetPropertiesUpdate(iceberg.Properties{PropSnapshotMaxAgeMs: "1", PropRetainSnapshots: "1", table.GCEnabledKey: "false"}),
+		table.NewSetStatisticsUpdate(table.StatisticsFile{SnapshotID: old.SnapshotID, StatisticsPath: "file://" + victim,
+			FileSizeInBytes: 15, BlobMetadata: []table.BlobMetadata{}}),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Millisecond) // older than the 1 ms the pass keeps
+	res, err := c.Maintain(ctx, stream, MaintainOptions{Policy: Policy{SnapshotMaxAge: time.Millisecond, RetainSnapshots: 1, Holder: "m"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.SnapshotsExpired == 0 {
+		t.Fatalf("nothing expired: %+v", res)
+	}
+	if _, err := os.Stat(victim); err != nil {
+		t.Fatalf("file outside the warehouse deleted by maintenance: %v", err)
+	}
+	if res.DeletesRefused == 0 || len(res.RefusedPaths) == 0 || res.RefusedPaths[0] != "file://"+victim {
+		t.Fatalf("refusal not counted: %d %v", res.DeletesRefused, res.RefusedPaths)
+	}
+	key, err := c.KeyOf(old.ManifestList)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(c.Warehouse()[len("file://"):], key)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the expired snapshot's own manifest list was not deleted: %v", err)
+	}
+}
+
+// TestHistoryFloors: history.expire.* in a table's properties may keep
+// more history than the node's policy, never less.
+func TestHistoryFloors(t *testing.T) {
+	pol := Policy{SnapshotMaxAge: time.Hour, RetainSnapshots: 50}
+	got := pol.withDefaults(map[string]string{PropSnapshotMaxAgeMs: "1", PropRetainSnapshots: "1"})
+	if got.SnapshotMaxAge != time.Hour || got.RetainSnapshots != 50 {
+		t.Errorf("shortened by the table: %s, %d", got.SnapshotMaxAge, got.RetainSnapshots)
+	}
+	got = pol.withDefaults(map[string]string{PropSnapshotMaxAgeMs: "7200000", PropRetainSnapshots: "80"})
+	if got.SnapshotMaxAge != 2*time.Hour || got.RetainSnapshots != 80 {
+		t.Errorf("lengthened by the table: %s, %d", got.SnapshotMaxAge, got.RetainSnapshots)
+	}
+}
+
+func TestInFolder(t *testing.T) {
+	const f = "s3://bucket/wh/ns/t"
+	for p, want := range map[string]bool{
+		f + "/data/a.parquet":                true,
+		f + "/metadata/snap-1.avro":          true,
+		f:                                    false,
+		f + "x/data/a.parquet":               false,
+		f + "/../u/data/a.parquet":           false,
+		f + "/data/%2e%2e/%2e%2e/x":          false,
+		f + "/./data/a":                      false,
+		f + "//data/a":                       false,
+		"s3://other/wh/ns/t/data/a.parquet":  false,
+		"gs://bucket/wh/ns/t/data/a.parquet": false,
+		"/wh/ns/t/data/a.parquet":            false,
+		f + "/data/a?x=1":                    false,
+		f + `/data\..\..\x`:                  false,
+	} {
+		if got := InFolder(f, p); got != want {
+			t.Errorf("InFolder(%s): %v, want %v", p, got, want)
+		}
+	}
+	if !InFolder("file:///tmp/wh/ns/t/", "file:///tmp/wh/ns/t/data/x") || !InFolder("file:///tmp/wh/ns/t", "/tmp/wh/ns/t/data/x") ||
+		InFolder("file:///tmp/wh/ns/t", "/tmp/wh/ns/u/data/x") || InFolder("file:///tmp/wh/ns/t", "/tmp/wh/ns/t/../u/x") ||
+		InFolder("file:///tmp/wh/ns/t", "tmp/wh/ns/t/data/x") || InFolder("file://host/tmp/wh/ns/t", "/tmp/wh/ns/t/data/x") {
+		t.Error("file URLs and local paths")
+	}
+}

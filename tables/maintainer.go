@@ -57,13 +57,16 @@ func (c *Catalog) Stats(ctx context.Context, stream string) (TableStats, error) 
 // MaintenanceStats are a table's figures plus the maintainer's record of it.
 type MaintenanceStats struct {
 	TableStats
-	Passes       int64 // passes run (whether or not the lease was free)
-	Failures     int64 // passes that ended in an error
-	LeaseBusy    int64 // passes skipped because another maintainer held the lease
-	LastPass     time.Time
-	LastDuration time.Duration
-	LastError    string
-	Last         PassResult // the last completed pass
+	Passes    int64 // passes run (whether or not the lease was free)
+	Failures  int64 // passes that ended in an error
+	LeaseBusy int64 // passes skipped because another maintainer held the lease
+	// DeletesRefused counts, over all passes, deletes of paths outside
+	// the table's folder that were refused.
+	DeletesRefused int64
+	LastPass       time.Time
+	LastDuration   time.Duration
+	LastError      string
+	Last           PassResult // the last completed pass
 }
 
 // MaintainerConfig tunes a Maintainer.
@@ -128,6 +131,10 @@ func (m *Maintainer) RunOnce(ctx context.Context) error {
 		}
 		res, err := m.cat.Maintain(ctx, s, MaintainOptions{Policy: m.cfg.Policy})
 		m.record(s, res, err)
+		if res.DeletesRefused > 0 {
+			m.cfg.Logger.Warn("maintain: refused to delete files outside the table's folder (a manifest, manifest list or statistics entry names them)",
+				"stream", s, "refused", res.DeletesRefused, "paths", res.RefusedPaths)
+		}
 		switch {
 		case err == nil:
 			if res.CompactGroups+res.SnapshotsExpired+res.OrphansDeleted > 0 || res.ManifestsAfter < res.ManifestsBefore {
@@ -157,6 +164,7 @@ func (m *Maintainer) record(stream string, res PassResult, err error) {
 		m.stats[stream] = st
 	}
 	st.Passes++
+	st.DeletesRefused += int64(res.DeletesRefused)
 	st.LastPass, st.LastDuration = res.Started, res.Duration
 	switch {
 	case err == nil:

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tributary-io/tributary/internal/testkit"
 	"github.com/tributary-io/tributary/tables"
 )
 
@@ -104,7 +105,25 @@ func TestCloudCheck(t *testing.T) {
 		t.Fatalf("a missing users file: exit %d\n%s", code, out)
 	}
 	os.WriteFile(filepath.Join(dir, "missing.passwd"), nil, 0o600)
+	if code, out := check("--catalog-addr", "0.0.0.0:0", "--security", sec); code == 0 || !strings.Contains(out, "catalog.addr (0.0.0.0:0) serves no TLS") {
+		t.Fatalf("users file but a plain-text listener: exit %d\n%s", code, out)
+	}
+	// Issue 35 finding 2: a client CA "required" with no certificate to
+	// serve it verifies nothing; it used to pass.
+	ca := testkit.NewCA(t)
+	srv := ca.Server(t)
+	os.WriteFile(sec, []byte("tls:\n  client_ca_file: "+ca.Files()+"\n  require_client_cert: true\n"), 0o600)
+	if code, out := check("--catalog-addr", "0.0.0.0:0", "--security", sec); code == 0 || !strings.Contains(out, "catalog.addr (0.0.0.0:0) serves no TLS") ||
+		!strings.Contains(out, "authenticates nobody") {
+		t.Fatalf("client CA without a certificate: exit %d\n%s", code, out)
+	}
+	os.WriteFile(sec, []byte("tls:\n  client_ca_file: "+ca.Files()+"\n  require_client_cert: true\n  listeners:\n    kafka:\n      cert_file: "+srv.CertFile+
+		"\n      key_file: "+srv.KeyFile+"\n      client_ca_file: "+ca.Files()+"\n      require_client_cert: true\n"), 0o600)
+	if code, out := check("--catalog-addr", "0.0.0.0:0", "--security", sec); code == 0 || !strings.Contains(out, "catalog.addr (0.0.0.0:0) serves no TLS") {
+		t.Fatalf("the certificate only as another listener's override: exit %d\n%s", code, out)
+	}
+	os.WriteFile(sec, []byte("users_file: "+filepath.Join(dir, "missing.passwd")+"\ntls:\n  cert_file: "+srv.CertFile+"\n  key_file: "+srv.KeyFile+"\n"), 0o600)
 	if code, out := check("--catalog-addr", "0.0.0.0:0", "--security", sec); code != 0 || !strings.Contains(out, "authentication: true") {
-		t.Fatalf("with the users file: exit %d\n%s", code, out)
+		t.Fatalf("with the users file and TLS: exit %d\n%s", code, out)
 	}
 }

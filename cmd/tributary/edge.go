@@ -363,6 +363,7 @@ func cloudOf(cfg node.Config) (cloud.Config, bool) {
 	kafkaAddr, pulsarAddr, maintain := cfg.CloudKafkaAddr, cfg.CloudPulsarAddr, false
 	c.Kafka.Addr, c.Pulsar.Addr, c.Maintenance.Enabled = &kafkaAddr, &pulsarAddr, &maintain
 	c.MQTT.Addr, c.MQTT.WSAddr = cfg.CloudMQTTAddr, cfg.CloudMQTTWSAddr
+	c.MQTT.WSAllowedOrigins = cfg.MQTT.WSAllowedOrigins
 	httpAddr := cfg.CloudHTTPAddr
 	c.HTTP.Addr, c.HTTP.Config = &httpAddr, cfg.HTTPAPI // http_api caps its reads too
 	c.ShutdownTimeout = cfg.ShutdownTimeout

@@ -25,8 +25,10 @@ package rest
 //   - reads (load a namespace or table, HEAD, list) need Consume or Write
 //     on it; listings leave out what the principal may not read; GET
 //     /v1/config needs only an identity;
-//   - creating, committing to, renaming and dropping a table need Write on
-//     the table (on both names for a rename);
+//   - creating and committing to a table need Write on the table (an edge
+//     node's rule lists its own streams); dropping it (purge or not) and
+//     renaming it need Admin (on both names for a rename, whose
+//     destination must pass the naming rule);
 //   - creating a namespace needs Write on it (edge nodes create their
 //     streams' namespaces) or Admin; dropping it or changing its
 //     properties needs Admin;
@@ -34,9 +36,10 @@ package rest
 //
 // Properties under ReservedPrefix (guard.go) may be written by NodeToken
 // requests and, when the Authority is not open, by authenticated
-// principals with Write on that table (edge nodes with their own
-// credentials) — never by principals that may only read it, nor by
-// anonymous clients.
+// principals with Admin on that table, or with Write on it for the nodes'
+// own (marks, owners, epochs, partition allocation, the maintenance
+// lease: nodeProperty) — never by principals that may only read it, nor
+// by anonymous clients.
 
 import (
 	"context"
@@ -154,18 +157,32 @@ func (h *handler) mayRead(ctx context.Context, ns, id table.Identifier) bool {
 	return h.opts.Auth.Allowed(req) || h.opts.Auth.Allowed(w)
 }
 
-// mayWriteReserved tells whether the caller may write properties under
-// ReservedPrefix of table id (see the comment at the top).
-func (h *handler) mayWriteReserved(ctx context.Context, id table.Identifier) bool {
+// What reserved properties of a table a caller may write.
+const (
+	reservedNone = iota // none
+	reservedNode        // the edge nodes' own (nodeProperty)
+	reservedAll         // every one
+)
+
+// mayWriteReserved tells which properties under ReservedPrefix of table
+// id the caller may write (see the comment at the top).
+func (h *handler) mayWriteReserved(ctx context.Context, id table.Identifier) int {
 	c := callerOf(ctx)
 	a := h.opts.Auth
 	switch {
 	case c.node:
-		return true
+		return reservedAll
 	case c.full, a == nil, a.Open(), c.p.Anonymous():
-		return false
+		return reservedNone
 	}
-	return a.Allowed(auth.Request{Client: c.c, Principal: c.p, Action: auth.Write, Stream: streamOf(id)})
+	req := auth.Request{Client: c.c, Principal: c.p, Action: auth.Admin, Stream: streamOf(id)}
+	if a.Allowed(req) {
+		return reservedAll
+	}
+	if req.Action = auth.Write; a.Allowed(req) {
+		return reservedNode
+	}
+	return reservedNone
 }
 
 // ---- the OAuth2 token endpoint ----

@@ -309,3 +309,37 @@ func TestRESTAuthTokenWithoutExp(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteIsNotDelete (issue 35, finding 11): the right an edge node
+// needs to commit (Write on its streams) neither drops, purges nor renames
+// a table, nor sets the maintenance policy; an admin does, and a rename
+// destination must pass the naming rule.
+func TestWriteIsNotDelete(t *testing.T) {
+	e := authEnv(t)
+	edgeCat := e.client(t, 0, map[string]string{"token": "", "credential": "edge:pw-edge"})
+	seedStream(t, edgeCat, "f.s") // a node's commit writes its marks, owners and epochs
+	v1 := e.servers[0].URL() + "/v1"
+	edge, ops := "Bearer "+issue(t, e, "edge"), "Bearer "+issue(t, e, "ops")
+	rename := func(to, bearer string) rawResp {
+		return do(t, "POST", v1+"/tables/rename", `{"source":{"namespace":["f"],"name":"s"},"destination":{"namespace":["f"],"name":"`+to+`"}}`,
+			"Authorization", bearer, "Content-Type", "application/json")
+	}
+	checkError(t, "edge node drops", do(t, "DELETE", v1+"/namespaces/f/tables/s", "", "Authorization", edge), 403, "ForbiddenException")
+	checkError(t, "edge node purges", do(t, "DELETE", v1+"/namespaces/f/tables/s?purgeRequested=true", "", "Authorization", edge), 403, "ForbiddenException")
+	checkError(t, "edge node renames", rename("t", edge), 403, "ForbiddenException")
+	checkError(t, "edge node sets the orphan grace", do(t, "POST", v1+"/namespaces/f/tables/s",
+		`{"requirements":[],"updates":[{"action":"set-properties","updates":{"tributary.maintain.orphan-grace-ms":"99999999"}}]}`,
+		"Authorization", edge, "Content-Type", "application/json"), 403, "ForbiddenException")
+	checkError(t, "rename to a dotted name", rename("a.b", ops), 400, "BadRequestException")
+	if r := do(t, "POST", v1+"/namespaces/f/tables/s",
+		`{"requirements":[],"updates":[{"action":"set-properties","updates":{"tributary.maintain.orphan-grace-ms":"99999999"}}]}`,
+		"Authorization", ops, "Content-Type", "application/json"); r.status != 200 {
+		t.Fatalf("admin sets the orphan grace: %d %s", r.status, r.body)
+	}
+	if r := rename("t", ops); r.status != 204 {
+		t.Fatalf("admin renames: %d %s", r.status, r.body)
+	}
+	if r := do(t, "DELETE", v1+"/namespaces/f/tables/t", "", "Authorization", ops); r.status != 204 {
+		t.Fatalf("admin drops: %d %s", r.status, r.body)
+	}
+}

@@ -25,9 +25,12 @@
 // own. A bad token, or none when the Authority does not admit anonymous
 // clients, is 401 with WWW-Authenticate: Bearer. Reads need Consume or Write on the
 // namespace or table (namespace.table is the stream name), and listings
-// are filtered; table creation, commits, renames and drops need Write;
+// are filtered; table creation and commits need Write, renames and drops
+// (purge or not) Admin;
 // namespace creation Write on it, its drop and property changes Admin;
-// otherwise 403 ForbiddenException.
+// otherwise 403 ForbiddenException. An open catalog (no Token, and no
+// Authority or an open one) takes only application/json bodies (415), so
+// that a browser page cannot post to it cross-site without a preflight.
 //
 // Invariants:
 //   - A commit is a compare-and-swap. The request's requirements are

@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"github.com/apache/iceberg-go/table"
+
+	"github.com/tributary-io/tributary/tables"
 )
 
 // What a client of the catalog may not do, whatever its token:
@@ -19,8 +21,9 @@ import (
 //     that never reached the table, a forged owner would fence the node.
 //     Only requests bearing Options.NodeToken may set or remove them (the
 //     nodes' own commits), and, with an Authority that is not open,
-//     authenticated principals with Write on that table (edge nodes with
-//     their own credentials; see auth.go); everybody else gets 403 —
+//     authenticated principals with Admin on that table, or with Write on
+//     it for the nodes' own keys (nodeProperty; edge nodes with their own
+//     credentials; see auth.go); everybody else gets 403 —
 //     readers, anonymous clients, the static Token. Without a NodeToken or
 //     such principals, no request may (edge nodes then commit to the
 //     backing catalog directly).
@@ -31,6 +34,10 @@ import (
 //     warehouse; maintenance deletes only inside a table's own folder. A
 //     create or commit naming another location is refused with 403, and a
 //     namespace may not carry a "location" property.
+//   - Name a file outside the table's folder: a set-statistics or
+//     set-partition-statistics path, or an add-snapshot's manifest list
+//     (maintenance deletes what expired snapshots point at; it also
+//     refuses any delete outside the folder, see tables/confine.go).
 //   - Name a namespace level or table "." / ".." or with "/" or "." in it,
 //     which would make two identifiers share a folder.
 
@@ -79,25 +86,58 @@ func (h *handler) checkLocation(id table.Identifier, loc string) error {
 		strings.Join(id, "."), h.tableLocation(id), loc)
 }
 
+// checkPath refuses a file a commit names (a statistics file, a
+// snapshot's manifest list) outside the table's own folder: maintenance
+// deletes what expired snapshots point at.
+func (h *handler) checkPath(id table.Identifier, what, p string) error {
+	if tables.InFolder(h.tableLocation(id), p) {
+		return nil
+	}
+	return forbidden("table %s: %s %q is outside the table's folder %s", strings.Join(id, "."), what, p, h.tableLocation(id))
+}
+
 // checkProperties refuses reserved keys of table id unless the request
 // may write them.
 func (h *handler) checkProperties(ctx context.Context, id table.Identifier, what string, keys []string) error {
-	if h.mayWriteReserved(ctx, id) {
-		return nil
-	}
 	for _, k := range keys {
-		if strings.HasPrefix(k, ReservedPrefix) {
+		if !strings.HasPrefix(k, ReservedPrefix) {
+			continue
+		}
+		switch h.mayWriteReserved(ctx, id) {
+		case reservedNone:
 			return forbidden("%s %q: properties under %q are written by edge nodes only", what, k, ReservedPrefix)
+		case reservedNode:
+			if !nodeProperty(k) {
+				return forbidden("%s %q: only admins set this property (edge nodes write their marks, owners, epochs and the maintenance lease)", what, k)
+			}
 		}
 	}
 	return nil
+}
+
+// nodeProperty tells whether k is one of the reserved properties an edge
+// node writes in its own commits (marks, partition owners and epochs,
+// partition allocation, the maintenance lease, MQTT routes); the others
+// (the maintenance policy, anything new) are an admin's.
+func nodeProperty(k string) bool {
+	for _, p := range []string{tables.PropHighWater, tables.PropOwner, tables.PropEpoch, tables.PropNodePartition, tables.PropMQTTRoutes} {
+		if strings.HasPrefix(k, p) {
+			return true
+		}
+	}
+	switch k {
+	case tables.PropNextPartition, tables.PropGranularity, tables.PropMaintainHolder, tables.PropMaintainUntil:
+		return true
+	}
+	return false
 }
 
 // checkUpdates applies the rules above to a commit's updates.
 func (h *handler) checkUpdates(ctx context.Context, id table.Identifier, updates []table.Update) error {
 	for _, u := range updates {
 		switch u.Action() {
-		case table.UpdateSetProperties, table.UpdateRemoveProperties, table.UpdateSetLocation:
+		case table.UpdateSetProperties, table.UpdateRemoveProperties, table.UpdateSetLocation,
+			table.UpdateSetStatistics, table.UpdateSetPartitionStatistics, table.UpdateAddSnapshot:
 		default:
 			continue
 		}
@@ -109,6 +149,15 @@ func (h *handler) checkUpdates(ctx context.Context, id table.Identifier, updates
 			Updates  map[string]string `json:"updates"`
 			Removals []string          `json:"removals"`
 			Location string            `json:"location"`
+			Stats    struct {
+				Path string `json:"statistics-path"`
+			} `json:"statistics"`
+			PartStats struct {
+				Path string `json:"statistics-path"`
+			} `json:"partition-statistics"`
+			Snapshot struct {
+				ManifestList string `json:"manifest-list"`
+			} `json:"snapshot"`
 		}
 		if err := json.Unmarshal(raw, &f); err != nil {
 			return badRequest("update %s: %v", u.Action(), err)
@@ -131,6 +180,18 @@ func (h *handler) checkUpdates(ctx context.Context, id table.Identifier, updates
 				return badRequest("set-location without a location")
 			}
 			if err := h.checkLocation(id, f.Location); err != nil {
+				return err
+			}
+		case table.UpdateSetStatistics:
+			if err := h.checkPath(id, "statistics-path", f.Stats.Path); err != nil {
+				return err
+			}
+		case table.UpdateSetPartitionStatistics:
+			if err := h.checkPath(id, "partition statistics-path", f.PartStats.Path); err != nil {
+				return err
+			}
+		case table.UpdateAddSnapshot:
+			if err := h.checkPath(id, "manifest-list", f.Snapshot.ManifestList); err != nil {
 				return err
 			}
 		}

@@ -2,9 +2,11 @@ package rest_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
@@ -150,5 +152,74 @@ func seedStream(t *testing.T, c *tables.Catalog, stream string) {
 	if _, err := c.CommitAppend(ctx, stream, []tables.PartitionAppend{{Partition: p, From: 0, To: 3,
 		Files: []tables.FileMeta{tabletest.WriteFile(t, c, stream, "", testRecords(p, 0, 3, 1))}}}, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCommitsNameOnlyTheTablesFiles: a client with the clients' token
+// cannot make a table's metadata name a file outside the table's folder
+// (statistics, partition statistics, a snapshot's manifest list:
+// maintenance deletes what expired snapshots point at); a statistics file
+// inside the folder is the client's to register.
+func TestCommitsNameOnlyTheTablesFiles(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, 1, rest.Options{Token: "client"})
+	node := e.client(t, 0, nil)
+	const stream = "f.s"
+	seedStream(t, node, stream)
+	tb, err := node.LoadTable(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap := tb.CurrentSnapshot().SnapshotID
+	victim := "file://" + filepath.Join(e.dir, "victim")
+	url := e.servers[0].URL() + "/v1/namespaces/f/tables/s"
+	post := func(update string) rawResp {
+		return do(t, "POST", url, `{"requirements":[],"updates":[`+update+`]}`,
+			"Authorization", "Bearer client", "Content-Type", "application/json")
+	}
+	stats := func(path string) string {
+		return fmt.Sprintf(`{"action":"set-statistics","snapshot-id":%d,"statistics":{"snapshot-id":%d,"statistics-path":%q,"file-size-in-bytes":1,"file-footer-size-in-bytes":1,"blob-metadata":[]}}`, snap, snap, path)
+	}
+	for what, u := range map[string]string{
+		"statistics outside":               stats(victim),
+		"statistics in another table":      stats(e.warehouse + "/f/other/metadata/x.stats"),
+		"statistics climbing out":          stats(tb.Location() + "/../../../victim"),
+		"partition statistics outside":     fmt.Sprintf(`{"action":"set-partition-statistics","partition-statistics":{"snapshot-id":%d,"statistics-path":%q,"file-size-in-bytes":1}}`, snap, victim),
+		"a snapshot whose list is outside": fmt.Sprintf(`{"action":"add-snapshot","snapshot":{"snapshot-id":4242,"parent-snapshot-id":%d,"sequence-number":99,"timestamp-ms":%d,"manifest-list":%q,"summary":{"operation":"append"},"schema-id":0}}`, snap, time.Now().UnixMilli(), victim),
+	} {
+		checkError(t, what, post(u), 403, "ForbiddenException")
+	}
+	after, err := node.LoadTable(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for sf := range after.Metadata().Statistics() {
+		t.Fatalf("statistics registered: %+v", sf)
+	}
+	if r := post(stats(tb.Location() + "/metadata/s.stats")); r.status != 200 {
+		t.Fatalf("statistics inside the table: %d %s", r.status, r.body)
+	}
+}
+
+// TestOpenCatalogTakesJSONOnly (issue 35, finding 14): a catalog anyone
+// may use refuses a body that is not application/json (a browser page's
+// cross-site text/plain or form POST needs no preflight); a catalog with
+// a token is not reachable that way and is unchanged.
+func TestOpenCatalogTakesJSONOnly(t *testing.T) {
+	e := newEnv(t, 1, rest.Options{})
+	u := e.servers[0].URL() + "/v1/namespaces"
+	for _, ct := range []string{"text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x"} {
+		checkError(t, ct, do(t, "POST", u, `{"namespace":["x"]}`, "Content-Type", ct), 415, "BadRequestException")
+	}
+	if r := do(t, "POST", u, `{"namespace":["x"]}`, "Content-Type", "application/json; charset=utf-8"); r.status != 200 {
+		t.Fatalf("JSON: %d %s", r.status, r.body)
+	}
+	if r := do(t, "DELETE", u+"/x", ""); r.status != 204 {
+		t.Fatalf("DELETE without a body: %d %s", r.status, r.body)
+	}
+	tok := newEnv(t, 1, rest.Options{Token: "client"})
+	if r := do(t, "POST", tok.servers[0].URL()+"/v1/namespaces", `{"namespace":["x"]}`, "Content-Type", "text/plain",
+		"Authorization", "Bearer client"); r.status != 200 {
+		t.Fatalf("text/plain with the token: %d %s", r.status, r.body)
 	}
 }

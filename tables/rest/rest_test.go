@@ -520,7 +520,8 @@ type rawResp struct {
 	body   []byte
 }
 
-// do sends a request; args are an optional body, then header name/value pairs.
+// do sends a request; args are an optional body, then header name/value
+// pairs. A body is sent as application/json unless a Content-Type is given.
 func do(t *testing.T, method, url string, args ...string) rawResp {
 	t.Helper()
 	body, hdr := "", []string(nil)
@@ -534,6 +535,9 @@ func do(t *testing.T, method, url string, args ...string) rawResp {
 	req, err := http.NewRequest(method, url, rd)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"path"
 	"runtime/debug"
@@ -175,6 +176,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, http.StatusBadRequest, "BadRequestException", "malformed path "+strconv.Quote(p))
 		return
 	}
+	// A catalog anyone may use (no credentials at all) must not take a
+	// cross-site form or text/plain POST from a browser page: JSON only,
+	// which a page can send elsewhere only after a CORS preflight this
+	// server never answers.
+	if h.open() && r.Method != http.MethodGet && r.Method != http.MethodHead && !jsonBody(r) {
+		writeError(w, r, http.StatusUnsupportedMediaType, "BadRequestException", "request bodies must be Content-Type: application/json")
+		return
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes)
 	r = r.WithContext(context.WithValue(r.Context(), callerKey, c))
 	h.mux.ServeHTTP(w, r)
@@ -218,6 +227,24 @@ func RateLimited(catalog, all http.Handler) http.Handler {
 		all.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), limitedKey, true)))
 	})
 }
+
+// open tells whether the catalog lets anyone in: no static token and no
+// Authority, or an open one.
+func (h *handler) open() bool {
+	return h.opts.Token == "" && (h.opts.Auth == nil || h.opts.Auth.Open())
+}
+
+// jsonBody tells whether r says its body is JSON (or has none: DELETE).
+func jsonBody(r *http.Request) bool {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return r.Method == http.MethodDelete && r.ContentLength <= 0
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	return err == nil && mt == "application/json"
+}
+
+// ---- errors and JSON ----
 
 type errorModel struct {
 	Message string `json:"message"`
@@ -895,7 +922,7 @@ func (h *handler) stageCreate(w http.ResponseWriter, r *http.Request, id table.I
 func (h *handler) dropTable(w http.ResponseWriter, r *http.Request) {
 	id, err := pathTable(r)
 	if err == nil {
-		err = h.authorize(r.Context(), auth.Write, nil, id)
+		err = h.authorize(r.Context(), auth.Admin, nil, id) // dropping (purging) is not a node's job
 	}
 	if err != nil {
 		h.fail(w, r, err)
@@ -932,10 +959,13 @@ func (h *handler) renameTable(w http.ResponseWriter, r *http.Request) {
 	}
 	to, err := req.Destination.ident()
 	if err == nil {
-		err = h.authorize(r.Context(), auth.Write, nil, from)
+		err = checkName("table name", to[len(to)-1])
 	}
 	if err == nil {
-		err = h.authorize(r.Context(), auth.Write, nil, to)
+		err = h.authorize(r.Context(), auth.Admin, nil, from)
+	}
+	if err == nil {
+		err = h.authorize(r.Context(), auth.Admin, nil, to)
 	}
 	if err != nil {
 		h.fail(w, r, err)
