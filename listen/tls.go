@@ -342,16 +342,22 @@ func TLSHandshakeFailed(c net.Conn) bool {
 }
 
 // tlsConn finds the *tls.Conn in c's NetConn chain.
-func tlsConn(c net.Conn) *tls.Conn {
+func tlsConn(c net.Conn) *tls.Conn { return Underlying[*tls.Conn](c) }
+
+// Underlying finds the connection of type T (a *tls.Conn, a *net.TCPConn)
+// in c's chain of wrappers (each with a NetConn method, as *tls.Conn and
+// this package's connections have), or T's zero value.
+func Underlying[T net.Conn](c net.Conn) T {
+	var zero T
 	for i := 0; c != nil && i < 8; i++ {
-		if tc, ok := c.(*tls.Conn); ok {
+		if tc, ok := c.(T); ok {
 			return tc
 		}
 		u, ok := c.(interface{ NetConn() net.Conn })
 		if !ok {
-			return nil
+			return zero
 		}
 		c = u.NetConn()
 	}
-	return nil
+	return zero
 }

@@ -500,19 +500,7 @@ func (p *Peer) tune(c net.Conn) {
 }
 
 // tcpConn is the *net.TCPConn under c (through NetConn methods), or nil.
-func tcpConn(c net.Conn) *net.TCPConn {
-	for i := 0; c != nil && i < 4; i++ {
-		if tc, ok := c.(*net.TCPConn); ok {
-			return tc
-		}
-		u, ok := c.(interface{ NetConn() net.Conn })
-		if !ok {
-			return nil
-		}
-		c = u.NetConn()
-	}
-	return nil
-}
+func tcpConn(c net.Conn) *net.TCPConn { return listen.Underlying[*net.TCPConn](c) }
 
 // connWriter serialises frame writes on one connection; each write has a
 // deadline of timeout (when set), so a remote that stops reading fails
