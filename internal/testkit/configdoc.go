@@ -56,4 +56,3 @@ func leaves(v reflect.Value, prefix string) map[string]string {
 	}
 	return out
 }
-
