@@ -102,7 +102,7 @@ func (s Security) Exposed(listeners map[string]Listener) error {
 	return fmt.Errorf("%s: a listener on a non-loopback address must serve TLS and authenticate its clients: "+
 		"set security.tls cert_file and key_file, and security.users_file (create users with 'tributary passwd FILE USER'), security.jwt, or security.tls.client_ca_file "+
 		"with require_client_cert, and ACL rules under security.acl; or write security.allow_anonymous: true to accept "+
-		"anyone on the network (see README, \"Secure a site\")", strings.Join(open, "; "))
+		"anyone on the network (see docs/security.md, \"Secure a site\")", strings.Join(open, "; "))
 }
 
 // Loopback tells whether host:port binds only a loopback address

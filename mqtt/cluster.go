@@ -495,7 +495,7 @@ func (c *clusterNode) handleRetained(from string, payload []byte, reply func([]b
 			continue
 		}
 		if _, ok := topics.Retained.Get(m.Topic); ok {
-			continue // what this node has is at least as new (see README)
+			continue // what this node has is at least as new (see docs/protocols/mqtt.md)
 		}
 		pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: m.QoS, Retain: true},
 			TopicName: m.Topic, Payload: m.Payload, Properties: m.Props, Created: now, ProtocolVersion: 5,

@@ -349,7 +349,7 @@ func (s *Server) dropQoS0(cl *mochi.Client, stream string, cause error) {
 }
 
 // refusalCode is the MQTT 5 reason code for a publish refused for reason
-// (README "Refusal codes", one table for every protocol): 0x97 (quota
+// (docs/cluster.md "Refusal codes", one table for every protocol): 0x97 (quota
 // exceeded) for back-pressure — the WAL's disk budget, and too few
 // replicas under cluster.replication_policy refuse — which the same
 // publish outlives after a pause; 0x83 (implementation specific error:

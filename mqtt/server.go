@@ -10,7 +10,7 @@
 //   - Refused is never delivered. A publish whose Append failed is neither
 //     retained nor delivered to any subscriber, and is never acknowledged as a
 //     success: MQTT 5 clients get PUBACK/PUBREC with the reason's code
-//     (refusalCode, README "Refusal codes": 0x97 for back-pressure — the
+//     (refusalCode, docs/cluster.md "Refusal codes": 0x97 for back-pressure — the
 //     WAL disk budget, too few replicas —, 0x83 for a partition owned
 //     elsewhere, 0x87 denied, 0x80 any other error); MQTT 3.1.1
 //     clients, which have no reason codes, are disconnected so that they

@@ -44,7 +44,7 @@ type ConfirmSink interface {
 //     again the same way and stays remembered.
 //  3. A clean start, or a session that ends, forgets the client's entries:
 //     its next publish of that packet id is a new message (a re-send
-//     after a clean start is stored again: a duplicate, README says so).
+//     after a clean start is stored again: a duplicate, docs/cluster.md says so).
 //  4. Answered on another connection: a QoS 1 publish the pipeline
 //     acknowledges on a later connection of its session than the one it
 //     was read on (pending when the session resumed), or could not

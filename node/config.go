@@ -29,7 +29,7 @@ type Route struct {
 	Filter string `yaml:"filter"`
 	Stream string `yaml:"stream"`
 	// Payload is raw (the envelope only; default), infer (JSON object
-	// payloads also land as typed columns: README "Typed columns") or
+	// payloads also land as typed columns: docs/tables.md "Typed columns") or
 	// schema (as declared by SchemaFile, a JSON Schema).
 	Payload string `yaml:"payload"`
 	// SchemaFile (schema): the stream's JSON Schema (Draft-07 subset).
@@ -177,7 +177,7 @@ type Config struct {
 
 	// Security: TLS on every listener (security.tls; listener names mqtt,
 	// mqtt_ws, kafka, http, peer, and rest, kafka, pulsar for the cloud
-	// server it may run), authentication and the ACL (see README, "Secure
+	// server it may run), authentication and the ACL (see docs/security.md, "Secure
 	// a site"). Default: no TLS, anonymous clients with every right,
 	// allowed on loopback addresses only. Peer links use mutual TLS when
 	// security.tls (or security.tls.listeners.peer) has a certificate and
@@ -352,7 +352,7 @@ type Config struct {
 		// or 32 random bytes (AES-128/192/256), the same on every node,
 		// e.g. from `openssl rand -base64 32`. GossipKeyFile names a file
 		// holding it instead. GossipSecondaryKeys are accepted for
-		// decryption, never used to encrypt (key rotation, see README).
+		// decryption, never used to encrypt (key rotation, see docs/security.md).
 		// Default none: gossip in clear, allowed on loopback only unless
 		// security.allow_anonymous is true.
 		GossipKey           string   `yaml:"gossip_key"`

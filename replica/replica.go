@@ -10,7 +10,7 @@
 //     Stats.Degraded set, logged loudly); with "refuse" it returns an error
 //     wrapping ErrNotReplicated, which wraps tributary.ErrNotReplicated, so
 //     the front doors refuse the publish with their own code for it (MQTT 5
-//     0x97, Kafka NOT_ENOUGH_REPLICAS; README "Refusal codes") — never as
+//     0x97, Kafka NOT_ENOUGH_REPLICAS; docs/cluster.md "Refusal codes") — never as
 //     a full WAL. Admission asks CanReplicate first, so a replica already
 //     known missing refuses before the append.
 //  2. Offsets are the owner's. A replica stores records with the offsets

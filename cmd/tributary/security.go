@@ -52,7 +52,7 @@ func readSecurity(path string, s *config.Security) error {
 		return fmt.Errorf("--security: %w", err)
 	}
 	// The file may be a security section on its own or one under a
-	// security: key (as an edge config has it, README "Secure a site").
+	// security: key (as an edge config has it, docs/security.md "Secure a site").
 	var probe map[string]any
 	if yaml.Unmarshal(raw, &probe) == nil && len(probe) == 1 && probe["security"] != nil {
 		var wrapped struct {

@@ -433,7 +433,7 @@ func (s *Server) appendResult(b *wal.Batch, err error) partResult {
 		if tributary.ReasonOf(err) == tributary.ReasonFenced {
 			// Owned by another node now, even if a replica said so only
 			// after the WAL stored the batch: the client follows the
-			// partition to its new leader (README "Refusal codes").
+			// partition to its new leader (docs/cluster.md "Refusal codes").
 			return partResult{code: kafka.CodeNotLeaderOrFollower, msg: err.Error()}
 		}
 		if errors.Is(err, tributary.ErrAfterAppend) {

@@ -67,7 +67,7 @@ func schemaType(v Value, path string, depth int) (*Type, error) {
 		case "type", "properties", "required", "additionalProperties", "items", "format":
 			kw[m.Name] = m.Value
 		default:
-			return nil, fmt.Errorf("%w: %s: keyword %q is not supported (README \"Typed columns\" lists the subset)", ErrSchemaFile, where, m.Name)
+			return nil, fmt.Errorf("%w: %s: keyword %q is not supported (docs/tables.md \"Typed columns\" lists the subset)", ErrSchemaFile, where, m.Name)
 		}
 	}
 	typ, err := typeKeyword(kw["type"], where)
