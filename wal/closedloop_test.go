@@ -45,7 +45,7 @@ func closedLoop(w *WAL, writers int, rtt time.Duration, n int64, stop <-chan str
 					count.Add(1)
 				}
 				if rtt > 0 {
-					spin(rtt)
+					time.Sleep(rtt)
 				}
 			}
 		}()
@@ -55,15 +55,6 @@ func closedLoop(w *WAL, writers int, rtt time.Duration, n int64, stop <-chan str
 		return count.Load(), err
 	}
 	return min(count.Load(), max(n, count.Load())), nil
-}
-
-// spin waits d without parking on a timer (whose slack on a busy machine
-// would be larger than the round trips it stands for).
-func spin(d time.Duration) {
-	end := time.Now().Add(d)
-	for time.Now().Before(end) {
-		time.Sleep(20 * time.Microsecond)
-	}
 }
 
 // fdatasyncLatency is the mean latency of one 4 KiB write + fdatasync in

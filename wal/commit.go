@@ -108,10 +108,9 @@ type group struct {
 // per round until the WAL is closed and the queue is empty.
 func (w *WAL) committer() {
 	defer close(w.done)
-	var lastOps int
-	var lastDur time.Duration
+	var gr grouper
 	for {
-		w.gather(lastOps, lastDur)
+		w.gather(&gr)
 		w.mu.Lock()
 		ops := w.queue
 		w.queue = nil
@@ -121,10 +120,14 @@ func (w *WAL) committer() {
 			start := time.Now()
 			ops, releases := w.deferReleases(ops)
 			w.commit(ops)
-			lastOps, lastDur = len(ops), time.Since(start)
+			dur := time.Since(start)
 			if len(releases) > 0 {
 				w.commit(releases)
 			}
+			w.mu.Lock()
+			queued := len(w.queue)
+			w.mu.Unlock()
+			gr.ended(len(ops), queued, dur)
 			continue
 		}
 		if closed {
@@ -200,36 +203,28 @@ func (w *WAL) deferReleases(ops []*op) (rest, releases []*op) {
 	return rest, releases
 }
 
-// gather lets a group fill up before it is committed. When many appenders
-// wait for each commit, their next appends arrive together just after it,
-// and committing the first arrival alone would split them into a small
-// group and a large one that waits a whole extra commit. Worse, with each
-// appender one op in flight the split is stable: the ops that arrived
-// during a commit (already queued when it ends) go alone, and the last
-// group's appenders, acknowledged a moment later, form the next group —
-// two half groups taking turns, each paying a whole commit. So gather
-// waits until the queue holds what was queued when it started plus three
-// quarters of the last group (whose appenders are about to come back), at
-// most a quarter of the last commit's duration (and never more than
-// maxGatherWait). A lone appender (last group of one) never waits.
-// Measured with BenchmarkAppendParallel (closed loop, one op in flight
-// per goroutine): p16 16 -> 26 records per commit, p64 70 -> 94-109.
-func (w *WAL) gather(lastOps int, lastDur time.Duration) {
-	if lastOps < 4 {
+// gather holds the next group back until the writers of the last one are
+// back (see grouper), or until gr's wait has passed since the last commit
+// ended. It never waits for writers already queued, and a lone writer
+// (target 1) never waits at all: its own arrival is the target.
+func (w *WAL) gather(gr *grouper) {
+	target, wait := gr.target()
+	if target <= 0 {
 		return
 	}
-	target := -1
-	wait := min(lastDur/4, maxGatherWait)
-	deadline := time.Now().Add(wait)
+	deadline := gr.end.Add(wait)
 	for {
 		w.mu.Lock()
 		n, closed := len(w.queue), w.closed
 		w.mu.Unlock()
-		if target < 0 {
-			target = n + lastOps*3/4
+		if n == 0 || closed {
+			return // nothing to commit yet: the committer sleeps on wake
+		}
+		if n >= target {
+			return
 		}
 		left := time.Until(deadline)
-		if n == 0 || n >= target || closed || left <= 0 {
+		if left <= 0 {
 			return
 		}
 		t := time.NewTimer(left)
@@ -240,9 +235,6 @@ func (w *WAL) gather(lastOps int, lastDur time.Duration) {
 		t.Stop()
 	}
 }
-
-// maxGatherWait bounds how long gather holds a group back.
-const maxGatherWait = time.Millisecond
 
 // commit applies ops in one transaction and reports each op's outcome.
 func (w *WAL) commit(ops []*op) {
