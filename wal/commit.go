@@ -108,9 +108,9 @@ type group struct {
 // per round until the WAL is closed and the queue is empty.
 func (w *WAL) committer() {
 	defer close(w.done)
-	var gr grouper
+	gr := &w.grouper
 	for {
-		w.gather(&gr)
+		w.gather(gr)
 		w.mu.Lock()
 		ops := w.queue
 		w.queue = nil
@@ -119,14 +119,11 @@ func (w *WAL) committer() {
 		if len(ops) > 0 {
 			start := time.Now()
 			ops, releases := w.deferReleases(ops)
-			w.commit(ops)
+			queued := w.commit(ops)
 			dur := time.Since(start)
 			if len(releases) > 0 {
 				w.commit(releases)
 			}
-			w.mu.Lock()
-			queued := len(w.queue)
-			w.mu.Unlock()
 			gr.ended(len(ops), queued, dur)
 			continue
 		}
@@ -225,6 +222,7 @@ func (w *WAL) gather(gr *grouper) {
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
+			gr.late++
 			return
 		}
 		t := time.NewTimer(left)
@@ -236,8 +234,11 @@ func (w *WAL) gather(gr *grouper) {
 	}
 }
 
-// commit applies ops in one transaction and reports each op's outcome.
-func (w *WAL) commit(ops []*op) {
+// commit applies ops in one transaction and reports each op's outcome. It
+// returns how many ops were queued when the transaction ended, before the
+// outcomes were reported (after, the queue also holds the ops of writers
+// that came back at once).
+func (w *WAL) commit(ops []*op) (queued int) {
 	start := time.Now()
 	live := ops[:0]
 	for _, o := range ops {
@@ -246,7 +247,7 @@ func (w *WAL) commit(ops []*op) {
 		}
 	}
 	if len(live) == 0 {
-		return
+		return 0
 	}
 	results := make([]error, len(live))
 	g, rejections, err := w.apply(live, results)
@@ -258,12 +259,13 @@ func (w *WAL) commit(ops []*op) {
 		w.mu.Lock()
 		w.stats.CommitErrors++
 		w.stats.Ops += int64(len(live))
+		queued = len(w.queue)
 		w.mu.Unlock()
 		for _, o := range live {
 			o.failed.Store(true)
 			o.done(err)
 		}
-		return
+		return queued
 	}
 	committed := g != nil
 	w.mu.Lock()
@@ -293,6 +295,7 @@ func (w *WAL) commit(ops []*op) {
 	}
 	w.stats.Ops += int64(len(live))
 	w.stats.BudgetRejections += rejections
+	queued = len(w.queue)
 	w.mu.Unlock()
 	if committed {
 		w.metrics.observe(time.Since(start), len(live))
@@ -306,6 +309,7 @@ func (w *WAL) commit(ops []*op) {
 	for i, o := range live {
 		o.done(results[i])
 	}
+	return queued
 }
 
 // apply runs ops in one transaction, filling results with per-op errors. It

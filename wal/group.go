@@ -30,6 +30,7 @@ type grouper struct {
 	queued  int           // ops queued when it ended
 	dur     time.Duration // commit duration, a moving average
 	end     time.Time     // when the last group's commit ended
+	late    int64         // groups that went at the deadline (tests)
 	flood   bool          // the queue already held every writer seen
 }
 

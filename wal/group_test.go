@@ -64,6 +64,29 @@ func TestGrouperFloodGoesAtOnce(t *testing.T) {
 	}
 }
 
+// TestLoneWriterNeverWaits: one closed-loop writer, acknowledged and back
+// at once (often before the committer looked at the queue again), is never
+// held back for a second writer that does not exist.
+func TestLoneWriterNeverWaits(t *testing.T) {
+	w, err := Open(Options{Path: filepath.Join(t.TempDir(), "wal.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	value := make([]byte, 256)
+	for range 300 {
+		r := &tributary.Record{Stream: "s", Topic: "t", Value: value, Source: "mqtt"}
+		if err := w.Append(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil { // the committer has exited: its grouper is ours to read
+		t.Fatal(err)
+	}
+	if n := w.grouper.late; n > 0 {
+		t.Fatalf("a lone writer's group was held back to the deadline %d times in 300 appends", n)
+	}
+}
+
 // TestClosedLoopWritersShareGroups drives ten closed-loop writers against
 // the real WAL, each making a loopback TCP round trip between its
 // acknowledgement and its next append (an MQTT QoS 1 client with one

@@ -254,8 +254,9 @@ type WAL struct {
 
 	metrics *metrics // histograms (metrics.go)
 
-	arena  []byte // committer only: records encoded in the current group
-	chunks []byte // committer only: chunks written in the current group
+	arena   []byte  // committer only: records encoded in the current group
+	chunks  []byte  // committer only: chunks written in the current group
+	grouper grouper // committer only (group.go)
 
 	tapState // verbatim.go
 }
