@@ -2,6 +2,8 @@ package wal
 
 import (
 	"context"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -14,16 +16,16 @@ import (
 	"github.com/tributary-io/tributary"
 )
 
-// closedLoop runs writers goroutines, each with one Append in flight and a
-// pause of rtt between its acknowledgement and its next Append (the
+// closedLoop runs writers goroutines, each with one Append in flight and
+// pause(writer) between its acknowledgement and its next Append (the
 // network and the front door of an MQTT QoS 1 client), until n appends
 // were made or stop is closed; it returns the appends made.
-func closedLoop(w *WAL, writers int, rtt time.Duration, n int64, stop <-chan struct{}) (int64, error) {
+func closedLoop(w *WAL, writers int, pause func(int), n int64, stop <-chan struct{}) (int64, error) {
 	var wg sync.WaitGroup
 	var count atomic.Int64
 	var firstErr atomic.Value
 	value := make([]byte, 256)
-	for range writers {
+	for i := range writers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -44,8 +46,8 @@ func closedLoop(w *WAL, writers int, rtt time.Duration, n int64, stop <-chan str
 				if n <= 0 {
 					count.Add(1)
 				}
-				if rtt > 0 {
-					time.Sleep(rtt)
+				if pause != nil {
+					pause(i)
 				}
 			}
 		}()
@@ -83,7 +85,8 @@ func fdatasyncLatency(tb testing.TB, dir string, d time.Duration) time.Duration 
 
 // BenchmarkClosedLoopWriters is 1, 10 and 100 writers with one append in
 // flight each (MQTT QoS 1 devices publishing one at a time), with and
-// without a round trip between acknowledgement and next append. It
+// without a round trip between acknowledgement and next append (loopback
+// TCP, or a timer's sleep). It
 // reports records/s against the single-sync bound (writers ÷ one 4 KiB
 // write + fsync, the mean of probes just before and after the run) and the commit bound (writers ÷
 // the mean group commit), and the records per commit.
@@ -91,10 +94,12 @@ func BenchmarkClosedLoopWriters(b *testing.B) {
 	for _, c := range []struct {
 		name    string
 		writers int
-		rtt     time.Duration
+		rtt     time.Duration // a timer's sleep (its slack on a busy machine may exceed a commit)
+		tcp     bool          // a loopback TCP round trip, as an MQTT client's PUBACK and next PUBLISH
 	}{
-		{"w1", 1, 0}, {"w10", 10, 0}, {"w100", 100, 0},
-		{"w1-rtt300us", 1, 300 * time.Microsecond}, {"w10-rtt300us", 10, 300 * time.Microsecond}, {"w100-rtt300us", 100, 300 * time.Microsecond},
+		{"w1", 1, 0, false}, {"w10", 10, 0, false}, {"w100", 100, 0, false},
+		{"w1-tcp", 1, 0, true}, {"w10-tcp", 10, 0, true}, {"w100-tcp", 100, 0, true},
+		{"w10-rtt300us", 10, 300 * time.Microsecond, false},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			dir := b.TempDir()
@@ -104,8 +109,15 @@ func BenchmarkClosedLoopWriters(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer w.Close()
+			var pause func(int)
+			switch {
+			case c.tcp:
+				pause = echoRoundTrips(b, c.writers)
+			case c.rtt > 0:
+				pause = func(int) { time.Sleep(c.rtt) }
+			}
 			b.ResetTimer()
-			if _, err := closedLoop(w, c.writers, c.rtt, int64(b.N), nil); err != nil {
+			if _, err := closedLoop(w, c.writers, pause, int64(b.N), nil); err != nil {
 				b.Fatal(err)
 			}
 			b.StopTimer()
@@ -128,5 +140,42 @@ func BenchmarkClosedLoopWriters(b *testing.B) {
 				b.ReportMetric(float64(st.AppendedRecords)/float64(st.Commits), "records/commit")
 			}
 		})
+	}
+}
+
+// echoRoundTrips returns a pause that makes one loopback TCP round trip of
+// one byte on writer i's own connection to an echo server.
+func echoRoundTrips(tb testing.TB, writers int) func(int) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go io.Copy(c, c)
+		}
+	}()
+	conns := make([]net.Conn, writers)
+	for i := range conns {
+		if conns[i], err = net.Dial("tcp", ln.Addr().String()); err != nil {
+			tb.Fatal(err)
+		}
+		c := conns[i]
+		tb.Cleanup(func() { c.Close() })
+	}
+	return func(i int) {
+		b := []byte{0}
+		if _, err := conns[i].Write(b); err != nil {
+			tb.Error(err)
+			return
+		}
+		if _, err := io.ReadFull(conns[i], b); err != nil {
+			tb.Error(err)
+		}
 	}
 }
