@@ -10,8 +10,8 @@ import "time"
 // sends the next only after its PUBACK, which waits for the group's
 // fsync) come back a round trip after their group commits. Committing the
 // ops queued at that moment alone splits them into two half groups that
-// take turns, each paying a whole commit: N writers reach N ÷ 2 commits
-// per round instead of N ÷ (one commit + one round trip). So the grouper
+// take turns, each paying a whole commit: N writers get N records per two
+// commits instead of N per one commit and one round trip. So the grouper
 // learns the writers in flight — the ops of the group just committed plus
 // those that queued during its commit, a decaying maximum over groups —
 // and holds the next group until the just-acknowledged writers are back
