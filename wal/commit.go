@@ -108,10 +108,9 @@ type group struct {
 // per round until the WAL is closed and the queue is empty.
 func (w *WAL) committer() {
 	defer close(w.done)
-	var lastOps int
-	var lastDur time.Duration
+	gr := &w.grouper
 	for {
-		w.gather(lastOps, lastDur)
+		w.gather(gr)
 		w.mu.Lock()
 		ops := w.queue
 		w.queue = nil
@@ -120,11 +119,12 @@ func (w *WAL) committer() {
 		if len(ops) > 0 {
 			start := time.Now()
 			ops, releases := w.deferReleases(ops)
-			w.commit(ops)
-			lastOps, lastDur = len(ops), time.Since(start)
+			queued := w.commit(ops)
+			dur := time.Since(start)
 			if len(releases) > 0 {
 				w.commit(releases)
 			}
+			gr.ended(len(ops), queued, dur)
 			continue
 		}
 		if closed {
@@ -200,36 +200,29 @@ func (w *WAL) deferReleases(ops []*op) (rest, releases []*op) {
 	return rest, releases
 }
 
-// gather lets a group fill up before it is committed. When many appenders
-// wait for each commit, their next appends arrive together just after it,
-// and committing the first arrival alone would split them into a small
-// group and a large one that waits a whole extra commit. Worse, with each
-// appender one op in flight the split is stable: the ops that arrived
-// during a commit (already queued when it ends) go alone, and the last
-// group's appenders, acknowledged a moment later, form the next group —
-// two half groups taking turns, each paying a whole commit. So gather
-// waits until the queue holds what was queued when it started plus three
-// quarters of the last group (whose appenders are about to come back), at
-// most a quarter of the last commit's duration (and never more than
-// maxGatherWait). A lone appender (last group of one) never waits.
-// Measured with BenchmarkAppendParallel (closed loop, one op in flight
-// per goroutine): p16 16 -> 26 records per commit, p64 70 -> 94-109.
-func (w *WAL) gather(lastOps int, lastDur time.Duration) {
-	if lastOps < 4 {
+// gather holds the next group back until the writers of the last one are
+// back (see grouper), or until gr's wait has passed since the last commit
+// ended. It never waits for writers already queued, and a lone writer
+// (target 1) never waits at all: its own arrival is the target.
+func (w *WAL) gather(gr *grouper) {
+	target, wait := gr.target()
+	if target <= 0 {
 		return
 	}
-	target := -1
-	wait := min(lastDur/4, maxGatherWait)
-	deadline := time.Now().Add(wait)
+	deadline := gr.end.Add(wait)
 	for {
 		w.mu.Lock()
 		n, closed := len(w.queue), w.closed
 		w.mu.Unlock()
-		if target < 0 {
-			target = n + lastOps*3/4
+		if n == 0 || closed {
+			return // nothing to commit yet: the committer sleeps on wake
+		}
+		if n >= target {
+			return
 		}
 		left := time.Until(deadline)
-		if n == 0 || n >= target || closed || left <= 0 {
+		if left <= 0 {
+			gr.late++
 			return
 		}
 		t := time.NewTimer(left)
@@ -241,11 +234,11 @@ func (w *WAL) gather(lastOps int, lastDur time.Duration) {
 	}
 }
 
-// maxGatherWait bounds how long gather holds a group back.
-const maxGatherWait = time.Millisecond
-
-// commit applies ops in one transaction and reports each op's outcome.
-func (w *WAL) commit(ops []*op) {
+// commit applies ops in one transaction and reports each op's outcome. It
+// returns how many ops were queued when the transaction ended, before the
+// outcomes were reported (after, the queue also holds the ops of writers
+// that came back at once).
+func (w *WAL) commit(ops []*op) (queued int) {
 	start := time.Now()
 	live := ops[:0]
 	for _, o := range ops {
@@ -254,7 +247,7 @@ func (w *WAL) commit(ops []*op) {
 		}
 	}
 	if len(live) == 0 {
-		return
+		return 0
 	}
 	results := make([]error, len(live))
 	g, rejections, err := w.apply(live, results)
@@ -266,12 +259,13 @@ func (w *WAL) commit(ops []*op) {
 		w.mu.Lock()
 		w.stats.CommitErrors++
 		w.stats.Ops += int64(len(live))
+		queued = len(w.queue)
 		w.mu.Unlock()
 		for _, o := range live {
 			o.failed.Store(true)
 			o.done(err)
 		}
-		return
+		return queued
 	}
 	committed := g != nil
 	w.mu.Lock()
@@ -301,6 +295,7 @@ func (w *WAL) commit(ops []*op) {
 	}
 	w.stats.Ops += int64(len(live))
 	w.stats.BudgetRejections += rejections
+	queued = len(w.queue)
 	w.mu.Unlock()
 	if committed {
 		w.metrics.observe(time.Since(start), len(live))
@@ -314,6 +309,7 @@ func (w *WAL) commit(ops []*op) {
 	for i, o := range live {
 		o.done(results[i])
 	}
+	return queued
 }
 
 // apply runs ops in one transaction, filling results with per-op errors. It

@@ -44,9 +44,13 @@
 // while that commit is in flight, newly arriving ops queue up and all go into
 // the next one. Releases taken with appends are committed in a transaction
 // of their own right after the appends' (see deferReleases), so deleting
-// released chunks never lengthens the commit acknowledgements wait for. There is no artificial delay: a lone append is committed at
-// once, and under load groups grow by themselves because each fsync takes
-// long enough for many appends to arrive.
+// released chunks never lengthens the commit acknowledgements wait for. A
+// lone append is committed at once. Under load groups grow by themselves,
+// because each fsync takes long enough for many appends to arrive, and the
+// committer learns its closed-loop writers (group.go): it holds the next
+// group, at most one mean commit and 2 ms, until the writers just
+// acknowledged are back, so they do not split into half groups taking
+// turns.
 //
 // Inside the group, each append op is encoded with its tentative offsets,
 // checked against the budget and only then added to its partitions' pending
@@ -256,8 +260,9 @@ type WAL struct {
 
 	metrics *metrics // histograms (metrics.go)
 
-	arena  []byte // committer only: records encoded in the current group
-	chunks []byte // committer only: chunks written in the current group
+	arena   []byte  // committer only: records encoded in the current group
+	chunks  []byte  // committer only: chunks written in the current group
+	grouper grouper // committer only (group.go)
 
 	tapState // verbatim.go
 }
