@@ -178,9 +178,19 @@ func (p *Producer) serveProduce(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		// The body must not be read after the handler returns: stop the
 		// decoder (a read blocked on the client ends at the deadline).
+		// Only while it still reads: once it has read the body to its
+		// end, net/http reads the connection in the background (to see
+		// the client go), and a deadline in the past would fail that
+		// read, cancel the connection's context, and with it the next
+		// request a keep-alive client sends on it (seen as a stream
+		// "without a record" under load).
 		cancel()
 		if streaming {
-			rc.SetReadDeadline(time.Now())
+			select {
+			case <-decoded:
+			default:
+				rc.SetReadDeadline(time.Now())
+			}
 		}
 		<-decoded
 	}()
