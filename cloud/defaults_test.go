@@ -56,6 +56,7 @@ func TestDocumentedDefaults(t *testing.T) {
 		{"pulsar.message_cache_bytes", "Default 64MiB", "67108864"},
 		{"mqtt.addr", `Default "" (off)`, ""},
 		{"mqtt.ws_addr", `Default "" (off)`, ""},
+		{"mqtt.ws_allowed_origins", "Default none", "[]"},
 		{"mqtt.max_inflight", "Default 256", "256"},
 		{"mqtt.max_subscriptions", "Default 100", "100"},
 		{"mqtt.max_session_expiry", "Default 168h", "168h0m0s"},

@@ -45,6 +45,7 @@ func TestDocumentedDefaults(t *testing.T) {
 		{"storage.s3.path_style", "Default false", "false"},
 		{"mqtt.addr", "Default 127.0.0.1:1883", "127.0.0.1:1883"},
 		{"mqtt.ws_addr", `Default "" (off)`, ""},
+		{"mqtt.ws_allowed_origins", "Default none", "[]"},
 		{"mqtt.default_stream", "Default mqtt.default", "mqtt.default"},
 		{"mqtt.max_packet_size", "Default 1 MiB", "1048576"},
 		{"mqtt.receive_maximum", "Default 64", "64"},
