@@ -146,7 +146,8 @@ func (s *Server) listen() error {
 	cfg := s.cfg
 	if a := cfg.Catalog.Addr; a != "" {
 		h := rest.NewHandler(s.cat.Iceberg(), rest.Options{Warehouse: cfg.Catalog.Warehouse, Token: cfg.Catalog.Token,
-			NodeToken: cfg.Catalog.NodeToken, Auth: s.auth, Logger: s.log.With("component", "rest-catalog")})
+			NodeToken: cfg.Catalog.NodeToken, Auth: s.auth, Logger: s.log.With("component", "rest-catalog"),
+			Defaults: cfg.Storage.EngineProperties(cfg.Catalog.Warehouse)})
 		s.con = newCloudConsole(s.cat)
 		rs, err := rest.Listen(a, withProbes(h, s.cat, s.reg, s.auth, s.con),
 			listen.Config{Logger: s.log, TLS: s.tls.Server("rest")})

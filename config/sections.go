@@ -1,6 +1,8 @@
 package config
 
 import (
+	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -24,6 +26,20 @@ type Storage struct {
 		AccessKeyID     string `yaml:"access_key_id"`
 		SecretAccessKey string `yaml:"secret_access_key"`
 	} `yaml:"s3"`
+	// GCS configures a gs:// warehouse (Google Cloud Storage or an
+	// emulator). Empty fields use application-default credentials
+	// (GOOGLE_APPLICATION_CREDENTIALS, the metadata server);
+	// STORAGE_EMULATOR_HOST is honoured when endpoint is empty.
+	GCS struct {
+		// Endpoint of the JSON API, e.g.
+		// http://127.0.0.1:4443/storage/v1/ for fake-gcs-server.
+		Endpoint string `yaml:"endpoint"`
+		// CredentialsFile is a service-account JSON key file.
+		CredentialsFile string `yaml:"credentials_file"`
+		// Anonymous sends no credentials (public buckets, emulators).
+		// Default false.
+		Anonymous bool `yaml:"anonymous"`
+	} `yaml:"gcs"`
 }
 
 // S3Options are the storage.s3 settings for the uplink and iceberg-go.
@@ -33,13 +49,33 @@ func (s Storage) S3Options() tables.S3Options {
 		AccessKeyID: o.AccessKeyID, SecretAccessKey: o.SecretAccessKey}
 }
 
+// GCSOptions are the storage.gcs settings for the uplink and iceberg-go.
+func (s Storage) GCSOptions() tables.GCSOptions {
+	o := s.GCS
+	return tables.GCSOptions{Endpoint: o.Endpoint, CredentialsFile: o.CredentialsFile, Anonymous: o.Anonymous}
+}
+
+// Stores are the settings of every store, for uplink.OpenBucket.
+func (s Storage) Stores() tables.StoreOptions {
+	return tables.StoreOptions{S3: s.S3Options(), GCS: s.GCSOptions()}
+}
+
 // CatalogProperties are the catalog properties the storage settings imply
-// for a warehouse (iceberg-go FileIO settings for s3://).
+// for a warehouse (iceberg-go FileIO settings of its scheme).
 func (s Storage) CatalogProperties(warehouse string) map[string]string {
-	if !strings.HasPrefix(warehouse, "s3://") {
-		return nil
+	return s.Stores().IcebergProperties(warehouse)
+}
+
+// EngineProperties are the FileIO properties the REST catalog hands to
+// engines in GET /v1/config (endpoint, region, addressing, anonymous
+// access): CatalogProperties without secrets or server-side paths, which
+// engines bring themselves.
+func (s Storage) EngineProperties(warehouse string) map[string]string {
+	p := s.CatalogProperties(warehouse)
+	for _, k := range []string{"s3.access-key-id", "s3.secret-access-key", "gcs.keypath", "gcs.jsonkey"} {
+		delete(p, k)
 	}
-	return s.S3Options().IcebergProperties()
+	return p
 }
 
 // Validate reports each bad field through bad (the warehouse decides
@@ -47,6 +83,22 @@ func (s Storage) CatalogProperties(warehouse string) map[string]string {
 func (s Storage) Validate(warehouse string, bad func(field, format string, args ...any)) {
 	if strings.HasPrefix(warehouse, "s3://") && (s.S3.AccessKeyID == "") != (s.S3.SecretAccessKey == "") {
 		bad("storage.s3", "set both access_key_id and secret_access_key, or neither (to use the AWS SDK's defaults)")
+	}
+	if strings.HasPrefix(warehouse, "gs://") {
+		if u, err := url.Parse(warehouse); err != nil || u.Host == "" {
+			bad("catalog.warehouse", "%q: want gs://BUCKET/prefix", warehouse)
+		}
+		if s.GCS.Anonymous && s.GCS.CredentialsFile != "" {
+			bad("storage.gcs", "set credentials_file or anonymous, not both")
+		}
+		if f := s.GCS.CredentialsFile; f != "" {
+			if _, err := os.ReadFile(f); err != nil {
+				bad("storage.gcs.credentials_file", "%v", err)
+			}
+		}
+		if e := s.GCS.Endpoint; e != "" && !strings.HasPrefix(e, "http://") && !strings.HasPrefix(e, "https://") {
+			bad("storage.gcs.endpoint", "%q: want an http(s):// URL", e)
+		}
 	}
 }
 
