@@ -40,6 +40,27 @@ type Storage struct {
 		// Default false.
 		Anonymous bool `yaml:"anonymous"`
 	} `yaml:"gcs"`
+	// Azure configures an Azure warehouse:
+	// abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/prefix (or wasbs://
+	// CONTAINER@ACCOUNT.blob.core.windows.net/prefix). Set one of key,
+	// sas_token or connection_string, or none for Azure's default
+	// credential chain; empty ones are taken from AZURE_STORAGE_KEY,
+	// AZURE_STORAGE_SAS_TOKEN and AZURE_STORAGE_CONNECTION_STRING.
+	Azure struct {
+		// Account is the storage account; default the warehouse's. When
+		// set, it must match it.
+		Account string `yaml:"account"`
+		// Key is the account's shared key.
+		Key string `yaml:"key"`
+		// SASToken is a shared access signature (without the leading ?).
+		SASToken string `yaml:"sas_token"`
+		// ConnectionString is an Azure Storage connection string.
+		ConnectionString string `yaml:"connection_string"`
+		// Endpoint of the blob service, e.g.
+		// http://127.0.0.1:10000/devstoreaccount1 for Azurite; default
+		// https://ACCOUNT.blob.core.windows.net.
+		Endpoint string `yaml:"endpoint"`
+	} `yaml:"azure"`
 }
 
 // S3Options are the storage.s3 settings for the uplink and iceberg-go.
@@ -55,9 +76,16 @@ func (s Storage) GCSOptions() tables.GCSOptions {
 	return tables.GCSOptions{Endpoint: o.Endpoint, CredentialsFile: o.CredentialsFile, Anonymous: o.Anonymous}
 }
 
+// AzureOptions are the storage.azure settings for the uplink and iceberg-go.
+func (s Storage) AzureOptions() tables.AzureOptions {
+	o := s.Azure
+	return tables.AzureOptions{Account: o.Account, Key: o.Key, SASToken: o.SASToken,
+		ConnectionString: o.ConnectionString, Endpoint: o.Endpoint}
+}
+
 // Stores are the settings of every store, for uplink.OpenBucket.
 func (s Storage) Stores() tables.StoreOptions {
-	return tables.StoreOptions{S3: s.S3Options(), GCS: s.GCSOptions()}
+	return tables.StoreOptions{S3: s.S3Options(), GCS: s.GCSOptions(), Azure: s.AzureOptions()}
 }
 
 // CatalogProperties are the catalog properties the storage settings imply
@@ -72,8 +100,13 @@ func (s Storage) CatalogProperties(warehouse string) map[string]string {
 // engines bring themselves.
 func (s Storage) EngineProperties(warehouse string) map[string]string {
 	p := s.CatalogProperties(warehouse)
-	for _, k := range []string{"s3.access-key-id", "s3.secret-access-key", "gcs.keypath", "gcs.jsonkey"} {
-		delete(p, k)
+	for k := range p {
+		switch {
+		case k == "s3.access-key-id", k == "s3.secret-access-key", k == "gcs.keypath", k == "gcs.jsonkey",
+			k == "adls.auth.shared-key.account.name", k == "adls.auth.shared-key.account.key",
+			strings.HasPrefix(k, "adls.sas-token."), strings.HasPrefix(k, "adls.connection-string."):
+			delete(p, k)
+		}
 	}
 	return p
 }
@@ -98,6 +131,28 @@ func (s Storage) Validate(warehouse string, bad func(field, format string, args 
 		}
 		if e := s.GCS.Endpoint; e != "" && !strings.HasPrefix(e, "http://") && !strings.HasPrefix(e, "https://") {
 			bad("storage.gcs.endpoint", "%q: want an http(s):// URL", e)
+		}
+	}
+	if loc, ok, err := tables.ParseAzureWarehouse(warehouse); ok {
+		if err != nil {
+			bad("catalog.warehouse", "%v", err)
+			return
+		}
+		a := s.Azure
+		if a.Account != "" && a.Account != loc.Account {
+			bad("storage.azure.account", "%q, but catalog.warehouse is in account %q", a.Account, loc.Account)
+		}
+		n := 0
+		for _, v := range []string{a.Key, a.SASToken, a.ConnectionString} {
+			if v != "" {
+				n++
+			}
+		}
+		if n > 1 {
+			bad("storage.azure", "set one of key, sas_token and connection_string")
+		}
+		if _, _, err := s.AzureOptions().EndpointParts(loc.Account); err != nil {
+			bad("storage.azure.endpoint", "%v", err)
 		}
 	}
 }

@@ -75,13 +75,14 @@ func gcsProps(endpoint string) map[string]string {
 func TestGCSEdgeToCloud(t *testing.T) {
 	endpoint := startFakeGCS(t)
 	warehouse := "gs://" + gcsBucket + "/warehouse"
-	storeEdgeToCloud(t, warehouse, gcsStorage(endpoint), gcsProps(endpoint))
+	storeEdgeToCloud(t, warehouse, gcsStorage(endpoint), gcsProps(endpoint), nil)
 }
 
 // storeEdgeToCloud is TestGCSEdgeToCloud's body for a warehouse on any
 // store: storage is the storage section of both configs, props the FileIO
-// properties iceberg-go reads the table with.
-func storeEdgeToCloud(t *testing.T, warehouse, storage string, props map[string]string) {
+// properties iceberg-go reads the table with, engineProps the ones an
+// engine brings to the cloud's REST catalog (secrets it hands out to none).
+func storeEdgeToCloud(t *testing.T, warehouse, storage string, props, engineProps map[string]string) {
 	dir := t.TempDir()
 	cfg := edgeConfig(t, dir, "store-edge", fmt.Sprintf("catalog:\n  uri: sqlite://%s/catalog.db\n  warehouse: %s\n%skafka:\n  addr: 127.0.0.1:0\n",
 		dir, warehouse, storage))
@@ -132,7 +133,7 @@ maintenance:
 	cloud := startProc(t, dir, "cloud", "-config", cloudCfg)
 	// An engine given only the REST catalog's address reads the files: the
 	// store's FileIO settings come with GET /v1/config.
-	rc, err := restcat.NewCatalog(ctx, "tributary", "http://"+cloud.Catalog)
+	rc, err := restcat.NewCatalog(ctx, "tributary", "http://"+cloud.Catalog, restcat.WithAdditionalProps(engineProps))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,9 +14,8 @@ import (
 	"github.com/tributary-io/tributary/tables"
 )
 
-// BlobBucket is a Bucket on a gocloud.dev/blob URL: file://, s3:// and gs://
-// are linked in (azblob:// is not: its driver is not part of this build, and
-// OpenBucket reports the scheme as unsupported). On file:// it also fsyncs
+// BlobBucket is a Bucket on a warehouse URL: file://, s3://, gs://, and
+// Azure's abfss:// and wasbs:// (tables.ParseAzureWarehouse). On file:// it also fsyncs
 // each object and its folder, so that
 // a committed file survives a power cut like the WAL records it replaced.
 type BlobBucket struct {
@@ -24,7 +23,7 @@ type BlobBucket struct {
 	fileDir string // local root for file:// URLs
 }
 
-// OpenBucket opens the warehouse bucket: file://, s3:// or gs:// (configured
+// OpenBucket opens the warehouse bucket: file://, s3://, gs:// or Azure (configured
 // by stores, which may be zero for the SDKs' defaults), or any other
 // gocloud.dev/blob URL whose driver is linked in. On a cloud store it
 // checks that the bucket exists and the credentials reach it, so that a
@@ -52,7 +51,22 @@ func OpenBucket(ctx context.Context, warehouse string, stores ...tables.StoreOpt
 		if err != nil {
 			return nil, fmt.Errorf("open bucket %s: %w", warehouse, err)
 		}
-		if err := checkAccessible(ctx, b, "gcs", u.Host); err != nil {
+		if err := checkAccessible(ctx, b, "gcs", u.Host, "the credentials of storage.gcs"); err != nil {
+			b.Close()
+			return nil, err
+		}
+		bb.b = b
+		return bb, nil
+	}
+	if loc, ok, err := tables.ParseAzureWarehouse(warehouse); ok {
+		if err != nil {
+			return nil, fmt.Errorf("catalog.warehouse: %w", err)
+		}
+		b, credKey, err := openAzure(ctx, loc, o.Azure)
+		if err != nil {
+			return nil, fmt.Errorf("open bucket %s: %w", warehouse, err)
+		}
+		if err := checkAccessible(ctx, b, "azure", loc.Container, credKey); err != nil {
 			b.Close()
 			return nil, err
 		}

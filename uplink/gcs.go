@@ -62,13 +62,14 @@ func openGCS(ctx context.Context, u *url.URL, o tables.GCSOptions) (*blob.Bucket
 }
 
 // checkAccessible reports a bucket (container) that does not exist or that
-// the credentials cannot reach as an error naming catalog.warehouse.
-func checkAccessible(ctx context.Context, b *blob.Bucket, store, name string) error {
+// the credentials (of the key credKey) cannot reach as an error naming
+// catalog.warehouse.
+func checkAccessible(ctx context.Context, b *blob.Bucket, store, name, credKey string) error {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	ok, err := b.IsAccessible(cctx)
 	if err != nil {
-		return fmt.Errorf("catalog.warehouse: %s bucket %q is not reachable (check the credentials in storage.%s): %w", store, name, store, err)
+		return fmt.Errorf("catalog.warehouse: %s bucket %q is not reachable (check %s): %w", store, name, credKey, err)
 	}
 	if !ok {
 		return fmt.Errorf("catalog.warehouse: %s bucket %q does not exist", store, name)
