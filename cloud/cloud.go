@@ -37,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,6 +51,7 @@ import (
 	"github.com/tributary-io/tributary/pulsar"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/tables/rest"
+	"github.com/tributary-io/tributary/uplink"
 )
 
 // Server is one cloud server.
@@ -80,6 +82,16 @@ type Server struct {
 func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	// The cloud reads through iceberg-go's FileIO; opening the uplink's
+	// bucket once turns a missing bucket or refused credentials into a
+	// start-up error naming the key.
+	if !strings.HasPrefix(cfg.Catalog.Warehouse, "file://") && cfg.Catalog.Warehouse != "" {
+		b, err := uplink.OpenBucket(ctx, cfg.Catalog.Warehouse, cfg.Storage.Stores())
+		if err != nil {
+			return nil, err
+		}
+		b.Close()
 	}
 	cat, err := tables.Open(ctx, tables.Config{Name: cfg.Catalog.Name, URI: cfg.Catalog.URI, Warehouse: cfg.Catalog.Warehouse,
 		Properties: cfg.Storage.CatalogProperties(cfg.Catalog.Warehouse)})
