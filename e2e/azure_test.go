@@ -89,3 +89,8 @@ func TestAzureEdgeToCloud(t *testing.T) {
 	storeEdgeToCloud(t, warehouse, azureStorage(endpoint), props, map[string]string{
 		"adls.auth.shared-key.account.name": azAccount, "adls.auth.shared-key.account.key": azKey})
 }
+
+func TestAzureCrash(t *testing.T) {
+	endpoint := startAzurite(t)
+	storeCrash(t, "abfss://"+azContainer+"@"+azAccount+".dfs.core.windows.net/warehouse", azureStorage(endpoint), azureProps(endpoint))
+}

@@ -153,3 +153,18 @@ maintenance:
 	cl.Close()
 	checkExactlyOnce(t, "kgo", want, got)
 }
+
+// TestGCSCrash and TestAzureCrash: the spine's kill -9 test (three rounds
+// under load) with the warehouse on each emulator: nothing acknowledged is
+// lost or duplicated.
+func TestGCSCrash(t *testing.T) {
+	endpoint := startFakeGCS(t)
+	storeCrash(t, "gs://"+gcsBucket+"/warehouse", gcsStorage(endpoint), gcsProps(endpoint))
+}
+
+func storeCrash(t *testing.T, warehouse, storage string, props map[string]string) {
+	dir := t.TempDir()
+	cfg := edgeConfig(t, dir, "store-crash", fmt.Sprintf("catalog:\n  uri: sqlite://%s/catalog.db\n  warehouse: %s\n%s", dir, warehouse, storage))
+	crashRounds(t, 3, func() *proc { return startEdge(t, dir, cfg) },
+		func() []*tributary.Record { return readTableProps(t, dir, "factory.telemetry", props) })
+}
