@@ -42,13 +42,14 @@ type Storage struct {
 	} `yaml:"gcs"`
 	// Azure configures an Azure warehouse:
 	// abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/prefix (or wasbs://
-	// CONTAINER@ACCOUNT.blob.core.windows.net/prefix). Set one of key,
+	// CONTAINER@ACCOUNT.blob.core.windows.net/prefix; azblob://CONTAINER/prefix
+	// with account set is recorded as the abfss:// form). Set one of key,
 	// sas_token or connection_string, or none for Azure's default
 	// credential chain; empty ones are taken from AZURE_STORAGE_KEY,
 	// AZURE_STORAGE_SAS_TOKEN and AZURE_STORAGE_CONNECTION_STRING.
 	Azure struct {
 		// Account is the storage account; default the warehouse's. When
-		// set, it must match it.
+		// set, it must match it; an azblob:// warehouse needs it.
 		Account string `yaml:"account"`
 		// Key is the account's shared key.
 		Key string `yaml:"key"`
@@ -68,6 +69,18 @@ func (s Storage) S3Options() tables.S3Options {
 	o := s.S3
 	return tables.S3Options{Endpoint: o.Endpoint, Region: o.Region, PathStyle: o.PathStyle,
 		AccessKeyID: o.AccessKeyID, SecretAccessKey: o.SecretAccessKey}
+}
+
+// Warehouse is catalog.warehouse as tables record it: an
+// azblob://CONTAINER/prefix alias becomes
+// abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/prefix (storage.azure.account),
+// the form Spark, Trino and iceberg-go read. Others are unchanged.
+func (s Storage) Warehouse(warehouse string) string {
+	u, err := url.Parse(warehouse)
+	if err != nil || u.Scheme != "azblob" || s.Azure.Account == "" || u.Host == "" {
+		return warehouse
+	}
+	return "abfss://" + u.Host + "@" + s.Azure.Account + ".dfs.core.windows.net" + strings.TrimRight(u.Path, "/")
 }
 
 // GCSOptions are the storage.gcs settings for the uplink and iceberg-go.
@@ -132,6 +145,9 @@ func (s Storage) Validate(warehouse string, bad func(field, format string, args 
 		if e := s.GCS.Endpoint; e != "" && !strings.HasPrefix(e, "http://") && !strings.HasPrefix(e, "https://") {
 			bad("storage.gcs.endpoint", "%q: want an http(s):// URL", e)
 		}
+	}
+	if strings.HasPrefix(warehouse, "azblob://") {
+		bad("storage.azure.account", "required with an azblob://CONTAINER/prefix catalog.warehouse (or write abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/prefix)")
 	}
 	if loc, ok, err := tables.ParseAzureWarehouse(warehouse); ok {
 		if err != nil {

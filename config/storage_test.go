@@ -66,3 +66,22 @@ func TestStorageProperties(t *testing.T) {
 		t.Errorf("STORAGE_EMULATOR_HOST: %v, want %v", got, want)
 	}
 }
+
+// TestAzblobAlias: azblob://CONTAINER/prefix is recorded in the abfss://
+// form engines read, with storage.azure.account; without it, it is refused.
+func TestAzblobAlias(t *testing.T) {
+	var s Storage
+	s.Azure.Account = "acct"
+	if got, want := s.Warehouse("azblob://lake/w/"), "abfss://lake@acct.dfs.core.windows.net/w"; got != want {
+		t.Errorf("alias: %s, want %s", got, want)
+	}
+	if got := s.Warehouse("s3://lake/w"); got != "s3://lake/w" {
+		t.Errorf("s3 changed: %s", got)
+	}
+	var none Storage
+	var fields []string
+	none.Validate(none.Warehouse("azblob://lake/w"), func(field, format string, args ...any) { fields = append(fields, field) })
+	if len(fields) != 1 || fields[0] != "storage.azure.account" {
+		t.Errorf("azblob:// without an account: %v, want storage.azure.account", fields)
+	}
+}

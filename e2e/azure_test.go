@@ -90,7 +90,10 @@ func TestAzureEdgeToCloud(t *testing.T) {
 		"adls.auth.shared-key.account.name": azAccount, "adls.auth.shared-key.account.key": azKey})
 }
 
+// TestAzureCrash writes the warehouse as the azblob://CONTAINER/prefix
+// alias with storage.azure.account; the tables record the abfss:// form
+// (iceberg-go's adls FileIO reads them back).
 func TestAzureCrash(t *testing.T) {
 	endpoint := startAzurite(t)
-	storeCrash(t, "abfss://"+azContainer+"@"+azAccount+".dfs.core.windows.net/warehouse", azureStorage(endpoint), azureProps(endpoint))
+	storeCrash(t, "azblob://"+azContainer+"/warehouse", azureStorage(endpoint)+"    account: "+azAccount+"\n", azureProps(endpoint))
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -167,4 +168,8 @@ func storeCrash(t *testing.T, warehouse, storage string, props map[string]string
 	cfg := edgeConfig(t, dir, "store-crash", fmt.Sprintf("catalog:\n  uri: sqlite://%s/catalog.db\n  warehouse: %s\n%s", dir, warehouse, storage))
 	crashRounds(t, 3, func() *proc { return startEdge(t, dir, cfg) },
 		func() []*tributary.Record { return readTableProps(t, dir, "factory.telemetry", props) })
+	if loc := loadSQLiteTable(t, dir+"/catalog.db", "factory.telemetry", props).Location(); strings.HasPrefix(warehouse, "azblob://") &&
+		!strings.HasPrefix(loc, "abfss://") {
+		t.Fatalf("table location %s, want the abfss:// form", loc)
+	}
 }
