@@ -10,6 +10,8 @@ UNIT_PKGS  = $(shell $(GO) list ./... | grep -v /e2e)
 APT_PKGS  := mosquitto mosquitto-clients kcat postgresql chromium nftables iproute2
 DATA      ?= ./data
 VERSITYGW := v1.8.0
+FAKEGCS := v1.56.1
+AZURITE := 3.37.0
 
 .PHONY: all build run test deps vet unit e2e bench fuzz clean fmt proto docs
 
@@ -43,6 +45,15 @@ deps:
 	if ! command -v versitygw >/dev/null 2>&1 && [ ! -x $$gobin/versitygw ]; then \
 	  echo "installing versitygw $(VERSITYGW) (a real S3 server for the tests)"; \
 	  $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW); \
+	fi; \
+	if ! command -v fake-gcs-server >/dev/null 2>&1 && [ ! -x $$gobin/fake-gcs-server ]; then \
+	  echo "installing fake-gcs-server $(FAKEGCS) (a real GCS emulator for the tests)"; \
+	  $(GO) install github.com/fsouza/fake-gcs-server@$(FAKEGCS); \
+	fi
+	@if ! command -v azurite-blob >/dev/null 2>&1 && [ ! -x $$HOME/.cache/tributary/azurite/node_modules/.bin/azurite-blob ]; then \
+	  echo "installing azurite $(AZURITE) into ~/.cache/tributary/azurite (a real Azure Blob emulator for the tests)"; \
+	  mkdir -p $$HOME/.cache/tributary/azurite && cd $$HOME/.cache/tributary/azurite && \
+	  npm install --no-audit --no-fund --silent azurite@$(AZURITE); \
 	fi
 	cd e2e/testdata/duckdb && npm ci --no-audit --no-fund --silent
 	$(GO) mod download

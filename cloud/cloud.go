@@ -37,6 +37,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -51,6 +52,7 @@ import (
 	"github.com/tributary-io/tributary/pulsar"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/tables/rest"
+	"github.com/tributary-io/tributary/uplink"
 )
 
 // Server is one cloud server.
@@ -81,6 +83,16 @@ type Server struct {
 func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	// The cloud reads through iceberg-go's FileIO; opening the uplink's
+	// bucket once turns a missing bucket or refused credentials into a
+	// start-up error naming the key.
+	if !strings.HasPrefix(cfg.Catalog.Warehouse, "file://") && cfg.Catalog.Warehouse != "" {
+		b, err := uplink.OpenBucket(ctx, cfg.Catalog.Warehouse, cfg.Storage.Stores())
+		if err != nil {
+			return nil, err
+		}
+		b.Close()
 	}
 	cat, err := tables.Open(ctx, tables.Config{Name: cfg.Catalog.Name, URI: cfg.Catalog.URI, Warehouse: cfg.Catalog.Warehouse,
 		Properties: cfg.Storage.CatalogProperties(cfg.Catalog.Warehouse)})
@@ -147,7 +159,8 @@ func (s *Server) listen() error {
 	cfg := s.cfg
 	if a := cfg.Catalog.Addr; a != "" {
 		h := rest.NewHandler(s.cat.Iceberg(), rest.Options{Warehouse: cfg.Catalog.Warehouse, Token: cfg.Catalog.Token,
-			NodeToken: cfg.Catalog.NodeToken, Auth: s.auth, Logger: s.log.With("component", "rest-catalog")})
+			NodeToken: cfg.Catalog.NodeToken, Auth: s.auth, Logger: s.log.With("component", "rest-catalog"),
+			Defaults: cfg.Storage.EngineProperties(cfg.Catalog.Warehouse)})
 		s.con = newCloudConsole(s.cat)
 		rs, err := rest.Listen(a, rest.RateLimited(h, withProbes(h, s.cat, s.reg, s.auth, s.con)),
 			listen.Config{Logger: s.log, TLS: s.tls.Server("rest"), LoopbackHosts: s.openLoopback(a)})

@@ -167,6 +167,7 @@ func (c *Config) ApplyDefaults() {
 		c.DataDir = "./data"
 	}
 	config.DefaultCatalog(c.DataDir, &c.Catalog.Name, &c.Catalog.URI, &c.Catalog.Warehouse)
+	c.Catalog.Warehouse = c.Storage.Warehouse(c.Catalog.Warehouse)
 	if c.Catalog.Addr == "" {
 		c.Catalog.Addr = "127.0.0.1:8181"
 	}

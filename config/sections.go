@@ -1,6 +1,8 @@
 package config
 
 import (
+	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -24,6 +26,42 @@ type Storage struct {
 		AccessKeyID     string `yaml:"access_key_id"`
 		SecretAccessKey string `yaml:"secret_access_key"`
 	} `yaml:"s3"`
+	// GCS configures a gs:// warehouse (Google Cloud Storage or an
+	// emulator). Empty fields use application-default credentials
+	// (GOOGLE_APPLICATION_CREDENTIALS, the metadata server);
+	// STORAGE_EMULATOR_HOST is honoured when endpoint is empty.
+	GCS struct {
+		// Endpoint of the JSON API, e.g.
+		// http://127.0.0.1:4443/storage/v1/ for fake-gcs-server.
+		Endpoint string `yaml:"endpoint"`
+		// CredentialsFile is a service-account JSON key file.
+		CredentialsFile string `yaml:"credentials_file"`
+		// Anonymous sends no credentials (public buckets, emulators).
+		// Default false.
+		Anonymous bool `yaml:"anonymous"`
+	} `yaml:"gcs"`
+	// Azure configures an Azure warehouse:
+	// abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/prefix (or wasbs://
+	// CONTAINER@ACCOUNT.blob.core.windows.net/prefix; azblob://CONTAINER/prefix
+	// with account set is recorded as the abfss:// form). Set one of key,
+	// sas_token or connection_string, or none for Azure's default
+	// credential chain; empty ones are taken from AZURE_STORAGE_KEY,
+	// AZURE_STORAGE_SAS_TOKEN and AZURE_STORAGE_CONNECTION_STRING.
+	Azure struct {
+		// Account is the storage account; default the warehouse's. When
+		// set, it must match it; an azblob:// warehouse needs it.
+		Account string `yaml:"account"`
+		// Key is the account's shared key.
+		Key string `yaml:"key"`
+		// SASToken is a shared access signature (without the leading ?).
+		SASToken string `yaml:"sas_token"`
+		// ConnectionString is an Azure Storage connection string.
+		ConnectionString string `yaml:"connection_string"`
+		// Endpoint of the blob service, e.g.
+		// http://127.0.0.1:10000/devstoreaccount1 for Azurite; default
+		// https://ACCOUNT.blob.core.windows.net.
+		Endpoint string `yaml:"endpoint"`
+	} `yaml:"azure"`
 }
 
 // S3Options are the storage.s3 settings for the uplink and iceberg-go.
@@ -33,13 +71,57 @@ func (s Storage) S3Options() tables.S3Options {
 		AccessKeyID: o.AccessKeyID, SecretAccessKey: o.SecretAccessKey}
 }
 
-// CatalogProperties are the catalog properties the storage settings imply
-// for a warehouse (iceberg-go FileIO settings for s3://).
-func (s Storage) CatalogProperties(warehouse string) map[string]string {
-	if !strings.HasPrefix(warehouse, "s3://") {
-		return nil
+// Warehouse is catalog.warehouse as tables record it: an
+// azblob://CONTAINER/prefix alias becomes
+// abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/prefix (storage.azure.account),
+// the form Spark, Trino and iceberg-go read. Others are unchanged.
+func (s Storage) Warehouse(warehouse string) string {
+	u, err := url.Parse(warehouse)
+	if err != nil || u.Scheme != "azblob" || s.Azure.Account == "" || u.Host == "" {
+		return warehouse
 	}
-	return s.S3Options().IcebergProperties()
+	return "abfss://" + u.Host + "@" + s.Azure.Account + ".dfs.core.windows.net" + strings.TrimRight(u.Path, "/")
+}
+
+// GCSOptions are the storage.gcs settings for the uplink and iceberg-go.
+func (s Storage) GCSOptions() tables.GCSOptions {
+	o := s.GCS
+	return tables.GCSOptions{Endpoint: o.Endpoint, CredentialsFile: o.CredentialsFile, Anonymous: o.Anonymous}
+}
+
+// AzureOptions are the storage.azure settings for the uplink and iceberg-go.
+func (s Storage) AzureOptions() tables.AzureOptions {
+	o := s.Azure
+	return tables.AzureOptions{Account: o.Account, Key: o.Key, SASToken: o.SASToken,
+		ConnectionString: o.ConnectionString, Endpoint: o.Endpoint}
+}
+
+// Stores are the settings of every store, for uplink.OpenBucket.
+func (s Storage) Stores() tables.StoreOptions {
+	return tables.StoreOptions{S3: s.S3Options(), GCS: s.GCSOptions(), Azure: s.AzureOptions()}
+}
+
+// CatalogProperties are the catalog properties the storage settings imply
+// for a warehouse (iceberg-go FileIO settings of its scheme).
+func (s Storage) CatalogProperties(warehouse string) map[string]string {
+	return s.Stores().IcebergProperties(warehouse)
+}
+
+// EngineProperties are the FileIO properties the REST catalog hands to
+// engines in GET /v1/config (endpoint, region, addressing, anonymous
+// access): CatalogProperties without secrets or server-side paths, which
+// engines bring themselves.
+func (s Storage) EngineProperties(warehouse string) map[string]string {
+	p := s.CatalogProperties(warehouse)
+	for k := range p {
+		switch {
+		case k == "s3.access-key-id", k == "s3.secret-access-key", k == "gcs.keypath", k == "gcs.jsonkey",
+			k == "adls.auth.shared-key.account.name", k == "adls.auth.shared-key.account.key",
+			strings.HasPrefix(k, "adls.sas-token."), strings.HasPrefix(k, "adls.connection-string."):
+			delete(p, k)
+		}
+	}
+	return p
 }
 
 // Validate reports each bad field through bad (the warehouse decides
@@ -47,6 +129,47 @@ func (s Storage) CatalogProperties(warehouse string) map[string]string {
 func (s Storage) Validate(warehouse string, bad func(field, format string, args ...any)) {
 	if strings.HasPrefix(warehouse, "s3://") && (s.S3.AccessKeyID == "") != (s.S3.SecretAccessKey == "") {
 		bad("storage.s3", "set both access_key_id and secret_access_key, or neither (to use the AWS SDK's defaults)")
+	}
+	if strings.HasPrefix(warehouse, "gs://") {
+		if u, err := url.Parse(warehouse); err != nil || u.Host == "" {
+			bad("catalog.warehouse", "%q: want gs://BUCKET/prefix", warehouse)
+		}
+		if s.GCS.Anonymous && s.GCS.CredentialsFile != "" {
+			bad("storage.gcs", "set credentials_file or anonymous, not both")
+		}
+		if f := s.GCS.CredentialsFile; f != "" {
+			if _, err := os.ReadFile(f); err != nil {
+				bad("storage.gcs.credentials_file", "%v", err)
+			}
+		}
+		if e := s.GCS.Endpoint; e != "" && !strings.HasPrefix(e, "http://") && !strings.HasPrefix(e, "https://") {
+			bad("storage.gcs.endpoint", "%q: want an http(s):// URL", e)
+		}
+	}
+	if strings.HasPrefix(warehouse, "azblob://") {
+		bad("storage.azure.account", "required with an azblob://CONTAINER/prefix catalog.warehouse (or write abfss://CONTAINER@ACCOUNT.dfs.core.windows.net/prefix)")
+	}
+	if loc, ok, err := tables.ParseAzureWarehouse(warehouse); ok {
+		if err != nil {
+			bad("catalog.warehouse", "%v", err)
+			return
+		}
+		a := s.Azure
+		if a.Account != "" && a.Account != loc.Account {
+			bad("storage.azure.account", "%q, but catalog.warehouse is in account %q", a.Account, loc.Account)
+		}
+		n := 0
+		for _, v := range []string{a.Key, a.SASToken, a.ConnectionString} {
+			if v != "" {
+				n++
+			}
+		}
+		if n > 1 {
+			bad("storage.azure", "set one of key, sas_token and connection_string")
+		}
+		if _, _, err := s.AzureOptions().EndpointParts(loc.Account); err != nil {
+			bad("storage.azure.endpoint", "%v", err)
+		}
 	}
 }
 

@@ -450,6 +450,7 @@ func (c *Config) applyDefaults() {
 		c.WAL.MaxBytes = 1 << 30
 	}
 	config.DefaultCatalog(c.DataDir, &c.Catalog.Name, &c.Catalog.URI, &c.Catalog.Warehouse)
+	c.Catalog.Warehouse = c.Storage.Warehouse(c.Catalog.Warehouse)
 	if c.Catalog.PartitionGranularity == "" {
 		c.Catalog.PartitionGranularity = "day"
 	}

@@ -37,7 +37,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -113,10 +112,8 @@ func (c Config) CatalogConfig() (tables.Config, error) {
 	case c.Catalog.Credential != "":
 		props["credential"] = c.Catalog.Credential
 	}
-	if strings.HasPrefix(c.Catalog.Warehouse, "s3://") {
-		for k, v := range c.S3Options().IcebergProperties() {
-			props[k] = v
-		}
+	for k, v := range c.Storage.CatalogProperties(c.Catalog.Warehouse) {
+		props[k] = v
 	}
 	return tables.Config{Name: c.Catalog.Name, URI: c.Catalog.URI, Warehouse: c.Catalog.Warehouse,
 		Granularity: c.Catalog.PartitionGranularity, Properties: props, TLS: catTLS}, nil
@@ -158,7 +155,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		n.wal.Close()
 		return nil, err
 	}
-	n.bucket, err = uplink.OpenBucket(ctx, cfg.Catalog.Warehouse, cfg.S3Options())
+	n.bucket, err = uplink.OpenBucket(ctx, cfg.Catalog.Warehouse, cfg.Storage.Stores())
 	if err != nil {
 		n.cat.Close()
 		n.wal.Close()

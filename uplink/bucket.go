@@ -9,38 +9,66 @@ import (
 
 	"gocloud.dev/blob"
 	_ "gocloud.dev/blob/fileblob" // file:// warehouses
-	_ "gocloud.dev/blob/gcsblob"  // gs:// warehouses (application default credentials)
 
 	"github.com/tributary-io/tributary/internal/vfs"
 	"github.com/tributary-io/tributary/tables"
 )
 
-// BlobBucket is a Bucket on a gocloud.dev/blob URL: file://, s3:// and gs://
-// are linked in (azblob:// is not: its driver is not part of this build, and
-// OpenBucket reports the scheme as unsupported). On file:// it also fsyncs each object and its folder, so that
+// BlobBucket is a Bucket on a warehouse URL: file://, s3://, gs://, and
+// Azure's abfss:// and wasbs:// (tables.ParseAzureWarehouse). On file:// it also fsyncs
+// each object and its folder, so that
 // a committed file survives a power cut like the WAL records it replaced.
 type BlobBucket struct {
 	b       *blob.Bucket
 	fileDir string // local root for file:// URLs
 }
 
-// OpenBucket opens the warehouse bucket: file://, s3:// (configured by s3,
-// which may be zero for AWS defaults), or any other gocloud.dev/blob URL
-// whose driver is linked in.
-func OpenBucket(ctx context.Context, warehouse string, s3 ...tables.S3Options) (*BlobBucket, error) {
+// OpenBucket opens the warehouse bucket: file://, s3://, gs:// or Azure (configured
+// by stores, which may be zero for the SDKs' defaults), or any other
+// gocloud.dev/blob URL whose driver is linked in. On a cloud store it
+// checks that the bucket exists and the credentials reach it, so that a
+// typo is a start-up error naming catalog.warehouse, not a stuck uplink.
+func OpenBucket(ctx context.Context, warehouse string, stores ...tables.StoreOptions) (*BlobBucket, error) {
 	u, err := url.Parse(warehouse)
 	if err != nil {
 		return nil, fmt.Errorf("open bucket %s: %w", warehouse, err)
 	}
+	var o tables.StoreOptions
+	if len(stores) > 0 {
+		o = stores[0]
+	}
 	bb := &BlobBucket{}
-	if u.Scheme == "s3" {
-		var o tables.S3Options
-		if len(s3) > 0 {
-			o = s3[0]
-		}
-		b, err := openS3(ctx, u, o)
+	switch u.Scheme {
+	case "s3":
+		b, err := openS3(ctx, u, o.S3)
 		if err != nil {
 			return nil, fmt.Errorf("open bucket %s: %w", warehouse, err)
+		}
+		bb.b = b
+		return bb, nil
+	case "gs":
+		b, err := openGCS(ctx, u, o.GCS)
+		if err != nil {
+			return nil, fmt.Errorf("open bucket %s: %w", warehouse, err)
+		}
+		if err := checkAccessible(ctx, b, "gcs", u.Host, "the credentials of storage.gcs"); err != nil {
+			b.Close()
+			return nil, err
+		}
+		bb.b = b
+		return bb, nil
+	}
+	if loc, ok, err := tables.ParseAzureWarehouse(warehouse); ok {
+		if err != nil {
+			return nil, fmt.Errorf("catalog.warehouse: %w", err)
+		}
+		b, credKey, err := openAzure(ctx, loc, o.Azure)
+		if err != nil {
+			return nil, fmt.Errorf("open bucket %s: %w", warehouse, err)
+		}
+		if err := checkAccessible(ctx, b, "azure", loc.Container, credKey); err != nil {
+			b.Close()
+			return nil, err
 		}
 		bb.b = b
 		return bb, nil
