@@ -264,6 +264,23 @@ func (p *proc) stop() {
 	}
 }
 
+// runExit runs the binary with args, which must exit within timeout (a
+// start that should have been refused but serves fails the test), and
+// returns its exit code and combined output.
+func runExit(t *testing.T, timeout time.Duration, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binPath, args...).CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("%v did not exit within %s (it started, serving the network): %s", args, timeout, out)
+	}
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode(), string(out)
+	}
+	return 0, string(out)
+}
+
 // waitFor polls cond until it holds or the timeout (at least
 // testkit.MinWait: a deadline ends a hung test, it does not time the code)
 // passes.

@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"context"
 	"crypto/tls"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,18 +19,7 @@ import (
 // users file) lets the same file through.
 func TestSecureByDefault(t *testing.T) {
 	dir := t.TempDir()
-	run := func(args ...string) (int, string) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, binPath, args...).CombinedOutput()
-		if ctx.Err() != nil {
-			t.Fatalf("%v did not exit: %s", args, out)
-		}
-		if ee, ok := err.(*exec.ExitError); ok {
-			return ee.ExitCode(), string(out)
-		}
-		return 0, string(out)
-	}
+	run := func(args ...string) (int, string) { return runExit(t, 30*time.Second, args...) }
 	open := "data_dir: " + dir + "\nmqtt:\n  addr: 0.0.0.0:0\nhttp_addr: 127.0.0.1:0\n"
 	f := filepath.Join(dir, "edge.yaml")
 	if err := os.WriteFile(f, []byte(open), 0o600); err != nil {
@@ -69,18 +56,7 @@ func TestSecureDefaultNotTalkedAround(t *testing.T) {
 	dir := t.TempDir()
 	ca := testkit.NewCA(t)
 	srv := ca.Server(t)
-	run := func(args ...string) (int, string) {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, binPath, args...).CombinedOutput()
-		if ctx.Err() != nil {
-			t.Fatalf("%v did not exit (it started, serving the network): %s", args, out)
-		}
-		if ee, ok := err.(*exec.ExitError); ok {
-			return ee.ExitCode(), string(out)
-		}
-		return 0, string(out)
-	}
+	run := func(args ...string) (int, string) { return runExit(t, 30*time.Second, args...) }
 	caOnly := "  tls:\n    client_ca_file: " + ca.Files() + "\n    require_client_cert: true\n"
 	override := caOnly + "    listeners:\n      http: {cert_file: " + srv.CertFile + ", key_file: " + srv.KeyFile +
 		", client_ca_file: " + ca.Files() + ", require_client_cert: true}\n"

@@ -1,10 +1,8 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,18 +20,7 @@ func TestStoreErrors(t *testing.T) {
 		return "abfss://" + container + "@" + azAccount + ".dfs.core.windows.net/warehouse"
 	}
 	wrongKey := "c29tZSBvdGhlciBrZXkgdGhhdCBpcyBub3QgdGhlIGFjY291bnQncw=="
-	run := func(t *testing.T, args ...string) (int, string) {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, binPath, args...).CombinedOutput()
-		if ctx.Err() != nil {
-			t.Fatalf("%v did not exit: %s", args, out)
-		}
-		if ee, ok := err.(*exec.ExitError); ok {
-			return ee.ExitCode(), string(out)
-		}
-		return 0, string(out)
-	}
+	run := func(t *testing.T, args ...string) (int, string) { return runExit(t, 60*time.Second, args...) }
 	for _, c := range []struct {
 		name, warehouse, storage string
 		want                     []string
