@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -203,8 +204,8 @@ func TestDocsMarked(t *testing.T) {
 			total[f] = c
 		}
 	}
-	for f, c := range total {
-		if c != [2]int{} {
+	for _, f := range slices.Sorted(maps.Keys(total)) {
+		if c := total[f]; c != [2]int{} {
 			t.Logf("%s: %d shell blocks run, %d not run", f, c[0], c[1])
 		}
 	}
@@ -357,6 +358,23 @@ func (r *docRun) start(where, command string) *docNode {
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		if raw, err := os.ReadFile(ready); err == nil && json.Valid(raw) {
+			if f[sub] == "dev" && !strings.Contains(command, "--sim-devices 0") {
+				// as a person reads the banner: the simulated devices' first
+				// rows are in factory.telemetry before the next command
+				data := "./data"
+				if i := slices.Index(f, "--data"); i >= 0 && i+1 < len(f) {
+					data = f[i+1]
+				}
+				waitFor(t, 60*time.Second, where+": the simulator's first commit", func() bool {
+					out, _ := exec.Command(binPath, "tables", "list", "--data", filepath.Join(r.dir, data)).Output()
+					for l := range strings.Lines(string(out)) {
+						if f := strings.Fields(l); len(f) > 1 && f[0] == "factory.telemetry" && f[1] != "0" {
+							return true
+						}
+					}
+					return false
+				})
+			}
 			return n
 		}
 		select {
@@ -387,8 +405,8 @@ func (r *docRun) stopNodes() {
 const blockTimeout = 60 * time.Second
 
 // run runs a shell block in the run's directory: sh blocks with sh (dash
-// on Debian: no bashisms), bash blocks with bash, -e, pipefail where the
-// shell has it; variables a block sets are there for the next blocks.
+// on Debian: no bashisms), bash blocks with bash, with -e; variables a
+// block sets are there for the next blocks.
 func (r *docRun) run(b docBlock) {
 	t := r.t
 	t.Helper()
@@ -415,7 +433,8 @@ func (r *docRun) run(b docBlock) {
 		shell = "sh"
 	}
 	state := filepath.Join(t.TempDir(), "env")
-	script := "set -a\ntrap 'env -0 > \"$DOCS_STATE\"' EXIT\n(set -o pipefail) 2>/dev/null && set -o pipefail\n" + r.rewrite(body)
+	// as pasted into a shell: a pipeline's status is its last command's
+	script := "set -a\ntrap 'env -0 > \"$DOCS_STATE\"' EXIT\n" + r.rewrite(body)
 	ctx, cancel := context.WithTimeout(context.Background(), blockTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, shell, "-e", "-c", script)
