@@ -7,7 +7,7 @@ GO        ?= go
 BIN       := bin/tributary
 PKGS      := ./...
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v /e2e)
-APT_PKGS  := mosquitto mosquitto-clients kcat postgresql chromium nftables iproute2
+APT_PKGS  := mosquitto mosquitto-clients kcat curl openssl postgresql chromium nftables iproute2
 DATA      ?= ./data
 VERSITYGW := v1.8.0
 FAKEGCS := v1.56.1
@@ -30,9 +30,9 @@ run: build
 # root (CI runs as root) and a reachable Debian mirror; it fails loudly
 # rather than letting tests skip. The partition suite (e2e/partition_*)
 # needs ip (iproute2) for network namespaces and nft (nftables) for its
-# silent cuts.
+# silent cuts. The doc run (e2e TestDocs) runs curl and openssl as the docs do.
 deps:
-	@missing=""; for b in mosquitto mosquitto_pub mosquitto_sub kcat nft ip; do \
+	@missing=""; for b in mosquitto mosquitto_pub mosquitto_sub kcat curl openssl nft ip; do \
 	  command -v $$b >/dev/null 2>&1 || [ -x /usr/sbin/$$b ] || missing="$$missing $$b"; done; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
