@@ -3,7 +3,6 @@ package cloudmqtt
 import (
 	"context"
 	"log/slog"
-	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
@@ -14,16 +13,7 @@ import (
 // TestSessionStore runs the session store's conformance suite over SQLite
 // and PostgreSQL: a client that reconnects to any cloud server, on either
 // database, finds the same session.
-func TestSessionStore(t *testing.T) {
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		runSessionStoreTests(t, "sqlite://"+filepath.Join(t.TempDir(), "catalog.db"))
-	})
-	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
-		runSessionStoreTests(t, testkit.Postgres(t))
-	})
-}
+func TestSessionStore(t *testing.T) { testkit.StateDBs(t, runSessionStoreTests) }
 
 // runSessionStoreTests saves and loads a session with its positions
 // through two stores on one database (two cloud servers), drops a

@@ -15,11 +15,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/tributary-io/tributary/internal/testkit"
 )
 
 // The documentation runs: every fenced shell block of the repository's
@@ -300,25 +301,8 @@ func newDocRun(t *testing.T) *docRun {
 // docNode is a server a start block (or the implicit `make run`) started.
 type docNode struct {
 	cmd    *exec.Cmd
-	out    *syncBuffer
+	out    *testkit.SyncBuffer
 	exited chan struct{}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // start runs command (one line: `bin/tributary dev|cloud|edge …`) in the
@@ -347,7 +331,7 @@ func (r *docRun) start(where, command string) *docNode {
 	// bash expands what the command line has ("$PW") with the run's environment
 	cmd := exec.Command("bash", "-c", "exec "+strings.Join(argv, " "))
 	cmd.Dir, cmd.Env = r.dir, r.env
-	n := &docNode{cmd: cmd, out: &syncBuffer{}, exited: make(chan struct{})}
+	n := &docNode{cmd: cmd, out: &testkit.SyncBuffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = n.out, n.out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {

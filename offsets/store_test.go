@@ -3,7 +3,6 @@ package offsets
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -13,16 +12,7 @@ import (
 // TestStore runs the store's conformance suite over each database it
 // opens (as litestream runs one suite over every replica client): SQLite
 // and PostgreSQL must behave the same.
-func TestStore(t *testing.T) {
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		runStoreTests(t, "sqlite://"+filepath.Join(t.TempDir(), "catalog.db"))
-	})
-	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
-		runStoreTests(t, testkit.Postgres(t))
-	})
-}
+func TestStore(t *testing.T) { testkit.StateDBs(t, runStoreTests) }
 
 // runStoreTests commits, fetches, refuses a commit beyond the limit whole,
 // lists groups, expires one, and reopens the database to find what was

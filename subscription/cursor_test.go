@@ -82,16 +82,7 @@ func openTestStore(t *testing.T, path string) CursorStore {
 
 // TestCursorStore runs the cursor store's conformance suite over SQLite
 // and PostgreSQL: both must behave the same.
-func TestCursorStore(t *testing.T) {
-	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
-		runCursorStoreTests(t, "sqlite://"+filepath.Join(t.TempDir(), "catalog.db"))
-	})
-	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
-		runCursorStoreTests(t, testkit.Postgres(t))
-	})
-}
+func TestCursorStore(t *testing.T) { testkit.StateDBs(t, runCursorStoreTests) }
 
 // runCursorStoreTests saves, replaces, loads and deletes cursors, and
 // finds them again through a second store on the same database (another

@@ -73,3 +73,18 @@ func Postgres(tb testing.TB) string {
 	tb.Cleanup(func() { asPostgres("pg_ctl", "-D", data, "-m", "immediate", "stop").Run() })
 	return fmt.Sprintf("postgres://tributary@127.0.0.1:%s/postgres?sslmode=disable", port)
 }
+
+// StateDBs runs suite once over each database a state store opens — an
+// SQLite file of its own and a throwaway PostgreSQL server (Postgres) —
+// as parallel subtests named sqlite and postgres, so one conformance suite
+// proves both behave the same.
+func StateDBs(t *testing.T, suite func(t *testing.T, uri string)) {
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		suite(t, "sqlite://"+filepath.Join(t.TempDir(), "catalog.db"))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		suite(t, Postgres(t))
+	})
+}
