@@ -137,6 +137,9 @@ func (w *WAL) setFloor(g *group, pk pkey, floor int64) error {
 	if floor <= w.floorOf(g, pk) {
 		return nil
 	}
+	if g.tx == nil {
+		return errNeedsTx
+	}
 	b, err := g.tx.CreateBucketIfNotExists(floorBucket)
 	if err != nil {
 		return fmt.Errorf("floors: %w", err)
@@ -194,6 +197,9 @@ func (w *WAL) applyReadmit(g *group, o *op) (opErr, txErr error) {
 		o.rres.Kept = true
 		return nil, nil
 	}
+	if g.tx == nil {
+		return nil, errNeedsTx
+	}
 	if err := w.flush(g, wk); err != nil {
 		return nil, err
 	}
@@ -203,7 +209,7 @@ func (w *WAL) applyReadmit(g *group, o *op) (opErr, txErr error) {
 		if err != nil {
 			return nil, err
 		}
-		err = scanBucket(b, from, wk.st.next, 0, 0, func(rb []byte, e *batchEntry, pos int64, skip, n int) error {
+		err = scanChunks(boltCursor(b), from, wk.st.next, 0, 0, func(rb []byte, e *batchEntry, pos int64, skip, n int) error {
 			if e != nil {
 				rs, err := e.records(skip, n)
 				if err != nil {

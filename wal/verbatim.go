@@ -255,11 +255,7 @@ func (w *WAL) applyVerbatim(g *group, o *op) (opErr, txErr error) {
 			o.vres.Dropped = n
 		}
 		wk.st.tag = v.Incarnation
-		tags, err := g.tx.CreateBucketIfNotExists(tagBucket)
-		if err != nil {
-			return nil, fmt.Errorf("tags: %w", err)
-		}
-		if err := tags.Put(wk.key, be.AppendUint64(nil, uint64(v.Incarnation))); err != nil {
+		if err := w.put(g, tagBucket, wk.key, be.AppendUint64(nil, uint64(v.Incarnation))); err != nil {
 			return nil, fmt.Errorf("put tag: %w", err)
 		}
 		wk.dirty = true
@@ -316,12 +312,8 @@ func (w *WAL) applyVerbatim(g *group, o *op) (opErr, txErr error) {
 	if err := w.flush(g, wk); err != nil {
 		return nil, err
 	}
-	b, err := w.bucket(g, wk)
-	if err != nil {
-		return nil, err
-	}
 	for _, p := range puts {
-		if err := b.Put(offsetKey(p.first), p.v); err != nil {
+		if err := w.putChunk(g, wk, offsetKey(p.first), p.v); err != nil {
 			return nil, fmt.Errorf("put %s/%d@%d: %w", v.Stream, v.Partition, p.first, err)
 		}
 		wk.noteput(p.first, p.v)
@@ -352,6 +344,9 @@ func (w *WAL) truncate(g *group, wk *work, to int64) (int64, error) {
 	to = max(to, wk.st.released)
 	if to >= wk.st.next {
 		return 0, nil
+	}
+	if g.tx == nil {
+		return 0, errNeedsTx
 	}
 	if err := w.flush(g, wk); err != nil {
 		return 0, err
@@ -436,28 +431,18 @@ func (w *WAL) truncate(g *group, wk *work, to int64) (int64, error) {
 // is any). The first chunk may hold records below from.
 func (w *WAL) ReadChunks(stream string, partition int32, from int64, maxBytes int) ([][]byte, error) {
 	var out [][]byte
-	err := w.view("read chunks", stream, partition, from, func(tx *bolt.Tx) error {
-		key := encodePKey(pkey{stream, partition})
-		mv := tx.Bucket(metaBucket).Get(key)
-		if mv == nil {
+	err := w.view("read chunks", stream, partition, from, func(tx *bolt.Tx, pp *pendPart) error {
+		c, next, released, err := partCursor(tx, pp, pkey{stream, partition})
+		if c == nil || err != nil {
+			return err
+		}
+		from = max(from, released)
+		if from >= next {
 			return nil
 		}
-		ms, ok := decodeMeta(mv)
-		if !ok {
-			return fmt.Errorf("%w: meta entry %x", ErrCorrupt, key)
-		}
-		from = max(from, ms.released)
-		if from >= ms.next {
-			return nil
-		}
-		b := tx.Bucket(dataName(key))
-		if b == nil {
-			return fmt.Errorf("%w: no data bucket", ErrCorrupt)
-		}
-		c := b.Cursor()
-		k, v := seekChunk(c, from)
+		k, v := c.seek(from)
 		size := 0
-		for ; k != nil; k, v = c.Next() {
+		for ; k != nil; k, v = c.next() {
 			if len(out) > 0 && maxBytes > 0 && size+len(v) > maxBytes {
 				break
 			}
@@ -468,7 +453,7 @@ func (w *WAL) ReadChunks(stream string, partition int32, from int64, maxBytes in
 			if ch.end() <= from {
 				continue
 			}
-			if ch.first >= ms.next {
+			if ch.first >= next {
 				break
 			}
 			out = append(out, append([]byte(nil), v...))
