@@ -28,6 +28,9 @@ const (
 	// maxPending bounds the journaled bytes bbolt does not hold yet:
 	// beyond it the committer waits for the applier.
 	maxPending = 64 << 20
+	// journalMaxGroup is the payload size from which a group goes to
+	// bbolt directly (fastGroup).
+	journalMaxGroup = 1 << 20
 )
 
 // errApplyPaused is a drain's error while the applier is held (tests).

@@ -391,17 +391,30 @@ func (w *WAL) applyJournaled(ops []*op, results []error) (*group, int64, error) 
 
 // fastGroup tells whether ops only append (records, batches, verbatim
 // chunks of the partition's incarnation), so that the group needs no
-// read of bbolt and goes to the journal.
+// read of bbolt and goes to the journal, and are smaller than
+// journalMaxGroup: a larger group (a Kafka producer's flood) is
+// committed to bbolt at once, whose two syncs it amortizes, rather than
+// written twice, to the journal and then to bbolt.
 func (w *WAL) fastGroup(ops []*op) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	size := 0
 	for _, o := range ops {
 		switch o.kind {
 		case opAppend, opAppendAt:
 			if o.noBudget {
 				return false
 			}
+			if o.batch != nil {
+				size += len(o.batch.Records)
+			}
+			for _, r := range o.recs {
+				size += len(r.Value) + len(r.Key)
+			}
 		case opVerbatim:
+			for _, c := range o.verb.Chunks {
+				size += len(c)
+			}
 			if inc := o.verb.Incarnation; inc > 0 {
 				st := w.parts[o.pk]
 				if st == nil || inc > st.tag {
@@ -412,7 +425,7 @@ func (w *WAL) fastGroup(ops []*op) bool {
 			return false
 		}
 	}
-	return true
+	return size < journalMaxGroup
 }
 
 // applyOps applies ops to g, filling results with per-op errors; an error
