@@ -89,6 +89,8 @@ func (w *WAL) SetTap(t Tap) {
 }
 
 // Incarnation is the WAL's current incarnation (>= 1).
+//
+// Deprecated: use Stats().Incarnation.
 func (w *WAL) Incarnation() int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -172,6 +174,8 @@ func (w *WAL) breakDown(err error) {
 // Broken returns the error every write fails with since a tapped group
 // failed to commit (wrapping ErrBroken), or nil: a broken WAL takes
 // writes again only once reopened, so a node reports itself unhealthy.
+//
+// Deprecated: use Stats().Broken.
 func (w *WAL) Broken() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -209,29 +213,10 @@ type chunkSpan struct{ first, end int64 }
 // Append; a partition that does not exist is created at the first chunk's
 // offset. done is called exactly once, from the committer (or the caller's
 // goroutine when refused at once). The WAL owns v until done is called.
+//
+// Deprecated: use Submit(Op{Kind: OpVerbatim, Verbatim: &v, Done: …}).
 func (w *WAL) AppendVerbatimAsync(v Verbatim, done func(VerbatimResult, error)) {
-	if err := checkStream(v.Stream); err != nil {
-		done(VerbatimResult{}, fmt.Errorf("append verbatim: %w", err))
-		return
-	}
-	var prev int64 = -1
-	for i, c := range v.Chunks {
-		ch, err := decodeChunk(c)
-		if err != nil {
-			done(VerbatimResult{}, fmt.Errorf("append verbatim %s/%d: chunk %d: %w", v.Stream, v.Partition, i, err))
-			return
-		}
-		if prev >= 0 && ch.first != prev {
-			done(VerbatimResult{}, fmt.Errorf("append verbatim %s/%d: %w: chunk %d starts at %d, not %d", v.Stream, v.Partition, ErrCorrupt, i, ch.first, prev))
-			return
-		}
-		prev = ch.end()
-	}
-	o := &op{kind: opVerbatim, pk: pkey{v.Stream, v.Partition}, verb: &v}
-	o.done = func(err error) { done(o.vres, err) }
-	if err := w.enqueue(o); err != nil {
-		done(VerbatimResult{}, err)
-	}
+	w.Submit(Op{Kind: OpVerbatim, Verbatim: &v, Done: func(r Result) { done(r.Verbatim, r.Err) }})
 }
 
 // applyVerbatim is AppendVerbatimAsync in the committer.
@@ -502,10 +487,10 @@ func EncodeChunk(dst []byte, first int64, recs [][]byte) []byte {
 
 // ReleaseAsync is Release with a callback: done is called exactly once,
 // from the committer (or the caller's goroutine when refused at once).
+//
+// Deprecated: use Submit(Op{Kind: OpRelease, Stream: …, Partition: …, Offset: upTo, Done: …}).
 func (w *WAL) ReleaseAsync(stream string, partition int32, upTo int64, done func(error)) {
-	if err := w.enqueue(&op{kind: opRelease, pk: pkey{stream, partition}, n: upTo, done: done}); err != nil {
-		done(err)
-	}
+	w.Submit(Op{Kind: OpRelease, Stream: stream, Partition: partition, Offset: upTo, Done: func(r Result) { done(r.Err) }})
 }
 
 // tapState is the committer's tap bookkeeping (embedded in WAL).

@@ -261,6 +261,10 @@ type PartitionState struct {
 	// Tag is the incarnation of the origin whose verbatim appends
 	// (AppendVerbatimAsync) the partition last stored; 0 if none.
 	Tag int64
+	// Floor is the partition's seal (OpSeal, OpReadmit): appends of
+	// records below this epoch are refused; 0 if none. Partition reports
+	// it also for a partition it does not know (dropped, still sealed).
+	Floor int64
 }
 
 // Stats are counters and gauges of a WAL.
@@ -280,6 +284,12 @@ type Stats struct {
 	LastCommitDuration time.Duration
 	LastCommitOps      int // ops in the last committed group
 	MaxCommitOps       int // largest group since Open
+
+	Incarnation int64 // the WAL's incarnation (>= 1, see verbatim.go)
+	// Broken is the error every write fails with since a replicated
+	// group or the journal failed (wrapping ErrBroken), or nil: a broken
+	// WAL takes writes again only once reopened.
+	Broken error
 }
 
 type pkey struct {
@@ -560,6 +570,8 @@ func (w *WAL) Stats() Stats {
 	s.Records = w.recs
 	s.Bytes = w.bytes
 	s.Partitions = len(w.parts)
+	s.Incarnation = w.inc
+	s.Broken = w.broken
 	return s
 }
 
@@ -569,7 +581,9 @@ func (w *WAL) Partitions() []PartitionState {
 	w.mu.Lock()
 	out := make([]PartitionState, 0, len(w.parts))
 	for pk, st := range w.parts {
-		out = append(out, st.state(pk))
+		ps := st.state(pk)
+		ps.Floor = w.floors[pk]
+		out = append(out, ps)
 	}
 	w.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool {
@@ -586,11 +600,17 @@ func (w *WAL) Partitions() []PartitionState {
 func (w *WAL) Partition(stream string, partition int32) (st PartitionState, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	ps, ok := w.parts[pkey{stream, partition}]
+	pk := pkey{stream, partition}
+	ps, ok := w.parts[pk]
 	if !ok {
+		if f, sealed := w.floors[pk]; sealed {
+			return PartitionState{Stream: stream, Partition: partition, Floor: f}, false
+		}
 		return PartitionState{}, false
 	}
-	return ps.state(pkey{stream, partition}), true
+	st = ps.state(pk)
+	st.Floor = w.floors[pk]
+	return st, true
 }
 
 func (st *partState) state(pk pkey) PartitionState {
@@ -834,6 +854,8 @@ func scanChunks(c *chunkCursor, from, next int64, maxRecords int, maxBytes int64
 // the batch (Skip) or cut short by maxRecords or the partition's end;
 // record entries are decoded as Read decodes them. The entries cover the
 // same offsets Read would return.
+//
+// Deprecated: use ReadEntriesInto(nil, …).
 func (w *WAL) ReadEntries(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]tributary.Entry, error) {
 	es, _, err := w.ReadEntriesInto(nil, stream, partition, from, maxRecords, maxBytes)
 	return es, err
@@ -889,40 +911,20 @@ func (w *WAL) ReadEntriesInto(buf []byte, stream string, partition int32, from i
 // group's worth of time) and reports its outcome.
 //
 // The WAL owns recs until Append returns.
+//
+// Deprecated: use Apply(ctx, Op{Kind: OpAppend, Records: recs}).
 func (w *WAL) Append(ctx context.Context, recs ...*tributary.Record) error {
-	return w.wait(ctx, &op{kind: opAppend, recs: recs})
-}
-
-// wait enqueues o and waits for its outcome, or for ctx to end while o is
-// still pending (then o is canceled and never applied).
-func (w *WAL) wait(ctx context.Context, o *op) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	ch := make(chan error, 1)
-	o.done = func(err error) { ch <- err }
-	if err := w.enqueue(o); err != nil {
-		return err
-	}
-	select {
-	case err := <-ch:
-		return err
-	case <-ctx.Done():
-		if o.state.CompareAndSwap(opPending, opCanceled) {
-			return ctx.Err()
-		}
-		return <-ch
-	}
+	return w.Apply(ctx, Op{Kind: OpAppend, Records: recs}).Err
 }
 
 // AppendAsync is Append with a callback instead of a wait. done is called
 // exactly once, from the committer goroutine (or, when the call is refused at
 // once, from the caller's), and must not block long. The WAL owns recs until
 // done is called.
+//
+// Deprecated: use Submit(Op{Kind: OpAppend, Records: recs, Done: …}).
 func (w *WAL) AppendAsync(recs []*tributary.Record, done func(error)) {
-	if err := w.enqueue(&op{kind: opAppend, recs: recs, done: done}); err != nil {
-		done(err)
-	}
+	w.Submit(Op{Kind: OpAppend, Records: recs, Done: func(r Result) { done(r.Err) }})
 }
 
 // AppendAt makes records durable whose Stream, Partition, Offset and Epoch
@@ -950,12 +952,11 @@ func (w *WAL) AppendAsync(recs []*tributary.Record, done func(error)) {
 // durable when it returns nil, budget checked (ErrBudgetExceeded), ctx
 // cancels only before the committer has taken the call. The WAL owns recs
 // until AppendAt returns. It returns skipped = 0 with any error.
+//
+// Deprecated: use Apply(ctx, Op{Kind: OpAppendAt, Records: recs}).
 func (w *WAL) AppendAt(ctx context.Context, recs ...*tributary.Record) (skipped int, err error) {
-	o := &op{kind: opAppendAt, recs: recs}
-	if err := w.wait(ctx, o); err != nil {
-		return 0, err
-	}
-	return int(o.count), nil
+	r := w.Apply(ctx, Op{Kind: OpAppendAt, Records: recs})
+	return int(r.Skipped), r.Err
 }
 
 // AppendAtAsync is AppendAt with a callback instead of a wait, so a caller
@@ -964,18 +965,10 @@ func (w *WAL) AppendAt(ctx context.Context, recs ...*tributary.Record) (skipped 
 // may be queued back to back. done is called exactly once, from the
 // committer goroutine (or the caller's, when refused at once), and must not
 // block long.
+//
+// Deprecated: use Submit(Op{Kind: OpAppendAt, Records: recs, Done: …}).
 func (w *WAL) AppendAtAsync(recs []*tributary.Record, done func(skipped int, err error)) {
-	o := &op{kind: opAppendAt, recs: recs}
-	o.done = func(err error) {
-		if err != nil {
-			done(0, err)
-			return
-		}
-		done(int(o.count), nil)
-	}
-	if err := w.enqueue(o); err != nil {
-		done(0, err)
-	}
+	w.Submit(Op{Kind: OpAppendAt, Records: recs, Done: func(r Result) { done(int(r.Skipped), r.Err) }})
 }
 
 // DropPartition forgets (stream, partition) entirely: its unreleased
@@ -987,9 +980,11 @@ func (w *WAL) AppendAtAsync(recs []*tributary.Record, done func(skipped int, err
 // AppendAt at its first record's offset. It returns how many unreleased
 // records were dropped; an unknown partition is a no-op. Durable when it
 // returns.
+//
+// Deprecated: use Apply(ctx, Op{Kind: OpDrop, Stream: …, Partition: …, Epoch: math.MaxInt64}).
 func (w *WAL) DropPartition(stream string, partition int32) (dropped int64, err error) {
-	dropped, _, err = w.DropPartitionBelow(stream, partition, math.MaxInt64)
-	return dropped, err
+	r := w.Apply(context.Background(), Op{Kind: OpDrop, Stream: stream, Partition: partition, Epoch: math.MaxInt64})
+	return r.Dropped, r.Err
 }
 
 // DropPartitionBelow is DropPartition done only if the partition's Epoch
@@ -997,18 +992,11 @@ func (w *WAL) DropPartition(stream string, partition int32) (dropped int64, err 
 // decided in the committer in order with every other write: a partition
 // that meanwhile received records of epoch or newer (this node took it
 // over again) is kept, and kept reports it.
+//
+// Deprecated: use Apply(ctx, Op{Kind: OpDrop, Stream: …, Partition: …, Epoch: epoch}).
 func (w *WAL) DropPartitionBelow(stream string, partition int32, epoch int64) (dropped int64, kept bool, err error) {
-	if err := checkStream(stream); err != nil {
-		return 0, false, fmt.Errorf("drop partition: %w", err)
-	}
-	o := &op{kind: opDrop, pk: pkey{stream, partition}, n: epoch}
-	if err := w.do(o); err != nil {
-		return 0, false, err
-	}
-	if o.count < 0 {
-		return 0, true, nil
-	}
-	return o.count, false, nil
+	r := w.Apply(context.Background(), Op{Kind: OpDrop, Stream: stream, Partition: partition, Epoch: epoch})
+	return r.Dropped, r.Kept, r.Err
 }
 
 // EnsurePartition makes sure the next offset of (stream, partition) is at
@@ -1016,30 +1004,19 @@ func (w *WAL) DropPartitionBelow(stream string, partition int32, epoch int64) (d
 // table's committed high-water mark is ahead of a fresh or lost WAL. When it
 // moves Next forward, the partition's unreleased records (all below minNext,
 // hence already in the table) are released. Durable when it returns.
+//
+// Deprecated: use Apply(ctx, Op{Kind: OpEnsure, Stream: …, Partition: …, Offset: minNext}).
 func (w *WAL) EnsurePartition(stream string, partition int32, minNext int64) error {
-	if err := checkStream(stream); err != nil {
-		return fmt.Errorf("ensure partition: %w", err)
-	}
-	if minNext < 0 {
-		return fmt.Errorf("ensure partition %s/%d: %w: negative offset %d", stream, partition, ErrInvalid, minNext)
-	}
-	return w.do(&op{kind: opEnsure, pk: pkey{stream, partition}, n: minNext})
+	return w.Apply(context.Background(), Op{Kind: OpEnsure, Stream: stream, Partition: partition, Offset: minNext}).Err
 }
 
 // Release deletes the records of (stream, partition) with offset < upTo,
 // durably, freeing their budget. It is idempotent; upTo beyond Next is
 // clamped to Next; an unknown partition is a no-op.
+//
+// Deprecated: use Apply(ctx, Op{Kind: OpRelease, Stream: …, Partition: …, Offset: upTo}).
 func (w *WAL) Release(stream string, partition int32, upTo int64) error {
-	return w.do(&op{kind: opRelease, pk: pkey{stream, partition}, n: upTo})
-}
-
-func (w *WAL) do(o *op) error {
-	ch := make(chan error, 1)
-	o.done = func(err error) { ch <- err }
-	if err := w.enqueue(o); err != nil {
-		return err
-	}
-	return <-ch
+	return w.Apply(context.Background(), Op{Kind: OpRelease, Stream: stream, Partition: partition, Offset: upTo}).Err
 }
 
 func (w *WAL) isClosed() bool {
