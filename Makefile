@@ -97,7 +97,7 @@ bench: deps build
 # depends on the machine's load.
 FUZZTIME      ?= 1000000x
 FUZZTIME_SLOW ?= 30s
-FUZZ_TARGETS := wal:FuzzDecodeRecord wal:FuzzDecodeChunk wal:FuzzDecodeMeta wal:FuzzDecodeBatchEntry mqtt:FuzzPacketDecode mqtt:FuzzRouter \
+FUZZ_TARGETS := wal:FuzzDecodeRecord wal:FuzzDecodeChunk wal:FuzzDecodeMeta wal:FuzzDecodeBatchEntry wal:FuzzDecodeJournal mqtt:FuzzPacketDecode mqtt:FuzzRouter \
 	kafka/produce:FuzzRequestDecode kafka:FuzzRecordBatch kafka:FuzzDecodeRequest \
 	cluster:FuzzDecodeMeta cluster:FuzzInspect replica/wire:FuzzDecodeAppend replica/wire:FuzzDecodeReply \
 	peer:FuzzReadFrame mqtt:FuzzDecodeForward mqtt:FuzzDecodeInterest pulsar/wire:FuzzFrame
