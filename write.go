@@ -79,6 +79,17 @@ type Write struct {
 	After Ticket
 }
 
+// WriteTo is a Write of recs (of one stream) to partition p, the
+// caller's choice, or to the appender's own partition when p < 0.
+func WriteTo(p int32, recs ...*Record) *Write {
+	if p >= 0 {
+		for _, r := range recs {
+			r.Partition = p
+		}
+	}
+	return &Write{Records: recs, Chosen: p >= 0}
+}
+
 // Stream is the stream w writes to.
 func (w *Write) Stream() string {
 	if w.Batch != nil {
