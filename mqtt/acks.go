@@ -72,7 +72,7 @@ import (
 // # Outline
 //
 // OnPublish (read goroutine) checks the ACL and quotas, adds the publish to
-// its session's FIFO and byID, queues it with AppendPipelined and returns
+// its session's FIFO and byID, submits it (Appender.Submit, Durable) and returns
 // packets.ErrRejectPacket, so mochi neither acks nor delivers it now. The
 // appender's done marks the entry durable (or failed) and starts the session's
 // worker goroutine if none runs. The worker pops durable entries from the
