@@ -180,7 +180,8 @@ func TestDownKeepsRedialing(t *testing.T) {
 // its next redial (made an hour away here), and OnLinkUp hears of the
 // link being up again.
 func TestKickRedialsAtOnce(t *testing.T) {
-	defer func(lo, hi time.Duration) { linkRedialMin, linkRedialMax = lo, hi }(linkRedialMin, linkRedialMax)
+	lo, hi := linkRedialMin, linkRedialMax
+	t.Cleanup(func() { linkRedialMin, linkRedialMax = lo, hi }) // after the peers' own cleanups: their redial loops read them
 	linkRedialMin, linkRedialMax = time.Hour, time.Hour
 	a, b := listenPeer(t, "a"), listenPeer(t, "b")
 	ups := make(chan string, 4)
