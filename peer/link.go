@@ -24,6 +24,7 @@ type Link struct {
 
 	dialSem chan struct{} // one dial at a time (a slot, so waiting obeys a context)
 	stop    chan struct{} // closed by close: ends the redial loop
+	kicks   chan struct{} // Kick: the redial loop dials again now
 
 	mu        sync.Mutex
 	conn      *linkConn
@@ -73,7 +74,7 @@ func (p *Peer) Link(id, addr string) *Link {
 		}
 		go l.close()
 	}
-	l := &Link{p: p, id: id, addr: addr, dialSem: make(chan struct{}, 1), stop: make(chan struct{})}
+	l := &Link{p: p, id: id, addr: addr, dialSem: make(chan struct{}, 1), stop: make(chan struct{}), kicks: make(chan struct{}, 1)}
 	if p.closed {
 		l.closed = true
 	}
@@ -223,19 +224,21 @@ func (l *Link) dialOnce(ctx context.Context) (*linkConn, error) {
 
 	lc, err := l.dial(ctx)
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if err != nil {
 		l.p.stats.dialErrors.Add(1)
 		l.markDown(err)
 		l.startRedial()
+		l.mu.Unlock()
 		return nil, fmt.Errorf("%w: %s: %w", ErrLinkDown, l.id, err)
 	}
 	if l.closed {
+		l.mu.Unlock()
 		lc.w.c.Close()
 		l.p.untrack(lc.w.c)
 		return nil, fmt.Errorf("%w: %s: %w", ErrLinkDown, l.id, ErrClosed)
 	}
-	if l.wasDown {
+	again := l.wasDown || !l.downSince.IsZero()
+	if again {
 		l.p.log.Info("peer link to "+l.id+" up again", "node", l.id, "addr", l.addr, "down_for", time.Since(l.downSince).Round(time.Millisecond))
 		l.wasDown = false
 	}
@@ -244,7 +247,24 @@ func (l *Link) dialOnce(ctx context.Context) (*linkConn, error) {
 	go l.readLoop(lc, lc.r)
 	go l.heartbeat(lc)
 	lc.r = nil
+	l.mu.Unlock()
+	if again {
+		l.p.linkUp(l.id)
+	}
 	return lc, nil
+}
+
+// kick makes a running redial loop dial again now (Peer.Kick).
+func (l *Link) kick() {
+	l.mu.Lock()
+	redialing := l.redialing && l.conn == nil
+	l.mu.Unlock()
+	if redialing {
+		select {
+		case l.kicks <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // startRedial starts the redial loop unless it runs (l.mu held).
@@ -262,15 +282,21 @@ func (l *Link) startRedial() {
 func (l *Link) redialLoop() {
 	defer l.p.wg.Done()
 	wait := linkRedialMin
+	kicked := false
 	for {
-		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
-		select {
-		case <-l.stop:
-			t.Stop()
-			return
-		case <-t.C:
+		if !kicked {
+			t := time.NewTimer(wait/2 + rand.N(wait/2+1))
+			select {
+			case <-l.stop:
+				t.Stop()
+				return
+			case <-l.kicks:
+				t.Stop()
+			case <-t.C:
+			}
+			wait = min(2*wait, linkRedialMax)
 		}
-		wait = min(2*wait, linkRedialMax)
+		kicked = false
 		l.mu.Lock()
 		if l.closed || l.conn != nil || time.Since(l.lastUse) > linkRedialIdle {
 			if l.conn == nil {
@@ -281,18 +307,22 @@ func (l *Link) redialLoop() {
 		}
 		l.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), dialTimeout+helloTimeout)
+		var kick atomic.Bool
 		go func() {
 			select {
 			case <-l.stop:
-				cancel()
+			case <-l.kicks: // the node is back: a dial through the cut may wait long for its SYN's retransmission
+				kick.Store(true)
 			case <-ctx.Done():
 			}
+			cancel()
 		}()
 		_, err := l.dialOnce(ctx)
 		cancel()
 		if err == nil {
 			return
 		}
+		kicked = kick.Load()
 		l.p.log.Debug("peer redial", "node", l.id, "addr", l.addr, "err", err)
 	}
 }
