@@ -28,17 +28,20 @@ build:
 # azure; file:// is always in). Each store left out is the build tag
 # notrib_<store>; a build without a store refuses a warehouse on it at
 # config check and start-up. `make build-edge STORES=s3` is an edge on S3;
-# STORES= (empty) is file:// only. See docs/operations.md, "Smaller builds".
+# STORES= (empty) is file:// only. EDGE_LDFLAGS strips the symbol table
+# and DWARF by default (panics still print file:line stack traces);
+# EDGE_LDFLAGS= keeps them. See docs/operations.md, "Smaller builds".
 ALL_STORES := s3 gcs azure
 STORES     ?= s3
 EDGE_BIN   ?= bin/tributary-edge
+EDGE_LDFLAGS ?= -s -w
 comma      := ,
 space      := $(subst ,, )
 EDGE_TAGS   = $(subst $(space),$(comma),$(strip $(foreach s,$(ALL_STORES),$(if $(filter $(s),$(subst $(comma), ,$(STORES))),,notrib_$(s)))))
 build-edge:
 	@for s in $(subst $(comma), ,$(STORES)); do case " $(ALL_STORES) " in *" $$s "*) ;; \
 	  *) echo "STORES: unknown store $$s (want some of: $(ALL_STORES))"; exit 2;; esac; done
-	$(GO) build -tags '$(EDGE_TAGS)' -o $(EDGE_BIN) ./cmd/tributary
+	$(GO) build -tags '$(EDGE_TAGS)' -ldflags '$(EDGE_LDFLAGS)' -o $(EDGE_BIN) ./cmd/tributary
 	@ls -l $(EDGE_BIN) | awk '{printf "%s: %.1f MB\n", $$NF, $$5/1e6}'
 
 run: build
