@@ -13,7 +13,7 @@ VERSITYGW := v1.8.0
 FAKEGCS := v1.56.1
 AZURITE := 3.37.0
 
-.PHONY: all build run test deps vet unit e2e bench fuzz clean fmt proto docs
+.PHONY: all build build-edge run test deps vet unit e2e bench fuzz clean fmt proto docs
 
 all: build
 
@@ -22,6 +22,27 @@ all: build
 build:
 	@test -x $(BIN) || echo "building $(BIN): the first build compiles every dependency and takes minutes (later builds take seconds)"
 	$(GO) build -o $(BIN) ./cmd/tributary
+
+# build-edge builds $(EDGE_BIN): the binary without the SDKs of the
+# warehouse stores not in STORES (space- or comma-separated: s3, gcs,
+# azure; file:// is always in). Each store left out is the build tag
+# notrib_<store>; a build without a store refuses a warehouse on it at
+# config check and start-up. `make build-edge STORES=s3` is an edge on S3;
+# STORES= (empty) is file:// only. EDGE_LDFLAGS strips the symbol table
+# and DWARF by default (panics still print file:line stack traces);
+# EDGE_LDFLAGS= keeps them. See docs/operations.md, "Smaller builds".
+ALL_STORES := s3 gcs azure
+STORES     ?= s3
+EDGE_BIN   ?= bin/tributary-edge
+EDGE_LDFLAGS ?= -s -w
+comma      := ,
+space      := $(subst ,, )
+EDGE_TAGS   = $(subst $(space),$(comma),$(strip $(foreach s,$(ALL_STORES),$(if $(filter $(s),$(subst $(comma), ,$(STORES))),,notrib_$(s)))))
+build-edge:
+	@for s in $(subst $(comma), ,$(STORES)); do case " $(ALL_STORES) " in *" $$s "*) ;; \
+	  *) echo "STORES: unknown store $$s (want some of: $(ALL_STORES))"; exit 2;; esac; done
+	$(GO) build -tags '$(EDGE_TAGS)' -ldflags '$(EDGE_LDFLAGS)' -o $(EDGE_BIN) ./cmd/tributary
+	@ls -l $(EDGE_BIN) | awk '{printf "%s: %.1f MB\n", $$NF, $$5/1e6}'
 
 run: build
 	$(BIN) dev --data $(DATA)
@@ -63,8 +84,11 @@ vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+# unit also runs the store tests of a build with every notrib_ tag (file://
+# only; see build-edge): each left-out store is refused by name.
 unit:
 	$(GO) test -race -count=1 -timeout 15m $(UNIT_PKGS)
+	$(GO) test -count=1 -tags 'notrib_s3,notrib_gcs,notrib_azure' -run 'StoreLinked|StoreNotLinked' ./tables/ ./uplink/ ./config/
 
 e2e: build
 	$(GO) test -count=1 -timeout 30m ./e2e/...

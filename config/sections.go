@@ -127,6 +127,10 @@ func (s Storage) EngineProperties(warehouse string) map[string]string {
 // Validate reports each bad field through bad (the warehouse decides
 // which settings apply).
 func (s Storage) Validate(warehouse string, bad func(field, format string, args ...any)) {
+	if err := tables.StoreLinked(warehouse); err != nil {
+		bad("catalog.warehouse", "%v", err)
+		return
+	}
 	if strings.HasPrefix(warehouse, "s3://") && (s.S3.AccessKeyID == "") != (s.S3.SecretAccessKey == "") {
 		bad("storage.s3", "set both access_key_id and secret_access_key, or neither (to use the AWS SDK's defaults)")
 	}

@@ -18,9 +18,6 @@ import (
 	"github.com/apache/iceberg-go/catalog"
 	restcat "github.com/apache/iceberg-go/catalog/rest"
 	sqlcat "github.com/apache/iceberg-go/catalog/sql"
-	_ "github.com/apache/iceberg-go/io/gocloud/azure" // abfss:// and wasbs:// table locations
-	_ "github.com/apache/iceberg-go/io/gocloud/gcs"   // gs:// table locations
-	_ "github.com/apache/iceberg-go/io/gocloud/s3"    // s3:// table locations
 	"github.com/apache/iceberg-go/table"
 	_ "github.com/jackc/pgx/v5/stdlib" // Postgres catalogs
 	_ "modernc.org/sqlite"             // pure-Go SQLite driver for the embedded catalog
