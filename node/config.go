@@ -163,6 +163,10 @@ type Config struct {
 		// users file and authorizes the node's commits with the write
 		// action. Ignored when Token is set. Default "".
 		Credential string `yaml:"credential"`
+		// SigV4 signs every request to a REST catalog with AWS Signature
+		// V4 instead of a token or credential (AWS Glue, S3 Tables,
+		// SeaweedFS), with storage.s3's keys when set. Default off.
+		SigV4 config.SigV4 `yaml:"sigv4"`
 		// CAFile is a PEM file of the CAs an https:// REST catalog's
 		// certificate is verified against. Default "" (the system's roots).
 		CAFile string `yaml:"ca_file"`
@@ -454,6 +458,7 @@ func (c *Config) applyDefaults() {
 	if c.Catalog.PartitionGranularity == "" {
 		c.Catalog.PartitionGranularity = "day"
 	}
+	c.Catalog.SigV4.Defaults()
 	if c.MQTT.DefaultStream == "" {
 		c.MQTT.DefaultStream = "mqtt.default"
 	}
@@ -578,6 +583,7 @@ func (c *Config) Validate() error {
 			bad("catalog.credential", "only a REST catalog (catalog.uri http(s)://) takes a credential")
 		}
 	}
+	c.Catalog.SigV4.Validate(c.Catalog.URI, c.Catalog.Token, c.Catalog.Credential, bad)
 	c.Storage.Validate(c.Catalog.Warehouse, bad)
 	c.HTTPAPI.Validate("http_api", bad)
 	c.Security.Validate(bad)
