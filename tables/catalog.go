@@ -16,14 +16,14 @@ import (
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	restcat "github.com/apache/iceberg-go/catalog/rest"
 	sqlcat "github.com/apache/iceberg-go/catalog/sql"
 	_ "github.com/apache/iceberg-go/io/gocloud/azure" // abfss:// and wasbs:// table locations
 	_ "github.com/apache/iceberg-go/io/gocloud/gcs"   // gs:// table locations
 	_ "github.com/apache/iceberg-go/io/gocloud/s3"    // s3:// table locations
 	"github.com/apache/iceberg-go/table"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	_ "github.com/jackc/pgx/v5/stdlib" // Postgres catalogs
 	_ "modernc.org/sqlite"             // pure-Go SQLite driver for the embedded catalog
 
