@@ -149,9 +149,10 @@ type Config struct {
 		// Name of the catalog. Default tributary.
 		Name string `yaml:"name"`
 		// URI: sqlite:///path/catalog.db, postgres://user:pw@host:5432/db
-		// (iceberg-go's SQL catalog schema), or http(s)://host:port for an
-		// Iceberg REST catalog (a 'tributary cloud' server). Default
-		// sqlite://DATA_DIR/catalog.db.
+		// (iceberg-go's SQL catalog schema), or http(s)://host:port[/path]
+		// for an Iceberg REST catalog (a 'tributary cloud' server, or one
+		// that is not ours: Polaris, Unity, Glue, S3 Tables, Nessie,
+		// Lakekeeper, SeaweedFS). Default sqlite://DATA_DIR/catalog.db.
 		URI string `yaml:"uri"`
 		// Token is the bearer token of a REST catalog that requires one
 		// (the cloud's catalog.node_token, or a JWT).
@@ -170,7 +171,9 @@ type Config struct {
 		// CAFile is a PEM file of the CAs an https:// REST catalog's
 		// certificate is verified against. Default "" (the system's roots).
 		CAFile string `yaml:"ca_file"`
-		// Warehouse blob URL. Default file://DATA_DIR/warehouse.
+		// Warehouse blob URL; with a REST catalog that is not ours, the
+		// location of its warehouse as it names it (e.g. s3://table-bucket),
+		// sent to its /v1/config. Default file://DATA_DIR/warehouse.
 		Warehouse string `yaml:"warehouse"`
 		// PartitionGranularity of new tables: day or hour. Default day.
 		PartitionGranularity string `yaml:"partition_granularity"`
