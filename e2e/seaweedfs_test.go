@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -60,24 +59,20 @@ func weedBin(t *testing.T) string {
 	return bin
 }
 
-func portOf(t *testing.T) string {
-	_, p, _ := net.SplitHostPort(freeLoopbackPort(t))
-	return p
-}
-
 // startSeaweedFS runs `weed mini` on loopback ports with the table bucket
 // weedBucket and the identity weedKey/weedSecret; tokenExpiry is the
 // lifetime of the catalog's OAuth2 tokens in seconds (0: its default).
 func startSeaweedFS(t *testing.T, tokenExpiry int) *seaweed {
 	t.Helper()
 	dir := t.TempDir()
-	s3p, icep := portOf(t), portOf(t)
+	port := func() string { return portOf(freeLoopbackPort(t)) }
+	s3p, icep := port(), port()
 	sw := &seaweed{S3: "http://127.0.0.1:" + s3p, Iceberg: "http://127.0.0.1:" + icep, dir: dir}
 	sw.args = []string{"mini", "-dir=" + dir, "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.telemetry=false",
 		"-webdav=false", "-admin.ui=false", "-s3.port=" + s3p, "-s3.port.iceberg=" + icep, "-s3.port.lance=0",
-		"-s3.port.grpc=" + portOf(t), "-master.port=" + portOf(t), "-master.port.grpc=" + portOf(t),
-		"-filer.port=" + portOf(t), "-filer.port.grpc=" + portOf(t), "-volume.port=" + portOf(t), "-volume.port.grpc=" + portOf(t),
-		"-admin.port=" + portOf(t), "-admin.port.grpc=" + portOf(t), "-admin.port.legacy=0", "-tableBucket=" + weedBucket}
+		"-s3.port.grpc=" + port(), "-master.port=" + port(), "-master.port.grpc=" + port(),
+		"-filer.port=" + port(), "-filer.port.grpc=" + port(), "-volume.port=" + port(), "-volume.port.grpc=" + port(),
+		"-admin.port=" + port(), "-admin.port.grpc=" + port(), "-admin.port.legacy=0", "-tableBucket=" + weedBucket}
 	sw.env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+weedKey, "AWS_SECRET_ACCESS_KEY="+weedSecret)
 	if tokenExpiry > 0 {
 		sw.env = append(sw.env, fmt.Sprintf("ICEBERG_OAUTH_TOKEN_EXPIRY=%d", tokenExpiry))
