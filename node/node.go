@@ -125,10 +125,13 @@ var CatalogKeys = tables.CheckKeys{URI: "catalog.uri", Token: "catalog.token", C
 
 // OpenCatalog opens the node's catalog; a REST catalog is asked first
 // for what the node needs of it (tables.CheckREST), so that a wrong URI,
-// credential, token or warehouse stops the start naming its key.
-func OpenCatalog(ctx context.Context, cfg tables.Config) (*tables.Catalog, error) {
+// credential, token or warehouse stops the start naming its key; leases:
+// the node keeps owner leases there (cluster.replication_factor > 1).
+func OpenCatalog(ctx context.Context, cfg tables.Config, leases bool) (*tables.Catalog, error) {
 	if tables.External(cfg.URI) {
-		return tables.CheckREST(ctx, cfg, CatalogKeys)
+		keys := CatalogKeys
+		keys.Leases = leases
+		return tables.CheckREST(ctx, cfg, keys)
 	}
 	return tables.Open(ctx, cfg)
 }
@@ -164,7 +167,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open wal: %w", err)
 	}
-	n.cat, err = OpenCatalog(ctx, catCfg)
+	n.cat, err = OpenCatalog(ctx, catCfg, cfg.Cluster.GossipAddr != "" && cfg.Cluster.ReplicationFactor > 1)
 	if err != nil {
 		n.wal.Close()
 		return nil, err

@@ -22,6 +22,9 @@ func External(uri string) bool {
 // an operator fixes for each failure.
 type CheckKeys struct {
 	URI, Token, Credential, SigV4, Warehouse string
+	// Leases: the caller keeps package lease's leases in the catalog (a
+	// replicated site), so namespace properties are checked too.
+	Leases bool
 }
 
 // checkNamespace is the namespace CheckREST reads the properties of: the
@@ -33,8 +36,8 @@ var checkNamespace = table.Identifier{"tributary_leases"}
 // needs before anything is accepted on its behalf: its /v1/config (the
 // prefix and overrides, through the credential, token or SigV4
 // signature), an authenticated namespace listing in the warehouse, and
-// namespace properties (the package lease keeps its leases in namespace
-// tributary_leases). Each failure names the key to fix. It returns the
+// with keys.Leases namespace properties (the package lease keeps its
+// leases in namespace tributary_leases). Each failure names the key to fix. It returns the
 // open catalog; the caller closes it.
 func CheckREST(ctx context.Context, cfg Config, keys CheckKeys) (*Catalog, error) {
 	authKey := keys.URI
@@ -54,7 +57,7 @@ func CheckREST(ctx context.Context, cfg Config, keys CheckKeys) (*Catalog, error
 		c.Close()
 		return nil, explainREST(err, cfg, keys, authKey)
 	}
-	if _, err := c.cat.LoadNamespaceProperties(ctx, checkNamespace); err != nil && !errors.Is(err, catalog.ErrNoSuchNamespace) {
+	if _, err := c.cat.LoadNamespaceProperties(ctx, checkNamespace); keys.Leases && err != nil && !errors.Is(err, catalog.ErrNoSuchNamespace) {
 		c.Close()
 		return nil, fmt.Errorf("%s: the catalog at %s cannot read namespace properties (%v): Tributary keeps the site's ownership leases in the properties of namespace %s",
 			keys.URI, Redact(cfg.URI), err, checkNamespace[0])

@@ -171,7 +171,7 @@ func checkRESTCatalog(cfg node.Config) error {
 	if err != nil {
 		return err
 	}
-	cat, err := node.OpenCatalog(ctx, catCfg)
+	cat, err := node.OpenCatalog(ctx, catCfg, cfg.Cluster.GossipAddr != "" && cfg.Cluster.ReplicationFactor > 1)
 	if err != nil {
 		return err
 	}
