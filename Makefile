@@ -12,6 +12,10 @@ DATA      ?= ./data
 VERSITYGW := v1.8.0
 FAKEGCS := v1.56.1
 AZURITE := 3.37.0
+# SeaweedFS (an independent Iceberg REST catalog and S3 store) is built
+# from tools/seaweedfs, a wrapper module pinning it (go install refuses
+# seaweedfs: its go.mod has a replace line), once into WEED.
+WEED ?= $(HOME)/.cache/tributary/seaweedfs/weed
 
 .PHONY: all build build-edge run test deps vet unit e2e bench fuzz clean fmt proto docs
 
@@ -75,6 +79,10 @@ deps:
 	  echo "installing azurite $(AZURITE) into ~/.cache/tributary/azurite (a real Azure Blob emulator for the tests)"; \
 	  mkdir -p $$HOME/.cache/tributary/azurite && cd $$HOME/.cache/tributary/azurite && \
 	  npm install --no-audit --no-fund --silent azurite@$(AZURITE); \
+	fi
+	@if [ ! -x $(WEED) ]; then \
+	  echo "building SeaweedFS into $(WEED) (a real Iceberg REST catalog and S3 store for the tests; minutes, once)"; \
+	  mkdir -p $$(dirname $(WEED)) && cd tools/seaweedfs && $(GO) build -o $(WEED) github.com/seaweedfs/seaweedfs/weed; \
 	fi
 	cd e2e/testdata/duckdb && npm ci --no-audit --no-fund --silent
 	$(GO) mod download

@@ -120,7 +120,24 @@ func (c Config) CatalogConfig() (tables.Config, error) {
 		props[k] = v
 	}
 	return tables.Config{Name: c.Catalog.Name, URI: c.Catalog.URI, Warehouse: c.Catalog.Warehouse,
-		Granularity: c.Catalog.PartitionGranularity, Properties: props, TLS: catTLS}, nil
+		Granularity: c.Catalog.PartitionGranularity, Properties: props, TLS: catTLS, SigV4: c.Catalog.SigV4.Signer(c.Storage)}, nil
+}
+
+// CatalogKeys are the edge config keys a REST catalog's errors name.
+var CatalogKeys = tables.CheckKeys{URI: "catalog.uri", Token: "catalog.token", Credential: "catalog.credential",
+	SigV4: "catalog.sigv4", Warehouse: "catalog.warehouse"}
+
+// OpenCatalog opens the node's catalog; a REST catalog is asked first
+// for what the node needs of it (tables.CheckREST), so that a wrong URI,
+// credential, token or warehouse stops the start naming its key; leases:
+// the node keeps owner leases there (cluster.replication_factor > 1).
+func OpenCatalog(ctx context.Context, cfg tables.Config, leases bool) (*tables.Catalog, error) {
+	if tables.External(cfg.URI) {
+		keys := CatalogKeys
+		keys.Leases = leases
+		return tables.CheckREST(ctx, cfg, keys)
+	}
+	return tables.Open(ctx, cfg)
 }
 
 // New opens the WAL, the catalog and the object store.
@@ -154,7 +171,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open wal: %w", err)
 	}
-	n.cat, err = tables.Open(ctx, catCfg)
+	n.cat, err = OpenCatalog(ctx, catCfg, cfg.Cluster.GossipAddr != "" && cfg.Cluster.ReplicationFactor > 1)
 	if err != nil {
 		n.wal.Close()
 		return nil, err
