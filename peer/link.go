@@ -254,17 +254,22 @@ func (l *Link) dialOnce(ctx context.Context) (*linkConn, error) {
 	return lc, nil
 }
 
-// kick makes a running redial loop dial again now (Peer.Kick).
+// kick makes a link that is down dial again now (Peer.Kick): the kick
+// is left in the buffered channel for the redial loop, which it starts
+// if none runs yet (a link whose failure was just noticed may not have
+// started one), so a kick that arrives before the loop is never lost. A
+// link that is up is left alone.
 func (l *Link) kick() {
 	l.mu.Lock()
-	redialing := l.redialing && l.conn == nil
-	l.mu.Unlock()
-	if redialing {
-		select {
-		case l.kicks <- struct{}{}:
-		default:
-		}
+	defer l.mu.Unlock()
+	if l.conn != nil || l.closed {
+		return
 	}
+	select {
+	case l.kicks <- struct{}{}:
+	default:
+	}
+	l.startRedial()
 }
 
 // startRedial starts the redial loop unless it runs (l.mu held).
@@ -344,8 +349,8 @@ func (l *Link) heartbeat(lc *linkConn) {
 		case <-tick.C:
 		}
 		if silent := time.Since(time.Unix(0, lc.lastRecv.Load())); silent >= deadline {
-			l.p.stats.linkTimeout.Add(1)
 			l.fail(lc, fmt.Errorf("no frame for %s", deadline))
+			l.p.stats.linkTimeout.Add(1) // after fail: whoever sees the count sees the link down
 			return
 		}
 		if time.Since(lastPing) < every {
