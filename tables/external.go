@@ -71,7 +71,7 @@ func explainREST(err error, cfg Config, keys CheckKeys, authKey string) error {
 	var nerr net.Error
 	var oerr *net.OpError
 	switch {
-	case errors.As(err, &oerr) || (errors.As(err, &nerr) && nerr.Timeout()):
+	case errors.As(err, &oerr) || (errors.As(err, &nerr) && nerr.Timeout()) || unreachable(err):
 		return fmt.Errorf("%s: cannot reach the catalog at %s: %w", keys.URI, Redact(cfg.URI), err)
 	case errors.Is(err, restcat.ErrOAuthError):
 		return fmt.Errorf("%s: the catalog's token endpoint refused the client credentials: %w", keys.Credential, err)
@@ -85,6 +85,20 @@ func explainREST(err error, cfg Config, keys CheckKeys, authKey string) error {
 		return fmt.Errorf("%s: the catalog at %s has no warehouse %q (or refused it): %w", keys.Warehouse, Redact(cfg.URI), cfg.Warehouse, err)
 	}
 	return fmt.Errorf("%s: the catalog at %s: %w", keys.URI, Redact(cfg.URI), err)
+}
+
+// unreachable reports a network failure that reached us only as text:
+// iceberg-go formats the token endpoint's transport error with %s inside
+// ErrOAuthError, so a catalog that is down would otherwise read as a
+// refused credential.
+func unreachable(err error) bool {
+	s := err.Error()
+	for _, sign := range []string{"connection refused", "no such host", "i/o timeout", "network is unreachable", "connection reset by peer", "no route to host"} {
+		if strings.Contains(s, sign) {
+			return true
+		}
+	}
+	return false
 }
 
 func isNotFound(err error) bool {

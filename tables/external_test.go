@@ -48,6 +48,9 @@ func TestCheckRESTNamesTheKey(t *testing.T) {
 		want string
 	}{
 		{"unreachable", Config{URI: closed, Warehouse: "s3://b"}, "catalog.uri: cannot reach"},
+		// The token endpoint of a catalog that is down fails inside
+		// iceberg-go's oauth error: still the URI, not the credential.
+		{"unreachable with a credential", Config{URI: closed, Warehouse: "s3://b", Properties: map[string]string{"credential": "id:secret"}}, "catalog.uri: cannot reach"},
 		{"credential", Config{URI: refusing.URL, Warehouse: "s3://b", Properties: map[string]string{"credential": "id:wrong"}}, "catalog.credential:"},
 		{"token", Config{URI: refusing.URL, Warehouse: "s3://b", Properties: map[string]string{"token": "expired"}}, "catalog.token:"},
 	} {
