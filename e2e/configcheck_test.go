@@ -15,7 +15,12 @@ import (
 // runConfigCheck runs `tributary config check FILE` with extra environment.
 func runConfigCheck(t *testing.T, file string, env ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	cmd := exec.Command(binPath, "config", "check", file)
+	return runConfigCheckArgs(t, []string{"config", "check", file}, env...)
+}
+
+func runConfigCheckArgs(t *testing.T, args []string, env ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := exec.Command(binPath, args...)
 	cmd.Env = append(os.Environ(), env...)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
@@ -92,7 +97,13 @@ func TestConfigCheck(t *testing.T) {
 		if err := os.WriteFile(f, []byte(strings.ReplaceAll(string(raw), " /etc/tributary/", " "+root+"/etc/tributary/")), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		code, stdout, stderr := runConfigCheck(t, f, "HOSTNAME=edge-test-1", "TRIBUTARY_CATALOG_CREDENTIAL=edge-test-1:secret")
+		env := []string{"HOSTNAME=edge-test-1", "TRIBUTARY_CATALOG_CREDENTIAL=edge-test-1:secret"}
+		// Its catalog's host resolves only on the plant: the online check
+		// says so, naming the key; --offline checks the rest.
+		if code, _, stderr := runConfigCheck(t, f, env...); code == 0 || !strings.HasPrefix(stderr, "catalog.uri: cannot reach the catalog") {
+			t.Fatalf("deploy/edge.yaml checked online here: exit %d, want catalog.uri: cannot reach the catalog:\n%s", code, stderr)
+		}
+		code, stdout, stderr := runConfigCheckArgs(t, []string{"config", "check", "--offline", f}, env...)
 		if code != 0 {
 			t.Fatalf("deploy/edge.yaml: exit %d:\n%s%s", code, stdout, stderr)
 		}

@@ -265,15 +265,21 @@ func (r *docRun) rewrite(s string) string {
 	})
 }
 
-// freePort is a port nothing listened on a moment ago.
-func freePort(t *testing.T) int {
+// freePorts are n distinct ports nothing listened on a moment ago: all
+// are held open until the last is picked, so no two are the same (one
+// closed at a time, the kernel handed the same port out twice).
+func freePorts(t *testing.T, n int) []int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ports[i] = l.Addr().(*net.TCPAddr).Port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 func newDocRun(t *testing.T) *docRun {
@@ -285,8 +291,9 @@ func newDocRun(t *testing.T) *docRun {
 		t.Fatal(err)
 	}
 	r := &docRun{t: t, dir: dir, ports: map[int]int{}}
-	for _, p := range docPorts {
-		r.ports[p.port] = freePort(t)
+	free := freePorts(t, len(docPorts))
+	for i, p := range docPorts {
+		r.ports[p.port] = free[i]
 	}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "PATH=") {
