@@ -72,6 +72,7 @@ type Server struct {
 	pulsar *pulsar.Server     // nil when Pulsar.Addr is ""
 	mqtt   *cloudmqtt.Server  // nil when MQTT.Addr and MQTT.WSAddr are ""
 	http   *httpServer        // nil when HTTP.Addr is ""
+	write  *writePath         // nil unless cloud_produce.enabled (and Kafka on)
 	maint  *tables.Maintainer // nil when maintenance is off
 	cancel context.CancelFunc // stops the maintainer
 	wg     sync.WaitGroup     // the maintainer loop
@@ -172,16 +173,24 @@ func (s *Server) listen() error {
 		s.log.Info("listening", "listener", "iceberg-rest-catalog", "addr", rs.Addr(), "uri", rs.URL())
 	}
 	if a := *cfg.Kafka.Addr; a != "" {
-		ks, err := consume.NewServer(consume.Config{
-			Config: kafka.Config{Addr: a, AdvertisedAddr: cfg.Kafka.AdvertisedAddr, ClusterID: cfg.Catalog.Name, Auth: s.auth, Logger: s.log,
-				Limits: listen.Config{TLS: s.tls.Server("kafka")}, MaxInflightBytes: int64(cfg.Kafka.MaxInflightBytes), BodyTimeout: cfg.Kafka.BodyTimeout},
+		ccfg := consume.Config{
+			Config:    s.kafkaConfig(),
 			Peers:     cfg.Kafka.Peers,
 			MaxGroups: cfg.Kafka.MaxGroups, MaxGroupMembers: cfg.Kafka.MaxGroupMembers, MaxGroupOffsets: cfg.Kafka.MaxGroupOffsets,
 			OffsetsRetention: cfg.Kafka.OffsetsRetention,
 			OffsetsDB:        cfg.Catalog.URI,
 			Reader:           s.reader,
 			BatchCacheBytes:  int64(cfg.Kafka.BatchCacheBytes),
-		}, s.cat)
+		}
+		if cfg.Produce.Enabled {
+			wp, err := s.openWritePath(context.Background())
+			if err != nil {
+				return fmt.Errorf("cloud produce: %w", err)
+			}
+			s.write = wp
+			ccfg.Producer, ccfg.Tail = wp.kafka, wp.tail
+		}
+		ks, err := consume.NewServer(ccfg, s.cat)
 		if err != nil {
 			return fmt.Errorf("cloud kafka: %w", err)
 		}
@@ -220,6 +229,13 @@ func (s *Server) listen() error {
 	}
 	// After Pulsar: gRPC Subscribe serves the Pulsar server's subscriptions.
 	return s.listenHTTP()
+}
+
+// kafkaConfig is the Kafka listener's configuration.
+func (s *Server) kafkaConfig() kafka.Config {
+	cfg := s.cfg
+	return kafka.Config{Addr: *cfg.Kafka.Addr, AdvertisedAddr: cfg.Kafka.AdvertisedAddr, ClusterID: cfg.Catalog.Name, Auth: s.auth, Logger: s.log,
+		Limits: listen.Config{TLS: s.tls.Server("kafka")}, MaxInflightBytes: int64(cfg.Kafka.MaxInflightBytes), BodyTimeout: cfg.Kafka.BodyTimeout}
 }
 
 // CatalogAddr is the bound address of the REST catalog ("" when off).
@@ -344,6 +360,10 @@ func (s *Server) closeListeners(ctx context.Context) error {
 		if err := s.kafka.Close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("close cloud kafka: %w", err))
 		}
+	}
+	if s.write != nil {
+		s.write.close()
+		s.write = nil
 	}
 	return errors.Join(errs...)
 }

@@ -145,6 +145,11 @@ type Config struct {
 		httpapi.Config `yaml:",inline"`
 	} `yaml:"http"`
 
+	// Produce is the cloud write path (package cloudwrite): producers on
+	// the Kafka listener write into the same tables, through WAL objects
+	// in the warehouse sequenced in the catalog database.
+	Produce ProduceConfig `yaml:"cloud_produce"`
+
 	// Maintenance of the tables; the cloud server is where it belongs.
 	Maintenance config.Maintenance `yaml:"maintenance"`
 
@@ -212,6 +217,7 @@ func (c *Config) ApplyDefaults() {
 		c.HTTP.Addr = &a
 	}
 	c.HTTP.Defaults()
+	c.Produce.defaults()
 	c.Maintenance.Defaults()
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 10 * time.Second
@@ -306,6 +312,7 @@ func (c *Config) Validate() error {
 	}
 	c.MQTT.validate(bad)
 	c.validateHTTP(bad)
+	c.Produce.validate(bad)
 	c.Storage.Validate(c.Catalog.Warehouse, bad)
 	c.Maintenance.Validate(bad)
 	return errors.Join(errs...)
