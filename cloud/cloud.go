@@ -45,6 +45,7 @@ import (
 
 	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/cloudmqtt"
+	"github.com/tributary-io/tributary/cloudwrite"
 	"github.com/tributary-io/tributary/config"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/kafka/consume"
@@ -66,16 +67,17 @@ type Server struct {
 	tls    *listen.TLS     // nil without security.tls
 	auth   *auth.Authority // identities and the ACL of every listener
 
-	rest   *rest.Server       // nil when Catalog.Addr is ""
-	con    *cloudConsole      // the operator's console on the catalog listener
-	kafka  *consume.Server    // nil when Kafka.Addr is ""
-	pulsar *pulsar.Server     // nil when Pulsar.Addr is ""
-	mqtt   *cloudmqtt.Server  // nil when MQTT.Addr and MQTT.WSAddr are ""
-	http   *httpServer        // nil when HTTP.Addr is ""
-	write  *writePath         // nil unless cloud_produce.enabled (and Kafka on)
-	maint  *tables.Maintainer // nil when maintenance is off
-	cancel context.CancelFunc // stops the maintainer
-	wg     sync.WaitGroup     // the maintainer loop
+	rest   *rest.Server        // nil when Catalog.Addr is ""
+	con    *cloudConsole       // the operator's console on the catalog listener
+	kafka  *consume.Server     // nil when Kafka.Addr is ""
+	pulsar *pulsar.Server      // nil when Pulsar.Addr is ""
+	mqtt   *cloudmqtt.Server   // nil when MQTT.Addr and MQTT.WSAddr are ""
+	http   *httpServer         // nil when HTTP.Addr is ""
+	write  *writePath          // nil unless cloud_produce.enabled (and Kafka on)
+	cwm    *cloudwrite.Metrics // the write path's, exposed (at zero) when it is off too
+	maint  *tables.Maintainer  // nil when maintenance is off
+	cancel context.CancelFunc  // stops the maintainer
+	wg     sync.WaitGroup      // the maintainer loop
 	closed bool
 }
 
@@ -128,12 +130,13 @@ func open(cat *tables.Catalog, cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, cat: cat, reg: prometheus.NewRegistry(), auth: a}
+	s := &Server{cfg: cfg, log: log, cat: cat, reg: prometheus.NewRegistry(), auth: a, cwm: cloudwrite.NewMetrics()}
 	if s.tls, err = listen.NewTLS(cfg.Security.TLS, log.With("component", "cloud-tls")); err != nil {
 		return nil, err
 	}
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.reg.MustRegister(a.Collectors()...)
+	s.reg.MustRegister(s.cwm.Collectors()...)
 	// The consume servers share one table reader and its caches.
 	s.reader = tables.NewReader(cat, tables.ReaderConfig{})
 	if err := s.listen(); err != nil {
@@ -295,7 +298,7 @@ func (s *Server) Config() Config { return s.cfg }
 // process that serves /metrics elsewhere too (an edge node's HTTP
 // endpoint in `tributary dev`). The catalog listener's /metrics has them.
 func (s *Server) Collectors() []prometheus.Collector {
-	var out []prometheus.Collector
+	out := s.cwm.Collectors()
 	if s.kafka != nil {
 		out = append(out, s.kafka.Collectors()...)
 	}

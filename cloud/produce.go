@@ -41,12 +41,12 @@ type ProduceConfig struct {
 	// FlushInterval: a produce request waits at most this long for its
 	// WAL object to be cut. Default 250ms.
 	FlushInterval time.Duration `yaml:"flush_interval"`
-	// FlushBytes: a WAL object is cut as soon as this much is buffered.
-	// Default 8MiB.
+	// FlushBytes: a WAL object is cut as soon as this much is
+	// buffered. Default 8MiB.
 	FlushBytes config.ByteSize `yaml:"flush_bytes"`
 	// MaxBufferedBytes bounds what the server holds unanswered; a
-	// produce beyond it gets a retriable KAFKA_STORAGE_ERROR. Default
-	// 64MiB.
+	// produce beyond it gets a retriable KAFKA_STORAGE_ERROR.
+	// Default 64MiB.
 	MaxBufferedBytes config.ByteSize `yaml:"max_buffered_bytes"`
 	// AutoCreate creates unknown streams (and their cloud partition) on
 	// Produce. Default false.
@@ -135,7 +135,7 @@ func (s *Server) openWritePath(ctx context.Context) (*writePath, error) {
 	log := s.log.With("component", "cloud-write")
 	wp := &writePath{st: st, bucket: b, done: make(chan struct{})}
 	wp.w = cloudwrite.NewWriter(cloudwrite.Config{Server: pc.ServerID, FlushInterval: pc.FlushInterval, FlushBytes: int(pc.FlushBytes),
-		MaxBufferedBytes: int64(pc.MaxBufferedBytes), OrphanGrace: pc.OrphanGrace, Logger: log}, st, store)
+		MaxBufferedBytes: int64(pc.MaxBufferedBytes), OrphanGrace: pc.OrphanGrace, Logger: log, Metrics: s.cwm}, st, store)
 	wp.tail = cloudwrite.NewTail(st, store, 0)
 	wp.commit = cloudwrite.NewCommitter(cloudwrite.CommitConfig{Server: pc.ServerID, Interval: pc.CommitInterval,
 		Grace: pc.Grace, OrphanGrace: pc.OrphanGrace, Logger: log, Put: b.WriteAll}, s.cat, st, wp.tail, store)
@@ -147,7 +147,6 @@ func (s *Server) openWritePath(ctx context.Context) (*writePath, error) {
 		return nil, err
 	}
 	wp.kafka = &kafkaProducer{Server: ps, kb: kb, autoCreate: pc.AutoCreate}
-	s.reg.MustRegister(wp.w.Collectors()...)
 	cctx, cancel := context.WithCancel(context.Background())
 	wp.cancel = cancel
 	go func() {

@@ -2,7 +2,16 @@ package cloudwrite
 
 import "github.com/prometheus/client_golang/prometheus"
 
-type metrics struct {
+// NewMetrics returns the metrics of a Writer (Config.Metrics).
+func NewMetrics() *Metrics { return newMetrics() }
+
+// Collectors are the metrics' collectors.
+func (m *Metrics) Collectors() []prometheus.Collector { return m.collectors() }
+
+// Metrics are a Writer's metrics. A server makes them once (NewMetrics)
+// and exposes them whether it writes or not, so that the families exist
+// (at zero) on every cloud server.
+type Metrics struct {
 	ack, put, sequence prometheus.Histogram
 	objects, bytes     prometheus.Counter
 	refused            prometheus.Counter
@@ -10,9 +19,17 @@ type metrics struct {
 	held               prometheus.Gauge
 }
 
-func newMetrics() *metrics {
+func newMetrics() *Metrics {
+	m := newMetricsVecs()
+	for _, step := range []string{"put", "sequence", "late"} {
+		m.failures.WithLabelValues(step)
+	}
+	return m
+}
+
+func newMetricsVecs() *Metrics {
 	b := []float64{.005, .01, .025, .05, .1, .2, .3, .4, .5, .75, 1, 2, 5, 10}
-	return &metrics{
+	return &Metrics{
 		ack: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tributary_cloud_produce_ack_seconds",
 			Help: "Time from a produce submission to its answer on a cloud server (buffering, WAL object put, sequencing).", Buckets: b}),
 		put: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tributary_cloud_wal_put_seconds",
@@ -32,6 +49,6 @@ func newMetrics() *metrics {
 	}
 }
 
-func (m *metrics) collectors() []prometheus.Collector {
+func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.ack, m.put, m.sequence, m.objects, m.bytes, m.refused, m.failures, m.held}
 }

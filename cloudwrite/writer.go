@@ -64,6 +64,8 @@ type Config struct {
 	// object older than half of it. Default 10 min.
 	OrphanGrace time.Duration
 	Logger      *slog.Logger
+	// Metrics to count in (NewMetrics); nil = the writer's own.
+	Metrics *Metrics
 
 	// afterPut, for tests, runs between an object's put and its
 	// sequencing; an error stops the flush there (a crash).
@@ -124,7 +126,7 @@ type Writer struct {
 	slots    chan struct{}
 	wg       sync.WaitGroup
 
-	m *metrics
+	m *Metrics
 }
 
 // NewWriter returns a Writer sequencing into st and writing to store.
@@ -132,8 +134,12 @@ func NewWriter(cfg Config, st *State, store Store) *Writer {
 	cfg.defaults()
 	prev := make(chan struct{})
 	close(prev)
-	return &Writer{cfg: cfg, st: st, store: store, log: cfg.Logger, prev: prev,
-		slots: make(chan struct{}, cfg.MaxFlushes), m: newMetrics()}
+	w := &Writer{cfg: cfg, st: st, store: store, log: cfg.Logger, prev: prev,
+		slots: make(chan struct{}, cfg.MaxFlushes), m: cfg.Metrics}
+	if w.m == nil {
+		w.m = newMetrics()
+	}
+	return w
 }
 
 // Submit queues seg to be written; done is called exactly once, never

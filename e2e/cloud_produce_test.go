@@ -11,17 +11,26 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tributary-io/tributary"
 )
 
-// cloudProduceConfig is a cloud server on dir's catalog and warehouse
-// with the cloud write path on.
-func cloudProduceConfig(t *testing.T, dir, name string) string {
+// The stream the cloud-produce tests write, and each producer's records.
+const cpStream, cpPerProducer = "factory.cloudprod", 1500
+
+// cloudProduceConfig is a cloud server on dir's catalog (or the
+// PostgreSQL database dsn) and warehouse with the cloud write path on.
+func cloudProduceConfig(t *testing.T, dir, dsn, name string) string {
 	t.Helper()
 	path := filepath.Join(dir, name+".yaml")
+	uri := ""
+	if dsn != "" {
+		uri = "\n  uri: " + dsn
+	}
 	if err := os.WriteFile(path, []byte(fmt.Sprintf(`role: cloud
 data_dir: %[1]s
 catalog:
-  addr: 127.0.0.1:0
+  addr: 127.0.0.1:0%[3]s
 kafka:
   addr: 127.0.0.1:0
 pulsar:
@@ -34,7 +43,7 @@ cloud_produce:
   auto_create: true
   commit_interval: 200ms
   grace: 1s
-`, dir, name)), 0o644); err != nil {
+`, dir, name, uri)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -47,11 +56,22 @@ cloud_produce:
 // every one at once (from the sequenced WAL objects) exactly once at
 // dense offsets, and iceberg-go reads the same from the table once it is
 // committed.
-func TestCloudProduce(t *testing.T) {
+func TestCloudProduce(t *testing.T) { cloudProduce(t, "") }
+
+// TestCloudProducePostgres is TestCloudProduce with the catalog (and the
+// state database the servers sequence in) on PostgreSQL.
+func TestCloudProducePostgres(t *testing.T) { cloudProduce(t, startPostgres(t)) }
+
+func cloudProduce(t *testing.T, dsn string) {
 	dir := t.TempDir()
-	a := startProc(t, dir, "cloud", "-config", cloudProduceConfig(t, dir, "a"))
-	b := startProc(t, dir, "cloud", "-config", cloudProduceConfig(t, dir, "b"))
-	const stream, perProducer = "factory.cloudprod", 1500
+	a := startProc(t, dir, "cloud", "-config", cloudProduceConfig(t, dir, dsn, "a"))
+	b := startProc(t, dir, "cloud", "-config", cloudProduceConfig(t, dir, dsn, "b"))
+	read := func() []*tributary.Record {
+		if dsn != "" {
+			return readTablePostgres(t, dsn, cpStream)
+		}
+		return readTable(t, dir, cpStream)
+	}
 	type acked struct {
 		value  string
 		offset int64
@@ -62,11 +82,11 @@ func TestCloudProduce(t *testing.T) {
 	produce := func(cl *kgo.Client, who string, onAcked func(int)) {
 		var wg sync.WaitGroup
 		n := 0
-		for i := 0; i < perProducer; i++ {
+		for i := 0; i < cpPerProducer; i++ {
 			wg.Add(1)
 			start := time.Now()
 			v := fmt.Sprintf("%s-%05d", who, i)
-			cl.Produce(context.Background(), &kgo.Record{Topic: stream, Value: []byte(v)}, func(r *kgo.Record, err error) {
+			cl.Produce(context.Background(), &kgo.Record{Topic: cpStream, Value: []byte(v)}, func(r *kgo.Record, err error) {
 				defer wg.Done()
 				if err != nil {
 					t.Errorf("produce %s: %v", v, err)
@@ -131,12 +151,12 @@ func TestCloudProduce(t *testing.T) {
 		}
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	t.Logf("cloud produce acknowledgement latency (file://, 250ms flush): p50 %v p99 %v over %d records",
-		lat[len(lat)/2], lat[len(lat)*99/100], len(lat))
+	t.Logf("cloud produce acknowledgement latency (file://, 250ms flush, catalog %s): p50 %v p99 %v over %d records",
+		map[bool]string{true: "postgres", false: "sqlite"}[dsn != ""], lat[len(lat)/2], lat[len(lat)*99/100], len(lat))
 
 	// A consumer reads them at once, before (or while) the table commits.
-	want := 2 * perProducer
-	cons, err := kgo.NewClient(kgo.SeedBrokers(b.CloudKafka), kgo.ConsumeTopics(stream), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	want := 2 * cpPerProducer
+	cons, err := kgo.NewClient(kgo.SeedBrokers(b.CloudKafka), kgo.ConsumeTopics(cpStream), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,9 +166,9 @@ func TestCloudProduce(t *testing.T) {
 
 	// The table holds them exactly once once committed.
 	waitFor(t, 60*time.Second, "the table commits every record", func() bool {
-		return len(readTable(t, dir, stream)) >= want
+		return len(read()) >= want
 	})
-	rows := readTable(t, dir, stream)
+	rows := read()
 	ds := make([]delivered, len(rows))
 	for i, r := range rows {
 		ds[i] = delivered{partition: r.Partition, offset: r.Offset, value: r.Value}

@@ -95,11 +95,12 @@ func (cs *Server) handleMetadata(ctx context.Context, req *kafka.Request, r *kms
 			resp.Topics = append(resp.Topics, mt)
 			continue
 		}
-		if producing {
-			// The stream's cloud partition, allocated on first use (and
-			// the stream created, once per request, when asked).
-			create := r.AllowAutoTopicCreation && !created
-			made, err := cs.ccfg.Producer.EnsurePartition(ctx, stream, create)
+		if producing && r.AllowAutoTopicCreation {
+			// The stream's cloud partition, allocated on first use, and
+			// the stream created (once per request) if missing. Only for
+			// a client that asks for auto-creation (producers do; a
+			// consumer's Metadata must not allocate partitions).
+			made, err := cs.ccfg.Producer.EnsurePartition(ctx, stream, !created)
 			if err != nil {
 				cs.log.Warn("kafka metadata: cloud partition", "stream", stream, "err", err)
 			}
