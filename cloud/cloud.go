@@ -73,7 +73,7 @@ type Server struct {
 	pulsar *pulsar.Server      // nil when Pulsar.Addr is ""
 	mqtt   *cloudmqtt.Server   // nil when MQTT.Addr and MQTT.WSAddr are ""
 	http   *httpServer         // nil when HTTP.Addr is ""
-	write  *writePath          // nil unless cloud_produce.enabled (and Kafka on)
+	write  *writePath          // nil unless cloud_produce.enabled
 	cwm    *cloudwrite.Metrics // the write path's, exposed (at zero) when it is off too
 	maint  *tables.Maintainer  // nil when maintenance is off
 	cancel context.CancelFunc  // stops the maintainer
@@ -175,6 +175,13 @@ func (s *Server) listen() error {
 		s.con.addr.Store(rs.Addr())
 		s.log.Info("listening", "listener", "iceberg-rest-catalog", "addr", rs.Addr(), "uri", rs.URL())
 	}
+	if cfg.Produce.Enabled {
+		wp, err := s.openWritePath(context.Background())
+		if err != nil {
+			return fmt.Errorf("cloud produce: %w", err)
+		}
+		s.write = wp
+	}
 	if a := *cfg.Kafka.Addr; a != "" {
 		ccfg := consume.Config{
 			Config:    s.kafkaConfig(),
@@ -185,13 +192,8 @@ func (s *Server) listen() error {
 			Reader:           s.reader,
 			BatchCacheBytes:  int64(cfg.Kafka.BatchCacheBytes),
 		}
-		if cfg.Produce.Enabled {
-			wp, err := s.openWritePath(context.Background())
-			if err != nil {
-				return fmt.Errorf("cloud produce: %w", err)
-			}
-			s.write = wp
-			ccfg.Producer, ccfg.Tail = wp.kafka, wp.tail
+		if s.write != nil {
+			ccfg.Producer, ccfg.Tail = s.write.kafka, s.write.tail
 		}
 		ks, err := consume.NewServer(ccfg, s.cat)
 		if err != nil {

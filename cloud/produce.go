@@ -22,6 +22,8 @@ import (
 	"github.com/tributary-io/tributary/cloudwrite"
 	"github.com/tributary-io/tributary/cloudwrite/wire"
 	"github.com/tributary-io/tributary/config"
+	"github.com/tributary-io/tributary/grpcapi"
+	"github.com/tributary-io/tributary/httpapi"
 	"github.com/tributary-io/tributary/internal/kbatch"
 	"github.com/tributary-io/tributary/kafka/produce"
 	"github.com/tributary-io/tributary/tables"
@@ -318,3 +320,81 @@ func (kb *kafkaBackend) AllocateProducerID(ctx context.Context) (int64, error) {
 func (kb *kafkaBackend) ProducerRuns(context.Context) ([]produce.ProducerRun, error) { return nil, nil }
 
 var _ produce.Backend = (*kafkaBackend)(nil)
+
+// produce writes the records of an HTTP or gRPC producer: into the
+// stream's cloud partition (partition < 0), or the cloud partition named,
+// allocating it (and creating the stream with cloud_produce.auto_create)
+// first; it returns once they are sequenced, each record's Partition,
+// Offset and Timestamp set. Nothing is visible on an error.
+func (wp *writePath) produce(ctx context.Context, stream string, partition int32, recs []*tributary.Record) error {
+	ti, err := wp.kafka.kb.Topic(ctx, stream)
+	if errors.Is(err, produce.ErrUnknownStream) && wp.kafka.autoCreate {
+		ti, err = wp.kafka.kb.EnsureStream(ctx, stream)
+	}
+	if err != nil {
+		return err
+	}
+	if partition < 0 && len(ti.Partitions) > 0 {
+		partition = ti.Partitions[0].Partition
+	}
+	found := false
+	for _, p := range ti.Partitions {
+		found = found || p.Partition == partition
+	}
+	if !found {
+		return fmt.Errorf("%s partition %d is not a cloud partition: %w", stream, partition, tributary.ErrFenced)
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	r0 := recs[0]
+	seg := &wire.Segment{Stream: stream, Partition: partition, ProducerID: -1, Topic: r0.Topic, Source: r0.Source,
+		ClientID: r0.ClientID, Principal: r0.Principal, Records: recs}
+	if seg.Topic == "" {
+		seg.Topic = stream
+	}
+	type res struct {
+		o   cloudwrite.Outcome
+		err error
+	}
+	ch := make(chan res, 1)
+	wp.w.Submit(seg, func(o cloudwrite.Outcome, err error) { ch <- res{o, err} })
+	var r res
+	select {
+	case r = <-ch:
+	case <-ctx.Done():
+		return ctx.Err() // the records may still be sequenced: as with a lost answer
+	}
+	switch {
+	case errors.Is(r.err, cloudwrite.ErrBackpressure):
+		return fmt.Errorf("%w: %w", tributary.ErrBudget, r.err)
+	case r.err != nil:
+		return r.err
+	}
+	for i, rec := range recs {
+		rec.Stream, rec.Partition, rec.Offset = stream, partition, r.o.First+int64(i)
+	}
+	return nil
+}
+
+// httpSink and grpcSink are the write path as the HTTP and gRPC produce
+// APIs' sinks.
+type httpSink struct{ wp *writePath }
+
+func (s httpSink) Produce(ctx context.Context, stream string, partition int32, recs []*tributary.Record) error {
+	err := s.wp.produce(ctx, stream, partition, recs)
+	if errors.Is(err, produce.ErrUnknownStream) {
+		return httpapi.ErrUnknownStream
+	}
+	return err
+}
+
+type grpcSink struct{ wp *writePath }
+
+func (s grpcSink) Produce(ctx context.Context, stream string, partition int32, recs []*tributary.Record) error {
+	err := s.wp.produce(ctx, stream, partition, recs)
+	if errors.Is(err, produce.ErrUnknownStream) {
+		return grpcapi.ErrUnknownStream
+	}
+	return err
+}
