@@ -54,7 +54,7 @@ func (s *Server) listenHTTP() error {
 	if a == "" {
 		return nil
 	}
-	os, err := offsets.Open(s.cfg.Catalog.URI)
+	os, err := offsets.Open(s.cfg.State.URI)
 	if err != nil {
 		return fmt.Errorf("cloud http: %w", err)
 	}
@@ -75,7 +75,7 @@ func (s *Server) listenHTTP() error {
 	if s.pulsar != nil {
 		subs = s.pulsar.Manager()
 	} else {
-		store, err := subscription.OpenCursorStore(s.cfg.Catalog.URI)
+		store, err := subscription.OpenCursorStore(s.cfg.State.URI)
 		if err != nil {
 			ln.Close()
 			os.Close()
@@ -92,10 +92,10 @@ func (s *Server) listenHTTP() error {
 		// The cloud write path: Confluent REST v3 produce and gRPC
 		// ProduceService, as at the edge (produce.go).
 		hp := httpapi.NewProducer(httpapi.ProducerConfig{ClusterID: s.cfg.Catalog.Name, Auth: s.auth, Limits: s.cfg.HTTP.Limits(),
-			Logger: s.log.With("component", "http-produce")}, httpSink{s.write})
+			Logger: s.log.With("component", "http-produce")}, s.write.app)
 		hp.RegisterProduce(mux)
 		gp := grpcapi.NewProducer(grpcapi.ProducerConfig{Auth: s.auth, Logger: s.log.With("component", "grpc-produce"),
-			Limits: grpcapi.Limits{MaxStreams: s.cfg.HTTP.MaxStreams}}, grpcSink{s.write})
+			Limits: grpcapi.Limits{MaxStreams: s.cfg.HTTP.MaxStreams}}, s.write.app)
 		gp.Register(mux)
 	}
 	h := &httpServer{ln: ln, srv: listen.NewHTTPServer(ln, mux), offsets: os, reader: rd, grpc: grd, subs: ownSubs, done: make(chan struct{})}

@@ -1,16 +1,18 @@
 package cloud
 
-// The cloud write path's front door: Kafka producers on the cloud Kafka
-// listener. The request handling is kafka/produce's (validation, caps,
-// codecs, idempotence, the ACL's produce right), over kafkaBackend, which
-// hands each partition's batch to the cloudwrite.Writer; consume.Server
-// routes Produce and InitProducerId to it and serves the offsets beyond
-// a table's mark from the cloudwrite.Tail.
+// The cloud write path's front doors: Kafka producers on the cloud Kafka
+// listener, HTTP (Confluent REST v3) and gRPC ProduceService on the cloud
+// HTTP port (httpapi.go). Each is the edge's front door (validation, caps,
+// codecs, idempotence, the ACL's produce right) over the write contract,
+// whose cloud implementation is cloudwrite.Appender: it submits each
+// write as one segment to the cloudwrite.Writer, into the stream's cloud
+// partition (kafkaBackend.resolve). consume.Server routes Produce and
+// InitProducerId to the Kafka produce server and serves the offsets
+// beyond a table's mark from the cloudwrite.Tail.
 
 import (
 	"context"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -18,17 +20,12 @@ import (
 	"sort"
 	"time"
 
-	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/cloudwrite"
 	"github.com/tributary-io/tributary/cloudwrite/wire"
 	"github.com/tributary-io/tributary/config"
-	"github.com/tributary-io/tributary/grpcapi"
-	"github.com/tributary-io/tributary/httpapi"
-	"github.com/tributary-io/tributary/internal/kbatch"
 	"github.com/tributary-io/tributary/kafka/produce"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/uplink"
-	"github.com/tributary-io/tributary/wal"
 )
 
 // ProduceConfig is the cloud write path (cloud_produce).
@@ -109,6 +106,7 @@ type writePath struct {
 	st     *cloudwrite.State
 	bucket *uplink.BlobBucket
 	w      *cloudwrite.Writer
+	app    *cloudwrite.Appender // the write contract over w, every front door's
 	tail   *cloudwrite.Tail
 	commit *cloudwrite.Committer
 	kafka  *kafkaProducer
@@ -143,7 +141,8 @@ func (s *Server) openWritePath(ctx context.Context) (*writePath, error) {
 		Grace: pc.Grace, OrphanGrace: pc.OrphanGrace, Logger: log, Put: b.WriteAll}, s.cat, st, wp.tail, store)
 	kcfg := s.kafkaConfig()
 	kb := &kafkaBackend{s: s, wp: wp}
-	ps, err := produce.NewServer(produce.Config{Config: kcfg, AutoCreate: pc.AutoCreate}, kb)
+	wp.app = cloudwrite.NewAppender(wp.w, kb.resolve)
+	ps, err := produce.NewServer(produce.Config{Config: kcfg, AutoCreate: pc.AutoCreate}, kb, wp.app)
 	if err != nil {
 		wp.close()
 		return nil, err
@@ -267,47 +266,6 @@ func (kb *kafkaBackend) EnsureStream(ctx context.Context, stream string) (produc
 	return kb.topicInfo(stream, owners), nil
 }
 
-// AppendAsync hands b's records to the Writer; done is called once the
-// WAL object holding them is sequenced. A retry the state database
-// recognises (another server sequenced it) is answered with the original
-// offset. Appends need no chaining: objects are sequenced in the order
-// they are cut, and the state database refuses a batch whose
-// predecessor was not sequenced as out of order.
-func (kb *kafkaBackend) AppendAsync(ctx context.Context, _ produce.Ticket, b *wal.Batch, done func(error)) produce.Ticket {
-	recs, err := b.Decode(0)
-	if err != nil {
-		go done(err)
-		return nil
-	}
-	seg := &wire.Segment{Stream: b.Stream, Partition: b.Partition, ProducerID: -1, Topic: b.Topic, Source: "kafka",
-		ClientID: b.ClientID, Principal: b.Principal}
-	if h := b.Records; len(h) >= kbatch.HeaderLen {
-		seg.ProducerID = int64(binary.BigEndian.Uint64(h[43:]))
-		seg.ProducerEpoch = int16(binary.BigEndian.Uint16(h[51:]))
-		seg.BaseSequence = int32(binary.BigEndian.Uint32(h[53:]))
-	}
-	for _, r := range recs {
-		r.Timestamp = 0 // the accept time is the sequencing server's
-	}
-	seg.Records = recs
-	kb.wp.w.Submit(seg, func(o cloudwrite.Outcome, err error) {
-		switch {
-		case errors.Is(err, cloudwrite.ErrBackpressure):
-			done(fmt.Errorf("%w: %w", tributary.ErrBudget, err)) // KAFKA_STORAGE_ERROR with a throttle
-		case err != nil:
-			done(err)
-		case errors.Is(o.Err, cloudwrite.ErrOutOfOrder):
-			done(fmt.Errorf("%w: %v", produce.ErrPredecessorFailed, o.Err))
-		case o.Err != nil:
-			done(o.Err)
-		default:
-			b.Offset = o.First
-			done(nil)
-		}
-	})
-	return nil
-}
-
 // AllocateProducerID takes the next id of the state database's counter,
 // shared by every cloud server. Cloud and edge ids may coincide: the
 // cloud's producer state is its own (cloudwrite.State).
@@ -321,80 +279,23 @@ func (kb *kafkaBackend) ProducerRuns(context.Context) ([]produce.ProducerRun, er
 
 var _ produce.Backend = (*kafkaBackend)(nil)
 
-// produce writes the records of an HTTP or gRPC producer: into the
-// stream's cloud partition (partition < 0), or the cloud partition named,
-// allocating it (and creating the stream with cloud_produce.auto_create)
-// first; it returns once they are sequenced, each record's Partition,
-// Offset and Timestamp set. Nothing is visible on an error.
-func (wp *writePath) produce(ctx context.Context, stream string, partition int32, recs []*tributary.Record) error {
-	ti, err := wp.kafka.kb.Topic(ctx, stream)
-	if errors.Is(err, produce.ErrUnknownStream) && wp.kafka.autoCreate {
-		ti, err = wp.kafka.kb.EnsureStream(ctx, stream)
+// resolve gives a stream its cloud partitions (cloudwrite.Resolve):
+// allocated for an existing stream that has none, and the stream created
+// first with cloud_produce.auto_create.
+func (kb *kafkaBackend) resolve(ctx context.Context, stream string) ([]cloudwrite.Partition, error) {
+	ti, err := kb.Topic(ctx, stream)
+	if errors.Is(err, produce.ErrUnknownStream) && kb.s.cfg.Produce.AutoCreate {
+		ti, err = kb.EnsureStream(ctx, stream)
+	}
+	if errors.Is(err, produce.ErrUnknownStream) {
+		return nil, fmt.Errorf("%s: %w", stream, err)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if partition < 0 && len(ti.Partitions) > 0 {
-		partition = ti.Partitions[0].Partition
+	ps := make([]cloudwrite.Partition, len(ti.Partitions))
+	for i, p := range ti.Partitions {
+		ps[i] = cloudwrite.Partition{Partition: p.Partition, Epoch: p.Epoch}
 	}
-	found := false
-	for _, p := range ti.Partitions {
-		found = found || p.Partition == partition
-	}
-	if !found {
-		return fmt.Errorf("%s partition %d is not a cloud partition: %w", stream, partition, tributary.ErrFenced)
-	}
-	if len(recs) == 0 {
-		return nil
-	}
-	r0 := recs[0]
-	seg := &wire.Segment{Stream: stream, Partition: partition, ProducerID: -1, Topic: r0.Topic, Source: r0.Source,
-		ClientID: r0.ClientID, Principal: r0.Principal, Records: recs}
-	if seg.Topic == "" {
-		seg.Topic = stream
-	}
-	type res struct {
-		o   cloudwrite.Outcome
-		err error
-	}
-	ch := make(chan res, 1)
-	wp.w.Submit(seg, func(o cloudwrite.Outcome, err error) { ch <- res{o, err} })
-	var r res
-	select {
-	case r = <-ch:
-	case <-ctx.Done():
-		return ctx.Err() // the records may still be sequenced: as with a lost answer
-	}
-	switch {
-	case errors.Is(r.err, cloudwrite.ErrBackpressure):
-		return fmt.Errorf("%w: %w", tributary.ErrBudget, r.err)
-	case r.err != nil:
-		return r.err
-	}
-	for i, rec := range recs {
-		rec.Stream, rec.Partition, rec.Offset = stream, partition, r.o.First+int64(i)
-	}
-	return nil
-}
-
-// httpSink and grpcSink are the write path as the HTTP and gRPC produce
-// APIs' sinks.
-type httpSink struct{ wp *writePath }
-
-func (s httpSink) Produce(ctx context.Context, stream string, partition int32, recs []*tributary.Record) error {
-	err := s.wp.produce(ctx, stream, partition, recs)
-	if errors.Is(err, produce.ErrUnknownStream) {
-		return httpapi.ErrUnknownStream
-	}
-	return err
-}
-
-type grpcSink struct{ wp *writePath }
-
-func (s grpcSink) Produce(ctx context.Context, stream string, partition int32, recs []*tributary.Record) error {
-	err := s.wp.produce(ctx, stream, partition, recs)
-	if errors.Is(err, produce.ErrUnknownStream) {
-		return grpcapi.ErrUnknownStream
-	}
-	return err
+	return ps, nil
 }

@@ -36,6 +36,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/cloudwrite/wire"
 	"github.com/tributary-io/tributary/tables"
 )
@@ -48,6 +49,9 @@ var (
 	// ErrOutOfOrder: the batch's first sequence does not follow the
 	// producer's last sequenced one (Kafka OUT_OF_ORDER_SEQUENCE_NUMBER).
 	ErrOutOfOrder = errors.New("cloudwrite: out of order sequence")
+	// ErrPredecessorFailed: the submission this one follows was not
+	// sequenced (tributary.ErrPredecessorFailed).
+	ErrPredecessorFailed = tributary.ErrPredecessorFailed
 )
 
 // State is the sequencing state in the state database; safe for
@@ -110,10 +114,20 @@ type Outcome struct {
 	Err       error // ErrProducerFenced, ErrOutOfOrder: refused, nothing visible
 }
 
+// Refused, as a segment's after (Sequence), refuses it: the submission it
+// follows was not sequenced.
+const Refused = -2
+
 // Sequence records object's segments (refs[i] is segs[i]'s place) in one
 // transaction and returns each segment's outcome. On an error nothing is
-// recorded and no offset is taken.
-func (s *State) Sequence(ctx context.Context, object, server string, segs []*wire.Segment, refs []wire.SegmentRef) ([]Outcome, error) {
+// recorded and no offset is taken. after, when given, names for each
+// segment the index of the segment of this object it follows (-1: none;
+// Refused: one not sequenced): a segment whose predecessor is refused
+// is refused with an error wrapping ErrPredecessorFailed. (A
+// predecessor of another partition is decided first only when it sorts
+// first; of the front doors, only idempotent Kafka producers follow, and
+// within their partition.)
+func (s *State) Sequence(ctx context.Context, object, server string, segs []*wire.Segment, refs []wire.SegmentRef, after ...int) ([]Outcome, error) {
 	order := make([]int, len(segs))
 	for i := range order {
 		order[i] = i
@@ -137,8 +151,14 @@ func (s *State) Sequence(ctx context.Context, object, server string, segs []*wir
 		p      int32
 	}
 	next := map[pk]int64{}
+	decided := make([]bool, len(segs))
 	for _, i := range order {
 		sg := segs[i]
+		decided[i] = true
+		if len(after) > i && (after[i] == Refused || after[i] >= 0 && decided[after[i]] && out[after[i]].Err != nil) {
+			out[i] = Outcome{Err: fmt.Errorf("%w: %s/%d", ErrPredecessorFailed, sg.Stream, sg.Partition)}
+			continue
+		}
 		k := pk{sg.Stream, sg.Partition}
 		if _, ok := next[k]; !ok {
 			// Lock the partition's row (creating it at 0).

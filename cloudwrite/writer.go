@@ -101,10 +101,34 @@ func (c *Config) defaults() {
 type Done func(Outcome, error)
 
 type submission struct {
-	seg  *wire.Segment
-	size int
-	done Done
-	at   time.Time
+	seg   *wire.Segment
+	size  int
+	done  Done
+	at    time.Time
+	t     *Ticket // this submission's
+	after *Ticket // the one it follows (nil: none)
+}
+
+// Ticket names a submission for a later one to follow (Enqueue's
+// after): that one is sequenced only if this one was.
+type Ticket struct {
+	settled chan struct{} // closed once ok is final
+	ok      bool          // sequenced (or a duplicate of a sequenced one)
+}
+
+func newTicket() *Ticket { return &Ticket{settled: make(chan struct{})} }
+
+// settle records the outcome; once.
+func (t *Ticket) settle(ok bool) {
+	t.ok = ok
+	close(t.settled)
+}
+
+// refusedTicket is the Ticket of a submission refused at once.
+func refusedTicket() *Ticket {
+	t := newTicket()
+	t.settle(false)
+	return t
 }
 
 // Writer buffers the segments every connection of the server submits
@@ -143,9 +167,23 @@ func NewWriter(cfg Config, st *State, store Store) *Writer {
 }
 
 // Submit queues seg to be written; done is called exactly once, never
-// before Submit returns. seg's records must not change until then;
-// Submit sets a zero Timestamp to now and Node to the server.
+// before Submit returns (a refusal at once too: ErrClosed,
+// ErrBackpressure). See Enqueue.
 func (w *Writer) Submit(seg *wire.Segment, done Done) {
+	if _, err := w.Enqueue(seg, nil, done); err != nil {
+		go done(Outcome{}, err)
+	}
+}
+
+// Enqueue queues seg to be written after the submission after names (nil:
+// none): seg is sequenced only if that one was, else its Outcome.Err
+// wraps ErrPredecessorFailed. done is called exactly once, never before
+// Enqueue returns — unless Enqueue returns an error (ErrClosed,
+// ErrBackpressure): then nothing was queued and done is never called.
+// seg's records must not change until done; Enqueue sets a zero
+// Timestamp to now and Node to the server. The Ticket names seg (also
+// one refused) for a later Enqueue.
+func (w *Writer) Enqueue(seg *wire.Segment, after *Ticket, done Done) (*Ticket, error) {
 	now := time.Now()
 	seg.Node = w.cfg.Server
 	for _, r := range seg.Records {
@@ -157,18 +195,17 @@ func (w *Writer) Submit(seg *wire.Segment, done Done) {
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
-		go done(Outcome{}, ErrClosed)
-		return
+		return refusedTicket(), ErrClosed
 	}
 	if w.held+int64(size) > w.cfg.MaxBufferedBytes && w.held > 0 {
 		w.mu.Unlock()
 		w.m.refused.Inc()
-		go done(Outcome{}, ErrBackpressure)
-		return
+		return refusedTicket(), ErrBackpressure
 	}
 	w.held += int64(size)
 	w.m.held.Set(float64(w.held))
-	w.buf = append(w.buf, submission{seg: seg, size: size, done: done, at: now})
+	t := newTicket()
+	w.buf = append(w.buf, submission{seg: seg, size: size, done: done, at: now, t: t, after: after})
 	w.bufBytes += size
 	switch {
 	case w.bufBytes >= w.cfg.FlushBytes:
@@ -177,6 +214,7 @@ func (w *Writer) Submit(seg *wire.Segment, done Done) {
 		w.timer = time.AfterFunc(w.cfg.FlushInterval, w.cut)
 	}
 	w.mu.Unlock()
+	return t, nil
 }
 
 func (w *Writer) cut() {
@@ -201,6 +239,10 @@ func (w *Writer) cutLocked() {
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
+		// After the Enqueue that cut (holding mu) returned: no done
+		// before its Enqueue returns.
+		w.mu.Lock()
+		w.mu.Unlock()
 		w.flush(subs, prev, mine)
 		w.mu.Lock()
 		w.held -= int64(bytes)
@@ -237,6 +279,7 @@ func (w *Writer) flush(subs []submission, prev <-chan struct{}, mine chan struct
 		if !answered {
 			answered = true
 			for _, s := range subs {
+				s.t.settle(false)
 				s.done(Outcome{}, err)
 			}
 		}
@@ -270,9 +313,24 @@ func (w *Writer) flush(subs []submission, prev <-chan struct{}, mine chan struct
 		fail(fmt.Errorf("%w: object %s put too late to sequence", ErrNotWritten, key))
 		return
 	}
+	// A submission follows one in this object (the transaction decides
+	// both) or one of an earlier object, answered by now (cut order).
+	after := make([]int, len(subs))
+	idx := make(map[*Ticket]int, len(subs))
+	for i, s := range subs {
+		after[i] = -1
+		if s.after != nil {
+			if j, ok := idx[s.after]; ok {
+				after[i] = j
+			} else if !settledOK(s.after) {
+				after[i] = Refused
+			}
+		}
+		idx[s.t] = i
+	}
 	seqStart := time.Now()
 	ctx, cancel = context.WithTimeout(context.Background(), w.cfg.PutTimeout)
-	outs, err := w.st.Sequence(ctx, key, w.cfg.Server, segs, refs)
+	outs, err := w.st.Sequence(ctx, key, w.cfg.Server, segs, refs, after...)
 	cancel()
 	w.m.sequence.Observe(time.Since(seqStart).Seconds())
 	if err != nil {
@@ -287,7 +345,20 @@ func (w *Writer) flush(subs []submission, prev <-chan struct{}, mine chan struct
 	now := time.Now()
 	for i, s := range subs {
 		w.m.ack.Observe(now.Sub(s.at).Seconds())
+		s.t.settle(outs[i].Err == nil)
 		s.done(outs[i], nil)
+	}
+}
+
+// settledOK tells whether t is settled and was sequenced (a predecessor
+// not in the object being sequenced is settled by then; one that is not
+// was never submitted before its follower, and counts as refused).
+func settledOK(t *Ticket) bool {
+	select {
+	case <-t.settled:
+		return t.ok
+	default:
+		return false
 	}
 }
 

@@ -18,7 +18,8 @@ import (
 	"github.com/tributary-io/tributary/internal/testkit"
 )
 
-// startPostgres runs a throwaway PostgreSQL server (testkit.Postgres).
+// startPostgres runs a throwaway PostgreSQL server (testkit.Postgres) and
+// returns its DSN.
 func startPostgres(t *testing.T) string { return testkit.Postgres(t) }
 
 func pgEdgeConfig(t *testing.T, dir, dsn string) string {

@@ -233,3 +233,42 @@ func TestErrorsAreRefusals(t *testing.T) {
 		t.Fatalf("ErrNotReplicated is reason %s, want replication", r)
 	}
 }
+
+// TestLinkUpRetriesAtOnce: a replica marked missing by a silent cut is
+// retried as soon as its peer link is up again after the heal (OnLinkUp),
+// not at its next retry, made an hour away here: it catches up from the
+// owner's WAL and the owner is not degraded any more.
+func TestLinkUpRetriesAtOnce(t *testing.T) {
+	lo, hi := retryBackoffMin, retryBackoff
+	t.Cleanup(func() { retryBackoffMin, retryBackoff = lo, hi }) // after the pair's own cleanups: its senders read them
+	retryBackoffMin, retryBackoff = time.Hour, time.Hour
+	x := newCutPair(t, Degrade)
+	if _, err := x.ingest(20, "before"); err != nil {
+		t.Fatal(err)
+	}
+	x.proxy.Cut()
+	if _, err := x.ingest(5, "at-cut"); err != nil { // ends when the heartbeat marks b missing
+		t.Fatal(err)
+	}
+	if !x.a.Stats().Degraded {
+		t.Fatal("not degraded with the replica cut off")
+	}
+	x.proxy.Heal()
+	own, _ := x.wa.Partition("s.t", 1)
+	testkit.Eventually(t, 30*time.Second, "the replica to catch up once its link is up (the retry backoff is an hour)", func() bool {
+		s, _ := x.b.storeOf("a")
+		w, err := s.wal()
+		if err != nil {
+			return false
+		}
+		ps, _ := w.Partition("s.t", 1)
+		return ps.Next == own.Next
+	})
+	if _, err := x.ingest(1, "after"); err != nil {
+		t.Fatal(err)
+	}
+	if x.a.Stats().Degraded {
+		t.Fatal("still degraded after the replica caught up")
+	}
+	x.replicaHolds(t)
+}

@@ -120,6 +120,14 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 		if err == nil {
 			err = loadSecurityFiles(cc.Security) // the files are there and load
 		}
+		if err == nil && tables.External(cc.Catalog.URI) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			var cat *tables.Catalog
+			if cat, err = cloud.OpenCatalog(ctx, cc); err == nil {
+				cat.Close()
+			}
+			cancel()
+		}
 		if err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
@@ -135,6 +143,9 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 	if err == nil && cfg.Catalog.CAFile != "" {
 		err = loadCAFile("catalog.ca_file", cfg.Catalog.CAFile)
 	}
+	if err == nil && tables.External(cfg.Catalog.URI) {
+		err = checkRESTCatalog(cfg)
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -149,6 +160,22 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "%s: ok (edge)\n", args[1])
 	printConfig(stdout, cfg)
 	return 0
+}
+
+// checkRESTCatalog asks a REST catalog (within 10 s) for what a node
+// needs of it, as the start does (node.OpenCatalog).
+func checkRESTCatalog(cfg node.Config) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	catCfg, err := cfg.CatalogConfig()
+	if err != nil {
+		return err
+	}
+	cat, err := node.OpenCatalog(ctx, catCfg, cfg.Cluster.GossipAddr != "" && cfg.Cluster.ReplicationFactor > 1)
+	if err != nil {
+		return err
+	}
+	return cat.Close()
 }
 
 // checkSchemaChanges compares each schema-mode stream's schema file with

@@ -13,9 +13,13 @@ import (
 )
 
 // Postgres runs a throwaway PostgreSQL server from Debian's packages
-// (`make test` installs postgresql) on a loopback port, as the postgres
-// user when the tests run as root (PostgreSQL refuses root), stopped when
-// tb ends. It returns a DSN.
+// (`make test` installs postgresql) on a free loopback port, as the
+// postgres user when the tests run as root (PostgreSQL refuses root), and
+// stops it when the test ends. It returns a DSN for database postgres of
+// user tributary (trust authentication). A machine without the server
+// binaries fails the test and says which package to install: the stores'
+// conformance suites run over PostgreSQL as well as SQLite, never silently
+// over one of them.
 func Postgres(tb testing.TB) string {
 	tb.Helper()
 	bindir := ""
@@ -33,11 +37,11 @@ func Postgres(tb testing.TB) string {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { os.RemoveAll(dir) })
-	command := func(name string, args ...string) *exec.Cmd {
-		if os.Geteuid() == 0 {
-			return exec.Command("runuser", append([]string{"-u", "postgres", "--", filepath.Join(bindir, name)}, args...)...)
+	asPostgres := func(name string, args ...string) *exec.Cmd {
+		if os.Geteuid() != 0 {
+			return exec.Command(filepath.Join(bindir, name), args...)
 		}
-		return exec.Command(filepath.Join(bindir, name), args...)
+		return exec.Command("runuser", append([]string{"-u", "postgres", "--", filepath.Join(bindir, name)}, args...)...)
 	}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
@@ -52,7 +56,7 @@ func Postgres(tb testing.TB) string {
 	}
 	run := func(name string, args ...string) {
 		tb.Helper()
-		if out, err := command(name, args...).CombinedOutput(); err != nil {
+		if out, err := asPostgres(name, args...).CombinedOutput(); err != nil {
 			tb.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 		}
 	}
@@ -62,10 +66,25 @@ func Postgres(tb testing.TB) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	_, port, _ := strings.Cut(ln.Addr().String(), ":")
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	ln.Close()
 	run("pg_ctl", "-D", data, "-w", "-l", filepath.Join(dir, "log"), "-o",
 		fmt.Sprintf("-p %s -h 127.0.0.1 -k %s -c fsync=on", port, dir), "start")
-	tb.Cleanup(func() { command("pg_ctl", "-D", data, "-m", "immediate", "stop").Run() })
+	tb.Cleanup(func() { asPostgres("pg_ctl", "-D", data, "-m", "immediate", "stop").Run() })
 	return fmt.Sprintf("postgres://tributary@127.0.0.1:%s/postgres?sslmode=disable", port)
+}
+
+// StateDBs runs suite once over each database a state store opens — an
+// SQLite file of its own and a throwaway PostgreSQL server (Postgres) —
+// as parallel subtests named sqlite and postgres, so one conformance suite
+// proves both behave the same.
+func StateDBs(t *testing.T, suite func(t *testing.T, uri string)) {
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		suite(t, "sqlite://"+filepath.Join(t.TempDir(), "catalog.db"))
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		suite(t, Postgres(t))
+	})
 }
