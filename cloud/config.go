@@ -77,7 +77,9 @@ type Config struct {
 
 	// State is where the server keeps what is its own rather than the
 	// tables': committed consumer-group offsets, durable Pulsar and gRPC
-	// cursors, persistent MQTT sessions.
+	// cursors, persistent MQTT sessions, and the cloud write path's
+	// sequencing (cloud_produce: every cloud server producing to one
+	// warehouse must share it).
 	State struct {
 		// URI of the state database: sqlite:///path/state.db or
 		// postgres://user:pw@host:5432/db (cloud servers sharing a site
@@ -177,8 +179,9 @@ type Config struct {
 	} `yaml:"http"`
 
 	// Produce is the cloud write path (package cloudwrite): producers on
-	// the Kafka listener write into the same tables, through WAL objects
-	// in the warehouse sequenced in the catalog database.
+	// the Kafka listener and the HTTP port (Confluent REST v3, gRPC
+	// ProduceService) write into the same tables, through WAL objects in
+	// the warehouse sequenced in the state database (state.uri).
 	Produce ProduceConfig `yaml:"cloud_produce"`
 
 	// Maintenance of the tables; the cloud server is where it belongs.

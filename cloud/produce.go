@@ -30,8 +30,9 @@ import (
 
 // ProduceConfig is the cloud write path (cloud_produce).
 type ProduceConfig struct {
-	// Enabled accepts Kafka producers on the cloud Kafka listener.
-	// Default false (the cloud server only reads).
+	// Enabled accepts Kafka producers on the cloud Kafka listener and
+	// HTTP (Confluent REST v3) and gRPC ProduceService producers on the
+	// cloud HTTP port. Default false (the cloud server only reads).
 	Enabled bool `yaml:"enabled"`
 	// ServerID names this server in its WAL objects, its records' node
 	// column and the table jobs' leases. Default: the host name and a
@@ -44,7 +45,8 @@ type ProduceConfig struct {
 	// buffered. Default 8MiB.
 	FlushBytes config.ByteSize `yaml:"flush_bytes"`
 	// MaxBufferedBytes bounds what the server holds unanswered; a
-	// produce beyond it gets a retriable KAFKA_STORAGE_ERROR.
+	// produce beyond it gets the protocol's retriable back-pressure
+	// (Kafka KAFKA_STORAGE_ERROR, HTTP 429, gRPC RESOURCE_EXHAUSTED).
 	// Default 64MiB.
 	MaxBufferedBytes config.ByteSize `yaml:"max_buffered_bytes"`
 	// AutoCreate creates unknown streams (and their cloud partition) on
@@ -122,7 +124,7 @@ func (s *Server) openWritePath(ctx context.Context) (*writePath, error) {
 		s.cfg.Produce.ServerID = fmt.Sprintf("cloud-%s-%s", h, hex.EncodeToString(r[:]))
 	}
 	pc := s.cfg.Produce
-	st, err := cloudwrite.OpenState(s.cfg.Catalog.URI)
+	st, err := cloudwrite.OpenState(s.cfg.State.URI)
 	if err != nil {
 		return nil, err
 	}

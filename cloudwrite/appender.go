@@ -158,8 +158,8 @@ func (a *Appender) segment(ctx context.Context, w *tributary.Write) (*wire.Segme
 		if n <= 0 {
 			return nil, Partition{}, fmt.Errorf("cloudwrite: a batch of %d bytes and %d records", len(b.Records), n)
 		}
-		recs, err := wal.DecodeView(&tributary.BatchView{Stream: stream, Topic: b.Topic, Source: b.Source, ClientID: b.ClientID,
-			Principal: b.Principal, Partition: part.Partition, Timestamp: b.Timestamp, Count: n, Records: b.Records})
+		b.Partition = part.Partition
+		recs, err := (*wal.Batch)(b).Decode(0)
 		if err != nil {
 			return nil, Partition{}, err
 		}

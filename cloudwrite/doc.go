@@ -56,5 +56,7 @@
 // pipeline (puts in parallel, sequencing in cut order, so a producer's
 // batches stay in order); tail.go the reader of sequenced records;
 // commit.go the table job and the collection of WAL objects; store.go the
-// Store on the warehouse bucket.
+// Store on the warehouse bucket; appender.go the write contract
+// (tributary.Appender) over the Writer, which the cloud server's Kafka,
+// HTTP and gRPC produce servers use as the edge's use package ingest.
 package cloudwrite

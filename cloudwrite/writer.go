@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/cloudwrite/wire"
 )
 
@@ -37,8 +38,10 @@ var ErrClosed = errors.New("cloudwrite: writer closed")
 
 // ErrNotWritten is wrapped by the error a submission gets when its
 // object was not put or not sequenced: nothing of it is visible, and a
-// retry is safe (an idempotent producer's lands once).
-var ErrNotWritten = errors.New("cloudwrite: not written")
+// retry is safe (an idempotent producer's lands once). It wraps
+// tributary.ErrUnavailable: each protocol's retriable refusal (HTTP 503,
+// gRPC UNAVAILABLE, Kafka KAFKA_STORAGE_ERROR).
+var ErrNotWritten = fmt.Errorf("cloudwrite: not written: %w", tributary.ErrUnavailable)
 
 // Config configures a Writer.
 type Config struct {
@@ -243,11 +246,7 @@ func (w *Writer) cutLocked() {
 		// before its Enqueue returns.
 		w.mu.Lock()
 		w.mu.Unlock()
-		w.flush(subs, prev, mine)
-		w.mu.Lock()
-		w.held -= int64(bytes)
-		w.m.held.Set(float64(w.held))
-		w.mu.Unlock()
+		w.flush(subs, bytes, prev, mine)
 	}()
 }
 
@@ -273,11 +272,20 @@ func safeName(s string) string {
 
 // flush writes subs as one object, then, after the previous flush has
 // sequenced (prev), sequences it and answers every submission.
-func (w *Writer) flush(subs []submission, prev <-chan struct{}, mine chan struct{}) {
+func (w *Writer) flush(subs []submission, bytes int, prev <-chan struct{}, mine chan struct{}) {
 	answered := false
+	// The bytes are no longer held once answered (before, so that a
+	// producer answered may submit again at once).
+	release := func() {
+		w.mu.Lock()
+		w.held -= int64(bytes)
+		w.m.held.Set(float64(w.held))
+		w.mu.Unlock()
+	}
 	fail := func(err error) {
 		if !answered {
 			answered = true
+			release()
 			for _, s := range subs {
 				s.t.settle(false)
 				s.done(Outcome{}, err)
@@ -342,6 +350,7 @@ func (w *Writer) flush(subs []submission, prev <-chan struct{}, mine chan struct
 	w.m.objects.Inc()
 	w.m.bytes.Add(float64(len(data)))
 	answered = true
+	release()
 	now := time.Now()
 	for i, s := range subs {
 		w.m.ack.Observe(now.Sub(s.at).Seconds())

@@ -19,13 +19,19 @@ import (
 const cpStream, cpPerProducer = "factory.cloudprod", 1500
 
 // cloudProduceConfig is a cloud server on dir's catalog (or the
-// PostgreSQL database dsn) and warehouse with the cloud write path on.
-func cloudProduceConfig(t *testing.T, dir, dsn, name string) string {
+// PostgreSQL database dsn) and warehouse with the cloud write path on;
+// more is YAML to add: lines of the catalog section, then top-level
+// sections.
+func cloudProduceConfig(t *testing.T, dir, dsn, name string, more ...string) string {
 	t.Helper()
 	path := filepath.Join(dir, name+".yaml")
 	uri := ""
 	if dsn != "" {
 		uri = "\n  uri: " + dsn
+	}
+	more = append(more, "", "")
+	if more[0] != "" {
+		uri += "\n" + more[0]
 	}
 	if err := os.WriteFile(path, []byte(fmt.Sprintf(`role: cloud
 data_dir: %[1]s
@@ -43,7 +49,7 @@ cloud_produce:
   auto_create: true
   commit_interval: 200ms
   grace: 1s
-`, dir, name, uri)), 0o644); err != nil {
+`, dir, name, uri)+more[1]), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return path
@@ -154,27 +160,9 @@ func cloudProduce(t *testing.T, dsn string) {
 	t.Logf("cloud produce acknowledgement latency (file://, 250ms flush, catalog %s): p50 %v p99 %v over %d records",
 		map[bool]string{true: "postgres", false: "sqlite"}[dsn != ""], lat[len(lat)/2], lat[len(lat)*99/100], len(lat))
 
-	// A consumer reads them at once, before (or while) the table commits.
-	want := 2 * cpPerProducer
-	cons, err := kgo.NewClient(kgo.SeedBrokers(b.CloudKafka), kgo.ConsumeTopics(cpStream), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cons.Close()
-	got := pollKgo(t, cons, want, 60*time.Second)
-	checkCloudRows(t, "kgo consumer", got, byOffset, want, func(d delivered) (int64, string) { return d.offset, string(d.value) })
-
-	// The table holds them exactly once once committed.
-	waitFor(t, 60*time.Second, "the table commits every record", func() bool {
-		return len(read()) >= want
-	})
-	rows := read()
-	ds := make([]delivered, len(rows))
-	for i, r := range rows {
-		ds[i] = delivered{partition: r.Partition, offset: r.Offset, value: r.Value}
-	}
-	sort.Slice(ds, func(i, j int) bool { return ds[i].offset < ds[j].offset })
-	checkCloudRows(t, "iceberg-go", ds, byOffset, want, func(d delivered) (int64, string) { return d.offset, string(d.value) })
+	// A consumer reads them at once, before (or while) the table commits;
+	// the table holds them exactly once once committed.
+	checkCloudTable(t, b.CloudKafka, cpStream, 2*cpPerProducer, byOffset, read)
 	b.stop()
 }
 
