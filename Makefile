@@ -141,6 +141,7 @@ FUZZ_TARGETS += tables/rest:FuzzCommitDecode
 FUZZ_TARGETS += internal/kbatch:FuzzParseRecordInPlace
 FUZZ_TARGETS += cloudmqtt/wire:FuzzReadPacket cloudmqtt/wire:FuzzParse
 FUZZ_TARGETS += httpapi/wire:FuzzProduceRecord tables/typed:FuzzDecode internal/pqkafka:FuzzEncode
+FUZZ_TARGETS += cloudwrite/wire:FuzzDecodeObject cloudwrite/wire:FuzzDecodeSegment
 FUZZ_SLOW_TARGETS := mqtt:FuzzPacketHandlingServer kafka/consume:FuzzCloudRequestServer \
 	tables/rest:FuzzCommitRequestServer
 # fuzz1 runs target $$t for $$ft, prints its wall time, retries the engine flake once.

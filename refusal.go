@@ -21,6 +21,9 @@ const (
 	ReasonFenced
 	// ReasonUnauthorized: the principal may not write there (ErrUnauthorized).
 	ReasonUnauthorized
+	// ReasonUnavailable: the store the records go to failed (the cloud
+	// write path's object store or state database: ErrUnavailable).
+	ReasonUnavailable
 )
 
 // The sentinel error of each Reason. Packages wrap them with their own
@@ -31,6 +34,7 @@ var (
 	ErrNotReplicated = errors.New("too few replicas")
 	ErrFenced        = errors.New("partition not owned by this node")
 	ErrUnauthorized  = errors.New("not authorized")
+	ErrUnavailable   = errors.New("storage unavailable")
 )
 
 // ErrAfterAppend marks an error that came after the records were made
@@ -54,6 +58,8 @@ func (r Reason) String() string {
 		return "fenced"
 	case ReasonUnauthorized:
 		return "unauthorized"
+	case ReasonUnavailable:
+		return "unavailable"
 	}
 	return "none"
 }
@@ -72,6 +78,8 @@ func ReasonOf(err error) Reason {
 		return ReasonFenced
 	case errors.Is(err, ErrUnauthorized):
 		return ReasonUnauthorized
+	case errors.Is(err, ErrUnavailable):
+		return ReasonUnavailable
 	}
 	return ReasonNone
 }

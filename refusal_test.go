@@ -17,6 +17,7 @@ func TestReasonOf(t *testing.T) {
 		{fmt.Errorf("replica: %w", ErrNotReplicated), ReasonReplication},
 		{fmt.Errorf("a/1: %w", ErrFenced), ReasonFenced},
 		{fmt.Errorf("acl: %w", ErrUnauthorized), ReasonUnauthorized},
+		{fmt.Errorf("cloudwrite: not written: %w", ErrUnavailable), ReasonUnavailable},
 	} {
 		if got := ReasonOf(tc.err); got != tc.want {
 			t.Errorf("ReasonOf(%v) = %v, want %v", tc.err, got, tc.want)

@@ -48,6 +48,7 @@ import (
 
 	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/cloudmqtt"
+	"github.com/tributary-io/tributary/cloudwrite"
 	"github.com/tributary-io/tributary/config"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/kafka/consume"
@@ -69,15 +70,17 @@ type Server struct {
 	tls    *listen.TLS     // nil without security.tls
 	auth   *auth.Authority // identities and the ACL of every listener
 
-	rest   *rest.Server       // nil when Catalog.Addr is ""
-	con    *cloudConsole      // the operator's console on the catalog listener
-	kafka  *consume.Server    // nil when Kafka.Addr is ""
-	pulsar *pulsar.Server     // nil when Pulsar.Addr is ""
-	mqtt   *cloudmqtt.Server  // nil when MQTT.Addr and MQTT.WSAddr are ""
-	http   *httpServer        // nil when HTTP.Addr is ""
-	maint  *tables.Maintainer // nil when maintenance is off
-	cancel context.CancelFunc // stops the maintainer
-	wg     sync.WaitGroup     // the maintainer loop
+	rest   *rest.Server        // nil when Catalog.Addr is ""
+	con    *cloudConsole       // the operator's console on the catalog listener
+	kafka  *consume.Server     // nil when Kafka.Addr is ""
+	pulsar *pulsar.Server      // nil when Pulsar.Addr is ""
+	mqtt   *cloudmqtt.Server   // nil when MQTT.Addr and MQTT.WSAddr are ""
+	http   *httpServer         // nil when HTTP.Addr is ""
+	write  *writePath          // nil unless cloud_produce.enabled
+	cwm    *cloudwrite.Metrics // the write path's, exposed (at zero) when it is off too
+	maint  *tables.Maintainer  // nil when maintenance is off
+	cancel context.CancelFunc  // stops the maintainer
+	wg     sync.WaitGroup      // the maintainer loop
 	closed bool
 }
 
@@ -140,12 +143,13 @@ func open(cat *tables.Catalog, cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: log, cat: cat, reg: prometheus.NewRegistry(), auth: a}
+	s := &Server{cfg: cfg, log: log, cat: cat, reg: prometheus.NewRegistry(), auth: a, cwm: cloudwrite.NewMetrics()}
 	if s.tls, err = listen.NewTLS(cfg.Security.TLS, log.With("component", "cloud-tls")); err != nil {
 		return nil, err
 	}
 	s.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	s.reg.MustRegister(a.Collectors()...)
+	s.reg.MustRegister(s.cwm.Collectors()...)
 	// The consume servers share one table reader and its caches.
 	s.reader = tables.NewReader(cat, tables.ReaderConfig{})
 	if err := s.listen(); err != nil {
@@ -189,17 +193,27 @@ func (s *Server) listen() error {
 		s.con.addr.Store(rs.Addr())
 		s.log.Info("listening", "listener", "iceberg-rest-catalog", "addr", rs.Addr(), "uri", rs.URL())
 	}
+	if cfg.Produce.Enabled {
+		wp, err := s.openWritePath(context.Background())
+		if err != nil {
+			return fmt.Errorf("cloud produce: %w", err)
+		}
+		s.write = wp
+	}
 	if a := *cfg.Kafka.Addr; a != "" {
-		ks, err := consume.NewServer(consume.Config{
-			Config: kafka.Config{Addr: a, AdvertisedAddr: cfg.Kafka.AdvertisedAddr, ClusterID: cfg.Catalog.Name, Auth: s.auth, Logger: s.log,
-				Limits: listen.Config{TLS: s.tls.Server("kafka")}, MaxInflightBytes: int64(cfg.Kafka.MaxInflightBytes), BodyTimeout: cfg.Kafka.BodyTimeout},
+		ccfg := consume.Config{
+			Config:    s.kafkaConfig(),
 			Peers:     cfg.Kafka.Peers,
 			MaxGroups: cfg.Kafka.MaxGroups, MaxGroupMembers: cfg.Kafka.MaxGroupMembers, MaxGroupOffsets: cfg.Kafka.MaxGroupOffsets,
 			OffsetsRetention: cfg.Kafka.OffsetsRetention,
 			OffsetsDB:        cfg.State.URI,
 			Reader:           s.reader,
 			BatchCacheBytes:  int64(cfg.Kafka.BatchCacheBytes),
-		}, s.cat)
+		}
+		if s.write != nil {
+			ccfg.Producer, ccfg.Tail = s.write.kafka, s.write.tail
+		}
+		ks, err := consume.NewServer(ccfg, s.cat)
 		if err != nil {
 			return fmt.Errorf("cloud kafka: %w", err)
 		}
@@ -238,6 +252,13 @@ func (s *Server) listen() error {
 	}
 	// After Pulsar: gRPC Subscribe serves the Pulsar server's subscriptions.
 	return s.listenHTTP()
+}
+
+// kafkaConfig is the Kafka listener's configuration.
+func (s *Server) kafkaConfig() kafka.Config {
+	cfg := s.cfg
+	return kafka.Config{Addr: *cfg.Kafka.Addr, AdvertisedAddr: cfg.Kafka.AdvertisedAddr, ClusterID: cfg.Catalog.Name, Auth: s.auth, Logger: s.log,
+		Limits: listen.Config{TLS: s.tls.Server("kafka")}, MaxInflightBytes: int64(cfg.Kafka.MaxInflightBytes), BodyTimeout: cfg.Kafka.BodyTimeout}
 }
 
 // elsewhere answers the Iceberg REST routes of a server whose catalog is
@@ -310,7 +331,7 @@ func (s *Server) Config() Config { return s.cfg }
 // process that serves /metrics elsewhere too (an edge node's HTTP
 // endpoint in `tributary dev`). The catalog listener's /metrics has them.
 func (s *Server) Collectors() []prometheus.Collector {
-	var out []prometheus.Collector
+	out := s.cwm.Collectors()
 	if s.kafka != nil {
 		out = append(out, s.kafka.Collectors()...)
 	}
@@ -375,6 +396,10 @@ func (s *Server) closeListeners(ctx context.Context) error {
 		if err := s.kafka.Close(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("close cloud kafka: %w", err))
 		}
+	}
+	if s.write != nil {
+		s.write.close()
+		s.write = nil
 	}
 	return errors.Join(errs...)
 }

@@ -77,7 +77,9 @@ type Config struct {
 
 	// State is where the server keeps what is its own rather than the
 	// tables': committed consumer-group offsets, durable Pulsar and gRPC
-	// cursors, persistent MQTT sessions.
+	// cursors, persistent MQTT sessions, and the cloud write path's
+	// sequencing (cloud_produce: every cloud server producing to one
+	// warehouse must share it).
 	State struct {
 		// URI of the state database: sqlite:///path/state.db or
 		// postgres://user:pw@host:5432/db (cloud servers sharing a site
@@ -176,6 +178,12 @@ type Config struct {
 		httpapi.Config `yaml:",inline"`
 	} `yaml:"http"`
 
+	// Produce is the cloud write path (package cloudwrite): producers on
+	// the Kafka listener and the HTTP port (Confluent REST v3, gRPC
+	// ProduceService) write into the same tables, through WAL objects in
+	// the warehouse sequenced in the state database (state.uri).
+	Produce ProduceConfig `yaml:"cloud_produce"`
+
 	// Maintenance of the tables; the cloud server is where it belongs.
 	Maintenance config.Maintenance `yaml:"maintenance"`
 
@@ -247,6 +255,7 @@ func (c *Config) ApplyDefaults() {
 		c.HTTP.Addr = &a
 	}
 	c.HTTP.Defaults()
+	c.Produce.defaults()
 	c.Maintenance.Defaults()
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 10 * time.Second
@@ -364,6 +373,7 @@ func (c *Config) Validate() error {
 	}
 	c.MQTT.validate(bad)
 	c.validateHTTP(bad)
+	c.Produce.validate(bad)
 	c.Storage.Validate(c.Catalog.Warehouse, bad)
 	c.Maintenance.Validate(bad)
 	return errors.Join(errs...)

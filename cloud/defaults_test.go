@@ -81,6 +81,15 @@ func TestDocumentedDefaults(t *testing.T) {
 		{"maintenance.max_manifests", "Default 10", "10"},
 		{"maintenance.orphan_grace", "Default 24h", "24h0m0s"},
 		{"shutdown_timeout", "Default 10s", "10s"},
+		{"cloud_produce.enabled", "Default false", "false"},
+		{"cloud_produce.server_id", "Default: the host name", ""},
+		{"cloud_produce.flush_interval", "Default 250ms", "250ms"},
+		{"cloud_produce.flush_bytes", "Default 8MiB", "8388608"},
+		{"cloud_produce.max_buffered_bytes", "Default 64MiB", "67108864"},
+		{"cloud_produce.auto_create", "Default false", "false"},
+		{"cloud_produce.commit_interval", "Default 1s", "1s"},
+		{"cloud_produce.grace", "Default 1m", "1m0s"},
+		{"cloud_produce.orphan_grace", "Default 10m", "10m0s"},
 	}
 	seen := map[string]bool{}
 	for _, tc := range cases {

@@ -88,6 +88,16 @@ func (s *Server) listenHTTP() error {
 		Limits: grpcapi.Limits{MaxStreams: s.cfg.HTTP.MaxStreams}, Catalog: s.cfg.Catalog.Name, Subscriptions: subs}, s.reader)
 	grd.Register(mux) // gRPC ReadService, on HTTP/2
 	s.reg.MustRegister(grd.Collectors()...)
+	if s.write != nil {
+		// The cloud write path: Confluent REST v3 produce and gRPC
+		// ProduceService, as at the edge (produce.go).
+		hp := httpapi.NewProducer(httpapi.ProducerConfig{ClusterID: s.cfg.Catalog.Name, Auth: s.auth, Limits: s.cfg.HTTP.Limits(),
+			Logger: s.log.With("component", "http-produce")}, s.write.app)
+		hp.RegisterProduce(mux)
+		gp := grpcapi.NewProducer(grpcapi.ProducerConfig{Auth: s.auth, Logger: s.log.With("component", "grpc-produce"),
+			Limits: grpcapi.Limits{MaxStreams: s.cfg.HTTP.MaxStreams}}, s.write.app)
+		gp.Register(mux)
+	}
 	h := &httpServer{ln: ln, srv: listen.NewHTTPServer(ln, mux), offsets: os, reader: rd, grpc: grd, subs: ownSubs, done: make(chan struct{})}
 	// Closing ends the long polls and event streams (their requests'
 	// contexts), which Shutdown alone would wait for.

@@ -21,7 +21,18 @@ const (
 // startVersity runs a real S3 server, versitygw (`make test` installs it
 // with go install), on a loopback port with a POSIX backend in a temp dir,
 // and creates the bucket. It returns the endpoint URL.
-func startVersity(t *testing.T) string {
+func startVersity(t *testing.T) string { return startVersityGW(t).url }
+
+// versitygw is a running S3 server that a test may stop and start again
+// (same port, same objects): the object store failing.
+type versitygw struct {
+	t              *testing.T
+	bin, root, url string
+	addr           string
+	cmd            *exec.Cmd
+}
+
+func startVersityGW(t *testing.T) *versitygw {
 	t.Helper()
 	bin, err := exec.LookPath("versitygw")
 	if err != nil {
@@ -31,25 +42,41 @@ func startVersity(t *testing.T) string {
 			t.Fatalf("versitygw not installed (`make test` runs go install github.com/versity/versitygw/cmd/versitygw): %v", err)
 		}
 	}
-	root := t.TempDir()
-	if err := os.Mkdir(filepath.Join(root, s3Bucket), 0o755); err != nil {
+	v := &versitygw{t: t, bin: bin, root: t.TempDir(), addr: freeLoopbackPort(t)}
+	v.url = "http://" + v.addr
+	if err := os.Mkdir(filepath.Join(v.root, s3Bucket), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeLoopbackPort(t)
-	cmd := exec.Command(bin, "--access", s3Access, "--secret", s3Secret, "--port", addr, "posix", root)
+	t.Cleanup(v.stop)
+	v.start()
+	return v
+}
+
+// start runs the server and waits until it listens.
+func (v *versitygw) start() {
+	v.t.Helper()
+	cmd := exec.Command(v.bin, "--access", s3Access, "--secret", s3Secret, "--port", v.addr, "posix", v.root)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		v.t.Fatal(err)
 	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	waitFor(t, 20*time.Second, "versitygw listening", func() bool {
-		c, err := net.Dial("tcp", addr)
+	v.cmd = cmd
+	waitFor(v.t, 20*time.Second, "versitygw listening", func() bool {
+		c, err := net.Dial("tcp", v.addr)
 		if err == nil {
 			c.Close()
 		}
 		return err == nil
 	})
-	return "http://" + addr
+}
+
+// stop kills the server (SIGKILL); requests fail until start.
+func (v *versitygw) stop() {
+	if v.cmd != nil {
+		v.cmd.Process.Kill()
+		v.cmd.Wait()
+		v.cmd = nil
+	}
 }
 
 // s3EdgeConfig writes an edge config whose warehouse is on the S3 server.

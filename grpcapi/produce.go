@@ -285,7 +285,7 @@ func refusal(err error) *pb.Error {
 	switch r := tributary.ReasonOf(err); r {
 	case tributary.ReasonBudget:
 		e.Code, e.Reason, e.RetryAfterMs = connect.CodeResourceExhausted.String(), r.String(), 5000
-	case tributary.ReasonReplication, tributary.ReasonFenced:
+	case tributary.ReasonReplication, tributary.ReasonFenced, tributary.ReasonUnavailable:
 		e.Code, e.Reason, e.RetryAfterMs = connect.CodeUnavailable.String(), r.String(), 1000
 	case tributary.ReasonUnauthorized:
 		e.Code, e.Reason = connect.CodePermissionDenied.String(), r.String()

@@ -120,6 +120,7 @@ func TestProduceCodes(t *testing.T) {
 		{fmt.Errorf("x: %w", tributary.ErrNotReplicated), "unavailable", "replication"},
 		{fmt.Errorf("%w: %w", tributary.ErrAfterAppend, fmt.Errorf("x: %w", tributary.ErrNotReplicated)), "unavailable", "replication"},
 		{fmt.Errorf("x: %w", tributary.ErrFenced), "unavailable", "fenced"},
+		{fmt.Errorf("x: %w", tributary.ErrUnavailable), "unavailable", "unavailable"},
 		{ErrUnknownStream, "not_found", ""},
 	} {
 		sink.err = tc.err

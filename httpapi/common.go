@@ -130,7 +130,7 @@ func refusal(err error) (status int, reason string, retry time.Duration) {
 		return http.StatusTooManyRequests, r.String(), 5 * time.Second
 	case tributary.ReasonReplication:
 		return http.StatusServiceUnavailable, r.String(), time.Second
-	case tributary.ReasonFenced:
+	case tributary.ReasonFenced, tributary.ReasonUnavailable:
 		return http.StatusServiceUnavailable, r.String(), time.Second
 	case tributary.ReasonUnauthorized:
 		return http.StatusForbidden, r.String(), 0

@@ -66,10 +66,16 @@ func (p *Producer) Stats() *ProducerStats { return &p.stats }
 
 // Register mounts the produce routes and the OpenAPI document on mux.
 func (p *Producer) Register(mux *http.ServeMux) {
+	p.RegisterProduce(mux)
+	registerOpenAPI(mux)
+}
+
+// RegisterProduce mounts the produce routes only, for a mux that has the
+// OpenAPI document already (a Reader's: the cloud server's HTTP port).
+func (p *Producer) RegisterProduce(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v3/clusters/{cluster}/topics/{topic}/records", p.serveProduce)
 	mux.HandleFunc("GET /v3/clusters", p.serveClusters)
 	mux.HandleFunc("GET /v3/clusters/{cluster}", p.serveClusters)
-	registerOpenAPI(mux)
 }
 
 // serveClusters answers GET /v3/clusters[/{cluster}], where Confluent

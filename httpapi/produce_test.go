@@ -111,6 +111,7 @@ func TestProduceBackPressure(t *testing.T) {
 		{fmt.Errorf("append: %w", tributary.ErrBudget), 429, "budget"},
 		{fmt.Errorf("append: %w", tributary.ErrNotReplicated), 503, "replication"},
 		{fmt.Errorf("append: %w", tributary.ErrFenced), 503, "fenced"},
+		{fmt.Errorf("put: %w", tributary.ErrUnavailable), 503, "unavailable"},
 		{ErrUnknownStream, 404, ""},
 	} {
 		sink.err = c.err

@@ -364,6 +364,8 @@ func refusalCode(reason tributary.Reason) packets.Code {
 		return packets.Code{Code: packets.ErrQuotaExceeded.Code, Reason: "too few replicas to store the message (cluster.replication_policy refuse); retry later"}
 	case tributary.ReasonFenced:
 		return packets.Code{Code: packets.ErrImplementationSpecificError.Code, Reason: "partition moving to another node; retry later"}
+	case tributary.ReasonUnavailable:
+		return packets.Code{Code: packets.ErrImplementationSpecificError.Code, Reason: "storage unavailable; retry later"}
 	case tributary.ReasonUnauthorized:
 		return packets.ErrNotAuthorized
 	}

@@ -50,6 +50,8 @@ func refusalMQTT5(t *testing.T, mutate func(*Config)) {
 		// A partition another node owns: 0x83 (replica.ErrFenced wraps
 		// tributary.ErrFenced too).
 		{"fenced", fmt.Errorf("a.b/3: %w", tributary.ErrFenced), 0x83, "partition moving"},
+		// The cloud write path's store failed: retriable, 0x83.
+		{"unavailable", fmt.Errorf("put: %w", tributary.ErrUnavailable), 0x83, "storage unavailable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ts.sink.setFail(tc.cause)
@@ -72,7 +74,7 @@ func refusalMQTT5(t *testing.T, mutate func(*Config)) {
 		})
 	}
 	st := ts.Stats()
-	if st.Refused != 10 || st.DroppedQoS0 != 5 || st.RefusedBudget != 4 || st.RefusedReplication != 2 || st.RefusedFenced != 2 || st.Accepted != [3]uint64{} {
+	if st.Refused != 12 || st.DroppedQoS0 != 6 || st.RefusedBudget != 4 || st.RefusedReplication != 2 || st.RefusedFenced != 2 || st.Accepted != [3]uint64{} {
 		t.Fatalf("stats %+v", st)
 	}
 	if n := ts.sink.len(); n != 0 {

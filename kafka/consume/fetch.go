@@ -113,18 +113,29 @@ func (cs *Server) fetchOnce(ctx context.Context, r *kmsg.FetchRequest, denied ma
 				st.Partitions = append(st.Partitions, sp)
 				continue
 			}
-			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = v.End, v.End, v.Earliest
+			end := cs.end(ctx, v.Stream, v.Partition, v.End)
+			sp.HighWatermark, sp.LastStableOffset, sp.LogStartOffset = end, end, v.Earliest
 			switch {
 			case rp.FetchOffset < v.Earliest:
 				sp.ErrorCode = kafka.CodeOffsetOutOfRange
-			case rp.FetchOffset < v.End && total < maxBytes:
+			case rp.FetchOffset < end && total < maxBytes:
 				limit := min(int(rp.PartitionMaxBytes), maxBytes-total)
 				if rp.PartitionMaxBytes <= 0 {
 					limit = maxBytes - total
 				}
-				b, err := cs.batches.fetch(ctx, v, rp.FetchOffset, limit, total == 0, reader)
+				// Below the table's mark from the table, above it from
+				// the cloud's sequenced WAL objects (tail.go).
+				var b []byte
+				var err error
+				from := "table"
+				if rp.FetchOffset < v.End {
+					b, err = cs.batches.fetch(ctx, v, rp.FetchOffset, limit, total == 0, reader)
+				} else {
+					from = "cloud tail"
+					b, err = cs.fetchTail(ctx, v.Stream, v.Partition, rp.FetchOffset, limit)
+				}
 				if err != nil {
-					cs.log.Warn("kafka: read table", "topic", rt.Topic, "partition", rp.Partition, "offset", rp.FetchOffset, "err", err)
+					cs.log.Warn("kafka: read "+from, "topic", rt.Topic, "partition", rp.Partition, "offset", rp.FetchOffset, "err", err)
 					sp.ErrorCode = kafka.CodeUnknownServerError
 					break
 				}

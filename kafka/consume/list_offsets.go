@@ -47,7 +47,7 @@ func (cs *Server) handleListOffsets(ctx context.Context, req *kafka.Request, r *
 			}
 			switch rp.Timestamp {
 			case -1:
-				sp.Offset = v.End
+				sp.Offset = cs.end(ctx, v.Stream, v.Partition, v.End)
 			case -2:
 				sp.Offset = v.Earliest
 			default:

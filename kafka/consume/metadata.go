@@ -79,6 +79,7 @@ func (cs *Server) handleMetadata(ctx context.Context, req *kafka.Request, r *kms
 			}
 		}
 	}
+	created := false
 	for _, name := range names {
 		mt := kmsg.NewMetadataResponseTopic()
 		mt.Topic = kmsg.StringPtr(name)
@@ -88,10 +89,22 @@ func (cs *Server) handleMetadata(ctx context.Context, req *kafka.Request, r *kms
 			resp.Topics = append(resp.Topics, mt)
 			continue
 		}
-		if !all && !mayConsume(req, name) {
+		producing := cs.ccfg.Producer != nil && req.Allowed(auth.Produce, name, "")
+		if !all && !mayConsume(req, name) && !producing {
 			mt.ErrorCode = kafka.CodeTopicAuthorizationFailed
 			resp.Topics = append(resp.Topics, mt)
 			continue
+		}
+		if producing && r.AllowAutoTopicCreation {
+			// The stream's cloud partition, allocated on first use, and
+			// the stream created (once per request) if missing. Only for
+			// a client that asks for auto-creation (producers do; a
+			// consumer's Metadata must not allocate partitions).
+			made, err := cs.ccfg.Producer.EnsurePartition(ctx, stream, !created)
+			if err != nil {
+				cs.log.Warn("kafka metadata: cloud partition", "stream", stream, "err", err)
+			}
+			created = created || made
 		}
 		parts, err := cs.tc.Partitions(ctx, stream)
 		if err != nil {

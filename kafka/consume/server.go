@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"net"
 	"sort"
 	"strings"
@@ -70,6 +71,12 @@ type Config struct {
 	// shared with the other protocol servers of the process; RowCacheBytes
 	// and MetadataMaxAge are then the reader's. Nil = a reader of its own.
 	Reader *tables.Reader
+	// Tail, if set, serves the offsets of cloud-produced partitions
+	// beyond their table's mark (tail.go). Nil = the table's mark only.
+	Tail Tail
+	// Producer, if set, answers Produce and InitProducerId (tail.go).
+	// Nil = Produce is refused (produce.go).
+	Producer Producer
 }
 
 // Defaults of the consume side.
@@ -119,6 +126,7 @@ type Server struct {
 	// commitLocks serialise each group's commits (caps.go).
 	commitLocks commitLocks
 	batches     *batchCache
+	apis        kafka.APIs // apis, with InitProducerId when there is a Producer
 }
 
 // NewServer validates cfg, opens the committed-offsets database and
@@ -158,7 +166,13 @@ func NewServer(cfg Config, cat *tables.Catalog) (*Server, error) {
 		return nil, fmt.Errorf("%w: offsets database required", kafka.ErrInvalidConfig)
 	}
 	cs := &Server{cfg: cfg.Config, ccfg: cfg, cat: cat}
-	conn, err := kafka.NewServer(cfg.Config, "kafka-cloud", apis, cs)
+	table := apis
+	if cfg.Producer != nil {
+		table = maps.Clone(apis)
+		table[kafka.InitProducerIDKey] = kafka.VersionRange{Min: 0, Max: 4}
+	}
+	cs.apis = table
+	conn, err := kafka.NewServer(cfg.Config, "kafka-cloud", table, cs)
 	if err != nil {
 		return nil, err
 	}
@@ -220,11 +234,14 @@ func (cs *Server) Close(ctx context.Context) error {
 func (cs *Server) Handle(ctx context.Context, req *kafka.Request) (kmsg.Response, bool) {
 	switch r := req.Body.(type) {
 	case *kmsg.ApiVersionsRequest:
-		return kafka.HandleApiVersions(req, r, apis), false
+		return kafka.HandleApiVersions(req, r, cs.apis), false
 	case *kmsg.MetadataRequest:
 		return cs.handleMetadata(ctx, req, r), false
-	case *kmsg.ProduceRequest:
-		if resp := cs.handleProduce(req, r); resp != nil {
+	case *kmsg.ProduceRequest, *kmsg.InitProducerIDRequest:
+		if cs.ccfg.Producer != nil {
+			return cs.ccfg.Producer.Handle(ctx, req)
+		}
+		if resp := cs.handleProduce(req, r.(*kmsg.ProduceRequest)); resp != nil {
 			return resp, false
 		}
 		return nil, false

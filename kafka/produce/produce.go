@@ -465,6 +465,9 @@ func (s *Server) appendResult(b *tributary.Batch, err error) partResult {
 		case tributary.ReasonReplication:
 			s.stats.backpressured.Add(1)
 			return partResult{code: kafka.CodeNotEnoughReplicas, msg: "too few edge replicas to store the batch, retry later", throttle: true}
+		case tributary.ReasonUnavailable:
+			s.stats.backpressured.Add(1)
+			return partResult{code: kafka.CodeKafkaStorageError, msg: "storage unavailable, retry later: " + err.Error(), throttle: true}
 		}
 		s.log.Warn("kafka append", "stream", b.Stream, "partition", b.Partition, "err", err)
 		return partResult{code: kafka.CodeKafkaStorageError, msg: "append failed: " + err.Error()}
