@@ -81,6 +81,7 @@ func TestDocumentedDefaults(t *testing.T) {
 		{"maintenance.max_manifests", "Default 10", "10"},
 		{"maintenance.orphan_grace", "Default 24h", "24h0m0s"},
 		{"shutdown_timeout", "Default 10s", "10s"},
+		{"federation", "Default none", "[]"},
 	}
 	seen := map[string]bool{}
 	for _, tc := range cases {

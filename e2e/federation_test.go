@@ -160,6 +160,13 @@ maintenance:
 	waitFor(t, 120*time.Second, "the own table catches up to 350 rows", func() bool { return len(own()) >= 350 })
 	waitFor(t, 90*time.Second, "the mirror catches up to 350 rows", func() bool { return same(350) })
 
+	waitFor(t, 30*time.Second, "no lag once the mirror is current", func() bool {
+		return cloudMetric(t, cloud, `tributary_federation_lag_seconds{catalog="weed"}`) == 0
+	})
+	if v := cloudMetric(t, cloud, `tributary_federation_updates_total{catalog="weed"}`); v < 5 {
+		t.Errorf(`tributary_federation_updates_total{catalog="weed"} = %v, want a registration and a commit per follow`, v)
+	}
+
 	// The mirror is a table of SeaweedFS's catalog with the stream's marks.
 	tbl, err := sw.client(t).LoadTable(ctx, table.Identifier{"factory", "telemetry"})
 	if err != nil {
