@@ -315,4 +315,3 @@ func gauge(t *testing.T, reg *prometheus.Registry, name, c string) prometheus.Co
 	t.Fatalf("no %s{catalog=%q}", name, c)
 	return nil
 }
-
