@@ -153,8 +153,10 @@ maintenance:
 	errsBefore := cloudMetric(t, cloud, `tributary_federation_errors_total{catalog="weed"}`)
 	sw.stop()
 	publish(100)
-	waitFor(t, 60*time.Second, "failed rounds of catalog weed while SeaweedFS is down", func() bool {
-		return cloudMetric(t, cloud, `tributary_federation_errors_total{catalog="weed"}`) > errsBefore
+	// Three failed rounds: with the backoff doubling from 1 s, SeaweedFS
+	// stays away for several seconds.
+	waitFor(t, 90*time.Second, "failed rounds of catalog weed while SeaweedFS is down", func() bool {
+		return cloudMetric(t, cloud, `tributary_federation_errors_total{catalog="weed"}`) >= errsBefore+3
 	})
 	sw.start(t)
 	waitFor(t, 120*time.Second, "the own table catches up to 350 rows", func() bool { return len(own()) >= 350 })
