@@ -21,7 +21,7 @@
 // registered) and its main snapshot, so a concurrent writer makes it fail
 // and the next round decides again. The catalog writes its own metadata
 // file for each such commit (SeaweedFS: TABLE/metadata/vN.metadata.json
-// beside ours).
+// beside ours; the maintainer's orphan cleanup keeps the newest of them).
 //
 // # Invariants
 //
