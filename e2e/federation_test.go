@@ -25,7 +25,8 @@ import (
 // server with federation: publishes the stream into SeaweedFS's REST
 // catalog. iceberg-go loading the mirror there reads the same rows as the
 // table; more commits and the mirror follows; SeaweedFS stopped and
-// restarted and the mirror catches up; a second entry with a wrong
+// restarted and the mirror catches up; the cloud's own compaction
+// commits are followed too; a second entry with a wrong
 // credential shows in the metrics and on the console while the stream
 // keeps committing and the good mirror keeps following.
 func TestFederation(t *testing.T) {
@@ -65,7 +66,7 @@ kafka:
 pulsar:
   addr: ""
 maintenance:
-  enabled: false
+  interval: 1s
 %[3]sfederation:
   - name: weed
     uri: %[4]s
@@ -177,6 +178,28 @@ maintenance:
 	if _, ok := tbl.Properties()["tributary.hwm.0"]; !ok {
 		t.Errorf("mirror properties %v: want the stream's marks", tbl.Properties())
 	}
+	// The cloud's maintenance commits (compaction: overwrite snapshots)
+	// are followed like the edge's appends.
+	ops := map[string]int{}
+	var mine *table.Table
+	waitFor(t, 90*time.Second, "the mirror at the table's current snapshot, a compaction among its snapshots", func() bool {
+		m, err := sw.client(t).LoadTable(ctx, table.Identifier{"factory", "telemetry"})
+		if err != nil || m.CurrentSnapshot() == nil {
+			return false
+		}
+		mine = loadSQLiteTable(t, filepath.Join(dir, "catalog.db"), "factory.telemetry", sw.fileIO())
+		clear(ops)
+		for _, sn := range m.Metadata().Snapshots() {
+			if sn.Summary != nil {
+				ops[string(sn.Summary.Operation)]++
+			}
+		}
+		return mine.CurrentSnapshot() != nil && m.CurrentSnapshot().SnapshotID == mine.CurrentSnapshot().SnapshotID && ops["overwrite"] > 0
+	})
+	if !same(350) {
+		t.Fatal("the mirror does not read the table's 350 rows after compaction")
+	}
+	t.Logf("mirror snapshots by operation: %v (the table has %d snapshots)", ops, len(mine.Metadata().Snapshots()))
 }
 
 // cloudMetric is the value of one sample (name with labels, as exposed)
