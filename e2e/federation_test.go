@@ -81,6 +81,13 @@ maintenance:
 `, dir, warehouse, sw.storage(), sw.Iceberg, weedBucket, weedKey, weedSecret)), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// config check names each federation catalog; one refusing its
+	// credential is a warning naming the key, not an error.
+	code, out := runExit(t, 60*time.Second, "config", "check", cloudCfg)
+	if code != 0 || !strings.Contains(out, "federation[0] (weed): reachable") || !strings.Contains(out, "federation[1] (wrong): WARNING") ||
+		!strings.Contains(out, "federation[1].credential") {
+		t.Fatalf("config check: exit %d\n%s", code, out)
+	}
 	cloud := startProc(t, dir, "cloud", "-config", cloudCfg)
 
 	// same: the mirror in SeaweedFS's catalog reads exactly the own

@@ -134,6 +134,7 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "%s: ok (cloud)\n", args[1])
 		printCloudConfig(stdout, cc)
+		checkFederation(stdout, cc)
 		return 0
 	}
 	cfg, err := node.ParseConfig(raw)
