@@ -59,6 +59,7 @@ import (
 const (
 	DefaultInterval   = 2 * time.Second
 	DefaultMaxBackoff = 30 * time.Second
+	DefaultTimeout    = 30 * time.Second
 	// maxStreams bounds the streams one round mirrors (the rest wait for
 	// the next round), so that one round stays short.
 	maxStreams = 10000
@@ -117,6 +118,10 @@ type Config struct {
 	Interval time.Duration
 	// MaxBackoff bounds the wait after failed rounds. Default DefaultMaxBackoff.
 	MaxBackoff time.Duration
+	// Timeout bounds each call to an external catalog (opening it, and
+	// each mirror's update), so one that hangs costs a failed round, never
+	// a stuck loop. Default DefaultTimeout.
+	Timeout time.Duration
 	// Open opens a target's catalog; default tables.CheckREST (tests may
 	// put a fake in).
 	Open   func(ctx context.Context, t Target) (catalog.Catalog, func(), error)
@@ -141,6 +146,9 @@ func New(cfg Config) *Federation {
 	}
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = DefaultMaxBackoff
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -347,7 +355,9 @@ func (l *loop) round(ctx context.Context) error {
 		return nil
 	}
 	if l.cat == nil {
-		cat, closeFn, err := l.cfg.Open(ctx, l.t)
+		octx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
+		cat, closeFn, err := l.cfg.Open(octx, l.t)
+		cancel()
 		if err != nil {
 			return err
 		}
@@ -421,7 +431,7 @@ func unreachable(err error) bool {
 // state. since is the time of the oldest commit the mirror lacks, when
 // known.
 func (l *loop) sync(ctx context.Context, id table.Identifier, src *table.Table) (since time.Time, err error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
 	defer cancel()
 	ns := table.Identifier(id[:len(id)-1])
 	if key := strings.Join(ns, "."); !l.nsOK[key] {

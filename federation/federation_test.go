@@ -315,3 +315,22 @@ func gauge(t *testing.T, reg *prometheus.Registry, name, c string) prometheus.Co
 	t.Fatalf("no %s{catalog=%q}", name, c)
 	return nil
 }
+
+// TestLoopHungCatalog: a catalog that never answers (the worst an
+// external catalog can do) costs failed rounds bounded by Timeout, with
+// the lag showing; the loop does not hang and Close returns.
+func TestLoopHungCatalog(t *testing.T) {
+	src := source(t)
+	f := New(Config{Source: src, Interval: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, Timeout: 50 * time.Millisecond,
+		Targets: []Target{{Name: "hung"}},
+		Open: func(ctx context.Context, _ Target) (catalog.Catalog, func(), error) {
+			<-ctx.Done() // never answers
+			return nil, nil, ctx.Err()
+		}})
+	f.Start()
+	testkit.Eventually(t, 10*time.Second, "failed rounds of a hung catalog", func() bool {
+		st := f.Status()[0]
+		return st.Errors >= 3 && st.Behind == 1 && st.Lag > 0 && strings.Contains(st.LastError, "deadline")
+	})
+	f.Close()
+}
