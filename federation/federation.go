@@ -298,8 +298,19 @@ func (l *loop) run(ctx context.Context) {
 // round goes on.
 func (l *loop) round(ctx context.Context) error {
 	src := l.cfg.Source
-	streams, err := src.ListStreams(ctx)
+	// A SQL catalog answers every table's metadata location in one query:
+	// only the tables that moved are loaded. A REST one: each is loaded.
+	locs, err := src.MetadataLocations(ctx)
 	if err != nil {
+		return fmt.Errorf("read the metadata locations of catalog %s: %w", src.Name(), err)
+	}
+	var streams []string
+	if locs != nil {
+		for s := range locs {
+			streams = append(streams, s)
+		}
+		sort.Strings(streams)
+	} else if streams, err = src.ListStreams(ctx); err != nil {
 		return fmt.Errorf("list the streams of catalog %s: %w", src.Name(), err)
 	}
 	var selected []string
@@ -322,6 +333,12 @@ func (l *loop) round(ctx context.Context) error {
 	}
 	l.mu.Unlock()
 	for _, s := range selected {
+		l.mu.Lock()
+		unmoved := locs != nil && l.streams[s] != nil && l.streams[s].synced != "" && l.streams[s].synced == locs[s]
+		l.mu.Unlock()
+		if unmoved {
+			continue
+		}
 		tbl, err := src.LoadTable(ctx, s)
 		if err != nil {
 			if errors.Is(err, tables.ErrNoSuchStream) {
