@@ -156,15 +156,16 @@ maintenance:
 	})
 
 	// SeaweedFS away: the edge keeps the records in its WAL (its warehouse
-	// is there too), the federation's rounds fail; back: the table and the
+	// is there too), so the stream's table does not move and the
+	// federation has nothing to send meanwhile; back: the table and the
 	// mirror catch up.
-	errsBefore := cloudMetric(t, cloud, `tributary_federation_errors_total{catalog="weed"}`)
+	failsBefore := metric(t, edge, "tributary_uplink_upload_failures_total") + metric(t, edge, "tributary_uplink_commit_failures_total")
 	sw.stop()
 	publish(100)
-	// Three failed rounds: with the backoff doubling from 1 s, SeaweedFS
-	// stays away for several seconds.
-	waitFor(t, 90*time.Second, "failed rounds of catalog weed while SeaweedFS is down", func() bool {
-		return cloudMetric(t, cloud, `tributary_federation_errors_total{catalog="weed"}`) >= errsBefore+3
+	// Three failed uploads or commits of the edge: SeaweedFS stays away for
+	// a while (the edge's retries back off).
+	waitFor(t, 90*time.Second, "the edge failing to reach SeaweedFS", func() bool {
+		return metric(t, edge, "tributary_uplink_upload_failures_total")+metric(t, edge, "tributary_uplink_commit_failures_total") >= failsBefore+3
 	})
 	sw.start(t)
 	waitFor(t, 120*time.Second, "the own table catches up to 350 rows", func() bool { return len(own()) >= 350 })
