@@ -50,6 +50,7 @@ import (
 	"github.com/tributary-io/tributary/cloudmqtt"
 	"github.com/tributary-io/tributary/cloudwrite"
 	"github.com/tributary-io/tributary/config"
+	"github.com/tributary-io/tributary/federation"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/kafka/consume"
 	"github.com/tributary-io/tributary/listen"
@@ -70,17 +71,18 @@ type Server struct {
 	tls    *listen.TLS     // nil without security.tls
 	auth   *auth.Authority // identities and the ACL of every listener
 
-	rest   *rest.Server        // nil when Catalog.Addr is ""
-	con    *cloudConsole       // the operator's console on the catalog listener
-	kafka  *consume.Server     // nil when Kafka.Addr is ""
-	pulsar *pulsar.Server      // nil when Pulsar.Addr is ""
-	mqtt   *cloudmqtt.Server   // nil when MQTT.Addr and MQTT.WSAddr are ""
-	http   *httpServer         // nil when HTTP.Addr is ""
-	write  *writePath          // nil unless cloud_produce.enabled
-	cwm    *cloudwrite.Metrics // the write path's, exposed (at zero) when it is off too
-	maint  *tables.Maintainer  // nil when maintenance is off
-	cancel context.CancelFunc  // stops the maintainer
-	wg     sync.WaitGroup      // the maintainer loop
+	rest   *rest.Server           // nil when Catalog.Addr is ""
+	con    *cloudConsole          // the operator's console on the catalog listener
+	kafka  *consume.Server        // nil when Kafka.Addr is ""
+	pulsar *pulsar.Server         // nil when Pulsar.Addr is ""
+	mqtt   *cloudmqtt.Server      // nil when MQTT.Addr and MQTT.WSAddr are ""
+	http   *httpServer            // nil when HTTP.Addr is ""
+	write  *writePath             // nil unless cloud_produce.enabled
+	cwm    *cloudwrite.Metrics    // the write path's, exposed (at zero) when it is off too
+	maint  *tables.Maintainer     // nil when maintenance is off
+	fed    *federation.Federation // nil without federation:
+	cancel context.CancelFunc     // stops the maintainer
+	wg     sync.WaitGroup         // the maintainer loop
 	closed bool
 }
 
@@ -166,6 +168,16 @@ func open(cat *tables.Catalog, cfg Config, log *slog.Logger) (*Server, error) {
 			defer s.wg.Done()
 			s.maint.Run(ctx)
 		}()
+	}
+	if len(cfg.Federation) > 0 {
+		// Mirrors in the organisation's catalogs: loops of their own, which
+		// nothing else waits for.
+		s.fed = federation.New(federation.Config{Source: cat, Targets: cfg.FederationTargets(), Logger: log})
+		s.reg.MustRegister(s.fed.Collectors()...)
+		if s.con != nil {
+			s.con.fed.Store(s.fed)
+		}
+		s.fed.Start()
 	}
 	return s, nil
 }
@@ -345,6 +357,9 @@ func (s *Server) Collectors() []prometheus.Collector {
 		out = append(out, s.http.reader.Collectors()...)
 		out = append(out, s.http.grpc.Collectors()...)
 	}
+	if s.fed != nil {
+		out = append(out, s.fed.Collectors()...)
+	}
 	return out
 }
 
@@ -357,7 +372,16 @@ func (s *Server) Done() <-chan error {
 	return s.rest.Done()
 }
 
-// Close stops the listeners and the maintainer and, if Open opened it,
+// Federation is the state of the mirrors in external catalogs (nil
+// without federation:).
+func (s *Server) Federation() []federation.CatalogStatus {
+	if s.fed == nil {
+		return nil
+	}
+	return s.fed.Status()
+}
+
+// Close stops the listeners, the maintainer and the federation and, if Open opened it,
 // closes the catalog. ctx bounds the graceful part.
 func (s *Server) Close(ctx context.Context) error {
 	if s.closed {
@@ -369,6 +393,9 @@ func (s *Server) Close(ctx context.Context) error {
 		s.cancel()
 	}
 	s.wg.Wait()
+	if s.fed != nil {
+		s.fed.Close()
+	}
 	if s.ownCat {
 		errs = errors.Join(errs, s.cat.Close())
 	}

@@ -193,6 +193,11 @@ type Config struct {
 	// anonymous clients with every right, on loopback addresses only.
 	Security config.Security `yaml:"security"`
 
+	// Federation lists the organisation's Iceberg REST catalogs each
+	// committed stream is registered in as a read-only mirror, kept
+	// current after commits (docs/tables.md "Federation"). Default none.
+	Federation []FederationConfig `yaml:"federation"`
+
 	// ShutdownTimeout bounds a graceful stop. Default 10s.
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 }
@@ -257,6 +262,7 @@ func (c *Config) ApplyDefaults() {
 	c.HTTP.Defaults()
 	c.Produce.defaults()
 	c.Maintenance.Defaults()
+	c.federationDefaults()
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = 10 * time.Second
 	}
@@ -376,6 +382,7 @@ func (c *Config) Validate() error {
 	c.Produce.validate(bad)
 	c.Storage.Validate(c.Catalog.Warehouse, bad)
 	c.Maintenance.Validate(bad)
+	c.validateFederation(bad)
 	return errors.Join(errs...)
 }
 

@@ -85,3 +85,37 @@ func TestCloudConfigExampleAndErrors(t *testing.T) {
 		t.Fatal("RoleOf")
 	}
 }
+
+// TestFederationConfig: each federation entry's mistakes name its key; a
+// good entry becomes a federation.Target with its auth and the keys its
+// errors name.
+func TestFederationConfig(t *testing.T) {
+	for _, tc := range []struct{ yaml, want string }{
+		{"federation:\n  - uri: sqlite:///x.db", "federation[0].uri"},
+		{"federation:\n  - uri: http://a\n  - uri: http://b\n    token: t\n    credential: a:b", "federation[1].credential"},
+		{"federation:\n  - uri: http://a\n    credential: nocolon", "federation[0].credential"},
+		{"federation:\n  - uri: http://a\n    namespace: a..b", "federation[0].namespace"},
+		{"federation:\n  - uri: http://a\n    streams: ['factory.[']", "federation[0].streams[0]"},
+		{"federation:\n  - uri: http://a\n  - uri: http://a", "federation[1].name"},
+		{"federation:\n  - uri: http://a\n    sigv4: {region: us-east-1}\n    token: t", "federation[0].credential"},
+	} {
+		if _, err := ParseConfig([]byte("role: cloud\n" + tc.yaml)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want one naming %q", tc.yaml, err, tc.want)
+		}
+	}
+	c, err := ParseConfig([]byte("role: cloud\nfederation:\n  - uri: https://cat.example.com:8443/api\n    warehouse: s3://lake\n    credential: id:secret\n    streams: [factory.*]\n  - name: glue\n    uri: https://glue.example.com\n    sigv4: {region: eu-west-1, service: glue}\n    namespace: lake.streams\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := c.FederationTargets()
+	if len(ts) != 2 || ts[0].Name != "cat.example.com:8443" || ts[0].Catalog.Properties["credential"] != "id:secret" ||
+		ts[0].Catalog.Warehouse != "s3://lake" || ts[0].Keys.Credential != "federation[0].credential" || !ts[0].Selects("factory.telemetry") || ts[0].Selects("plant.x") {
+		t.Fatalf("target 0: %+v", ts[0])
+	}
+	if g := ts[1]; g.Name != "glue" || g.Catalog.SigV4 == nil || g.Catalog.SigV4.Service != "glue" || g.Namespace != "lake.streams" || !g.Selects("any.stream") {
+		t.Fatalf("target 1: %+v", g)
+	}
+	if id, _ := ts[1].Mirror("factory.telemetry"); strings.Join(id, ".") != "lake.streams.factory_telemetry" {
+		t.Fatalf("mirror of factory.telemetry in glue: %v", id)
+	}
+}

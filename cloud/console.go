@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tributary-io/tributary/console"
+	"github.com/tributary-io/tributary/federation"
 	"github.com/tributary-io/tributary/kafka/consume"
 	"github.com/tributary-io/tributary/pulsar"
 	"github.com/tributary-io/tributary/tables"
@@ -27,6 +28,7 @@ type cloudConsole struct {
 	addr    atomic.Value // string: the catalog listener
 	ks      atomic.Pointer[consume.Server]
 	ps      atomic.Pointer[pulsar.Server]
+	fed     atomic.Pointer[federation.Federation]
 }
 
 func newCloudConsole(cat *tables.Catalog) *cloudConsole {
@@ -57,6 +59,12 @@ func (cc *cloudConsole) snapshot() console.Snapshot {
 		s.Streams = append(s.Streams, ti.Stream(name))
 	}
 	s.Consumers = liveConsumers(groups, cc.ks.Load(), cc.ps.Load())
+	if f := cc.fed.Load(); f != nil {
+		for _, st := range f.Status() {
+			s.Federation = append(s.Federation, console.Mirrors{Catalog: st.Name, URI: st.URI, Current: st.Mirrors, Behind: st.Behind,
+				Lag: st.Lag, LastError: st.LastError})
+		}
+	}
 	return s
 }
 

@@ -15,6 +15,9 @@ const (
 	uplinkFailingFor   = time.Minute
 	certWarnBefore     = 14 * 24 * time.Hour
 	certCriticalBefore = 2 * 24 * time.Hour
+	// federationBehind: a mirror this far behind its table (or refused)
+	// gets a banner; mirrors follow within seconds when healthy.
+	federationBehind = 30 * time.Second
 )
 
 func health(s *Snapshot, h *history, now time.Time) []Alert {
@@ -48,6 +51,19 @@ func health(s *Snapshot, h *history, now time.Time) []Alert {
 			Detail: detail,
 			Action: "Check that the object store and the catalog are reachable from this node (network, credentials, bucket permissions, disk of a file:// warehouse). " +
 				"Records stay in the WAL until a commit succeeds, up to the WAL budget."})
+	}
+	for _, f := range s.Federation {
+		if f.LastError == "" && f.Lag < federationBehind {
+			continue
+		}
+		detail := fmt.Sprintf("%d mirrors current, %d behind; the oldest commit a mirror lacks is %s old.", f.Current, f.Behind, humanDuration(f.Lag))
+		if f.LastError != "" {
+			detail += " Last error: " + f.LastError
+		}
+		add(Alert{ID: "federation_" + f.Catalog, Severity: "warning", Title: fmt.Sprintf("Mirrors in catalog %s are behind", f.Catalog),
+			Detail: detail,
+			Action: "Check that " + f.URI + " is reachable from the cloud server and accepts the federation entry's credential, token or signature " +
+				"(its errors name the key). The streams themselves are unaffected; the mirrors catch up once it answers."})
 	}
 	if c := s.Cluster; c != nil {
 		if c.Degraded {

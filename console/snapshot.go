@@ -31,6 +31,20 @@ type Snapshot struct {
 	Consumers *Consumers
 	// Certificates the host serves with; empty until TLS exists.
 	Certificates []Certificate
+	// Federation is the state of the mirrors in external catalogs (cloud
+	// server with federation:; package federation).
+	Federation []Mirrors
+}
+
+// Mirrors is one external catalog the streams are published into.
+type Mirrors struct {
+	Catalog string // its name
+	URI     string
+	Current int // mirrors up to date
+	Behind  int // mirrors not (yet) up to date
+	// Lag is the age of the oldest commit a mirror lacks.
+	Lag       time.Duration
+	LastError string
 }
 
 // WAL is the write-ahead log's fill.

@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -559,8 +560,12 @@ func (m *pass) orphans(ctx context.Context) error {
 		planned[f.Path] = true
 	}
 	var orphans []table.OrphanFile
+	mirror := newestMirrorMetadata(plan.OrphanFiles())
 	for _, f := range plan.OrphanFiles() {
 		if base, ok := strings.CutSuffix(f.Path, ".attrs"); ok && !planned[base] && m.exists(ctx, t, base) {
+			continue
+		}
+		if f.Path == mirror {
 			continue
 		}
 		orphans = append(orphans, f)
@@ -642,4 +647,28 @@ func dataManifestCount(ctx context.Context, t *table.Table) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// mirrorMetadataRE matches the metadata files an external catalog writes
+// into the table's metadata folder when package federation commits to
+// the table's mirror there (SeaweedFS: vN.metadata.json); Tributary's own
+// catalogs name theirs NNNNN-UUID.metadata.json.
+var mirrorMetadataRE = regexp.MustCompile(`/metadata/v([0-9]{1,18})\.metadata\.json$`)
+
+// newestMirrorMetadata is the orphan candidate that may be a mirror's
+// current metadata file (the highest vN; "" when none), which orphan
+// cleanup keeps: a stream that has not committed for longer than the
+// grace would otherwise lose its mirror's metadata. Older ones go.
+func newestMirrorMetadata(files []table.OrphanFile) string {
+	best, bestN := "", int64(-1)
+	for _, f := range files {
+		m := mirrorMetadataRE.FindStringSubmatch(f.Path)
+		if m == nil {
+			continue
+		}
+		if n, err := strconv.ParseInt(m[1], 10, 64); err == nil && n > bestN {
+			best, bestN = f.Path, n
+		}
+	}
+	return best
 }

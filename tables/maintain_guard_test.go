@@ -175,3 +175,19 @@ func TestInFolder(t *testing.T) {
 		t.Error("file URLs and local paths")
 	}
 }
+
+// TestNewestMirrorMetadataKept: among orphan candidates, the newest
+// metadata file an external catalog wrote for the table's mirror
+// (package federation; SeaweedFS names them vN.metadata.json) is kept,
+// older ones and Tributary's own unreferenced files are not.
+func TestNewestMirrorMetadataKept(t *testing.T) {
+	loc := "s3://lake/factory/telemetry"
+	files := []table.OrphanFile{{Path: loc + "/metadata/v9.metadata.json"}, {Path: loc + "/metadata/v10.metadata.json"},
+		{Path: loc + "/metadata/00003-6f1c.metadata.json"}, {Path: loc + "/data/v11.metadata.json.parquet"}, {Path: loc + "/metadata/v2.metadata.json"}}
+	if got := newestMirrorMetadata(files); got != loc+"/metadata/v10.metadata.json" {
+		t.Fatalf("kept %q, want v10", got)
+	}
+	if got := newestMirrorMetadata(files[2:4]); got != "" {
+		t.Fatalf("kept %q of files no mirror wrote", got)
+	}
+}

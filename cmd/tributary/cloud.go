@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/tributary-io/tributary/cloud"
 	"github.com/tributary-io/tributary/config"
@@ -210,6 +211,34 @@ func printCloudConfig(w io.Writer, c cloud.Config) {
 		k.MaxGroups, k.MaxGroupMembers, k.MaxGroupOffsets, k.OffsetsRetention, k.MaxInflightBytes)
 	fmt.Fprintf(w, "http caps: max_record_bytes=%d max_streams=%d idle_timeout=%s write_timeout=%s\n",
 		h.MaxRecordBytes, h.MaxStreams, h.IdleTimeout, h.WriteTimeout)
+	for i, f := range c.Federation {
+		ns, streams := f.Namespace, "all"
+		if ns == "" {
+			ns = "each stream's own"
+		}
+		if len(f.Streams) > 0 {
+			streams = strings.Join(f.Streams, ", ")
+		}
+		fmt.Fprintf(w, "federation[%d]: %s at %s (namespace %s; streams %s)\n", i, f.Name, tables.Redact(f.URI), ns, streams)
+	}
+}
+
+// checkFederation asks each federation catalog (within 10 s each) for
+// what mirroring needs, as the server's loop does, and says what it
+// answered. A catalog that fails is a warning, not an error: the server
+// starts without it and shows it failing (docs/tables.md "Federation").
+func checkFederation(w io.Writer, c cloud.Config) {
+	for i, t := range c.FederationTargets() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		cat, err := tables.CheckREST(ctx, t.Catalog, t.Keys)
+		cancel()
+		if err != nil {
+			fmt.Fprintf(w, "federation[%d] (%s): WARNING, the server will show its mirrors failing: %v\n", i, t.Name, err)
+			continue
+		}
+		cat.Close()
+		fmt.Fprintf(w, "federation[%d] (%s): reachable, credential accepted\n", i, t.Name)
+	}
 }
 
 // splitList splits a comma-separated flag value, dropping empty items.

@@ -141,6 +141,9 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintf(stdout, "%s: ok (cloud)\n", args[1])
 		printCloudConfig(stdout, cc)
+		if !offline {
+			checkFederation(stdout, cc)
+		}
 		return 0
 	}
 	cfg, err := node.ParseConfig(raw)
