@@ -48,9 +48,6 @@ func (in *Ingest) queueRecords(after wal.Ticket, recs []*tributary.Record, n int
 	}
 	t := in.wal.Submit(wal.Op{Kind: wal.OpAppend, Records: recs, After: after, Done: cb})
 	returned.Store(true)
-	if after == (wal.Ticket{}) {
-		return after // as before: the zero Ticket for records that follow none
-	}
 	return t
 }
 
