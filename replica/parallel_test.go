@@ -143,7 +143,7 @@ func TestStoreScript(t *testing.T) {
 }
 
 // asyncIngest appends count records as ingest's pipelined path does
-// (AppendAsync, then ReplicateAsync from the WAL's callback) and returns
+// (Submit of an OpAppend, then ReplicateAsync from the WAL's callback) and returns
 // the outcome of each.
 func (n *testNode) asyncIngest(count int) []error {
 	errs := make([]error, count)

@@ -180,7 +180,7 @@ func TestChunkBoundaries(t *testing.T) {
 	layout("all released", "[]")
 	checkPartition(t, w, "all released", "s", 0, 20, 20)
 
-	// EnsurePartition over a straddling chunk and whole chunks.
+	// OpEnsure over a straddling chunk and whole chunks.
 	appendN(t, w, "s", 0, 5, 1020)
 	appendN(t, w, "s", 0, 5, 1025)
 	if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: "s", Partition: 0, Offset: 22}).Err; err != nil {

@@ -169,7 +169,7 @@ func chunksOf(from, to int64, per int, value string) [][]byte {
 	return out
 }
 
-// TestVerbatimScript walks AppendVerbatimAsync through duplicates,
+// TestVerbatimScript walks OpVerbatim through duplicates,
 // overlaps, gaps, a bad checksum, the budget, a new incarnation's drop, a
 // stale incarnation and a reopen.
 func TestVerbatimScript(t *testing.T) {

@@ -299,7 +299,7 @@ func TestGroupCommit(t *testing.T) {
 func TestBudgetInGroupLeavesOthersAlone(t *testing.T) {
 	// Two appends in one group: the one that does not fit is refused, the
 	// other commits. The group is formed by queueing both before the
-	// committer runs: AppendAsync from inside a blocked done callback.
+	// committer runs: Submit from inside a blocked done callback.
 	w := openTest(t, Options{NoSync: true, MaxBytes: 3 * recSize})
 	ctx := context.Background()
 	if err := w.Apply(ctx, Op{Kind: OpAppend, Records: []*tributary.Record{rec("s", 0, "vvvv")}}).Err; err != nil {
