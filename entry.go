@@ -1,7 +1,7 @@
 package tributary
 
 // Entry is one entry of a partition as the WAL stores it: a record, or a
-// Kafka record batch read in place (wal.ReadEntries). Readers that can
+// Kafka record batch read in place (wal.ReadEntriesInto). Readers that can
 // walk a batch's bytes (the uplink's Parquet writer) use entries to avoid
 // one Record object per Kafka record.
 type Entry struct {

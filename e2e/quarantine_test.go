@@ -49,8 +49,8 @@ func TestQuarantineStaleReplay(t *testing.T) {
 	for i := range 5 {
 		k, v := fmt.Sprintf("k%d", i), fmt.Sprintf("stale-%d", i)
 		want[k] = v
-		if err := w.Append(ctx, &tributary.Record{Stream: stream, Partition: p, Epoch: epoch, Topic: stream, Source: "kafka",
-			Key: []byte(k), Value: []byte(v), Headers: []tributary.Header{{Key: "h", Value: []byte(k)}}}); err != nil {
+		if err := w.Apply(ctx, wal.Op{Kind: wal.OpAppend, Records: []*tributary.Record{{Stream: stream, Partition: p, Epoch: epoch, Topic: stream, Source: "kafka",
+			Key: []byte(k), Value: []byte(v), Headers: []tributary.Header{{Key: "h", Value: []byte(k)}}}}}).Err; err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -215,3 +215,44 @@ func TestDoneAfterSubmit(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordsTicket: the Ticket of a records write that follows none
+// names it (tributary.Appender: "The Ticket names w"), so a write made
+// after it is refused when the WAL refused it, and nothing of it is
+// stored. The first write goes to a partition sealed above its epoch,
+// which the WAL refuses in its committer (ErrFenced); the second, to
+// another stream, would be stored on its own.
+func TestRecordsTicket(t *testing.T) {
+	ctx := context.Background()
+	in, w := newTestIngest(t, Config{AutoCreate: true})
+	p, epoch, err := in.book.Own(ctx, "plant.sealed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := w.Apply(ctx, wal.Op{Kind: wal.OpSeal, Stream: "plant.sealed", Partition: p, Epoch: epoch + 1}); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if err := in.Ensure(ctx, "plant.other"); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	tk, err := in.Submit(ctx, tributary.WriteTo(-1, rec("plant.sealed")), tributary.Durable, func(err error) { first <- err })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; !errors.Is(err, tributary.ErrFenced) {
+		t.Fatalf("append to a sealed partition: %v", err)
+	}
+	second := make(chan error, 1)
+	wr := tributary.WriteTo(-1, rec("plant.other"))
+	wr.After = tk
+	if _, err := in.Submit(ctx, wr, tributary.Durable, func(err error) { second <- err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-second; !errors.Is(err, tributary.ErrPredecessorFailed) {
+		t.Fatalf("after a refused records write: %v, want ErrPredecessorFailed", err)
+	}
+	if n := stored(w, "plant.other"); n != 0 {
+		t.Fatalf("%d records stored after a refused predecessor", n)
+	}
+}

@@ -10,11 +10,12 @@ import (
 	"github.com/tributary-io/tributary/wal"
 )
 
-// The WAL's append verbs, called from this file only.
+// The WAL's append verbs (Submit and Apply of wal.OpAppend), called from
+// this file only.
 
 // appendRecords makes recs durable (fsynced) before it returns.
 func (in *Ingest) appendRecords(ctx context.Context, recs []*tributary.Record) error {
-	return in.wal.Append(ctx, recs...)
+	return in.wal.Apply(ctx, wal.Op{Kind: wal.OpAppend, Records: recs}).Err
 }
 
 // queueRecords queues recs (stamped, n bytes of the queue's bound held)
@@ -38,19 +39,14 @@ func (in *Ingest) queueRecords(after wal.Ticket, recs []*tributary.Record, n int
 		// Tap); their answer completes the write.
 		in.repl.waitAsync(recs, done) // its errors wrap tributary.ErrAfterAppend
 	}
-	cb := func(err error) {
+	cb := func(r wal.Result) {
 		if !returned.Load() {
-			go committed(err) // refused at once, inside the WAL's call: never before Submit returns
+			go committed(r.Err) // refused at once, inside the WAL's call: never before Submit returns
 			return
 		}
-		committed(err) // on the WAL's committer
+		committed(r.Err) // on the WAL's committer
 	}
-	var t tributary.Ticket = after
-	if after == (wal.Ticket{}) {
-		in.wal.AppendAsync(recs, cb)
-	} else {
-		t = in.wal.AppendAsyncAfter(after, recs, cb)
-	}
+	t := in.wal.Submit(wal.Op{Kind: wal.OpAppend, Records: recs, After: after, Done: cb})
 	returned.Store(true)
 	return t
 }
@@ -60,8 +56,8 @@ func (in *Ingest) queueRecords(after wal.Ticket, recs []*tributary.Record, n int
 func (in *Ingest) queueBatch(ctx context.Context, after wal.Ticket, b *tributary.Batch, wait tributary.Wait, done func(error)) tributary.Ticket {
 	wb := (*wal.Batch)(b) // the same fields: the WAL's own form of a batch
 	var returned atomic.Bool
-	t := in.wal.AppendBatchAsyncAfter(after, wb, func(err error) {
-		err = walErr(err)
+	t := in.wal.Submit(wal.Op{Kind: wal.OpAppend, Batch: wb, After: after, Done: func(r wal.Result) {
+		err := walErr(r.Err)
 		if err == nil {
 			in.count.addBatch(b)
 		}
@@ -79,9 +75,9 @@ func (in *Ingest) queueBatch(ctx context.Context, after wal.Ticket, b *tributary
 		if returned.Load() {
 			done(err) // on the committer
 		} else {
-			go done(err) // refused at once, inside AppendBatchAsyncAfter
+			go done(err) // refused at once, inside Submit
 		}
-	})
+	}})
 	returned.Store(true)
 	return t
 }

@@ -79,8 +79,9 @@ func (n *Node) consoleSnapshot() console.Snapshot {
 	if n.kafka != nil {
 		s.Latency = append(s.Latency, console.Histograms("produce", n.kafka.LatencyHistogram())...)
 	}
-	s.Latency = append(s.Latency, console.Histograms("wal_fsync", n.wal.FsyncHistogram())...)
-	s.Latency = append(s.Latency, console.Histograms("wal_group", n.wal.GroupHistogram())...)
+	wc := n.wal.Collectors() // the fsync and the group histograms first
+	s.Latency = append(s.Latency, console.Histograms("wal_fsync", wc[0])...)
+	s.Latency = append(s.Latency, console.Histograms("wal_group", wc[1])...)
 	s.Latency = append(s.Latency, console.Histograms("upload", n.up.UploadHistogram())...)
 	s.Latency = append(s.Latency, mergeStreams("commit", console.Histograms("commit", n.up.CommitHistogram())))
 	s.Latency = append(s.Latency, console.Histograms("freshness", n.up.FreshnessHistogram())...)

@@ -45,7 +45,7 @@ func TestConsoleMaintenanceOn(t *testing.T) {
 	if err := n.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.wal.Append(ctx, &tributary.Record{Stream: "a.b", Value: []byte("x"), Topic: "t", Source: "mqtt"}); err != nil {
+	if err := n.wal.Apply(ctx, wal.Op{Kind: wal.OpAppend, Records: []*tributary.Record{{Stream: "a.b", Value: []byte("x"), Topic: "t", Source: "mqtt"}}}).Err; err != nil {
 		t.Fatal(err)
 	}
 	s := n.consoleSnapshot()

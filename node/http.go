@@ -182,7 +182,7 @@ func (n *Node) handler() http.Handler {
 		// A WAL broken by a failed replicated commit refuses every write
 		// until it is reopened: only a restart mends it, which is what a
 		// failing liveness probe asks for.
-		if err := n.wal.Broken(); err != nil {
+		if err := n.wal.Stats().Broken; err != nil {
 			http.Error(w, err.Error()+": restart the node", http.StatusServiceUnavailable)
 			return
 		}
@@ -195,7 +195,7 @@ func (n *Node) handler() http.Handler {
 			http.Error(w, "mqtt listener not up", http.StatusServiceUnavailable)
 			return
 		}
-		if err := n.wal.Broken(); err != nil {
+		if err := n.wal.Stats().Broken; err != nil {
 			http.Error(w, err.Error()+": restart the node", http.StatusServiceUnavailable)
 			return
 		}
@@ -238,7 +238,7 @@ func (n *Node) registerMetrics(reg *prometheus.Registry) {
 	}
 	gauge("tributary_wal_records", "Records in the WAL not yet committed to the tables.", func() float64 { return float64(n.wal.Stats().Records) })
 	gauge("tributary_wal_broken", "1 while the WAL refuses every write because a group its replicas hold failed to commit (restart the node), else 0.", func() float64 {
-		if n.wal.Broken() != nil {
+		if n.wal.Stats().Broken != nil {
 			return 1
 		}
 		return 0

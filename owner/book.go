@@ -21,7 +21,7 @@
 //     fence: Fenced forgets the partition, and the stream is resolved again
 //     through the catalog, which allocates a new partition.
 //   - A partition's WAL offsets continue the table's committed high-water
-//     mark (EnsurePartition on every resolution), so a node whose WAL was
+//     mark (OpEnsure on every resolution), so a node whose WAL was
 //     lost never reuses an offset.
 //   - A partition being taken over (Claim) is never adopted lazily, so new
 //     records never take offsets that the copied records of the previous
@@ -74,8 +74,9 @@ var (
 type Log interface {
 	Partitions() []wal.PartitionState
 	Partition(stream string, partition int32) (wal.PartitionState, bool)
-	EnsurePartition(stream string, partition int32, minNext int64) error
-	DropPartition(stream string, partition int32) (dropped int64, err error)
+	// Apply writes an Op: the Book ensures partitions (wal.OpEnsure) and
+	// drops stale ones (wal.OpDrop).
+	Apply(ctx context.Context, o wal.Op) wal.Result
 	Read(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]*tributary.Record, error)
 }
 
@@ -251,7 +252,7 @@ func (b *Book) fromCatalog(ctx context.Context, stream string) (*owned, error) {
 		if ow.Node != b.node || (q != p && b.isClaimed(stream, q)) {
 			continue
 		}
-		if err := b.log.EnsurePartition(stream, q, marks[q]); err != nil {
+		if err := b.log.Apply(context.Background(), wal.Op{Kind: wal.OpEnsure, Stream: stream, Partition: q, Offset: marks[q]}).Err; err != nil {
 			return nil, err
 		}
 		o.epochs[q] = ow.Epoch

@@ -56,7 +56,7 @@ func (e *ingestEnv) publish(t *testing.T, stream string) *tributary.Record {
 		t.Fatal(err)
 	}
 	r.Partition, r.Epoch, r.Node = p, epoch, e.in.Node()
-	if err := e.wal.Append(context.Background(), r); err != nil {
+	if err := e.wal.Apply(context.Background(), wal.Op{Kind: wal.OpAppend, Records: []*tributary.Record{r}}).Err; err != nil {
 		t.Fatal(err)
 	}
 	return r
@@ -69,7 +69,7 @@ func (e *ingestEnv) produce(stream string, p int32) (*tributary.Record, error) {
 		return r, err
 	}
 	r.Epoch, r.Node = epoch, e.in.Node()
-	return r, e.wal.Append(context.Background(), r)
+	return r, e.wal.Apply(context.Background(), wal.Op{Kind: wal.OpAppend, Records: []*tributary.Record{r}}).Err
 }
 
 // TestBookFencedGetsNewPartition: records carry the partition's epoch;
@@ -149,8 +149,8 @@ func TestBookAdopt(t *testing.T) {
 	}
 	// The copied records (offsets 0-2, epoch 1), then adopt, then release.
 	copied := []*tributary.Record{{Stream: "s.x", Partition: pc, Offset: 0, Epoch: 1}, {Stream: "s.x", Partition: pc, Offset: 1, Epoch: 1}, {Stream: "s.x", Partition: pc, Offset: 2, Epoch: 1}}
-	if _, err := a.wal.AppendAt(ctx, copied...); err != nil {
-		t.Fatal(err)
+	if wr := a.wal.Apply(ctx, wal.Op{Kind: wal.OpAppendAt, Records: copied}); wr.Err != nil {
+		t.Fatal(wr.Err)
 	}
 	if err := a.in.Adopt("s.x", pc, 1, 0); err != nil {
 		t.Fatal(err)
@@ -240,8 +240,8 @@ func TestBookClaimDropsStale(t *testing.T) {
 		t.Fatalf("take back: %d, %v", e, err)
 	}
 	copied := []*tributary.Record{{Stream: "s.x", Partition: p, Offset: 0, Epoch: 2, Value: []byte("b0")}, {Stream: "s.x", Partition: p, Offset: 1, Epoch: 2, Value: []byte("b1")}}
-	if skipped, err := a.wal.AppendAt(ctx, copied...); err != nil || skipped != 0 {
-		t.Fatalf("copy: skipped %d, %v", skipped, err)
+	if wr := a.wal.Apply(ctx, wal.Op{Kind: wal.OpAppendAt, Records: copied}); wr.Err != nil || wr.Skipped != 0 {
+		t.Fatalf("copy: skipped %d, %v", wr.Skipped, wr.Err)
 	}
 	if err := a.in.Adopt("s.x", p, 2, 0); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/tributary-io/tributary/tables"
@@ -117,7 +118,7 @@ func (b *Book) Adopt(stream string, p int32, epoch, next int64) error {
 	if err := b.dropStale(stream, p, epoch); err != nil {
 		return fmt.Errorf("adopt %s/%d: %w", stream, p, err)
 	}
-	if err := b.log.EnsurePartition(stream, p, next); err != nil {
+	if err := b.log.Apply(context.Background(), wal.Op{Kind: wal.OpEnsure, Stream: stream, Partition: p, Offset: next}).Err; err != nil {
 		return fmt.Errorf("adopt %s/%d: %w", stream, p, err)
 	}
 	for {
@@ -165,7 +166,8 @@ func (b *Book) dropStale(stream string, p int32, epoch int64) error {
 			"stream", stream, "partition", p, "records", st.Next-st.Released, "their_epoch", st.Epoch, "new_epoch", epoch, "err", err)
 		return fmt.Errorf("quarantine stale records (nothing dropped): %w", err)
 	}
-	n, err := b.log.DropPartition(stream, p)
+	r := b.log.Apply(context.Background(), wal.Op{Kind: wal.OpDrop, Stream: stream, Partition: p, Epoch: math.MaxInt64})
+	n, err := r.Dropped, r.Err
 	if err != nil {
 		b.lg.Error("drop stale records of a partition being taken over (they are in the quarantine too)", "stream", stream, "partition", p, "err", err)
 		return fmt.Errorf("drop stale records: %w", err)

@@ -342,7 +342,7 @@ func (n *testNode) ingest(t *testing.T, p int32, count int, epoch int64) error {
 	for i := range recs {
 		recs[i] = &tributary.Record{Stream: "s.t", Partition: p, Epoch: epoch, Topic: "t", Value: []byte(fmt.Sprintf("%s-%d", n.id, i)), Source: "mqtt", Node: n.id}
 	}
-	if err := n.main.Append(context.Background(), recs...); err != nil {
+	if err := n.main.Apply(context.Background(), wal.Op{Kind: wal.OpAppend, Records: recs}).Err; err != nil {
 		t.Fatal(err)
 	}
 	return n.r.Replicate(context.Background(), recs)

@@ -143,7 +143,7 @@ func TestStoreScript(t *testing.T) {
 }
 
 // asyncIngest appends count records as ingest's pipelined path does
-// (AppendAsync, then ReplicateAsync from the WAL's callback) and returns
+// (Submit of an OpAppend, then ReplicateAsync from the WAL's callback) and returns
 // the outcome of each.
 func (n *testNode) asyncIngest(count int) []error {
 	errs := make([]error, count)
@@ -151,14 +151,14 @@ func (n *testNode) asyncIngest(count int) []error {
 	for i := range count {
 		wg.Add(1)
 		rec := &tributary.Record{Stream: "s.t", Topic: "t", Value: []byte(fmt.Sprintf("%s-async-%d", n.id, i)), Source: "mqtt", Node: n.id}
-		n.main.AppendAsync([]*tributary.Record{rec}, func(err error) {
-			if err != nil {
-				errs[i] = err
+		n.main.Submit(wal.Op{Kind: wal.OpAppend, Records: []*tributary.Record{rec}, Done: func(wr wal.Result) {
+			if wr.Err != nil {
+				errs[i] = wr.Err
 				wg.Done()
 				return
 			}
 			n.r.ReplicateAsync([]*tributary.Record{rec}, func(err error) { errs[i] = err; wg.Done() })
-		})
+		}})
 	}
 	wg.Wait()
 	return errs

@@ -64,7 +64,7 @@ func TestOverPeer(t *testing.T) {
 		for i := range recs {
 			recs[i] = &tributary.Record{Stream: "s.t", Partition: 1, Topic: "t", Value: []byte(fmt.Sprint(i)), Source: "mqtt"}
 		}
-		if err := wa.Append(context.Background(), recs...); err != nil {
+		if err := wa.Apply(context.Background(), wal.Op{Kind: wal.OpAppend, Records: recs}).Err; err != nil {
 			return err
 		}
 		return ra.Replicate(context.Background(), recs)

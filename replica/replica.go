@@ -14,7 +14,7 @@
 //     a full WAL. Admission asks CanReplicate first, so a replica already
 //     known missing refuses before the append.
 //  2. Offsets are the owner's. A replica stores records with the offsets
-//     the owner assigned (AppendAt), gap-free per partition; a replica
+//     the owner assigned (OpAppendAt), gap-free per partition; a replica
 //     that is behind answers with its next offset and the owner resends
 //     from there, re-reading its own WAL (records stay there until they are
 //     in the table; below the owner's released offset the replica skips
@@ -86,7 +86,7 @@
 // Replica side (store.go): one store per origin node, a wal.WAL under
 // Config.Dir/<origin>/ opened on first use, with the node's disk budget.
 // Its worker applies the origin's messages in arrival order, storing the
-// chunks verbatim (wal.AppendVerbatimAsync: checksums and offsets checked,
+// chunks verbatim (wal.OpVerbatim: checksums and offsets checked,
 // group commit) and releasing asynchronously, replying as each is durable
 // so the link keeps pipelining. Per partition it keeps the owner's
 // incarnation (the WAL's Tag): the first message of a newer one drops the
@@ -215,10 +215,12 @@ type Log interface {
 	Read(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]*tributary.Record, error)
 	ReadChunks(stream string, partition int32, from int64, maxBytes int) ([][]byte, error)
 	Partitions() []wal.PartitionState
-	Incarnation() int64
+	Stats() wal.Stats // its Incarnation
 	SetTap(wal.Tap)
-	EnsurePartition(stream string, partition int32, minNext int64) error
-	AppendAt(ctx context.Context, recs ...*tributary.Record) (skipped int, err error)
+	// Apply writes an Op: a takeover moves the partition up to the
+	// table's mark (wal.OpEnsure) and copies the replica's records at
+	// their offsets (wal.OpAppendAt).
+	Apply(ctx context.Context, o wal.Op) wal.Result
 }
 
 // Owner is this node's book of partition ownership (owner.Book): the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -106,7 +107,7 @@ func TestReleaseAndBase(t *testing.T) {
 	if err := a.ingest(t, 0, 10, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.main.Release("s.t", 0, 6); err != nil {
+	if err := a.main.Apply(context.Background(), wal.Op{Kind: wal.OpRelease, Stream: "s.t", Partition: 0, Offset: 6}).Err; err != nil {
 		t.Fatal(err)
 	}
 	testkit.Eventually(t, 10*time.Second, "b to release what a released", func() bool { rel, _ := b.stored(t, "a", 0); return rel == 6 })
@@ -232,8 +233,8 @@ func TestDroppedPartition(t *testing.T) {
 	if err := a.ingest(t, 0, 3, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.main.DropPartition("s.t", 0); err != nil {
-		t.Fatal(err)
+	if wr := a.main.Apply(context.Background(), wal.Op{Kind: wal.OpDrop, Stream: "s.t", Partition: 0, Epoch: math.MaxInt64}); wr.Err != nil {
+		t.Fatal(wr.Err)
 	}
 	err := a.r.Replicate(context.Background(), []*tributary.Record{{Stream: "s.t", Partition: 0, Offset: 3}})
 	if !errors.Is(err, ErrFenced) {

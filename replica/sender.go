@@ -604,7 +604,7 @@ func (o *outPart) pump(t *target) {
 		o.mu.Unlock()
 		return
 	}
-	base, inc := st.Released, o.r.cfg.Log.Incarnation()
+	base, inc := st.Released, o.r.cfg.Log.Stats().Incarnation
 	for {
 		o.mu.Lock()
 		if o.fenced || t.removed || !t.failedAt.IsZero() && time.Now().Before(t.retryAt) {

@@ -85,7 +85,7 @@ func (x *cutPair) ingest(n int, tag string) (appended bool, err error) {
 	for i := range recs {
 		recs[i] = &tributary.Record{Stream: "s.t", Partition: 1, Topic: "t", Value: []byte(fmt.Sprintf("%s-%d", tag, i)), Source: "mqtt"}
 	}
-	if err := x.wa.Append(context.Background(), recs...); err != nil {
+	if err := x.wa.Apply(context.Background(), wal.Op{Kind: wal.OpAppend, Records: recs}).Err; err != nil {
 		return false, err
 	}
 	return true, x.a.Replicate(context.Background(), recs)

@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -27,9 +28,9 @@ type pkey struct {
 // here" (or was below the owner's released base, hence in the table).
 // One worker goroutine applies the origin's messages in arrival order:
 // it hands each message's chunks, as the owner's WAL encoded them, to the
-// WAL with AppendVerbatimAsync (calls are applied in order and share
+// WAL with OpVerbatim (calls are applied in order and share
 // group commits), replying to each message only when its records are
-// durable, and releases with ReleaseAsync; meanwhile it goes on with the
+// durable, and releases with OpRelease; meanwhile it goes on with the
 // next messages. Per partition it remembers the owner's incarnation (the
 // WAL's Tag): the first message of a newer one makes the WAL drop the
 // records above the owner's durable start, one of an older one (a dead
@@ -139,10 +140,10 @@ func (s *store) worker() {
 }
 
 // apply handles a batch of the origin's messages in order, each append
-// handed to the WAL as its own AppendVerbatimAsync (calls are applied in
-// order and share group commits) and each release as a ReleaseAsync, so
+// handed to the WAL as its own OpVerbatim (calls are applied in
+// order and share group commits) and each release as an OpRelease, so
 // the worker never waits for an fsync but for a message that moves a
-// partition ahead of the store (EnsurePartition).
+// partition ahead of the store (OpEnsure).
 func (s *store) apply(batch []*task) {
 	w, err := s.wal()
 	if err != nil {
@@ -168,7 +169,8 @@ func (s *store) apply(batch []*task) {
 		}
 		if t.rel != nil {
 			reply := t.reply
-			w.ReleaseAsync(t.rel.Stream, t.rel.Partition, t.rel.UpTo, func(err error) { reply(nil, err) })
+			w.Submit(wal.Op{Kind: wal.OpRelease, Stream: t.rel.Stream, Partition: t.rel.Partition, Offset: t.rel.UpTo,
+				Done: func(r wal.Result) { reply(nil, r.Err) }})
 			continue
 		}
 		s.append(w, t)
@@ -205,7 +207,8 @@ func (s *store) append(w *wal.WAL, t *task) {
 			}
 			s.inc[pk] = m.Incarnation
 			v := wal.Verbatim{Stream: m.Stream, Partition: m.Partition, Epoch: m.Epoch, Incarnation: m.Incarnation, From: m.From}
-			w.AppendVerbatimAsync(v, func(res wal.VerbatimResult, err error) {
+			w.Submit(wal.Op{Kind: wal.OpVerbatim, Verbatim: &v, Done: func(r wal.Result) {
+				res, err := r.Verbatim, r.Err
 				if err != nil {
 					s.resync.Store(true)
 					s.r.log.Warn("replica: drop of an older incarnation failed", "origin", s.origin, "stream", v.Stream, "partition", v.Partition, "err", err)
@@ -216,12 +219,12 @@ func (s *store) append(w *wal.WAL, t *task) {
 					s.r.log.Info("replica: dropped records its owner never made durable (the owner restarted)", "origin", s.origin,
 						"stream", v.Stream, "partition", v.Partition, "from", v.From, "records", res.Dropped, "incarnation", v.Incarnation)
 				}
-			})
+			}})
 		}
 	}
 	if !known || next < m.Base {
 		// Everything below Base is in the table: skip ahead.
-		if err := w.EnsurePartition(m.Stream, m.Partition, m.Base); err != nil {
+		if err := w.Apply(context.Background(), wal.Op{Kind: wal.OpEnsure, Stream: m.Stream, Partition: m.Partition, Offset: m.Base}).Err; err != nil {
 			t.reply(nil, err)
 			return
 		}
@@ -256,7 +259,8 @@ func (s *store) append(w *wal.WAL, t *task) {
 	s.next[pk] = end
 	added := end - next
 	v := wal.Verbatim{Stream: m.Stream, Partition: m.Partition, Epoch: m.Epoch, Incarnation: m.Incarnation, From: m.From, Chunks: chunks}
-	w.AppendVerbatimAsync(v, func(res wal.VerbatimResult, err error) {
+	w.Submit(wal.Op{Kind: wal.OpVerbatim, Verbatim: &v, Done: func(r wal.Result) {
+		res, err := r.Verbatim, r.Err
 		var gap *wal.GapError
 		switch {
 		case errors.As(err, &gap):
@@ -270,7 +274,7 @@ func (s *store) append(w *wal.WAL, t *task) {
 			s.r.stored.Add(added)
 			t.reply(wire.Reply{Status: wire.StatusOK, Next: res.Next}.Encode(), nil)
 		}
-	})
+	}})
 }
 
 // chunksOf is an append's chunks: as sent (version 2), or its records as

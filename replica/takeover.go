@@ -290,7 +290,7 @@ func (r *Replicas) takeOver(ctx context.Context, origin string, w *wal.WAL, p wa
 		return fmt.Errorf("marks: %w", err)
 	}
 	mark := marks[p.Partition]
-	if err := r.cfg.Log.EnsurePartition(p.Stream, p.Partition, mark); err != nil {
+	if err := r.cfg.Log.Apply(context.Background(), wal.Op{Kind: wal.OpEnsure, Stream: p.Stream, Partition: p.Partition, Offset: mark}).Err; err != nil {
 		return fmt.Errorf("main wal: %w", err)
 	}
 	copied, err := r.copyFrom(ctx, w, p.Stream, p.Partition, mark, epoch)
@@ -301,7 +301,7 @@ func (r *Replicas) takeOver(ctx context.Context, origin string, w *wal.WAL, p wa
 	if err := r.cfg.Owner.Adopt(p.Stream, p.Partition, epoch, max(mark, r.mainNext(pk))); err != nil {
 		return fmt.Errorf("adopt: %w", err)
 	}
-	if err := w.Release(p.Stream, p.Partition, p.Next); err != nil {
+	if err := w.Apply(context.Background(), wal.Op{Kind: wal.OpRelease, Stream: p.Stream, Partition: p.Partition, Offset: p.Next}).Err; err != nil {
 		r.log.Warn("takeover: release replica copy", "stream", p.Stream, "partition", p.Partition, "err", err)
 	}
 	done = true
@@ -340,7 +340,7 @@ func (r *Replicas) freeze(ctx context.Context, origin string, w *wal.WAL, pk pke
 	}
 	// Ordered after every append the worker handed to w before the
 	// barrier: done once they are committed.
-	if err := w.Release(pk.stream, pk.partition, 0); err != nil {
+	if err := w.Apply(context.Background(), wal.Op{Kind: wal.OpRelease, Stream: pk.stream, Partition: pk.partition, Offset: 0}).Err; err != nil {
 		return 0, err
 	}
 	ps, _ := w.Partition(pk.stream, pk.partition)
@@ -375,7 +375,7 @@ func (r *Replicas) copyFrom(ctx context.Context, w *wal.WAL, stream string, p in
 		for _, rec := range recs {
 			rec.Epoch = epoch
 		}
-		if _, err := r.cfg.Log.AppendAt(ctx, recs...); err != nil {
+		if err := r.cfg.Log.Apply(ctx, wal.Op{Kind: wal.OpAppendAt, Records: recs}).Err; err != nil {
 			return copied, fmt.Errorf("copy to main wal: %w", err)
 		}
 		copied += len(recs)
@@ -416,7 +416,7 @@ func (r *Replicas) releaseLost(ctx context.Context, s *store, ws *watchState) {
 		}
 		upTo := min(m[pk.partition], p.Next)
 		if upTo > p.Released {
-			if err := w.Release(pk.stream, pk.partition, upTo); err != nil {
+			if err := w.Apply(context.Background(), wal.Op{Kind: wal.OpRelease, Stream: pk.stream, Partition: pk.partition, Offset: upTo}).Err; err != nil {
 				continue
 			}
 		}

@@ -57,20 +57,20 @@ func entriesWAL(t *testing.T, nBatches, per int, ts int64) (*wal.WAL, int64) {
 		raw := kafkatest.Batch(kafkatest.BatchOpts{PID: 77, Epoch: 1, Seq: seq, FirstTS: 1_700_000_000_000 + int64(b)}, rs...)
 		seq += int32(per)
 		done := make(chan error, 1)
-		w.AppendBatchAsyncAfter(wal.Ticket{}, &wal.Batch{Stream: "ns.kafka", Partition: 3, Epoch: 2, Topic: "ns.kafka", Source: "kafka",
-			ClientID: "gw", Node: "n1", Principal: map[bool]string{true: "alice"}[b%2 == 0], Records: raw, Timestamp: ts}, func(err error) { done <- err })
+		w.Submit(wal.Op{Kind: wal.OpAppend, Batch: &wal.Batch{Stream: "ns.kafka", Partition: 3, Epoch: 2, Topic: "ns.kafka", Source: "kafka",
+			ClientID: "gw", Node: "n1", Principal: map[bool]string{true: "alice"}[b%2 == 0], Records: raw, Timestamp: ts}, Done: func(wr wal.Result) { done <- wr.Err }})
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
 	}
 	ctx := context.Background()
-	if err := w.Append(ctx, rec(0), rec(1)); err != nil {
+	if err := w.Apply(ctx, wal.Op{Kind: wal.OpAppend, Records: []*tributary.Record{rec(0), rec(1)}}).Err; err != nil {
 		t.Fatal(err)
 	}
 	for b := range nBatches {
 		batch(b)
 	}
-	if err := w.Append(ctx, rec(2), rec(3)); err != nil {
+	if err := w.Apply(ctx, wal.Op{Kind: wal.OpAppend, Records: []*tributary.Record{rec(2), rec(3)}}).Err; err != nil {
 		t.Fatal(err)
 	}
 	batch(nBatches)
@@ -103,7 +103,7 @@ func TestParquetEntriesMatchRecords(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ents, err := w.ReadEntries("ns.kafka", 3, c.from, c.maxRecords, 0)
+			ents, _, err := w.ReadEntriesInto(nil, "ns.kafka", 3, c.from, c.maxRecords, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -146,7 +146,7 @@ func TestParquetEntriesMatchRecords(t *testing.T) {
 // bytes are broken, are refused with an error, never a panic.
 func TestParquetEntriesRejectBad(t *testing.T) {
 	w, _ := entriesWAL(t, 2, 10, 1_700_000_000_000_000)
-	ents, err := w.ReadEntries("ns.kafka", 3, 0, 0, 0)
+	ents, _, err := w.ReadEntriesInto(nil, "ns.kafka", 3, 0, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,9 +202,8 @@ func BenchmarkWriteParquetEntries(b *testing.B) {
 			rs = append(rs, kafkatest.Rec{Value: bytes.Repeat([]byte{byte(bi), byte(i)}, 512), TSDelta: int64(i)})
 		}
 		done := make(chan error, 1)
-		w.AppendBatchAsyncAfter(wal.Ticket{}, &wal.Batch{Stream: "ns.kafka", Partition: 0, Topic: "ns.kafka", Source: "kafka",
-			ClientID: "gw", Node: "n1", Records: kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1, FirstTS: 1}, rs...)},
-			func(err error) { done <- err })
+		w.Submit(wal.Op{Kind: wal.OpAppend, Batch: &wal.Batch{Stream: "ns.kafka", Partition: 0, Topic: "ns.kafka", Source: "kafka",
+			ClientID: "gw", Node: "n1", Records: kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1, FirstTS: 1}, rs...)}, Done: func(wr wal.Result) { done <- wr.Err }})
 		if err := <-done; err != nil {
 			b.Fatal(err)
 		}
@@ -224,7 +223,7 @@ func BenchmarkWriteParquetEntries(b *testing.B) {
 	b.Run("entries", func(b *testing.B) {
 		b.ReportAllocs()
 		for range b.N {
-			ents, err := w.ReadEntries("ns.kafka", 0, 0, 0, 0)
+			ents, _, err := w.ReadEntriesInto(nil, "ns.kafka", 0, 0, 0, 0)
 			if err != nil {
 				b.Fatal(err)
 			}

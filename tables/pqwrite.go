@@ -102,7 +102,7 @@ func (o ParquetOptions) WriteParquet(w io.Writer, recs []*tributary.Record) (Fil
 }
 
 // WriteParquetEntries is WriteParquet for records as the WAL stores them
-// (wal.ReadEntries): a Kafka batch entry's records are read in place from
+// (wal.ReadEntriesInto): a Kafka batch entry's records are read in place from
 // its bytes, with no Record object and no allocation per record. The file
 // is byte for byte the one WriteParquet writes for the same records.
 func (o ParquetOptions) WriteParquetEntries(w io.Writer, ents []tributary.Entry) (FileStats, error) {

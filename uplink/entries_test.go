@@ -48,8 +48,8 @@ func TestUplinkKafkaBatchesInPlace(t *testing.T) {
 	ctx := context.Background()
 	seq := int32(0)
 	for b := range 12 {
-		if err := e.wal.Append(ctx, &tributary.Record{Stream: "a.kb", Partition: 0, Topic: "a.kb", Source: "mqtt",
-			Value: []byte(fmt.Sprint("mqtt ", b)), Headers: []tributary.Header{{Key: "p", Value: []byte("q")}}}); err != nil {
+		if err := e.wal.Apply(ctx, wal.Op{Kind: wal.OpAppend, Records: []*tributary.Record{{Stream: "a.kb", Partition: 0, Topic: "a.kb", Source: "mqtt",
+			Value: []byte(fmt.Sprint("mqtt ", b)), Headers: []tributary.Header{{Key: "p", Value: []byte("q")}}}}}).Err; err != nil {
 			t.Fatal(err)
 		}
 		var rs []kafkatest.Rec
@@ -66,8 +66,8 @@ func TestUplinkKafkaBatchesInPlace(t *testing.T) {
 		raw := kafkatest.Batch(kafkatest.BatchOpts{PID: 9, Epoch: 0, Seq: seq, FirstTS: 1_700_000_000_000}, rs...)
 		seq += 50
 		done := make(chan error, 1)
-		e.wal.AppendBatchAsyncAfter(wal.Ticket{}, &wal.Batch{Stream: "a.kb", Partition: 0, Topic: "a.kb", Source: "kafka",
-			ClientID: "gw", Node: "n1", Principal: "alice", Records: raw}, func(err error) { done <- err })
+		e.wal.Submit(wal.Op{Kind: wal.OpAppend, Batch: &wal.Batch{Stream: "a.kb", Partition: 0, Topic: "a.kb", Source: "kafka",
+			ClientID: "gw", Node: "n1", Principal: "alice", Records: raw}, Done: func(wr wal.Result) { done <- wr.Err }})
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,7 @@ package uplink
 import (
 	"context"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -24,7 +25,7 @@ func appendVals(t *testing.T, w *wal.WAL, stream string, p int32, epoch int64, p
 	var out [][]byte
 	for i := range n {
 		v := []byte(fmt.Sprintf("%s-%d", prefix, i))
-		if err := w.Append(context.Background(), &tributary.Record{Stream: stream, Partition: p, Epoch: epoch, Value: v, Topic: "t", Source: "mqtt"}); err != nil {
+		if err := w.Apply(context.Background(), wal.Op{Kind: wal.OpAppend, Records: []*tributary.Record{{Stream: stream, Partition: p, Epoch: epoch, Value: v, Topic: "t", Source: "mqtt"}}}).Err; err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, v)
@@ -245,7 +246,7 @@ func TestFenceUnderFaults(t *testing.T) {
 		for i := 0; !stopped.Load(); i++ {
 			v := []byte(fmt.Sprintf("v-%d", i))
 			r := &tributary.Record{Stream: stream, Partition: p, Value: v, Topic: "t", Source: "mqtt"}
-			if err := e.wal.Append(ctx, r); err != nil {
+			if err := e.wal.Apply(ctx, wal.Op{Kind: wal.OpAppend, Records: []*tributary.Record{r}}).Err; err != nil {
 				t.Error(err)
 				return
 			}
@@ -371,8 +372,8 @@ func TestFencedBatchOfRetakenPartition(t *testing.T) {
 		if _, err := e.cat.TakeOver(ctx, stream, p, "n1", "n2"); err != nil {
 			t.Error(err)
 		}
-		if _, err := e.wal.DropPartition(stream, p); err != nil {
-			t.Error(err)
+		if wr := e.wal.Apply(context.Background(), wal.Op{Kind: wal.OpDrop, Stream: stream, Partition: p, Epoch: math.MaxInt64}); wr.Err != nil {
+			t.Error(wr.Err)
 		}
 		if _, err := e.cat.TakeOver(ctx, stream, p, "n2", "n1"); err != nil {
 			t.Error(err)
@@ -381,8 +382,8 @@ func TestFencedBatchOfRetakenPartition(t *testing.T) {
 		for i, v := range copied {
 			recs = append(recs, &tributary.Record{Stream: stream, Partition: p, Offset: int64(i), Epoch: 2, Value: v, Topic: "t", Source: "mqtt"})
 		}
-		if _, err := e.wal.AppendAt(ctx, recs...); err != nil {
-			t.Error(err)
+		if wr := e.wal.Apply(ctx, wal.Op{Kind: wal.OpAppendAt, Records: recs}); wr.Err != nil {
+			t.Error(wr.Err)
 		}
 	}}
 	var fenced fencedCalls

@@ -53,7 +53,7 @@ func TestPartitionGranularity(t *testing.T) {
 			appendAt := func(n int) {
 				for range n {
 					v := []byte(fmt.Sprintf("v-%d", len(vals)))
-					if err := e.wal.Append(ctx, &tributary.Record{Stream: stream, Timestamp: clock.Now().UnixMicro(), Value: v, Topic: "t", Source: "mqtt"}); err != nil {
+					if err := e.wal.Apply(ctx, wal.Op{Kind: wal.OpAppend, Records: []*tributary.Record{{Stream: stream, Timestamp: clock.Now().UnixMicro(), Value: v, Topic: "t", Source: "mqtt"}}}).Err; err != nil {
 						t.Fatal(err)
 					}
 					vals = append(vals, v)

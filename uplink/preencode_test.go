@@ -19,6 +19,7 @@ import (
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/internal/testkit"
 	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/wal"
 )
 
 // keepBucket keeps a copy of every object written.
@@ -54,7 +55,7 @@ func appendMany(t testing.TB, e *env, stream string, p int32, epoch int64, prefi
 			recs = append(recs, r)
 			vals = append(vals, r.Value)
 		}
-		if err := e.wal.Append(context.Background(), recs...); err != nil {
+		if err := e.wal.Apply(context.Background(), wal.Op{Kind: wal.OpAppend, Records: recs}).Err; err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -278,7 +279,7 @@ func TestPreencodeMemoryCap(t *testing.T) {
 			recs = append(recs, &tributary.Record{Stream: stream, Partition: p, Value: v, Topic: "t", Source: "mqtt"})
 			want[p] = append(want[p], v)
 		}
-		if err := e.wal.Append(ctx, recs...); err != nil {
+		if err := e.wal.Apply(ctx, wal.Op{Kind: wal.OpAppend, Records: recs}).Err; err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/tables/typed"
+	"github.com/tributary-io/tributary/wal"
 )
 
 // typedJSON is the i-th payload of the typed tests: scalars, a struct
@@ -36,7 +37,7 @@ func appendPayloads(t testing.TB, e *env, stream string, p int32, ps [][]byte) [
 			}
 			recs = append(recs, r)
 		}
-		if err := e.wal.Append(context.Background(), recs...); err != nil {
+		if err := e.wal.Apply(context.Background(), wal.Op{Kind: wal.OpAppend, Records: recs}).Err; err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/tributary-io/tributary/uplink/quarantine"
+	"github.com/tributary-io/tributary/wal"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/iceberg-go"
@@ -55,7 +56,7 @@ func TestPrincipalLandsInTable(t *testing.T) {
 				r.Principal = fmt.Sprintf("CN=device-%d", i)
 				want[stream][int64(i)] = r.Principal
 			}
-			if err := e.wal.Append(ctx, r); err != nil {
+			if err := e.wal.Apply(ctx, wal.Op{Kind: wal.OpAppend, Records: []*tributary.Record{r}}).Err; err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -125,7 +126,7 @@ func TestQuarantinePrincipal(t *testing.T) {
 		{Stream: stream, Partition: p, Topic: "t", Value: []byte("a"), Source: "mqtt", Principal: "alice"},
 		{Stream: stream, Partition: p, Topic: "t", Value: []byte("b"), Source: "mqtt"},
 	}
-	if err := e.wal.Append(ctx, in...); err != nil {
+	if err := e.wal.Apply(ctx, wal.Op{Kind: wal.OpAppend, Records: in}).Err; err != nil {
 		t.Fatal(err)
 	}
 	u := New(Config{Node: "n1", Logger: quietLogger(), QuarantineDir: t.TempDir()}, e.wal, e.cat, e.bucket)

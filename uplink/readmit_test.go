@@ -29,24 +29,18 @@ type racingLog struct {
 func (l *racingLog) hook() {
 	l.once.Do(func() {
 		if l.race != nil {
-			l.err = l.WAL.Append(context.Background(), l.race)
+			l.err = l.WAL.Apply(context.Background(), wal.Op{Kind: wal.OpAppend, Records: []*tributary.Record{l.race}}).Err
 		}
 	})
 }
 
-func (l *racingLog) SealPartition(stream string, p int32, floor int64) (bool, error) {
-	l.hook()
-	return l.WAL.SealPartition(stream, p, floor)
-}
-
-func (l *racingLog) ReadmitPartition(rm wal.Readmit) (wal.Readmission, error) {
-	l.hook()
-	return l.WAL.ReadmitPartition(rm)
-}
-
-func (l *racingLog) DropPartitionBelow(stream string, p int32, epoch int64) (int64, bool, error) {
-	l.hook()
-	return l.WAL.DropPartitionBelow(stream, p, epoch)
+// Apply races before the fence's writes: OpSeal, OpReadmit and OpDrop.
+func (l *racingLog) Apply(ctx context.Context, o wal.Op) wal.Result {
+	switch o.Kind {
+	case wal.OpSeal, wal.OpReadmit, wal.OpDrop:
+		l.hook()
+	}
+	return l.WAL.Apply(ctx, o)
 }
 
 // fencedSite is node n1 with partition p of a stream, 5 records
@@ -159,7 +153,7 @@ func TestFenceReadmits(t *testing.T) {
 		t.Fatal("fenced partition still in the WAL")
 	}
 	late := &tributary.Record{Stream: readmitStream, Partition: fs.p, Epoch: 0, Value: []byte("late")}
-	if err := fs.e.wal.Append(ctx, late); !errors.Is(err, tributary.ErrFenced) {
+	if err := fs.e.wal.Apply(ctx, wal.Op{Kind: wal.OpAppend, Records: []*tributary.Record{late}}).Err; !errors.Is(err, tributary.ErrFenced) {
 		t.Fatalf("append to the fenced partition at the old epoch: %v", err)
 	}
 	if err := u.SyncAll(ctx); err != nil {

@@ -39,7 +39,7 @@
 //     FenceListeners so that ingest stops writing the partition, then
 //     re-admits (ReadmitInto): the records at or above the offset where
 //     the new owner's history starts (tables.EpochStart) reached no one
-//     else; in ONE WAL transaction (wal.ReadmitPartition) they move, with
+//     else; in ONE WAL transaction (wal.OpReadmit) they move, with
 //     new offsets, into this node's own partition, the others (below the
 //     start: in the table or in the new owner's copy) are dropped, and the
 //     partition is sealed, so an append that raced the fence is moved or
@@ -73,7 +73,7 @@
 // from its mark (at most MaxBatchBytes); cut them at the table's partition
 // buckets (days or hours) and encode each run as a zstd Parquet file; upload the files through the
 // Bucket; commit them with the new marks through the Committer; release.
-// A raw stream's records are read as the WAL's entries (wal.ReadEntries):
+// A raw stream's records are read as the WAL's entries (wal.ReadEntriesInto):
 // a Kafka batch entry is encoded in place, its records walked in the
 // batch's bytes straight into the Parquet columns
 // (tables.WriteParquetEntries), with no Record object per Kafka record;
@@ -204,13 +204,11 @@ type Log interface {
 	// views over their bytes copied into buf's spare capacity
 	// (wal.ReadEntriesInto).
 	ReadEntriesInto(buf []byte, stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]tributary.Entry, []byte, error)
-	Release(stream string, partition int32, upTo int64) error
-	EnsurePartition(stream string, partition int32, minNext int64) error
-	DropPartitionBelow(stream string, partition int32, epoch int64) (dropped int64, kept bool, err error)
-	// SealPartition and ReadmitPartition settle a fenced partition
-	// (wal/readmit.go; see invariant 4).
-	SealPartition(stream string, partition int32, floor int64) (kept bool, err error)
-	ReadmitPartition(rm wal.Readmit) (wal.Readmission, error)
+	// Apply writes an Op: the uplink releases what the table holds
+	// (wal.OpRelease), moves a partition up to the table's mark
+	// (wal.OpEnsure), and settles a fenced partition with wal.OpSeal,
+	// wal.OpReadmit and wal.OpDrop (wal/readmit.go; see invariant 4).
+	Apply(ctx context.Context, o wal.Op) wal.Result
 	Notify() <-chan struct{}
 }
 
@@ -625,9 +623,10 @@ func (u *Uplink) fence(ctx context.Context, stream string, fe *tables.FencedErro
 	}
 	// The quarantine: sealed first, so that nothing is appended between
 	// the copy and the drop (an append of the old epoch is refused).
-	if kept, err := u.log.SealPartition(stream, fe.Partition, fe.Epoch); err != nil {
-		return fmt.Errorf("sync %s: seal fenced partition %d: %w", stream, fe.Partition, err)
-	} else if kept {
+	seal := u.log.Apply(context.Background(), wal.Op{Kind: wal.OpSeal, Stream: stream, Partition: fe.Partition, Epoch: fe.Epoch})
+	if seal.Err != nil {
+		return fmt.Errorf("sync %s: seal fenced partition %d: %w", stream, fe.Partition, seal.Err)
+	} else if seal.Kept {
 		u.keptFenced(stream, fe)
 		return nil
 	}
@@ -637,7 +636,8 @@ func (u *Uplink) fence(ctx context.Context, stream string, fe *tables.FencedErro
 	if err != nil {
 		return fmt.Errorf("sync %s: quarantine fenced partition %d (nothing dropped): %w", stream, fe.Partition, err)
 	}
-	dropped, ours, err := u.log.DropPartitionBelow(stream, fe.Partition, fe.Epoch)
+	r := u.log.Apply(context.Background(), wal.Op{Kind: wal.OpDrop, Stream: stream, Partition: fe.Partition, Epoch: fe.Epoch})
+	dropped, ours, err := r.Dropped, r.Kept, r.Err
 	if err != nil {
 		return fmt.Errorf("sync %s: drop fenced partition %d: %w", stream, fe.Partition, err)
 	}
@@ -702,7 +702,8 @@ func (u *Uplink) readmit(ctx context.Context, stream string, fe *tables.FencedEr
 	if home == p {
 		return false, nil
 	}
-	res, err := u.log.ReadmitPartition(wal.Readmit{Stream: stream, From: p, Floor: o.Epoch, Start: start, To: home, Epoch: epoch})
+	r := u.log.Apply(context.Background(), wal.Op{Kind: wal.OpReadmit, Readmit: &wal.Readmit{Stream: stream, From: p, Floor: o.Epoch, Start: start, To: home, Epoch: epoch}})
+	res, err := r.Readmission, r.Err
 	if errors.Is(err, wal.ErrFenced) {
 		u.cfg.Logger.Warn("uplink: this node's own partition is sealed too; quarantining the fenced partition's records", "stream", stream, "partition", p, "own", home, "err", err)
 		return false, nil
@@ -782,7 +783,7 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 			if mark > p.Next {
 				u.cfg.Logger.Warn("uplink: table is ahead of the WAL; moving the WAL forward",
 					"stream", stream, "partition", p.Partition, "mark", mark, "wal_next", p.Next)
-				if err := u.log.EnsurePartition(stream, p.Partition, mark); err != nil {
+				if err := u.log.Apply(context.Background(), wal.Op{Kind: wal.OpEnsure, Stream: stream, Partition: p.Partition, Offset: mark}).Err; err != nil {
 					return false, fmt.Errorf("sync %s: %w", stream, err)
 				}
 			}
@@ -1008,7 +1009,7 @@ func (u *Uplink) release(stream string, partition int32, from, to int64, ents []
 			}
 		}
 	}
-	if err := u.log.Release(stream, partition, to); err != nil {
+	if err := u.log.Apply(context.Background(), wal.Op{Kind: wal.OpRelease, Stream: stream, Partition: partition, Offset: to}).Err; err != nil {
 		return fmt.Errorf("sync %s: release: %w", stream, err)
 	}
 	return nil

@@ -109,7 +109,7 @@ func TestUplinkDrainsInOrder(t *testing.T) {
 		p := int32(i % 2)
 		v := []byte(fmt.Sprintf("v-%d-%d", p, len(want[p])))
 		want[p] = append(want[p], v)
-		if err := e.wal.Append(ctx, &tributary.Record{Stream: "a.b", Partition: p, Value: v, Topic: "t", Source: "mqtt"}); err != nil {
+		if err := e.wal.Apply(ctx, wal.Op{Kind: wal.OpAppend, Records: []*tributary.Record{{Stream: "a.b", Partition: p, Value: v, Topic: "t", Source: "mqtt"}}}).Err; err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -149,7 +149,7 @@ func TestStoreFaults(t *testing.T) {
 				p := int32(g / 2)
 				v := []byte(fmt.Sprintf("g%d-%d", g, i))
 				r := &tributary.Record{Stream: stream, Partition: p, Value: v, Topic: "t", Source: "mqtt"}
-				if err := e.wal.Append(ctx, r); err != nil {
+				if err := e.wal.Apply(ctx, wal.Op{Kind: wal.OpAppend, Records: []*tributary.Record{r}}).Err; err != nil {
 					t.Error(err)
 					return
 				}
@@ -191,7 +191,7 @@ func TestRestartReleasesCommitted(t *testing.T) {
 	e := newEnv(t, 0)
 	ctx := context.Background()
 	for i := range 100 {
-		if err := e.wal.Append(ctx, &tributary.Record{Stream: "a.b", Value: []byte(fmt.Sprint(i)), Topic: "t", Source: "mqtt"}); err != nil {
+		if err := e.wal.Apply(ctx, wal.Op{Kind: wal.OpAppend, Records: []*tributary.Record{{Stream: "a.b", Value: []byte(fmt.Sprint(i)), Topic: "t", Source: "mqtt"}}}).Err; err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -212,7 +212,7 @@ func TestRestartReleasesCommitted(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 100; i < 150; i++ {
-		if err := e.wal.Append(ctx, &tributary.Record{Stream: "a.b", Value: []byte(fmt.Sprint(i)), Topic: "t", Source: "mqtt"}); err != nil {
+		if err := e.wal.Apply(ctx, wal.Op{Kind: wal.OpAppend, Records: []*tributary.Record{{Stream: "a.b", Value: []byte(fmt.Sprint(i)), Topic: "t", Source: "mqtt"}}}).Err; err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -246,7 +246,7 @@ func TestUplinkZstdLevel(t *testing.T) {
 			want[0] = append(want[0], v)
 			recs = append(recs, &tributary.Record{Stream: "z.s", Partition: 0, Value: v, Topic: "t", Source: "mqtt"})
 		}
-		if err := e.wal.Append(ctx, recs...); err != nil { // one group commit
+		if err := e.wal.Apply(ctx, wal.Op{Kind: wal.OpAppend, Records: recs}).Err; err != nil { // one group commit
 			t.Fatal(err)
 		}
 		if err := u.SyncAll(ctx); err != nil {

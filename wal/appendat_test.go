@@ -38,7 +38,8 @@ func TestAppendAtScript(t *testing.T) {
 	ctx := context.Background()
 	appendAt := func(where string, wantSkipped int, wantErr error, recs ...*tributary.Record) {
 		t.Helper()
-		skipped, err := w.AppendAt(ctx, recs...)
+		wr := w.Apply(ctx, Op{Kind: OpAppendAt, Records: recs})
+		skipped, err := int(wr.Skipped), wr.Err
 		if !errors.Is(err, wantErr) || skipped != wantSkipped {
 			t.Fatalf("%s: skipped %d, err %v; want %d, %v", where, skipped, err, wantSkipped, wantErr)
 		}
@@ -65,7 +66,7 @@ func TestAppendAtScript(t *testing.T) {
 	state("all old", "r", 3, 10, 15, 2)
 	// A gap refuses the whole call, including other partitions' records.
 	gap := append(ats("r", 4, 0, 2, 1), ats("r", 3, 16, 18, 2)...)
-	_, err := w.AppendAt(ctx, gap...)
+	err := w.Apply(ctx, Op{Kind: OpAppendAt, Records: gap}).Err
 	var ge *GapError
 	if !errors.As(err, &ge) || ge.Next != 15 || ge.Offset != 16 || ge.Stream != "r" || ge.Partition != 3 {
 		t.Fatalf("gap: %v, want GapError next 15 at 16", err)
@@ -83,11 +84,11 @@ func TestAppendAtScript(t *testing.T) {
 	state("mixed 4", "r", 4, 7, 9, 1)
 	// Append continues at next; its records keep their own epoch.
 	r := rec("r", 3, "vvvv")
-	if err := w.Append(ctx, r); err != nil || r.Offset != 16 {
+	if err := w.Apply(ctx, Op{Kind: OpAppend, Records: []*tributary.Record{r}}).Err; err != nil || r.Offset != 16 {
 		t.Fatalf("append after AppendAt: offset %d, %v", r.Offset, err)
 	}
 	// Release and reopen keep next and the epoch.
-	if err := w.Release("r", 3, 17); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: "r", Partition: 3, Offset: 17}).Err; err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Close(); err != nil {
@@ -99,11 +100,11 @@ func TestAppendAtScript(t *testing.T) {
 	appendAt("after reopen", 0, nil, at("r", 3, 17, 3))
 	appendAt("gap after release", 0, ErrGap, at("r", 3, 19, 3))
 	// Invalid input.
-	if _, err := w.AppendAt(ctx, at("r", 3, -1, 0)); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("negative offset: %v", err)
+	if wr := w.Apply(ctx, Op{Kind: OpAppendAt, Records: []*tributary.Record{at("r", 3, -1, 0)}}); !errors.Is(wr.Err, ErrInvalid) {
+		t.Fatalf("negative offset: %v", wr.Err)
 	}
-	if _, err := w.AppendAt(ctx, nil); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("nil record: %v", err)
+	if wr := w.Apply(ctx, Op{Kind: OpAppendAt, Records: []*tributary.Record{nil}}); !errors.Is(wr.Err, ErrInvalid) {
+		t.Fatalf("nil record: %v", wr.Err)
 	}
 }
 
@@ -112,15 +113,15 @@ func TestAppendAtScript(t *testing.T) {
 func TestAppendAtBudget(t *testing.T) {
 	w := openTest(t, Options{NoSync: true, MaxBytes: 4 * recSize})
 	ctx := context.Background()
-	if _, err := w.AppendAt(ctx, ats("r", 0, 5, 8, 0)...); err != nil {
-		t.Fatal(err)
+	if wr := w.Apply(ctx, Op{Kind: OpAppendAt, Records: ats("r", 0, 5, 8, 0)}); wr.Err != nil {
+		t.Fatal(wr.Err)
 	}
-	if _, err := w.AppendAt(ctx, ats("r", 0, 5, 10, 0)...); !errors.Is(err, ErrBudgetExceeded) {
-		t.Fatalf("over budget: %v", err)
+	if wr := w.Apply(ctx, Op{Kind: OpAppendAt, Records: ats("r", 0, 5, 10, 0)}); !errors.Is(wr.Err, ErrBudgetExceeded) {
+		t.Fatalf("over budget: %v", wr.Err)
 	}
 	checkBytes(t, w, "refused")
-	if skipped, err := w.AppendAt(ctx, ats("r", 0, 5, 9, 0)...); err != nil || skipped != 3 {
-		t.Fatalf("fits after skipping: %d, %v", skipped, err)
+	if wr := w.Apply(ctx, Op{Kind: OpAppendAt, Records: ats("r", 0, 5, 9, 0)}); wr.Err != nil || wr.Skipped != 3 {
+		t.Fatalf("fits after skipping: %d, %v", wr.Skipped, wr.Err)
 	}
 	if ps, _ := w.Partition("r", 0); ps.Next != 9 || ps.Bytes != 4*recSize {
 		t.Fatalf("state %+v", ps)
@@ -135,12 +136,13 @@ func TestAppendAtAsyncPipelined(t *testing.T) {
 	const ranges, per = 200, 5
 	errs := make(chan error, ranges)
 	for i := int64(0); i < ranges; i++ {
-		w.AppendAtAsync(ats("r", 1, 100+i*per, 100+(i+1)*per, 4), func(skipped int, err error) {
+		w.Submit(Op{Kind: OpAppendAt, Records: ats("r", 1, 100+i*per, 100+(i+1)*per, 4), Done: func(wr Result) {
+			skipped, err := int(wr.Skipped), wr.Err
 			if err == nil && skipped != 0 {
 				err = fmt.Errorf("skipped %d", skipped)
 			}
 			errs <- err
-		})
+		}})
 	}
 	for i := 0; i < ranges; i++ {
 		if err := <-errs; err != nil {
@@ -154,7 +156,7 @@ func TestAppendAtAsyncPipelined(t *testing.T) {
 	if st := w.Stats(); st.Commits >= ranges {
 		t.Fatalf("%d commits for %d pipelined ranges: no group commit", st.Commits, ranges)
 	}
-	w.AppendAtAsync([]*tributary.Record{at("r", 1, 2000, 4)}, func(_ int, err error) { errs <- err })
+	w.Submit(Op{Kind: OpAppendAt, Records: []*tributary.Record{at("r", 1, 2000, 4)}, Done: func(wr Result) { errs <- wr.Err }})
 	if err := <-errs; !errors.Is(err, ErrGap) {
 		t.Fatalf("async gap: %v", err)
 	}
@@ -168,21 +170,22 @@ func TestDropPartition(t *testing.T) {
 	ctx := context.Background()
 	appendN(t, w, "d", 0, 10, 1000)
 	appendN(t, w, "d", 1, 3, 1000)
-	if _, err := w.AppendAt(ctx, ats("d", 0, 10, 12, 5)...); err != nil {
+	if wr := w.Apply(ctx, Op{Kind: OpAppendAt, Records: ats("d", 0, 10, 12, 5)}); wr.Err != nil {
+		t.Fatal(wr.Err)
+	}
+	if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: "d", Partition: 0, Offset: 4}).Err; err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Release("d", 0, 4); err != nil {
-		t.Fatal(err)
-	}
-	n, err := w.DropPartition("d", 0)
+	wr := w.Apply(context.Background(), Op{Kind: OpDrop, Stream: "d", Partition: 0, Epoch: math.MaxInt64})
+	n, err := wr.Dropped, wr.Err
 	if err != nil || n != 8 {
 		t.Fatalf("drop: %d, %v; want 8 unreleased records dropped", n, err)
 	}
-	if n, err := w.DropPartition("d", 0); err != nil || n != 0 {
-		t.Fatalf("drop again: %d, %v", n, err)
+	if wr := w.Apply(context.Background(), Op{Kind: OpDrop, Stream: "d", Partition: 0, Epoch: math.MaxInt64}); wr.Err != nil || wr.Dropped != 0 {
+		t.Fatalf("drop again: %d, %v", wr.Dropped, wr.Err)
 	}
-	if n, err := w.DropPartition("d", 9); err != nil || n != 0 {
-		t.Fatalf("drop unknown: %d, %v", n, err)
+	if wr := w.Apply(context.Background(), Op{Kind: OpDrop, Stream: "d", Partition: 9, Epoch: math.MaxInt64}); wr.Err != nil || wr.Dropped != 0 {
+		t.Fatalf("drop unknown: %d, %v", wr.Dropped, wr.Err)
 	}
 	check := func(where string) {
 		t.Helper()
@@ -203,14 +206,14 @@ func TestDropPartition(t *testing.T) {
 	check("reopened")
 	// AppendAt recreates it where its records start; Append after a drop
 	// starts at 0.
-	if _, err := w.AppendAt(ctx, ats("d", 0, 20, 22, 6)...); err != nil {
-		t.Fatal(err)
+	if wr := w.Apply(ctx, Op{Kind: OpAppendAt, Records: ats("d", 0, 20, 22, 6)}); wr.Err != nil {
+		t.Fatal(wr.Err)
 	}
 	if ps, _ := w.Partition("d", 0); ps.Released != 20 || ps.Next != 22 || ps.Epoch != 6 {
 		t.Fatalf("recreated: %+v", ps)
 	}
-	if _, err := w.DropPartition("d", 0); err != nil {
-		t.Fatal(err)
+	if wr := w.Apply(context.Background(), Op{Kind: OpDrop, Stream: "d", Partition: 0, Epoch: math.MaxInt64}); wr.Err != nil {
+		t.Fatal(wr.Err)
 	}
 	appendN(t, w, "d", 0, 2, 1000)
 	checkPartition(t, w, "append after drop", "d", 0, 0, 2)
@@ -276,7 +279,7 @@ func TestMetaWithoutEpoch(t *testing.T) {
 	checkPartition(t, w, "old meta", "o", 2, 0, 3)
 	r := rec("o", 2, "vvvv")
 	r.Epoch, r.Timestamp = 7, 1003
-	if err := w.Append(context.Background(), r); err != nil || r.Offset != 3 {
+	if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: []*tributary.Record{r}}).Err; err != nil || r.Offset != 3 {
 		t.Fatalf("append: %d, %v", r.Offset, err)
 	}
 	if ps, _ := w.Partition("o", 2); ps.Epoch != 7 {
@@ -310,20 +313,20 @@ func FuzzDecodeMeta(f *testing.F) {
 func TestDropPartitionBelow(t *testing.T) {
 	w := openTest(t, Options{NoSync: true})
 	ctx := context.Background()
-	if _, err := w.AppendAt(ctx, ats("e", 0, 0, 3, 1)...); err != nil {
-		t.Fatal(err)
+	if wr := w.Apply(ctx, Op{Kind: OpAppendAt, Records: ats("e", 0, 0, 3, 1)}); wr.Err != nil {
+		t.Fatal(wr.Err)
 	}
-	if n, kept, err := w.DropPartitionBelow("e", 0, 1); err != nil || !kept || n != 0 {
-		t.Fatalf("epoch 1 below 1: dropped %d kept %v %v", n, kept, err)
+	if wr := w.Apply(context.Background(), Op{Kind: OpDrop, Stream: "e", Partition: 0, Epoch: 1}); wr.Err != nil || !wr.Kept || wr.Dropped != 0 {
+		t.Fatalf("epoch 1 below 1: dropped %d kept %v %v", wr.Dropped, wr.Kept, wr.Err)
 	}
 	if ps, ok := w.Partition("e", 0); !ok || ps.Next != 3 {
 		t.Fatalf("kept partition: %+v %v", ps, ok)
 	}
-	if n, kept, err := w.DropPartitionBelow("e", 0, 2); err != nil || kept || n != 3 {
-		t.Fatalf("epoch 1 below 2: dropped %d kept %v %v", n, kept, err)
+	if wr := w.Apply(context.Background(), Op{Kind: OpDrop, Stream: "e", Partition: 0, Epoch: 2}); wr.Err != nil || wr.Kept || wr.Dropped != 3 {
+		t.Fatalf("epoch 1 below 2: dropped %d kept %v %v", wr.Dropped, wr.Kept, wr.Err)
 	}
-	if n, kept, err := w.DropPartitionBelow("e", 0, 2); err != nil || kept || n != 0 {
-		t.Fatalf("unknown: dropped %d kept %v %v", n, kept, err)
+	if wr := w.Apply(context.Background(), Op{Kind: OpDrop, Stream: "e", Partition: 0, Epoch: 2}); wr.Err != nil || wr.Kept || wr.Dropped != 0 {
+		t.Fatalf("unknown: dropped %d kept %v %v", wr.Dropped, wr.Kept, wr.Err)
 	}
 	checkBytes(t, w, "end")
 }

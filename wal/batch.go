@@ -136,15 +136,6 @@ func checkBatch(b *Batch) error {
 	return nil
 }
 
-// AppendBatchAsyncAfter is AppendAsyncAfter for a Kafka record batch: it
-// is stored as one entry covering its records' consecutive offsets (see
-// above). On success b.Offset is the first record's offset.
-//
-// Deprecated: use Submit(Op{Kind: OpAppend, Batch: b, After: after, Done: …}).
-func (w *WAL) AppendBatchAsyncAfter(after Ticket, b *Batch, done func(error)) Ticket {
-	return w.Submit(Op{Kind: OpAppend, Batch: b, After: after, Done: func(r Result) { done(r.Err) }})
-}
-
 // appendBatchEntry appends b's entry, with offset and timestamp as set,
 // to dst; the batch's base offset is rewritten in the copy.
 func appendBatchEntry(dst []byte, b *Batch) []byte {
@@ -230,7 +221,7 @@ func (e *batchEntry) view(skip, n int, batch []byte) *tributary.BatchView {
 		Offset: e.offset + int64(skip), Skip: skip, Count: n, Records: batch}
 }
 
-// DecodeView decodes the records of a batch view (ReadEntries) as Read
+// DecodeView decodes the records of a batch view (ReadEntriesInto) as Read
 // returns them.
 func DecodeView(v *tributary.BatchView) ([]*tributary.Record, error) {
 	e := batchEntry{stream: v.Stream, topic: v.Topic, source: v.Source, clientID: v.ClientID, node: v.Node,
@@ -247,7 +238,7 @@ func DecodeView(v *tributary.BatchView) ([]*tributary.Record, error) {
 	return e.records(v.Skip, v.Count)
 }
 
-// Records decodes entries (ReadEntries) into the records Read returns.
+// Records decodes entries (ReadEntriesInto) into the records Read returns.
 func Records(es []tributary.Entry) ([]*tributary.Record, error) {
 	var out []*tributary.Record
 	for _, e := range es {

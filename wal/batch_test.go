@@ -51,7 +51,7 @@ func testBatch(stream string, part int32, n int, pid int64, seq int32, first, ts
 func appendBatch(t *testing.T, w *WAL, b *Batch) error {
 	t.Helper()
 	done := make(chan error, 1)
-	w.AppendBatchAsyncAfter(Ticket{}, b, func(err error) { done <- err })
+	w.Submit(Op{Kind: OpAppend, Batch: b, Done: func(wr Result) { done <- wr.Err }})
 	return <-done
 }
 
@@ -63,7 +63,7 @@ func readAll(t *testing.T, w *WAL, stream string, part int32, from int64, maxRec
 	if err != nil {
 		t.Fatal(err)
 	}
-	ents, err := w.ReadEntries(stream, part, from, maxRecords, maxBytes)
+	ents, _, err := w.ReadEntriesInto(nil, stream, part, from, maxRecords, maxBytes)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestBatchEntries(t *testing.T) {
 	ctx := context.Background()
 	const s = "factory.kafka"
 	m0 := rec(s, 0, "mqtt-0")
-	if err := w.Append(ctx, m0); err != nil {
+	if err := w.Apply(ctx, Op{Kind: OpAppend, Records: []*tributary.Record{m0}}).Err; err != nil {
 		t.Fatal(err)
 	}
 	b1, want1 := testBatch(s, 0, 5, 42, 100, 1, 5000)
@@ -110,7 +110,7 @@ func TestBatchEntries(t *testing.T) {
 		t.Fatal(err)
 	}
 	m9 := rec(s, 0, "mqtt-9")
-	if err := w.Append(ctx, m9); err != nil {
+	if err := w.Apply(ctx, Op{Kind: OpAppend, Records: []*tributary.Record{m9}}).Err; err != nil {
 		t.Fatal(err)
 	}
 	if b1.Offset != 1 || b2.Offset != 6 || m9.Offset != 9 {
@@ -135,7 +135,7 @@ func TestBatchEntries(t *testing.T) {
 
 	// Release into the first batch: its records below 3 are gone, its
 	// bytes stay until the release passes its end.
-	if err := w.Release(s, 0, 3); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: s, Partition: 0, Offset: 3}).Err; err != nil {
 		t.Fatal(err)
 	}
 	sameRecords(t, "released to 3", readAll(t, w, s, 0, 0, 0, 0), all[3:])
@@ -145,7 +145,7 @@ func TestBatchEntries(t *testing.T) {
 	}
 	w.Close()
 	w = openTest(t, Options{Path: path, NoSync: true}) // recovery inside a partly released batch
-	if err := w.Release(s, 0, 7); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: s, Partition: 0, Offset: 7}).Err; err != nil {
 		t.Fatal(err)
 	}
 	sameRecords(t, "released to 7", readAll(t, w, s, 0, 0, 0, 0), all[7:])
@@ -153,7 +153,7 @@ func TestBatchEntries(t *testing.T) {
 	if st.Bytes != size(b2)+int64(len(EncodeRecord(nil, m9))) || st.OldestTimestamp != 6000 {
 		t.Fatalf("released to 7: %+v (first batch's %d bytes freed)", st, size(b1))
 	}
-	if err := w.Release(s, 0, 10); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: s, Partition: 0, Offset: 10}).Err; err != nil {
 		t.Fatal(err)
 	}
 	if st := w.Stats(); st.Records != 0 || st.Bytes != 0 {
@@ -169,9 +169,9 @@ func TestBatchRefused(t *testing.T) {
 	w := openTest(t, Options{NoSync: true, MaxBytes: int64(len(appendBatchEntry(nil, b))) - 1})
 	var first, second error
 	done := make(chan struct{}, 2)
-	tk := w.AppendBatchAsyncAfter(Ticket{}, b, func(err error) { first = err; done <- struct{}{} })
+	tk := w.Submit(Op{Kind: OpAppend, Batch: b, Done: func(wr Result) { first = wr.Err; done <- struct{}{} }})
 	small, _ := testBatch("s.k", 0, 1, 1, 4, 0, 1)
-	w.AppendBatchAsyncAfter(tk, small, func(err error) { second = err; done <- struct{}{} })
+	w.Submit(Op{Kind: OpAppend, Batch: small, After: tk, Done: func(wr Result) { second = wr.Err; done <- struct{}{} }})
 	<-done
 	<-done
 	if !errors.Is(first, ErrBudgetExceeded) || !errors.Is(second, ErrPredecessorFailed) {
@@ -202,15 +202,15 @@ func TestBatchesShareAChunk(t *testing.T) {
 	const s = "factory.mixed"
 	release := make(chan struct{})
 	results := make(chan error, 5)
-	w.AppendAsync([]*tributary.Record{rec("other.s", 0, "hold")}, func(err error) { <-release; results <- err })
+	w.Submit(Op{Kind: OpAppend, Records: []*tributary.Record{rec("other.s", 0, "hold")}, Done: func(wr Result) { <-release; results <- wr.Err }})
 	m0 := rec(s, 0, "m0")
 	b1, want1 := testBatch(s, 0, 4, 9, 0, 1, 77)
 	m5 := rec(s, 0, "m5")
 	b2, want2 := testBatch(s, 0, 2, 9, 4, 6, 77)
-	w.AppendAsync([]*tributary.Record{m0}, func(err error) { results <- err })
-	tk := w.AppendBatchAsyncAfter(Ticket{}, b1, func(err error) { results <- err })
-	w.AppendAsync([]*tributary.Record{m5}, func(err error) { results <- err })
-	w.AppendBatchAsyncAfter(tk, b2, func(err error) { results <- err })
+	w.Submit(Op{Kind: OpAppend, Records: []*tributary.Record{m0}, Done: func(wr Result) { results <- wr.Err }})
+	tk := w.Submit(Op{Kind: OpAppend, Batch: b1, Done: func(wr Result) { results <- wr.Err }})
+	w.Submit(Op{Kind: OpAppend, Records: []*tributary.Record{m5}, Done: func(wr Result) { results <- wr.Err }})
+	w.Submit(Op{Kind: OpAppend, Batch: b2, After: tk, Done: func(wr Result) { results <- wr.Err }})
 	close(release)
 	for range 5 {
 		if err := <-results; err != nil {

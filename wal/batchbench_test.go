@@ -2,6 +2,7 @@ package wal
 
 import (
 	"bytes"
+	"context"
 	"path/filepath"
 	"testing"
 
@@ -28,8 +29,8 @@ func BenchmarkAppendKafkaBatches(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		done := make(chan error, 1)
 		for pb.Next() {
-			w.AppendBatchAsyncAfter(Ticket{}, &Batch{Stream: "a.b", Partition: 0, Topic: "a.b", Source: "kafka",
-				Records: bytes.Clone(raw)}, func(err error) { done <- err })
+			w.Submit(Op{Kind: OpAppend, Batch: &Batch{Stream: "a.b", Partition: 0, Topic: "a.b", Source: "kafka",
+				Records: bytes.Clone(raw)}, Done: func(wr Result) { done <- wr.Err }})
 			if err := <-done; err != nil {
 				b.Fatal(err)
 			}
@@ -37,7 +38,7 @@ func BenchmarkAppendKafkaBatches(b *testing.B) {
 	})
 	b.StopTimer()
 	st, _ := w.Partition("a.b", 0)
-	if err := w.Release("a.b", 0, st.Next); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: "a.b", Partition: 0, Offset: st.Next}).Err; err != nil {
 		b.Fatal(err)
 	}
 }

@@ -42,7 +42,7 @@ func benchAppendSize(b *testing.B, batch, size int) {
 					recs[i].Source, recs[i].ProducerID, recs[i].Sequence = "kafka", 7, int32(i)
 				}
 			}
-			if err := w.Append(context.Background(), recs...); err != nil {
+			if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: recs}).Err; err != nil {
 				b.Error(err)
 				return
 			}
@@ -106,11 +106,11 @@ func BenchmarkAppendRelease(b *testing.B) {
 		for j := range recs {
 			recs[j] = &tributary.Record{Stream: "bench.s", Topic: "t", Value: value, Source: "mqtt"}
 		}
-		if err := w.Append(context.Background(), recs...); err != nil {
+		if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: recs}).Err; err != nil {
 			b.Fatal(err)
 		}
 		if i%16 == 15 {
-			if err := w.Release("bench.s", 0, recs[0].Offset); err != nil {
+			if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: "bench.s", Partition: 0, Offset: recs[0].Offset}).Err; err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -143,7 +143,7 @@ func BenchmarkAppendWhileReleasing(b *testing.B) {
 			case <-t.C:
 			}
 			if ps, ok := w.Partition("bench.s", 0); ok {
-				if err := w.Release("bench.s", 0, ps.Next); err != nil {
+				if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: "bench.s", Partition: 0, Offset: ps.Next}).Err; err != nil {
 					b.Error(err)
 					return
 				}
@@ -159,7 +159,7 @@ func BenchmarkAppendWhileReleasing(b *testing.B) {
 		for pb.Next() {
 			r := &tributary.Record{Stream: "bench.s", Topic: "t", Value: value, Source: "mqtt"}
 			start := time.Now()
-			if err := w.Append(context.Background(), r); err != nil {
+			if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: []*tributary.Record{r}}).Err; err != nil {
 				b.Error(err)
 				return
 			}
@@ -207,7 +207,7 @@ func BenchmarkAppendClosedLoop(b *testing.B) {
 					defer next.Done()
 					for count.Add(1) <= int64(b.N) {
 						r := &tributary.Record{Stream: "bench.s", Topic: "t", Value: value, Source: "mqtt"}
-						if err := w.Append(context.Background(), r); err != nil {
+						if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: []*tributary.Record{r}}).Err; err != nil {
 							b.Error(err)
 							return
 						}

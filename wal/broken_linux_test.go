@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
+
+	"github.com/tributary-io/tributary"
 )
 
 // breakingTap makes the group it sees fail to commit: it puts a read-only
@@ -63,35 +65,35 @@ func TestTappedCommitFailureBreaks(t *testing.T) {
 	ctx := context.Background()
 	appendRecs(t, w, "s", 0, 3)
 	tap.arm = true
-	if err := w.Append(ctx, rec("s", 0, "vvvv")); err == nil {
+	if err := w.Apply(ctx, Op{Kind: OpAppend, Records: []*tributary.Record{rec("s", 0, "vvvv")}}).Err; err == nil {
 		t.Fatal("the broken commit succeeded")
 	}
-	if err := w.Append(ctx, rec("s", 0, "vvvv")); !errors.Is(err, ErrBroken) {
+	if err := w.Apply(ctx, Op{Kind: OpAppend, Records: []*tributary.Record{rec("s", 0, "vvvv")}}).Err; !errors.Is(err, ErrBroken) {
 		t.Fatalf("append after a failed tapped commit: %v, want ErrBroken", err)
 	}
-	if err := w.Broken(); !errors.Is(err, ErrBroken) {
+	if err := w.Stats().Broken; !errors.Is(err, ErrBroken) {
 		t.Fatalf("Broken() = %v, want ErrBroken", err)
 	}
-	if err := w.Release("s", 0, 1); !errors.Is(err, ErrBroken) {
+	if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: "s", Partition: 0, Offset: 1}).Err; !errors.Is(err, ErrBroken) {
 		t.Fatalf("release after a failed tapped commit: %v, want ErrBroken", err)
 	}
-	inc := w.Incarnation()
+	inc := w.Stats().Incarnation
 	w.Close()
 	w, err = Open(Options{Path: path})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	if err := w.Broken(); err != nil {
+	if err := w.Stats().Broken; err != nil {
 		t.Fatalf("reopened WAL: Broken() = %v", err)
 	}
-	if w.Incarnation() <= inc {
-		t.Fatalf("incarnation %d after reopening, want > %d", w.Incarnation(), inc)
+	if w.Stats().Incarnation <= inc {
+		t.Fatalf("incarnation %d after reopening, want > %d", w.Stats().Incarnation, inc)
 	}
 	if st, _ := w.Partition("s", 0); st.Next != 3 || st.Start != 3 {
 		t.Fatalf("reopened: %+v, want next = start = 3", st)
 	}
-	if err := w.Append(ctx, rec("s", 0, "vvvv")); err != nil {
+	if err := w.Apply(ctx, Op{Kind: OpAppend, Records: []*tributary.Record{rec("s", 0, "vvvv")}}).Err; err != nil {
 		t.Fatal(err)
 	}
 }

@@ -15,21 +15,20 @@ import (
 func TestAppendAsyncAfter(t *testing.T) {
 	w := openTest(t, Options{NoSync: true, MaxBytes: 4 * recSize})
 	ctx := context.Background()
-	if err := w.Append(ctx, rec("s", 0, "vvvv")); err != nil {
+	if err := w.Apply(ctx, Op{Kind: OpAppend, Records: []*tributary.Record{rec("s", 0, "vvvv")}}).Err; err != nil {
 		t.Fatal(err)
 	}
 	results := make(chan error, 8)
 	release := make(chan struct{})
 	// Hold the committer in a done callback while the chain queues up, so
 	// that all of it lands in one group.
-	w.AppendAsync([]*tributary.Record{rec("s", 1, "vvvv")}, func(err error) {
+	w.Submit(Op{Kind: OpAppend, Records: []*tributary.Record{rec("s", 1, "vvvv")}, Done: func(wr Result) {
 		<-release
-		results <- err
-	})
-	ok := w.AppendAsyncAfter(Ticket{}, []*tributary.Record{rec("s", 0, "vvvv")}, func(err error) { results <- err })
-	big := w.AppendAsyncAfter(ok, []*tributary.Record{rec("s", 0, "vvvv"), rec("s", 0, "vvvv"), rec("s", 0, "vvvv")},
-		func(err error) { results <- err })
-	small := w.AppendAsyncAfter(big, []*tributary.Record{rec("s", 0, "vvvv")}, func(err error) { results <- err })
+		results <- wr.Err
+	}})
+	ok := w.Submit(Op{Kind: OpAppend, Records: []*tributary.Record{rec("s", 0, "vvvv")}, Done: func(wr Result) { results <- wr.Err }})
+	big := w.Submit(Op{Kind: OpAppend, Records: []*tributary.Record{rec("s", 0, "vvvv"), rec("s", 0, "vvvv"), rec("s", 0, "vvvv")}, After: ok, Done: func(wr Result) { results <- wr.Err }})
+	small := w.Submit(Op{Kind: OpAppend, Records: []*tributary.Record{rec("s", 0, "vvvv")}, After: big, Done: func(wr Result) { results <- wr.Err }})
 	close(release)
 	var got []error
 	for range 4 {
@@ -40,7 +39,7 @@ func TestAppendAsyncAfter(t *testing.T) {
 	}
 	// In a later group: still refused, nothing written.
 	done := make(chan error, 1)
-	w.AppendAsyncAfter(small, []*tributary.Record{rec("s", 0, "vvvv")}, func(err error) { done <- err })
+	w.Submit(Op{Kind: OpAppend, Records: []*tributary.Record{rec("s", 0, "vvvv")}, After: small, Done: func(wr Result) { done <- wr.Err }})
 	if err := <-done; !errors.Is(err, ErrPredecessorFailed) {
 		t.Fatalf("append after a refused chain: %v", err)
 	}
@@ -48,15 +47,15 @@ func TestAppendAsyncAfter(t *testing.T) {
 		t.Fatalf("partition next %d, want 2 (the refused appends left no trace)", ps.Next)
 	}
 	// A new chain (zero ticket) is stored.
-	w.AppendAsyncAfter(Ticket{}, []*tributary.Record{rec("s", 0, "vvvv")}, func(err error) { done <- err })
+	w.Submit(Op{Kind: OpAppend, Records: []*tributary.Record{rec("s", 0, "vvvv")}, Done: func(wr Result) { done <- wr.Err }})
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	// An append after a closed WAL's refusal is refused as well.
 	w.Close()
 	var first, second error
-	tk := w.AppendAsyncAfter(Ticket{}, []*tributary.Record{rec("s", 0, "v")}, func(err error) { first = err })
-	w.AppendAsyncAfter(tk, []*tributary.Record{rec("s", 0, "v")}, func(err error) { second = err })
+	tk := w.Submit(Op{Kind: OpAppend, Records: []*tributary.Record{rec("s", 0, "v")}, Done: func(wr Result) { first = wr.Err }})
+	w.Submit(Op{Kind: OpAppend, Records: []*tributary.Record{rec("s", 0, "v")}, After: tk, Done: func(wr Result) { second = wr.Err }})
 	if !errors.Is(first, ErrClosed) || !errors.Is(second, ErrClosed) {
 		t.Fatalf("after close: %v, %v", first, second)
 	}

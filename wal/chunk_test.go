@@ -57,7 +57,7 @@ func appendN(t *testing.T, w *WAL, stream string, part int32, n int, ts int64) {
 		recs[i] = rec(stream, part, "vvvv")
 		recs[i].Timestamp = ts + int64(i)
 	}
-	if err := w.Append(context.Background(), recs...); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: recs}).Err; err != nil {
 		t.Fatal(err)
 	}
 }
@@ -144,13 +144,13 @@ func TestChunkBoundaries(t *testing.T) {
 	checkPartition(t, w, "initial", "s", 0, 0, 15)
 
 	// Release at a chunk boundary deletes the chunk.
-	if err := w.Release("s", 0, 5); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: "s", Partition: 0, Offset: 5}).Err; err != nil {
 		t.Fatal(err)
 	}
 	layout("release at 5", "[[5 10] [10 15]]")
 	checkPartition(t, w, "release at 5", "s", 0, 5, 15)
 	// Release inside a chunk keeps it, but its released records are gone.
-	if err := w.Release("s", 0, 7); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: "s", Partition: 0, Offset: 7}).Err; err != nil {
 		t.Fatal(err)
 	}
 	layout("release at 7", "[[5 10] [10 15]]")
@@ -158,7 +158,7 @@ func TestChunkBoundaries(t *testing.T) {
 	if got := readOffsets(t, w, "s", 0, 5, 1, 0); fmt.Sprint(got) != "[7]" {
 		t.Fatalf("read below Released in a straddling chunk: %v", got)
 	}
-	if err := w.Release("s", 0, 8); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: "s", Partition: 0, Offset: 8}).Err; err != nil {
 		t.Fatal(err)
 	}
 	checkPartition(t, w, "release at 8", "s", 0, 8, 15)
@@ -167,27 +167,27 @@ func TestChunkBoundaries(t *testing.T) {
 	checkPartition(t, w, "reopened with a straddling chunk", "s", 0, 8, 15)
 	layout("reopened", "[[5 10] [10 15]]")
 	// Release across a boundary into the next chunk.
-	if err := w.Release("s", 0, 12); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: "s", Partition: 0, Offset: 12}).Err; err != nil {
 		t.Fatal(err)
 	}
 	layout("release at 12", "[[10 15]]")
 	checkPartition(t, w, "release at 12", "s", 0, 12, 15)
 	appendN(t, w, "s", 0, 5, 1015)
 	layout("appended again", "[[10 15] [15 20]]")
-	if err := w.Release("s", 0, 20); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: "s", Partition: 0, Offset: 20}).Err; err != nil {
 		t.Fatal(err)
 	}
 	layout("all released", "[]")
 	checkPartition(t, w, "all released", "s", 0, 20, 20)
 
-	// EnsurePartition over a straddling chunk and whole chunks.
+	// OpEnsure over a straddling chunk and whole chunks.
 	appendN(t, w, "s", 0, 5, 1020)
 	appendN(t, w, "s", 0, 5, 1025)
-	if err := w.Release("s", 0, 22); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: "s", Partition: 0, Offset: 22}).Err; err != nil {
 		t.Fatal(err)
 	}
 	checkPartition(t, w, "before ensure", "s", 0, 22, 30)
-	if err := w.EnsurePartition("s", 0, 40); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpEnsure, Stream: "s", Partition: 0, Offset: 40}).Err; err != nil {
 		t.Fatal(err)
 	}
 	layout("ensured", "[]")
@@ -214,14 +214,14 @@ func TestChunkCaps(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		recs = append(recs, &tributary.Record{Stream: "b", Value: big}, &tributary.Record{Stream: "b", Value: []byte("small")})
 	}
-	if err := w.Append(context.Background(), recs...); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: recs}).Err; err != nil {
 		t.Fatal(err)
 	}
 	if got := fmt.Sprint(chunkLayout(t, w, "b", 0)); got != "[[0 2] [2 4] [4 6]]" {
 		t.Fatalf("chunks by size: %s", got)
 	}
 	huge := &tributary.Record{Stream: "h", Value: make([]byte, maxChunkBytes+1)}
-	if err := w.Append(context.Background(), huge, &tributary.Record{Stream: "h"}); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: []*tributary.Record{huge, &tributary.Record{Stream: "h"}}}).Err; err != nil {
 		t.Fatal(err)
 	}
 	if got := fmt.Sprint(chunkLayout(t, w, "h", 0)); got != "[[0 1] [1 2]]" {
@@ -241,11 +241,11 @@ func TestChunkOneGroup(t *testing.T) {
 	appendN(t, w, "s", 0, 2, 1000)
 	hold, entered := make(chan struct{}), make(chan struct{})
 	results := make(chan error, 8)
-	w.AppendAsync([]*tributary.Record{rec("other", 0, "vvvv")}, func(err error) {
+	w.Submit(Op{Kind: OpAppend, Records: []*tributary.Record{rec("other", 0, "vvvv")}, Done: func(wr Result) {
 		close(entered)
 		<-hold // hold the committer while the next ops queue up
-		results <- err
-	})
+		results <- wr.Err
+	}})
 	<-entered
 	queued := func(n int) {
 		testkit.Eventually(t, 20*time.Second, "queued ops", func() bool {
@@ -261,13 +261,15 @@ func TestChunkOneGroup(t *testing.T) {
 			recs[i] = rec("s", 0, "vvvv")
 			recs[i].Timestamp = 1000 + from + int64(i)
 		}
-		w.AppendAsync(recs, func(err error) { results <- err })
+		w.Submit(Op{Kind: OpAppend, Records: recs, Done: func(wr Result) { results <- wr.Err }})
 	}
 	add(2, 3)
 	add(5, 1)
 	add(6, 4)
 	queued(3)
-	go func() { results <- w.Release("s", 0, 4) }()
+	go func() {
+		results <- w.Apply(context.Background(), Op{Kind: OpRelease, Stream: "s", Partition: 0, Offset: 4}).Err
+	}()
 	queued(4)
 	add(10, 2)
 	queued(5)
@@ -310,7 +312,7 @@ func TestBudgetExact(t *testing.T) {
 			for i := range recs {
 				recs[i] = newRec(part)
 			}
-			if err := w.Append(ctx, recs...); errors.Is(err, ErrBudgetExceeded) {
+			if err := w.Apply(ctx, Op{Kind: OpAppend, Records: recs}).Err; errors.Is(err, ErrBudgetExceeded) {
 				rejected++
 			} else if err != nil {
 				t.Fatal(err)
@@ -321,7 +323,7 @@ func TestBudgetExact(t *testing.T) {
 			errs := make(chan error, n)
 			for i := 0; i < n; i++ {
 				recs := []*tributary.Record{newRec(int32(rng.IntN(3))), newRec(part)}
-				w.AppendAsync(recs, func(err error) { errs <- err })
+				w.Submit(Op{Kind: OpAppend, Records: recs, Done: func(wr Result) { errs <- wr.Err }})
 			}
 			for i := 0; i < n; i++ {
 				if err := <-errs; errors.Is(err, ErrBudgetExceeded) {
@@ -335,14 +337,14 @@ func TestBudgetExact(t *testing.T) {
 				continue
 			}
 			upTo := ps.Released - 2 + rng.Int64N(ps.Next-ps.Released+5)
-			if err := w.Release("s", part, upTo); err != nil {
+			if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: "s", Partition: part, Offset: upTo}).Err; err != nil {
 				t.Fatalf("release %d of %+v: %v", upTo, ps, err)
 			}
 		case x < 96:
 			if ps == nil {
 				continue
 			}
-			if err := w.EnsurePartition("s", part, ps.Next+rng.Int64N(3)); err != nil {
+			if err := w.Apply(context.Background(), Op{Kind: OpEnsure, Stream: "s", Partition: part, Offset: ps.Next + rng.Int64N(3)}).Err; err != nil {
 				t.Fatal(err)
 			}
 		default:
@@ -422,7 +424,7 @@ func TestCorruptChunk(t *testing.T) {
 	if got := readOffsets(t, w, "s", 0, 0, 5, 0); fmt.Sprint(got) != fmt.Sprint(offsets(0, 5)) {
 		t.Fatalf("read before the corrupt chunk: %v", got)
 	}
-	if err := w.Release("s", 0, 7); !errors.Is(err, ErrCorrupt) {
+	if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: "s", Partition: 0, Offset: 7}).Err; !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("release over a corrupt chunk: %v", err)
 	}
 	if ps := findPartition(w, "s", 0); ps.Released != 0 || ps.Next != 15 || ps.Bytes != 15*recSize {

@@ -39,7 +39,7 @@ func closedLoop(w *WAL, writers int, pause func(int), n int64, stop <-chan struc
 					return
 				}
 				r := &tributary.Record{Stream: "bench.s", Topic: "t", Value: value, Source: "mqtt"}
-				if err := w.Append(context.Background(), r); err != nil {
+				if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: []*tributary.Record{r}}).Err; err != nil {
 					firstErr.CompareAndSwap(nil, err)
 					return
 				}

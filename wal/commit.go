@@ -55,7 +55,7 @@ type op struct {
 	noBudget bool
 	verb     *Verbatim      // opVerbatim (verbatim.go)
 	vres     VerbatimResult // opVerbatim: its outcome
-	// after is the op this one follows (AppendAsyncAfter, chain.go);
+	// after is the op this one follows (Op.After, chain.go);
 	// failed is set as soon as the committer refuses or fails this op.
 	after  *op
 	failed atomic.Bool
@@ -859,7 +859,7 @@ func (w *WAL) applyDrop(g *group, o *op) error {
 		return nil // unknown partition
 	}
 	if wk.st.epoch >= o.n {
-		g.parts[o.pk] = wk // kept (DropPartitionBelow)
+		g.parts[o.pk] = wk // kept (OpDrop)
 		o.count = -1
 		return nil
 	}

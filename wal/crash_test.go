@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,7 +61,8 @@ func TestHelperProcess(t *testing.T) {
 				recs = append(recs, &tributary.Record{Stream: "c.at", Offset: off, Epoch: int64(round[0]),
 					Value: []byte(fmt.Sprintf("r%s-at-%d", round, off)), Source: "mqtt"})
 			}
-			skipped, err := w.AppendAt(context.Background(), recs...)
+			wr := w.Apply(context.Background(), Op{Kind: OpAppendAt, Records: recs})
+			skipped, err := int(wr.Skipped), wr.Err
 			if err != nil || int64(skipped) != next-from {
 				fmt.Fprintln(os.Stderr, "append at:", skipped, err)
 				os.Exit(3)
@@ -79,8 +81,8 @@ func TestHelperProcess(t *testing.T) {
 				out.Lock()
 				os.Stdout.WriteString("dropping c.drop\n")
 				out.Unlock()
-				if _, err := w.DropPartition("c.drop", 0); err != nil {
-					fmt.Fprintln(os.Stderr, "drop:", err)
+				if wr := w.Apply(context.Background(), Op{Kind: OpDrop, Stream: "c.drop", Partition: 0, Epoch: math.MaxInt64}); wr.Err != nil {
+					fmt.Fprintln(os.Stderr, "drop:", wr.Err)
 					os.Exit(3)
 				}
 				out.Lock()
@@ -89,7 +91,7 @@ func TestHelperProcess(t *testing.T) {
 				continue
 			}
 			r := &tributary.Record{Stream: "c.drop", Value: []byte(fmt.Sprintf("r%s-drop-%d", round, i)), Source: "mqtt"}
-			if err := w.Append(context.Background(), r); err != nil {
+			if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: []*tributary.Record{r}}).Err; err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				os.Exit(3)
 			}
@@ -110,7 +112,7 @@ func TestHelperProcess(t *testing.T) {
 			b := &Batch{Stream: "k.batch", Topic: "k.batch", Source: "kafka",
 				Records: kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1}, rs...)}
 			done := make(chan error, 1)
-			w.AppendBatchAsyncAfter(Ticket{}, b, func(err error) { done <- err })
+			w.Submit(Op{Kind: OpAppend, Batch: b, Done: func(wr Result) { done <- wr.Err }})
 			if err := <-done; err != nil {
 				fmt.Fprintln(os.Stderr, "append batch:", err)
 				os.Exit(3)
@@ -135,7 +137,7 @@ func TestHelperProcess(t *testing.T) {
 					recs = append(recs, &tributary.Record{Stream: stream, Partition: int32((i + j) % 3),
 						Value: []byte(fmt.Sprintf("r%s-g%d-i%d-j%d", round, g, i, j)), Source: "kafka"})
 				}
-				if err := w.Append(context.Background(), recs...); err != nil {
+				if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: recs}).Err; err != nil {
 					fmt.Fprintln(os.Stderr, err)
 					os.Exit(3)
 				}
@@ -280,7 +282,7 @@ func checkRecovered(t *testing.T, path string, acked map[ackKey]string, round in
 	// Appending continues right after the last stored offset.
 	for _, ps := range w.Partitions() {
 		r := &tributary.Record{Stream: ps.Stream, Partition: ps.Partition, Value: []byte(fmt.Sprintf("after-crash-%d", round))}
-		if err := w.Append(context.Background(), r); err != nil {
+		if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: []*tributary.Record{r}}).Err; err != nil {
 			t.Fatal(err)
 		}
 		if r.Offset != ps.Next {

@@ -71,7 +71,7 @@ func writeFixture(t *testing.T, path string) {
 	}
 	ctx := context.Background()
 	for pk, recs := range fixtureRecords() {
-		if err := w.EnsurePartition(pk.stream, pk.partition, recs[0].Offset); err != nil {
+		if err := w.Apply(context.Background(), Op{Kind: OpEnsure, Stream: pk.stream, Partition: pk.partition, Offset: recs[0].Offset}).Err; err != nil {
 			t.Fatal(err)
 		}
 		for i := 0; i < len(recs); i += 50 { // a chunk per 50 records
@@ -80,12 +80,12 @@ func writeFixture(t *testing.T, path string) {
 				c := *r
 				batch = append(batch, &c)
 			}
-			if err := w.Append(ctx, batch...); err != nil {
+			if err := w.Apply(ctx, Op{Kind: OpAppend, Records: batch}).Err; err != nil {
 				t.Fatal(err)
 			}
 		}
 		if n := fixtureReleased[pk]; n > 0 {
-			if err := w.Release(pk.stream, pk.partition, recs[n].Offset); err != nil {
+			if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: pk.stream, Partition: pk.partition, Offset: recs[n].Offset}).Err; err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -188,13 +188,13 @@ func TestFormat2Fixture(t *testing.T) {
 	// It goes on as any WAL: an append continues the offsets, a release
 	// frees exactly the released records' bytes.
 	r := rec("factory.mqtt", 0, "after")
-	if err := w.Append(context.Background(), r); err != nil || r.Offset != 300 {
+	if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: []*tributary.Record{r}}).Err; err != nil || r.Offset != 300 {
 		t.Fatalf("append: %v at %d", err, r.Offset)
 	}
-	if err := w.Release("factory.mqtt", 0, 301); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: "factory.mqtt", Partition: 0, Offset: 301}).Err; err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Release("factory.kafka", 3, 240); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: "factory.kafka", Partition: 3, Offset: 240}).Err; err != nil {
 		t.Fatal(err)
 	}
 	if st := w.Stats(); st.Bytes != 0 || st.Records != 0 {

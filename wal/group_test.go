@@ -75,7 +75,7 @@ func TestLoneWriterNeverWaits(t *testing.T) {
 	value := make([]byte, 256)
 	for range 300 {
 		r := &tributary.Record{Stream: "s", Topic: "t", Value: value, Source: "mqtt"}
-		if err := w.Append(context.Background(), r); err != nil {
+		if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: []*tributary.Record{r}}).Err; err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -130,7 +130,7 @@ func TestClosedLoopWritersShareGroups(t *testing.T) {
 				b := []byte{0}
 				for range rounds {
 					r := &tributary.Record{Stream: "s", Topic: "t", Value: value, Source: "mqtt"}
-					if err := w.Append(context.Background(), r); err != nil {
+					if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: []*tributary.Record{r}}).Err; err != nil {
 						t.Error(err)
 						return
 					}

@@ -142,7 +142,7 @@ func writeUntilCrash(t *testing.T, w *WAL, l *faultLayer, n int) *ackLog {
 				default:
 				}
 				recs := []*tributary.Record{rec("j.s", int32(g%2), fmt.Sprintf("g%d-%d", g, i)), rec("j.t", 0, fmt.Sprintf("t%d-%d", g, i))}
-				if err := w.Append(context.Background(), recs...); err != nil {
+				if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: recs}).Err; err != nil {
 					return // crashed
 				}
 				acks.add(recs)
@@ -181,7 +181,7 @@ func lostAcks(t *testing.T, path string, acks *ackLog) int {
 			stored[ackKey{r.Stream, r.Partition, r.Offset}] = string(r.Value)
 		}
 		r := rec(ps.Stream, ps.Partition, "after")
-		if err := w.Append(context.Background(), r); err != nil || r.Offset != ps.Next {
+		if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: []*tributary.Record{r}}).Err; err != nil || r.Offset != ps.Next {
 			t.Fatalf("append after the crash: offset %d, want %d (%v)", r.Offset, ps.Next, err)
 		}
 	}
@@ -282,7 +282,7 @@ func TestJournalTornTail(t *testing.T) {
 				t.Fatalf("next %d after the torn tail, want 12 (the records before it)", ps.Next)
 			}
 			r := rec("s", 0, "after")
-			if err := w.Append(context.Background(), r); err != nil || r.Offset != 12 {
+			if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: []*tributary.Record{r}}).Err; err != nil || r.Offset != 12 {
 				t.Fatalf("append after the torn tail: offset %d, %v", r.Offset, err)
 			}
 			w.crash()
@@ -404,7 +404,7 @@ func TestJournalSegmentsReused(t *testing.T) {
 			want += 5
 		}
 		if i%50 == 0 {
-			if err := w.Release("s", 0, int64(i)); err != nil { // a group that needs bbolt
+			if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: "s", Partition: 0, Offset: int64(i)}).Err; err != nil { // a group that needs bbolt
 				t.Fatal(err)
 			}
 		}

@@ -29,9 +29,10 @@ func (m *metrics) observe(d time.Duration, ops int) {
 	m.group.Observe(float64(ops))
 }
 
-// Collectors returns the WAL's histograms, to register with a Prometheus
-// registry: tributary_wal_fsync_duration_seconds and tributary_wal_group_ops,
-// and tributary_wal_disk_write_seconds_total, the time bbolt's commits spent
+// Collectors returns the WAL's collectors, to register with a Prometheus
+// registry, in this order (a host such as the console reads the first
+// two directly): the histograms tributary_wal_fsync_duration_seconds and
+// tributary_wal_group_ops, then tributary_wal_disk_write_seconds_total, the time bbolt's commits spent
 // writing pages and the meta page and fsyncing each (its TxStats
 // WriteTime): set against the sum of the first, it is the share of a group
 // commit that is the disk's.
@@ -41,14 +42,3 @@ func (w *WAL) Collectors() []prometheus.Collector {
 		func() float64 { st := w.db.Stats(); return st.TxStats.GetWriteTime().Seconds() })
 	return []prometheus.Collector{w.metrics.fsync, w.metrics.group, disk}
 }
-
-// FsyncHistogram and GroupHistogram are the two histograms, for hosts that
-// read them directly (the console).
-//
-// Deprecated: Collectors returns them first and second.
-func (w *WAL) FsyncHistogram() prometheus.Collector { return w.metrics.fsync }
-
-// GroupHistogram: see FsyncHistogram.
-//
-// Deprecated: Collectors returns it second.
-func (w *WAL) GroupHistogram() prometheus.Collector { return w.metrics.group }

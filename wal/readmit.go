@@ -2,7 +2,6 @@ package wal
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
@@ -14,7 +13,7 @@ import (
 //
 // When another node owns a partition of this WAL at a higher epoch, the
 // partition's records are either already in the new owner's history (it
-// copied them from its replica) or only here. ReadmitPartition settles
+// copied them from its replica) or only here. OpReadmit settles
 // that in ONE transaction, ordered with every other write: the records at
 // offsets >= Start (only here) are appended, with new offsets, to a
 // partition this node owns; the fenced partition is dropped; and the
@@ -23,7 +22,7 @@ import (
 // neither; an append that raced the fence is either moved by it or, once
 // it is committed, refused.
 //
-// A seal (SealPartition, or ReadmitPartition's) is an epoch floor kept in
+// A seal (OpSeal, or OpReadmit's) is an epoch floor kept in
 // the WAL's "floors" bucket after the partition is gone: an append of a
 // record of an epoch below the floor is refused with ErrFenced instead of
 // creating the partition anew at offset 0. Records of the floor's epoch
@@ -38,7 +37,7 @@ var ErrFenced = fmt.Errorf("wal: partition sealed: %w", tributary.ErrFenced)
 // floorBucket maps a partition key to its seal: 8 bytes big-endian epoch.
 var floorBucket = []byte("floors")
 
-// Readmit describes a re-admission (ReadmitPartition).
+// Readmit describes a re-admission (OpReadmit).
 type Readmit struct {
 	Stream string
 	// From is the fenced partition; Floor the epoch of its new owner:
@@ -56,7 +55,7 @@ type Readmit struct {
 	Epoch int64
 }
 
-// Readmission is what ReadmitPartition did.
+// Readmission is what OpReadmit did.
 type Readmission struct {
 	// Kept: From holds records of Floor or newer; nothing was changed.
 	Kept bool
@@ -64,43 +63,6 @@ type Readmission struct {
 	// were below Start.
 	Moved, Dropped int64
 	First, Next    int64
-}
-
-// ReadmitPartition moves a fenced partition's records that only this
-// node holds into a partition it owns, drops the rest and seals the
-// fenced partition, in one transaction (see Readmit). Durable when it
-// returns. A re-admitted record gets a new offset: it never reached the
-// table at its old one, so no consumer saw it there. The move is not
-// refused for the budget: the records are counted already, and the drop
-// frees their old bytes in the same transaction (a Kafka batch entry,
-// re-admitted as one record per offset, may take a little more).
-//
-// Deprecated: use Apply(ctx, Op{Kind: OpReadmit, Readmit: &rm}).
-func (w *WAL) ReadmitPartition(rm Readmit) (Readmission, error) {
-	r := w.Apply(context.Background(), Op{Kind: OpReadmit, Readmit: &rm})
-	return r.Readmission, r.Err
-}
-
-// SealPartition refuses, from now on, appends of records of an epoch
-// below floor to (stream, partition) with ErrFenced, unless the partition
-// already holds a record of floor or newer (kept). Durable when it
-// returns; the seal outlives DropPartition.
-//
-// Deprecated: use Apply(ctx, Op{Kind: OpSeal, Stream: …, Partition: …, Epoch: floor}).
-func (w *WAL) SealPartition(stream string, partition int32, floor int64) (kept bool, err error) {
-	r := w.Apply(context.Background(), Op{Kind: OpSeal, Stream: stream, Partition: partition, Epoch: floor})
-	return r.Kept, r.Err
-}
-
-// Floor is the seal of (stream, partition): appends of records below
-// epoch are refused; ok is false if it has none.
-//
-// Deprecated: use Partition's PartitionState.Floor.
-func (w *WAL) Floor(stream string, partition int32) (epoch int64, ok bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	epoch, ok = w.floors[pkey{stream, partition}]
-	return epoch, ok
 }
 
 // floorOf is pk's seal as the group stands (committer only: the
@@ -162,7 +124,7 @@ func (w *WAL) loadFloors(tx *bolt.Tx) error {
 	})
 }
 
-// applySeal is SealPartition in the committer.
+// applySeal is OpSeal in the committer.
 func (w *WAL) applySeal(g *group, o *op) error {
 	wk := w.part(g, o.pk)
 	if !wk.existed && !wk.dirty {
@@ -174,7 +136,7 @@ func (w *WAL) applySeal(g *group, o *op) error {
 	return w.setFloor(g, o.pk, o.n)
 }
 
-// applyReadmit is ReadmitPartition in the committer: read From's records
+// applyReadmit is OpReadmit in the committer: read From's records
 // (those appended earlier in this group included), append those at Start
 // or above to To, drop From and seal it. A refusal of the append (To
 // sealed) leaves everything as it was.

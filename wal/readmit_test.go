@@ -28,7 +28,7 @@ func fencedRecs(t *testing.T, w *WAL, stream string, part int32, epoch int64, pr
 		r := &tributary.Record{Stream: stream, Partition: part, Epoch: epoch, Topic: "t", Source: "kafka",
 			Key: []byte("k"), Value: []byte(fmt.Sprintf("%s-%d", prefix, i)), Headers: []tributary.Header{{Key: "h", Value: []byte{byte(i)}}},
 			ClientID: "c", Node: "n1", Principal: "p", ProducerID: 7, ProducerEpoch: 1, Sequence: int32(i), ProducerTimestamp: int64(1000 + i)}
-		if err := w.Append(context.Background(), r); err != nil {
+		if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: []*tributary.Record{r}}).Err; err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, r)
@@ -67,10 +67,11 @@ func TestReadmitPartition(t *testing.T) {
 	}
 	fenced = append(fenced, brecs...) // offsets 0-8
 	own := fencedRecs(t, w, s, 5, 0, "own", 3)
-	if err := w.Release(s, 0, 2); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: s, Partition: 0, Offset: 2}).Err; err != nil {
 		t.Fatal(err)
 	}
-	res, err := w.ReadmitPartition(Readmit{Stream: s, From: 0, Floor: 3, Start: 4, To: 5, Epoch: 0})
+	wr := w.Apply(context.Background(), Op{Kind: OpReadmit, Readmit: &Readmit{Stream: s, From: 0, Floor: 3, Start: 4, To: 5, Epoch: 0}})
+	res, err := wr.Readmission, wr.Err
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,8 +82,8 @@ func TestReadmitPartition(t *testing.T) {
 		if _, ok := w.Partition(s, 0); ok {
 			t.Fatalf("round %d: fenced partition still there", round)
 		}
-		if f, ok := w.Floor(s, 0); !ok || f != 3 {
-			t.Fatalf("round %d: floor %d %v", round, f, ok)
+		if ps, _ := w.Partition(s, 0); ps.Floor != 3 {
+			t.Fatalf("round %d: floor %d", round, ps.Floor)
 		}
 		got := readPartition(t, w, s, 5)
 		if len(got) != 8 {
@@ -109,7 +110,7 @@ func TestReadmitPartition(t *testing.T) {
 		}
 	}
 	defer w.Close()
-	err = w.Append(context.Background(), &tributary.Record{Stream: s, Partition: 0, Epoch: 2, Value: []byte("late")})
+	err = w.Apply(context.Background(), Op{Kind: OpAppend, Records: []*tributary.Record{{Stream: s, Partition: 0, Epoch: 2, Value: []byte("late")}}}).Err
 	if !errors.Is(err, ErrFenced) || !errors.Is(err, tributary.ErrFenced) {
 		t.Fatalf("append of the old epoch: %v", err)
 	}
@@ -122,7 +123,7 @@ func TestReadmitPartition(t *testing.T) {
 		t.Fatal("a refused append created the partition")
 	}
 	r := &tributary.Record{Stream: s, Partition: 0, Epoch: 3, Value: []byte("ours again")}
-	if err := w.Append(context.Background(), r); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: []*tributary.Record{r}}).Err; err != nil {
 		t.Fatalf("append of the floor's epoch: %v", err)
 	}
 }
@@ -134,18 +135,19 @@ func TestReadmitKept(t *testing.T) {
 	const s = "r.s"
 	fencedRecs(t, w, s, 0, 0, "old", 2)
 	fencedRecs(t, w, s, 0, 3, "new", 2)
-	res, err := w.ReadmitPartition(Readmit{Stream: s, From: 0, Floor: 3, Start: 0, To: 1, Epoch: 0})
+	wr := w.Apply(context.Background(), Op{Kind: OpReadmit, Readmit: &Readmit{Stream: s, From: 0, Floor: 3, Start: 0, To: 1, Epoch: 0}})
+	res, err := wr.Readmission, wr.Err
 	if err != nil || !res.Kept {
 		t.Fatalf("readmission %+v, %v", res, err)
 	}
 	if ps, _ := w.Partition(s, 0); ps.Next != 4 {
 		t.Fatalf("partition %+v", ps)
 	}
-	if _, ok := w.Floor(s, 0); ok {
+	if ps, _ := w.Partition(s, 0); ps.Floor != 0 {
 		t.Fatal("sealed")
 	}
-	if kept, err := w.SealPartition(s, 0, 3); err != nil || !kept {
-		t.Fatalf("seal: kept %v, %v", kept, err)
+	if wr := w.Apply(context.Background(), Op{Kind: OpSeal, Stream: s, Partition: 0, Epoch: 3}); wr.Err != nil || !wr.Kept {
+		t.Fatalf("seal: kept %v, %v", wr.Kept, wr.Err)
 	}
 }
 
@@ -175,21 +177,22 @@ func TestReadmitRace(t *testing.T) {
 	gate := &gateTap{in: make(chan struct{}), open: make(chan struct{})}
 	w.SetTap(gate)
 	first := make(chan error, 1)
-	w.AppendAsync([]*tributary.Record{{Stream: s, Partition: 0, Epoch: 1, Value: []byte("f-3")}}, func(err error) { first <- err })
+	w.Submit(Op{Kind: OpAppend, Records: []*tributary.Record{{Stream: s, Partition: 0, Epoch: 1, Value: []byte("f-3")}}, Done: func(wr Result) { first <- wr.Err }})
 	<-gate.in // the committer holds that group
 	before := make(chan error, 1)
 	after := make(chan error, 1)
-	w.AppendAsync([]*tributary.Record{{Stream: s, Partition: 0, Epoch: 1, Value: []byte("f-4")}}, func(err error) { before <- err })
+	w.Submit(Op{Kind: OpAppend, Records: []*tributary.Record{{Stream: s, Partition: 0, Epoch: 1, Value: []byte("f-4")}}, Done: func(wr Result) { before <- wr.Err }})
 	readmitted := make(chan Readmission, 1)
 	go func() {
-		res, err := w.ReadmitPartition(Readmit{Stream: s, From: 0, Floor: 2, Start: 2, To: 1, Epoch: 0})
+		wr := w.Apply(context.Background(), Op{Kind: OpReadmit, Readmit: &Readmit{Stream: s, From: 0, Floor: 2, Start: 2, To: 1, Epoch: 0}})
+		res, err := wr.Readmission, wr.Err
 		if err != nil {
 			t.Error(err)
 		}
 		readmitted <- res
 	}()
 	waitQueued(t, w, 2)
-	w.AppendAsync([]*tributary.Record{{Stream: s, Partition: 0, Epoch: 1, Value: []byte("f-5")}}, func(err error) { after <- err })
+	w.Submit(Op{Kind: OpAppend, Records: []*tributary.Record{{Stream: s, Partition: 0, Epoch: 1, Value: []byte("f-5")}}, Done: func(wr Result) { after <- wr.Err }})
 	waitQueued(t, w, 3)
 	close(gate.open)
 	if err := <-first; err != nil {
@@ -239,8 +242,8 @@ func TestReadmitTornCommit(t *testing.T) {
 	fencedRecs(t, w, s, 0, 0, "f", 5)
 	fencedRecs(t, w, s, 1, 1, "own", 2)
 	rm := Readmit{Stream: s, From: 0, Floor: 1, Start: 3, To: 1, Epoch: 1}
-	if _, err := w.ReadmitPartition(rm); err != nil {
-		t.Fatal(err)
+	if wr := w.Apply(context.Background(), Op{Kind: OpReadmit, Readmit: &rm}); wr.Err != nil {
+		t.Fatal(wr.Err)
 	}
 	w.Close()
 	tearLatestMeta(t, path)
@@ -254,10 +257,11 @@ func TestReadmitTornCommit(t *testing.T) {
 	if got := readPartition(t, w, s, 1); len(got) != 2 {
 		t.Fatalf("owned partition holds %d records after the torn commit, want 2", len(got))
 	}
-	if _, ok := w.Floor(s, 0); ok {
+	if ps, _ := w.Partition(s, 0); ps.Floor != 0 {
 		t.Fatal("sealed after the torn commit")
 	}
-	res, err := w.ReadmitPartition(rm)
+	wr := w.Apply(context.Background(), Op{Kind: OpReadmit, Readmit: &rm})
+	res, err := wr.Readmission, wr.Err
 	if err != nil || res != (Readmission{Moved: 2, Dropped: 3, First: 2, Next: 4}) {
 		t.Fatalf("redone: %+v, %v", res, err)
 	}
@@ -301,7 +305,7 @@ func TestReadmitHelperProcess(t *testing.T) {
 		go func() {
 			for i := 0; ; i++ {
 				r := &tributary.Record{Stream: "c.rm", Partition: part, Value: []byte(fmt.Sprintf("r%d-%d-%d", round, part, i)), Source: "mqtt"}
-				if err := w.Append(context.Background(), r); errors.Is(err, ErrFenced) && part == p {
+				if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: []*tributary.Record{r}}).Err; errors.Is(err, ErrFenced) && part == p {
 					return
 				} else if err != nil {
 					fmt.Fprintln(os.Stderr, "append:", err)
@@ -318,7 +322,8 @@ func TestReadmitHelperProcess(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	say("readmitting")
-	res, err := w.ReadmitPartition(Readmit{Stream: "c.rm", From: p, Floor: 1, Start: 50, To: 0, Epoch: 0})
+	wr := w.Apply(context.Background(), Op{Kind: OpReadmit, Readmit: &Readmit{Stream: "c.rm", From: p, Floor: 1, Start: 50, To: 0, Epoch: 0}})
+	res, err := wr.Readmission, wr.Err
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "readmit:", err)
 		os.Exit(3)
@@ -423,8 +428,8 @@ func TestReadmitCrash(t *testing.T) {
 				t.Fatalf("round %d: acknowledged %s at %d of the own partition: at %d, %v", round, v, off, o, ok)
 			}
 		}
-		_, whole := w.Partition("c.rm", p)
-		_, sealed := w.Floor("c.rm", p)
+		ps, whole := w.Partition("c.rm", p)
+		sealed := ps.Floor != 0
 		switch {
 		case whole == sealed:
 			t.Fatalf("round %d: fenced partition present %v, sealed %v", round, whole, sealed)

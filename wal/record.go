@@ -10,7 +10,7 @@ import (
 // The WAL stores tributary.Record values (see package tributary); the
 // caller of Append fills every field but Offset (and Timestamp, when it
 // leaves it zero); Append assigns Offset densely per (Stream, Partition).
-// AppendAt stores records whose Offset is already assigned.
+// OpAppendAt stores records whose Offset is already assigned.
 
 var (
 	// ErrBudgetExceeded is returned (wrapped) by Append when the records
@@ -24,7 +24,7 @@ var (
 	ErrGap = errors.New("wal: offset gap")
 )
 
-// GapError refuses an AppendAt whose record for (Stream, Partition) is at
+// GapError refuses an OpAppendAt whose record for (Stream, Partition) is at
 // Offset while the partition's next offset is Next (< Offset): the sender
 // must resend from Next.
 type GapError struct {

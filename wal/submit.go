@@ -7,42 +7,99 @@ import (
 	"github.com/tributary-io/tributary"
 )
 
-// One verb for every write: Submit queues an Op and reports its Result
-// once (Apply waits for it), as pebble's DB.Apply(batch, opts) takes
-// every write. The older verbs (Append, AppendAsync, AppendAt, …,
-// ReleaseAsync) are thin wrappers over it, kept while callers move.
+// Two verbs take every write, as pebble's DB.Apply(batch, opts) does:
+// Submit queues an Op and reports its Result once through Op.Done; Apply
+// waits for it. Ops are applied in the order they are submitted, by one
+// committer goroutine, many to a group commit (one journal write and
+// fdatasync, see journal.go). Every Kind is durable when its Result is
+// reported with a nil Err; on an error nothing of the op was written.
 
 // Kind is what an Op writes.
 type Kind uint8
 
 const (
-	// OpAppend appends Records at their partitions' next offsets (dense,
-	// in slice order; a zero Timestamp is set to now), or the Kafka
-	// record batch Batch as one entry. After, if set, names an append
-	// this one must follow (AppendAsyncAfter's rule: refused with
-	// ErrPredecessorFailed unless that one was stored).
+	// OpAppend makes Records durable and assigns each its Offset, densely
+	// per (Stream, Partition) in slice order; a zero Timestamp is set to
+	// time.Now().UnixMicro(). On an error their Offset and Timestamp may
+	// have been changed. A budget that would be exceeded refuses it with
+	// ErrBudgetExceeded.
+	//
+	// With Batch (and no Records) it stores a Kafka record batch as one
+	// entry covering its records' consecutive offsets (batch.go); on
+	// success Batch.Offset is the first record's offset.
+	//
+	// After, if set, names an append this one must follow (a producer's
+	// consecutive batches: the second is meaningless without the first).
+	// When this one is applied After's outcome is known: if it failed, was
+	// refused or was canceled, this append is refused whole with
+	// ErrPredecessorFailed — in the same group commit as well as in a
+	// later one. A zero After (or one that succeeded) imposes nothing.
 	OpAppend Kind = iota + 1
-	// OpAppendAt stores Records at the offsets they carry (a replica, a
-	// takeover): below the partition's next offset skipped (Result.Skipped),
-	// at it appended, above it refused whole with a *GapError; see
-	// AppendAt.
+	// OpAppendAt stores Records whose Stream, Partition, Offset and Epoch
+	// the partition's owner assigned (a replica storing the owner's
+	// records, a node copying them after a takeover); every other field is
+	// stored as given (a zero Timestamp is set to now). Per (Stream,
+	// Partition), in slice order, a record's Offset is compared with the
+	// partition's next offset (as left by everything committed or queued
+	// before it, earlier records of the op included):
+	//
+	//   - below it: already stored (a resend): skipped, counted in
+	//     Result.Skipped; its content is not compared;
+	//   - equal: appended, and next moves on by one;
+	//   - above it: a gap: the whole op is refused with a *GapError
+	//     (errors.Is ErrGap) carrying the partition's next offset, from
+	//     which the sender resends.
+	//
+	// A partition that does not exist (never created, or dropped) is
+	// created at the Offset of its first record in the op, so a replica
+	// can start anywhere (the table's high-water mark); OpEnsure moves an
+	// existing empty partition forward instead of sending a gap. The
+	// budget is checked as for OpAppend. Consecutive ranges of a partition
+	// may be submitted back to back.
 	OpAppendAt
-	// OpVerbatim stores Verbatim's chunks as they are (Result.Verbatim);
-	// see AppendVerbatimAsync.
+	// OpVerbatim stores Verbatim's chunks (checksums checked, offsets
+	// taken from their headers) at the end of its partition, as a
+	// replica stores the owner's (verbatim.go, invariants 3 and 4): chunks
+	// (or records of a chunk) below the partition's next offset are
+	// skipped; a chunk that starts above it refuses the op with a
+	// *GapError (any drop of invariant 4 is kept); the budget is checked
+	// as for OpAppend; a partition that does not exist is created at the
+	// first chunk's offset. Result.Verbatim says what it did.
 	OpVerbatim
-	// OpRelease deletes Stream/Partition's records below Offset.
+	// OpRelease deletes Stream/Partition's records with offsets below
+	// Offset, freeing their budget. It is idempotent; an Offset beyond
+	// Next is clamped to Next; an unknown partition is a no-op.
 	OpRelease
 	// OpEnsure moves Stream/Partition's next offset up to at least
-	// Offset, creating the partition; see EnsurePartition.
+	// Offset, creating the partition if needed: for a table's committed
+	// high-water mark ahead of a fresh or lost WAL. When it moves Next
+	// forward, the partition's unreleased records (all below Offset,
+	// hence already in the table) are released.
 	OpEnsure
-	// OpDrop forgets Stream/Partition if its epoch is below Epoch
-	// (math.MaxInt64: whatever it is); Result.Dropped, or Result.Kept.
+	// OpDrop forgets Stream/Partition entirely if its Epoch (the highest
+	// epoch of any record ever appended to it) is below Epoch
+	// (math.MaxInt64: whatever it is): its unreleased records are deleted
+	// without being uploaded (Result.Dropped counts them), its Next,
+	// Released and Epoch are forgotten, and its budget is freed. It is for
+	// a partition this node was fenced out of. It is decided in the
+	// committer in order with every other write: a partition that
+	// meanwhile received records of Epoch or newer (this node took it
+	// over again) is kept, and Result.Kept reports it. A later OpAppend
+	// starts the partition again at offset 0, a later OpAppendAt at its
+	// first record's offset; an unknown partition is a no-op.
 	OpDrop
-	// OpSeal refuses appends below epoch Epoch to Stream/Partition from
-	// now on, unless it holds a record of Epoch or newer (Result.Kept).
+	// OpSeal refuses, from now on, appends of records of an epoch below
+	// Epoch to Stream/Partition with ErrFenced, unless the partition
+	// already holds a record of Epoch or newer (Result.Kept). The seal
+	// outlives OpDrop; PartitionState.Floor reports it.
 	OpSeal
-	// OpReadmit re-admits a fenced partition (Readmit;
-	// Result.Readmission); see ReadmitPartition.
+	// OpReadmit moves a fenced partition's records that only this node
+	// holds into a partition it owns, drops the rest and seals the fenced
+	// partition, in one transaction (see Readmit; Result.Readmission). A
+	// re-admitted record gets a new offset: it never reached the table at
+	// its old one, so no consumer saw it there. It is not refused for the
+	// budget: the records are counted already, and the drop frees their
+	// old bytes in the same transaction.
 	OpReadmit
 )
 
@@ -60,8 +117,8 @@ type Op struct {
 	Epoch     int64               // OpDrop: drop below it; OpSeal: the floor
 	After     Ticket              // OpAppend: the append it follows
 	// Done, for Submit, is called exactly once with the outcome: from
-	// the committer (or from Submit's caller when the op is refused at
-	// once). It must not block long.
+	// the committer (or from Submit's caller, before Submit returns, when
+	// the op is refused at once). It must not block long.
 	Done func(Result)
 }
 

@@ -71,7 +71,7 @@ func TestTornCommit(t *testing.T) {
 			t.Fatalf("%d and %d records after the torn commit, want 15 and 3", len(recs), len(readPartition(t, w, "s", 1)))
 		}
 		r := &tributary.Record{Stream: "s", Partition: 0, Value: []byte("after")}
-		if err := w.Append(context.Background(), r); err != nil || r.Offset != 15 {
+		if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: []*tributary.Record{r}}).Err; err != nil || r.Offset != 15 {
 			t.Fatalf("append after the torn commit: offset %d, %v", r.Offset, err)
 		}
 		w.Close()

@@ -11,7 +11,7 @@ import (
 
 // Replication support: the owner's incarnation, the tap that hands each
 // group's encoded chunks to the replicas before the group is fsynced, and
-// AppendVerbatimAsync, which stores such chunks on a replica as they are.
+// OpVerbatim, which stores such chunks on a replica as they are.
 //
 // # Invariants
 //
@@ -30,7 +30,7 @@ import (
 //     later write fails with ErrBroken until the WAL is reopened, so that
 //     no offset the replicas may hold is given to another record within
 //     one incarnation.
-//  3. Verbatim. AppendVerbatimAsync stores chunk values as given (a chunk
+//  3. Verbatim. OpVerbatim stores chunk values as given (a chunk
 //     that overlaps what the partition holds is cut to its new records,
 //     whose bytes are kept), after checking each chunk's checksum and that
 //     the chunks continue the partition without a gap.
@@ -86,15 +86,6 @@ func (w *WAL) SetTap(t Tap) {
 		return
 	}
 	w.tap.Store(&t)
-}
-
-// Incarnation is the WAL's current incarnation (>= 1).
-//
-// Deprecated: use Stats().Incarnation.
-func (w *WAL) Incarnation() int64 {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.inc
 }
 
 // bumpIncarnation reads, increments and stores the incarnation (inside
@@ -171,18 +162,7 @@ func (w *WAL) breakDown(err error) {
 	}
 }
 
-// Broken returns the error every write fails with since a tapped group
-// failed to commit (wrapping ErrBroken), or nil: a broken WAL takes
-// writes again only once reopened, so a node reports itself unhealthy.
-//
-// Deprecated: use Stats().Broken.
-func (w *WAL) Broken() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.broken
-}
-
-// Verbatim is one AppendVerbatimAsync call: chunks of one partition as the
+// Verbatim is one OpVerbatim call: chunks of one partition as the
 // owner's WAL encoded them (Tap, ReadChunks).
 type Verbatim struct {
 	Stream    string
@@ -205,21 +185,7 @@ type VerbatimResult struct {
 // chunkSpan is the offsets a chunk holds.
 type chunkSpan struct{ first, end int64 }
 
-// AppendVerbatimAsync stores v's chunks (checksums checked, offsets taken
-// from their headers) at the end of v's partition; see invariants 3 and 4
-// above. Chunks (or records of a chunk) below the partition's next offset
-// are skipped; a chunk that starts above it refuses the chunks with a
-// *GapError (any drop of invariant 4 is kept); the budget is checked as for
-// Append; a partition that does not exist is created at the first chunk's
-// offset. done is called exactly once, from the committer (or the caller's
-// goroutine when refused at once). The WAL owns v until done is called.
-//
-// Deprecated: use Submit(Op{Kind: OpVerbatim, Verbatim: &v, Done: …}).
-func (w *WAL) AppendVerbatimAsync(v Verbatim, done func(VerbatimResult, error)) {
-	w.Submit(Op{Kind: OpVerbatim, Verbatim: &v, Done: func(r Result) { done(r.Verbatim, r.Err) }})
-}
-
-// applyVerbatim is AppendVerbatimAsync in the committer.
+// applyVerbatim is OpVerbatim in the committer.
 func (w *WAL) applyVerbatim(g *group, o *op) (opErr, txErr error) {
 	v := o.verb
 	if err := w.sealed(g, o.pk, v.Epoch); err != nil {
@@ -249,7 +215,7 @@ func (w *WAL) applyVerbatim(g *group, o *op) (opErr, txErr error) {
 	if len(v.Chunks) == 0 {
 		return nil, nil
 	}
-	first, _ := decodeChunk(v.Chunks[0]) // checked by AppendVerbatimAsync
+	first, _ := decodeChunk(v.Chunks[0]) // checked by OpVerbatim
 	if fresh {
 		wk.st.next, wk.st.released = first.first, first.first // created at its first chunk
 	}
@@ -483,14 +449,6 @@ func ChunkOffsets(c []byte) (first, end int64, err error) {
 // chunks).
 func EncodeChunk(dst []byte, first int64, recs [][]byte) []byte {
 	return encodeChunk(dst, first, recs)
-}
-
-// ReleaseAsync is Release with a callback: done is called exactly once,
-// from the committer (or the caller's goroutine when refused at once).
-//
-// Deprecated: use Submit(Op{Kind: OpRelease, Stream: …, Partition: …, Offset: upTo, Done: …}).
-func (w *WAL) ReleaseAsync(stream string, partition int32, upTo int64, done func(error)) {
-	w.Submit(Op{Kind: OpRelease, Stream: stream, Partition: partition, Offset: upTo, Done: func(r Result) { done(r.Err) }})
 }
 
 // tapState is the committer's tap bookkeeping (embedded in WAL).

@@ -51,7 +51,7 @@ func verbatim(t *testing.T, w *WAL, v Verbatim) (VerbatimResult, error) {
 		err error
 	}
 	ch := make(chan res, 1)
-	w.AppendVerbatimAsync(v, func(r VerbatimResult, err error) { ch <- res{r, err} })
+	w.Submit(Op{Kind: OpVerbatim, Verbatim: &v, Done: func(r Result) { ch <- res{r.Verbatim, r.Err} }})
 	r := <-ch
 	return r.r, r.err
 }
@@ -62,7 +62,7 @@ func appendRecs(t *testing.T, w *WAL, stream string, part int32, n int) {
 	for i := range recs {
 		recs[i] = rec(stream, part, "vvvv")
 	}
-	if err := w.Append(context.Background(), recs...); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: recs}).Err; err != nil {
 		t.Fatal(err)
 	}
 }
@@ -83,10 +83,10 @@ func TestIncarnation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if inc := w.Incarnation(); inc <= last {
+		if inc := w.Stats().Incarnation; inc <= last {
 			t.Fatalf("round %d: incarnation %d, want > %d", round, inc, last)
 		}
-		last = w.Incarnation()
+		last = w.Stats().Incarnation
 		st, _ := w.Partition("s", 0)
 		if st.Start != int64(3*(round-1)) || st.Next != st.Start {
 			t.Fatalf("round %d: %+v, want Start = Next = %d", round, st, 3*(round-1))
@@ -116,7 +116,7 @@ func TestTapVerbatim(t *testing.T) {
 	if tap.committed[0] != 0 || tap.committed[1] != 5 {
 		t.Fatalf("committed Next when tapped: %v, want [0 5] (tapped before the commit)", tap.committed)
 	}
-	if len(parts[1].Chunks) < 2 || parts[1].First != 5 || parts[1].Next != 2005 || parts[1].Incarnation != owner.Incarnation() {
+	if len(parts[1].Chunks) < 2 || parts[1].First != 5 || parts[1].Next != 2005 || parts[1].Incarnation != owner.Stats().Incarnation {
 		t.Fatalf("second group: %d chunks, next %d, incarnation %d", len(parts[1].Chunks), parts[1].Next, parts[1].Incarnation)
 	}
 	for _, p := range parts {
@@ -169,7 +169,7 @@ func chunksOf(from, to int64, per int, value string) [][]byte {
 	return out
 }
 
-// TestVerbatimScript walks AppendVerbatimAsync through duplicates,
+// TestVerbatimScript walks OpVerbatim through duplicates,
 // overlaps, gaps, a bad checksum, the budget, a new incarnation's drop, a
 // stale incarnation and a reopen.
 func TestVerbatimScript(t *testing.T) {
@@ -223,7 +223,7 @@ func TestVerbatimScript(t *testing.T) {
 	}
 	do("stale incarnation", Verbatim{Incarnation: 1, Chunks: chunksOf(23, 24, 4, "vvvv")}, VerbatimResult{}, ErrStale)
 	state("stale refused", 10, 23, 2)
-	if err := w.Release("s", 0, 12); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: "s", Partition: 0, Offset: 12}).Err; err != nil {
 		t.Fatal(err)
 	}
 	// A drop never reaches below Released.
@@ -249,10 +249,10 @@ func TestReadChunksFrom(t *testing.T) {
 	if err != nil || len(ch) != 3 {
 		t.Fatalf("read chunks from 25: %d chunks, %v", len(ch), err)
 	}
-	if err := replica.EnsurePartition("s", 0, 25); err != nil {
+	if err := replica.Apply(context.Background(), Op{Kind: OpEnsure, Stream: "s", Partition: 0, Offset: 25}).Err; err != nil {
 		t.Fatal(err)
 	}
-	r, err := verbatim(t, replica, Verbatim{Stream: "s", Incarnation: owner.Incarnation(), Chunks: ch})
+	r, err := verbatim(t, replica, Verbatim{Stream: "s", Incarnation: owner.Stats().Incarnation, Chunks: ch})
 	if err != nil || r.Skipped != 5 || r.Next != 50 {
 		t.Fatalf("catch up: %+v, %v", r, err)
 	}
@@ -308,7 +308,7 @@ func TestVerbatimBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	combined := encodeChunkV(nil, 0, [][]byte{bc.record(0), rc.record(0), rc.record(1)}, []int{5, 1, 1})
-	inc := owner.Incarnation()
+	inc := owner.Stats().Incarnation
 
 	r2 := openTest(t, Options{NoSync: true})
 	if _, err := verbatim(t, r2, Verbatim{Stream: "s", Incarnation: inc, Chunks: [][]byte{batchChunk}}); err != nil {

@@ -3,27 +3,53 @@
 // acknowledged; the uplink later reads consecutive ranges, uploads them and
 // releases them.
 //
+// # Methods
+//
+// A *WAL (Open) has twelve methods. Two write, taking every write as an Op
+// (submit.go; its Kind says what it writes):
+//
+//   - Submit queues an Op and reports its Result once through Op.Done; its
+//     Ticket names it for a later append's Op.After.
+//   - Apply is Submit waiting for the Result (ctx cancels only before the
+//     committer took the op).
+//
+// Seven read or inspect, none waiting for the committer:
+//
+//   - Read returns a partition's records from an offset; ReadEntriesInto
+//     returns them as stored (a Kafka batch as one tributary.BatchView);
+//     ReadChunks returns the stored chunks themselves (replica catch-up).
+//   - Partition and Partitions report committed partition state (Next,
+//     Released, Epoch, Floor, …); Stats the counters, the Incarnation and
+//     whether the WAL is Broken.
+//   - Notify signals each commit that added records.
+//
+// And three belong to the host: SetTap hands each group's chunks to the
+// replicas while they are synced, Collectors returns the Prometheus
+// collectors, Close closes the WAL. The ingest package (ingest/wal.go) is
+// the only caller of OpAppend; the replicas, the uplink and the ownership
+// book write the other Kinds.
+//
 // # Invariants
 //
-//  1. Durable before acknowledged. Append returns nil (AppendAsync calls done
-//     with nil) only after the group holding the records is durable: its
+//  1. Durable before acknowledged. An OpAppend's Result reports a nil Err
+//     only after the group holding the records is durable: its
 //     journal record written and fdatasynced (an append-only group, see
 //     Journal), or the bbolt transaction holding it committed and fsynced
 //     (a group that also releases, drops, seals or readmits). On any
-//     error none of the call's records was written.
+//     error none of the op's records was written.
 //  2. Dense offsets. Per (Stream, Partition) offsets are assigned 0, 1, 2, …
-//     in commit order and, within one call, in slice order; an offset is
+//     in commit order and, within one op, in slice order; an offset is
 //     never skipped and never reused, across Close/Open and crashes. The
-//     only jumps are EnsurePartition, which moves an empty-or-behind
+//     only jumps are OpEnsure, which moves an empty-or-behind
 //     partition forward to the table's high-water mark, and the creation of
-//     a partition by AppendAt at its first record's offset. AppendAt, which
+//     a partition by OpAppendAt at its first record's offset. OpAppendAt, which
 //     stores offsets assigned elsewhere, keeps density too: it stores a
 //     record only at the partition's next offset, skips those below it and
 //     refuses a gap (GapError).
 //  3. Contiguous content. For every partition, exactly the records with
-//     offsets in [Released, Next) are readable. Release moves Released
-//     forward; DropPartition forgets the whole partition (a node fenced out
-//     of it); ReadmitPartition moves a fenced partition's records that only
+//     offsets in [Released, Next) are readable. OpRelease moves Released
+//     forward; OpDrop forgets the whole partition (a node fenced out
+//     of it); OpReadmit moves a fenced partition's records that only
 //     this node holds into one it owns (new offsets) and drops the rest, in
 //     one transaction, and seals it: later appends of an older epoch are
 //     refused (ErrFenced, readmit.go); nothing else removes records.
@@ -38,8 +64,7 @@
 //
 // # Outline
 //
-// All writes go through one committer goroutine. Append, AppendAsync,
-// AppendAt, AppendAtAsync, Release, EnsurePartition and DropPartition(Below)
+// All writes go through one committer goroutine: Submit (and Apply)
 // enqueue an op and wake the committer. The
 // committer takes everything queued, applies it in queue order inside one
 // bbolt read-write transaction and commits it with one fsync (group commit);
@@ -59,7 +84,7 @@
 // records; a refused op leaves no trace, the others in the group are
 // unaffected. A partition's pending records are written as chunks (see
 // Layout) when the group ends, when they reach the chunk caps, and before a
-// release or EnsurePartition of that partition in the same group. If the transaction itself
+// release or OpEnsure of that partition in the same group. If the transaction itself
 // fails, every op of the group fails and the in-memory state is left as it
 // was. The in-memory partition table is changed only by the committer, after
 // a successful commit, so readers (Partitions, Stats) see committed state.
@@ -94,12 +119,12 @@
 //     partition's pending chunks first and then begins its bbolt read
 //     transaction, and continues after bbolt's chunks (whose end is its
 //     transaction's meta Next) with the pending ones from there: so
-//     Read, ReadEntries and ReadChunks (the uplink, replica catch-up,
+//     Read, ReadEntriesInto and ReadChunks (the uplink, replica catch-up,
 //     Kafka fetch) return a record as soon as it is acknowledged, and
 //     Partition's Next is always readable.
 //   - J4. bbolt is never ahead of the journal, and never read stale by the
-//     committer: a group that reads or deletes in bbolt (Release,
-//     EnsurePartition, DropPartition, SealPartition, ReadmitPartition, a
+//     committer: a group that reads or deletes in bbolt (OpRelease,
+//     OpEnsure, OpDrop, OpSeal, OpReadmit, a
 //     verbatim append of a new incarnation, which may truncate) first
 //     waits until bbolt holds every journaled group (drainApplier), then
 //     commits in its own bbolt transaction, synced, as before the
@@ -119,12 +144,12 @@
 //
 // A bucket per partition ("d" + partition key) holds chunks. A chunk is one
 // bbolt value holding consecutive records of the partition appended in one
-// group commit (from any number of Append calls), keyed by the 8-byte
+// group commit (from any number of OpAppend ops), keyed by the 8-byte
 // big-endian offset of its first record; a group's records are split into
 // chunks of at most 1024 records and 32 KiB (a larger record gets a chunk of
 // its own). A chunk is versioned and ends with a CRC32C over all of it, so a
 // torn or corrupt chunk is reported as ErrCorrupt, never misread: see
-// chunkV1 for the byte layout. A Kafka record batch (AppendBatchAsyncAfter)
+// chunkV1 for the byte layout. A Kafka record batch (OpAppend with a Batch)
 // is one entry covering its records' offsets, in a chunk of version 2
 // (batch.go); Read decodes it into its records and may start inside it. The "meta" bucket maps the partition key
 // (uvarint stream length, stream, big-endian partition) to 32 bytes: next,
@@ -134,7 +159,7 @@
 //
 // Read seeks to the chunk holding its start offset (the greatest key not
 // above it) and decodes records across chunks, skipping those below the
-// start and below Released. Release deletes the chunks whose records all lie
+// start and below Released. OpRelease deletes the chunks whose records all lie
 // below upTo; a chunk that straddles upTo stays until a later release passes
 // its end, and its records below Released are invisible. So invariant 3
 // holds logically: the readable records are exactly [Released, Next), while
@@ -146,7 +171,6 @@ package wal
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -251,7 +275,7 @@ type PartitionState struct {
 	Bytes           int64 // logical bytes unreleased
 	OldestTimestamp int64 // unix micros of oldest unreleased record, 0 if none
 	// Epoch is the highest tributary.Record.Epoch ever appended to the partition; it
-	// survives Release (not DropPartition), so a node restarting without
+	// survives OpRelease (not OpDrop), so a node restarting without
 	// its catalog still knows the ownership epoch it last wrote at.
 	Epoch int64
 	// Start is Next when the WAL's incarnation began (see Incarnation):
@@ -259,7 +283,7 @@ type PartitionState struct {
 	// since.
 	Start int64
 	// Tag is the incarnation of the origin whose verbatim appends
-	// (AppendVerbatimAsync) the partition last stored; 0 if none.
+	// (OpVerbatim) the partition last stored; 0 if none.
 	Tag int64
 	// Floor is the partition's seal (OpSeal, OpReadmit): appends of
 	// records below this epoch are refused; 0 if none. Partition reports
@@ -276,9 +300,9 @@ type Stats struct {
 
 	Commits          int64 // committed bbolt transactions
 	Fsyncs           int64 // commits that were fsynced (bbolt syncs twice per commit)
-	Ops              int64 // ops (Append calls, releases, …) committed or refused by the committer
+	Ops              int64 // ops (appends, releases, …) committed or refused by the committer
 	AppendedRecords  int64 // records made durable since Open
-	BudgetRejections int64 // Append calls refused with ErrBudgetExceeded
+	BudgetRejections int64 // appends refused with ErrBudgetExceeded
 	CommitErrors     int64 // failed transactions
 
 	LastCommitDuration time.Duration
@@ -517,9 +541,8 @@ func checkChunks(b *bolt.Bucket, st *partState) (int64, error) {
 }
 
 // Close waits for queued and in-flight operations to finish, then closes the
-// file. Later calls of Close, Append, AppendAsync, Read, Release and
-// EnsurePartition return (or report) ErrClosed; Partitions and Stats keep
-// returning the last state.
+// file. Later calls of Close, Submit, Apply and Read return (or report)
+// ErrClosed; Partitions and Stats keep returning the last state.
 func (w *WAL) Close() error {
 	w.mu.Lock()
 	if w.closed {
@@ -848,20 +871,7 @@ func scanChunks(c *chunkCursor, from, next int64, maxRecords int, maxBytes int64
 	return nil
 }
 
-// ReadEntries is Read returning the entries the records are stored in: a
-// Kafka batch entry is a tributary.BatchView over a copy of its bytes
-// (one copy per entry, no object per record), possibly starting inside
-// the batch (Skip) or cut short by maxRecords or the partition's end;
-// record entries are decoded as Read decodes them. The entries cover the
-// same offsets Read would return.
-//
-// Deprecated: use ReadEntriesInto(nil, …).
-func (w *WAL) ReadEntries(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]tributary.Entry, error) {
-	es, _, err := w.ReadEntriesInto(nil, stream, partition, from, maxRecords, maxBytes)
-	return es, err
-}
-
-// ReadEntriesInto is ReadEntries copying the batches into buf's spare
+// ReadEntriesInto is ReadEntriesInto copying the batches into buf's spare
 // capacity (a batch that does not fit gets a copy of its own): a reader
 // that reads again and again (the uplink) reuses one buffer instead of
 // allocating its batches' bytes anew. It returns buf with what it copied
@@ -897,126 +907,6 @@ func (w *WAL) ReadEntriesInto(buf []byte, stream string, partition int32, from i
 		return nil, buf, err
 	}
 	return out, buf, nil
-}
-
-// Append makes recs durable (fsynced) and assigns each its Offset, densely per
-// (Stream, Partition) in slice order. A zero Timestamp is set to
-// time.Now().UnixMicro(). Concurrent calls share one transaction and fsync.
-//
-// Append returns nil only once the records are durable. On error none of
-// recs was written (their Offset and Timestamp fields may have been changed).
-// If the budget would be exceeded the error wraps ErrBudgetExceeded. If ctx
-// ends before the committer has taken the records, Append returns ctx.Err()
-// and nothing is written; once taken, Append waits for the commit (one
-// group's worth of time) and reports its outcome.
-//
-// The WAL owns recs until Append returns.
-//
-// Deprecated: use Apply(ctx, Op{Kind: OpAppend, Records: recs}).
-func (w *WAL) Append(ctx context.Context, recs ...*tributary.Record) error {
-	return w.Apply(ctx, Op{Kind: OpAppend, Records: recs}).Err
-}
-
-// AppendAsync is Append with a callback instead of a wait. done is called
-// exactly once, from the committer goroutine (or, when the call is refused at
-// once, from the caller's), and must not block long. The WAL owns recs until
-// done is called.
-//
-// Deprecated: use Submit(Op{Kind: OpAppend, Records: recs, Done: …}).
-func (w *WAL) AppendAsync(recs []*tributary.Record, done func(error)) {
-	w.Submit(Op{Kind: OpAppend, Records: recs, Done: func(r Result) { done(r.Err) }})
-}
-
-// AppendAt makes records durable whose Stream, Partition, Offset and Epoch
-// are already assigned (by the partition's owner: a replica storing the
-// owner's records, or a node copying them after a takeover). Timestamp and
-// every other field are stored as given (a zero Timestamp is set to now).
-//
-// Per (Stream, Partition), in slice order, a record's Offset is compared
-// with the partition's next offset (as left by everything committed or
-// queued before it, including earlier records of the same call):
-//
-//   - below it: the record is already stored (a resend); it is skipped and
-//     counted in skipped. Its content is not compared.
-//   - equal: it is appended, and next moves on by one.
-//   - above it: there is a gap. The whole call is refused with a *GapError
-//     (errors.Is ErrGap) carrying the partition's next offset, from which
-//     the sender resends. Nothing of the call is written.
-//
-// A partition that does not exist (never created, or dropped) is created
-// at the Offset of its first record in the call, so a replica can start
-// anywhere (e.g. at the table's high-water mark). Use EnsurePartition to
-// move an existing empty partition forward instead of sending a gap.
-//
-// Otherwise AppendAt behaves as Append: group commit with other calls,
-// durable when it returns nil, budget checked (ErrBudgetExceeded), ctx
-// cancels only before the committer has taken the call. The WAL owns recs
-// until AppendAt returns. It returns skipped = 0 with any error.
-//
-// Deprecated: use Apply(ctx, Op{Kind: OpAppendAt, Records: recs}).
-func (w *WAL) AppendAt(ctx context.Context, recs ...*tributary.Record) (skipped int, err error) {
-	r := w.Apply(ctx, Op{Kind: OpAppendAt, Records: recs})
-	return int(r.Skipped), r.Err
-}
-
-// AppendAtAsync is AppendAt with a callback instead of a wait, so a caller
-// can keep receiving while earlier ranges are being made durable. Calls are
-// applied in the order they are made, so consecutive ranges of a partition
-// may be queued back to back. done is called exactly once, from the
-// committer goroutine (or the caller's, when refused at once), and must not
-// block long.
-//
-// Deprecated: use Submit(Op{Kind: OpAppendAt, Records: recs, Done: …}).
-func (w *WAL) AppendAtAsync(recs []*tributary.Record, done func(skipped int, err error)) {
-	w.Submit(Op{Kind: OpAppendAt, Records: recs, Done: func(r Result) { done(int(r.Skipped), r.Err) }})
-}
-
-// DropPartition forgets (stream, partition) entirely: its unreleased
-// records are deleted without being uploaded, its Next, Released and Epoch
-// are forgotten, and its budget is freed. It is for a partition this node
-// was fenced out of (another node owns it now, so these records either
-// reached the table through that node or were never acknowledged as part of
-// it). A later Append would start the partition again at offset 0, a later
-// AppendAt at its first record's offset. It returns how many unreleased
-// records were dropped; an unknown partition is a no-op. Durable when it
-// returns.
-//
-// Deprecated: use Apply(ctx, Op{Kind: OpDrop, Stream: …, Partition: …, Epoch: math.MaxInt64}).
-func (w *WAL) DropPartition(stream string, partition int32) (dropped int64, err error) {
-	r := w.Apply(context.Background(), Op{Kind: OpDrop, Stream: stream, Partition: partition, Epoch: math.MaxInt64})
-	return r.Dropped, r.Err
-}
-
-// DropPartitionBelow is DropPartition done only if the partition's Epoch
-// (the highest epoch of any record ever appended to it) is below epoch,
-// decided in the committer in order with every other write: a partition
-// that meanwhile received records of epoch or newer (this node took it
-// over again) is kept, and kept reports it.
-//
-// Deprecated: use Apply(ctx, Op{Kind: OpDrop, Stream: …, Partition: …, Epoch: epoch}).
-func (w *WAL) DropPartitionBelow(stream string, partition int32, epoch int64) (dropped int64, kept bool, err error) {
-	r := w.Apply(context.Background(), Op{Kind: OpDrop, Stream: stream, Partition: partition, Epoch: epoch})
-	return r.Dropped, r.Kept, r.Err
-}
-
-// EnsurePartition makes sure the next offset of (stream, partition) is at
-// least minNext, creating the partition if needed; it is used when the
-// table's committed high-water mark is ahead of a fresh or lost WAL. When it
-// moves Next forward, the partition's unreleased records (all below minNext,
-// hence already in the table) are released. Durable when it returns.
-//
-// Deprecated: use Apply(ctx, Op{Kind: OpEnsure, Stream: …, Partition: …, Offset: minNext}).
-func (w *WAL) EnsurePartition(stream string, partition int32, minNext int64) error {
-	return w.Apply(context.Background(), Op{Kind: OpEnsure, Stream: stream, Partition: partition, Offset: minNext}).Err
-}
-
-// Release deletes the records of (stream, partition) with offset < upTo,
-// durably, freeing their budget. It is idempotent; upTo beyond Next is
-// clamped to Next; an unknown partition is a no-op.
-//
-// Deprecated: use Apply(ctx, Op{Kind: OpRelease, Stream: …, Partition: …, Offset: upTo}).
-func (w *WAL) Release(stream string, partition int32, upTo int64) error {
-	return w.Apply(context.Background(), Op{Kind: OpRelease, Stream: stream, Partition: partition, Offset: upTo}).Err
 }
 
 func (w *WAL) isClosed() bool {

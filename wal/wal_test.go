@@ -126,7 +126,7 @@ func TestScript(t *testing.T) {
 					for j := int64(0); j < s.n; j++ {
 						recs = append(recs, rec(s.stream, s.part, "vvvv"))
 					}
-					err = w.Append(ctx, recs...)
+					err = w.Apply(ctx, Op{Kind: OpAppend, Records: recs}).Err
 					if err == nil {
 						var got []int64
 						for _, r := range recs {
@@ -135,9 +135,9 @@ func TestScript(t *testing.T) {
 						assertOffsets(t, where, got, s.wantOffsets)
 					}
 				case "release":
-					err = w.Release(s.stream, s.part, s.n)
+					err = w.Apply(context.Background(), Op{Kind: OpRelease, Stream: s.stream, Partition: s.part, Offset: s.n}).Err
 				case "ensure":
-					err = w.EnsurePartition(s.stream, s.part, s.n)
+					err = w.Apply(context.Background(), Op{Kind: OpEnsure, Stream: s.stream, Partition: s.part, Offset: s.n}).Err
 				case "read":
 					var recs []*tributary.Record
 					recs, err = w.Read(s.stream, s.part, s.n, s.max, 0)
@@ -206,7 +206,7 @@ func TestAppendFieldsRoundTrip(t *testing.T) {
 	in.Offset = 0
 	before := time.Now().UnixMicro()
 	zeroTS := &tributary.Record{Stream: "k.v", Partition: math32, Value: []byte("x")}
-	if err := w.Append(context.Background(), &in, zeroTS); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: []*tributary.Record{&in, zeroTS}}).Err; err != nil {
 		t.Fatal(err)
 	}
 	if zeroTS.Timestamp < before || zeroTS.Offset != 1 {
@@ -228,7 +228,7 @@ const math32 = 2147483647
 func TestReadByteLimit(t *testing.T) {
 	w := openTest(t, Options{NoSync: true})
 	for i := 0; i < 10; i++ {
-		if err := w.Append(context.Background(), rec("s", 0, "vvvv")); err != nil {
+		if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: []*tributary.Record{rec("s", 0, "vvvv")}}).Err; err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -263,7 +263,7 @@ func TestGroupCommit(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < perG; i++ {
 				r := rec("s", int32(g%4), fmt.Sprintf("g%d-%d", g, i))
-				if err := w.Append(context.Background(), r); err != nil {
+				if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: []*tributary.Record{r}}).Err; err != nil {
 					errs <- err
 					return
 				}
@@ -299,21 +299,21 @@ func TestGroupCommit(t *testing.T) {
 func TestBudgetInGroupLeavesOthersAlone(t *testing.T) {
 	// Two appends in one group: the one that does not fit is refused, the
 	// other commits. The group is formed by queueing both before the
-	// committer runs: AppendAsync from inside a blocked done callback.
+	// committer runs: Submit from inside a blocked done callback.
 	w := openTest(t, Options{NoSync: true, MaxBytes: 3 * recSize})
 	ctx := context.Background()
-	if err := w.Append(ctx, rec("s", 0, "vvvv")); err != nil {
+	if err := w.Apply(ctx, Op{Kind: OpAppend, Records: []*tributary.Record{rec("s", 0, "vvvv")}}).Err; err != nil {
 		t.Fatal(err)
 	}
 	results := make(chan error, 3)
 	release := make(chan struct{})
-	w.AppendAsync([]*tributary.Record{rec("s", 1, "vvvv")}, func(err error) {
+	w.Submit(Op{Kind: OpAppend, Records: []*tributary.Record{rec("s", 1, "vvvv")}, Done: func(wr Result) {
 		<-release // hold the committer while the next two queue up
-		results <- err
-	})
+		results <- wr.Err
+	}})
 	big := []*tributary.Record{rec("s", 0, "vvvv"), rec("s", 0, "vvvv"), rec("s", 0, "vvvv")}
-	w.AppendAsync(big, func(err error) { results <- err })
-	w.AppendAsync([]*tributary.Record{rec("s", 2, "vvvv")}, func(err error) { results <- err })
+	w.Submit(Op{Kind: OpAppend, Records: big, Done: func(wr Result) { results <- wr.Err }})
+	w.Submit(Op{Kind: OpAppend, Records: []*tributary.Record{rec("s", 2, "vvvv")}, Done: func(wr Result) { results <- wr.Err }})
 	close(release)
 	var got []error
 	for i := 0; i < 3; i++ {
@@ -351,7 +351,7 @@ func TestCloseWithAppendsInFlight(t *testing.T) {
 			defer wg.Done()
 			for i := 0; ; i++ {
 				r := rec("s", int32(g%3), fmt.Sprintf("g%d-%d", g, i))
-				err := w.Append(context.Background(), r)
+				err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: []*tributary.Record{r}}).Err
 				if i == 0 {
 					started <- struct{}{}
 				}
@@ -386,11 +386,11 @@ func TestCloseWithAppendsInFlight(t *testing.T) {
 	if _, err := w.Read("s", 0, 0, 0, 0); !errors.Is(err, ErrClosed) {
 		t.Fatalf("read after close: %v", err)
 	}
-	if err := w.Release("s", 0, 1); !errors.Is(err, ErrClosed) {
+	if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: "s", Partition: 0, Offset: 1}).Err; !errors.Is(err, ErrClosed) {
 		t.Fatalf("release after close: %v", err)
 	}
 	done := make(chan error, 1)
-	w.AppendAsync([]*tributary.Record{rec("s", 0, "x")}, func(err error) { done <- err })
+	w.Submit(Op{Kind: OpAppend, Records: []*tributary.Record{rec("s", 0, "x")}, Done: func(wr Result) { done <- wr.Err }})
 	if err := <-done; !errors.Is(err, ErrClosed) {
 		t.Fatalf("append async after close: %v", err)
 	}
@@ -409,7 +409,7 @@ func TestAppendCanceledContext(t *testing.T) {
 	w := openTest(t, Options{NoSync: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if err := w.Append(ctx, rec("s", 0, "v")); !errors.Is(err, context.Canceled) {
+	if err := w.Apply(ctx, Op{Kind: OpAppend, Records: []*tributary.Record{rec("s", 0, "v")}}).Err; !errors.Is(err, context.Canceled) {
 		t.Fatalf("append: %v", err)
 	}
 	if ps := w.Partitions(); len(ps) != 0 {
@@ -420,11 +420,11 @@ func TestAppendCanceledContext(t *testing.T) {
 func TestAppendInvalid(t *testing.T) {
 	w := openTest(t, Options{NoSync: true})
 	for _, recs := range [][]*tributary.Record{{nil}, {{Stream: ""}}, {rec("s", 0, "v"), {Stream: string(make([]byte, 2000))}}} {
-		if err := w.Append(context.Background(), recs...); !errors.Is(err, ErrInvalid) {
+		if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: recs}).Err; !errors.Is(err, ErrInvalid) {
 			t.Fatalf("append %v: %v", recs, err)
 		}
 	}
-	if err := w.Append(context.Background()); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: []*tributary.Record{}}).Err; err != nil {
 		t.Fatalf("empty append: %v", err)
 	}
 	if len(w.Partitions()) != 0 || w.Stats().Commits != 0 {
@@ -439,7 +439,7 @@ func TestNotify(t *testing.T) {
 		t.Fatal("notified before any append")
 	default:
 	}
-	if err := w.Append(context.Background(), rec("s", 0, "v")); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: []*tributary.Record{rec("s", 0, "v")}}).Err; err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -447,7 +447,7 @@ func TestNotify(t *testing.T) {
 	default:
 		t.Fatal("no notification after a commit")
 	}
-	if err := w.Release("s", 0, 1); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpRelease, Stream: "s", Partition: 0, Offset: 1}).Err; err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -467,15 +467,15 @@ func TestAppendAsyncOrder(t *testing.T) {
 	for i := range recs {
 		recs[i] = rec("s", 0, fmt.Sprint(i))
 		wg.Add(1)
-		w.AppendAsync(recs[i:i+1], func(err error) {
+		w.Submit(Op{Kind: OpAppend, Records: recs[i : i+1], Done: func(wr Result) {
 			defer wg.Done()
-			if err != nil {
-				t.Error(err)
+			if wr.Err != nil {
+				t.Error(wr.Err)
 			}
 			mu.Lock()
 			order = append(order, recs[i].Offset)
 			mu.Unlock()
-		})
+		}})
 	}
 	wg.Wait()
 	for i, r := range recs {
@@ -499,7 +499,7 @@ func TestFileSizing(t *testing.T) {
 	}
 	path := filepath.Join(t.TempDir(), "wal.db")
 	w := openTest(t, Options{Path: path})
-	if err := w.Append(context.Background(), rec("s", 0, "v")); err != nil {
+	if err := w.Apply(context.Background(), Op{Kind: OpAppend, Records: []*tributary.Record{rec("s", 0, "v")}}).Err; err != nil {
 		t.Fatal(err)
 	}
 	fi, err := os.Stat(path)

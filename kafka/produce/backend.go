@@ -122,7 +122,7 @@ func RunsFromRecords(recs []*tributary.Record, keep int) []ProducerRun {
 	return RunsFromEntries(es, keep)
 }
 
-// RunsFromEntries is RunsFromRecords for WAL entries (wal.ReadEntries): a
+// RunsFromEntries is RunsFromRecords for WAL entries (wal.ReadEntriesInto): a
 // Kafka batch entry is folded as the run of its records' sequences, read
 // from the batch's header, with no record decoded.
 func RunsFromEntries(es []tributary.Entry, keep int) []ProducerRun {

@@ -29,8 +29,8 @@ func TestRunsFromEntriesMatchRecords(t *testing.T) {
 			rs[i] = kafkatest.Rec{Value: []byte("v")}
 		}
 		done := make(chan error, 1)
-		w.AppendBatchAsyncAfter(wal.Ticket{}, &wal.Batch{Stream: "a.b", Partition: 1, Topic: "a.b", Source: "kafka", Principal: "p",
-			Records: kafkatest.Batch(kafkatest.BatchOpts{PID: pid, Epoch: epoch, Seq: seq}, rs...)}, func(err error) { done <- err })
+		w.Submit(wal.Op{Kind: wal.OpAppend, Batch: &wal.Batch{Stream: "a.b", Partition: 1, Topic: "a.b", Source: "kafka", Principal: "p",
+			Records: kafkatest.Batch(kafkatest.BatchOpts{PID: pid, Epoch: epoch, Seq: seq}, rs...)}, Done: func(wr wal.Result) { done <- wr.Err }})
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
@@ -39,7 +39,7 @@ func TestRunsFromEntriesMatchRecords(t *testing.T) {
 	batch(6, 0, 100, 4)
 	batch(5, 0, 10, 10)
 	batch(-1, -1, -1, 3)
-	if err := w.Append(context.Background(), &tributary.Record{Stream: "a.b", Partition: 1, Source: "mqtt", Value: []byte("m")}); err != nil {
+	if err := w.Apply(context.Background(), wal.Op{Kind: wal.OpAppend, Records: []*tributary.Record{{Stream: "a.b", Partition: 1, Source: "mqtt", Value: []byte("m")}}}).Err; err != nil {
 		t.Fatal(err)
 	}
 	batch(5, 0, 20, 5)
@@ -54,7 +54,7 @@ func TestRunsFromEntriesMatchRecords(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ents, err := w.ReadEntries("a.b", 1, c.from, c.max, 0)
+		ents, _, err := w.ReadEntriesInto(nil, "a.b", 1, c.from, c.max, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

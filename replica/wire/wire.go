@@ -60,7 +60,7 @@ const (
 //
 // Records (version 1) belong to (Stream, Partition) and have consecutive
 // offsets; chunks (version 2) are opaque here: the replica's WAL checks
-// their checksums and offsets (wal.AppendVerbatimAsync). Base is the
+// their checksums and offsets (wal.OpVerbatim). Base is the
 // owner's released offset: everything below it is in the table, so a
 // replica behind it skips ahead instead of waiting for records the owner
 // no longer has. Incarnation is the owner WAL's incarnation and From its
