@@ -28,13 +28,33 @@ type DeltaCommitter interface {
 // try of a pass with nothing new.
 const deltaRetry = 5 * time.Second
 
-// DeltaStreams are the streams this uplink keeps a Delta log for, sorted.
+// deltaOn reports whether stream's formats include delta.
+func (u *Uplink) deltaOn(stream string) bool {
+	if v, ok := u.cfg.Delta[stream]; ok {
+		return v
+	}
+	return u.cfg.DeltaDefault && !tables.IsDLQ(stream)
+}
+
+// DeltaStreams are the streams this uplink keeps a Delta log for (those
+// named, and with DeltaDefault those its WAL holds), sorted.
 func (u *Uplink) DeltaStreams() []string {
-	out := make([]string, 0, len(u.cfg.Delta))
+	set := map[string]bool{}
 	for s, on := range u.cfg.Delta {
 		if on {
-			out = append(out, s)
+			set[s] = true
 		}
+	}
+	if u.cfg.DeltaDefault {
+		for _, p := range u.log.Partitions() {
+			if u.deltaOn(p.Stream) {
+				set[p.Stream] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(set))
+	for s := range set {
+		out = append(out, s)
 	}
 	sort.Strings(out)
 	return out
@@ -43,17 +63,21 @@ func (u *Uplink) DeltaStreams() []string {
 // syncDelta runs the Delta side of a commit of stream (hint: the appends
 // just committed to Iceberg, nil for a catch-up).
 func (u *Uplink) syncDelta(ctx context.Context, stream string, hint []tables.PartitionAppend) {
-	if !u.cfg.Delta[stream] || u.cfg.DeltaStore == nil {
+	if !u.deltaOn(stream) || u.cfg.DeltaStore == nil {
 		return
 	}
 	dc, ok := u.cat.(DeltaCommitter)
 	if !ok {
 		return
 	}
+	var res tables.DeltaSync
+	var err error
 	if u.cfg.deltaHook != nil {
-		u.cfg.deltaHook(stream)
+		err = u.cfg.deltaHook(stream)
 	}
-	res, err := dc.SyncDelta(ctx, u.cfg.DeltaStore, stream, hint, tables.DeltaOptions{CheckpointInterval: u.cfg.DeltaCheckpointInterval, Node: u.cfg.Node})
+	if err == nil {
+		res, err = dc.SyncDelta(ctx, u.cfg.DeltaStore, stream, hint, tables.DeltaOptions{CheckpointInterval: u.cfg.DeltaCheckpointInterval, Node: u.cfg.Node})
+	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.deltaBehind == nil {

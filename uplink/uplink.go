@@ -251,16 +251,19 @@ type Config struct {
 	// headers) all in-progress files of continuous encoding hold at once
 	// (default DefaultPreencodeMaxBytes).
 	PreencodeMaxBytes int64
-	// Delta names the streams whose formats include delta: each commit
-	// also goes to their Delta log in DeltaStore (delta.go).
-	Delta      map[string]bool
+	// Delta says, per stream, whether its formats include delta (each
+	// commit also goes to its Delta log in DeltaStore: delta.go);
+	// DeltaDefault is the answer for streams it does not name.
+	Delta        map[string]bool
+	DeltaDefault bool
 	DeltaStore delta.Store
 	// DeltaCheckpointInterval: a Delta checkpoint every this many
 	// versions (0: 10).
 	DeltaCheckpointInterval int64
-	// deltaHook runs before each Delta sync (tests: a pause or a crash
-	// between the two commits).
-	deltaHook func(stream string)
+	// deltaHook runs before each Delta sync (tests: a pause, or a crash
+	// between the two commits when it returns an error: the sync is not
+	// made).
+	deltaHook func(stream string) error
 }
 
 func (c *Config) defaults() {
