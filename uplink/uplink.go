@@ -256,7 +256,7 @@ type Config struct {
 	// DeltaDefault is the answer for streams it does not name.
 	Delta        map[string]bool
 	DeltaDefault bool
-	DeltaStore delta.Store
+	DeltaStore   delta.Store
 	// DeltaCheckpointInterval: a Delta checkpoint every this many
 	// versions (0: 10).
 	DeltaCheckpointInterval int64
