@@ -7,13 +7,17 @@ GO        ?= go
 BIN       := bin/tributary
 PKGS      := ./...
 UNIT_PKGS  = $(shell $(GO) list ./... | grep -v /e2e)
-APT_PKGS  := mosquitto mosquitto-clients kcat postgresql chromium nftables iproute2
+APT_PKGS  := mosquitto mosquitto-clients kcat curl openssl postgresql chromium nftables iproute2
 DATA      ?= ./data
 VERSITYGW := v1.8.0
 FAKEGCS := v1.56.1
 AZURITE := 3.37.0
+# SeaweedFS (an independent Iceberg REST catalog and S3 store) is built
+# from tools/seaweedfs, a wrapper module pinning it (go install refuses
+# seaweedfs: its go.mod has a replace line), once into WEED.
+WEED ?= $(HOME)/.cache/tributary/seaweedfs/weed
 
-.PHONY: all build run test deps vet unit e2e bench fuzz clean fmt proto docs
+.PHONY: all build build-edge run test deps vet unit e2e bench fuzz clean fmt proto docs
 
 all: build
 
@@ -23,6 +27,27 @@ build:
 	@test -x $(BIN) || echo "building $(BIN): the first build compiles every dependency and takes minutes (later builds take seconds)"
 	$(GO) build -o $(BIN) ./cmd/tributary
 
+# build-edge builds $(EDGE_BIN): the binary without the SDKs of the
+# warehouse stores not in STORES (space- or comma-separated: s3, gcs,
+# azure; file:// is always in). Each store left out is the build tag
+# notrib_<store>; a build without a store refuses a warehouse on it at
+# config check and start-up. `make build-edge STORES=s3` is an edge on S3;
+# STORES= (empty) is file:// only. EDGE_LDFLAGS strips the symbol table
+# and DWARF by default (panics still print file:line stack traces);
+# EDGE_LDFLAGS= keeps them. See docs/operations.md, "Smaller builds".
+ALL_STORES := s3 gcs azure
+STORES     ?= s3
+EDGE_BIN   ?= bin/tributary-edge
+EDGE_LDFLAGS ?= -s -w
+comma      := ,
+space      := $(subst ,, )
+EDGE_TAGS   = $(subst $(space),$(comma),$(strip $(foreach s,$(ALL_STORES),$(if $(filter $(s),$(subst $(comma), ,$(STORES))),,notrib_$(s)))))
+build-edge:
+	@for s in $(subst $(comma), ,$(STORES)); do case " $(ALL_STORES) " in *" $$s "*) ;; \
+	  *) echo "STORES: unknown store $$s (want some of: $(ALL_STORES))"; exit 2;; esac; done
+	$(GO) build -tags '$(EDGE_TAGS)' -ldflags '$(EDGE_LDFLAGS)' -o $(EDGE_BIN) ./cmd/tributary
+	@ls -l $(EDGE_BIN) | awk '{printf "%s: %.1f MB\n", $$NF, $$5/1e6}'
+
 run: build
 	$(BIN) dev --data $(DATA)
 
@@ -30,9 +55,9 @@ run: build
 # root (CI runs as root) and a reachable Debian mirror; it fails loudly
 # rather than letting tests skip. The partition suite (e2e/partition_*)
 # needs ip (iproute2) for network namespaces and nft (nftables) for its
-# silent cuts.
+# silent cuts. The doc run (e2e TestDocs) runs curl and openssl as the docs do.
 deps:
-	@missing=""; for b in mosquitto mosquitto_pub mosquitto_sub kcat nft ip; do \
+	@missing=""; for b in mosquitto mosquitto_pub mosquitto_sub kcat curl openssl nft ip; do \
 	  command -v $$b >/dev/null 2>&1 || [ -x /usr/sbin/$$b ] || missing="$$missing $$b"; done; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
@@ -55,6 +80,10 @@ deps:
 	  mkdir -p $$HOME/.cache/tributary/azurite && cd $$HOME/.cache/tributary/azurite && \
 	  npm install --no-audit --no-fund --silent azurite@$(AZURITE); \
 	fi
+	@if [ ! -x $(WEED) ]; then \
+	  echo "building SeaweedFS into $(WEED) (a real Iceberg REST catalog and S3 store for the tests; minutes, once)"; \
+	  mkdir -p $$(dirname $(WEED)) && cd tools/seaweedfs && $(GO) build -o $(WEED) github.com/seaweedfs/seaweedfs/weed; \
+	fi
 	cd e2e/testdata/duckdb && npm ci --no-audit --no-fund --silent
 	$(GO) mod download
 
@@ -63,8 +92,11 @@ vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+# unit also runs the store tests of a build with every notrib_ tag (file://
+# only; see build-edge): each left-out store is refused by name.
 unit:
 	$(GO) test -race -count=1 -timeout 15m $(UNIT_PKGS)
+	$(GO) test -count=1 -tags 'notrib_s3,notrib_gcs,notrib_azure' -run 'StoreLinked|StoreNotLinked' ./tables/ ./uplink/ ./config/
 
 e2e: build
 	$(GO) test -count=1 -timeout 30m ./e2e/...
@@ -97,7 +129,7 @@ bench: deps build
 # depends on the machine's load.
 FUZZTIME      ?= 1000000x
 FUZZTIME_SLOW ?= 30s
-FUZZ_TARGETS := wal:FuzzDecodeRecord wal:FuzzDecodeChunk wal:FuzzDecodeMeta wal:FuzzDecodeBatchEntry mqtt:FuzzPacketDecode mqtt:FuzzRouter \
+FUZZ_TARGETS := wal:FuzzDecodeRecord wal:FuzzDecodeChunk wal:FuzzDecodeMeta wal:FuzzDecodeBatchEntry wal:FuzzDecodeJournal mqtt:FuzzPacketDecode mqtt:FuzzRouter \
 	kafka/produce:FuzzRequestDecode kafka:FuzzRecordBatch kafka:FuzzDecodeRequest \
 	cluster:FuzzDecodeMeta cluster:FuzzInspect replica/wire:FuzzDecodeAppend replica/wire:FuzzDecodeReply \
 	peer:FuzzReadFrame mqtt:FuzzDecodeForward mqtt:FuzzDecodeInterest pulsar/wire:FuzzFrame

@@ -10,10 +10,12 @@
 //
 // # Invariants
 //
-//   - The server is stateless: committed group offsets and durable Pulsar
-//     cursors live in the catalog's SQL database, table data in the
-//     warehouse, so any number of cloud servers may serve the same tables
-//     and a restart resumes every consumer from there.
+//   - The server is stateless: committed group offsets, durable Pulsar
+//     cursors and MQTT sessions live in the state database (state.uri: by
+//     default the catalog's SQL database; its own SQLite or Postgres when
+//     the catalog is a REST catalog that is not ours), table data in the
+//     warehouse, so any number of cloud servers sharing that database may
+//     serve the same tables and a restart resumes every consumer from there.
 //   - The Kafka and Pulsar servers read through one tables.Reader, so a
 //     row group decoded for one protocol is cached for the other, and both
 //     serve only rows below a partition's committed mark.
@@ -37,6 +39,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"sync"
 
@@ -94,8 +97,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 		}
 		b.Close()
 	}
-	cat, err := tables.Open(ctx, tables.Config{Name: cfg.Catalog.Name, URI: cfg.Catalog.URI, Warehouse: cfg.Catalog.Warehouse,
-		Properties: cfg.Storage.CatalogProperties(cfg.Catalog.Warehouse)})
+	cat, err := OpenCatalog(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open catalog: %w", err)
 	}
@@ -108,10 +110,21 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Server, error) {
 	return s, nil
 }
 
+// OpenCatalog opens the catalog of cfg; a REST catalog that is not ours
+// is asked first for what the server needs of it (tables.CheckREST), so
+// that a wrong URI, credential, token or warehouse stops the start naming
+// its key.
+func OpenCatalog(ctx context.Context, cfg Config) (*tables.Catalog, error) {
+	if tables.External(cfg.Catalog.URI) {
+		return tables.CheckREST(ctx, cfg.CatalogConfig(), CatalogKeys)
+	}
+	return tables.Open(ctx, cfg.CatalogConfig())
+}
+
 // OpenOn serves cat, a catalog the caller has open and closes after
-// Close: `tributary dev` shares its edge node's. cfg.Catalog.URI must
-// still name cat's SQL database (group offsets and cursors are stored
-// there); its Name and Warehouse should be cat's.
+// Close: `tributary dev` shares its edge node's. cfg.State.URI names the
+// SQL database group offsets and cursors are stored in (by default
+// cat's own); its Name and Warehouse should be cat's.
 func OpenOn(cat *tables.Catalog, cfg Config, log *slog.Logger) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -158,9 +171,14 @@ func open(cat *tables.Catalog, cfg Config, log *slog.Logger) (*Server, error) {
 func (s *Server) listen() error {
 	cfg := s.cfg
 	if a := cfg.Catalog.Addr; a != "" {
-		h := rest.NewHandler(s.cat.Iceberg(), rest.Options{Warehouse: cfg.Catalog.Warehouse, Token: cfg.Catalog.Token,
-			NodeToken: cfg.Catalog.NodeToken, Auth: s.auth, Logger: s.log.With("component", "rest-catalog"),
-			Defaults: cfg.Storage.EngineProperties(cfg.Catalog.Warehouse)})
+		var h http.Handler
+		if tables.External(cfg.Catalog.URI) {
+			h = elsewhere(cfg.Catalog.URI) // engines and edges use that catalog itself
+		} else {
+			h = rest.NewHandler(s.cat.Iceberg(), rest.Options{Warehouse: cfg.Catalog.Warehouse, Token: cfg.Catalog.Token,
+				NodeToken: cfg.Catalog.NodeToken, Auth: s.auth, Logger: s.log.With("component", "rest-catalog"),
+				Defaults: cfg.Storage.EngineProperties(cfg.Catalog.Warehouse)})
+		}
 		s.con = newCloudConsole(s.cat)
 		rs, err := rest.Listen(a, rest.RateLimited(h, withProbes(h, s.cat, s.reg, s.auth, s.con)),
 			listen.Config{Logger: s.log, TLS: s.tls.Server("rest"), LoopbackHosts: s.openLoopback(a)})
@@ -178,7 +196,7 @@ func (s *Server) listen() error {
 			Peers:     cfg.Kafka.Peers,
 			MaxGroups: cfg.Kafka.MaxGroups, MaxGroupMembers: cfg.Kafka.MaxGroupMembers, MaxGroupOffsets: cfg.Kafka.MaxGroupOffsets,
 			OffsetsRetention: cfg.Kafka.OffsetsRetention,
-			OffsetsDB:        cfg.Catalog.URI,
+			OffsetsDB:        cfg.State.URI,
 			Reader:           s.reader,
 			BatchCacheBytes:  int64(cfg.Kafka.BatchCacheBytes),
 		}, s.cat)
@@ -197,7 +215,7 @@ func (s *Server) listen() error {
 	}
 	if a := *cfg.Pulsar.Addr; a != "" {
 		ps, err := pulsar.NewServer(pulsar.Config{Addr: a, AdvertisedAddr: cfg.Pulsar.AdvertisedAddr,
-			Peers: cfg.Pulsar.Peers, Catalog: cfg.Catalog.Name, CursorsDB: cfg.Catalog.URI, Auth: s.auth, Logger: s.log,
+			Peers: cfg.Pulsar.Peers, Catalog: cfg.Catalog.Name, CursorsDB: cfg.State.URI, Auth: s.auth, Logger: s.log,
 			Limits:              listen.Config{TLS: s.tls.Server("pulsar")},
 			MaxConsumersPerConn: cfg.Pulsar.MaxConsumersPerConnection, MaxSubscriptions: cfg.Pulsar.MaxSubscriptions,
 			MaxUnackedPerConsumer: cfg.Pulsar.MaxUnackedPerConsumer, MaxAckedRanges: cfg.Pulsar.MaxAckedRanges,
@@ -220,6 +238,19 @@ func (s *Server) listen() error {
 	}
 	// After Pulsar: gRPC Subscribe serves the Pulsar server's subscriptions.
 	return s.listenHTTP()
+}
+
+// elsewhere answers the Iceberg REST routes of a server whose catalog is
+// another REST catalog: 404 with an Iceberg error naming it, so that an
+// engine pointed here is told where the tables are.
+func elsewhere(uri string) http.Handler {
+	body := fmt.Sprintf(`{"error":{"message":%q,"type":"NoSuchCatalogException","code":404}}`,
+		"this Tributary cloud server serves the tables of the Iceberg REST catalog at "+tables.Redact(uri)+": point engines there")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		w.Write([]byte(body))
+	})
 }
 
 // CatalogAddr is the bound address of the REST catalog ("" when off).

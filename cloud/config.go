@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -32,13 +33,31 @@ type Config struct {
 		// Name of the catalog. Default tributary.
 		Name string `yaml:"name"`
 		// URI of the backing catalog: sqlite:///path/catalog.db or
-		// postgres://user:pw@host:5432/db. Default sqlite://DATA_DIR/catalog.db.
+		// postgres://user:pw@host:5432/db (the server's own), or
+		// http(s)://host:port[/path] for an Iceberg REST catalog that is
+		// not ours (Polaris, Unity, Glue, S3 Tables, Nessie, Lakekeeper,
+		// SeaweedFS): the server then serves every protocol from that
+		// catalog's tables and keeps its own state in state.uri. Default
+		// sqlite://DATA_DIR/catalog.db.
 		URI string `yaml:"uri"`
-		// Warehouse blob URL. Default file://DATA_DIR/warehouse.
+		// Warehouse blob URL; with a REST catalog that is not ours, the
+		// location of the catalog's warehouse as it names it (e.g.
+		// s3://table-bucket), sent to its /v1/config, which answers the
+		// prefix and overrides. Default file://DATA_DIR/warehouse.
 		Warehouse string `yaml:"warehouse"`
 		// Token, when set, is required as a bearer token by the REST
+		// catalog this server serves. With a catalog.uri of http(s)://
+		// it is instead the bearer token this server sends to that
 		// catalog. Default "" (no auth).
 		Token string `yaml:"token"`
+		// Credential is "client_id:client_secret" of a REST catalog that
+		// is not ours (catalog.uri http(s)://): exchanged at its OAuth2
+		// token endpoint for a bearer token, refreshed before it expires.
+		// Default "".
+		Credential string `yaml:"credential"`
+		// SigV4 signs every request to a REST catalog that is not ours
+		// with AWS Signature V4 (storage.s3's keys when set). Default off.
+		SigV4 config.SigV4 `yaml:"sigv4"`
 		// NodeToken is the bearer token edge nodes commit with (their
 		// catalog.token) when they commit through this REST catalog: only
 		// it may write the tables' tributary.* properties (marks, owners,
@@ -55,6 +74,18 @@ type Config struct {
 
 	// Storage configures the warehouse's object store.
 	Storage config.Storage `yaml:"storage"`
+
+	// State is where the server keeps what is its own rather than the
+	// tables': committed consumer-group offsets, durable Pulsar and gRPC
+	// cursors, persistent MQTT sessions.
+	State struct {
+		// URI of the state database: sqlite:///path/state.db or
+		// postgres://user:pw@host:5432/db (cloud servers sharing a site
+		// share one Postgres). Default the catalog's own database when
+		// catalog.uri is SQLite or Postgres (as before state.uri
+		// existed), else sqlite://DATA_DIR/state.db.
+		URI string `yaml:"uri"`
+	} `yaml:"state"`
 
 	Kafka struct {
 		// Addr of the Kafka consume listener. Default 127.0.0.1:19092;
@@ -168,6 +199,10 @@ func (c *Config) ApplyDefaults() {
 	}
 	config.DefaultCatalog(c.DataDir, &c.Catalog.Name, &c.Catalog.URI, &c.Catalog.Warehouse)
 	c.Catalog.Warehouse = c.Storage.Warehouse(c.Catalog.Warehouse)
+	c.Catalog.SigV4.Defaults()
+	if c.State.URI == "" {
+		c.State.URI = defaultStateURI(c.DataDir, c.Catalog.URI)
+	}
 	if c.Catalog.Addr == "" {
 		c.Catalog.Addr = "127.0.0.1:8181"
 	}
@@ -227,9 +262,32 @@ func (c *Config) Validate() error {
 	if c.Role != "cloud" {
 		bad("role", "%q: a cloud config says role: cloud", c.Role)
 	}
-	if u := c.Catalog.URI; !strings.HasPrefix(u, "sqlite://") && !strings.HasPrefix(u, "postgres://") && !strings.HasPrefix(u, "postgresql://") {
-		bad("catalog.uri", "%q: want sqlite:///path/to/catalog.db or postgres://user:password@host:5432/db", tables.Redact(u))
+	if u := c.Catalog.URI; !sqlURI(u) && !tables.External(u) {
+		bad("catalog.uri", "%q: want sqlite:///path/to/catalog.db, postgres://user:password@host:5432/db or http(s)://host:port (an Iceberg REST catalog)", tables.Redact(u))
 	}
+	if u := c.State.URI; !sqlURI(u) {
+		bad("state.uri", "%q: want sqlite:///path/to/state.db or postgres://user:password@host:5432/db", tables.Redact(u))
+	}
+	if tables.External(c.Catalog.URI) {
+		if c.Catalog.NodeToken != "" {
+			bad("catalog.node_token", "set, but catalog.uri is another REST catalog: edge nodes commit there with their own catalog.credential or catalog.token")
+		}
+		if c.Catalog.Token != "" && c.Catalog.Credential != "" {
+			bad("catalog.credential", "set token or credential, not both")
+		}
+	} else if c.Catalog.Credential != "" {
+		bad("catalog.credential", "only a REST catalog (catalog.uri http(s)://) takes a credential")
+	}
+	if cr := c.Catalog.Credential; cr != "" {
+		if id, secret, ok := strings.Cut(cr, ":"); !ok || id == "" || secret == "" {
+			bad("catalog.credential", "want client_id:client_secret")
+		}
+	}
+	tok := c.Catalog.Token
+	if !tables.External(c.Catalog.URI) {
+		tok = "" // the token of our own listener
+	}
+	c.Catalog.SigV4.Validate(c.Catalog.URI, tok, c.Catalog.Credential, bad)
 	if !strings.Contains(c.Catalog.Warehouse, "://") {
 		bad("catalog.warehouse", "%q: want a blob URL such as file:///var/lib/tributary/warehouse or s3://bucket/prefix", c.Catalog.Warehouse)
 	}
@@ -333,6 +391,44 @@ func LoadConfig(path string) (Config, error) {
 	}
 	return ParseConfig(raw)
 }
+
+// sqlURI tells whether u names a SQLite or Postgres database.
+func sqlURI(u string) bool {
+	return strings.HasPrefix(u, "sqlite://") || strings.HasPrefix(u, "postgres://") || strings.HasPrefix(u, "postgresql://")
+}
+
+// defaultStateURI is state.uri's default: the catalog's own database,
+// else DATA_DIR/state.db.
+func defaultStateURI(dataDir, catalogURI string) string {
+	if sqlURI(catalogURI) {
+		return catalogURI
+	}
+	abs, err := filepath.Abs(filepath.Join(dataDir, "state.db"))
+	if err != nil {
+		abs = filepath.Join(dataDir, "state.db")
+	}
+	return "sqlite://" + abs
+}
+
+// CatalogConfig is how the server opens its catalog (also used by
+// `tributary config check`).
+func (c Config) CatalogConfig() tables.Config {
+	props := c.Storage.CatalogProperties(c.Catalog.Warehouse)
+	if tables.External(c.Catalog.URI) {
+		switch {
+		case c.Catalog.Token != "":
+			props["token"] = c.Catalog.Token
+		case c.Catalog.Credential != "":
+			props["credential"] = c.Catalog.Credential
+		}
+	}
+	return tables.Config{Name: c.Catalog.Name, URI: c.Catalog.URI, Warehouse: c.Catalog.Warehouse,
+		Properties: props, SigV4: c.Catalog.SigV4.Signer(c.Storage)}
+}
+
+// CatalogKeys are the cloud config keys a REST catalog's errors name.
+var CatalogKeys = tables.CheckKeys{URI: "catalog.uri", Token: "catalog.token", Credential: "catalog.credential",
+	SigV4: "catalog.sigv4", Warehouse: "catalog.warehouse"}
 
 // defaultCount is v, or d when v is unset (0).
 func defaultCount(v, d int) int {

@@ -43,7 +43,14 @@ func TestCloudConfigExampleAndErrors(t *testing.T) {
 	}
 	for _, tc := range []struct{ yaml, want string }{
 		{"role: edge", "role"},
-		{"role: cloud\ncatalog:\n  uri: http://x", "catalog.uri"},
+		{"role: cloud\ncatalog:\n  uri: ftp://x", "catalog.uri"},
+		{"role: cloud\ncatalog:\n  uri: http://x\n  node_token: t", "catalog.node_token"},
+		{"role: cloud\ncatalog:\n  uri: http://x\n  token: t\n  credential: a:b", "catalog.credential"},
+		{"role: cloud\ncatalog:\n  uri: http://x\n  credential: nocolon", "catalog.credential"},
+		{"role: cloud\ncatalog:\n  credential: a:b", "catalog.credential"}, // our own catalog takes none
+		{"role: cloud\ncatalog:\n  sigv4: {region: us-east-1}", "catalog.sigv4"},
+		{"role: cloud\ncatalog:\n  uri: http://x\n  credential: a:b\n  sigv4: {region: us-east-1}", "catalog.sigv4"},
+		{"role: cloud\nstate:\n  uri: http://x", "state.uri"},
 		{"role: cloud\nkafka:\n  peers: [nope]", "kafka.peers[0]"},
 		{"role: cloud\nmaintenance:\n  orphan_grace: 1m", "maintenance.orphan_grace"},
 		{"role: cloud\nmqtt:\n  routes: []", "routes"}, // an unknown key
@@ -58,6 +65,21 @@ func TestCloudConfigExampleAndErrors(t *testing.T) {
 		if _, err := ParseConfig([]byte(tc.yaml)); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want one naming %q", tc.yaml, err, tc.want)
 		}
+	}
+	// The state database defaults to the catalog's own; with a REST
+	// catalog that is not ours, to DATA_DIR/state.db.
+	if d.State.URI != d.Catalog.URI {
+		t.Fatalf("state.uri %q, want the catalog's %q", d.State.URI, d.Catalog.URI)
+	}
+	e, err := ParseConfig([]byte("role: cloud\ndata_dir: /tmp/c\ncatalog:\n  uri: https://catalog.example.com/api\n  warehouse: s3://b\n  credential: id:secret\n"))
+	if err != nil || e.State.URI != "sqlite:///tmp/c/state.db" {
+		t.Fatalf("external catalog: state.uri %q, %v", e.State.URI, err)
+	}
+	if cc := e.CatalogConfig(); cc.Properties["credential"] != "id:secret" || cc.SigV4 != nil {
+		t.Fatalf("external catalog config: %+v", cc)
+	}
+	if cc := d.CatalogConfig(); cc.Properties["credential"] != "" || cc.Properties["token"] != "" {
+		t.Fatalf("our own catalog's config carries auth: %+v", cc)
 	}
 	if RoleOf([]byte("role: cloud")) != "cloud" || RoleOf([]byte("node_id: x")) != "edge" {
 		t.Fatal("RoleOf")

@@ -54,7 +54,7 @@ func (s *Server) listenHTTP() error {
 	if a == "" {
 		return nil
 	}
-	os, err := offsets.Open(s.cfg.Catalog.URI)
+	os, err := offsets.Open(s.cfg.State.URI)
 	if err != nil {
 		return fmt.Errorf("cloud http: %w", err)
 	}
@@ -75,7 +75,7 @@ func (s *Server) listenHTTP() error {
 	if s.pulsar != nil {
 		subs = s.pulsar.Manager()
 	} else {
-		store, err := subscription.OpenCursorStore(s.cfg.Catalog.URI)
+		store, err := subscription.OpenCursorStore(s.cfg.State.URI)
 		if err != nil {
 			ln.Close()
 			os.Close()

@@ -82,7 +82,7 @@ func (s *Server) listenMQTT() error {
 		return nil
 	}
 	ms, err := cloudmqtt.New(cloudmqtt.Config{Addr: m.Addr, WSAddr: m.WSAddr,
-		TLS: s.tls.Server("mqtt"), WSTLS: s.tls.Server("mqtt_ws"), SessionsDB: s.cfg.Catalog.URI, Auth: s.auth,
+		TLS: s.tls.Server("mqtt"), WSTLS: s.tls.Server("mqtt_ws"), SessionsDB: s.cfg.State.URI, Auth: s.auth,
 		MaxInflight: m.MaxInflight, MaxSubscriptions: m.MaxSubscriptions, MaxSessionExpiry: m.MaxSessionExpiry,
 		WriteTimeout: m.WriteTimeout, Logger: s.log, WSAllowedOrigins: m.WSAllowedOrigins, LoopbackHosts: s.openLoopback(m.WSAddr)}, s.reader)
 	if err != nil {

@@ -127,6 +127,10 @@ func (s Storage) EngineProperties(warehouse string) map[string]string {
 // Validate reports each bad field through bad (the warehouse decides
 // which settings apply).
 func (s Storage) Validate(warehouse string, bad func(field, format string, args ...any)) {
+	if err := tables.StoreLinked(warehouse); err != nil {
+		bad("catalog.warehouse", "%v", err)
+		return
+	}
 	if strings.HasPrefix(warehouse, "s3://") && (s.S3.AccessKeyID == "") != (s.S3.SecretAccessKey == "") {
 		bad("storage.s3", "set both access_key_id and secret_access_key, or neither (to use the AWS SDK's defaults)")
 	}
@@ -251,4 +255,46 @@ func (m Maintenance) Validate(bad func(field, format string, args ...any)) {
 func (m Maintenance) Policy() tables.Policy {
 	return tables.Policy{SnapshotMaxAge: m.SnapshotMaxAge, RetainSnapshots: m.RetainSnapshots,
 		TargetFileSize: int64(m.TargetFileSize), MaxManifests: m.MaxManifests, OrphanGrace: m.OrphanGrace}
+}
+
+// SigV4 signs the requests to an Iceberg REST catalog with AWS Signature
+// V4 (AWS Glue's and S3 Tables' REST endpoints, SeaweedFS), with the
+// storage.s3 keys when they are set, else the AWS SDK's default chain.
+type SigV4 struct {
+	// Region of the signature; setting it turns signing on. Default ""
+	// (off: the catalog gets catalog.token or catalog.credential).
+	Region string `yaml:"region"`
+	// Service of the signature: glue for AWS Glue, s3tables for S3
+	// Tables, s3 for SeaweedFS. Default execute-api.
+	Service string `yaml:"service"`
+}
+
+// Defaults fills the service.
+func (s *SigV4) Defaults() {
+	if s.Service == "" {
+		s.Service = "execute-api"
+	}
+}
+
+// Validate reports a signature set on a catalog that is not a REST one,
+// or beside a token or credential.
+func (s SigV4) Validate(uri, token, credential string, bad func(field, format string, args ...any)) {
+	if s.Region == "" {
+		return
+	}
+	if !tables.External(uri) {
+		bad("catalog.sigv4", "signs requests to a REST catalog: catalog.uri %q is not http(s)://", tables.Redact(uri))
+	}
+	if token != "" || credential != "" {
+		bad("catalog.sigv4", "set sigv4, token or credential, not more than one")
+	}
+}
+
+// Signer is the tables.SigV4 of these settings (nil when off), signing
+// with storage.s3's keys when set.
+func (s SigV4) Signer(st Storage) *tables.SigV4 {
+	if s.Region == "" {
+		return nil
+	}
+	return &tables.SigV4{Region: s.Region, Service: s.Service, AccessKeyID: st.S3.AccessKeyID, SecretAccessKey: st.S3.SecretAccessKey}
 }

@@ -1,8 +1,12 @@
 package config
 
 import (
+	"fmt"
 	"maps"
+	"strings"
 	"testing"
+
+	"github.com/tributary-io/tributary/tables"
 )
 
 // TestStorageProperties: each warehouse gets the iceberg-go FileIO
@@ -83,5 +87,29 @@ func TestAzblobAlias(t *testing.T) {
 	none.Validate(none.Warehouse("azblob://lake/w"), func(field, format string, args ...any) { fields = append(fields, field) })
 	if len(fields) != 1 || fields[0] != "storage.azure.account" {
 		t.Errorf("azblob:// without an account: %v, want storage.azure.account", fields)
+	}
+}
+
+// TestStorageStoreNotLinked: config check of a build without a store's SDK
+// (a notrib_ tag; make test runs this with all of them) refuses a
+// warehouse on it under catalog.warehouse, naming the tag.
+func TestStorageStoreNotLinked(t *testing.T) {
+	n := 0
+	for _, wh := range []string{"s3://lake/w", "gs://lake/w", "abfss://lake@acct.dfs.core.windows.net/w", "azblob://lake/w"} {
+		if tables.StoreLinked(wh) == nil {
+			continue
+		}
+		n++
+		var got []string
+		Storage{}.Validate(wh, func(field, format string, args ...any) {
+			got = append(got, field+": "+fmt.Sprintf(format, args...))
+		})
+		want := "catalog.warehouse: this build has no " + strings.SplitN(wh, ":", 2)[0] + ":// support; build without the notrib_" + tables.StoreOf(wh) + " tag"
+		if len(got) != 1 || !strings.HasPrefix(got[0], want) {
+			t.Errorf("%s: %q, want one error starting %q", wh, got, want)
+		}
+	}
+	if n == 0 {
+		t.Skip("every store is linked in this build (make test also runs this with the notrib_ tags)")
 	}
 }

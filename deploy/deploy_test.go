@@ -109,8 +109,8 @@ func checkArgs(t *testing.T, where string, argv []string) (string, map[string]st
 		return sub, nil
 	}
 	if sub == "config" {
-		if len(argv) != 3 || argv[1] != "check" {
-			t.Errorf("%s: want `config check FILE`, got %q", where, argv)
+		if !(len(argv) == 3 || len(argv) == 4 && argv[2] == "--offline") || argv[1] != "check" {
+			t.Errorf("%s: want `config check [--offline] FILE`, got %q", where, argv)
 		}
 		return sub, map[string]string{"file": argv[len(argv)-1]}
 	}

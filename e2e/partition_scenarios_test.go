@@ -85,6 +85,8 @@ func (s *partSite) fault(r *partResult, hold time.Duration, majority []string, c
 		heal()
 		r.restored, err = s.replicationRestored(healAt)
 	})
+	t.Logf("cut at %s, healed at %s, replication restored %s after the heal",
+		cutAt.Format("15:04:05.000"), healAt.Format("15:04:05.000"), r.restored.Round(100*time.Millisecond))
 	if r.takeover == 0 {
 		r.takeover = tk
 	}

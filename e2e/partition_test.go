@@ -153,10 +153,27 @@ cluster:
 	writeFile(t, path, cfg)
 	p := startProcWrapped(t, h.wrap(), dir, "edge", "-config", path)
 	p.dial = h.dialer()
+	keepLogs(t, p, id)
 	s.mu.Lock()
 	s.nodes[id] = p
 	s.mu.Unlock()
 	return p
+}
+
+// keepLogs writes everything p logged to $TRIBUTARY_PARTITION_LOGS/<test>-<id>-<start time>.log
+// when the test ends, when that variable names a directory: the
+// timestamped logs of every node, to follow a heal step by step.
+func keepLogs(t *testing.T, p *proc, id string) {
+	dir := os.Getenv("TRIBUTARY_PARTITION_LOGS")
+	if dir == "" {
+		return
+	}
+	name := fmt.Sprintf("%s-%s-%s.log", strings.ReplaceAll(t.Name(), "/", "_"), id, time.Now().Format("150405.000"))
+	t.Cleanup(func() {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(p.logs()+"\n"), 0o644); err != nil {
+			t.Logf("keep logs: %v", err)
+		}
+	})
 }
 
 func (s *partSite) node(id string) *proc {

@@ -5,10 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,63 +15,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/internal/testkit"
 )
 
-// startPostgres runs a throwaway PostgreSQL server from Debian's packages
-// (`make test` installs postgresql) on a loopback port, as the postgres
-// user when the tests run as root (PostgreSQL refuses root). It returns a DSN.
-func startPostgres(t *testing.T) string {
-	t.Helper()
-	bindir := ""
-	for _, d := range []string{"/usr/lib/postgresql/17/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/15/bin"} {
-		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
-			bindir = d
-			break
-		}
-	}
-	if bindir == "" {
-		t.Fatal("PostgreSQL server binaries not found under /usr/lib/postgresql/*/bin (Debian package postgresql; `make test` installs it)")
-	}
-	dir, err := os.MkdirTemp("", "tributary-pg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	run := func(name string, args ...string) {
-		t.Helper()
-		cmd := exec.Command(filepath.Join(bindir, name), args...)
-		if os.Geteuid() == 0 {
-			u, err := user.Lookup("postgres")
-			if err != nil {
-				t.Fatalf("running as root needs the postgres user: %v", err)
-			}
-			uid, _ := strconv.Atoi(u.Uid)
-			gid, _ := strconv.Atoi(u.Gid)
-			if err := os.Chown(dir, uid, gid); err != nil {
-				t.Fatal(err)
-			}
-			cmd = exec.Command("runuser", append([]string{"-u", "postgres", "--", filepath.Join(bindir, name)}, args...)...)
-		}
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-		}
-	}
-	data := filepath.Join(dir, "data")
-	run("initdb", "-D", data, "-A", "trust", "-U", "tributary", "--no-sync")
-	addr := freeLoopbackPort(t)
-	_, port, _ := strings.Cut(addr, ":")
-	run("pg_ctl", "-D", data, "-w", "-l", filepath.Join(dir, "log"), "-o",
-		fmt.Sprintf("-p %s -h 127.0.0.1 -k %s -c fsync=on", port, dir), "start")
-	t.Cleanup(func() {
-		cmd := exec.Command(filepath.Join(bindir, "pg_ctl"), "-D", data, "-m", "immediate", "stop")
-		if os.Geteuid() == 0 {
-			cmd = exec.Command("runuser", "-u", "postgres", "--", filepath.Join(bindir, "pg_ctl"), "-D", data, "-m", "immediate", "stop")
-		}
-		cmd.Run()
-	})
-	return fmt.Sprintf("postgres://tributary@127.0.0.1:%s/postgres?sslmode=disable", port)
-}
+// startPostgres runs a throwaway PostgreSQL server (testkit.Postgres) and
+// returns its DSN.
+func startPostgres(t *testing.T) string { return testkit.Postgres(t) }
 
 func pgEdgeConfig(t *testing.T, dir, dsn string) string {
 	t.Helper()

@@ -20,22 +20,10 @@ import (
 	"github.com/tributary-io/tributary/internal/batch"
 )
 
-// Sink is where produced records go: the edge node's ingest.
-type Sink interface {
-	// Produce makes recs (all of stream) durable, and replicated where
-	// the cluster requires it, before it returns, setting each one's
-	// Partition, Offset and Timestamp. partition < 0 is the node's own
-	// partition; another must be one this node writes (else an error
-	// wrapping tributary.ErrFenced). A missing stream is created when it
-	// may be, else ErrUnknownStream or ErrStreamLimit. On an error
-	// nothing was appended.
-	Produce(ctx context.Context, stream string, partition int32, recs []*tributary.Record) error
-}
-
-// Errors a Sink returns for streams it will not write.
+// Errors the Appender returns for streams it will not write (its own).
 var (
-	ErrUnknownStream = errors.New("unknown stream")
-	ErrStreamLimit   = errors.New("stream limit reached")
+	ErrUnknownStream = tributary.ErrUnknownStream
+	ErrStreamLimit   = tributary.ErrStreamLimit
 )
 
 // ProducerConfig configures a Producer.
@@ -48,7 +36,7 @@ type ProducerConfig struct {
 // Producer serves ProduceService at the edge.
 type Producer struct {
 	cfg   ProducerConfig
-	sink  Sink
+	app   tributary.Appender
 	calls calls
 	stats Stats
 }
@@ -62,13 +50,14 @@ type Stats struct {
 	Rejected atomic.Int64 // calls refused at max_streams
 }
 
-// NewProducer returns a Producer writing into sink.
-func NewProducer(cfg ProducerConfig, sink Sink) *Producer {
+// NewProducer returns a Producer appending to app (the edge node's write
+// path): each run of records of one stream and partition is one Append.
+func NewProducer(cfg ProducerConfig, app tributary.Appender) *Producer {
 	cfg.Limits.defaults()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	p := &Producer{cfg: cfg, sink: sink}
+	p := &Producer{cfg: cfg, app: app}
 	p.calls = newCalls(cfg.Limits.MaxStreams, &p.stats.Streams, &p.stats.Rejected)
 	return p
 }
@@ -261,7 +250,7 @@ func (p *Producer) receive(ctx context.Context, st *connect.BidiStream[pb.Produc
 	}
 }
 
-// append makes a run durable with one Sink call and sets the errors.
+// append makes a run durable with one Append and sets the errors.
 func (p *Producer) append(ctx context.Context, run []*item) {
 	if run[0].err != nil {
 		return
@@ -274,7 +263,7 @@ func (p *Producer) append(ctx context.Context, run []*item) {
 		recs[i] = it.rec
 		bytes += int64(len(it.rec.Value))
 	}
-	err := p.sink.Produce(ctx, run[0].stream, run[0].partition, recs)
+	err := p.app.Append(ctx, tributary.WriteTo(run[0].partition, recs...))
 	if err == nil {
 		p.stats.Records.Add(int64(len(run)))
 		p.stats.Bytes.Add(bytes)

@@ -28,24 +28,36 @@ type fakeSink struct {
 	recs []*tributary.Record
 }
 
-func (s *fakeSink) Produce(ctx context.Context, stream string, partition int32, recs []*tributary.Record) error {
+func (s *fakeSink) Append(ctx context.Context, w *tributary.Write) error {
+	recs := w.Records
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
 		return s.err
 	}
 	for _, r := range recs {
-		r.Partition, r.Offset = max(partition, 0), s.next
+		if !w.Chosen {
+			r.Partition = 0
+		}
+		r.Offset = s.next
 		s.next++
 	}
 	s.recs = append(s.recs, recs...)
 	return nil
 }
 
+func (s *fakeSink) Submit(ctx context.Context, w *tributary.Write, _ tributary.Wait, done func(error)) (tributary.Ticket, error) {
+	err := s.Append(ctx, w)
+	go done(err)
+	return nil, nil
+}
+
+func (s *fakeSink) Confirm(context.Context, *tributary.Record) error { return nil }
+
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // server is a ProduceService over sink with a, on HTTP/2 (h2c).
-func server(t *testing.T, sink Sink, a *auth.Authority) string {
+func server(t *testing.T, sink tributary.Appender, a *auth.Authority) string {
 	t.Helper()
 	mux := http.NewServeMux()
 	NewProducer(ProducerConfig{Auth: a, Logger: quiet()}, sink).Register(mux)

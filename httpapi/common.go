@@ -56,13 +56,13 @@ func (l *Limits) defaults() {
 	}
 }
 
-// ErrUnknownStream is returned by a Sink for a stream that does not exist
+// ErrUnknownStream is the Appender's for a stream that does not exist
 // (and may not be created): 404.
-var ErrUnknownStream = errors.New("unknown stream")
+var ErrUnknownStream = tributary.ErrUnknownStream
 
-// ErrStreamLimit is returned (wrapped) by a Sink that may not create one
+// ErrStreamLimit is the Appender's (wrapped) when it may not create one
 // more stream: 403 with reason stream_limit (Kafka says POLICY_VIOLATION).
-var ErrStreamLimit = errors.New("stream limit reached")
+var ErrStreamLimit = tributary.ErrStreamLimit
 
 // protocol names the HTTP API in the audit log and the auth metrics.
 const protocol = "http"

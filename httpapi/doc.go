@@ -10,7 +10,7 @@
 //
 //   - A delivery report with error_code 200 is written only after the
 //     record is durable in the WAL (and on the replicas the cluster
-//     requires): the Sink's Append has returned. Reports come in the
+//     requires): the Appender's Append has returned. Reports come in the
 //     order the records were sent, one per record.
 //   - Offset N read here is the row whose offset column is N, the Kafka
 //     offset N and Pulsar entry N: every read goes through the one

@@ -21,18 +21,6 @@ import (
 	"github.com/tributary-io/tributary/httpapi/wire"
 )
 
-// Sink is where produced records go: the edge node's ingest.
-type Sink interface {
-	// Produce makes recs (all of stream) durable, and replicated where
-	// the cluster requires it, before it returns, setting each one's
-	// Partition, Offset and Timestamp. partition < 0 is the node's own
-	// partition of the stream; another must be one this node writes
-	// (else an error wrapping tributary.ErrFenced). The stream is created
-	// when it is missing and may be; else ErrUnknownStream or
-	// ErrStreamLimit. On an error nothing was appended.
-	Produce(ctx context.Context, stream string, partition int32, recs []*tributary.Record) error
-}
-
 // ProducerConfig configures a Producer.
 type ProducerConfig struct {
 	// ClusterID is the cluster_id of the v3 paths (the catalog name); a
@@ -46,7 +34,7 @@ type ProducerConfig struct {
 // Producer serves Confluent REST v3 produce at the edge.
 type Producer struct {
 	cfg     ProducerConfig
-	sink    Sink
+	app     tributary.Appender
 	streams slots
 	stats   ProducerStats
 }
@@ -61,13 +49,14 @@ type ProducerStats struct {
 	Rejected  atomic.Int64 // requests refused at max_streams
 }
 
-// NewProducer returns a Producer writing into sink.
-func NewProducer(cfg ProducerConfig, sink Sink) *Producer {
+// NewProducer returns a Producer appending to app (the edge node's write
+// path): each run of records of one stream and partition is one Append.
+func NewProducer(cfg ProducerConfig, app tributary.Appender) *Producer {
 	cfg.Limits.defaults()
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	p := &Producer{cfg: cfg, sink: sink}
+	p := &Producer{cfg: cfg, app: app}
 	p.streams = newSlots(cfg.Limits.MaxStreams, &p.stats.Streams, &p.stats.Rejected)
 	return p
 }
@@ -362,7 +351,7 @@ func (p *Producer) appendBatch(ctx context.Context, stream string, batch []*item
 		recs[i] = it.rec
 		bytes += int64(len(it.rec.Value))
 	}
-	err := p.sink.Produce(ctx, stream, batch[0].partition, recs)
+	err := p.app.Append(ctx, tributary.WriteTo(batch[0].partition, recs...))
 	if err != nil {
 		code, reason, retry := refusal(err)
 		p.stats.Refused.Add(int64(len(batch)))

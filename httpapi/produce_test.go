@@ -27,7 +27,8 @@ type fakeSink struct {
 	recs  []*tributary.Record
 }
 
-func (s *fakeSink) Produce(ctx context.Context, stream string, partition int32, recs []*tributary.Record) error {
+func (s *fakeSink) Append(ctx context.Context, w *tributary.Write) error {
+	recs := w.Records
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.calls++
@@ -35,14 +36,25 @@ func (s *fakeSink) Produce(ctx context.Context, stream string, partition int32, 
 		return s.err
 	}
 	for _, r := range recs {
-		r.Partition, r.Offset = max(partition, 0), s.next
+		if !w.Chosen {
+			r.Partition = 0
+		}
+		r.Offset = s.next
 		s.next++
 	}
 	s.recs = append(s.recs, recs...)
 	return nil
 }
 
-func newTestProducer(t *testing.T, sink Sink, a *auth.Authority) *httptest.Server {
+func (s *fakeSink) Submit(ctx context.Context, w *tributary.Write, _ tributary.Wait, done func(error)) (tributary.Ticket, error) {
+	err := s.Append(ctx, w)
+	go done(err)
+	return nil, nil
+}
+
+func (s *fakeSink) Confirm(context.Context, *tributary.Record) error { return nil }
+
+func newTestProducer(t *testing.T, sink tributary.Appender, a *auth.Authority) *httptest.Server {
 	t.Helper()
 	if a == nil {
 		var err error

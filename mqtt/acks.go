@@ -1,7 +1,6 @@
 package mqtt
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,17 +11,6 @@ import (
 	"github.com/tributary-io/tributary"
 )
 
-// PipelinedSink is a Sink that can also queue a QoS 1/2 record and report
-// later, through done, once it is exactly as durable as Append would have
-// made it (fsynced, and replicated where the node requires it). With one,
-// the server acknowledges asynchronously (see pipeline). AppendPipelined
-// may block for back-pressure; it returns an error when the record was not
-// queued (done is then never called), and otherwise calls done exactly once.
-type PipelinedSink interface {
-	Sink
-	AppendPipelined(ctx context.Context, rec *tributary.Record, done func(error)) error
-}
-
 // pipeline acknowledges QoS 1 and 2 publishes asynchronously, so that one
 // connection keeps reading while its earlier publishes wait for the WAL's
 // fsync and many messages in flight on one connection share a group commit.
@@ -30,11 +18,11 @@ type PipelinedSink interface {
 // # Invariants
 //
 //  1. Ack only after durable, as in the blocking design: the PUBACK/PUBREC
-//     with a success code is written only after the sink's done reported
+//     with a success code is written only after the appender's done reported
 //     nil for the record.
 //  2. In order per client [MQTT-4.6.0-2, -3]: each session's publishes are
 //     acknowledged (or refused) in the order they were read, whatever order
-//     the sink completes them in: a FIFO per session, popped only at its head.
+//     the appender completes them in: a FIFO per session, popped only at its head.
 //  3. Receive Maximum: an MQTT 5 client with more QoS 1/2 publishes
 //     unacknowledged (pending here, or QoS 2 awaiting PUBREL) than the
 //     server's Receive Maximum gets DISCONNECT 0x93 [MQTT-3.3.4-9]; an
@@ -84,9 +72,9 @@ type PipelinedSink interface {
 // # Outline
 //
 // OnPublish (read goroutine) checks the ACL and quotas, adds the publish to
-// its session's FIFO and byID, queues it with AppendPipelined and returns
+// its session's FIFO and byID, submits it (Appender.Submit, Durable) and returns
 // packets.ErrRejectPacket, so mochi neither acks nor delivers it now. The
-// sink's done marks the entry durable (or failed) and starts the session's
+// appender's done marks the entry durable (or failed) and starts the session's
 // worker goroutine if none runs. The worker pops durable entries from the
 // FIFO head while the session has a ready connection, all that are ready
 // at once: a failure is refused (refuse, as in the blocking design), a
@@ -278,7 +266,7 @@ func (p *pipeline) drop(a *ackSession) {
 // publish takes a QoS 1/2 publish of a network client off the read loop.
 // It returns the error OnPublish returns (always packets.ErrRejectPacket
 // unless the client is stopped).
-func (p *pipeline) publish(cl *mochi.Client, pk packets.Packet, rec *tributary.Record, ps PipelinedSink) error {
+func (p *pipeline) publish(cl *mochi.Client, pk packets.Packet, rec *tributary.Record) error {
 	s := p.s
 	a := p.session(cl.ID)
 	a.mu.Lock()
@@ -337,7 +325,7 @@ func (p *pipeline) publish(cl *mochi.Client, pk packets.Packet, rec *tributary.R
 	a.queue = append(a.queue, e)
 	a.byID[pk.PacketID] = e
 	a.mu.Unlock()
-	if err := ps.AppendPipelined(s.ctx, rec, func(err error) { p.complete(a, e, err) }); err != nil {
+	if _, err := s.app.Submit(s.ctx, &tributary.Write{Records: []*tributary.Record{rec}}, tributary.Durable, func(err error) { p.complete(a, e, err) }); err != nil {
 		p.complete(a, e, err)
 	}
 	return errReject
@@ -412,7 +400,7 @@ func (p *pipeline) waitSpace(a *ackSession, cl *mochi.Client) bool {
 	return !cl.Closed()
 }
 
-// complete records the sink's outcome for e and starts a's worker.
+// complete records the appender's outcome for e and starts a's worker.
 func (p *pipeline) complete(a *ackSession, e *pendingPub, err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

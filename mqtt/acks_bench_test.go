@@ -29,8 +29,10 @@ func (nullPipelinedSink) AppendPipelined(_ context.Context, _ *tributary.Record,
 // benchPublish sends b.N QoS 1 publishes of 256 bytes on one connection,
 // 32 in flight, and reads their PUBACKs; allocs/op is the allocations per
 // message of the whole process (server and this small client).
-func benchPublish(b *testing.B, sink Sink, window int) {
-	s, err := New(Config{TCPAddr: "127.0.0.1:0", NodeID: "n", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, sink)
+func benchPublish(b *testing.B, sink testSink, window int) {
+	_, pipelined := sink.(pipelinedSink)
+	s, err := New(Config{TCPAddr: "127.0.0.1:0", NodeID: "n", BlockingAcks: !pipelined,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, appender(sink))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -72,7 +74,7 @@ func BenchmarkPublishPipelined(b *testing.B) {
 	b.Run("inflight1", func(b *testing.B) { benchPublish(b, nullPipelinedSink{}, 1) })
 }
 
-// BenchmarkPublishBlocking is the blocking path (Sink.Append in OnPublish).
+// BenchmarkPublishBlocking is the blocking path (Append in OnPublish).
 func BenchmarkPublishBlocking(b *testing.B) {
 	b.Run("inflight32", func(b *testing.B) { benchPublish(b, nullSink{}, 32) })
 	b.Run("inflight1", func(b *testing.B) { benchPublish(b, nullSink{}, 1) })

@@ -177,7 +177,7 @@ func (r *reverseSink) release() {
 // the failed one gets its refusal code in its place.
 func TestPipelinedAcksOrderedWhateverTheSink(t *testing.T) {
 	sink := &reverseSink{}
-	s, err := New(Config{TCPAddr: "127.0.0.1:0", NodeID: "n", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, sink)
+	s, err := New(Config{TCPAddr: "127.0.0.1:0", NodeID: "n", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, appender(sink))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,13 +28,13 @@ func (a *asyncSink) AppendAsync(ctx context.Context, rec *tributary.Record, done
 	return nil
 }
 
-// TestQoS0AsyncAppend: with an AsyncSink, QoS 0 publishes go through
+// TestQoS0AsyncAppend: QoS 0 publishes go through
 // AppendAsync (the read loop does not wait), land in order, and a failed
 // one is counted as dropped; QoS 1 still uses the blocking Append.
 func TestQoS0AsyncAppend(t *testing.T) {
 	sink := &asyncSink{memSink: &memSink{}}
 	s, err := New(Config{TCPAddr: "127.0.0.1:0", NodeID: "n", DefaultStream: "a.b",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, sink)
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, appender(sink))
 	if err != nil {
 		t.Fatal(err)
 	}

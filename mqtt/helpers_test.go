@@ -18,7 +18,62 @@ import (
 	"github.com/tributary-io/tributary/internal/testkit"
 )
 
-// memSink is a Sink in memory: it records appends, can be switched to fail,
+// testSink is how this package's tests store records: a blocking
+// Append, and optionally the capabilities below, which sinkAppender maps
+// onto the tributary.Appender the server takes.
+type testSink interface {
+	Append(ctx context.Context, recs ...*tributary.Record) error
+}
+
+// pipelinedSink queues a QoS 1/2 record (Submit, Durable).
+type pipelinedSink interface {
+	AppendPipelined(ctx context.Context, rec *tributary.Record, done func(error)) error
+}
+
+// queuedSink queues a QoS 0 record (Submit, Queued).
+type queuedSink interface {
+	AppendAsync(ctx context.Context, rec *tributary.Record, done func(error)) error
+}
+
+// confirmSink confirms a record stored but not confirmed.
+type confirmSink interface {
+	Confirm(ctx context.Context, rec *tributary.Record) error
+}
+
+// sinkAppender is a tributary.Appender over a testSink. A Queued write
+// to a sink that cannot queue is stored before Submit returns; a Durable
+// one to a sink that cannot pipeline too.
+type sinkAppender struct{ s testSink }
+
+func appender(s testSink) tributary.Appender { return sinkAppender{s} }
+
+func (a sinkAppender) Submit(ctx context.Context, w *tributary.Write, wait tributary.Wait, done func(error)) (tributary.Ticket, error) {
+	rec := w.Records[0]
+	if q, ok := a.s.(queuedSink); ok && wait == tributary.Queued {
+		return nil, q.AppendAsync(ctx, rec, done)
+	}
+	if p, ok := a.s.(pipelinedSink); ok && wait == tributary.Durable {
+		return nil, p.AppendPipelined(ctx, rec, done)
+	}
+	if err := a.s.Append(ctx, w.Records...); err != nil {
+		return nil, err
+	}
+	go done(nil)
+	return nil, nil
+}
+
+func (a sinkAppender) Append(ctx context.Context, w *tributary.Write) error {
+	return a.s.Append(ctx, w.Records...)
+}
+
+func (a sinkAppender) Confirm(ctx context.Context, rec *tributary.Record) error {
+	if c, ok := a.s.(confirmSink); ok {
+		return c.Confirm(ctx, rec)
+	}
+	return fmt.Errorf("%w: this sink cannot confirm", tributary.ErrNotReplicated)
+}
+
+// memSink is a testSink in memory: it records appends, can be switched to fail,
 // and can hold every Append until released.
 type memSink struct {
 	mu      sync.Mutex
@@ -40,7 +95,7 @@ type memSink struct {
 	turn         *sync.Cond
 }
 
-// AppendPipelined makes memSink a PipelinedSink: the server acknowledges
+// AppendPipelined makes memSink a pipelinedSink: the server acknowledges
 // asynchronously, in the order calls were made.
 func (m *memSink) AppendPipelined(ctx context.Context, rec *tributary.Record, done func(error)) error {
 	m.mu.Lock()
@@ -123,7 +178,7 @@ func (m *memSink) store(recs []*tributary.Record) error {
 	return nil
 }
 
-// Confirm makes memSink a ConfirmSink: it records rec (a stored one).
+// Confirm makes memSink a confirmSink: it records rec (a stored one).
 func (m *memSink) Confirm(ctx context.Context, rec *tributary.Record) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -227,7 +282,7 @@ func startServer(t testing.TB, mutate func(*Config)) *testServer {
 		mutate(&cfg)
 	}
 	sink := &memSink{}
-	s, err := New(cfg, sink)
+	s, err := New(cfg, appender(sink))
 	if err != nil {
 		t.Fatalf("new: %v", err)
 	}

@@ -164,27 +164,25 @@ func (h *publishHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pa
 		}
 	}
 	if pk.FixedHeader.Qos == 0 {
-		if as, ok := s.sink.(AsyncSink); ok {
-			// QoS 0 has no acknowledgement to hold back: queue the record
-			// for the next group commit and let the read loop go on. It is
-			// delivered now; if it then cannot be made durable it is
-			// counted and logged as dropped, like a refused QoS 0 publish.
-			stream, size := rec.Stream, uint64(len(pk.Payload)) // not pk: the closure would move it to the heap
-			if err := as.AppendAsync(s.ctx, rec, func(err error) {
-				if err != nil {
-					s.dropQoS0(cl, stream, err)
-					return
-				}
-				s.accepted[0].Add(1)
-				s.payloadBytes.Add(size)
-			}); err != nil {
-				return pk, s.refuse(cl, pk, rec.Stream, err)
+		// QoS 0 has no acknowledgement to hold back: queue the record
+		// for the next group commit and let the read loop go on. It is
+		// delivered now; if it then cannot be made durable it is
+		// counted and logged as dropped, like a refused QoS 0 publish.
+		stream, size := rec.Stream, uint64(len(pk.Payload)) // not pk: the closure would move it to the heap
+		if _, err := s.app.Submit(s.ctx, &tributary.Write{Records: []*tributary.Record{rec}}, tributary.Queued, func(err error) {
+			if err != nil {
+				s.dropQoS0(cl, stream, err)
+				return
 			}
-			return pk, nil
+			s.accepted[0].Add(1)
+			s.payloadBytes.Add(size)
+		}); err != nil {
+			return pk, s.refuse(cl, pk, rec.Stream, err)
 		}
+		return pk, nil
 	}
 	if s.pipe != nil {
-		if err := s.pipe.publish(cl, pk, rec, s.sink.(PipelinedSink)); err != errReject {
+		if err := s.pipe.publish(cl, pk, rec); err != errReject {
 			return pk, err
 		}
 		return held(pk), nil
@@ -199,7 +197,7 @@ func (h *publishHook) OnPublish(cl *mochi.Client, pk packets.Packet) (packets.Pa
 			return pk, s.refuse(cl, pk, rec.Stream, err)
 		}
 	} else {
-		err = s.sink.Append(s.ctx, rec)
+		err = s.app.Append(s.ctx, &tributary.Write{Records: []*tributary.Record{rec}})
 	}
 	if err == nil {
 		if pk.FixedHeader.Qos > 0 {

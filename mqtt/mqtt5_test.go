@@ -14,7 +14,7 @@ import (
 
 // ackModes are the two acknowledgement paths every MQTT 5 behaviour is
 // checked on, so that they cannot drift: the pipeline (acks.go, the
-// default with a PipelinedSink) and the blocking hook (Config.BlockingAcks).
+// default) and the blocking hook (Config.BlockingAcks).
 var ackModes = []struct {
 	name     string
 	blocking bool

@@ -79,10 +79,10 @@ func TestRouterDefaultsAndValidation(t *testing.T) {
 			t.Errorf("NewRouter(%v, %q) = %v, want ErrInvalidRoute", bad.routes, bad.def, err)
 		}
 	}
-	if _, err := New(Config{NodeID: "n", Routes: []Route{{Filter: "a/#/b", Stream: "a.b"}}}, &memSink{}); !errors.Is(err, ErrInvalidRoute) {
+	if _, err := New(Config{NodeID: "n", Routes: []Route{{Filter: "a/#/b", Stream: "a.b"}}}, appender(&memSink{})); !errors.Is(err, ErrInvalidRoute) {
 		t.Errorf("New with a bad route: %v", err)
 	}
-	if _, err := New(Config{}, &memSink{}); !errors.Is(err, ErrConfig) {
+	if _, err := New(Config{}, appender(&memSink{})); !errors.Is(err, ErrConfig) {
 		t.Errorf("New without node id: %v", err)
 	}
 }

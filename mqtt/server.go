@@ -5,8 +5,9 @@
 // Invariants:
 //
 //   - Ack only after durable. A QoS 1 PUBACK or QoS 2 PUBREC with a success
-//     code is written only after Sink.Append returned nil for the record (or
-//     PipelinedSink.AppendPipelined reported nil), i.e. after it was fsynced.
+//     code is written only after the tributary.Appender reported the
+//     record's Durable write done (Submit's done, or Append, returned nil),
+//     i.e. after it was fsynced and replicated as the node requires.
 //   - Refused is never delivered. A publish whose Append failed is neither
 //     retained nor delivered to any subscriber, and is never acknowledged as a
 //     success: MQTT 5 clients get PUBACK/PUBREC with the reason's code
@@ -21,7 +22,7 @@
 //     confirmed and acknowledged, not appended again (stored.go).
 //   - Nothing is silently dropped. A QoS 0 publish that cannot be appended is
 //     dropped (QoS 0 has no way back to the sender) but counted in Stats and
-//     logged, rate-limited. With an AsyncSink, QoS 0 publishes are queued for
+//     logged, rate-limited. QoS 0 publishes are submitted Queued for
 //     the next group commit without waiting and delivered at once, so one
 //     that then fails to become durable has been delivered but is still
 //     counted and logged as dropped. Publishes mochi would ignore without a word
@@ -78,12 +79,12 @@
 // Outline: New builds a mochi server with explicit capabilities, the limits
 // hook, the auth hook and the publish hook. mochi runs OnPublish on the connection's read goroutine
 // after the ACL check and topic-alias resolution and before it writes the
-// acknowledgement. With a PipelinedSink (the node's) the hook hands a QoS
+// acknowledgement. By default the hook hands a QoS
 // 1/2 record to the pipeline of asynchronous acknowledgements (acks.go) and
 // the connection reads on, so its many messages in flight share one group
 // commit; once durable, the packet is injected back into the session's
 // current connection and mochi acks, retains and delivers it. Otherwise
-// (Config.BlockingAcks, or a plain Sink) the hook blocks in Sink.Append:
+// (Config.BlockingAcks) the hook blocks in the Appender's Append:
 // each connection waits one group commit per message, while concurrent
 // connections share commits; on success the hook returns the packet and
 // mochi acks, retains and delivers as usual. On failure the hook writes the refusal itself with
@@ -125,25 +126,6 @@ import (
 	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/listen"
 )
-
-// Sink makes records durable. Append returns only after every record is
-// durable (fsynced), or with an error, in which case none was accepted.
-// Append sets rec.Partition (and Offset) itself; this package sets Stream,
-// Topic, Value, Headers, Source="mqtt", ClientID, Node and Timestamp=0.
-// Records must be treated as read-only: Value is shared with delivery.
-type Sink interface {
-	Append(ctx context.Context, recs ...*tributary.Record) error
-}
-
-// AsyncSink is a Sink that can also queue a record without waiting for it
-// to be durable; the server uses it for QoS 0 publishes, which have no
-// acknowledgement to hold back. AppendAsync may block to apply
-// back-pressure; it returns an error when the record was not queued, and
-// otherwise calls done exactly once when the record is durable or failed.
-type AsyncSink interface {
-	Sink
-	AppendAsync(ctx context.Context, rec *tributary.Record, done func(error)) error
-}
 
 // Listener ids as reported by Server.Addrs.
 const (
@@ -223,8 +205,7 @@ type Config struct {
 	MaxQueuedMessages int
 	// BlockingAcks makes OnPublish wait for each QoS 1/2 record to be
 	// durable before the connection reads on (one fsync after another per
-	// connection), even with a PipelinedSink; false = acknowledge
-	// asynchronously when the sink allows it (acks.go).
+	// connection); false = acknowledge asynchronously (acks.go).
 	BlockingAcks bool
 	Logger       *slog.Logger // nil = slog.Default()
 }
@@ -287,7 +268,7 @@ type Stats struct {
 // Server is the MQTT broker of one node.
 type Server struct {
 	cfg    Config
-	sink   Sink
+	app    tributary.Appender // the node's write path
 	router Router
 	log    *slog.Logger
 	broker *mochi.Server
@@ -339,10 +320,13 @@ type Server struct {
 	replLog rateLimiter // refusals for too few replicas
 }
 
-// New validates cfg and builds a server; Start opens the listeners.
-func New(cfg Config, sink Sink) (*Server, error) {
-	if sink == nil {
-		return nil, fmt.Errorf("nil sink: %w", ErrConfig)
+// New validates cfg and builds a server writing publishes to app (this
+// package fills each record's Stream, Topic, Value, Headers,
+// Source="mqtt", ClientID, Node and Principal; Value is shared with
+// delivery); Start opens the listeners.
+func New(cfg Config, app tributary.Appender) (*Server, error) {
+	if app == nil {
+		return nil, fmt.Errorf("nil appender: %w", ErrConfig)
 	}
 	if cfg.NodeID == "" {
 		return nil, fmt.Errorf("empty node id: %w", ErrConfig)
@@ -396,7 +380,7 @@ func New(cfg Config, sink Sink) (*Server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		cfg:    cfg,
-		sink:   sink,
+		app:    app,
 		router: router,
 		log:    log,
 		ctx:    ctx,
@@ -412,7 +396,7 @@ func New(cfg Config, sink Sink) (*Server, error) {
 	})
 	s.retained = newRetained(cfg.MaxRetained, cfg.MaxRetainedBytes)
 	s.stored = newStoredPubs(maxStored, storedTTL)
-	if _, ok := sink.(PipelinedSink); ok && !cfg.BlockingAcks {
+	if !cfg.BlockingAcks {
 		s.pipe = newPipeline(s)
 	}
 	if err := s.broker.AddHook(&limitsHook{s: s}, nil); err != nil {
@@ -520,7 +504,7 @@ func (s *Server) Addrs() map[string]string {
 }
 
 // Publish publishes a message from the node itself through the inline
-// client, for local subscribers. It is not logged to the sink.
+// client, for local subscribers. It is not appended.
 func (s *Server) Publish(topic string, payload []byte, retain bool, qos byte) error {
 	if err := s.broker.Publish(topic, payload, retain, qos); err != nil {
 		return fmt.Errorf("publish %s: %w", topic, err)

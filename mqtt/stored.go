@@ -2,7 +2,6 @@ package mqtt
 
 import (
 	"container/list"
-	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -14,17 +13,6 @@ import (
 
 	"github.com/tributary-io/tributary"
 )
-
-// ConfirmSink is a Sink that can finish an append it reported as failed
-// after storing it (an error wrapping tributary.ErrAfterAppend: durable
-// on this node, the replicas did not confirm it in time). Confirm waits
-// until rec (its Stream, Partition, Offset and Epoch as the failed append
-// set them) is as durable as Append would have made it — replicated
-// where the policy still requires it — and returns nil, or an error if it
-// still is not.
-type ConfirmSink interface {
-	Confirm(ctx context.Context, rec *tributary.Record) error
-}
 
 // storedPubs remembers the QoS 1/2 publishes that were stored but not
 // acknowledged, so that the client's re-send of one is acknowledged
@@ -39,7 +27,7 @@ type ConfirmSink interface {
 //     packet id with DUP=1 when it resumes the session.
 //  2. Keyed by (client id, packet id). The re-send matches only with DUP
 //     set and the same topic and payload (a hash); it is then confirmed
-//     (ConfirmSink.Confirm), not appended, and acknowledged as the
+//     (tributary.Appender.Confirm), not appended, and acknowledged as the
 //     original would have been. One that still is not confirmed is refused
 //     again the same way and stays remembered.
 //  3. A clean start, or a session that ends, forgets the client's entries:
@@ -185,16 +173,15 @@ func (s *storedPubs) len() int {
 }
 
 // storedUnconfirmed reports whether cause is an append that stored the
-// record (ErrAfterAppend) and whether this server can confirm it later.
+// record (ErrAfterAppend), which the appender can confirm later.
 func (s *Server) storedUnconfirmed(cause error) bool {
-	_, ok := s.sink.(ConfirmSink)
-	return ok && errors.Is(cause, tributary.ErrAfterAppend)
+	return errors.Is(cause, tributary.ErrAfterAppend)
 }
 
 // confirm waits for the stored record e to be confirmed; the error wraps
 // tributary.ErrAfterAppend (the record stays stored either way).
 func (s *Server) confirm(e *storedPub) error {
-	err := s.sink.(ConfirmSink).Confirm(s.ctx, &e.rec)
+	err := s.app.Confirm(s.ctx, &e.rec)
 	if err != nil && !errors.Is(err, tributary.ErrAfterAppend) {
 		err = fmt.Errorf("%w: %w", tributary.ErrAfterAppend, err)
 	}

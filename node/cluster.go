@@ -61,7 +61,8 @@ func (n *Node) startCluster() error {
 		return err
 	}
 	c, err := cluster.Open(cluster.Config{NodeID: n.cfg.NodeID, BindAddr: g.GossipAddr, AdvertiseAddr: g.AdvertiseAddr,
-		Join: g.Join, Profile: g.GossipProfile, Meta: n.clusterMeta, GossipKey: key, SecondaryKeys: secondary, Logger: n.log})
+		Join: g.Join, Profile: g.GossipProfile, Meta: n.clusterMeta, GossipKey: key, SecondaryKeys: secondary, Logger: n.log,
+		OnAlive: p.Kick})
 	if err != nil {
 		p.Close(context.Background())
 		n.peer = nil

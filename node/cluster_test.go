@@ -67,7 +67,7 @@ func getCluster(t *testing.T, n *Node) ClusterStatus {
 func TestClusterTwoNodes(t *testing.T) {
 	a, _ := startTestNode(t, "edge-a")
 	b, closeB := startTestNode(t, "edge-b", a.GossipAddr())
-	if _, err := b.ingest.partition(context.Background(), "plant.line"); err != nil {
+	if _, _, err := b.book.Own(context.Background(), "plant.line"); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(15 * time.Second)

@@ -200,9 +200,10 @@ type Config struct {
 		// Name of the catalog. Default tributary.
 		Name string `yaml:"name"`
 		// URI: sqlite:///path/catalog.db, postgres://user:pw@host:5432/db
-		// (iceberg-go's SQL catalog schema), or http(s)://host:port for an
-		// Iceberg REST catalog (a 'tributary cloud' server). Default
-		// sqlite://DATA_DIR/catalog.db.
+		// (iceberg-go's SQL catalog schema), or http(s)://host:port[/path]
+		// for an Iceberg REST catalog (a 'tributary cloud' server, or one
+		// that is not ours: Polaris, Unity, Glue, S3 Tables, Nessie,
+		// Lakekeeper, SeaweedFS). Default sqlite://DATA_DIR/catalog.db.
 		URI string `yaml:"uri"`
 		// Token is the bearer token of a REST catalog that requires one
 		// (the cloud's catalog.node_token, or a JWT).
@@ -214,10 +215,16 @@ type Config struct {
 		// users file and authorizes the node's commits with the write
 		// action. Ignored when Token is set. Default "".
 		Credential string `yaml:"credential"`
+		// SigV4 signs every request to a REST catalog with AWS Signature
+		// V4 instead of a token or credential (AWS Glue, S3 Tables,
+		// SeaweedFS), with storage.s3's keys when set. Default off.
+		SigV4 config.SigV4 `yaml:"sigv4"`
 		// CAFile is a PEM file of the CAs an https:// REST catalog's
 		// certificate is verified against. Default "" (the system's roots).
 		CAFile string `yaml:"ca_file"`
-		// Warehouse blob URL. Default file://DATA_DIR/warehouse.
+		// Warehouse blob URL; with a REST catalog that is not ours, the
+		// location of its warehouse as it names it (e.g. s3://table-bucket),
+		// sent to its /v1/config. Default file://DATA_DIR/warehouse.
 		Warehouse string `yaml:"warehouse"`
 		// PartitionGranularity of new tables: day or hour. Default day.
 		PartitionGranularity string `yaml:"partition_granularity"`
@@ -512,6 +519,7 @@ func (c *Config) applyDefaults() {
 	if c.Catalog.PartitionGranularity == "" {
 		c.Catalog.PartitionGranularity = "day"
 	}
+	c.Catalog.SigV4.Defaults()
 	if c.MQTT.DefaultStream == "" {
 		c.MQTT.DefaultStream = "mqtt.default"
 	}
@@ -642,6 +650,7 @@ func (c *Config) Validate() error {
 			bad("catalog.credential", "only a REST catalog (catalog.uri http(s)://) takes a credential")
 		}
 	}
+	c.Catalog.SigV4.Validate(c.Catalog.URI, c.Catalog.Token, c.Catalog.Credential, bad)
 	c.Storage.Validate(c.Catalog.Warehouse, bad)
 	c.HTTPAPI.Validate("http_api", bad)
 	c.Security.Validate(bad)

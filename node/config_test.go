@@ -35,6 +35,8 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"catalog:\n  partition_granularity: week", "catalog.partition_granularity"},
 		{"catalog:\n  uri: http://cloud:8181\n  credential: nocolon", "catalog.credential"},
 		{"catalog:\n  credential: edge:secret", "catalog.credential"},
+		{"catalog:\n  sigv4: {region: us-east-1, service: glue}", "catalog.sigv4"},
+		{"catalog:\n  uri: http://cloud:8181\n  token: t\n  sigv4: {region: us-east-1}", "catalog.sigv4"},
 		{"mqtt:\n  default_stream: nodot", "mqtt.default_stream"},
 		{"mqtt:\n  users: {dev: s3cret}", "security.users_file"},
 		{"mqtt:\n  routes:\n    - {filter: a, stream: bad name}", "mqtt.routes[0].stream"},

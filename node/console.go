@@ -53,7 +53,7 @@ func (n *Node) consoleSnapshot() console.Snapshot {
 		FilesUploaded: us.FilesUploaded, CommitFailures: us.CommitFailures, UploadFailures: us.UploadFailures,
 		LastCommitAge: n.lastCommitAge(us.LastCommit), LastError: us.LastError, Failing: us.Failing, Fenced: us.Fenced,
 		Readmitted: us.ReadmittedRecords}
-	s.Ingest = n.ingest.count.ingestCounts()
+	s.Ingest = n.ingest.Counts()
 	s.Clients = map[string]int64{"mqtt": ms.Clients}
 	s.Refusals = map[string]int64{
 		"WAL budget full (MQTT)":      int64(ms.RefusedBudget),
@@ -151,7 +151,7 @@ func (n *Node) consoleSnapshot() console.Snapshot {
 		}
 	}
 	for name, st := range byStream {
-		st.Recent = n.ingest.count.recent(name)
+		st.Recent = n.ingest.Recent(name)
 		s.Streams = append(s.Streams, *st)
 	}
 	s.Cluster = n.consoleCluster()
@@ -190,7 +190,7 @@ func (n *Node) consoleCluster() *console.Cluster {
 	}
 	c := &console.Cluster{Gossip: cs.Gossip, ReplicationFactor: factor,
 		Degraded: rs.Degraded, LagRecords: rs.LagRecords}
-	if k := n.ingest.repl.lease.Load(); k != nil {
+	if k := n.ingest.Lease(); k != nil {
 		st := k.Status()
 		c.Lease = &console.Lease{Valid: st.Valid, RenewedAt: st.RenewedAt, Error: st.RenewError, SiteSize: st.SiteSize,
 			Alive: st.Alive, MayWrite: st.MayWrite}

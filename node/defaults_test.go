@@ -36,6 +36,8 @@ func TestDocumentedDefaults(t *testing.T) {
 		{"catalog.name", "Default tributary", "tributary"},
 		{"catalog.uri", "Default sqlite://DATA_DIR/catalog.db", "sqlite://" + abs + "/catalog.db"},
 		{"catalog.credential", `Default ""`, ""},
+		{"catalog.sigv4.region", `Default "" (off`, ""},
+		{"catalog.sigv4.service", "Default execute-api", "execute-api"},
 		{"catalog.ca_file", `Default "" (the system's roots)`, ""},
 		{"catalog.warehouse", "Default file://DATA_DIR/warehouse", "file://" + abs + "/warehouse"},
 		{"catalog.partition_granularity", "Default day", "day"},

@@ -159,7 +159,6 @@ func (n *Node) handler() http.Handler {
 	n.registerMetrics(reg)
 	n.registerClusterMetrics(reg)
 	n.registerMQTTClusterMetrics(reg)
-	n.registerReplicaMetrics(reg)
 	reg.MustRegister(n.wal.Collectors()...)
 	reg.MustRegister(n.auth.Collectors()...)
 	reg.MustRegister(n.up.Collectors()...)
@@ -168,7 +167,7 @@ func (n *Node) handler() http.Handler {
 		reg.MustRegister(n.kafka.LatencyHistogram())
 	}
 	reg.MustRegister(newMaintCollector(n))
-	reg.MustRegister(&n.ingest.count)
+	reg.MustRegister(n.ingest.Collectors()...)
 	for _, c := range n.collectors {
 		reg.MustRegister(c)
 	}

@@ -3,9 +3,7 @@ package node
 import (
 	"context"
 	"errors"
-	"fmt"
 	"path/filepath"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -13,17 +11,17 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/ingest"
 
 	// The Kafka produce server (edge side) whose Backend this file is;
 	// named kafka here as before the split into kafka/produce.
 	kafka "github.com/tributary-io/tributary/kafka/produce"
 	"github.com/tributary-io/tributary/tables"
-	"github.com/tributary-io/tributary/wal"
 )
 
-// kafkaBackend is the node's side of the Kafka produce server: streams as
-// topics, this node's partitions as the ones it leads (owner.Book), the WAL
-// as the log. Idempotent producers' state past the WAL and producer ids are
+// kafkaBackend is the node's side of the Kafka produce server besides
+// its Appender (the write path): streams as topics, this node's
+// partitions as the ones it leads (owner.Book). Idempotent producers' state past the WAL and producer ids are
 // the produce side's own (kafka.ProducerStore, in DATA_DIR/kafka).
 type kafkaBackend struct {
 	n     *Node
@@ -92,7 +90,7 @@ func (kb *kafkaBackend) Topics(ctx context.Context) ([]kafka.TopicInfo, error) {
 	}
 	var out []kafka.TopicInfo
 	for _, s := range streams {
-		if tables.IsDLQ(s) {
+		if ingest.CheckWritable(s) != nil {
 			continue // dead-letter tables are written by the uplink only
 		}
 		t, err := kb.n.cat.LoadTable(ctx, s)
@@ -106,8 +104,8 @@ func (kb *kafkaBackend) Topics(ctx context.Context) ([]kafka.TopicInfo, error) {
 }
 
 func (kb *kafkaBackend) Topic(ctx context.Context, stream string) (kafka.TopicInfo, error) {
-	if tables.IsDLQ(stream) {
-		return kafka.TopicInfo{}, kafka.ErrUnknownStream // a dead-letter table, written by the uplink only
+	if err := ingest.CheckWritable(stream); err != nil {
+		return kafka.TopicInfo{}, err // a dead-letter table, written by the uplink only
 	}
 	if ti, ok := kb.known(stream); ok {
 		// This node's own partition is authoritative for producing here;
@@ -127,20 +125,10 @@ func (kb *kafkaBackend) Topic(ctx context.Context, stream string) (kafka.TopicIn
 	return kb.topicInfo(stream, t), nil
 }
 
+// EnsureStream creates the stream and this node's partition of it, as
+// the write path allows (ingest.Ingest.Ensure: kafka.max_streams).
 func (kb *kafkaBackend) EnsureStream(ctx context.Context, stream string) (kafka.TopicInfo, error) {
-	if tables.IsDLQ(stream) {
-		return kafka.TopicInfo{}, fmt.Errorf("create %s: %w: names ending in %s are the dead-letter tables of typed streams", stream, kafka.ErrUnknownStream, tables.DLQSuffix)
-	}
-	if _, ok := kb.n.book.Streams()[stream]; !ok {
-		streams, err := kb.n.cat.ListStreams(ctx)
-		if err != nil {
-			return kafka.TopicInfo{}, err
-		}
-		if !slices.Contains(streams, stream) && len(streams) >= kb.n.cfg.Kafka.MaxStreams {
-			return kafka.TopicInfo{}, fmt.Errorf("create %s: %w (%d streams, kafka.max_streams %d)", stream, kafka.ErrStreamLimit, len(streams), kb.n.cfg.Kafka.MaxStreams)
-		}
-	}
-	if _, err := kb.n.ingest.partition(ctx, stream); err != nil {
+	if err := kb.n.ingest.Ensure(ctx, stream); err != nil {
 		return kafka.TopicInfo{}, err
 	}
 	kb.topicsMu.Lock()
@@ -148,31 +136,6 @@ func (kb *kafkaBackend) EnsureStream(ctx context.Context, stream string) (kafka.
 	kb.topicsMu.Unlock()
 	return kb.Topic(ctx, stream)
 }
-
-// AppendAsync queues a record batch the Kafka server addressed to a
-// partition this node owns (its own, or one it took over); any other
-// partition is refused with owner.ErrNotOwned (tributary.ErrFenced:
-// NOT_LEADER_OR_FOLLOWER). Its tickets are the WAL's (wal.Ticket), or
-// refusedTicket for an append refused before it reached the WAL.
-func (kb *kafkaBackend) AppendAsync(ctx context.Context, after kafka.Ticket, b *wal.Batch, done func(error)) kafka.Ticket {
-	var prev wal.Ticket
-	switch t := after.(type) {
-	case refusedTicket:
-		go done(fmt.Errorf("append after a refused one: %w", wal.ErrPredecessorFailed))
-		return refusedTicket{}
-	case wal.Ticket:
-		prev = t
-	}
-	t, err := kb.n.ingest.appendBatchAsync(ctx, prev, b, done)
-	if err != nil {
-		go done(err) // never before AppendAsync returns (Backend)
-		return refusedTicket{}
-	}
-	return t
-}
-
-// refusedTicket names an append refused before it was queued.
-type refusedTicket struct{}
 
 // AllocateProducerID returns an unguessable producer id
 // (kafka.ProducerStore).

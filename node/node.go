@@ -1,14 +1,16 @@
 // Package node composes an edge node from its parts: the write-ahead log
-// (wal), the ownership book (owner), the MQTT and Kafka front doors, the
-// uplink to the tables, replication and the cluster, and the HTTP endpoint
-// for health, status and metrics. It is wiring: the decisions live in the
-// parts.
+// (wal), the ownership book (owner), the write path (ingest), the MQTT,
+// Kafka, HTTP and gRPC front doors, the uplink to the tables, replication
+// and the cluster, and the HTTP endpoint for health, status and metrics.
+// It is wiring: the decisions live in the parts.
 //
 // # Invariants
 //
-//   - A record reaches the WAL with its partition and ownership epoch
-//     already resolved by the owner.Book (see package owner for how that
-//     belief is formed and corrected by the fence).
+//   - Every front door writes through one tributary.Appender, the
+//     ingest.Ingest: a record reaches the WAL admitted and with its
+//     partition and ownership epoch already resolved by the owner.Book
+//     (see package owner for how that belief is formed and corrected by
+//     the fence).
 //   - Close stops the listeners first, then makes a final commit (bounded by
 //     ShutdownTimeout), then closes the WAL: nothing accepted is dropped, and
 //     what could not be committed stays in the WAL for the next start.
@@ -20,8 +22,7 @@
 // table maintainer, which runs a maintenance pass over every stream each
 // interval under a per-table lease, and last (when cluster.gossip_addr is
 // set) joins the gossip cluster; Close undoes both in reverse, leaving the
-// cluster first. The ingest type is the Sink of the protocol front doors:
-// book, WAL, replicas. With security.tls, New loads the certificates
+// cluster first. With security.tls, New loads the certificates
 // (listen.NewTLS) and every listener gets its *tls.Config through its
 // listen.Config; ReloadTLS (SIGHUP) swaps them without a restart.
 package node
@@ -33,10 +34,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +50,7 @@ import (
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/config"
 	"github.com/tributary-io/tributary/console"
+	"github.com/tributary-io/tributary/ingest"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/kafka/produce"
 	"github.com/tributary-io/tributary/listen"
@@ -73,7 +77,7 @@ type Node struct {
 	kb     *kafkaBackend
 	book   *owner.Book     // which partitions this node writes, at which epoch
 	auth   *auth.Authority // identities and the ACL of every listener
-	ingest *ingest
+	ingest *ingest.Ingest  // the write path of every front door
 	http   *http.Server
 	httpLn net.Listener
 	tls    *listen.TLS // nil without security.tls
@@ -116,7 +120,24 @@ func (c Config) CatalogConfig() (tables.Config, error) {
 		props[k] = v
 	}
 	return tables.Config{Name: c.Catalog.Name, URI: c.Catalog.URI, Warehouse: c.Catalog.Warehouse,
-		Granularity: c.Catalog.PartitionGranularity, Properties: props, TLS: catTLS}, nil
+		Granularity: c.Catalog.PartitionGranularity, Properties: props, TLS: catTLS, SigV4: c.Catalog.SigV4.Signer(c.Storage)}, nil
+}
+
+// CatalogKeys are the edge config keys a REST catalog's errors name.
+var CatalogKeys = tables.CheckKeys{URI: "catalog.uri", Token: "catalog.token", Credential: "catalog.credential",
+	SigV4: "catalog.sigv4", Warehouse: "catalog.warehouse"}
+
+// OpenCatalog opens the node's catalog; a REST catalog is asked first
+// for what the node needs of it (tables.CheckREST), so that a wrong URI,
+// credential, token or warehouse stops the start naming its key; leases:
+// the node keeps owner leases there (cluster.replication_factor > 1).
+func OpenCatalog(ctx context.Context, cfg tables.Config, leases bool) (*tables.Catalog, error) {
+	if tables.External(cfg.URI) {
+		keys := CatalogKeys
+		keys.Leases = leases
+		return tables.CheckREST(ctx, cfg, keys)
+	}
+	return tables.Open(ctx, cfg)
 }
 
 // New opens the WAL, the catalog and the object store.
@@ -150,7 +171,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open wal: %w", err)
 	}
-	n.cat, err = tables.Open(ctx, catCfg)
+	n.cat, err = OpenCatalog(ctx, catCfg, cfg.Cluster.GossipAddr != "" && cfg.Cluster.ReplicationFactor > 1)
 	if err != nil {
 		n.wal.Close()
 		return nil, err
@@ -162,9 +183,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, err
 	}
 	n.book = owner.New(cfg.NodeID, n.wal, n.cat, log)
-	n.ingest = newIngest(cfg.NodeID, n.wal, n.book)
-	n.ingest.repl.refuseUntilStarted.Store(cfg.Cluster.GossipAddr != "" && cfg.Cluster.ReplicationFactor > 1 &&
-		cfg.Cluster.ReplicationPolicy == string(replica.Refuse))
+	n.ingest = ingest.New(ingest.Config{Node: cfg.NodeID, AutoCreate: *cfg.Kafka.AutoCreate, MaxStreams: cfg.Kafka.MaxStreams,
+		Streams: slices.Collect(maps.Keys(routeFilters(cfg))), RefuseUntilReplicating: cfg.Cluster.GossipAddr != "" && cfg.Cluster.ReplicationFactor > 1 &&
+			cfg.Cluster.ReplicationPolicy == string(replica.Refuse)}, n.wal, n.book, n.cat)
 	n.kb, err = newKafkaBackend(n)
 	if err != nil {
 		n.bucket.Close()
@@ -173,7 +194,10 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		return nil, err
 	}
 	deltaStreams, deltaDefault, err := cfg.Formats()
-	if err != nil {
+	if err != nil { // Validate refused it already
+		n.bucket.Close()
+		n.cat.Close()
+		n.wal.Close()
 		return nil, err
 	}
 	payloads, err := cfg.Payloads()
@@ -196,7 +220,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		n.kafka, err = produce.NewServer(produce.Config{Config: kafka.Config{Addr: cfg.Kafka.Addr, AdvertisedAddr: cfg.Kafka.AdvertisedAddr,
 			ClusterID: cfg.Catalog.Name, Auth: n.auth, Logger: log.With("component", "kafka"), Limits: listen.Config{TLS: n.tls.Server("kafka")},
 			MaxInflightBytes: int64(cfg.Kafka.MaxInflightBytes), BodyTimeout: cfg.Kafka.BodyTimeout, MaxPipelinedRequests: cfg.Kafka.MaxPipelinedRequests},
-			AutoCreate: *cfg.Kafka.AutoCreate, MaxBatchBytes: int32(cfg.Kafka.MaxBatchBytes)}, n.kb)
+			AutoCreate: *cfg.Kafka.AutoCreate, MaxBatchBytes: int32(cfg.Kafka.MaxBatchBytes)}, n.kb, n.ingest)
 		if err != nil {
 			n.bucket.Close()
 			n.cat.Close()

@@ -2,110 +2,16 @@ package node
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/cluster"
 	"github.com/tributary-io/tributary/lease"
 	"github.com/tributary-io/tributary/replica"
 )
-
-// replication is ingest's handle on the node's replicas: nil (no waiting)
-// until the cluster starts, and without a cluster or with
-// cluster.replication_factor 1.
-type replication struct {
-	r atomic.Pointer[replica.Replicas]
-	// lease, with replication on, refuses writes while this node holds
-	// neither its catalog lease nor a majority of the site (package
-	// lease): a peer may be taking its partitions over.
-	lease atomic.Pointer[lease.Keeper]
-	// refuseUntilStarted: the refuse policy is configured, so nothing is
-	// accepted before the replicas are running (New to startReplicas).
-	refuseUntilStarted atomic.Bool
-}
-
-// check refuses, before anything is appended to (stream, p), what would
-// be refused anyway: writes while the lease says a peer may take this
-// node's partitions over, and under the refuse policy too few live
-// members, a replica of the partition known missing (its link down), or
-// replication not started (replica.Replicas.CanReplicate).
-func (x *replication) check(stream string, p int32) error {
-	if err := x.mayWrite(); err != nil {
-		return err
-	}
-	if r := x.r.Load(); r != nil {
-		return r.CanReplicate(stream, p)
-	}
-	if x.refuseUntilStarted.Load() {
-		return replica.ErrNotReplicated
-	}
-	return nil
-}
-
-// checkRecs is check for every partition of recs.
-func (x *replication) checkRecs(recs []*tributary.Record) error {
-	for i, r := range recs {
-		if i > 0 && r.Stream == recs[i-1].Stream && r.Partition == recs[i-1].Partition {
-			continue
-		}
-		if err := x.check(r.Stream, r.Partition); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// mayWrite refuses while the lease says a peer may take this node's
-// partitions over.
-func (x *replication) mayWrite() error {
-	if k := x.lease.Load(); k != nil {
-		return k.MayWrite()
-	}
-	return nil
-}
-
-// wait returns once recs, durable in the WAL, are durable on the replicas
-// (see package replica for the policies). Its errors wrap
-// tributary.ErrAfterAppend: the records are stored here, and will be
-// uploaded, although refused.
-func (x *replication) wait(ctx context.Context, recs []*tributary.Record) error {
-	if r := x.r.Load(); r != nil {
-		if err := r.Replicate(ctx, recs); err != nil {
-			return fmt.Errorf("%w: %w", tributary.ErrAfterAppend, err)
-		}
-	}
-	return nil
-}
-
-// waitAsync calls done once recs, durable in the WAL, are durable on the
-// replicas, without a goroutine of its own; errors as wait's.
-func (x *replication) waitAsync(recs []*tributary.Record, done func(error)) {
-	if r := x.r.Load(); r != nil {
-		r.ReplicateAsync(recs, func(err error) {
-			if err != nil {
-				err = fmt.Errorf("%w: %w", tributary.ErrAfterAppend, err)
-			}
-			done(err)
-		})
-		return
-	}
-	done(nil)
-}
-
-// notify replicates recs without waiting (QoS 0).
-func (x *replication) notify(recs []*tributary.Record) {
-	if r := x.r.Load(); r != nil {
-		r.Notify(recs)
-	}
-}
 
 // startReplicas opens WAL replication over the peer links, after the peer
 // listener and before the cluster is joined (so that the handlers are in
@@ -129,18 +35,17 @@ func (n *Node) startReplicas() error {
 		k.Close(context.Background())
 		return err
 	}
-	n.ingest.repl.lease.Store(k)
-	n.ingest.repl.r.Store(r)
+	n.ingest.Replicate(k, r)
 	n.log.Info("wal replication on", "factor", g.ReplicationFactor, "policy", g.ReplicationPolicy,
 		"takeover_grace", g.TakeoverGrace, "dir", filepath.Join(n.cfg.DataDir, "replicas"))
 	return nil
 }
 
 func (n *Node) closeReplicas(ctx context.Context) error {
-	if k := n.ingest.repl.lease.Swap(nil); k != nil {
+	k, r := n.ingest.StopReplicating()
+	if k != nil {
 		k.Close(ctx)
 	}
-	r := n.ingest.repl.r.Swap(nil)
 	if r == nil {
 		return nil
 	}
@@ -181,40 +86,10 @@ func (rm replicaMembers) Members() []replica.Member {
 }
 
 func (n *Node) replicaStats() replica.Stats {
-	if r := n.ingest.repl.r.Load(); r != nil {
+	if r := n.ingest.Replicas(); r != nil {
 		return r.Stats()
 	}
 	return replica.Stats{}
-}
-
-func (n *Node) registerReplicaMetrics(reg *prometheus.Registry) {
-	reg.MustRegister(lease.Collectors(&n.ingest.repl.lease)...)
-	gauge := func(name, help string, f func(replica.Stats) float64) {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 { return f(n.replicaStats()) }))
-	}
-	counter := func(name, help string, f func(replica.Stats) int64) {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
-			func() float64 { return float64(f(n.replicaStats())) }))
-	}
-	gauge("tributary_replication_degraded", "1 while records are acknowledged with fewer replicas than cluster.replication_factor.",
-		func(s replica.Stats) float64 {
-			if s.Degraded {
-				return 1
-			}
-			return 0
-		})
-	gauge("tributary_replication_lag_records", "Records in this node's WAL not yet durable on every replica.",
-		func(s replica.Stats) float64 { return float64(s.LagRecords) })
-	counter("tributary_replicated_records_total", "Records of this node that its replicas confirmed durable.",
-		func(s replica.Stats) int64 { return s.ReplicatedRecords })
-	counter("tributary_replica_stored_records_total", "Records this node stored as a replica of other nodes.",
-		func(s replica.Stats) int64 { return s.StoredRecords })
-	counter("tributary_partition_takeovers_total", "Partitions of dead members this node took over.",
-		func(s replica.Stats) int64 { return s.Takeovers })
-	counter("tributary_replication_fenced_total", "Partitions a replica reported as taken over by another node.",
-		func(s replica.Stats) int64 { return s.Fenced })
-	counter("tributary_replica_truncated_records_total", "Records this node dropped from its replicas because their owner restarted without having made them durable.",
-		func(s replica.Stats) int64 { return s.TruncatedRecords })
 }
 
 // TestTapDelayEnv, tests only, is a duration (e.g. "20ms") the WAL waits

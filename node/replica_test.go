@@ -31,13 +31,13 @@ func TestReplicationRefusePolicy(t *testing.T) {
 	rec := func() *tributary.Record {
 		return &tributary.Record{Stream: "factory.telemetry", Topic: "factory/x", Value: []byte("v"), Source: "mqtt"}
 	}
-	if err := n.ingest.Append(ctx, rec()); !errors.Is(err, replica.ErrNotReplicated) || errors.Is(err, wal.ErrBudgetExceeded) || tributary.ReasonOf(err) != tributary.ReasonReplication {
+	if err := n.ingest.Append(ctx, tributary.WriteTo(-1, rec())); !errors.Is(err, replica.ErrNotReplicated) || errors.Is(err, wal.ErrBudgetExceeded) || tributary.ReasonOf(err) != tributary.ReasonReplication {
 		t.Fatalf("append before start: %v", err)
 	}
 	if err := n.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.ingest.Append(ctx, rec()); !errors.Is(err, replica.ErrNotReplicated) {
+	if err := n.ingest.Append(ctx, tributary.WriteTo(-1, rec())); !errors.Is(err, replica.ErrNotReplicated) {
 		t.Fatalf("append while alone: %v", err)
 	}
 	if st := n.WAL().Stats(); st.AppendedRecords != 0 || st.BudgetRejections != 0 {
@@ -46,7 +46,7 @@ func TestReplicationRefusePolicy(t *testing.T) {
 	startTestNode(t, "r2", n.GossipAddr())
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		err := n.ingest.Append(ctx, rec())
+		err := n.ingest.Append(ctx, tributary.WriteTo(-1, rec()))
 		if err == nil {
 			break
 		}
@@ -62,7 +62,7 @@ func TestReplicationRefusePolicy(t *testing.T) {
 	// stored but refused) waits for a stored record's replicas again: here
 	// they hold it, so it returns nil, without appending.
 	stored := rec()
-	if err := n.ingest.Append(ctx, stored); err != nil {
+	if err := n.ingest.Append(ctx, tributary.WriteTo(-1, stored)); err != nil {
 		t.Fatal(err)
 	}
 	next, _ := n.WAL().Partition("factory.telemetry", stored.Partition)
@@ -74,14 +74,14 @@ func TestReplicationRefusePolicy(t *testing.T) {
 	}
 	// The Kafka produce path replicates too.
 	before := n.replicaStats().ReplicatedRecords
-	p, err := n.ingest.partition(ctx, "factory.telemetry")
+	p, _, err := n.book.Own(ctx, "factory.telemetry")
 	if err != nil {
 		t.Fatal(err)
 	}
-	batch := &wal.Batch{Stream: "factory.telemetry", Partition: p, Topic: "factory.telemetry", Source: "kafka",
+	batch := &tributary.Batch{Stream: "factory.telemetry", Partition: p, Topic: "factory.telemetry", Source: "kafka",
 		Records: kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1}, kafkatest.Rec{Value: []byte("k1")}, kafkatest.Rec{Value: []byte("k2")})}
 	appended := make(chan error, 1)
-	n.kb.AppendAsync(ctx, nil, batch, func(err error) { appended <- err })
+	submit(t, n, ctx, batch, func(err error) { appended <- err })
 	if err := <-appended; err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestReplicationRefusePolicy(t *testing.T) {
 	st0, _ := n.WAL().Partition("factory.telemetry", p)
 	cctx, cancel := context.WithCancel(ctx)
 	batch.Records = kafkatest.Batch(kafkatest.BatchOpts{PID: -1, Epoch: -1, Seq: -1}, kafkatest.Rec{Value: []byte("k3")})
-	n.kb.AppendAsync(cctx, nil, batch, func(err error) { appended <- err })
+	submit(t, n, cctx, batch, func(err error) { appended <- err })
 	cancel()
 	err = <-appended
 	st1, _ := n.WAL().Partition("factory.telemetry", p)
@@ -106,6 +106,15 @@ func TestReplicationRefusePolicy(t *testing.T) {
 	case err != nil && !stored && !errors.Is(err, tributary.ErrAfterAppend):
 	default:
 		t.Fatalf("append error %v with the WAL going from %d to %d", err, st0.Next, st1.Next)
+	}
+}
+
+// submit queues a Kafka batch to its partition as the Kafka produce
+// server does; a refusal at once goes to done too.
+func submit(t *testing.T, n *Node, ctx context.Context, b *tributary.Batch, done func(error)) {
+	t.Helper()
+	if _, err := n.ingest.Submit(ctx, &tributary.Write{Batch: b, Chosen: true}, tributary.Durable, done); err != nil {
+		go done(err)
 	}
 }
 
@@ -151,27 +160,27 @@ func TestRefuseBeforeAppendWhenReplicaLinkDown(t *testing.T) {
 	rec := func() *tributary.Record {
 		return &tributary.Record{Stream: "factory.telemetry", Topic: "factory/x", Value: []byte("v"), Source: "mqtt"}
 	}
-	testkit.Eventually(t, 20*time.Second, "r1 to accept with r2 as its replica", func() bool { return n.ingest.Append(ctx, rec()) == nil })
-	p, err := n.ingest.partition(ctx, "factory.telemetry")
+	testkit.Eventually(t, 20*time.Second, "r1 to accept with r2 as its replica", func() bool { return n.ingest.Append(ctx, tributary.WriteTo(-1, rec())) == nil })
+	p, _, err := n.book.Own(ctx, "factory.telemetry")
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	proxy.Cut()
 	cut := time.Now()
-	err = n.ingest.Append(ctx, rec())
+	err = n.ingest.Append(ctx, tributary.WriteTo(-1, rec()))
 	if !errors.Is(err, replica.ErrNotReplicated) || !errors.Is(err, tributary.ErrAfterAppend) || time.Since(cut) > 5*time.Second {
 		t.Fatalf("the append pending at the cut: %v after %s; want refused after its append within 5s", err, time.Since(cut))
 	}
 	missing := time.Since(cut)
 	before, _ := n.WAL().Partition("factory.telemetry", p)
 	for i := range 10 {
-		err := n.ingest.Append(ctx, rec())
+		err := n.ingest.Append(ctx, tributary.WriteTo(-1, rec()))
 		if !errors.Is(err, replica.ErrNotReplicated) || errors.Is(err, tributary.ErrAfterAppend) || tributary.ReasonOf(err) != tributary.ReasonReplication {
 			t.Fatalf("append %d with the replica's link down: %v; want refused before the append", i, err)
 		}
 	}
-	if err := n.ingest.AppendPipelined(ctx, rec(), func(error) { t.Error("a refused pipelined append completed") }); !errors.Is(err, replica.ErrNotReplicated) {
+	if _, err := n.ingest.Submit(ctx, tributary.WriteTo(-1, rec()), tributary.Durable, func(error) { t.Error("a refused pipelined append completed") }); !errors.Is(err, replica.ErrNotReplicated) {
 		t.Fatalf("pipelined append with the replica's link down: %v", err)
 	}
 	if after, _ := n.WAL().Partition("factory.telemetry", p); after.Next != before.Next {
@@ -180,7 +189,7 @@ func TestRefuseBeforeAppendWhenReplicaLinkDown(t *testing.T) {
 
 	proxy.Heal()
 	healed := time.Now()
-	testkit.Eventually(t, 15*time.Second, "r1 to accept again after the heal", func() bool { return n.ingest.Append(ctx, rec()) == nil })
+	testkit.Eventually(t, 15*time.Second, "r1 to accept again after the heal", func() bool { return n.ingest.Append(ctx, tributary.WriteTo(-1, rec())) == nil })
 	if took := time.Since(healed); took > 5*time.Second {
 		t.Fatalf("accepting again %s after the heal, want within 5s", took)
 	}

@@ -3,16 +3,23 @@ package offsets
 import (
 	"context"
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/tributary-io/tributary/internal/testkit"
 )
 
-// TestStore commits, fetches, refuses a commit beyond the limit whole,
-// lists groups and expires one.
-func TestStore(t *testing.T) {
+// TestStore runs the store's conformance suite over each database it
+// opens (as litestream runs one suite over every replica client): SQLite
+// and PostgreSQL must behave the same.
+func TestStore(t *testing.T) { testkit.StateDBs(t, runStoreTests) }
+
+// runStoreTests commits, fetches, refuses a commit beyond the limit whole,
+// lists groups, expires one, and reopens the database to find what was
+// committed.
+func runStoreTests(t *testing.T, uri string) {
 	ctx := context.Background()
-	s, err := Open("sqlite://" + filepath.Join(t.TempDir(), "catalog.db"))
+	s, err := Open(uri)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,5 +57,23 @@ func TestStore(t *testing.T) {
 	}
 	if got, _ := s.Fetch(ctx, "g"); len(got) != 0 {
 		t.Fatalf("expired group still has %+v", got)
+	}
+
+	// Offsets survive a reopen (another cloud server on the same
+	// database), and a later commit of a partition replaces the earlier.
+	if _, err := s.Commit(ctx, "h", []Offset{{Topic: "a.b", Partition: 2, Offset: 1 << 40}}, -1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Commit(ctx, "h", []Offset{{Topic: "a.b", Partition: 2, Offset: 1<<40 + 1, Metadata: "again"}}, -1); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := Open(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	got, err = s2.Fetch(ctx, "h")
+	if err != nil || len(got) != 1 || got[0] != (Offset{Topic: "a.b", Partition: 2, Offset: 1<<40 + 1, Metadata: "again"}) {
+		t.Fatalf("after reopen: %+v %v", got, err)
 	}
 }

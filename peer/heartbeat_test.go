@@ -174,3 +174,45 @@ func TestDownKeepsRedialing(t *testing.T) {
 		t.Fatal("link not up")
 	}
 }
+
+// TestKickRedialsAtOnce: a link that is down and redialing dials again
+// as soon as Kick says its node is back (gossip heard from it), not at
+// its next redial (made an hour away here), and OnLinkUp hears of the
+// link being up again.
+func TestKickRedialsAtOnce(t *testing.T) {
+	lo, hi := linkRedialMin, linkRedialMax
+	t.Cleanup(func() { linkRedialMin, linkRedialMax = lo, hi }) // after the peers' own cleanups: their redial loops read them
+	linkRedialMin, linkRedialMax = time.Hour, time.Hour
+	a, b := listenPeer(t, "a"), listenPeer(t, "b")
+	ups := make(chan string, 4)
+	a.OnLinkUp(func(node string) { ups <- node })
+	proxy := testkit.NewProxy(t, b.Addr())
+	l := a.Link("b", proxy.Addr())
+	if _, err := l.Call(ctx(t), TypePing, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-ups:
+		t.Fatalf("OnLinkUp heard %q for a link's first connection", n)
+	default:
+	}
+	proxy.Cut()
+	testkit.Eventually(t, 15*time.Second, "the link to be declared dead", func() bool { return a.Stats().LinkTimeouts == 1 })
+	proxy.Heal()
+	a.Kick("b")
+	select {
+	case n := <-ups:
+		if n != "b" {
+			t.Fatalf("OnLinkUp heard %q, want b", n)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the kicked link did not come up within 15 s (its next redial is an hour away)")
+	}
+	if up, _, _ := l.Health(); !up {
+		t.Fatal("OnLinkUp ran but the link is not up")
+	}
+	a.Kick("b") // a link that is up is left alone
+	if _, err := l.Call(ctx(t), TypePing, nil); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -24,6 +24,7 @@ type Link struct {
 
 	dialSem chan struct{} // one dial at a time (a slot, so waiting obeys a context)
 	stop    chan struct{} // closed by close: ends the redial loop
+	kicks   chan struct{} // Kick: the redial loop dials again now
 
 	mu        sync.Mutex
 	conn      *linkConn
@@ -73,7 +74,7 @@ func (p *Peer) Link(id, addr string) *Link {
 		}
 		go l.close()
 	}
-	l := &Link{p: p, id: id, addr: addr, dialSem: make(chan struct{}, 1), stop: make(chan struct{})}
+	l := &Link{p: p, id: id, addr: addr, dialSem: make(chan struct{}, 1), stop: make(chan struct{}), kicks: make(chan struct{}, 1)}
 	if p.closed {
 		l.closed = true
 	}
@@ -223,19 +224,21 @@ func (l *Link) dialOnce(ctx context.Context) (*linkConn, error) {
 
 	lc, err := l.dial(ctx)
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if err != nil {
 		l.p.stats.dialErrors.Add(1)
 		l.markDown(err)
 		l.startRedial()
+		l.mu.Unlock()
 		return nil, fmt.Errorf("%w: %s: %w", ErrLinkDown, l.id, err)
 	}
 	if l.closed {
+		l.mu.Unlock()
 		lc.w.c.Close()
 		l.p.untrack(lc.w.c)
 		return nil, fmt.Errorf("%w: %s: %w", ErrLinkDown, l.id, ErrClosed)
 	}
-	if l.wasDown {
+	again := l.wasDown || !l.downSince.IsZero()
+	if again {
 		l.p.log.Info("peer link to "+l.id+" up again", "node", l.id, "addr", l.addr, "down_for", time.Since(l.downSince).Round(time.Millisecond))
 		l.wasDown = false
 	}
@@ -244,7 +247,29 @@ func (l *Link) dialOnce(ctx context.Context) (*linkConn, error) {
 	go l.readLoop(lc, lc.r)
 	go l.heartbeat(lc)
 	lc.r = nil
+	l.mu.Unlock()
+	if again {
+		l.p.linkUp(l.id)
+	}
 	return lc, nil
+}
+
+// kick makes a link that is down dial again now (Peer.Kick): the kick
+// is left in the buffered channel for the redial loop, which it starts
+// if none runs yet (a link whose failure was just noticed may not have
+// started one), so a kick that arrives before the loop is never lost. A
+// link that is up is left alone.
+func (l *Link) kick() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conn != nil || l.closed {
+		return
+	}
+	select {
+	case l.kicks <- struct{}{}:
+	default:
+	}
+	l.startRedial()
 }
 
 // startRedial starts the redial loop unless it runs (l.mu held).
@@ -262,15 +287,21 @@ func (l *Link) startRedial() {
 func (l *Link) redialLoop() {
 	defer l.p.wg.Done()
 	wait := linkRedialMin
+	kicked := false
 	for {
-		t := time.NewTimer(wait/2 + rand.N(wait/2+1))
-		select {
-		case <-l.stop:
-			t.Stop()
-			return
-		case <-t.C:
+		if !kicked {
+			t := time.NewTimer(wait/2 + rand.N(wait/2+1))
+			select {
+			case <-l.stop:
+				t.Stop()
+				return
+			case <-l.kicks:
+				t.Stop()
+			case <-t.C:
+			}
+			wait = min(2*wait, linkRedialMax)
 		}
-		wait = min(2*wait, linkRedialMax)
+		kicked = false
 		l.mu.Lock()
 		if l.closed || l.conn != nil || time.Since(l.lastUse) > linkRedialIdle {
 			if l.conn == nil {
@@ -281,18 +312,22 @@ func (l *Link) redialLoop() {
 		}
 		l.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), dialTimeout+helloTimeout)
+		var kick atomic.Bool
 		go func() {
 			select {
 			case <-l.stop:
-				cancel()
+			case <-l.kicks: // the node is back: a dial through the cut may wait long for its SYN's retransmission
+				kick.Store(true)
 			case <-ctx.Done():
 			}
+			cancel()
 		}()
 		_, err := l.dialOnce(ctx)
 		cancel()
 		if err == nil {
 			return
 		}
+		kicked = kick.Load()
 		l.p.log.Debug("peer redial", "node", l.id, "addr", l.addr, "err", err)
 	}
 }
@@ -314,8 +349,8 @@ func (l *Link) heartbeat(lc *linkConn) {
 		case <-tick.C:
 		}
 		if silent := time.Since(time.Unix(0, lc.lastRecv.Load())); silent >= deadline {
-			l.p.stats.linkTimeout.Add(1)
 			l.fail(lc, fmt.Errorf("no frame for %s", deadline))
+			l.p.stats.linkTimeout.Add(1) // after fail: whoever sees the count sees the link down
 			return
 		}
 		if time.Since(lastPing) < every {

@@ -97,15 +97,17 @@ const (
 	// ping a second, a link dead after 4 s without a byte.
 	DefaultHeartbeat   = time.Second
 	DefaultLinkTimeout = 4 * time.Second
-	// A failed link redials after linkRedialMin, doubling up to
-	// linkRedialMax (each with up to half of it as jitter), and stops
-	// redialing when no request used it for linkRedialIdle.
-	linkRedialMin = 50 * time.Millisecond
-	linkRedialMax = time.Second
 )
 
-// linkRedialIdle: see linkRedialMin (a variable for tests).
-var linkRedialIdle = time.Minute
+// A failed link redials after linkRedialMin, doubling up to linkRedialMax
+// (each with up to half of it as jitter), at once when Kick says its node
+// is back, and stops redialing when no request used it for
+// linkRedialIdle (variables for tests).
+var (
+	linkRedialMin  = 50 * time.Millisecond
+	linkRedialMax  = time.Second
+	linkRedialIdle = time.Minute
+)
 
 var (
 	// ErrLinkDown wraps every failure of a request whose connection could
@@ -224,6 +226,7 @@ type Peer struct {
 	mu       sync.Mutex
 	handlers map[uint8]Handler
 	onDown   []func(node string, err error)
+	onUp     []func(node string)
 	links    map[string]*Link
 	conns    map[net.Conn]struct{}
 	closed   bool
@@ -302,6 +305,42 @@ func (p *Peer) OnLinkDown(f func(node string, err error)) {
 	p.mu.Lock()
 	p.onDown = append(p.onDown, f)
 	p.mu.Unlock()
+}
+
+// OnLinkUp registers f to hear, at once, of every outgoing link that has
+// a connection again after it had failed (a healed cut, a restarted
+// node): users that back off from a node while its link is down
+// (replication senders) retry it now rather than at their next retry.
+// f runs on the goroutine that dialled, must not block and must not call
+// into the link.
+func (p *Peer) OnLinkUp(f func(node string)) {
+	p.mu.Lock()
+	p.onUp = append(p.onUp, f)
+	p.mu.Unlock()
+}
+
+func (p *Peer) linkUp(node string) {
+	p.mu.Lock()
+	fs := p.onUp
+	p.mu.Unlock()
+	for _, f := range fs {
+		f(node)
+	}
+}
+
+// Kick tells the link to node id that the node has just been heard from
+// (gossip declared it alive again): a link that is down and redialing
+// dials again now, abandoning a dial that is still waiting for an answer
+// through what was a cut (its SYN may have been lost and TCP would
+// retransmit it only a second or more later), instead of at its next
+// redial. A link that is up, or has no redial running, is left alone.
+func (p *Peer) Kick(id string) {
+	p.mu.Lock()
+	l := p.links[id]
+	p.mu.Unlock()
+	if l != nil {
+		l.kick()
+	}
 }
 
 func (p *Peer) linkDown(node string, err error) {

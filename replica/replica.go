@@ -75,8 +75,10 @@
 // release waiters; a gap reply rewinds the sender; a link error (also
 // heard from the peer link at once, OnLinkDown, when nothing is in
 // flight), a timeout or a stale-incarnation reply marks the replica
-// missing (degrade or refuse) and it is retried every retryBackoff, so it
-// catches up from the WAL as soon as its link is back. A restarted owner greets
+// missing (degrade or refuse) and it is retried with a backoff from
+// retryBackoffMin to retryBackoff, and at once when the peer link tells
+// it is up again (OnLinkUp), so it catches up from the WAL as soon as its
+// link is back. A restarted owner greets
 // every replica of every partition of its WAL (takeover loop tick) with
 // its new incarnation and durable start (wal.PartitionState.Start), even
 // with nothing new to send.
@@ -190,11 +192,19 @@ func (t peerTransport) OnLinkDown(f func(node string, err error)) { t.p.OnLinkDo
 
 func (t peerTransport) LinkDown(id, addr string) bool { return t.p.Link(id, addr).Down() }
 
+func (t peerTransport) OnLinkUp(f func(node string)) { t.p.OnLinkUp(f) }
+
 // linkEvents is what a Transport may add (PeerTransport does): hearing at
 // once that the link to a node broke, and whether it is down now.
 type linkEvents interface {
 	OnLinkDown(f func(node string, err error))
 	LinkDown(id, addr string) bool
+}
+
+// linkUpEvents is what a Transport may add too (PeerTransport does):
+// hearing at once that the link to a node is up again.
+type linkUpEvents interface {
+	OnLinkUp(f func(node string))
 }
 
 // Log is the node's main WAL (*wal.WAL). Open makes the Replicas its Tap
@@ -379,6 +389,9 @@ func Open(cfg Config) (*Replicas, error) {
 	if le, ok := cfg.Transport.(linkEvents); ok {
 		le.OnLinkDown(r.linkDown)
 	}
+	if le, ok := cfg.Transport.(linkUpEvents); ok {
+		le.OnLinkUp(r.linkUp)
+	}
 	r.wg.Add(2)
 	go r.takeoverLoop()
 	go r.dispatcher()
@@ -527,6 +540,28 @@ func (r *Replicas) CanReplicate(stream string, p int32) error {
 // linkDown marks node missing for every partition at once when its peer
 // link broke, also where no append is in flight to notice it.
 func (r *Replicas) linkDown(node string, err error) {
+	r.eachTarget(node, func(o *outPart, t *target) {
+		if !t.failed() {
+			o.fail(t, "peer link down: "+err.Error())
+			o.settle()
+		}
+	})
+}
+
+// linkUp retries at once every failed target on node, whose peer link is
+// up again: a healed cut is caught up from the WAL now, not at the
+// target's next retry.
+func (r *Replicas) linkUp(node string) {
+	r.eachTarget(node, func(o *outPart, t *target) {
+		if t.failed() {
+			t.retryNow()
+		}
+	})
+}
+
+// eachTarget calls f with o.mu held for node's target of every partition
+// this node replicates.
+func (r *Replicas) eachTarget(node string, f func(o *outPart, t *target)) {
 	r.mu.Lock()
 	outs := make([]*outPart, 0, len(r.out))
 	for _, o := range r.out {
@@ -535,9 +570,8 @@ func (r *Replicas) linkDown(node string, err error) {
 	r.mu.Unlock()
 	for _, o := range outs {
 		o.mu.Lock()
-		if t := o.targets[node]; t != nil && !t.failed() {
-			o.fail(t, "peer link down: "+err.Error())
-			o.settle()
+		if t := o.targets[node]; t != nil {
+			f(o, t)
 		}
 		o.mu.Unlock()
 	}

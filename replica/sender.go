@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -16,8 +17,16 @@ const (
 	maxInflight    = 16      // wire.MsgAppend requests in flight per (partition, replica)
 	maxSendBytes   = 1 << 20 // WAL bytes per wire.MsgAppend
 	maxSendRecords = 4096    // records per wire.MsgAppend
-	retryBackoff   = time.Second
 	senderTick     = 200 * time.Millisecond
+)
+
+// A failed replica is retried after retryBackoffMin, doubling with each
+// failure in a row up to retryBackoff (each with up to half of it as
+// jitter), and at once when its peer link is up again (linkUp).
+// Variables for tests.
+var (
+	retryBackoffMin = 100 * time.Millisecond
+	retryBackoff    = time.Second
 )
 
 // outPart is one partition this node replicates, with a target per
@@ -51,6 +60,8 @@ type target struct {
 	inflight int
 	gen      int       // bumped on every rewind; stale replies do not rewind again
 	failedAt time.Time // zero while healthy
+	retryAt  time.Time // a failed target is not retried before
+	fails    int       // failures in a row (the backoff doubles with each)
 	told     int64     // released offset last told to the replica
 	telling  bool      // a wire.MsgRelease is in flight
 	out      []outMsg  // appends queued for the link, in offset order (counted in inflight)
@@ -446,7 +457,16 @@ func (o *outPart) fail(t *target, why string) {
 			"acked", t.acked, "next", o.next, "reason", why)
 	}
 	t.failedAt = time.Now()
+	t.fails++
+	b := min(retryBackoff, retryBackoffMin<<min(t.fails-1, 10))
+	t.retryAt = t.failedAt.Add(b/2 + rand.N(b/2+1))
 	o.rewind(t)
+}
+
+// retryNow lets a failed target be retried at once (o.mu held).
+func (t *target) retryNow() {
+	t.retryAt = time.Time{}
+	wakeUp(t.wake)
 }
 
 // rewind makes a target resend from what it acknowledged (o.mu held).
@@ -587,7 +607,7 @@ func (o *outPart) pump(t *target) {
 	base, inc := st.Released, o.r.cfg.Log.Incarnation()
 	for {
 		o.mu.Lock()
-		if o.fenced || t.removed || !t.failedAt.IsZero() && time.Since(t.failedAt) < retryBackoff {
+		if o.fenced || t.removed || !t.failedAt.IsZero() && time.Now().Before(t.retryAt) {
 			o.mu.Unlock()
 			return
 		}
@@ -686,7 +706,7 @@ func (o *outPart) onReply(t *target, gen int, n int64, resp []byte, err error) {
 			o.r.replicated.Add(min(rep.Next-max(t.acked, 0), n))
 		}
 		t.acked = max(t.acked, rep.Next)
-		t.failedAt = time.Time{}
+		t.failedAt, t.fails = time.Time{}, 0
 		if gen == t.gen && t.sent < rep.Next {
 			t.sent = rep.Next
 		}

@@ -141,10 +141,14 @@ func TestSilentCutMarksMissingAndCatchesUp(t *testing.T) {
 	if _, err := x.ingest(5, "at-cut"); err != nil {
 		t.Fatal(err)
 	}
-	if took := time.Since(cut); took > 5*time.Second || !x.a.Stats().Degraded {
-		t.Fatalf("the wait pending at the cut ended after %s (degraded %v), want the replica marked missing within 5s",
-			took, x.a.Stats().Degraded)
+	// The heartbeat marks it missing in about 5 s on a quiet machine (the
+	// figure logged; the partition bench reports it); the bound here only
+	// tells the heartbeat from the one-minute replication timeout, so a
+	// busy machine does not fail it.
+	if took := time.Since(cut); took > 30*time.Second {
+		t.Fatalf("the wait pending at the cut ended after %s, want the replica marked missing by the heartbeat, well before the replication timeout", took)
 	}
+	testkit.Eventually(t, 15*time.Second, "the owner to report the replica missing", func() bool { return x.a.Stats().Degraded })
 	t.Logf("replica marked missing %s after the cut", time.Since(cut).Round(time.Millisecond))
 	// Known missing: later appends are not held up by it.
 	during := time.Now()
@@ -153,8 +157,8 @@ func TestSilentCutMarksMissingAndCatchesUp(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if took := time.Since(during); took > 2*time.Second {
-		t.Fatalf("10 appends with the replica known missing took %s", took)
+	if took := time.Since(during); took > 30*time.Second {
+		t.Fatalf("10 appends with the replica known missing took %s: they waited for it", took)
 	}
 	// Stay cut a while, as a pulled cable does, then heal.
 	time.Sleep(3 * time.Second)
@@ -170,16 +174,19 @@ func TestSilentCutMarksMissingAndCatchesUp(t *testing.T) {
 		ps, _ := w.Partition("s.t", 1)
 		return ps.Next == own.Next
 	})
-	if took := time.Since(healed); took > 5*time.Second {
-		t.Fatalf("replication restored %s after the heal, want within 5s", took)
-	}
 	t.Logf("replica caught up (%d records) %s after the heal", own.Next, time.Since(healed).Round(time.Millisecond))
-	if _, err := x.ingest(1, "after"); err != nil {
-		t.Fatal(err)
-	}
-	if x.a.Stats().Degraded {
-		t.Fatal("still degraded after the heal")
-	}
+	// The replica holds everything; the owner clears "missing" once the
+	// catch-up is confirmed, so an append in that instant may still go
+	// with one copy. Appends after it go with two.
+	n := 0
+	testkit.Eventually(t, 15*time.Second, "an append after the heal to be replicated to both (not degraded)", func() bool {
+		n++
+		if _, err := x.ingest(1, fmt.Sprint("after-", n)); err != nil {
+			t.Fatal(err)
+		}
+		return !x.a.Stats().Degraded
+	})
+	t.Logf("%d appends after the catch-up until one was replicated", n)
 	x.replicaHolds(t)
 }
 
@@ -215,8 +222,10 @@ func TestRefuseBeforeAppendWhenReplicaMissing(t *testing.T) {
 		_, err := x.ingest(1, "after")
 		return err == nil
 	})
-	if took := time.Since(healed); took > 5*time.Second {
-		t.Fatalf("accepting again %s after the heal, want within 5s", took)
+	// About 5 s or less on a quiet machine (logged); the bound only fails
+	// a node that waits for its next retry instead of the link coming up.
+	if took := time.Since(healed); took > 30*time.Second {
+		t.Fatalf("accepting again %s after the heal, want within seconds", took)
 	}
 	t.Logf("accepting again %s after the heal", time.Since(healed).Round(time.Millisecond))
 	x.replicaHolds(t)
@@ -232,4 +241,45 @@ func TestErrorsAreRefusals(t *testing.T) {
 	if r := tributary.ReasonOf(fmt.Errorf("%w: replica b missing", ErrNotReplicated)); r != tributary.ReasonReplication {
 		t.Fatalf("ErrNotReplicated is reason %s, want replication", r)
 	}
+}
+
+// TestLinkUpRetriesAtOnce: a replica marked missing by a silent cut is
+// retried as soon as its peer link is up again after the heal (OnLinkUp),
+// not at its next retry, made an hour away here: it catches up from the
+// owner's WAL and the owner is not degraded any more.
+func TestLinkUpRetriesAtOnce(t *testing.T) {
+	lo, hi := retryBackoffMin, retryBackoff
+	t.Cleanup(func() { retryBackoffMin, retryBackoff = lo, hi }) // after the pair's own cleanups: its senders read them
+	retryBackoffMin, retryBackoff = time.Hour, time.Hour
+	x := newCutPair(t, Degrade)
+	if _, err := x.ingest(20, "before"); err != nil {
+		t.Fatal(err)
+	}
+	x.proxy.Cut()
+	if _, err := x.ingest(5, "at-cut"); err != nil { // ends when the heartbeat marks b missing
+		t.Fatal(err)
+	}
+	if !x.a.Stats().Degraded {
+		t.Fatal("not degraded with the replica cut off")
+	}
+	x.proxy.Heal()
+	own, _ := x.wa.Partition("s.t", 1)
+	testkit.Eventually(t, 30*time.Second, "the replica to catch up once its link is up (the retry backoff is an hour)", func() bool {
+		s, _ := x.b.storeOf("a")
+		w, err := s.wal()
+		if err != nil {
+			return false
+		}
+		ps, _ := w.Partition("s.t", 1)
+		return ps.Next == own.Next
+	})
+	// As in TestSilentCutMarksMissingAndCatchesUp: an append in the
+	// instant before the owner confirms the catch-up may go with one copy.
+	testkit.Eventually(t, 15*time.Second, "an append after the catch-up to be replicated to both (not degraded)", func() bool {
+		if _, err := x.ingest(1, "after"); err != nil {
+			t.Fatal(err)
+		}
+		return !x.a.Stats().Degraded
+	})
+	x.replicaHolds(t)
 }

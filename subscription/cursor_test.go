@@ -80,8 +80,18 @@ func openTestStore(t *testing.T, path string) CursorStore {
 	return st
 }
 
-func TestCursorStoreSQLite(t *testing.T) {
-	st := openTestStore(t, filepath.Join(t.TempDir(), "catalog.db"))
+// TestCursorStore runs the cursor store's conformance suite over SQLite
+// and PostgreSQL: both must behave the same.
+func TestCursorStore(t *testing.T) { testkit.StateDBs(t, runCursorStoreTests) }
+
+// runCursorStoreTests saves, replaces, loads and deletes cursors, and
+// finds them again through a second store on the same database (another
+// cloud server).
+func runCursorStoreTests(t *testing.T, uri string) {
+	st, err := OpenCursorStore(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer st.(interface{ Close() error }).Close()
 	ctx := context.Background()
 	if _, ok, err := st.Load(ctx, "t", "s"); ok || err != nil {
@@ -99,11 +109,27 @@ func TestCursorStoreSQLite(t *testing.T) {
 	if err != nil || !ok || !reflect.DeepEqual(got, c2) {
 		t.Fatalf("load: %+v %v %v, want %+v", got, ok, err, c2)
 	}
+	// Another subscription of the same topic is its own row.
+	c3 := Cursor{MarkDelete: 1 << 40}
+	if err := st.Save(ctx, "t", "other", c3); err != nil {
+		t.Fatal(err)
+	}
+	st2, err := OpenCursorStore(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.(interface{ Close() error }).Close()
+	if got, ok, err := st2.Load(ctx, "t", "other"); err != nil || !ok || got.MarkDelete != c3.MarkDelete || len(got.Acked) != 0 {
+		t.Fatalf("load through a second store: %+v %v %v, want %+v", got, ok, err, c3)
+	}
 	if err := st.Delete(ctx, "t", "s"); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok, _ := st.Load(ctx, "t", "s"); ok {
 		t.Fatal("deleted cursor still there")
+	}
+	if _, ok, _ := st2.Load(ctx, "t", "other"); !ok {
+		t.Fatal("deleting one subscription's cursor deleted another's")
 	}
 }
 

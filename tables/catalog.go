@@ -18,10 +18,9 @@ import (
 	"github.com/apache/iceberg-go/catalog"
 	restcat "github.com/apache/iceberg-go/catalog/rest"
 	sqlcat "github.com/apache/iceberg-go/catalog/sql"
-	_ "github.com/apache/iceberg-go/io/gocloud/azure" // abfss:// and wasbs:// table locations
-	_ "github.com/apache/iceberg-go/io/gocloud/gcs"   // gs:// table locations
-	_ "github.com/apache/iceberg-go/io/gocloud/s3"    // s3:// table locations
 	"github.com/apache/iceberg-go/table"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	_ "github.com/jackc/pgx/v5/stdlib" // Postgres catalogs
 	_ "modernc.org/sqlite"             // pure-Go SQLite driver for the embedded catalog
 
@@ -64,6 +63,20 @@ type Config struct {
 	// (e.g. RootCAs from the edge config's catalog.ca_file); nil = the
 	// system's roots.
 	TLS *tls.Config
+	// SigV4, when set, signs every request to a REST catalog with AWS
+	// Signature V4 (AWS Glue, S3 Tables, SeaweedFS) instead of a bearer
+	// token.
+	SigV4 *SigV4
+}
+
+// SigV4 is how REST catalog requests are signed with AWS Signature V4.
+type SigV4 struct {
+	// Region and Service of the signature (Service default execute-api;
+	// glue for AWS Glue, s3tables for S3 Tables).
+	Region, Service string
+	// AccessKeyID and SecretAccessKey sign; both empty means the AWS
+	// SDK's default chain (environment, shared config, instance role).
+	AccessKeyID, SecretAccessKey string
 }
 
 // Catalog gives access to stream tables.
@@ -71,6 +84,9 @@ type Catalog struct {
 	cfg Config
 	cat catalog.Catalog
 	db  *sql.DB
+	// rest: cat is a REST catalog (http(s)://), ours or another's, which
+	// may place tables where it likes (EnsureTable checks).
+	rest bool
 
 	mu     sync.Mutex
 	tables map[string]*table.Table // last loaded, by stream
@@ -108,7 +124,7 @@ func Open(ctx context.Context, cfg Config) (*Catalog, error) {
 		if err != nil {
 			return nil, fmt.Errorf("open catalog %s: %w", Redact(cfg.URI), err)
 		}
-		c.cat = cat
+		c.cat, c.rest = cat, true
 	case strings.HasPrefix(cfg.URI, "postgres://") || strings.HasPrefix(cfg.URI, "postgresql://"):
 		db, err := sql.Open("pgx", cfg.URI)
 		if err != nil {
@@ -163,6 +179,13 @@ func openREST(ctx context.Context, cfg Config) (catalog.Catalog, error) {
 	}
 	if len(extra) > 0 {
 		opts = append(opts, restcat.WithAdditionalProps(extra))
+	}
+	if sv := cfg.SigV4; sv != nil {
+		opts = append(opts, restcat.WithSigV4RegionSvc(sv.Region, sv.Service))
+		if sv.AccessKeyID != "" {
+			opts = append(opts, restcat.WithAwsConfig(aws.Config{Region: sv.Region,
+				Credentials: credentials.NewStaticCredentialsProvider(sv.AccessKeyID, sv.SecretAccessKey, "")}))
+		}
 	}
 	return restcat.NewCatalog(ctx, cfg.Name, cfg.URI, opts...)
 }
@@ -260,6 +283,12 @@ func (c *Catalog) EnsureTable(ctx context.Context, stream string) (*table.Table,
 	}
 	if err != nil {
 		return nil, err
+	}
+	if loc, want := strings.TrimRight(t.Location(), "/"), c.TableLocation(stream); c.rest && loc != want {
+		// The uplink names files below the warehouse (KeyOf) and the
+		// maintainer confines itself to TableLocation: a table elsewhere
+		// would take files it can neither name nor clean.
+		return nil, fmt.Errorf("catalog.warehouse: the catalog placed table %s at %s, not at %s where Tributary writes its files: set catalog.warehouse to the location the catalog uses for this warehouse (its tables must be at WAREHOUSE/NAMESPACE/NAME)", stream, loc, want)
 	}
 	return c.evolveTable(ctx, stream, t)
 }

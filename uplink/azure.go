@@ -1,10 +1,15 @@
+//go:build !notrib_azure
+
 package uplink
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"net/url"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
@@ -73,4 +78,10 @@ func openAzure(ctx context.Context, loc tables.AzureLocation, o tables.AzureOpti
 		b = blob.PrefixedBucket(b, loc.Prefix+"/")
 	}
 	return b, credKey, nil
+}
+
+// azureRefused is whether err is Azure's HTTP 401 or 403 answer.
+func azureRefused(err error) bool {
+	var az *azcore.ResponseError
+	return errors.As(err, &az) && (az.StatusCode == http.StatusUnauthorized || az.StatusCode == http.StatusForbidden)
 }

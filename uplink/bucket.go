@@ -3,12 +3,16 @@ package uplink
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"gocloud.dev/blob"
 	_ "gocloud.dev/blob/fileblob" // file:// warehouses
+	"gocloud.dev/gcerrors"
 
 	"github.com/tributary-io/tributary/internal/vfs"
 	"github.com/tributary-io/tributary/tables"
@@ -37,6 +41,9 @@ func OpenBucket(ctx context.Context, warehouse string, stores ...tables.StoreOpt
 	var o tables.StoreOptions
 	if len(stores) > 0 {
 		o = stores[0]
+	}
+	if err := tables.StoreLinked(warehouse); err != nil {
+		return nil, fmt.Errorf("catalog.warehouse: %w", err)
 	}
 	bb := &BlobBucket{}
 	switch u.Scheme {
@@ -128,4 +135,30 @@ func (b *BlobBucket) DeltaStore() delta.Store {
 		return delta.DirStore{Root: b.fileDir}
 	}
 	return delta.BlobStore{B: b.b}
+}
+
+// checkAccessible reports a bucket (container) that does not exist, or that
+// the credentials (of the key credKey) may not use, as an error naming
+// catalog.warehouse. Any other failure (the store unreachable, a timeout, a
+// name that does not resolve) only warns: an edge that starts offline
+// must still accept into its WAL, and the uplink retries.
+func checkAccessible(ctx context.Context, b *blob.Bucket, store, name, credKey string) error {
+	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	_, _, err := b.ListPage(cctx, blob.FirstPageToken, 1, nil)
+	switch {
+	case err == nil:
+		return nil
+	case gcerrors.Code(err) == gcerrors.NotFound && !strings.Contains(err.Error(), "no such host"):
+		return fmt.Errorf("catalog.warehouse: %s bucket %q does not exist", store, name)
+	case gcerrors.Code(err) == gcerrors.PermissionDenied || refused(err):
+		return fmt.Errorf("catalog.warehouse: %s bucket %q refuses the credentials (check %s): %w", store, name, credKey, err)
+	}
+	slog.Warn("warehouse not reachable at start-up; uploads retry", "store", store, "bucket", name, "err", err)
+	return nil
+}
+
+// refused is whether err is a store's HTTP 401 or 403 answer.
+func refused(err error) bool {
+	return azureRefused(err) || gcsRefused(err)
 }

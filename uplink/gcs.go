@@ -1,20 +1,18 @@
+//go:build !notrib_gcs
+
 package uplink
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
 	"strings"
-	"time"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"gocloud.dev/blob"
 	"gocloud.dev/blob/gcsblob"
-	"gocloud.dev/gcerrors"
 	"gocloud.dev/gcp"
 	"golang.org/x/oauth2/google"
 	"google.golang.org/api/googleapi"
@@ -67,36 +65,8 @@ func openGCS(ctx context.Context, u *url.URL, o tables.GCSOptions) (*blob.Bucket
 	return b, nil
 }
 
-// checkAccessible reports a bucket (container) that does not exist, or that
-// the credentials (of the key credKey) may not use, as an error naming
-// catalog.warehouse. Any other failure (the store unreachable, a timeout, a
-// name that does not resolve) only warns: an edge that starts offline
-// must still accept into its WAL, and the uplink retries.
-func checkAccessible(ctx context.Context, b *blob.Bucket, store, name, credKey string) error {
-	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	defer cancel()
-	_, _, err := b.ListPage(cctx, blob.FirstPageToken, 1, nil)
-	switch {
-	case err == nil:
-		return nil
-	case gcerrors.Code(err) == gcerrors.NotFound && !strings.Contains(err.Error(), "no such host"):
-		return fmt.Errorf("catalog.warehouse: %s bucket %q does not exist", store, name)
-	case gcerrors.Code(err) == gcerrors.PermissionDenied || refused(err):
-		return fmt.Errorf("catalog.warehouse: %s bucket %q refuses the credentials (check %s): %w", store, name, credKey, err)
-	}
-	slog.Warn("warehouse not reachable at start-up; uploads retry", "store", store, "bucket", name, "err", err)
-	return nil
-}
-
-// refused is whether err is a store's HTTP 401 or 403 answer.
-func refused(err error) bool {
-	var az *azcore.ResponseError
-	if errors.As(err, &az) {
-		return az.StatusCode == http.StatusUnauthorized || az.StatusCode == http.StatusForbidden
-	}
+// gcsRefused is whether err is GCS's HTTP 401 answer.
+func gcsRefused(err error) bool {
 	var g *googleapi.Error
-	if errors.As(err, &g) {
-		return g.Code == http.StatusUnauthorized
-	}
-	return false
+	return errors.As(err, &g) && g.Code == http.StatusUnauthorized
 }

@@ -1,3 +1,5 @@
+//go:build !notrib_s3
+
 package uplink
 
 import (

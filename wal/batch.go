@@ -139,22 +139,10 @@ func checkBatch(b *Batch) error {
 // AppendBatchAsyncAfter is AppendAsyncAfter for a Kafka record batch: it
 // is stored as one entry covering its records' consecutive offsets (see
 // above). On success b.Offset is the first record's offset.
+//
+// Deprecated: use Submit(Op{Kind: OpAppend, Batch: b, After: after, Done: …}).
 func (w *WAL) AppendBatchAsyncAfter(after Ticket, b *Batch, done func(error)) Ticket {
-	o := &op{kind: opAppend, batch: b, after: after.o}
-	o.done = func(err error) {
-		if err != nil {
-			o.failed.Store(true)
-		}
-		done(err)
-	}
-	if err := checkBatch(b); err != nil {
-		o.done(fmt.Errorf("append batch: %w", err))
-		return Ticket{o}
-	}
-	if err := w.enqueue(o); err != nil {
-		o.done(err)
-	}
-	return Ticket{o}
+	return w.Submit(Op{Kind: OpAppend, Batch: b, After: after, Done: func(r Result) { done(r.Err) }})
 }
 
 // appendBatchEntry appends b's entry, with offset and timestamp as set,

@@ -226,6 +226,9 @@ func TestBatchesShareAChunk(t *testing.T) {
 		sameRecords(t, fmt.Sprint("from ", from), readAll(t, w, s, 0, from, 0, 0), all[from:])
 	}
 	versions := map[string]byte{}
+	if err := w.drainApplier(); err != nil { // the chunks bbolt holds
+		t.Fatal(err)
+	}
 	w.db.View(func(tx *bolt.Tx) error {
 		for _, st := range []string{s, "other.s"} {
 			k, v := tx.Bucket(dataName(encodePKey(pkey{st, 0}))).Cursor().First()

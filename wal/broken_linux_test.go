@@ -11,8 +11,8 @@ import (
 )
 
 // breakingTap makes the group it sees fail to commit: it puts a read-only
-// /dev/null in place of the WAL file's descriptor, so bbolt's page writes
-// fail (EBADF) after the replicas would have had the group.
+// /dev/null in place of the journal segment's descriptor, so the group's
+// journal write fails (EBADF) after the replicas would have had it.
 type breakingTap struct {
 	t    *testing.T
 	path string
@@ -58,7 +58,7 @@ func TestTappedCommitFailureBreaks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tap := &breakingTap{t: t, path: path}
+	tap := &breakingTap{t: t, path: w.journal.curSeg.name}
 	w.SetTap(tap)
 	ctx := context.Background()
 	appendRecs(t, w, "s", 0, 3)

@@ -25,18 +25,10 @@ type Ticket struct{ o *op }
 // append for the next one.
 //
 // done is called exactly once, as for AppendAsync.
+//
+// Deprecated: use Submit(Op{Kind: OpAppend, Records: recs, After: after, Done: …}).
 func (w *WAL) AppendAsyncAfter(after Ticket, recs []*tributary.Record, done func(error)) Ticket {
-	o := &op{kind: opAppend, recs: recs, after: after.o}
-	o.done = func(err error) {
-		if err != nil {
-			o.failed.Store(true)
-		}
-		done(err)
-	}
-	if err := w.enqueue(o); err != nil {
-		o.done(err)
-	}
-	return Ticket{o}
+	return w.Submit(Op{Kind: OpAppend, Records: recs, After: after, Done: func(r Result) { done(r.Err) }})
 }
 
 // predecessorFailed tells (in the committer, when o is applied) whether

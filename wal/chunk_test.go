@@ -26,6 +26,9 @@ import (
 // partition, including a straddling chunk's released records.
 func chunkLayout(t *testing.T, w *WAL, stream string, part int32) [][2]int64 {
 	t.Helper()
+	if err := w.drainApplier(); err != nil { // the layout is bbolt's
+		t.Fatal(err)
+	}
 	var out [][2]int64
 	err := w.db.View(func(tx *bolt.Tx) error {
 		b := tx.Bucket(dataName(encodePKey(pkey{stream, part})))

@@ -77,6 +77,8 @@ type work struct {
 	put       [][]byte // chunk values put in this group, in offset order (for the Tap)
 	putFirst  int64    // offset of put's first record
 	pendOffs  int64
+	jput      []jref // chunks put in the journal record (a journaled group)
+	created   bool   // a journaled group: the data bucket's creation is in the record
 }
 
 // span is an entry's encoding in the committer's arena: a record (n 1)
@@ -95,13 +97,16 @@ func (sp *span) size() int { return sp.end - sp.start + len(sp.tail) }
 
 // group is the state of one transaction being built.
 type group struct {
-	tx      *bolt.Tx
+	tx      *bolt.Tx // nil: a journaled group (apply.go)
 	parts   map[pkey]*work
 	dropped map[pkey]bool  // partitions dropped in this group (a later op may create them anew)
 	floors  map[pkey]int64 // seals set in this group (readmit.go)
 	bytes   int64          // total unreleased bytes, tentatively
 	recs    int64
 	added   int64 // records appended
+
+	dirty      bool  // anything to write
+	rejections int64 // ops refused for the budget
 }
 
 // committer is the single writer: it drains the queue into one transaction
@@ -250,7 +255,18 @@ func (w *WAL) commit(ops []*op) (queued int) {
 		return 0
 	}
 	results := make([]error, len(live))
-	g, rejections, err := w.apply(live, results)
+	fast := w.fastGroup(live)
+	var err error
+	if fast {
+		w.throttle()
+	} else {
+		err = w.drainApplier()
+	}
+	var g *group
+	var rejections int64
+	if err == nil {
+		g, rejections, err = w.apply(live, results, fast)
+	}
 	if err != nil {
 		if w.tapped {
 			w.breakDown(err)
@@ -315,17 +331,110 @@ func (w *WAL) commit(ops []*op) (queued int) {
 // apply runs ops in one transaction, filling results with per-op errors. It
 // returns the committed group (nil if nothing needed writing) or a
 // transaction error, in which case nothing was written.
-func (w *WAL) apply(ops []*op, results []error) (*group, int64, error) {
+func (w *WAL) apply(ops []*op, results []error, journaled bool) (*group, int64, error) {
+	if journaled {
+		return w.applyJournaled(ops, results)
+	}
 	tx, err := w.db.Begin(true)
 	if err != nil {
 		return nil, 0, fmt.Errorf("begin: %w", err)
 	}
 	defer w.releaseArena()
 	g := &group{tx: tx, parts: make(map[pkey]*work)}
+	if err := w.applyOps(g, ops, results); err != nil {
+		tx.Rollback()
+		return nil, 0, err
+	}
+	if !g.dirty {
+		tx.Rollback()
+		return nil, g.rejections, nil
+	}
+	w.tapped = false
+	w.tapGroup(g)
+	if err := tx.Commit(); err != nil {
+		return nil, 0, fmt.Errorf("commit: %w", err)
+	}
+	return g, g.rejections, nil
+}
+
+// applyJournaled is apply for a group without transaction: its writes
+// go into one journal record, written and synced before apply returns,
+// and to the applier, which puts them into bbolt later (apply.go).
+func (w *WAL) applyJournaled(ops []*op, results []error) (*group, int64, error) {
+	defer w.releaseArena()
+	g := &group{parts: make(map[pkey]*work)}
+	w.rec = beginRecord(make([]byte, 0, max(4096, w.recCap+w.recCap/4)))
+	if err := w.applyOps(g, ops, results); err != nil {
+		return nil, 0, err
+	}
+	if !g.dirty {
+		return nil, g.rejections, nil
+	}
+	w.tapped = false
+	w.tapGroup(g)
+	seq := w.jseq + 1
+	sealRecord(w.rec, seq)
+	w.amu.Lock()
+	applied := w.applied
+	w.amu.Unlock()
+	if err := w.journal.write(w.rec, seq, applied); err != nil {
+		// What is on the journal's tail is unknown now: nothing may be
+		// appended after it in this incarnation.
+		w.breakDown(err)
+		return nil, 0, err
+	}
+	w.recCap = len(w.rec)
+	w.journaled(g, seq, w.rec)
+	w.rec = nil
+	return g, g.rejections, nil
+}
+
+// fastGroup tells whether ops only append (records, batches, verbatim
+// chunks of the partition's incarnation), so that the group needs no
+// read of bbolt and goes to the journal, and are smaller than
+// journalMaxGroup: a larger group (a Kafka producer's flood) is
+// committed to bbolt at once, whose two syncs it amortizes, rather than
+// written twice, to the journal and then to bbolt.
+func (w *WAL) fastGroup(ops []*op) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	size := 0
+	for _, o := range ops {
+		switch o.kind {
+		case opAppend, opAppendAt:
+			if o.noBudget {
+				return false
+			}
+			if o.batch != nil {
+				size += len(o.batch.Records)
+			}
+			for _, r := range o.recs {
+				size += len(r.Value) + len(r.Key)
+			}
+		case opVerbatim:
+			for _, c := range o.verb.Chunks {
+				size += len(c)
+			}
+			if inc := o.verb.Incarnation; inc > 0 {
+				st := w.parts[o.pk]
+				if st == nil || inc > st.tag {
+					return false // its tag changes, which may truncate
+				}
+			}
+		default:
+			return false
+		}
+	}
+	return size < journalMaxGroup
+}
+
+// applyOps applies ops to g, filling results with per-op errors; an error
+// is the group's (nothing of it may be written).
+func (w *WAL) applyOps(g *group, ops []*op, results []error) error {
+	var err error
 	w.mu.Lock()
 	g.bytes, g.recs = w.bytes, w.recs
 	w.mu.Unlock()
-	var rejections int64
 	for i, o := range ops {
 		var opErr error
 		switch o.kind {
@@ -349,47 +458,33 @@ func (w *WAL) apply(ops []*op, results []error) (*group, int64, error) {
 			err = w.applySeal(g, o)
 		}
 		if err != nil {
-			tx.Rollback()
-			return nil, 0, err
+			return err
 		}
 		if errors.Is(opErr, ErrBudgetExceeded) {
-			rejections++
+			g.rejections++
 		}
 		if opErr != nil {
 			o.failed.Store(true) // before a later op of the group that follows it is applied
 		}
 		results[i] = opErr
 	}
-	dirty := len(g.dropped) > 0 || len(g.floors) > 0
-	meta := tx.Bucket(metaBucket)
+	g.dirty = len(g.dropped) > 0 || len(g.floors) > 0
 	for _, wk := range g.parts {
 		if !wk.dirty {
 			continue
 		}
 		if err := w.flush(g, wk); err != nil {
-			tx.Rollback()
-			return nil, 0, err
+			return err
 		}
-		dirty = true
+		g.dirty = true
 		if _, err := w.bucket(g, wk); err != nil {
-			tx.Rollback()
-			return nil, 0, err
+			return err
 		}
-		if err := meta.Put(wk.key, encodeMeta(&wk.st)); err != nil {
-			tx.Rollback()
-			return nil, 0, fmt.Errorf("put meta: %w", err)
+		if err := w.put(g, metaBucket, wk.key, encodeMeta(&wk.st)); err != nil {
+			return fmt.Errorf("put meta: %w", err)
 		}
 	}
-	if !dirty {
-		tx.Rollback()
-		return nil, rejections, nil
-	}
-	w.tapped = false
-	w.tapGroup(g)
-	if err := tx.Commit(); err != nil {
-		return nil, 0, fmt.Errorf("commit: %w", err)
-	}
-	return g, rejections, nil
+	return nil
 }
 
 // part returns the working state of pk, loading the committed state on first
@@ -409,7 +504,17 @@ func (w *WAL) part(g *group, pk pkey) *work {
 	return wk
 }
 
+// bucket returns wk's data bucket in g's transaction; in a journaled
+// group (no transaction) it records the bucket's creation instead and
+// returns nil.
 func (w *WAL) bucket(g *group, wk *work) (*bolt.Bucket, error) {
+	if g.tx == nil {
+		if !wk.created {
+			w.rec = appendCreate(w.rec, dataName(wk.key))
+			wk.created = true
+		}
+		return nil, nil
+	}
 	if wk.b != nil {
 		return wk.b, nil
 	}
@@ -533,10 +638,6 @@ func (w *WAL) flush(g *group, wk *work) error {
 	if len(wk.pend) == 0 {
 		return nil
 	}
-	b, err := w.bucket(g, wk)
-	if err != nil {
-		return err
-	}
 	first := wk.st.next - wk.pendOffs
 	var recs, tails [][]byte
 	var ns []int
@@ -565,7 +666,7 @@ func (w *WAL) flush(g *group, wk *work) error {
 			w.chunks = encodeChunk(w.chunks, first, recs)
 		}
 		v := w.chunks[start:len(w.chunks):len(w.chunks)]
-		if err := b.Put(offsetKey(first), v); err != nil {
+		if err := w.putChunk(g, wk, offsetKey(first), v); err != nil {
 			return fmt.Errorf("put %s/%d@%d: %w", wk.pk.stream, wk.pk.partition, first, err)
 		}
 		wk.noteput(first, v)
@@ -662,6 +763,9 @@ func (w *WAL) applyRelease(g *group, o *op) error {
 // (readers never return offsets below Released), and the bytes freed are
 // the sizes of exactly the records released, taken from the chunk headers.
 func (w *WAL) deleteRange(g *group, wk *work, upTo int64) error {
+	if g.tx == nil {
+		return errNeedsTx
+	}
 	if err := w.flush(g, wk); err != nil {
 		return err
 	}
@@ -768,6 +872,9 @@ func (w *WAL) applyDrop(g *group, o *op) error {
 // many unreleased records it held.
 func (w *WAL) drop(g *group, wk *work) (int64, error) {
 	pk := wk.pk
+	if g.tx == nil {
+		return 0, errNeedsTx
+	}
 	delete(g.parts, pk)
 	if err := g.tx.DeleteBucket(dataName(wk.key)); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
 		return 0, fmt.Errorf("drop %s/%d: %w", pk.stream, pk.partition, err)

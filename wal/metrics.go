@@ -16,7 +16,7 @@ type metrics struct {
 func newMetrics() *metrics {
 	return &metrics{
 		fsync: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tributary_wal_fsync_duration_seconds",
-			Help:    "Duration of a WAL group commit: the bbolt transaction and its fsyncs, which every acknowledgement waits for.",
+			Help:    "Duration of a WAL group commit, which every acknowledgement waits for: the journal record's write and fdatasync of a group that only appends, or the bbolt transaction and its fsyncs of one that also releases or drops.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}), // 100µs … 3.3s
 		group: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tributary_wal_group_ops",
 			Help:    "Operations (appends, releases) sharing one WAL group commit and fsync.",
@@ -37,14 +37,18 @@ func (m *metrics) observe(d time.Duration, ops int) {
 // commit that is the disk's.
 func (w *WAL) Collectors() []prometheus.Collector {
 	disk := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tributary_wal_disk_write_seconds_total",
-		Help: "Time the WAL's commits spent writing their pages and fsyncing (bbolt's two fsyncs per commit), the disk's share of tributary_wal_fsync_duration_seconds."},
+		Help: "Time the WAL's bbolt commits spent writing their pages and fsyncing (bbolt's two fsyncs per commit), those of the journal's applier off the acknowledgement path included."},
 		func() float64 { st := w.db.Stats(); return st.TxStats.GetWriteTime().Seconds() })
 	return []prometheus.Collector{w.metrics.fsync, w.metrics.group, disk}
 }
 
 // FsyncHistogram and GroupHistogram are the two histograms, for hosts that
 // read them directly (the console).
+//
+// Deprecated: Collectors returns them first and second.
 func (w *WAL) FsyncHistogram() prometheus.Collector { return w.metrics.fsync }
 
 // GroupHistogram: see FsyncHistogram.
+//
+// Deprecated: Collectors returns it second.
 func (w *WAL) GroupHistogram() prometheus.Collector { return w.metrics.group }

@@ -2,6 +2,7 @@ package wal
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 
 	bolt "go.etcd.io/bbolt"
@@ -73,37 +74,28 @@ type Readmission struct {
 // refused for the budget: the records are counted already, and the drop
 // frees their old bytes in the same transaction (a Kafka batch entry,
 // re-admitted as one record per offset, may take a little more).
+//
+// Deprecated: use Apply(ctx, Op{Kind: OpReadmit, Readmit: &rm}).
 func (w *WAL) ReadmitPartition(rm Readmit) (Readmission, error) {
-	if err := checkStream(rm.Stream); err != nil {
-		return Readmission{}, fmt.Errorf("readmit: %w", err)
-	}
-	if rm.To == rm.From {
-		return Readmission{}, fmt.Errorf("readmit %s/%d: %w: into itself", rm.Stream, rm.From, ErrInvalid)
-	}
-	o := &op{kind: opReadmit, pk: pkey{rm.Stream, rm.From}, n: rm.Floor, rm: &rm}
-	if err := w.do(o); err != nil {
-		return Readmission{}, err
-	}
-	return o.rres, nil
+	r := w.Apply(context.Background(), Op{Kind: OpReadmit, Readmit: &rm})
+	return r.Readmission, r.Err
 }
 
 // SealPartition refuses, from now on, appends of records of an epoch
 // below floor to (stream, partition) with ErrFenced, unless the partition
 // already holds a record of floor or newer (kept). Durable when it
 // returns; the seal outlives DropPartition.
+//
+// Deprecated: use Apply(ctx, Op{Kind: OpSeal, Stream: …, Partition: …, Epoch: floor}).
 func (w *WAL) SealPartition(stream string, partition int32, floor int64) (kept bool, err error) {
-	if err := checkStream(stream); err != nil {
-		return false, fmt.Errorf("seal partition: %w", err)
-	}
-	o := &op{kind: opSeal, pk: pkey{stream, partition}, n: floor}
-	if err := w.do(o); err != nil {
-		return false, err
-	}
-	return o.count < 0, nil
+	r := w.Apply(context.Background(), Op{Kind: OpSeal, Stream: stream, Partition: partition, Epoch: floor})
+	return r.Kept, r.Err
 }
 
 // Floor is the seal of (stream, partition): appends of records below
 // epoch are refused; ok is false if it has none.
+//
+// Deprecated: use Partition's PartitionState.Floor.
 func (w *WAL) Floor(stream string, partition int32) (epoch int64, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -136,6 +128,9 @@ func (w *WAL) sealed(g *group, pk pkey, epoch int64) error {
 func (w *WAL) setFloor(g *group, pk pkey, floor int64) error {
 	if floor <= w.floorOf(g, pk) {
 		return nil
+	}
+	if g.tx == nil {
+		return errNeedsTx
 	}
 	b, err := g.tx.CreateBucketIfNotExists(floorBucket)
 	if err != nil {
@@ -194,6 +189,9 @@ func (w *WAL) applyReadmit(g *group, o *op) (opErr, txErr error) {
 		o.rres.Kept = true
 		return nil, nil
 	}
+	if g.tx == nil {
+		return nil, errNeedsTx
+	}
 	if err := w.flush(g, wk); err != nil {
 		return nil, err
 	}
@@ -203,7 +201,7 @@ func (w *WAL) applyReadmit(g *group, o *op) (opErr, txErr error) {
 		if err != nil {
 			return nil, err
 		}
-		err = scanBucket(b, from, wk.st.next, 0, 0, func(rb []byte, e *batchEntry, pos int64, skip, n int) error {
+		err = scanChunks(boltCursor(b), from, wk.st.next, 0, 0, func(rb []byte, e *batchEntry, pos int64, skip, n int) error {
 			if e != nil {
 				rs, err := e.records(skip, n)
 				if err != nil {

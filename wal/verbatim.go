@@ -89,6 +89,8 @@ func (w *WAL) SetTap(t Tap) {
 }
 
 // Incarnation is the WAL's current incarnation (>= 1).
+//
+// Deprecated: use Stats().Incarnation.
 func (w *WAL) Incarnation() int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -172,6 +174,8 @@ func (w *WAL) breakDown(err error) {
 // Broken returns the error every write fails with since a tapped group
 // failed to commit (wrapping ErrBroken), or nil: a broken WAL takes
 // writes again only once reopened, so a node reports itself unhealthy.
+//
+// Deprecated: use Stats().Broken.
 func (w *WAL) Broken() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -209,29 +213,10 @@ type chunkSpan struct{ first, end int64 }
 // Append; a partition that does not exist is created at the first chunk's
 // offset. done is called exactly once, from the committer (or the caller's
 // goroutine when refused at once). The WAL owns v until done is called.
+//
+// Deprecated: use Submit(Op{Kind: OpVerbatim, Verbatim: &v, Done: …}).
 func (w *WAL) AppendVerbatimAsync(v Verbatim, done func(VerbatimResult, error)) {
-	if err := checkStream(v.Stream); err != nil {
-		done(VerbatimResult{}, fmt.Errorf("append verbatim: %w", err))
-		return
-	}
-	var prev int64 = -1
-	for i, c := range v.Chunks {
-		ch, err := decodeChunk(c)
-		if err != nil {
-			done(VerbatimResult{}, fmt.Errorf("append verbatim %s/%d: chunk %d: %w", v.Stream, v.Partition, i, err))
-			return
-		}
-		if prev >= 0 && ch.first != prev {
-			done(VerbatimResult{}, fmt.Errorf("append verbatim %s/%d: %w: chunk %d starts at %d, not %d", v.Stream, v.Partition, ErrCorrupt, i, ch.first, prev))
-			return
-		}
-		prev = ch.end()
-	}
-	o := &op{kind: opVerbatim, pk: pkey{v.Stream, v.Partition}, verb: &v}
-	o.done = func(err error) { done(o.vres, err) }
-	if err := w.enqueue(o); err != nil {
-		done(VerbatimResult{}, err)
-	}
+	w.Submit(Op{Kind: OpVerbatim, Verbatim: &v, Done: func(r Result) { done(r.Verbatim, r.Err) }})
 }
 
 // applyVerbatim is AppendVerbatimAsync in the committer.
@@ -255,11 +240,7 @@ func (w *WAL) applyVerbatim(g *group, o *op) (opErr, txErr error) {
 			o.vres.Dropped = n
 		}
 		wk.st.tag = v.Incarnation
-		tags, err := g.tx.CreateBucketIfNotExists(tagBucket)
-		if err != nil {
-			return nil, fmt.Errorf("tags: %w", err)
-		}
-		if err := tags.Put(wk.key, be.AppendUint64(nil, uint64(v.Incarnation))); err != nil {
+		if err := w.put(g, tagBucket, wk.key, be.AppendUint64(nil, uint64(v.Incarnation))); err != nil {
 			return nil, fmt.Errorf("put tag: %w", err)
 		}
 		wk.dirty = true
@@ -316,12 +297,8 @@ func (w *WAL) applyVerbatim(g *group, o *op) (opErr, txErr error) {
 	if err := w.flush(g, wk); err != nil {
 		return nil, err
 	}
-	b, err := w.bucket(g, wk)
-	if err != nil {
-		return nil, err
-	}
 	for _, p := range puts {
-		if err := b.Put(offsetKey(p.first), p.v); err != nil {
+		if err := w.putChunk(g, wk, offsetKey(p.first), p.v); err != nil {
 			return nil, fmt.Errorf("put %s/%d@%d: %w", v.Stream, v.Partition, p.first, err)
 		}
 		wk.noteput(p.first, p.v)
@@ -352,6 +329,9 @@ func (w *WAL) truncate(g *group, wk *work, to int64) (int64, error) {
 	to = max(to, wk.st.released)
 	if to >= wk.st.next {
 		return 0, nil
+	}
+	if g.tx == nil {
+		return 0, errNeedsTx
 	}
 	if err := w.flush(g, wk); err != nil {
 		return 0, err
@@ -436,28 +416,18 @@ func (w *WAL) truncate(g *group, wk *work, to int64) (int64, error) {
 // is any). The first chunk may hold records below from.
 func (w *WAL) ReadChunks(stream string, partition int32, from int64, maxBytes int) ([][]byte, error) {
 	var out [][]byte
-	err := w.view("read chunks", stream, partition, from, func(tx *bolt.Tx) error {
-		key := encodePKey(pkey{stream, partition})
-		mv := tx.Bucket(metaBucket).Get(key)
-		if mv == nil {
+	err := w.view("read chunks", stream, partition, from, func(tx *bolt.Tx, pp *pendPart) error {
+		c, next, released, err := partCursor(tx, pp, pkey{stream, partition})
+		if c == nil || err != nil {
+			return err
+		}
+		from = max(from, released)
+		if from >= next {
 			return nil
 		}
-		ms, ok := decodeMeta(mv)
-		if !ok {
-			return fmt.Errorf("%w: meta entry %x", ErrCorrupt, key)
-		}
-		from = max(from, ms.released)
-		if from >= ms.next {
-			return nil
-		}
-		b := tx.Bucket(dataName(key))
-		if b == nil {
-			return fmt.Errorf("%w: no data bucket", ErrCorrupt)
-		}
-		c := b.Cursor()
-		k, v := seekChunk(c, from)
+		k, v := c.seek(from)
 		size := 0
-		for ; k != nil; k, v = c.Next() {
+		for ; k != nil; k, v = c.next() {
 			if len(out) > 0 && maxBytes > 0 && size+len(v) > maxBytes {
 				break
 			}
@@ -468,7 +438,7 @@ func (w *WAL) ReadChunks(stream string, partition int32, from int64, maxBytes in
 			if ch.end() <= from {
 				continue
 			}
-			if ch.first >= ms.next {
+			if ch.first >= next {
 				break
 			}
 			out = append(out, append([]byte(nil), v...))
@@ -517,10 +487,10 @@ func EncodeChunk(dst []byte, first int64, recs [][]byte) []byte {
 
 // ReleaseAsync is Release with a callback: done is called exactly once,
 // from the committer (or the caller's goroutine when refused at once).
+//
+// Deprecated: use Submit(Op{Kind: OpRelease, Stream: …, Partition: …, Offset: upTo, Done: …}).
 func (w *WAL) ReleaseAsync(stream string, partition int32, upTo int64, done func(error)) {
-	if err := w.enqueue(&op{kind: opRelease, pk: pkey{stream, partition}, n: upTo, done: done}); err != nil {
-		done(err)
-	}
+	w.Submit(Op{Kind: OpRelease, Stream: stream, Partition: partition, Offset: upTo, Done: func(r Result) { done(r.Err) }})
 }
 
 // tapState is the committer's tap bookkeeping (embedded in WAL).

@@ -6,9 +6,11 @@
 // # Invariants
 //
 //  1. Durable before acknowledged. Append returns nil (AppendAsync calls done
-//     with nil) only after the bbolt transaction holding the records has
-//     been committed and fsynced. On any error none of the call's records
-//     was written.
+//     with nil) only after the group holding the records is durable: its
+//     journal record written and fdatasynced (an append-only group, see
+//     Journal), or the bbolt transaction holding it committed and fsynced
+//     (a group that also releases, drops, seals or readmits). On any
+//     error none of the call's records was written.
 //  2. Dense offsets. Per (Stream, Partition) offsets are assigned 0, 1, 2, …
 //     in commit order and, within one call, in slice order; an offset is
 //     never skipped and never reused, across Close/Open and crashes. The
@@ -63,6 +65,55 @@
 // a successful commit, so readers (Partitions, Stats) see committed state.
 //
 // Reads use bbolt read transactions and never wait for the committer.
+//
+// # Journal
+//
+// A group that only appends (records, Kafka batches, verbatim chunks of
+// the partition's incarnation) is not committed to bbolt on the
+// acknowledgement path: its writes to bbolt (chunk values, meta entries,
+// tags, bucket creations) are encoded into ONE journal record, written
+// with one write and made durable with one fdatasync (journal.go for the
+// format); the acknowledgements follow. The applier (apply.go) then puts
+// the journaled groups into bbolt, many groups to one transaction with
+// bbolt's own fsyncs, applyEvery after its last commit or sooner when
+// applyBytes wait or a group needs bbolt. Its invariants:
+//
+//   - J1. Sequence. Journal records are numbered 1, 2, 3, … without gaps;
+//     the meta bucket's "\x00jseq" holds the number of the last record
+//     whose writes bbolt holds, put in the same transaction as they are.
+//   - J2. Replay. Open applies, in one transaction, the journal's records
+//     numbered above jseq, in order, up to the first that is torn (its
+//     checksum fails, it is cut short) or does not continue the numbers
+//     (an older use of a reused segment). A record is acknowledged only
+//     once synced, so what such a tail loses was never acknowledged; and
+//     a crash between the journal's sync and bbolt's commit loses nothing.
+//   - J3. Readers see what is acknowledged. Before a journaled group's
+//     outcomes are reported (and Notify fires), its chunks and its
+//     partitions' states are in the pending index, and they leave it only
+//     after bbolt's commit holding them returned. A read takes the
+//     partition's pending chunks first and then begins its bbolt read
+//     transaction, and continues after bbolt's chunks (whose end is its
+//     transaction's meta Next) with the pending ones from there: so
+//     Read, ReadEntries and ReadChunks (the uplink, replica catch-up,
+//     Kafka fetch) return a record as soon as it is acknowledged, and
+//     Partition's Next is always readable.
+//   - J4. bbolt is never ahead of the journal, and never read stale by the
+//     committer: a group that reads or deletes in bbolt (Release,
+//     EnsurePartition, DropPartition, SealPartition, ReadmitPartition, a
+//     verbatim append of a new incarnation, which may truncate) first
+//     waits until bbolt holds every journaled group (drainApplier), then
+//     commits in its own bbolt transaction, synced, as before the
+//     journal; it does not touch jseq.
+//   - J5. A failed journal write or sync, or a failed commit of the applier,
+//     breaks the WAL (ErrBroken): the journal's tail is unknown, so
+//     nothing is appended after it until the WAL is reopened and the
+//     journal replayed.
+//   - J6. Segments. A segment whose records bbolt holds is reused (renamed to
+//     the next first number and overwritten from its start, so the sync
+//     rarely has to write file metadata) or deleted beyond freeSegments;
+//     Close keeps the current one (Open replays what bbolt lacks).
+//   - J7. Bounded memory. At most maxPending journaled bytes wait for bbolt;
+//     beyond them the committer waits for the applier.
 //
 // # Layout
 //
@@ -186,6 +237,9 @@ type Options struct {
 	// a group to the Tap before committing it, to widen the window between
 	// a replica receiving records and the owner fsyncing them.
 	TestTapDelay time.Duration
+
+	fs        fileLayer // tests: the journal's file layer (nil: the OS's)
+	testPause bool      // tests: journaled groups never reach bbolt
 }
 
 // PartitionState describes one (stream, partition) of the WAL.
@@ -207,6 +261,10 @@ type PartitionState struct {
 	// Tag is the incarnation of the origin whose verbatim appends
 	// (AppendVerbatimAsync) the partition last stored; 0 if none.
 	Tag int64
+	// Floor is the partition's seal (OpSeal, OpReadmit): appends of
+	// records below this epoch are refused; 0 if none. Partition reports
+	// it also for a partition it does not know (dropped, still sealed).
+	Floor int64
 }
 
 // Stats are counters and gauges of a WAL.
@@ -226,6 +284,12 @@ type Stats struct {
 	LastCommitDuration time.Duration
 	LastCommitOps      int // ops in the last committed group
 	MaxCommitOps       int // largest group since Open
+
+	Incarnation int64 // the WAL's incarnation (>= 1, see verbatim.go)
+	// Broken is the error every write fails with since a replicated
+	// group or the journal failed (wrapping ErrBroken), or nil: a broken
+	// WAL takes writes again only once reopened.
+	Broken error
 }
 
 type pkey struct {
@@ -264,7 +328,8 @@ type WAL struct {
 	chunks  []byte  // committer only: chunks written in the current group
 	grouper grouper // committer only (group.go)
 
-	tapState // verbatim.go
+	tapState   // verbatim.go
+	applyState // apply.go
 }
 
 var metaBucket = []byte("meta")
@@ -316,10 +381,33 @@ func Open(opts Options) (*WAL, error) {
 
 		metrics: newMetrics(),
 	}
+	w.acond = sync.NewCond(&w.amu)
+	w.akick = make(chan struct{}, 1)
+	w.adone = make(chan struct{})
+	w.pending = make(map[pkey]*pendPart)
+	w.apaused = opts.testPause
+	seq, err := w.replayJournal()
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open %s: %w", opts.Path, err)
+	}
+	w.jseq, w.applied = seq, seq
 	if err := w.recover(); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open %s: %w", opts.Path, err)
 	}
+	fs := opts.fs
+	if fs == nil {
+		fs = osLayer{}
+	}
+	if opts.NoSync {
+		fs = noSyncLayer{fs}
+	}
+	if w.journal, err = openJournal(fs, opts.Path, seq+1); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open %s: %w", opts.Path, err)
+	}
+	go w.applier()
 	w.stats.MaxBytes = opts.MaxBytes
 	log.Debug("wal opened", "path", opts.Path, "partitions", len(w.parts), "records", w.recs, "bytes", w.bytes)
 	go w.committer()
@@ -442,10 +530,32 @@ func (w *WAL) Close() error {
 	w.mu.Unlock()
 	w.signal()
 	<-w.done
+	w.stopApplier(false)
+	jerr := w.journal.close()
 	if err := w.db.Close(); err != nil {
 		return fmt.Errorf("close: %w", err)
 	}
+	if jerr != nil {
+		return fmt.Errorf("close: %w", jerr)
+	}
 	return nil
+}
+
+// crash stops the WAL as kill -9 would, as far as bbolt is concerned
+// (tests): queued ops are still taken, but no journaled group reaches
+// bbolt any more.
+func (w *WAL) crash() {
+	w.amu.Lock()
+	w.acrashed = true
+	w.amu.Unlock()
+	w.mu.Lock()
+	w.closed = true
+	w.mu.Unlock()
+	w.signal()
+	<-w.done
+	w.stopApplier(true)
+	w.journal.close()
+	w.db.Close()
 }
 
 // Notify returns a channel that receives a value (non-blocking send, buffer
@@ -460,6 +570,8 @@ func (w *WAL) Stats() Stats {
 	s.Records = w.recs
 	s.Bytes = w.bytes
 	s.Partitions = len(w.parts)
+	s.Incarnation = w.inc
+	s.Broken = w.broken
 	return s
 }
 
@@ -469,7 +581,9 @@ func (w *WAL) Partitions() []PartitionState {
 	w.mu.Lock()
 	out := make([]PartitionState, 0, len(w.parts))
 	for pk, st := range w.parts {
-		out = append(out, st.state(pk))
+		ps := st.state(pk)
+		ps.Floor = w.floors[pk]
+		out = append(out, ps)
 	}
 	w.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool {
@@ -486,11 +600,17 @@ func (w *WAL) Partitions() []PartitionState {
 func (w *WAL) Partition(stream string, partition int32) (st PartitionState, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	ps, ok := w.parts[pkey{stream, partition}]
+	pk := pkey{stream, partition}
+	ps, ok := w.parts[pk]
 	if !ok {
+		if f, sealed := w.floors[pk]; sealed {
+			return PartitionState{Stream: stream, Partition: partition, Floor: f}, false
+		}
 		return PartitionState{}, false
 	}
-	return ps.state(pkey{stream, partition}), true
+	st = ps.state(pk)
+	st.Floor = w.floors[pk]
+	return st, true
 }
 
 func (st *partState) state(pk pkey) PartitionState {
@@ -505,9 +625,9 @@ func (st *partState) state(pk pkey) PartitionState {
 // Released starts at Released. An unknown partition reads as empty.
 func (w *WAL) Read(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]*tributary.Record, error) {
 	var out []*tributary.Record
-	err := w.view("read", stream, partition, from, func(tx *bolt.Tx) error {
+	err := w.view("read", stream, partition, from, func(tx *bolt.Tx, pp *pendPart) error {
 		var err error
-		out, err = readTx(tx, pkey{stream, partition}, from, maxRecords, maxBytes)
+		out, err = readTx(tx, pp, pkey{stream, partition}, from, maxRecords, maxBytes)
 		return err
 	})
 	if err != nil {
@@ -517,13 +637,15 @@ func (w *WAL) Read(stream string, partition int32, from int64, maxRecords int, m
 }
 
 // view runs a read of (stream, partition) from offset from in a read
-// transaction: ErrClosed once the WAL is closed, any other error wrapped
-// with what was read.
-func (w *WAL) view(what, stream string, partition int32, from int64, fn func(*bolt.Tx) error) error {
+// transaction, with the partition's journaled chunks bbolt does not hold
+// yet (taken before the transaction begins, see pendingOf): ErrClosed
+// once the WAL is closed, any other error wrapped with what was read.
+func (w *WAL) view(what, stream string, partition int32, from int64, fn func(*bolt.Tx, *pendPart) error) error {
 	if w.isClosed() {
 		return ErrClosed
 	}
-	err := w.db.View(fn)
+	pp := w.pendingOf(pkey{stream, partition})
+	err := w.db.View(func(tx *bolt.Tx) error { return fn(tx, pp) })
 	if errors.Is(err, bolt.ErrDatabaseNotOpen) {
 		return ErrClosed
 	}
@@ -534,9 +656,9 @@ func (w *WAL) view(what, stream string, partition int32, from int64, fn func(*bo
 }
 
 // readTx is Read inside a read transaction.
-func readTx(tx *bolt.Tx, pk pkey, from int64, maxRecords int, maxBytes int64) ([]*tributary.Record, error) {
+func readTx(tx *bolt.Tx, pp *pendPart, pk pkey, from int64, maxRecords int, maxBytes int64) ([]*tributary.Record, error) {
 	var out []*tributary.Record
-	err := scanTx(tx, pk, from, maxRecords, maxBytes, func(rb []byte, e *batchEntry, pos int64, skip, n int) error {
+	err := scanTx(tx, pp, pk, from, maxRecords, maxBytes, func(rb []byte, e *batchEntry, pos int64, skip, n int) error {
 		if e != nil {
 			rs, err := e.records(skip, n)
 			if err != nil {
@@ -567,41 +689,109 @@ func readTx(tx *bolt.Tx, pk pkey, from int64, maxRecords int, maxBytes int64) ([
 // chunk's offsets), the offset pos of the first record to take, its index
 // skip in the entry and the number n of records to take (a record entry:
 // 0 and 1).
-func scanTx(tx *bolt.Tx, pk pkey, from int64, maxRecords int, maxBytes int64, visit func(rb []byte, e *batchEntry, pos int64, skip, n int) error) error {
-	key := encodePKey(pk)
-	mv := tx.Bucket(metaBucket).Get(key)
-	if mv == nil {
-		return nil
+func scanTx(tx *bolt.Tx, pp *pendPart, pk pkey, from int64, maxRecords int, maxBytes int64, visit func(rb []byte, e *batchEntry, pos int64, skip, n int) error) error {
+	c, next, released, err := partCursor(tx, pp, pk)
+	if c == nil || err != nil {
+		return err
 	}
-	ms, ok := decodeMeta(mv)
-	if !ok {
-		return fmt.Errorf("%w: meta entry %x", ErrCorrupt, key)
-	}
-	next, released := ms.next, ms.released
 	from = max(from, released)
 	if from >= next {
 		return nil
 	}
-	b := tx.Bucket(dataName(key))
-	if b == nil {
-		return fmt.Errorf("%w: no data bucket", ErrCorrupt)
-	}
-	return scanBucket(b, from, next, maxRecords, maxBytes, visit)
+	return scanChunks(c, from, next, maxRecords, maxBytes, visit)
 }
 
-// scanBucket is scanTx over a partition's data bucket b holding offsets
-// [from, next) at least (from at or above its Released).
-func scanBucket(b *bolt.Bucket, from, next int64, maxRecords int, maxBytes int64, visit func(rb []byte, e *batchEntry, pos int64, skip, n int) error) error {
-	c := b.Cursor()
-	k, v := c.Seek(offsetKey(from))
-	if k == nil {
-		k, v = c.Last()
-	} else if int64(be.Uint64(k)) > from {
-		k, v = c.Prev()
+// partCursor returns a cursor over pk's chunks in tx and pp (nil if
+// neither knows pk) and the partition's next and released offsets.
+func partCursor(tx *bolt.Tx, pp *pendPart, pk pkey) (c *chunkCursor, next, released int64, err error) {
+	key := encodePKey(pk)
+	mv := tx.Bucket(metaBucket).Get(key)
+	if mv == nil && pp == nil {
+		return nil, 0, 0, nil
 	}
+	c = &chunkCursor{bnext: math.MinInt64, i: -1}
+	if mv != nil {
+		ms, ok := decodeMeta(mv)
+		if !ok {
+			return nil, 0, 0, fmt.Errorf("%w: meta entry %x", ErrCorrupt, key)
+		}
+		next, released = ms.next, ms.released
+		b := tx.Bucket(dataName(key))
+		if b == nil {
+			return nil, 0, 0, fmt.Errorf("%w: no data bucket", ErrCorrupt)
+		}
+		c.c, c.bnext = b.Cursor(), ms.next
+	}
+	if pp != nil {
+		if mv == nil {
+			released = pp.st.released
+		}
+		next = max(next, pp.st.next)
+		for i, pc := range pp.chunks {
+			if pc.first >= c.bnext {
+				c.pend = pp.chunks[i:]
+				break
+			}
+		}
+	}
+	return c, next, released, nil
+}
+
+// chunkCursor walks a partition's chunks: bbolt's (below bnext), then
+// the journaled ones bbolt does not hold yet.
+type chunkCursor struct {
+	c     *bolt.Cursor // nil: bbolt holds none
+	bnext int64
+	pend  []pendChunk // from bnext on
+	i     int         // -1: in bbolt's; else the index in pend
+}
+
+// boltCursor is a chunkCursor over bbolt's chunks only.
+func boltCursor(b *bolt.Bucket) *chunkCursor {
+	return &chunkCursor{c: b.Cursor(), bnext: math.MaxInt64, i: -1}
+}
+
+func (cc *chunkCursor) pendAt(i int) ([]byte, []byte) {
+	cc.i = i
+	if i >= len(cc.pend) {
+		return nil, nil
+	}
+	return cc.pend[i].key, cc.pend[i].v
+}
+
+// seek positions the cursor at the chunk holding off: the greatest first
+// offset not above it (or the first chunk, if all are above it).
+func (cc *chunkCursor) seek(off int64) ([]byte, []byte) {
+	if cc.c != nil && off < cc.bnext {
+		cc.i = -1
+		return seekChunk(cc.c, off)
+	}
+	i := 0
+	for j := range cc.pend {
+		if cc.pend[j].first <= off {
+			i = j
+		}
+	}
+	return cc.pendAt(i)
+}
+
+func (cc *chunkCursor) next() ([]byte, []byte) {
+	if cc.i >= 0 {
+		return cc.pendAt(cc.i + 1)
+	}
+	if k, v := cc.c.Next(); k != nil {
+		return k, v
+	}
+	return cc.pendAt(0)
+}
+
+// scanChunks is scanTx over a partition's chunks c holding offsets
+// [from, next) at least (from at or above its Released).
+func scanChunks(c *chunkCursor, from, next int64, maxRecords int, maxBytes int64, visit func(rb []byte, e *batchEntry, pos int64, skip, n int) error) error {
+	k, v := c.seek(from)
 	taken := 0
 	var size int64
-	for pos := from; pos < next; k, v = c.Next() {
+	for pos := from; pos < next; k, v = c.next() {
 		if maxRecords > 0 && taken >= maxRecords {
 			break
 		}
@@ -664,6 +854,8 @@ func scanBucket(b *bolt.Bucket, from, next int64, maxRecords int, maxBytes int64
 // the batch (Skip) or cut short by maxRecords or the partition's end;
 // record entries are decoded as Read decodes them. The entries cover the
 // same offsets Read would return.
+//
+// Deprecated: use ReadEntriesInto(nil, …).
 func (w *WAL) ReadEntries(stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]tributary.Entry, error) {
 	es, _, err := w.ReadEntriesInto(nil, stream, partition, from, maxRecords, maxBytes)
 	return es, err
@@ -676,8 +868,8 @@ func (w *WAL) ReadEntries(stream string, partition int32, from int64, maxRecords
 // appended; the views alias it, so buf must not be reused while they are.
 func (w *WAL) ReadEntriesInto(buf []byte, stream string, partition int32, from int64, maxRecords int, maxBytes int64) ([]tributary.Entry, []byte, error) {
 	var out []tributary.Entry
-	err := w.view("read", stream, partition, from, func(tx *bolt.Tx) error {
-		return scanTx(tx, pkey{stream, partition}, from, maxRecords, maxBytes, func(rb []byte, e *batchEntry, pos int64, skip, n int) error {
+	err := w.view("read", stream, partition, from, func(tx *bolt.Tx, pp *pendPart) error {
+		return scanTx(tx, pp, pkey{stream, partition}, from, maxRecords, maxBytes, func(rb []byte, e *batchEntry, pos int64, skip, n int) error {
 			if e == nil {
 				r, err := DecodeRecord(rb)
 				if err != nil {
@@ -719,40 +911,20 @@ func (w *WAL) ReadEntriesInto(buf []byte, stream string, partition int32, from i
 // group's worth of time) and reports its outcome.
 //
 // The WAL owns recs until Append returns.
+//
+// Deprecated: use Apply(ctx, Op{Kind: OpAppend, Records: recs}).
 func (w *WAL) Append(ctx context.Context, recs ...*tributary.Record) error {
-	return w.wait(ctx, &op{kind: opAppend, recs: recs})
-}
-
-// wait enqueues o and waits for its outcome, or for ctx to end while o is
-// still pending (then o is canceled and never applied).
-func (w *WAL) wait(ctx context.Context, o *op) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	ch := make(chan error, 1)
-	o.done = func(err error) { ch <- err }
-	if err := w.enqueue(o); err != nil {
-		return err
-	}
-	select {
-	case err := <-ch:
-		return err
-	case <-ctx.Done():
-		if o.state.CompareAndSwap(opPending, opCanceled) {
-			return ctx.Err()
-		}
-		return <-ch
-	}
+	return w.Apply(ctx, Op{Kind: OpAppend, Records: recs}).Err
 }
 
 // AppendAsync is Append with a callback instead of a wait. done is called
 // exactly once, from the committer goroutine (or, when the call is refused at
 // once, from the caller's), and must not block long. The WAL owns recs until
 // done is called.
+//
+// Deprecated: use Submit(Op{Kind: OpAppend, Records: recs, Done: …}).
 func (w *WAL) AppendAsync(recs []*tributary.Record, done func(error)) {
-	if err := w.enqueue(&op{kind: opAppend, recs: recs, done: done}); err != nil {
-		done(err)
-	}
+	w.Submit(Op{Kind: OpAppend, Records: recs, Done: func(r Result) { done(r.Err) }})
 }
 
 // AppendAt makes records durable whose Stream, Partition, Offset and Epoch
@@ -780,12 +952,11 @@ func (w *WAL) AppendAsync(recs []*tributary.Record, done func(error)) {
 // durable when it returns nil, budget checked (ErrBudgetExceeded), ctx
 // cancels only before the committer has taken the call. The WAL owns recs
 // until AppendAt returns. It returns skipped = 0 with any error.
+//
+// Deprecated: use Apply(ctx, Op{Kind: OpAppendAt, Records: recs}).
 func (w *WAL) AppendAt(ctx context.Context, recs ...*tributary.Record) (skipped int, err error) {
-	o := &op{kind: opAppendAt, recs: recs}
-	if err := w.wait(ctx, o); err != nil {
-		return 0, err
-	}
-	return int(o.count), nil
+	r := w.Apply(ctx, Op{Kind: OpAppendAt, Records: recs})
+	return int(r.Skipped), r.Err
 }
 
 // AppendAtAsync is AppendAt with a callback instead of a wait, so a caller
@@ -794,18 +965,10 @@ func (w *WAL) AppendAt(ctx context.Context, recs ...*tributary.Record) (skipped 
 // may be queued back to back. done is called exactly once, from the
 // committer goroutine (or the caller's, when refused at once), and must not
 // block long.
+//
+// Deprecated: use Submit(Op{Kind: OpAppendAt, Records: recs, Done: …}).
 func (w *WAL) AppendAtAsync(recs []*tributary.Record, done func(skipped int, err error)) {
-	o := &op{kind: opAppendAt, recs: recs}
-	o.done = func(err error) {
-		if err != nil {
-			done(0, err)
-			return
-		}
-		done(int(o.count), nil)
-	}
-	if err := w.enqueue(o); err != nil {
-		done(0, err)
-	}
+	w.Submit(Op{Kind: OpAppendAt, Records: recs, Done: func(r Result) { done(int(r.Skipped), r.Err) }})
 }
 
 // DropPartition forgets (stream, partition) entirely: its unreleased
@@ -817,9 +980,11 @@ func (w *WAL) AppendAtAsync(recs []*tributary.Record, done func(skipped int, err
 // AppendAt at its first record's offset. It returns how many unreleased
 // records were dropped; an unknown partition is a no-op. Durable when it
 // returns.
+//
+// Deprecated: use Apply(ctx, Op{Kind: OpDrop, Stream: …, Partition: …, Epoch: math.MaxInt64}).
 func (w *WAL) DropPartition(stream string, partition int32) (dropped int64, err error) {
-	dropped, _, err = w.DropPartitionBelow(stream, partition, math.MaxInt64)
-	return dropped, err
+	r := w.Apply(context.Background(), Op{Kind: OpDrop, Stream: stream, Partition: partition, Epoch: math.MaxInt64})
+	return r.Dropped, r.Err
 }
 
 // DropPartitionBelow is DropPartition done only if the partition's Epoch
@@ -827,18 +992,11 @@ func (w *WAL) DropPartition(stream string, partition int32) (dropped int64, err 
 // decided in the committer in order with every other write: a partition
 // that meanwhile received records of epoch or newer (this node took it
 // over again) is kept, and kept reports it.
+//
+// Deprecated: use Apply(ctx, Op{Kind: OpDrop, Stream: …, Partition: …, Epoch: epoch}).
 func (w *WAL) DropPartitionBelow(stream string, partition int32, epoch int64) (dropped int64, kept bool, err error) {
-	if err := checkStream(stream); err != nil {
-		return 0, false, fmt.Errorf("drop partition: %w", err)
-	}
-	o := &op{kind: opDrop, pk: pkey{stream, partition}, n: epoch}
-	if err := w.do(o); err != nil {
-		return 0, false, err
-	}
-	if o.count < 0 {
-		return 0, true, nil
-	}
-	return o.count, false, nil
+	r := w.Apply(context.Background(), Op{Kind: OpDrop, Stream: stream, Partition: partition, Epoch: epoch})
+	return r.Dropped, r.Kept, r.Err
 }
 
 // EnsurePartition makes sure the next offset of (stream, partition) is at
@@ -846,30 +1004,19 @@ func (w *WAL) DropPartitionBelow(stream string, partition int32, epoch int64) (d
 // table's committed high-water mark is ahead of a fresh or lost WAL. When it
 // moves Next forward, the partition's unreleased records (all below minNext,
 // hence already in the table) are released. Durable when it returns.
+//
+// Deprecated: use Apply(ctx, Op{Kind: OpEnsure, Stream: …, Partition: …, Offset: minNext}).
 func (w *WAL) EnsurePartition(stream string, partition int32, minNext int64) error {
-	if err := checkStream(stream); err != nil {
-		return fmt.Errorf("ensure partition: %w", err)
-	}
-	if minNext < 0 {
-		return fmt.Errorf("ensure partition %s/%d: %w: negative offset %d", stream, partition, ErrInvalid, minNext)
-	}
-	return w.do(&op{kind: opEnsure, pk: pkey{stream, partition}, n: minNext})
+	return w.Apply(context.Background(), Op{Kind: OpEnsure, Stream: stream, Partition: partition, Offset: minNext}).Err
 }
 
 // Release deletes the records of (stream, partition) with offset < upTo,
 // durably, freeing their budget. It is idempotent; upTo beyond Next is
 // clamped to Next; an unknown partition is a no-op.
+//
+// Deprecated: use Apply(ctx, Op{Kind: OpRelease, Stream: …, Partition: …, Offset: upTo}).
 func (w *WAL) Release(stream string, partition int32, upTo int64) error {
-	return w.do(&op{kind: opRelease, pk: pkey{stream, partition}, n: upTo})
-}
-
-func (w *WAL) do(o *op) error {
-	ch := make(chan error, 1)
-	o.done = func(err error) { ch <- err }
-	if err := w.enqueue(o); err != nil {
-		return err
-	}
-	return <-ch
+	return w.Apply(context.Background(), Op{Kind: OpRelease, Stream: stream, Partition: partition, Offset: upTo}).Err
 }
 
 func (w *WAL) isClosed() bool {

@@ -78,7 +78,7 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		if cfg.DataDir != abs && *cfgPath != "" {
-			cfg.Catalog.URI, cfg.Catalog.Warehouse = "", "" // re-derive from the new data dir
+			cfg.Catalog.URI, cfg.Catalog.Warehouse, cfg.State.URI = "", "", "" // re-derive from the new data dir
 		}
 		cfg.DataDir = abs
 	}
@@ -113,6 +113,9 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 		cfg.MQTT.WSAddr = *mqttWSAddr
 	}
 	if use("catalog") && *catURI != "" {
+		if cfg.State.URI == cfg.Catalog.URI {
+			cfg.State.URI = "" // it was the default: follow the new catalog
+		}
 		cfg.Catalog.URI = *catURI
 	}
 	if use("warehouse") && *warehouse != "" {
@@ -188,6 +191,7 @@ func cmdCloud(args []string, stdout, stderr io.Writer) int {
 // (`tributary cloud --check`, `tributary config check`), one "key: value"
 // a line; secrets are not printed.
 func printCloudConfig(w io.Writer, c cloud.Config) {
+	fmt.Fprintf(w, "state: %s\n", tables.Redact(c.State.URI))
 	fmt.Fprintf(w, "catalog: %s (%s)\nwarehouse: %s\nkafka.peers: %v\nmaintenance: %v every %s\ntls: %s\nauthentication: %v\n",
 		tables.Redact(c.Catalog.URI), c.Catalog.Name, tables.Redact(c.Catalog.Warehouse),
 		c.Kafka.Peers, *c.Maintenance.Enabled, c.Maintenance.Interval,

@@ -8,6 +8,7 @@
 //	tributary sim     the device-fleet simulator
 //	tributary config  check a config file
 //	tributary certs   a CA and TLS certificates for one site
+//	tributary version the build: version, and the warehouse stores linked in
 package main
 
 import (
@@ -32,6 +33,7 @@ commands:
   quarantine list|replay: records of fenced or taken-over partitions, kept instead of dropped
   passwd   [-D] FILE USER: create, update or delete a user in a password file
   certs    ca | node NAME [HOST|IP ...] | client NAME: a CA and certificates for TLS
+  version  the build: version, and the warehouse stores linked in (file, s3, gcs, azure)
 
 Run 'tributary <command> -h' for the flags of a command.
 `
@@ -65,6 +67,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return cmdPasswd(args[1:], os.Stdin, stdout, stderr)
 	case "certs":
 		return cmdCerts(args[1:], stdout, stderr)
+	case "version", "--version":
+		return cmdVersion(stdout)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0

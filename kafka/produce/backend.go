@@ -3,39 +3,33 @@ package produce
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/internal/kbatch"
 	"github.com/tributary-io/tributary/kafka"
-	"github.com/tributary-io/tributary/wal"
 )
 
 // ErrUnknownStream is returned by Backend.Topic for a stream that does not
 // exist, and by Backend.EnsureStream when it does not exist and may not be
-// created.
-var ErrUnknownStream = errors.New("kafka: unknown stream")
+// created: the Appender's (tributary.ErrUnknownStream).
+var ErrUnknownStream = tributary.ErrUnknownStream
 
 // ErrStreamLimit is returned (wrapped) by Backend.EnsureStream when the
-// catalog holds as many streams as allowed; the client gets POLICY_VIOLATION.
-var ErrStreamLimit = errors.New("kafka: stream limit reached")
+// catalog holds as many streams as allowed; the client gets
+// POLICY_VIOLATION. It is the Appender's (tributary.ErrStreamLimit).
+var ErrStreamLimit = tributary.ErrStreamLimit
 
-// ErrNotLeader is returned (wrapped) by Backend.Append for a partition this
+// ErrNotLeader is returned (wrapped) by an Appender for a partition this
 // node does not own; the client gets NOT_LEADER_OR_FOLLOWER and refreshes
 // its metadata.
 // It wraps tributary.ErrFenced.
 var ErrNotLeader = fmt.Errorf("kafka: not the partition's leader: %w", tributary.ErrFenced)
 
-// Ticket names an append queued by Backend.AppendAsync, for the next
-// append of the same producer to follow; its value is the backend's own
-// (nil names none).
-type Ticket any
-
-// ErrPredecessorFailed is wrapped by the error Backend.AppendAsync
-// reports for an append refused because the one it follows was not
-// appended. It is the WAL's.
-var ErrPredecessorFailed = wal.ErrPredecessorFailed
+// ErrPredecessorFailed is wrapped by the error an Appender reports for
+// an append refused because the one it follows (Write.After) was not
+// stored: the Appender's (tributary.ErrPredecessorFailed).
+var ErrPredecessorFailed = tributary.ErrPredecessorFailed
 
 // PartitionInfo is one partition of a stream and the node that owns it.
 type PartitionInfo struct {
@@ -81,9 +75,10 @@ type ProducerRun struct {
 	Principal string `json:",omitempty"`
 }
 
-// Backend is what the Kafka produce server needs from the node: the
-// stream/partition catalogue, the durable log, and idempotent-producer
-// state. All methods must be safe for concurrent use.
+// Backend is what the Kafka produce server needs from the node besides
+// its tributary.Appender (the durable log): the stream/partition
+// catalogue and idempotent-producer state. All methods must be safe for
+// concurrent use.
 type Backend interface {
 	// NodeID is this node's id; partitions whose Leader is NodeID are
 	// written here.
@@ -99,25 +94,6 @@ type Backend interface {
 	// calls it only when auto-creation is enabled) and allocates this
 	// node's partition of it.
 	EnsureStream(ctx context.Context, stream string) (TopicInfo, error)
-	// AppendAsync queues b (one partition's record batch, stored as one
-	// WAL entry) to be made durable and returns at once; done is called
-	// exactly once, never before AppendAsync has returned, when it is
-	// (nil: b.Offset is its first record's offset, the records' offsets
-	// dense per partition) or with why nothing was appended:
-	// tributary.ErrBudget and tributary.ErrNotReplicated mean
-	// back-pressure; ErrNotLeader (tributary.ErrFenced) means this node
-	// does not own the partition (any more). AppendAsync fills b.Epoch
-	// (partition ownership epoch) and b.Node itself. Appends are applied
-	// in the order AppendAsync is called.
-	//
-	// after is the Ticket of an earlier append this one follows (nil:
-	// none): if that one was not appended, this one is refused with an
-	// error wrapping ErrPredecessorFailed and nothing of it is stored.
-	// The returned Ticket names this append for the next one.
-	//
-	// The batch carries producer id, epoch and sequences, so the
-	// idempotence state is written in the same transaction as the data.
-	AppendAsync(ctx context.Context, after Ticket, b *wal.Batch, done func(error)) Ticket
 	// AllocateProducerID returns a producer id never returned before by
 	// any node of the cluster, across restarts.
 	AllocateProducerID(ctx context.Context) (int64, error)

@@ -9,12 +9,12 @@
 // # Invariants
 //
 //  1. Durable before acknowledged. A Produce response (acks 1 or -1) is
-//     written only after Backend.AppendAsync reported the append done, i.e.
-//     after the records are fsynced in the WAL. A connection's requests are
+//     written only after the tributary.Appender reported the append done
+//     (Submit, Durable), i.e. after the records are fsynced in the WAL. A connection's requests are
 //     pipelined (kafka.Starter): their appends are queued in request order
 //     and their responses written in request order. An error response
 //     means nothing of that partition's batch was appended.
-//  2. Dense offsets. Offsets are assigned by the backend (the WAL), never by
+//  2. Dense offsets. Offsets are assigned by the appender (the WAL), never by
 //     this package; a batch's records get consecutive offsets and the
 //     response's base offset is the offset of its first record.
 //  3. Exactly once per idempotent producer. For each (stream, partition,
@@ -46,5 +46,6 @@
 // (fetch.go), advertised for librdkafka but refused. ApiVersions is
 // kafka.HandleApiVersions. Record batches are decoded by kafka.ParseBatch
 // (CRC-32C, gzip/snappy/lz4/zstd with a decompression bound); idempotence
-// lives in producers.go; the node plugs in through Backend (backend.go).
+// lives in producers.go; the node plugs in its tributary.Appender (the
+// log) and a Backend (backend.go: topics, brokers, producer ids).
 package produce

@@ -98,7 +98,7 @@ func FuzzRequestDecode(f *testing.F) {
 	be := newFakeBackend("edge-1")
 	be.addStream("factory.events", "edge-1")
 	s, err := NewServer(Config{Config: kafka.Config{Addr: "127.0.0.1:0", MaxFrameBytes: 1 << 20,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, MaxDecompressedBytes: fuzzMaxDecompressed}, be)
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, MaxDecompressedBytes: fuzzMaxDecompressed}, be, be)
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 	"github.com/tributary-io/tributary/wal"
 )
 
-// fakeBackend is an in-memory Backend. It keeps every appended record, so
+// fakeBackend is an in-memory Backend and tributary.Appender. It keeps every appended record, so
 // its ProducerRuns (RunsFromRecords over them) plays the part of the WAL
 // plus snapshot that the node persists: a new Server over the same
 // fakeBackend is a restart.
@@ -32,55 +32,56 @@ type fakeBackend struct {
 	parts   map[string][]*tributary.Record // stream/partition -> records, index = offset
 	nextPID int64
 	appends int
-	budget  atomic.Bool // true: Append fails with wal.ErrBudgetExceeded
-	unrepl  atomic.Bool // true: Append fails as too few replicas (refuse policy)
-	// unreplAfter, true: AppendAsync stores the batch, then reports that
+	budget  atomic.Bool // true: an append fails with wal.ErrBudgetExceeded
+	unrepl  atomic.Bool // true: an append fails as too few replicas (refuse policy)
+	// unreplAfter, true: Submit stores the batch, then reports that
 	// the replicas did not confirm it (tributary.ErrAfterAppend), as the
 	// node does when the replication wait fails after the WAL's fsync.
 	unreplAfter atomic.Bool
-	// fencedAfter, true: AppendAsync stores the batch, then reports that a
+	// fencedAfter, true: Submit stores the batch, then reports that a
 	// replica owns the partition now (replica.ErrFenced after the append).
 	fencedAfter atomic.Bool
-	lost        atomic.Bool // true: Append fails with ErrNotLeader (ownership moved)
+	lost        atomic.Bool // true: an append fails with ErrNotLeader (ownership moved)
 	appendFn    func()      // called inside Append (delays, fault injection)
 	// refuse, when set, decides each append in turn (its records):
 	// non-nil refuses it (fault injection in the middle of a pipeline).
 	refuse func([]*tributary.Record) error
 
 	queueOnce  sync.Once
-	queued     atomic.Int64     // AppendAsync calls
+	queued     atomic.Int64     // Submit calls
 	topicCalls atomic.Int64     // Topic calls
-	queue      chan *fakeAppend // AppendAsync's, applied in order by one goroutine, as the WAL's committer does
+	queue      chan *fakeAppend // Submit's, applied in order by one goroutine, as the WAL's committer does
 }
 
-// fakeAppend is one queued AppendAsync; failed is set once it was not
+// fakeAppend is one queued Submit; failed is set once it was not
 // appended (read by the applier only).
 type fakeAppend struct {
 	ctx    context.Context
 	after  *fakeAppend
-	batch  *wal.Batch
+	batch  *tributary.Batch
 	done   func(error)
 	failed bool
 }
 
-// AppendAsync queues the append to the fake's applier, which applies
-// appends one at a time in queue order (Append's checks, then after's
-// chain) and calls done after each. It keeps the batch's records as the
-// WAL's Read gives them (wal.Batch.Decode).
-func (f *fakeBackend) AppendAsync(ctx context.Context, after Ticket, b *wal.Batch, done func(error)) Ticket {
+// Submit queues the append to the fake's
+// applier, which applies appends one at a time in queue order (Append's
+// checks, then after's chain) and calls done after each. It keeps the
+// batch's records as the WAL's Read gives them (wal.Batch.Decode).
+func (f *fakeBackend) Submit(ctx context.Context, w *tributary.Write, _ tributary.Wait, done func(error)) (tributary.Ticket, error) {
+	b, after := w.Batch, w.After
 	f.queueOnce.Do(func() {
 		f.queue = make(chan *fakeAppend, 1024)
 		go func() {
 			for a := range f.queue {
 				a.batch.Node = f.node
-				recs, err := a.batch.Decode(0)
+				recs, err := (*wal.Batch)(a.batch).Decode(0)
 				if err == nil && a.after != nil && a.after.failed {
 					err = fmt.Errorf("fake: %w", ErrPredecessorFailed)
 				} else if err == nil && f.refuse != nil {
 					err = f.refuse(recs)
 				}
 				if err == nil {
-					err = f.Append(a.ctx, recs...)
+					err = f.store(a.ctx, recs...)
 				}
 				if err == nil {
 					a.batch.Offset = recs[0].Offset
@@ -103,8 +104,20 @@ func (f *fakeBackend) AppendAsync(ctx context.Context, after Ticket, b *wal.Batc
 		a.after = t
 	}
 	f.queue <- a
-	return a
+	return a, nil
 }
+
+// Append is Submit, waiting.
+func (f *fakeBackend) Append(ctx context.Context, w *tributary.Write) error {
+	ch := make(chan error, 1)
+	if _, err := f.Submit(ctx, w, tributary.Durable, func(err error) { ch <- err }); err != nil {
+		return err
+	}
+	return <-ch
+}
+
+// Confirm confirms at once: the fake has no replicas to wait for.
+func (f *fakeBackend) Confirm(context.Context, *tributary.Record) error { return nil }
 
 func newFakeBackend(node string) *fakeBackend {
 	return &fakeBackend{
@@ -162,7 +175,8 @@ func (f *fakeBackend) addStream(stream string, owners ...string) {
 	f.streams[stream] = ps
 }
 
-func (f *fakeBackend) Append(ctx context.Context, recs ...*tributary.Record) error {
+// store keeps recs (an append's records) or fails as set.
+func (f *fakeBackend) store(ctx context.Context, recs ...*tributary.Record) error {
 	if f.appendFn != nil {
 		f.appendFn()
 	}
@@ -233,13 +247,16 @@ func (f *fakeBackend) records(stream string, p int32) []*tributary.Record {
 }
 
 // startServer starts a server on 127.0.0.1:0 and closes it with the test.
-func startServer(t testing.TB, cfg Config, b Backend) *Server {
+func startServer(t testing.TB, cfg Config, b interface {
+	Backend
+	tributary.Appender
+}) *Server {
 	t.Helper()
 	cfg.Addr = "127.0.0.1:0"
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
 	}
-	s, err := NewServer(cfg, b)
+	s, err := NewServer(cfg, b, b)
 	if err != nil {
 		t.Fatal(err)
 	}

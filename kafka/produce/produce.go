@@ -23,7 +23,7 @@ package produce
 //     client resends both in order.
 //   - A batch is checked whole (kafka.CheckBatch: CRC, decompression within
 //     bounds, every record parsed) without building per-record objects, and
-//     appended as ONE WAL entry (wal.Batch: the batch uncompressed, Source
+//     appended as ONE WAL entry (tributary.Batch: the batch uncompressed, Source
 //     "kafka", Topic and Stream the topic name, ClientID the request
 //     header's client id, the principal). Read from the WAL, each of its
 //     records is one tributary.Record exactly as before: key/value nil vs
@@ -74,7 +74,6 @@ import (
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/kafka"
-	"github.com/tributary-io/tributary/wal"
 )
 
 // partResult is the outcome of producing one partition.
@@ -353,8 +352,10 @@ func (s *Server) decodePartition(ctx context.Context, req *kafka.Request, sl *pr
 // An idempotent producer's sequence range is reserved (producerEntry's
 // pending runs) before the append is queued, under the entry's lock, and
 // the append is chained to the producer's previous one (Backend's
-// Ticket), so that a batch is never stored unless the one before it was;
-// the lock is not held while the append waits for its fsync.
+// Write.After), so that a batch is never stored unless the one before it
+// was; the lock is not held while the append waits for its fsync. The
+// batch carries producer id, epoch and sequences, so the idempotence
+// state is written in the same transaction as the data.
 func (s *Server) appendPartition(ctx context.Context, req *kafka.Request, sl *produceSlot, start time.Time, done func()) {
 	b := sl.batch
 	finish := func(res partResult) {
@@ -371,10 +372,10 @@ func (s *Server) appendPartition(ctx context.Context, req *kafka.Request, sl *pr
 		finish(partResult{code: kafka.CodeInvalidProducerIDMapping, msg: fmt.Sprintf("producer id %d was not assigned to this principal", b.ProducerID)})
 		return
 	}
-	wb := &wal.Batch{Stream: sl.topic, Partition: sl.partition, Topic: sl.topic, Source: "kafka",
+	wb := &tributary.Batch{Stream: sl.topic, Partition: sl.partition, Topic: sl.topic, Source: "kafka",
 		ClientID: req.ClientID, Principal: req.Principal.Name, Records: sl.stored}
 	if !b.Idempotent() {
-		s.b.AppendAsync(ctx, nil, wb, func(err error) { finish(s.appendResult(wb, err)) })
+		s.submit(ctx, nil, wb, func(err error) { finish(s.appendResult(wb, err)) })
 		return
 	}
 	e := s.prod.lock(producerKey{sl.topic, sl.partition, b.ProducerID})
@@ -399,7 +400,7 @@ func (s *Server) appendPartition(ctx context.Context, req *kafka.Request, sl *pr
 	run := ProducerRun{Stream: sl.topic, Partition: sl.partition, ProducerID: b.ProducerID, ProducerEpoch: b.ProducerEpoch,
 		FirstSeq: b.BaseSequence, LastSeq: last, Principal: req.Principal.Name}
 	p := e.reserve(run)
-	p.ticket = s.b.AppendAsync(ctx, e.tail, wb, func(err error) {
+	p.ticket = s.submit(ctx, e.tail, wb, func(err error) {
 		// Stored, even if the replicas did not confirm it: the run is
 		// recorded, so the client's retry is answered as a duplicate.
 		stored := err == nil || errors.Is(err, tributary.ErrAfterAppend)
@@ -414,6 +415,17 @@ func (s *Server) appendPartition(ctx context.Context, req *kafka.Request, sl *pr
 	e.tail = p.ticket
 }
 
+// submit queues the append of b to its partition after the one after
+// names; done gets its outcome, never before submit returns (also for a
+// refusal at once: it takes the producer's lock, which the caller holds).
+func (s *Server) submit(ctx context.Context, after tributary.Ticket, b *tributary.Batch, done func(error)) tributary.Ticket {
+	t, err := s.a.Submit(ctx, &tributary.Write{Batch: b, Chosen: true, After: after}, tributary.Durable, done)
+	if err != nil {
+		go done(err)
+	}
+	return t
+}
+
 // LoadProducerRuns folds runs (oldest first per key) into the
 // idempotent-producer state. A node that took a partition over loads the
 // runs of the records it copied from the previous owner, so that a producer
@@ -422,7 +434,7 @@ func (s *Server) appendPartition(ctx context.Context, req *kafka.Request, sl *pr
 func (s *Server) LoadProducerRuns(runs []ProducerRun) { s.prod.load(runs) }
 
 // appendResult is a partition's outcome of its append.
-func (s *Server) appendResult(b *wal.Batch, err error) partResult {
+func (s *Server) appendResult(b *tributary.Batch, err error) partResult {
 	if err != nil {
 		if errors.Is(err, ErrPredecessorFailed) {
 			// The producer's previous batch was refused, so this one is

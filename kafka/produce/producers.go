@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/kafka"
 )
 
@@ -45,7 +46,7 @@ import (
 // check is made under the entry's lock against the end of the sequences
 // reserved by batches still being appended (pending), the batch's range
 // is reserved and its append queued, chained to the producer's previous
-// append (Backend.AppendAsync's Ticket) — then the lock is released; it
+// append (the Appender's Ticket) — then the lock is released; it
 // is not held while the append waits for its fsync. When an append ends,
 // settle records the run (success) or un-reserves: a refused batch
 // un-reserves itself and every batch reserved after it, which the chain
@@ -69,15 +70,15 @@ type producerEntry struct {
 	lastSeq  int32
 	runs     []ProducerRun // last dedupWindow runs, oldest first
 	lastUsed time.Time
-	pending  []*pendingRun // reserved, being appended, in queue order
-	tail     Ticket        // the producer's last queued append
+	pending  []*pendingRun    // reserved, being appended, in queue order
+	tail     tributary.Ticket // the producer's last queued append
 }
 
 // pendingRun is a batch whose sequences are reserved while it is appended.
 type pendingRun struct {
 	epoch       int16
 	first, last int32
-	ticket      Ticket
+	ticket      tributary.Ticket
 }
 
 // reserve reserves r's sequences for an append about to be queued.

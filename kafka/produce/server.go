@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/kafka"
 	"github.com/tributary-io/tributary/listen"
 )
@@ -144,6 +145,7 @@ type Server struct {
 	conn *kafka.Server
 	cfg  Config
 	b    Backend
+	a    tributary.Appender // the durable log
 	log  *slog.Logger
 	prod *producers
 	// topics are Produce's recent topic lookups (produce.go).
@@ -157,16 +159,17 @@ type Server struct {
 	}
 }
 
-// NewServer validates cfg and returns a Server that is not yet listening.
-func NewServer(cfg Config, b Backend) (*Server, error) {
-	if b == nil {
-		return nil, fmt.Errorf("%w: nil backend", kafka.ErrInvalidConfig)
+// NewServer validates cfg and returns a Server that is not yet listening,
+// appending to a.
+func NewServer(cfg Config, b Backend, a tributary.Appender) (*Server, error) {
+	if b == nil || a == nil {
+		return nil, fmt.Errorf("%w: nil backend or appender", kafka.ErrInvalidConfig)
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cfg.setDefaults()
-	s := &Server{cfg: cfg, b: b, prod: newProducers(cfg.ProducerIdleExpiry),
+	s := &Server{cfg: cfg, b: b, a: a, prod: newProducers(cfg.ProducerIdleExpiry),
 		decoding: semaphore.NewWeighted(cfg.MaxInflightDecompressedBytes), latency: newLatencyHistogram()}
 	conn, err := kafka.NewServer(cfg.Config, "kafka", apis, s)
 	if err != nil {

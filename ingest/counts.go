@@ -1,4 +1,4 @@
-package node
+package ingest
 
 import (
 	"sync"
@@ -9,7 +9,6 @@ import (
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/console"
-	"github.com/tributary-io/tributary/wal"
 )
 
 // streamCounters counts messages and payload bytes made durable, by
@@ -32,12 +31,12 @@ func (c *streamCounters) add(recs []*tributary.Record) {
 
 // addBatch counts a Kafka record batch stored as one WAL entry; only its
 // last records (the recent-records view) are decoded.
-func (c *streamCounters) addBatch(b *wal.Batch) {
+func (c *streamCounters) addBatch(b *tributary.Batch) {
 	n := b.Count()
-	if recent, err := b.Decode(max(0, n-recentPerStream)); err == nil {
+	if recent, err := batchRecords(b, max(0, n-recentPerStream)); err == nil {
 		c.keepRecent(recent)
 	}
-	c.count(b.Source, b.Stream, int64(n), b.ValueBytes())
+	c.count(b.Source, b.Stream, int64(n), batchValueBytes(b))
 }
 
 // count adds msgs messages of bytes value bytes to (source, stream).
@@ -149,8 +148,10 @@ func (rr *recentRing) push(r *tributary.Record) {
 	e.size = len(r.Value)
 }
 
-// recent returns copies of the stream's kept records, oldest first.
-func (c *streamCounters) recent(stream string) []console.Row {
+// Recent returns copies of the last records made durable of stream (at
+// most 10, values cut at 256 bytes), oldest first, for the console.
+func (in *Ingest) Recent(stream string) []console.Row {
+	c := &in.count
 	c.mu.RLock()
 	rr := c.rec[stream]
 	c.mu.RUnlock()
@@ -173,8 +174,10 @@ func (c *streamCounters) recent(stream string) []console.Row {
 	return out
 }
 
-// ingestCounts lists the counters for the console.
-func (c *streamCounters) ingestCounts() []console.IngestCount {
+// Counts lists the messages and bytes made durable by protocol and
+// stream, for the console.
+func (in *Ingest) Counts() []console.IngestCount {
+	c := &in.count
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	out := make([]console.IngestCount, 0, len(c.m))
