@@ -89,6 +89,9 @@ func TestDeltaBesideIceberg(t *testing.T) {
 	publishPayloads(t, p.MQTT, "delta-b", jsonPayloads(`{"device":"m","a":%d,"b":"x"}`, 40, 20)) // a schema change mid-run
 	waitRows(t, dir, stream, 60)
 	s := waitDelta(t, dir, stream, 60)
+	if m, _ := scrapeMetrics(t, p); m["tributary_uplink_delta_commits_total"] < 1 || m["tributary_uplink_delta_checkpoints_total"] < 1 || m["tributary_uplink_delta_failures_total"] != 0 {
+		t.Errorf("Delta metrics: commits %v, checkpoints %v, failures %v", m["tributary_uplink_delta_commits_total"], m["tributary_uplink_delta_checkpoints_total"], m["tributary_uplink_delta_failures_total"])
+	}
 	p.stop()
 
 	dt := deltaTable(dir, stream)
@@ -192,6 +195,9 @@ func TestDeltaBadLogKeepsIceberg(t *testing.T) {
 		l := p.logs()
 		return strings.Contains(l, "the Delta log was not brought up") && strings.Contains(l, "corrupt")
 	})
+	if m, _ := scrapeMetrics(t, p); m["tributary_uplink_delta_failures_total"] < 1 {
+		t.Errorf("tributary_uplink_delta_failures_total = %v while the Delta log is bad", m["tributary_uplink_delta_failures_total"])
+	}
 	if err := os.Remove(bad); err != nil {
 		t.Fatal(err)
 	}
