@@ -119,6 +119,9 @@ func TestDeltaBesideIceberg(t *testing.T) {
 	// And by a replay of the JSON commits that shares no code with our
 	// Delta package: the same files, rows per file and marks.
 	checkDeltaMatchesIceberg(t, tbl, filepath.Join(dir, "warehouse", "factory", "telemetry"), stream)
+	if s.Protocol.MinReaderVersion != 1 || s.Protocol.MinWriterVersion != 2 || s.Metadata.Configuration["delta.appendOnly"] != "true" || len(s.Metadata.PartitionColumns) != 0 {
+		t.Fatalf("protocol %+v, metaData configuration %v, partition columns %v", s.Protocol, s.Metadata.Configuration, s.Metadata.PartitionColumns)
+	}
 	if _, ok := s.Schema.Field("b"); !ok {
 		t.Fatalf("Delta schema lacks the column added mid-run: %s", s.Schema)
 	}

@@ -139,7 +139,11 @@ func (c *Catalog) syncDelta(ctx context.Context, st delta.Store, stream string, 
 		return res, nil
 	}
 	ar, err := dt.Append(ctx, appends, delta.AppendOptions{Schema: schema, Name: stream, CheckpointInterval: o.CheckpointInterval,
-		Operation: "STREAMING UPDATE", EngineInfo: "tributary/" + o.Node, Now: o.Now})
+		Operation: "STREAMING UPDATE", EngineInfo: "tributary/" + o.Node, Now: o.Now,
+		// A stream's table only grows (compaction's removes carry
+		// dataChange false, which appendOnly allows): engines refuse a
+		// DELETE or UPDATE on the Delta side, which Iceberg would not see.
+		Configuration: map[string]string{"delta.appendOnly": "true"}})
 	if err != nil {
 		return res, fmt.Errorf("delta %s: %w", stream, err)
 	}
