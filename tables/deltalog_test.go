@@ -3,7 +3,10 @@ package tables
 import (
 	"context"
 	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -179,4 +182,54 @@ func TestSyncDeltaBadLogKeepsIcebergGoing(t *testing.T) {
 	}
 	checkDeltaAgrees(t, c, stream)
 	_ = dt
+}
+
+// TestMaintainKeepsTheDeltaLog: maintenance of a table with a Delta log
+// beside it neither compacts (the log would go on listing the inputs,
+// which expiry then deletes) nor takes the log's entries, old as they
+// may be, for Iceberg orphans; every file the Delta log lists stays.
+func TestMaintainKeepsTheDeltaLog(t *testing.T) {
+	ctx := context.Background()
+	c, _ := openTestCatalog(t)
+	const stream = "factory.telemetry"
+	p, err := c.AllocatePartition(ctx, stream, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dt, st := deltaOf(t, c, stream)
+	recs := testRecords(p, 0, 40, time.Date(2026, 11, 30, 1, 0, 0, 0, time.UTC).UnixMicro())
+	for from := int64(0); from < 40; from += 10 {
+		a := PartitionAppend{Partition: p, From: from, To: from + 10, Files: []FileMeta{writeFile(t, c, stream, recs[from:from+10])}}
+		if _, err := c.CommitAppend(ctx, stream, []PartitionAppend{a}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.SyncDelta(ctx, st, stream, []PartitionAppend{a}, DeltaOptions{CheckpointInterval: 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := filepath.Join(c.Warehouse()[len("file://"):], filepath.FromSlash(dt.Key("")))
+	old := time.Now().Add(-48 * time.Hour)
+	var logFiles []string
+	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			os.Chtimes(p, old, old)
+			if strings.Contains(p, "_delta_log") {
+				logFiles = append(logFiles, p)
+			}
+		}
+		return err
+	})
+	res, err := c.Maintain(ctx, stream, MaintainOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.CompactGroups != 0 || res.OrphansFound != 0 {
+		t.Fatalf("maintenance compacted %d groups, found %d orphans in a table with a Delta log", res.CompactGroups, res.OrphansFound)
+	}
+	for _, f := range logFiles {
+		if _, err := os.Stat(f); err != nil {
+			t.Fatalf("the Delta log lost %s: %v", f, err)
+		}
+	}
+	checkDeltaAgrees(t, c, stream)
 }

@@ -563,6 +563,9 @@ func (m *pass) orphans(ctx context.Context) error {
 		if base, ok := strings.CutSuffix(f.Path, ".attrs"); ok && !planned[base] && m.exists(ctx, t, base) {
 			continue
 		}
+		if strings.Contains(f.Path, "/_delta_log/") {
+			continue // the Delta log of an [iceberg, delta] stream: not Iceberg's to judge
+		}
 		orphans = append(orphans, f)
 		m.res.OrphanBytes += f.SizeBytes
 	}
