@@ -34,6 +34,10 @@ type Route struct {
 	Payload string `yaml:"payload"`
 	// SchemaFile (schema): the stream's JSON Schema (Draft-07 subset).
 	SchemaFile string `yaml:"schema_file"`
+	// Formats are the table formats of the stream: [iceberg] or
+	// [iceberg, delta] (a Delta Lake log beside the Iceberg table, over
+	// the same files: docs/tables.md "Delta Lake"). Default: uplink.formats.
+	Formats []string `yaml:"formats"`
 	// EventTime (infer, schema) names the top-level payload field, an RFC
 	// 3339 date-time, copied into the event_time column. Default "" (none).
 	EventTime string `yaml:"event_time"`
@@ -53,6 +57,53 @@ type Route struct {
 	// of nesting; a payload that would add more goes to the dead-letter
 	// table. Default 512.
 	MaxColumns int `yaml:"max_columns"`
+}
+
+// parseFormats checks a formats list and says whether it has delta.
+func parseFormats(fs []string) (delta bool, err error) {
+	if len(fs) == 0 {
+		return false, nil
+	}
+	seen := map[string]bool{}
+	for _, f := range fs {
+		if f != "iceberg" && f != "delta" {
+			return false, fmt.Errorf("%q: want iceberg or delta", f)
+		}
+		if seen[f] {
+			return false, fmt.Errorf("%s twice", f)
+		}
+		seen[f] = true
+	}
+	if !seen["iceberg"] {
+		return false, errors.New("iceberg is always one of the formats (the cloud's readers serve from it): [iceberg] or [iceberg, delta]")
+	}
+	return seen["delta"], nil
+}
+
+// Formats returns, for each stream an MQTT route sets formats for,
+// whether it has a Delta log, and the default for every other stream
+// (uplink.formats). Routes of one stream must agree.
+func (c *Config) Formats() (map[string]bool, bool, error) {
+	def, err := parseFormats(c.Uplink.Formats)
+	if err != nil {
+		return nil, false, fmt.Errorf("uplink.formats: %w", err)
+	}
+	out := map[string]bool{}
+	set := map[string]int{}
+	for i, r := range c.MQTT.Routes {
+		if r.Formats == nil {
+			continue
+		}
+		d, err := parseFormats(r.Formats)
+		if err != nil {
+			return nil, false, fmt.Errorf("mqtt.routes[%d].formats: %w", i, err)
+		}
+		if j, ok := set[r.Stream]; ok && out[r.Stream] != d {
+			return nil, false, fmt.Errorf("mqtt.routes[%d]: stream %s has other formats in mqtt.routes[%d]: one stream, one setting", i, r.Stream, j)
+		}
+		set[r.Stream], out[r.Stream] = i, d
+	}
+	return out, def, nil
 }
 
 // Payloads returns each routed stream's payload policy (streams set raw
@@ -299,6 +350,13 @@ type Config struct {
 		// hold at once, across every partition. Default 64MiB, at least
 		// 1MiB.
 		ContinuousEncodingMaxBytes ByteSize `yaml:"continuous_encoding_max_bytes"`
+		// Formats are the table formats of every stream no MQTT route
+		// sets formats for (Kafka topics, HTTP and gRPC produce, the MQTT
+		// default stream): [iceberg] or [iceberg, delta]. Default [iceberg].
+		Formats []string `yaml:"formats"`
+		// DeltaCheckpointInterval: a Delta log gets a Parquet checkpoint
+		// every this many versions. Default 10.
+		DeltaCheckpointInterval int `yaml:"delta_checkpoint_interval"`
 	} `yaml:"uplink"`
 
 	// Maintenance of the tables (compaction, manifest merging, snapshot
@@ -524,6 +582,12 @@ func (c *Config) applyDefaults() {
 	if c.Uplink.ZstdLevel == 0 {
 		c.Uplink.ZstdLevel = tables.DefaultZstdLevel
 	}
+	if c.Uplink.DeltaCheckpointInterval == 0 {
+		c.Uplink.DeltaCheckpointInterval = 10
+	}
+	if c.Uplink.Formats == nil {
+		c.Uplink.Formats = []string{"iceberg"}
+	}
 	if c.Uplink.ContinuousEncodingMaxBytes == 0 {
 		c.Uplink.ContinuousEncodingMaxBytes = uplink.DefaultPreencodeMaxBytes
 	}
@@ -643,6 +707,15 @@ func (c *Config) Validate() error {
 	}
 	if c.Uplink.ZstdLevel < 1 || c.Uplink.ZstdLevel > 22 {
 		bad("uplink.zstd_level", "%d: want 1 to 22", c.Uplink.ZstdLevel)
+	}
+	if c.Uplink.DeltaCheckpointInterval < 1 {
+		bad("uplink.delta_checkpoint_interval", "%d: want 1 or more", c.Uplink.DeltaCheckpointInterval)
+	}
+	if _, err := parseFormats(c.Uplink.Formats); err != nil {
+		bad("uplink.formats", "%v", err)
+	}
+	if _, _, err := c.Formats(); err != nil {
+		bad("mqtt.routes", "%v", err)
 	}
 	if c.Uplink.ContinuousEncodingMaxBytes < 1<<20 {
 		bad("uplink.continuous_encoding_max_bytes", "%d is below the minimum of 1MiB", c.Uplink.ContinuousEncodingMaxBytes)

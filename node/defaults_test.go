@@ -77,6 +77,8 @@ func TestDocumentedDefaults(t *testing.T) {
 		{"uplink.zstd_level", "Default 1", "1"},
 		{"uplink.continuous_encoding", "Default false", "false"},
 		{"uplink.continuous_encoding_max_bytes", "Default 64MiB", "67108864"},
+		{"uplink.formats", "Default [iceberg]", "[iceberg]"},
+		{"uplink.delta_checkpoint_interval", "Default 10", "10"},
 		{"maintenance.enabled", "Default true", "true"},
 		{"maintenance.interval", "Default 1m", "1m0s"},
 		{"maintenance.snapshot_max_age", "Default 1h", "1h0m0s"},

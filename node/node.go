@@ -193,6 +193,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 		n.wal.Close()
 		return nil, err
 	}
+	deltaStreams, deltaDefault, err := cfg.Formats()
+	if err != nil { // Validate refused it already
+		n.bucket.Close()
+		n.cat.Close()
+		n.wal.Close()
+		return nil, err
+	}
 	payloads, err := cfg.Payloads()
 	if err != nil { // Validate refused it already
 		n.bucket.Close()
@@ -203,7 +210,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	n.up = uplink.New(uplink.Config{Interval: cfg.Uplink.CommitInterval, MaxBatchBytes: int64(cfg.Uplink.MaxBatchBytes),
 		Node: cfg.NodeID, Logger: log, QuarantineDir: filepath.Join(cfg.DataDir, "quarantine"), Payloads: payloads,
 		Parquet:            tables.ParquetOptions{ZstdLevel: cfg.Uplink.ZstdLevel},
-		ContinuousEncoding: cfg.Uplink.ContinuousEncoding, PreencodeMaxBytes: int64(cfg.Uplink.ContinuousEncodingMaxBytes)}, n.wal, n.cat, n.bucket)
+		ContinuousEncoding: cfg.Uplink.ContinuousEncoding, PreencodeMaxBytes: int64(cfg.Uplink.ContinuousEncodingMaxBytes),
+		Delta: deltaStreams, DeltaDefault: deltaDefault, DeltaStore: n.bucket.DeltaStore(), DeltaCheckpointInterval: int64(cfg.Uplink.DeltaCheckpointInterval)}, n.wal, n.cat, n.bucket)
 	n.up.OnFence(n.book)                    // a fenced partition is no longer written here
 	n.up.ReadmitInto(n.book)                // and what only this node held of it goes to its own partition
 	n.book.UseQuarantine(n.up.Quarantine()) // stale records a take-over drops are kept, as the fence's are

@@ -568,6 +568,9 @@ func (m *pass) orphans(ctx context.Context) error {
 		if f.Path == mirror {
 			continue
 		}
+		if strings.Contains(f.Path, "/_delta_log/") {
+			continue // the Delta log of an [iceberg, delta] stream: not Iceberg's to judge
+		}
 		orphans = append(orphans, f)
 		m.res.OrphanBytes += f.SizeBytes
 	}

@@ -384,6 +384,7 @@ type fileSpan struct {
 	path         string
 	first, last  int64
 	minTS, maxTS int64 // acceptance timestamps, unix micros
+	size         int64
 }
 
 // partIndex is the file index of one partition at one snapshot.
@@ -561,7 +562,7 @@ func planFiles(ctx context.Context, t *table.Table, p int32, from int64) ([]file
 		}
 		minTS, _ := le64(lo[FieldTimestamp])
 		maxTS, _ := le64(hi[FieldTimestamp])
-		out = append(out, fileSpan{path: df.FilePath(), first: first, last: last, minTS: minTS, maxTS: maxTS})
+		out = append(out, fileSpan{path: df.FilePath(), first: first, last: last, minTS: minTS, maxTS: maxTS, size: df.FileSizeBytes()})
 	}
 	return out, nil
 }

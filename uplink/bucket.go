@@ -16,6 +16,7 @@ import (
 
 	"github.com/tributary-io/tributary/internal/vfs"
 	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/tables/delta"
 )
 
 // BlobBucket is a Bucket on a warehouse URL: file://, s3://, gs://, and
@@ -125,6 +126,16 @@ func (b *BlobBucket) Bucket() *blob.Bucket { return b.b }
 
 // Close closes the bucket.
 func (b *BlobBucket) Close() error { return b.b.Close() }
+
+// DeltaStore is the store Delta logs are committed to: on file:// a
+// folder store whose put-if-absent is a hard link (atomic across
+// processes); on the cloud stores the bucket's conditional writes.
+func (b *BlobBucket) DeltaStore() delta.Store {
+	if b.fileDir != "" {
+		return delta.DirStore{Root: b.fileDir}
+	}
+	return delta.BlobStore{B: b.b}
+}
 
 // checkAccessible reports a bucket (container) that does not exist, or that
 // the credentials (of the key credKey) may not use, as an error naming

@@ -152,6 +152,7 @@ import (
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/tables/delta"
 	"github.com/tributary-io/tributary/tables/typed"
 	"github.com/tributary-io/tributary/uplink/quarantine"
 	"github.com/tributary-io/tributary/wal"
@@ -248,6 +249,19 @@ type Config struct {
 	// headers) all in-progress files of continuous encoding hold at once
 	// (default DefaultPreencodeMaxBytes).
 	PreencodeMaxBytes int64
+	// Delta says, per stream, whether its formats include delta (each
+	// commit also goes to its Delta log in DeltaStore: delta.go);
+	// DeltaDefault is the answer for streams it does not name.
+	Delta        map[string]bool
+	DeltaDefault bool
+	DeltaStore   delta.Store
+	// DeltaCheckpointInterval: a Delta checkpoint every this many
+	// versions (0: 10).
+	DeltaCheckpointInterval int64
+	// deltaHook runs before each Delta sync (tests: a pause, or a crash
+	// between the two commits when it returns an error: the sync is not
+	// made).
+	deltaHook func(stream string) error
 }
 
 func (c *Config) defaults() {
@@ -297,8 +311,13 @@ type Stats struct {
 	// LatestDeadLetters are the last dead letters committed (at most
 	// MaxDeadLetterNotes, newest first), each with its reason.
 	LatestDeadLetters []DeadLetterNote
-	LastCommit        time.Time
-	LastError         string
+	// DeltaVersions is the Delta log version of each delta stream as last
+	// synced; DeltaCommits, DeltaCheckpoints and DeltaFailures count the
+	// Delta side's commits, checkpoints and failed syncs (delta.go).
+	DeltaVersions                                 map[string]int64
+	DeltaCommits, DeltaCheckpoints, DeltaFailures int64
+	LastCommit                                    time.Time
+	LastError                                     string
 	// Failing lists the streams currently in backoff.
 	Failing []string
 }
@@ -314,13 +333,14 @@ type Uplink struct {
 	releaseLs []ReleaseListener
 	home      Home // ReadmitInto; nil: fenced records are quarantined
 
-	mu      sync.Mutex
-	backoff map[string]*retryState // per stream
-	stats   Stats
-	dlq     map[string]int64 // per typed stream (Stats.DeadLetters)
-	added   map[string]int64 // per typed stream (Stats.TypedColumns)
-	notes   []DeadLetterNote // Stats.LatestDeadLetters, oldest first
-	dlqLogs map[string]*dlqLog
+	mu          sync.Mutex
+	backoff     map[string]*retryState // per stream
+	stats       Stats
+	dlq         map[string]int64     // per typed stream (Stats.DeadLetters)
+	added       map[string]int64     // per typed stream (Stats.TypedColumns)
+	notes       []DeadLetterNote     // Stats.LatestDeadLetters, oldest first
+	deltaBehind map[string]time.Time // delta streams whose log is behind: next try (delta.go)
+	dlqLogs     map[string]*dlqLog
 
 	commits, commitFailures, uploadFailures atomic.Int64
 	files, bytesUp, records                 atomic.Int64
@@ -441,7 +461,13 @@ func (u *Uplink) Run(ctx context.Context) {
 		}
 		now := time.Now()
 		var errs []error
-		for stream, parts := range u.pending() {
+		pend := u.pending()
+		pendingSet := map[string]bool{}
+		for s := range pend {
+			pendingSet[s] = true
+		}
+		u.deltaCatchUp(ctx, pendingSet, now)
+		for stream, parts := range pend {
 			due := now.Sub(last[stream]) >= u.cfg.Interval
 			big := false
 			for _, p := range parts {
@@ -549,7 +575,7 @@ func (u *Uplink) Stats() Stats {
 	for k := range u.backoff {
 		s.Failing = append(s.Failing, k)
 	}
-	s.DeadLetters, s.TypedColumns = maps.Clone(u.dlq), maps.Clone(u.added)
+	s.DeadLetters, s.TypedColumns, s.DeltaVersions = maps.Clone(u.dlq), maps.Clone(u.added), maps.Clone(u.stats.DeltaVersions)
 	for i := len(u.notes) - 1; i >= 0; i-- {
 		s.LatestDeadLetters = append(s.LatestDeadLetters, u.notes[i])
 	}
@@ -920,6 +946,7 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 	u.mu.Lock()
 	u.stats.LastCommit = time.Now()
 	u.mu.Unlock()
+	u.syncDelta(ctx, stream, appends)
 	return cut, nil
 }
 
