@@ -16,9 +16,13 @@ import (
 //
 //   - Done once, after Submit. Submit either returns an error — nothing
 //     of the write was stored and done is never called — or returns nil
-//     and calls done exactly once, never before Submit has returned,
-//     with nil when the write got as far as its Wait asks, else why not.
-//     done may run on the appender's commit goroutine: it must not block.
+//     and calls done exactly once, never from inside Submit (a caller
+//     may hold a lock across Submit that done takes), with nil when the
+//     write got as far as its Wait asks, else why not. done runs on
+//     another goroutine, the appender's commit goroutine for one, and
+//     may run as soon as the write is queued, before the caller has seen
+//     Submit return: it must not block, and what it reads of the caller's
+//     state the caller must have set before calling Submit.
 //   - A refusal stores nothing. An error that does not wrap
 //     ErrAfterAppend means nothing of the write was stored (ReasonOf
 //     names a refusal: back-pressure, ErrFenced, ErrUnauthorized), so the

@@ -132,8 +132,8 @@ func TestChosenPartition(t *testing.T) {
 	}
 }
 
-// TestDoneAfterSubmit: done is called exactly once and never before
-// Submit returns, also when the WAL refuses the write inside the call
+// TestDoneAfterSubmit: done is called exactly once and never from
+// inside Submit (tributary.Appender), also when the WAL refuses the write inside the call
 // (an invalid batch, a closed WAL); a write after a refused one is
 // refused with ErrPredecessorFailed, at once or from done.
 func TestDoneAfterSubmit(t *testing.T) {

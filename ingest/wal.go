@@ -41,7 +41,7 @@ func (in *Ingest) queueRecords(after wal.Ticket, recs []*tributary.Record, n int
 	}
 	cb := func(r wal.Result) {
 		if !returned.Load() {
-			go committed(r.Err) // refused at once, inside the WAL's call: never before Submit returns
+			go committed(r.Err) // refused at once, inside the WAL's call: never from inside Submit
 			return
 		}
 		committed(r.Err) // on the WAL's committer
