@@ -55,26 +55,11 @@ const (
 	chunkV2          = 2
 )
 
-// Batch is a Kafka record batch to store as one entry (AppendBatchAsync).
-type Batch struct {
-	Stream    string
-	Partition int32
-	Epoch     int64 // partition ownership epoch
-	Topic     string
-	Source    string // "kafka"
-	ClientID  string
-	Node      string
-	Principal string
-	// Records is an uncompressed message format v2 record batch
-	// (attributes' codec 0) that the caller has validated: every record
-	// parses (kbatch.ParseRecord) and its count field is right. The WAL
-	// owns it until done is called and rewrites its base offset.
-	Records []byte
-	// Offset (of the first record) and Timestamp (accept time, unix
-	// micros; a zero one is set to now) are set by the WAL.
-	Offset    int64
-	Timestamp int64
-}
+// Batch is a Kafka record batch to store as one entry (Op.Batch): the
+// write contract's tributary.Batch (its fields and their rules are
+// documented there), as a WAL type with the WAL's methods. Callers convert
+// a *tributary.Batch to *Batch in place.
+type Batch tributary.Batch
 
 // count is the number of records of a batch (checked by enqueue).
 func (b *Batch) count() int { return int(int32(be.Uint32(b.Records[57:]))) }
