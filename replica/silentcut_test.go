@@ -91,6 +91,23 @@ func (x *cutPair) ingest(n int, tag string) (appended bool, err error) {
 	return true, x.a.Replicate(context.Background(), recs)
 }
 
+// appendReplicated appends one record at a time after a catch-up until
+// one goes to both nodes (the owner not degraded). The replica holds
+// everything by then, but the owner clears "missing" once the catch-up
+// is confirmed, so an append in that instant may still go with one copy.
+func (x *cutPair) appendReplicated(t *testing.T) {
+	t.Helper()
+	n := 0
+	testkit.Eventually(t, 15*time.Second, "an append after the catch-up to be replicated to both (not degraded)", func() bool {
+		n++
+		if _, err := x.ingest(1, fmt.Sprint("after-", n)); err != nil {
+			t.Fatal(err)
+		}
+		return !x.a.Stats().Degraded
+	})
+	t.Logf("%d appends after the catch-up until one was replicated", n)
+}
+
 // replicaHolds checks that b holds exactly a's records of (s.t, 1):
 // same values at the same dense offsets.
 func (x *cutPair) replicaHolds(t *testing.T) {
@@ -175,18 +192,7 @@ func TestSilentCutMarksMissingAndCatchesUp(t *testing.T) {
 		return ps.Next == own.Next
 	})
 	t.Logf("replica caught up (%d records) %s after the heal", own.Next, time.Since(healed).Round(time.Millisecond))
-	// The replica holds everything; the owner clears "missing" once the
-	// catch-up is confirmed, so an append in that instant may still go
-	// with one copy. Appends after it go with two.
-	n := 0
-	testkit.Eventually(t, 15*time.Second, "an append after the heal to be replicated to both (not degraded)", func() bool {
-		n++
-		if _, err := x.ingest(1, fmt.Sprint("after-", n)); err != nil {
-			t.Fatal(err)
-		}
-		return !x.a.Stats().Degraded
-	})
-	t.Logf("%d appends after the catch-up until one was replicated", n)
+	x.appendReplicated(t)
 	x.replicaHolds(t)
 }
 
@@ -273,13 +279,6 @@ func TestLinkUpRetriesAtOnce(t *testing.T) {
 		ps, _ := w.Partition("s.t", 1)
 		return ps.Next == own.Next
 	})
-	// As in TestSilentCutMarksMissingAndCatchesUp: an append in the
-	// instant before the owner confirms the catch-up may go with one copy.
-	testkit.Eventually(t, 15*time.Second, "an append after the catch-up to be replicated to both (not degraded)", func() bool {
-		if _, err := x.ingest(1, "after"); err != nil {
-			t.Fatal(err)
-		}
-		return !x.a.Stats().Degraded
-	})
+	x.appendReplicated(t)
 	x.replicaHolds(t)
 }
