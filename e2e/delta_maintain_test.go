@@ -1,0 +1,121 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/tables/delta"
+)
+
+// TestDeltaMaintainBothLogs: an [iceberg, delta] stream written in
+// several commits, then `tributary tables maintain` (compaction and
+// snapshot expiry down to one snapshot): the Delta log records the
+// rewrite (removes and a dataChange-false add) and lists exactly the
+// Iceberg files again, by our reader and by an independent replay of the
+// JSON commits; the Delta reader and the Iceberg scan agree row for row;
+// every file either log still references exists; `tables scan --format
+// delta` prints what the Iceberg scan prints, and describe shows the
+// Delta txns beside the marks.
+func TestDeltaMaintainBothLogs(t *testing.T) {
+	dir := t.TempDir()
+	p := deltaEdge(t, dir)
+	const stream = "factory.telemetry"
+	for i := 0; i < 4; i++ {
+		publishPayloads(t, p.MQTT, fmt.Sprintf("dm-%d", i), jsonPayloads(`{"device":"m","a":%d}`, i*10, 10))
+		waitRows(t, dir, stream, (i+1)*10)
+	}
+	waitDelta(t, dir, stream, 40)
+	p.stop()
+	ctx := context.Background()
+	dt := deltaTable(dir, stream)
+	before, err := dt.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(before.Files) < 2 {
+		t.Fatalf("%d files before maintenance: nothing to compact", len(before.Files))
+	}
+	out, err := exec.Command(binPath, "tables", "maintain", stream, "--data", dir, "--snapshot-max-age", "1ms", "--retain-snapshots", "1").CombinedOutput()
+	if err != nil {
+		t.Fatalf("tables maintain: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "Delta log at version") {
+		t.Errorf("tables maintain says nothing of the Delta log:\n%s", out)
+	}
+	s, err := dt.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Files) >= len(before.Files) || len(s.Tombstones) < 2 {
+		t.Fatalf("after maintenance: %d live files (%d before), %d removes\n%s", len(s.Files), len(before.Files), len(s.Tombstones), out)
+	}
+	for _, a := range s.Files {
+		if a.DataChange {
+			t.Fatalf("a compacted file's add has dataChange true: %+v", a)
+		}
+	}
+	for _, r := range s.Tombstones {
+		if r.DataChange || r.DeletionTimestamp == nil {
+			t.Fatalf("a compaction's remove: %+v", r)
+		}
+	}
+	root := filepath.Join(dir, "warehouse", "factory", "telemetry")
+	for path := range s.Referenced(time.Now(), delta.FileRetention(s.Metadata)) {
+		if _, err := os.Stat(filepath.Join(root, filepath.FromSlash(path))); err != nil {
+			t.Fatalf("a file the Delta log references is gone: %v", err)
+		}
+	}
+	tbl := loadSQLiteTable(t, filepath.Join(dir, "catalog.db"), stream, nil)
+	if n := len(tbl.Metadata().Snapshots()); n != 1 {
+		t.Fatalf("%d Iceberg snapshots after expiry, want 1\n%s", n, out)
+	}
+	checkDeltaMatchesIceberg(t, tbl, root, stream)
+	rows, err := dt.Rows(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := readTable(t, dir, stream)
+	if len(rows) != 40 || len(recs) != 40 {
+		t.Fatalf("Delta %d rows, Iceberg %d, want 40", len(rows), len(recs))
+	}
+	byPos := map[string]delta.Row{}
+	for _, r := range rows {
+		k := fmt.Sprint(r[tables.ColPartition], "@", r[tables.ColOffset])
+		if _, dup := byPos[k]; dup {
+			t.Fatalf("Delta has %s twice", k)
+		}
+		byPos[k] = r
+	}
+	for _, rec := range recs {
+		r, ok := byPos[fmt.Sprint(int64(rec.Partition), "@", rec.Offset)]
+		if !ok || string(r[tables.ColValue].([]byte)) != string(rec.Value) || r["a"] == nil {
+			t.Fatalf("offset %d@%d: Delta row %v, Iceberg %q", rec.Offset, rec.Partition, r, rec.Value)
+		}
+	}
+	scan := func(args ...string) string {
+		out, err := exec.Command(binPath, append([]string{"tables", "scan", stream, "--data", dir, "--json", "--limit", "0"}, args...)...).Output()
+		if err != nil {
+			t.Fatalf("tables scan %v: %v", args, err)
+		}
+		return string(out)
+	}
+	if ice, dl := scan(), scan("--format", "delta"); ice != dl || strings.Count(dl, "\n") != 40 {
+		t.Fatalf("tables scan:\n%s\ntables scan --format delta:\n%s", ice, dl)
+	}
+	desc, err := exec.Command(binPath, "tables", "describe", stream, "--data", dir).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for pt, h := range tables.HighWaters(tbl) {
+		if want := fmt.Sprintf("%s: %d  iceberg %d\n", tables.DeltaAppID(stream, pt), h, h); !strings.Contains(string(desc), want) {
+			t.Fatalf("describe lacks %q:\n%s", want, desc)
+		}
+	}
+}
