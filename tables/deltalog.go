@@ -128,7 +128,7 @@ func (c *Catalog) syncDelta(ctx context.Context, st delta.Store, stream string, 
 	}
 	if snap != nil {
 		res.Version = snap.Version
-		if !IsDLQ(stream) {
+		if !IsDLQ(stream) && rewriteMissed(t, snap, stream, hint) {
 			v, err := c.catchUpRewrites(ctx, dt, root, stream, o)
 			if err != nil {
 				return res, err
@@ -313,6 +313,30 @@ func (c *Catalog) deltaRel(root, u string) (string, bool) {
 		return "", false
 	}
 	return strings.CutPrefix(k, root+"/")
+}
+
+// rewriteMissed is the cheap test before catchUpRewrites' diff, which
+// reads every manifest: whether the Iceberg snapshot's file count is
+// other than the Delta log's plus the files of the hint's appends it
+// lacks. Equal, the Delta log missed no rewrite (a rewrite replaces two
+// or more files by fewer); a sync without a hint (a catch-up) always
+// diffs, as does one that finds another writer's appends.
+func rewriteMissed(t *table.Table, snap *delta.Snapshot, stream string, hint []PartitionAppend) bool {
+	cs := t.CurrentSnapshot()
+	if hint == nil || cs == nil || cs.Summary == nil {
+		return true
+	}
+	total, err := strconv.Atoi(cs.Summary.Properties["total-data-files"])
+	if err != nil {
+		return true
+	}
+	want := len(snap.Files)
+	for _, a := range hint {
+		if v, _ := snap.TxnVersion(DeltaAppID(stream, a.Partition)); v <= a.From {
+			want += len(a.Files)
+		}
+	}
+	return total != want
 }
 
 // catchUpRewrites commits to the Delta log the rewrites of the Iceberg

@@ -349,7 +349,7 @@ func txnVersions(s *delta.Snapshot) map[string]int64 {
 // or the next maintenance pass, commits the rewrite it missed, once:
 // both logs list the same files and rows.
 func TestCompactionCrashBetweenLogs(t *testing.T) {
-	for _, repair := range []string{"sync", "maintain"} {
+	for _, repair := range []string{"sync", "sync-append", "maintain"} {
 		t.Run(repair, func(t *testing.T) {
 			ctx := context.Background()
 			c, _ := openTestCatalog(t)
@@ -373,6 +373,16 @@ func TestCompactionCrashBetweenLogs(t *testing.T) {
 				if err != nil || !sr.Committed || sr.Files != 0 {
 					t.Fatalf("sync: %+v %v", sr, err)
 				}
+			case "sync-append": // the uplink's next commit, with its hint
+				more := testRecords(recs[0].Partition, len(recs), 10, recs[len(recs)-1].Timestamp)
+				a := PartitionAppend{Partition: recs[0].Partition, From: int64(len(recs)), To: int64(len(recs)) + 10, Files: []FileMeta{writeFile(t, c, stream, more)}}
+				if _, err := c.CommitAppend(ctx, stream, []PartitionAppend{a}, nil); err != nil {
+					t.Fatal(err)
+				}
+				if sr, err := c.SyncDelta(ctx, st, stream, []PartitionAppend{a}, DeltaOptions{}); err != nil || sr.Files != 1 {
+					t.Fatalf("sync: %+v %v", sr, err)
+				}
+				recs = append(recs, more...)
 			case "maintain":
 				res, err := c.Maintain(ctx, stream, MaintainOptions{Policy: pol})
 				if err != nil || res.DeltaCommits != 1 || res.CompactGroups != 0 {
@@ -387,7 +397,7 @@ func TestCompactionCrashBetweenLogs(t *testing.T) {
 				t.Fatalf("second sync: %+v %v", sr, err)
 			}
 			after, _ := dt.Snapshot(ctx)
-			if len(after.Files) != 1 || len(after.Tombstones) != 3 {
+			if len(after.Files) != 1+len(recs)/10-3 || len(after.Tombstones) != 3 {
 				t.Fatalf("Delta: %v, %d removes", after.Paths(), len(after.Tombstones))
 			}
 		})
