@@ -37,7 +37,8 @@ const tablesUsage = `usage: tributary tables <list | describe STREAM | scan STRE
       --json                 one JSON object per row (value as text when UTF-8, else base64)
                              a dead-letter table (STREAM_dlq) also shows each row's error
   maintain STREAM            one maintenance pass: merge manifests, compact small files,
-                             expire snapshots, delete orphans (under the table's lease)
+                             expire snapshots, delete orphans (under the table's lease);
+                             a table with a Delta log in both logs, and its old log files
       --dry-run              only say what the pass would do
       --target-file-size N   compacted file size in bytes (default 134217728 = 128MiB)
       --snapshot-max-age D   keep snapshots younger than D (default 1h)
