@@ -228,6 +228,24 @@ func deltaStream(t *testing.T, c *Catalog, stream string, n int64) ([]*tributary
 	return recs, files
 }
 
+// deltaFixture is a catalog whose factory.telemetry stream deltaStream
+// wrote, with its Delta log.
+type deltaFixture struct {
+	c      *Catalog
+	recs   []*tributary.Record
+	inputs []string // the data files' local paths
+	dt     *delta.Table
+	st     delta.Store
+}
+
+func newDeltaFixture(t *testing.T, appends int64) deltaFixture {
+	t.Helper()
+	c, _ := openTestCatalog(t)
+	recs, inputs := deltaStream(t, c, "factory.telemetry", appends)
+	dt, st := deltaOf(t, c, "factory.telemetry")
+	return deltaFixture{c: c, recs: recs, inputs: inputs, dt: dt, st: st}
+}
+
 func ageAll(t *testing.T, root string, by time.Duration) {
 	t.Helper()
 	old := time.Now().Add(-by)
@@ -257,10 +275,9 @@ func mustExist(t *testing.T, paths []string, want bool) {
 // after every pass.
 func TestMaintainBothLogs(t *testing.T) {
 	ctx := context.Background()
-	c, _ := openTestCatalog(t)
 	const stream = "factory.telemetry"
-	recs, inputs := deltaStream(t, c, stream, 4)
-	dt, _ := deltaOf(t, c, stream)
+	f := newDeltaFixture(t, 4)
+	c, recs, inputs, dt := f.c, f.recs, f.inputs, f.dt
 	logDir := filepath.Join(c.Warehouse()[len("file://"):], filepath.FromSlash(dt.Key("_delta_log")))
 	logFiles, _ := filepath.Glob(filepath.Join(logDir, "*"))
 	orphan := localPath(t, c, putFile(t, c, stream, testRecords(0, 90, 5, 0)).URL)
@@ -352,10 +369,9 @@ func TestCompactionCrashBetweenLogs(t *testing.T) {
 	for _, repair := range []string{"sync", "sync-append", "maintain"} {
 		t.Run(repair, func(t *testing.T) {
 			ctx := context.Background()
-			c, _ := openTestCatalog(t)
 			const stream = "factory.telemetry"
-			recs, inputs := deltaStream(t, c, stream, 3)
-			dt, st := deltaOf(t, c, stream)
+			f := newDeltaFixture(t, 3)
+			c, recs, inputs, dt, st := f.c, f.recs, f.inputs, f.dt, f.st
 			crash := errors.New("crash between the commits")
 			pol := Policy{SnapshotMaxAge: time.Millisecond, RetainSnapshots: 1, Holder: "t"}
 			res, err := c.Maintain(ctx, stream, MaintainOptions{Policy: pol, beforeDeltaRewrite: func() error { return crash }})
@@ -402,4 +418,30 @@ func TestCompactionCrashBetweenLogs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMaintainUnreadableDeltaLog: a Delta log that cannot be read stops
+// compaction, expiry and cleanup of the table (nothing it might list is
+// deleted), without failing the pass; manifests are still merged.
+func TestMaintainUnreadableDeltaLog(t *testing.T) {
+	ctx := context.Background()
+	const stream = "factory.telemetry"
+	f := newDeltaFixture(t, 3)
+	c, recs, inputs, dt, st := f.c, f.recs, f.inputs, f.dt, f.st
+	s, err := dt.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutIfAbsent(ctx, dt.Key("_delta_log/"+delta.CommitName(s.Version+1)), []byte("{not json\n")); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Maintain(ctx, stream, MaintainOptions{Policy: Policy{SnapshotMaxAge: time.Millisecond, RetainSnapshots: 1, Holder: "t"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.DeltaSkipped == "" || res.CompactGroups != 0 || res.SnapshotsExpired != 0 || res.OrphansFound != 0 || res.DeltaLogsDeleted != 0 {
+		t.Fatalf("pass over an unreadable Delta log: %+v", res)
+	}
+	mustExist(t, inputs, true)
+	checkTable(t, c, stream, recs)
 }
