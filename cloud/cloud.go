@@ -42,6 +42,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -56,6 +57,7 @@ import (
 	"github.com/tributary-io/tributary/listen"
 	"github.com/tributary-io/tributary/pulsar"
 	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/tables/delta"
 	"github.com/tributary-io/tributary/tables/rest"
 	"github.com/tributary-io/tributary/uplink"
 )
@@ -80,6 +82,7 @@ type Server struct {
 	write  *writePath             // nil unless cloud_produce.enabled
 	cwm    *cloudwrite.Metrics    // the write path's, exposed (at zero) when it is off too
 	maint  *tables.Maintainer     // nil when maintenance is off
+	dbkt   *uplink.BlobBucket     // the warehouse bucket of the maintainer's Delta logs (nil on file://)
 	fed    *federation.Federation // nil without federation:
 	cancel context.CancelFunc     // stops the maintainer
 	wg     sync.WaitGroup         // the maintainer loop
@@ -159,8 +162,21 @@ func open(cat *tables.Catalog, cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, err
 	}
 	if *cfg.Maintenance.Enabled {
+		// Tables with a Delta log are maintained in both logs: the
+		// maintainer needs the warehouse's store (put-if-absent) for it.
+		var dst delta.Store
+		if w := cfg.Catalog.Warehouse; w != "" && !strings.HasPrefix(w, "file://") {
+			octx, ocancel := context.WithTimeout(context.Background(), 30*time.Second)
+			b, err := uplink.OpenBucket(octx, w, cfg.Storage.Stores())
+			ocancel()
+			if err != nil {
+				s.closeListeners(context.Background())
+				return nil, err
+			}
+			s.dbkt, dst = b, b.DeltaStore()
+		}
 		s.maint = tables.NewMaintainer(cat, tables.MaintainerConfig{Interval: cfg.Maintenance.Interval,
-			Policy: cfg.Maintenance.Policy(), Logger: log})
+			Policy: cfg.Maintenance.Policy(), DeltaStore: dst, Logger: log})
 		ctx, cancel := context.WithCancel(context.Background())
 		s.cancel = cancel
 		s.wg.Add(1)
@@ -395,6 +411,9 @@ func (s *Server) Close(ctx context.Context) error {
 	s.wg.Wait()
 	if s.fed != nil {
 		s.fed.Close()
+	}
+	if s.dbkt != nil {
+		s.dbkt.Close()
 	}
 	if s.ownCat {
 		errs = errors.Join(errs, s.cat.Close())

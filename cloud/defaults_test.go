@@ -80,6 +80,8 @@ func TestDocumentedDefaults(t *testing.T) {
 		{"maintenance.target_file_size", "Default 128MiB", "134217728"},
 		{"maintenance.max_manifests", "Default 10", "10"},
 		{"maintenance.orphan_grace", "Default 24h", "24h0m0s"},
+		{"maintenance.delta_deleted_file_retention", "Default 168h", "168h0m0s"},
+		{"maintenance.delta_log_retention", "Default 720h", "720h0m0s"},
 		{"shutdown_timeout", "Default 10s", "10s"},
 		{"cloud_produce.enabled", "Default false", "false"},
 		{"cloud_produce.server_id", "Default: the host name", ""},

@@ -198,6 +198,18 @@ type Maintenance struct {
 	// OrphanGrace: unreferenced files younger than this are kept (an
 	// upload in progress). Default 24h.
 	OrphanGrace time.Duration `yaml:"orphan_grace"`
+	// DeltaDeletedFileRetention: of a stream with a Delta log, a data file
+	// the log removed (a compaction's input) is kept this long after the
+	// remove, for Delta readers' time travel, before expiry or orphan
+	// cleanup may delete it. A table's own
+	// delta.deletedFileRetentionDuration may be longer; a shorter one is
+	// raised to this. Default 168h (7 days, Delta's default).
+	DeltaDeletedFileRetention time.Duration `yaml:"delta_deleted_file_retention"`
+	// DeltaLogRetention: a Delta log's JSON commits and checkpoints older
+	// than this and older than its latest checkpoint are deleted. A
+	// table's own delta.logRetentionDuration may be longer; a shorter one
+	// is raised to this. Default 720h (30 days, Delta's default).
+	DeltaLogRetention time.Duration `yaml:"delta_log_retention"`
 }
 
 // Defaults fills every unset field with its default.
@@ -224,6 +236,12 @@ func (m *Maintenance) Defaults() {
 	if m.OrphanGrace == 0 {
 		m.OrphanGrace = tables.DefaultOrphanGrace
 	}
+	if m.DeltaDeletedFileRetention == 0 {
+		m.DeltaDeletedFileRetention = tables.DefaultDeltaFileRetention
+	}
+	if m.DeltaLogRetention == 0 {
+		m.DeltaLogRetention = tables.DefaultDeltaLogRetention
+	}
 }
 
 // Validate reports each bad field through bad.
@@ -249,12 +267,19 @@ func (m Maintenance) Validate(bad func(field, format string, args ...any)) {
 	if m.OrphanGrace < time.Hour {
 		bad("maintenance.orphan_grace", "%s is below the minimum of 1h (uploads in progress must never be deleted)", m.OrphanGrace)
 	}
+	if m.DeltaDeletedFileRetention < time.Hour {
+		bad("maintenance.delta_deleted_file_retention", "%s is below the minimum of 1h (Delta readers plan on recent versions)", m.DeltaDeletedFileRetention)
+	}
+	if m.DeltaLogRetention < time.Hour {
+		bad("maintenance.delta_log_retention", "%s is below the minimum of 1h", m.DeltaLogRetention)
+	}
 }
 
 // Policy is the tables.Policy of the maintenance settings.
 func (m Maintenance) Policy() tables.Policy {
 	return tables.Policy{SnapshotMaxAge: m.SnapshotMaxAge, RetainSnapshots: m.RetainSnapshots,
-		TargetFileSize: int64(m.TargetFileSize), MaxManifests: m.MaxManifests, OrphanGrace: m.OrphanGrace}
+		TargetFileSize: int64(m.TargetFileSize), MaxManifests: m.MaxManifests, OrphanGrace: m.OrphanGrace,
+		DeltaFileRetention: m.DeltaDeletedFileRetention, DeltaLogRetention: m.DeltaLogRetention}
 }
 
 // SigV4 signs the requests to an Iceberg REST catalog with AWS Signature

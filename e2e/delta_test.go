@@ -28,7 +28,14 @@ func deltaEdge(t *testing.T, dir string) *proc {
 // interval versions and returns its path.
 func deltaEdgeConfig(t *testing.T, dir string, interval int) string {
 	t.Helper()
-	cfg := edgeConfig(t, dir, "delta-1", fmt.Sprintf("catalog:\n  uri: sqlite://%[1]s/catalog.db\n  warehouse: file://%[1]s/warehouse\nkafka:\n  addr: 127.0.0.1:0\n", dir))
+	return deltaNodeConfig(t, dir, "delta-1", dir, interval)
+}
+
+// deltaNodeConfig is deltaEdgeConfig for node id, whose catalog and
+// warehouse are in shared (two nodes may share them).
+func deltaNodeConfig(t *testing.T, dir, id, shared string, interval int) string {
+	t.Helper()
+	cfg := edgeConfig(t, dir, id, fmt.Sprintf("catalog:\n  uri: sqlite://%[1]s/catalog.db\n  warehouse: file://%[1]s/warehouse\nkafka:\n  addr: 127.0.0.1:0\n", shared))
 	raw, _ := os.ReadFile(cfg)
 	raw = bytes.Replace(raw, []byte(`stream: factory.telemetry}`), []byte(`stream: factory.telemetry, payload: infer, formats: [iceberg, delta]}`), 1)
 	raw = bytes.Replace(raw, []byte("  commit_interval: 200ms"), []byte(fmt.Sprintf("  commit_interval: 200ms\n  formats: [iceberg, delta]\n  delta_checkpoint_interval: %d", interval)), 1)

@@ -76,10 +76,13 @@ func TestMaintenanceConfig(t *testing.T) {
 		enabled bool
 		pol     tables.Policy
 	}{
-		{"", true, tables.Policy{SnapshotMaxAge: time.Hour, RetainSnapshots: 100, TargetFileSize: 128 << 20, MaxManifests: 10, OrphanGrace: 24 * time.Hour}},
-		{"maintenance:\n  enabled: false\n  orphan_grace: 1m", false, tables.Policy{SnapshotMaxAge: time.Hour, RetainSnapshots: 100, TargetFileSize: 128 << 20, MaxManifests: 10, OrphanGrace: time.Minute}},
-		{"maintenance:\n  snapshot_max_age: 10m\n  retain_snapshots: 20\n  target_file_size: 256MiB\n  max_manifests: 4\n  orphan_grace: 48h\n  interval: 5m", true,
-			tables.Policy{SnapshotMaxAge: 10 * time.Minute, RetainSnapshots: 20, TargetFileSize: 256 << 20, MaxManifests: 4, OrphanGrace: 48 * time.Hour}},
+		{"", true, tables.Policy{SnapshotMaxAge: time.Hour, RetainSnapshots: 100, TargetFileSize: 128 << 20, MaxManifests: 10, OrphanGrace: 24 * time.Hour,
+			DeltaFileRetention: 7 * 24 * time.Hour, DeltaLogRetention: 30 * 24 * time.Hour}},
+		{"maintenance:\n  enabled: false\n  orphan_grace: 1m", false, tables.Policy{SnapshotMaxAge: time.Hour, RetainSnapshots: 100, TargetFileSize: 128 << 20, MaxManifests: 10, OrphanGrace: time.Minute,
+			DeltaFileRetention: 7 * 24 * time.Hour, DeltaLogRetention: 30 * 24 * time.Hour}},
+		{"maintenance:\n  snapshot_max_age: 10m\n  retain_snapshots: 20\n  target_file_size: 256MiB\n  max_manifests: 4\n  orphan_grace: 48h\n  interval: 5m\n  delta_deleted_file_retention: 200h\n  delta_log_retention: 1000h", true,
+			tables.Policy{SnapshotMaxAge: 10 * time.Minute, RetainSnapshots: 20, TargetFileSize: 256 << 20, MaxManifests: 4, OrphanGrace: 48 * time.Hour,
+				DeltaFileRetention: 200 * time.Hour, DeltaLogRetention: 1000 * time.Hour}},
 	}
 	for _, c := range cases {
 		cfg, err := ParseConfig([]byte(c.yaml))

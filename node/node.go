@@ -231,7 +231,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	n.book.Watch(n.kb) // producer state from the records of an adopted partition
 	if *cfg.Maintenance.Enabled {
 		n.maint = tables.NewMaintainer(n.cat, tables.MaintainerConfig{Interval: cfg.Maintenance.Interval,
-			Policy: cfg.MaintenancePolicy(), Logger: log})
+			Policy: cfg.MaintenancePolicy(), DeltaStore: n.bucket.DeltaStore(), Logger: log})
 	}
 	routes := make([]mqtt.Route, len(cfg.MQTT.Routes))
 	for i, r := range cfg.MQTT.Routes {

@@ -22,6 +22,8 @@ type liveFile struct {
 	df          iceberg.DataFile
 	partition   int32
 	first, last int64
+	minTS       int64 // acceptance timestamps, unix micros
+	maxTS       int64
 	key         string // spec id and partition value (the day or hour)
 	origin      Origin // from the file's name (layout.go, invariant 4)
 }
@@ -59,12 +61,19 @@ func liveDataFiles(ctx context.Context, t *table.Table) ([]liveFile, error) {
 					lf.first, lf.last = int64(binary.LittleEndian.Uint64(l)), int64(binary.LittleEndian.Uint64(h))
 				}
 			}
+			lf.minTS, _ = le64(lo[FieldTimestamp])
+			lf.maxTS, _ = le64(hi[FieldTimestamp])
 			lf.key = partitionKey(df)
 			lf.origin = FileOrigin(df.FilePath())
 			out = append(out, lf)
 		}
 	}
 	return out, nil
+}
+
+// stats are the file's statistics as its manifest bounds give them.
+func (f liveFile) stats() FileStats {
+	return FileStats{Records: f.df.Count(), Partition: f.partition, FirstOffset: f.first, LastOffset: f.last, MinTimestamp: f.minTS, MaxTimestamp: f.maxTS}
 }
 
 // partitionKey is a data file's spec id and partition tuple (one day or
@@ -132,6 +141,9 @@ func planCompaction(files []liveFile, target, maxBytes int64) [][]liveFile {
 }
 
 func (m *pass) compact(ctx context.Context) error {
+	if m.deltaBlocked("compact") {
+		return nil
+	}
 	m.progress(Progress{Step: "compact"})
 	if IsDLQ(m.stream) {
 		// Dead-letter files hold increasing, not consecutive, offsets and
@@ -143,16 +155,11 @@ func (m *pass) compact(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if m.exists(ctx, t, strings.TrimSuffix(t.Location(), "/")+"/_delta_log/00000000000000000000.json") {
-		// A Delta log beside the table lists the files as written; a
-		// rewrite here would leave it listing files that expiry then
-		// deletes. Until compaction commits remove+add there too, an
-		// [iceberg, delta] stream is not compacted.
-		m.progress(Progress{Step: "compact", Done: true, Note: "table with a Delta log: not compacted"})
-		return nil
-	}
 	files, err := liveDataFiles(ctx, t)
 	if err != nil {
+		return err
+	}
+	if files, err = m.deltaFilter(ctx, t, files); err != nil {
 		return err
 	}
 	groups := planCompaction(files, m.pol.TargetFileSize, m.pol.MaxCompactBytes)
@@ -252,6 +259,9 @@ func (m *pass) compactGroup(ctx context.Context, t *table.Table, g []liveFile) e
 		}
 		for _, f := range g {
 			m.res.CompactBytes += f.df.FileSizeBytes()
+		}
+		if err := m.deltaCompacted(ctx, g, outs); err != nil {
+			return fmt.Errorf("delta: %w: %w", errDeltaBehind, err)
 		}
 		return nil
 	}

@@ -56,6 +56,9 @@ type confinedIO struct {
 	io      icebergio.IO
 	folder  string
 	refused func(path string)
+	// kept, when set, reports the paths another log (the table's Delta
+	// log) still references: Remove leaves them and returns nil.
+	kept func(path string) bool
 }
 
 func (c *confinedIO) Open(name string) (icebergio.File, error) { return c.io.Open(name) }
@@ -66,6 +69,9 @@ func (c *confinedIO) Remove(name string) error {
 			c.refused(name)
 		}
 		return fmt.Errorf("delete %s: %w %s", name, ErrOutsideTable, c.folder)
+	}
+	if c.kept != nil && c.kept(name) {
+		return nil
 	}
 	return c.io.Remove(name)
 }
@@ -108,13 +114,14 @@ func (c *confinedIO) Stat(name string) (iofs.FileInfo, error) {
 // confine returns t with its FileIO wrapped in a confinedIO of folder:
 // everything a transaction of the result deletes after its commit (the
 // files of expired snapshots, superseded manifests, old metadata) goes
-// through it, as do the pass's own orphan deletes.
-func confine(t *table.Table, cat table.CatalogIO, folder string, refused func(string)) *table.Table {
+// through it, as do the pass's own orphan deletes; kept (may be nil)
+// names the files it must leave.
+func confine(t *table.Table, cat table.CatalogIO, folder string, refused func(string), kept func(string) bool) *table.Table {
 	return table.New(t.Identifier(), t.Metadata(), t.MetadataLocation(), func(ctx context.Context) (icebergio.IO, error) {
 		fs, err := t.FS(ctx)
 		if err != nil {
 			return nil, err
 		}
-		return &confinedIO{io: fs, folder: folder, refused: refused}, nil
+		return &confinedIO{io: fs, folder: folder, refused: refused, kept: kept}, nil
 	}, cat)
 }

@@ -3,13 +3,16 @@ package tables
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
-	"strings"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/tables/delta"
 )
 
@@ -37,6 +40,19 @@ func checkDeltaAgrees(t *testing.T, c *Catalog, stream string) *delta.Snapshot {
 	tbl, err := c.LoadTable(ctx, stream)
 	if err != nil {
 		t.Fatal(err)
+	}
+	root, _ := c.DeltaRoot(stream)
+	var ice []string
+	for _, f := range loadLive(t, c, stream) {
+		r, ok := c.deltaRel(root, f.df.FilePath())
+		if !ok {
+			t.Fatalf("%s not below %s", f.df.FilePath(), root)
+		}
+		ice = append(ice, r)
+	}
+	slices.Sort(ice)
+	if !slices.Equal(ice, s.Paths()) {
+		t.Fatalf("Iceberg lists %v, Delta %v", ice, s.Paths())
 	}
 	for p, h := range HighWaters(tbl) {
 		if v, _ := s.TxnVersion(DeltaAppID(stream, p)); v != h {
@@ -184,21 +200,21 @@ func TestSyncDeltaBadLogKeepsIcebergGoing(t *testing.T) {
 	_ = dt
 }
 
-// TestMaintainKeepsTheDeltaLog: maintenance of a table with a Delta log
-// beside it neither compacts (the log would go on listing the inputs,
-// which expiry then deletes) nor takes the log's entries, old as they
-// may be, for Iceberg orphans; every file the Delta log lists stays.
-func TestMaintainKeepsTheDeltaLog(t *testing.T) {
+// deltaStream commits n appends of 10 records to an [iceberg, delta]
+// stream, each synced to the Delta log, and ages every file of the table
+// by 48 hours (past the orphan grace); it returns the records and the
+// data files' local paths.
+func deltaStream(t *testing.T, c *Catalog, stream string, n int64) ([]*tributary.Record, []string) {
+	t.Helper()
 	ctx := context.Background()
-	c, _ := openTestCatalog(t)
-	const stream = "factory.telemetry"
 	p, err := c.AllocatePartition(ctx, stream, "n1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	dt, st := deltaOf(t, c, stream)
-	recs := testRecords(p, 0, 40, time.Date(2026, 11, 30, 1, 0, 0, 0, time.UTC).UnixMicro())
-	for from := int64(0); from < 40; from += 10 {
+	recs := testRecords(p, 0, int(10*n), time.Date(2026, 11, 30, 1, 0, 0, 0, time.UTC).UnixMicro())
+	var files []string
+	for from := int64(0); from < 10*n; from += 10 {
 		a := PartitionAppend{Partition: p, From: from, To: from + 10, Files: []FileMeta{writeFile(t, c, stream, recs[from:from+10])}}
 		if _, err := c.CommitAppend(ctx, stream, []PartitionAppend{a}, nil); err != nil {
 			t.Fatal(err)
@@ -206,30 +222,226 @@ func TestMaintainKeepsTheDeltaLog(t *testing.T) {
 		if _, err := c.SyncDelta(ctx, st, stream, []PartitionAppend{a}, DeltaOptions{CheckpointInterval: 2}); err != nil {
 			t.Fatal(err)
 		}
+		files = append(files, localPath(t, c, a.Files[0].URL))
 	}
-	root := filepath.Join(c.Warehouse()[len("file://"):], filepath.FromSlash(dt.Key("")))
-	old := time.Now().Add(-48 * time.Hour)
-	var logFiles []string
+	ageAll(t, filepath.Join(c.Warehouse()[len("file://"):], filepath.FromSlash(dt.Key(""))), 48*time.Hour)
+	return recs, files
+}
+
+// deltaFixture is a catalog whose factory.telemetry stream deltaStream
+// wrote, with its Delta log.
+type deltaFixture struct {
+	c      *Catalog
+	recs   []*tributary.Record
+	inputs []string // the data files' local paths
+	dt     *delta.Table
+	st     delta.Store
+}
+
+func newDeltaFixture(t *testing.T, appends int64) deltaFixture {
+	t.Helper()
+	c, _ := openTestCatalog(t)
+	recs, inputs := deltaStream(t, c, "factory.telemetry", appends)
+	dt, st := deltaOf(t, c, "factory.telemetry")
+	return deltaFixture{c: c, recs: recs, inputs: inputs, dt: dt, st: st}
+}
+
+func ageAll(t *testing.T, root string, by time.Duration) {
+	t.Helper()
+	old := time.Now().Add(-by)
 	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			os.Chtimes(p, old, old)
-			if strings.Contains(p, "_delta_log") {
-				logFiles = append(logFiles, p)
-			}
 		}
 		return err
 	})
-	res, err := c.Maintain(ctx, stream, MaintainOptions{})
+}
+
+func mustExist(t *testing.T, paths []string, want bool) {
+	t.Helper()
+	for _, p := range paths {
+		if _, err := os.Stat(p); (err == nil) != want {
+			t.Fatalf("%s exists=%v, want %v", p, err == nil, want)
+		}
+	}
+}
+
+// TestMaintainBothLogs: compaction commits remove+add in the Delta log
+// in step with the Iceberg rewrite; snapshot expiry and orphan cleanup
+// leave every file the Delta log still references (its removes within
+// the file retention), orphan cleanup stays out of _delta_log/ and
+// deletes a true orphan as ever; once the retention is over the inputs
+// go; log cleanup keeps the replay equal. Rows are the same in both logs
+// after every pass.
+func TestMaintainBothLogs(t *testing.T) {
+	ctx := context.Background()
+	const stream = "factory.telemetry"
+	f := newDeltaFixture(t, 4)
+	c, recs, inputs, dt := f.c, f.recs, f.inputs, f.dt
+	logDir := filepath.Join(c.Warehouse()[len("file://"):], filepath.FromSlash(dt.Key("_delta_log")))
+	logFiles, _ := filepath.Glob(filepath.Join(logDir, "*"))
+	orphan := localPath(t, c, putFile(t, c, stream, testRecords(0, 90, 5, 0)).URL)
+	os.Chtimes(orphan, time.Now().Add(-48*time.Hour), time.Now().Add(-48*time.Hour))
+	pol := Policy{SnapshotMaxAge: time.Millisecond, RetainSnapshots: 1, Holder: "t"}
+	res, err := c.Maintain(ctx, stream, MaintainOptions{Policy: pol})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.CompactGroups != 0 || res.OrphansFound != 0 {
-		t.Fatalf("maintenance compacted %d groups, found %d orphans in a table with a Delta log", res.CompactGroups, res.OrphansFound)
+	if res.CompactGroups != 1 || res.CompactInputs != 4 || res.DeltaCommits != 1 || res.SnapshotsExpired == 0 || res.DeltaSkipped != "" {
+		t.Fatalf("pass: %+v", res)
 	}
-	for _, f := range logFiles {
-		if _, err := os.Stat(f); err != nil {
-			t.Fatalf("the Delta log lost %s: %v", f, err)
+	if res.OrphansDeleted != 1 || res.DeltaKept < 4 {
+		t.Fatalf("orphans deleted %d, files kept for the Delta log %d: %+v", res.OrphansDeleted, res.DeltaKept, res)
+	}
+	mustExist(t, []string{orphan}, false)
+	mustExist(t, inputs, true) // expired in Iceberg, removed in Delta within its retention
+	mustExist(t, logFiles, true)
+	s := checkDeltaAgrees(t, c, stream)
+	if len(s.Files) != 1 || len(s.Tombstones) != 4 {
+		t.Fatalf("Delta: %d live files, %d removes", len(s.Files), len(s.Tombstones))
+	}
+	for _, a := range s.Files {
+		if a.DataChange {
+			t.Fatalf("the compacted add has dataChange true: %+v", a)
 		}
 	}
+	checkTable(t, c, stream, recs)
+
+	// The retention over (the table says 0 seconds): the inputs are
+	// orphans of both logs and go; old log files below the checkpoint go
+	// and the replay stays equal.
+	if _, err := dt.Rewrite(ctx, delta.Rewrite{}, delta.RewriteOptions{Configuration: map[string]string{
+		"delta.deletedFileRetentionDuration": "interval 0 seconds", "delta.logRetentionDuration": "interval 0 seconds"}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ { // a newer checkpoint, to clean up below
+		r, err := dt.Rewrite(ctx, delta.Rewrite{}, delta.RewriteOptions{Configuration: map[string]string{"x.pad": fmt.Sprint(i)}, CheckpointInterval: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Checkpoint {
+			break
+		}
+	}
+	before, err := dt.Snapshot(ctx)
+	if err != nil || before.Checkpoint < 4 {
+		t.Fatalf("checkpoint %d: %v", before.Checkpoint, err)
+	}
+	ageAll(t, logDir, 48*time.Hour)
+	pol.DeltaFileRetention, pol.DeltaLogRetention = time.Nanosecond, time.Hour
+	for attempt := 0; ; attempt++ { // the removes' millisecond must have passed
+		if res, err = c.Maintain(ctx, stream, MaintainOptions{Policy: pol}); err != nil {
+			t.Fatal(err)
+		}
+		if res.OrphansDeleted == 4 || attempt == 20 {
+			break
+		}
+	}
+	if res.OrphansDeleted != 4 || res.DeltaLogsDeleted == 0 {
+		t.Fatalf("after the retention: %+v", res)
+	}
+	mustExist(t, inputs, false)
+	after, err := dt.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(after.Paths(), before.Paths()) || !maps.Equal(txnVersions(after), txnVersions(before)) {
+		t.Fatalf("log cleanup changed the replay: %v %v, was %v %v", after.Paths(), after.Txns, before.Paths(), before.Txns)
+	}
 	checkDeltaAgrees(t, c, stream)
+	checkTable(t, c, stream, recs)
+}
+
+func txnVersions(s *delta.Snapshot) map[string]int64 {
+	out := map[string]int64{}
+	for a, t := range s.Txns {
+		out[a] = t.Version
+	}
+	return out
+}
+
+// TestCompactionCrashBetweenLogs: a compaction whose Delta commit never
+// happens (a crash after the Iceberg rewrite) leaves the Delta log
+// listing the inputs, none of which is deleted; the uplink's next sync,
+// or the next maintenance pass, commits the rewrite it missed, once:
+// both logs list the same files and rows.
+func TestCompactionCrashBetweenLogs(t *testing.T) {
+	for _, repair := range []string{"sync", "sync-append", "maintain"} {
+		t.Run(repair, func(t *testing.T) {
+			ctx := context.Background()
+			const stream = "factory.telemetry"
+			f := newDeltaFixture(t, 3)
+			c, recs, inputs, dt, st := f.c, f.recs, f.inputs, f.dt, f.st
+			crash := errors.New("crash between the commits")
+			pol := Policy{SnapshotMaxAge: time.Millisecond, RetainSnapshots: 1, Holder: "t"}
+			res, err := c.Maintain(ctx, stream, MaintainOptions{Policy: pol, beforeDeltaRewrite: func() error { return crash }})
+			if !errors.Is(err, crash) || res.CompactGroups != 1 {
+				t.Fatalf("pass: %+v %v", res, err)
+			}
+			s, err := dt.Snapshot(ctx)
+			if err != nil || len(s.Files) != 3 {
+				t.Fatalf("Delta after the crash: %v %v", s.Paths(), err)
+			}
+			mustExist(t, inputs, true)
+			switch repair {
+			case "sync":
+				sr, err := c.SyncDelta(ctx, st, stream, nil, DeltaOptions{})
+				if err != nil || !sr.Committed || sr.Files != 0 {
+					t.Fatalf("sync: %+v %v", sr, err)
+				}
+			case "sync-append": // the uplink's next commit, with its hint
+				more := testRecords(recs[0].Partition, len(recs), 10, recs[len(recs)-1].Timestamp)
+				a := PartitionAppend{Partition: recs[0].Partition, From: int64(len(recs)), To: int64(len(recs)) + 10, Files: []FileMeta{writeFile(t, c, stream, more)}}
+				if _, err := c.CommitAppend(ctx, stream, []PartitionAppend{a}, nil); err != nil {
+					t.Fatal(err)
+				}
+				if sr, err := c.SyncDelta(ctx, st, stream, []PartitionAppend{a}, DeltaOptions{}); err != nil || sr.Files != 1 {
+					t.Fatalf("sync: %+v %v", sr, err)
+				}
+				recs = append(recs, more...)
+			case "maintain":
+				res, err := c.Maintain(ctx, stream, MaintainOptions{Policy: pol})
+				if err != nil || res.DeltaCommits != 1 || res.CompactGroups != 0 {
+					t.Fatalf("pass: %+v %v", res, err)
+				}
+				mustExist(t, inputs, true) // removed in Delta now, within its retention
+			}
+			checkDeltaAgrees(t, c, stream)
+			checkTable(t, c, stream, recs)
+			// Again: nothing more to catch up, never a file twice.
+			if sr, err := c.SyncDelta(ctx, st, stream, nil, DeltaOptions{}); err != nil || sr.Committed {
+				t.Fatalf("second sync: %+v %v", sr, err)
+			}
+			after, _ := dt.Snapshot(ctx)
+			if len(after.Files) != 1+len(recs)/10-3 || len(after.Tombstones) != 3 {
+				t.Fatalf("Delta: %v, %d removes", after.Paths(), len(after.Tombstones))
+			}
+		})
+	}
+}
+
+// TestMaintainUnreadableDeltaLog: a Delta log that cannot be read stops
+// compaction, expiry and cleanup of the table (nothing it might list is
+// deleted), without failing the pass; manifests are still merged.
+func TestMaintainUnreadableDeltaLog(t *testing.T) {
+	ctx := context.Background()
+	const stream = "factory.telemetry"
+	f := newDeltaFixture(t, 3)
+	c, recs, inputs, dt, st := f.c, f.recs, f.inputs, f.dt, f.st
+	s, err := dt.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutIfAbsent(ctx, dt.Key("_delta_log/"+delta.CommitName(s.Version+1)), []byte("{not json\n")); err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Maintain(ctx, stream, MaintainOptions{Policy: Policy{SnapshotMaxAge: time.Millisecond, RetainSnapshots: 1, Holder: "t"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.DeltaSkipped == "" || res.CompactGroups != 0 || res.SnapshotsExpired != 0 || res.OrphansFound != 0 || res.DeltaLogsDeleted != 0 {
+		t.Fatalf("pass over an unreadable Delta log: %+v", res)
+	}
+	mustExist(t, inputs, true)
+	checkTable(t, c, stream, recs)
 }

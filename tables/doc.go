@@ -53,6 +53,10 @@
 //     after the commit, wherever their paths lead) and orphans are deleted
 //     only there. The table's history.expire.* never shorten the node's
 //     policy, and gc.enabled=false does not stop expiry.
+//  6. Both logs. A table with a Delta log beside it is compacted in both
+//     (Iceberg first, then Delta; a missed Delta rewrite is caught up by a
+//     diff), and a file either log still references is never deleted
+//     (deltamaint.go).
 //
 // # Maintenance: the lease
 //

@@ -145,14 +145,7 @@ func TestHourGranularity(t *testing.T) {
 	if res.CompactGroups != 2 {
 		t.Fatalf("%d compaction groups, want 2 (one per hour): %+v", res.CompactGroups, res)
 	}
-	tbl, err := c.LoadTable(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	live, err := liveDataFiles(ctx, tbl)
-	if err != nil {
-		t.Fatal(err)
-	}
+	live := loadLive(t, c, stream)
 	hours := map[string]int64{}
 	for _, f := range live {
 		hours[f.key] += f.df.Count()

@@ -17,6 +17,8 @@ import (
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 	"github.com/google/uuid"
+
+	"github.com/tributary-io/tributary/tables/delta"
 )
 
 // Lease properties.
@@ -66,6 +68,16 @@ type Policy struct {
 	MaxCompactBytes int64
 	// Holder names this maintainer in the lease. Default host-pid-random.
 	Holder string
+	// DeltaFileRetention: a data file a table's Delta log removed (a
+	// compaction input) is kept this long after the remove, for Delta
+	// readers' time travel. Default 7 days; a Delta table's own
+	// delta.deletedFileRetentionDuration may raise it, and a pass raises
+	// the table's to it (deltamaint.go).
+	DeltaFileRetention time.Duration
+	// DeltaLogRetention: a Delta log's JSON commits and checkpoints
+	// below its latest checkpoint are deleted once older than this.
+	// Default 30 days; delta.logRetentionDuration may raise it.
+	DeltaLogRetention time.Duration
 }
 
 // Policy defaults.
@@ -81,6 +93,11 @@ const (
 	MinOrphanGrace         = time.Hour
 	DefaultLeaseTTL        = 10 * time.Minute
 	DefaultMaxCompactBytes = 1 << 30
+	// DefaultDeltaFileRetention and DefaultDeltaLogRetention are Delta's
+	// own defaults of delta.deletedFileRetentionDuration and
+	// delta.logRetentionDuration.
+	DefaultDeltaFileRetention = delta.DefaultTombstoneRetention
+	DefaultDeltaLogRetention  = delta.DefaultLogRetention
 )
 
 var defaultHolder = func() string {
@@ -120,6 +137,12 @@ func (p Policy) withDefaults(props iceberg.Properties) Policy {
 	if p.Holder == "" {
 		p.Holder = defaultHolder
 	}
+	if p.DeltaFileRetention <= 0 {
+		p.DeltaFileRetention = DefaultDeltaFileRetention
+	}
+	if p.DeltaLogRetention <= 0 {
+		p.DeltaLogRetention = DefaultDeltaLogRetention
+	}
 	if props != nil {
 		// The history a table keeps is floored at the node's policy, as
 		// the orphan grace is at MinOrphanGrace: a client that may commit
@@ -153,14 +176,22 @@ type MaintainOptions struct {
 	DryRun bool
 	// Progress, if set, is told about each step as it starts and ends.
 	Progress func(Progress)
+	// DeltaStore is the warehouse's store for the tables' Delta logs
+	// (deltamaint.go). Nil: on a file:// warehouse its folder; on any
+	// other, a table with a Delta log has its manifests merged and
+	// nothing else.
+	DeltaStore delta.Store
 
 	// beforeCommit is a test hook run before each maintenance commit.
 	beforeCommit func(ctx context.Context, step string)
+	// beforeDeltaRewrite is a test hook run between a compaction's
+	// Iceberg commit and its Delta one; an error stands for a crash there.
+	beforeDeltaRewrite func() error
 }
 
 // Progress reports a step of a pass.
 type Progress struct {
-	Step  string // lease, compact, manifests, expire, orphans, release
+	Step  string // lease, delta, compact, manifests, expire, orphans, delta-log, release
 	Done  bool   // false when the step starts
 	Note  string // what it did or would do
 	Index int    // for compaction: group number (1-based), else 0
@@ -191,6 +222,16 @@ type PassResult struct {
 	// RefusedPaths lists the first maxRefusedPaths of them.
 	DeletesRefused int
 	RefusedPaths   []string
+	// Delta log (a table with one): its version after the pass, commits
+	// made to it (rewrites, caught-up rewrites, retention settings), files
+	// expiry or orphan cleanup left because it still references them,
+	// log files cleaned up, and why the Delta-aware steps were skipped
+	// ("" when they were not).
+	DeltaVersion     int64
+	DeltaCommits     int
+	DeltaKept        int
+	DeltaLogsDeleted int
+	DeltaSkipped     string
 	// Commits made by the pass and conflicts retried.
 	Commits, Conflicts int
 	Started            time.Time
@@ -204,7 +245,7 @@ const maxMaintainAttempts = 50
 // section above. It returns ErrLeaseHeld (wrapped) when another maintainer
 // holds the table.
 func (c *Catalog) Maintain(ctx context.Context, stream string, opts MaintainOptions) (res PassResult, err error) {
-	res = PassResult{Stream: stream, DryRun: opts.DryRun, Started: time.Now()}
+	res = PassResult{Stream: stream, DryRun: opts.DryRun, Started: time.Now(), DeltaVersion: -1}
 	defer func() { res.Duration = time.Since(res.Started) }()
 	progress := func(p Progress) {
 		if opts.Progress != nil {
@@ -244,14 +285,16 @@ func (c *Catalog) Maintain(ctx context.Context, stream string, opts MaintainOpti
 		name string
 		fn   func(context.Context) error
 	}{
+		{"delta", m.prepareDelta},
 		{"manifests", m.rewriteManifests}, // first: a replace rewrites every manifest holding an input
 		{"compact", m.compact},
 		{"manifests", m.rewriteManifests},
 		{"expire", m.expire},
 		{"orphans", m.orphans},
+		{"delta-log", m.cleanDeltaLog},
 	}
 	for i, s := range steps {
-		if opts.DryRun && i == 2 {
+		if opts.DryRun && i == 3 {
 			continue // a dry run merged nothing before compacting
 		}
 		if err := s.fn(ctx); err != nil {
@@ -279,6 +322,8 @@ type pass struct {
 
 	manifestsSeen bool
 	refusedMu     sync.Mutex
+
+	dl *deltaSide // the table's Delta log, nil when it has none
 }
 
 const maxRefusedPaths = 20
@@ -291,7 +336,7 @@ func (m *pass) loadTable(ctx context.Context) (*table.Table, error) {
 	if err != nil {
 		return nil, err
 	}
-	return confine(t, m.c.cat, m.folder, m.refused), nil
+	return confine(t, m.c.cat, m.folder, m.refused, m.deltaKeeps), nil
 }
 
 // refused records a delete the confined FileIO refused.
@@ -493,6 +538,9 @@ func (m *pass) rewriteManifests(ctx context.Context) error {
 }
 
 func (m *pass) expire(ctx context.Context) error {
+	if m.deltaBlocked("expire") {
+		return nil
+	}
 	m.progress(Progress{Step: "expire"})
 	for attempt := 1; ; attempt++ {
 		t, err := m.load(ctx)
@@ -531,6 +579,9 @@ func (m *pass) expire(ctx context.Context) error {
 		if err := m.renewIfDue(t, tx); err != nil {
 			return err
 		}
+		if err := m.readDeltaRefs(ctx); err != nil { // what the post-commit cleanup must leave
+			return err
+		}
 		if err := m.commit(ctx, "expire", tx, attempt); err != nil {
 			if errors.Is(err, errRetry) {
 				continue
@@ -544,9 +595,15 @@ func (m *pass) expire(ctx context.Context) error {
 }
 
 func (m *pass) orphans(ctx context.Context) error {
+	if m.deltaBlocked("orphans") {
+		return nil
+	}
 	m.progress(Progress{Step: "orphans"})
 	t, err := m.load(ctx)
 	if err != nil {
+		return err
+	}
+	if err := m.readDeltaRefs(ctx); err != nil {
 		return err
 	}
 	plan, err := t.PlanOrphanFiles(ctx, table.WithFilesOlderThan(m.pol.OrphanGrace))
@@ -570,6 +627,9 @@ func (m *pass) orphans(ctx context.Context) error {
 		}
 		if strings.Contains(f.Path, "/_delta_log/") {
 			continue // the Delta log of an [iceberg, delta] stream: not Iceberg's to judge
+		}
+		if m.deltaKeeps(f.Path) {
+			continue // the Delta log still references it (deltamaint.go invariant 2)
 		}
 		orphans = append(orphans, f)
 		m.res.OrphanBytes += f.SizeBytes

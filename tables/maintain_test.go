@@ -302,14 +302,7 @@ func TestOrphanCleanup(t *testing.T) {
 				appendRecs(t, c, stream, recs[i:i+10])
 			}
 			old := time.Now().Add(-48 * time.Hour)
-			tbl, err := c.LoadTable(ctx, stream)
-			if err != nil {
-				t.Fatal(err)
-			}
-			live, err := liveDataFiles(ctx, tbl)
-			if err != nil {
-				t.Fatal(err)
-			}
+			live := loadLive(t, c, stream)
 			var referenced []string
 			for _, f := range live {
 				p := localPath(t, c, f.df.FilePath())
@@ -462,4 +455,19 @@ func TestMaintainerLoop(t *testing.T) {
 			t.Errorf("%s: %+v", st.Stream, st)
 		}
 	}
+}
+
+// loadLive lists the live data files of stream's current snapshot.
+func loadLive(tb testing.TB, c *Catalog, stream string) []liveFile {
+	tb.Helper()
+	ctx := context.Background()
+	tbl, err := c.LoadTable(ctx, stream)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	live, err := liveDataFiles(ctx, tbl)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return live
 }

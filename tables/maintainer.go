@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/tributary-io/tributary/tables/delta"
 )
 
 // TableStats are the size figures of one table that maintenance bounds.
@@ -75,7 +77,10 @@ type MaintainerConfig struct {
 	Interval time.Duration
 	// Policy for every stream (tables' properties override it).
 	Policy Policy
-	Logger *slog.Logger
+	// DeltaStore is the store of the tables' Delta logs
+	// (MaintainOptions.DeltaStore).
+	DeltaStore delta.Store
+	Logger     *slog.Logger
 }
 
 // DefaultMaintainInterval is the default interval between passes.
@@ -129,7 +134,7 @@ func (m *Maintainer) RunOnce(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		res, err := m.cat.Maintain(ctx, s, MaintainOptions{Policy: m.cfg.Policy})
+		res, err := m.cat.Maintain(ctx, s, MaintainOptions{Policy: m.cfg.Policy, DeltaStore: m.cfg.DeltaStore})
 		m.record(s, res, err)
 		if res.DeletesRefused > 0 {
 			m.cfg.Logger.Warn("maintain: refused to delete files outside the table's folder (a manifest, manifest list or statistics entry names them)",
@@ -137,6 +142,10 @@ func (m *Maintainer) RunOnce(ctx context.Context) error {
 		}
 		switch {
 		case err == nil:
+			if res.DeltaSkipped != "" {
+				m.cfg.Logger.Warn("maintain: the table's Delta log stops compaction, expiry and cleanup until it can be read and written",
+					"stream", s, "why", res.DeltaSkipped)
+			}
 			if res.CompactGroups+res.SnapshotsExpired+res.OrphansDeleted > 0 || res.ManifestsAfter < res.ManifestsBefore {
 				m.cfg.Logger.Info("maintain: pass", "stream", s, "compacted_files", res.CompactInputs, "into", res.CompactGroups,
 					"manifests", res.ManifestsAfter, "expired_snapshots", res.SnapshotsExpired, "orphans_deleted", res.OrphansDeleted,

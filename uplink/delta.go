@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/tributary-io/tributary/tables"
@@ -28,12 +29,16 @@ type DeltaCommitter interface {
 // try of a pass with nothing new.
 const deltaRetry = 5 * time.Second
 
-// deltaOn reports whether stream's formats include delta.
+// deltaOn reports whether stream's formats include delta; a dead-letter
+// table has a Delta log when its stream has one.
 func (u *Uplink) deltaOn(stream string) bool {
+	if base, ok := strings.CutSuffix(stream, tables.DLQSuffix); ok {
+		return u.deltaOn(base)
+	}
 	if v, ok := u.cfg.Delta[stream]; ok {
 		return v
 	}
-	return u.cfg.DeltaDefault && !tables.IsDLQ(stream)
+	return u.cfg.DeltaDefault
 }
 
 // DeltaStreams are the streams this uplink keeps a Delta log for (those
@@ -108,19 +113,26 @@ func (u *Uplink) syncDelta(ctx context.Context, stream string, hint []tables.Par
 }
 
 // deltaCatchUp syncs the Delta logs that are behind (never synced since
-// start, or failed) and are due, for streams with nothing pending.
+// start, or failed) and are due, for streams with nothing pending, and
+// their dead-letter tables' (a stream without one: ErrNoSuchStream,
+// noted once).
 func (u *Uplink) deltaCatchUp(ctx context.Context, pending map[string]bool, now time.Time) {
 	for _, s := range u.DeltaStreams() {
 		if pending[s] {
 			continue
 		}
-		u.mu.Lock()
-		next, behind := u.deltaBehind[s]
-		_, seen := u.stats.DeltaVersions[s]
-		u.mu.Unlock()
-		if (seen && !behind) || (behind && now.Before(next)) {
-			continue
-		}
-		u.syncDelta(ctx, s, nil)
+		u.deltaCatchUpOne(ctx, s, now)
+		u.deltaCatchUpOne(ctx, tables.DLQStream(s), now)
 	}
+}
+
+func (u *Uplink) deltaCatchUpOne(ctx context.Context, s string, now time.Time) {
+	u.mu.Lock()
+	next, behind := u.deltaBehind[s]
+	_, seen := u.stats.DeltaVersions[s]
+	u.mu.Unlock()
+	if (seen && !behind) || (behind && now.Before(next)) {
+		return
+	}
+	u.syncDelta(ctx, s, nil)
 }

@@ -139,3 +139,55 @@ func TestUplinkDeltaCrashBetweenCommits(t *testing.T) {
 		t.Fatalf("no checkpoint used at version %d", s.Version)
 	}
 }
+
+// TestUplinkDeltaDeadLetters: the dead-letter table of an [iceberg,
+// delta] stream gets its Delta log too, by its own marks: every dead
+// letter once, txn = the dead-letter table's mark, none for a stream
+// without dead letters in a partition.
+func TestUplinkDeltaDeadLetters(t *testing.T) {
+	e := newEnv(t, 0)
+	ctx := context.Background()
+	const stream = "a.b"
+	u := New(Config{Node: "n1", Payloads: typedInfer(stream), Delta: map[string]bool{stream: true}, DeltaStore: e.bucket.DeltaStore()}, e.wal, e.cat, e.bucket)
+	dead := 0
+	for round := 0; round < 3; round++ {
+		for i := 0; i < 20; i++ {
+			v := fmt.Sprintf(`{"temp":%d}`, i)
+			if i%5 == 0 {
+				v, dead = "not json", dead+1
+			}
+			if err := e.wal.Apply(ctx, wal.Op{Kind: wal.OpAppend, Records: []*tributary.Record{{Stream: stream, Partition: int32(i % 2), Value: []byte(v), Topic: "t", Source: "mqtt"}}}).Err; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := u.SyncAll(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	checkDeltaLog(t, e, stream)
+	dlq := tables.DLQStream(stream)
+	rows, s, err := e.cat.ScanDelta(ctx, e.bucket.DeltaStore(), dlq, tables.ScanOptions{Partition: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != dead {
+		t.Fatalf("%d dead letters in the Delta log, %d sent", len(rows), dead)
+	}
+	seen := map[string]bool{}
+	for _, r := range rows {
+		k := fmt.Sprint(r.Record.Partition, "@", r.Record.Offset)
+		if seen[k] || string(r.Record.Value) != "not json" || r.Error == "" {
+			t.Fatalf("dead letter %s twice or wrong: %+v", k, r)
+		}
+		seen[k] = true
+	}
+	marks, _, err := e.cat.Marks(ctx, dlq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, h := range marks {
+		if v, _ := s.TxnVersion(tables.DeltaAppID(dlq, p)); v != h {
+			t.Fatalf("partition %d: Delta txn %d, dead-letter mark %d", p, v, h)
+		}
+	}
+}

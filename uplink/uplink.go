@@ -947,6 +947,12 @@ func (u *Uplink) syncOnce(ctx context.Context, stream string, parts []wal.Partit
 	u.stats.LastCommit = time.Now()
 	u.mu.Unlock()
 	u.syncDelta(ctx, stream, appends)
+	for _, a := range appends {
+		if len(dead[a.Partition]) > 0 {
+			u.syncDelta(ctx, tables.DLQStream(stream), nil) // its Delta log by its own marks
+			break
+		}
+	}
 	return cut, nil
 }
 

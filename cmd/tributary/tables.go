@@ -19,13 +19,17 @@ import (
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/tables/delta"
+	"github.com/tributary-io/tributary/uplink"
 )
 
 const tablesUsage = `usage: tributary tables <list | describe STREAM | scan STREAM | maintain STREAM> [flags]
 
   list                       every stream table with its row count and partitions
-  describe STREAM            schema, partition spec, properties, high-water marks, snapshots
+  describe STREAM            schema, partition spec, properties, high-water marks, snapshots,
+                             and a Delta log's version and txn marks (per appId) when there is one
   scan STREAM                rows in (partition, offset) order
+      --format F             iceberg (default) or delta: read through the Delta log instead
       --limit N              at most N rows, the first (default 20; 0 = all)
       --tail N               the latest N rows instead (by accept time; shown in order)
       --partition P          only partition P
@@ -33,7 +37,8 @@ const tablesUsage = `usage: tributary tables <list | describe STREAM | scan STRE
       --json                 one JSON object per row (value as text when UTF-8, else base64)
                              a dead-letter table (STREAM_dlq) also shows each row's error
   maintain STREAM            one maintenance pass: merge manifests, compact small files,
-                             expire snapshots, delete orphans (under the table's lease)
+                             expire snapshots, delete orphans (under the table's lease);
+                             a table with a Delta log in both logs, and its old log files
       --dry-run              only say what the pass would do
       --target-file-size N   compacted file size in bytes (default 134217728 = 128MiB)
       --snapshot-max-age D   keep snapshots younger than D (default 1h)
@@ -76,6 +81,7 @@ func cmdTables(args []string, stdout, stderr io.Writer) int {
 	partition := fs.Int("partition", -1, "")
 	from := fs.Int64("from-offset", 0, "")
 	asJSON := fs.Bool("json", false, "")
+	format := fs.String("format", "iceberg", "")
 	dryRun := fs.Bool("dry-run", false, "")
 	target := fs.Int64("target-file-size", 0, "")
 	maxAge := fs.Duration("snapshot-max-age", 0, "")
@@ -108,6 +114,12 @@ func cmdTables(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	defer cat.Close()
+	dst, closeDelta, err := deltaStore(ctx, *warehouse)
+	if err != nil {
+		fmt.Fprintln(stderr, "tributary tables:", err)
+		return 1
+	}
+	defer closeDelta()
 	need := func(n int) bool {
 		if len(pos) != n {
 			fmt.Fprint(stderr, tablesUsage)
@@ -125,7 +137,7 @@ func cmdTables(args []string, stdout, stderr io.Writer) int {
 		if !need(2) {
 			return 2
 		}
-		err = tablesDescribe(ctx, cat, pos[1], stdout)
+		err = tablesDescribe(ctx, cat, dst, pos[1], stdout)
 	case "scan":
 		if !need(2) {
 			return 2
@@ -134,17 +146,25 @@ func cmdTables(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "tributary tables scan: --tail must be 1 or more")
 			return 2
 		}
+		if *format != "iceberg" && *format != "delta" {
+			fmt.Fprintf(stderr, "tributary tables scan: --format %q: want iceberg or delta\n", *format)
+			return 2
+		}
 		lim := *limit
 		if *tail > 0 {
 			lim = -*tail // tablesScan: a negative limit keeps the latest
 		}
-		err = tablesScan(ctx, cat, pos[1], tables.ScanOptions{Partition: int32(*partition), FromOffset: *from, Limit: lim}, *asJSON, stdout, stderr)
+		var viaDelta delta.Store
+		if *format == "delta" {
+			viaDelta = dst
+		}
+		err = tablesScan(ctx, cat, pos[1], tables.ScanOptions{Partition: int32(*partition), FromOffset: *from, Limit: lim}, viaDelta, *asJSON, stdout, stderr)
 	case "maintain":
 		if !need(2) {
 			return 2
 		}
 		pol := tables.Policy{TargetFileSize: *target, SnapshotMaxAge: *maxAge, RetainSnapshots: *retain, OrphanGrace: *grace}
-		err = tablesMaintain(ctx, cat, pos[1], tables.MaintainOptions{Policy: pol, DryRun: *dryRun}, stdout)
+		err = tablesMaintain(ctx, cat, pos[1], tables.MaintainOptions{Policy: pol, DryRun: *dryRun, DeltaStore: dst}, stdout)
 	default:
 		fmt.Fprintf(stderr, "tributary tables: unknown subcommand %q\n\n%s", pos[0], tablesUsage)
 		return 2
@@ -182,7 +202,60 @@ func tablesList(ctx context.Context, cat *tables.Catalog, w io.Writer) error {
 	return tw.Flush()
 }
 
-func tablesDescribe(ctx context.Context, cat *tables.Catalog, stream string, w io.Writer) error {
+// deltaStore is the store of the warehouse's Delta logs: its folder on
+// file://, else the bucket (credentials from the environment).
+func deltaStore(ctx context.Context, warehouse string) (delta.Store, func(), error) {
+	if dir, ok := strings.CutPrefix(warehouse, "file://"); ok {
+		return delta.DirStore{Root: dir}, func() {}, nil
+	}
+	b, err := uplink.OpenBucket(ctx, warehouse)
+	if err != nil {
+		return nil, nil, err
+	}
+	return b.DeltaStore(), func() { b.Close() }, nil
+}
+
+// describeDelta prints the Delta log of a stream's table, if it has one:
+// its version, checkpoint, files and every txn (appId and version), each
+// partition's beside the Iceberg mark.
+func describeDelta(ctx context.Context, cat *tables.Catalog, st delta.Store, stream string, marks map[int32]int64, w io.Writer) error {
+	root, err := cat.DeltaRoot(stream)
+	if err != nil {
+		return err
+	}
+	s, err := delta.NewTable(st, root).Snapshot(ctx)
+	if errors.Is(err, delta.ErrNotTable) {
+		fmt.Fprintln(w, "\ndelta log: none")
+		return nil
+	}
+	if err != nil {
+		fmt.Fprintf(w, "\ndelta log: unreadable: %v\n", err)
+		return nil
+	}
+	fmt.Fprintf(w, "\ndelta log: version %d (checkpoint %d), %d files, %d removes kept\n", s.Version, s.Checkpoint, len(s.Files), len(s.Tombstones))
+	fmt.Fprintln(w, "delta txns: appId, version (next offset in the Delta log), the Iceberg mark:")
+	apps := make([]string, 0, len(s.Txns))
+	for a := range s.Txns {
+		apps = append(apps, a)
+	}
+	sort.Strings(apps)
+	for _, a := range apps {
+		fmt.Fprintf(w, "  %s: %d", a, s.Txns[a].Version)
+		if ps, ok := strings.CutPrefix(a, stream+"/"); ok {
+			if p, err := strconv.ParseInt(ps, 10, 32); err == nil {
+				h := marks[int32(p)]
+				fmt.Fprintf(w, "  iceberg %d", h)
+				if h > s.Txns[a].Version {
+					fmt.Fprintf(w, "  (%d behind)", h-s.Txns[a].Version)
+				}
+			}
+		}
+		fmt.Fprintln(w)
+	}
+	return nil
+}
+
+func tablesDescribe(ctx context.Context, cat *tables.Catalog, dst delta.Store, stream string, w io.Writer) error {
 	t, err := cat.LoadTable(ctx, stream)
 	if err != nil {
 		return err
@@ -235,6 +308,9 @@ func tablesDescribe(ctx context.Context, cat *tables.Catalog, stream string, w i
 		}
 	}
 	fmt.Fprintln(w)
+	if dst != nil {
+		return describeDelta(ctx, cat, dst, stream, marks, w)
+	}
 	return nil
 }
 
@@ -248,12 +324,20 @@ type scanRow struct {
 // tablesScan prints a stream's rows in (partition, offset) order: the
 // first opts.Limit (0 = all), or with a negative limit the latest -Limit
 // by accept time.
-func tablesScan(ctx context.Context, cat *tables.Catalog, stream string, opts tables.ScanOptions, asJSON bool, w, progress io.Writer) error {
+func tablesScan(ctx context.Context, cat *tables.Catalog, stream string, opts tables.ScanOptions, viaDelta delta.Store, asJSON bool, w, progress io.Writer) error {
 	lim := opts.Limit
 	opts.Limit = 0 // order first, then limit
 	dlq := tables.IsDLQ(stream)
 	var rows []scanRow
-	if dlq {
+	if viaDelta != nil {
+		drows, _, err := cat.ScanDelta(ctx, viaDelta, stream, opts)
+		if err != nil {
+			return err
+		}
+		for _, r := range drows {
+			rows = append(rows, scanRow{Record: r.Record, Error: r.Error})
+		}
+	} else if dlq {
 		var err error
 		if rows, err = scanDeadLetters(ctx, cat, stream, opts); err != nil {
 			return err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/tables"
+	"github.com/tributary-io/tributary/tables/delta"
 )
 
 // deadLetterCatalog makes a data dir whose factory.telemetry_dlq holds n
@@ -80,5 +81,50 @@ func TestTablesScanTail(t *testing.T) {
 	errs.Reset()
 	if code := run([]string{"tables", "scan", "-h"}, &out, &errs); code != 0 || !strings.Contains(out.String(), "--tail N") {
 		t.Errorf("scan -h: exit %d, stdout %q, stderr %q", code, out.String(), errs.String())
+	}
+}
+
+// TestTablesDeltaDescribeAndScan: describe shows the Delta log's version
+// and its txn per appId beside the Iceberg mark; scan --format delta
+// reads through the Delta log and prints what the Iceberg scan prints.
+func TestTablesDeltaDescribeAndScan(t *testing.T) {
+	dir := deadLetterCatalog(t, 3)
+	ctx := context.Background()
+	cat, err := tables.Open(ctx, tables.Config{Name: "tributary", URI: "sqlite://" + filepath.Join(dir, "catalog.db"), Warehouse: "file://" + filepath.Join(dir, "warehouse")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := delta.DirStore{Root: filepath.Join(dir, "warehouse")}
+	if _, err := cat.SyncDelta(ctx, st, "factory.telemetry_dlq", nil, tables.DeltaOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.EnsureTable(ctx, "factory.telemetry"); err != nil {
+		t.Fatal(err)
+	}
+	cat.Close()
+	var out, errs strings.Builder
+	if code := run([]string{"tables", "describe", "factory.telemetry_dlq", "--data", dir}, &out, &errs); code != 0 {
+		t.Fatalf("exit %d: %s", code, errs.String())
+	}
+	if !strings.Contains(out.String(), "delta log: version 0 (checkpoint -1), 1 files") || !strings.Contains(out.String(), "factory.telemetry_dlq/0: 3  iceberg 3\n") {
+		t.Errorf("describe:\n%s", out.String())
+	}
+	scan := func(args ...string) string {
+		var out, errs strings.Builder
+		if code := run(append([]string{"tables", "scan", "factory.telemetry_dlq", "--data", dir, "--json"}, args...), &out, &errs); code != 0 {
+			t.Fatalf("exit %d: %s", code, errs.String())
+		}
+		return out.String()
+	}
+	ice, dl := scan(), scan("--format", "delta")
+	if ice != dl || strings.Count(dl, "\n") != 3 {
+		t.Errorf("Iceberg scan:\n%s\nDelta scan:\n%s", ice, dl)
+	}
+	if code := run([]string{"tables", "scan", "factory.telemetry_dlq", "--data", dir, "--format", "hudi"}, &out, &errs); code != 2 {
+		t.Errorf("--format hudi: exit %d", code)
+	}
+	out.Reset()
+	if code := run([]string{"tables", "describe", "factory.telemetry", "--data", dir}, &out, &errs); code != 0 || !strings.Contains(out.String(), "delta log: none") {
+		t.Errorf("describe of a table without a Delta log: exit %d\n%s", code, out.String())
 	}
 }

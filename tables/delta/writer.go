@@ -100,45 +100,24 @@ func (t *Table) Append(ctx context.Context, appends []Append, o AppendOptions) (
 	if o.Now != nil {
 		now = o.Now
 	}
-	interval := o.CheckpointInterval
-	if interval <= 0 {
-		interval = 10
-	}
 	var res AppendResult
-	var lastErr error
-	for attempt := 1; attempt <= MaxAttempts; attempt++ {
-		res = AppendResult{Version: -1, Attempts: attempt}
-		s, err := t.Snapshot(ctx)
-		if errors.Is(err, ErrNotTable) {
-			s, err = nil, nil
-		}
-		if err != nil {
-			return res, err
-		}
+	err := t.commitLoop(ctx, o.CheckpointInterval, now, &res, func(s *Snapshot, ts int64) ([]Action, int64, error) {
 		var acts []Action
-		ts := now().UnixMilli()
-		info, _ := json.Marshal(map[string]any{"timestamp": ts, "operation": nz(o.Operation, "WRITE"),
-			"operationParameters": map[string]string{"mode": "Append"}, "isBlindAppend": true,
-			"engineInfo": nz(o.EngineInfo, "tributary")})
-		acts = append(acts, Action{CommitInfo: info})
+		acts = append(acts, commitInfo(ts, nz(o.Operation, "WRITE"), map[string]string{"mode": "Append"}, true, o.EngineInfo))
 		version := int64(0)
-		if s == nil {
+		if s.Version < 0 {
 			if o.Schema == nil {
-				return res, fmt.Errorf("delta: creating %s needs a schema", t.logKey(""))
+				return nil, 0, fmt.Errorf("delta: creating %s needs a schema", t.logKey(""))
 			}
 			created := ts
 			acts = append(acts, Action{Protocol: &Protocol{MinReaderVersion: 1, MinWriterVersion: 2}},
 				Action{MetaData: &Metadata{ID: uuid.NewString(), Name: o.Name, Format: Format{Provider: "parquet", Options: map[string]string{}},
 					SchemaString: o.Schema.String(), PartitionColumns: []string{}, CreatedTime: &created, Configuration: nz2(o.Configuration)}})
-			s = newSnapshot()
 		} else {
 			version = s.Version + 1
-			if err := Writable(s.Protocol, s.Metadata); err != nil {
-				return res, fmt.Errorf("%s: %w", t.logKey(""), err)
-			}
 			if o.Schema != nil && o.Schema.String() != s.Schema.String() {
 				if err := o.Schema.Covers(s.Schema); err != nil {
-					return res, fmt.Errorf("%w: %s: %v", ErrSchema, t.logKey(""), err)
+					return nil, 0, fmt.Errorf("%w: %s: %v", ErrSchema, t.logKey(""), err)
 				}
 				m := s.Metadata
 				m.SchemaString = o.Schema.String()
@@ -153,33 +132,65 @@ func (t *Table) Append(ctx context.Context, appends []Append, o AppendOptions) (
 				res.Already = append(res.Already, a.AppID)
 				continue
 			case v != a.From:
-				return res, &StaleError{AppID: a.AppID, Version: v, From: a.From, To: a.To}
+				return nil, 0, &StaleError{AppID: a.AppID, Version: v, From: a.From, To: a.To}
 			}
 			res.Committed = append(res.Committed, a.AppID)
 			tsCopy := ts
 			acts = append(acts, Action{Txn: &Txn{AppID: a.AppID, Version: a.To, LastUpdated: &tsCopy}})
 			for _, f := range a.Files {
 				if _, ok := s.Files[f.Path]; ok {
-					return res, fmt.Errorf("%w: %s: %s is in the log already (appId %s, [%d,%d))", ErrCorrupt, t.logKey(""), f.Path, a.AppID, a.From, a.To)
+					return nil, 0, fmt.Errorf("%w: %s: %s is in the log already (appId %s, [%d,%d))", ErrCorrupt, t.logKey(""), f.Path, a.AppID, a.From, a.To)
 				}
-				pv := f.PartitionValues
-				if pv == nil {
-					pv = map[string]*string{}
-				}
-				adds = append(adds, Action{Add: &Add{Path: EncodePath(f.Path), PartitionValues: pv, Size: f.Size,
-					ModificationTime: f.ModificationTime, DataChange: true, Stats: f.Stats}})
+				adds = append(adds, addAction(f, true))
 			}
 		}
 		if len(res.Committed) == 0 {
-			res.Snapshot = s
-			return res, nil
+			return nil, 0, nil
 		}
-		acts = append(acts, adds...)
+		return append(acts, adds...), version, nil
+	})
+	return res, err
+}
+
+// commitLoop is the reload-decide-commit loop of every writer here:
+// decide gets the latest snapshot (an empty one, Version -1, when there
+// is no log) and returns the actions of the next version, or none when
+// there is nothing to commit; a put-if-absent that loses to another
+// writer, or whose outcome is unknown, reloads and decides again. A
+// commit that lands on a multiple of interval (0: 10) is checkpointed.
+func (t *Table) commitLoop(ctx context.Context, interval int64, now func() time.Time, res *AppendResult,
+	decide func(s *Snapshot, ts int64) ([]Action, int64, error)) error {
+	if interval <= 0 {
+		interval = 10
+	}
+	var lastErr error
+	for attempt := 1; attempt <= MaxAttempts; attempt++ {
+		*res = AppendResult{Version: -1, Attempts: attempt}
+		s, err := t.Snapshot(ctx)
+		if errors.Is(err, ErrNotTable) {
+			s, err = newSnapshot(), nil
+		}
+		if err != nil {
+			return err
+		}
+		if s.Version >= 0 {
+			if err := Writable(s.Protocol, s.Metadata); err != nil {
+				return fmt.Errorf("%s: %w", t.logKey(""), err)
+			}
+		}
+		acts, version, err := decide(s, now().UnixMilli())
+		if err != nil {
+			return err
+		}
+		if len(acts) == 0 {
+			res.Snapshot = s
+			return nil
+		}
 		err = t.Commit(ctx, version, acts)
 		if err == nil {
 			for i := range acts {
 				if err := s.apply(&acts[i]); err != nil {
-					return res, err
+					return err
 				}
 			}
 			s.Version = version
@@ -188,11 +199,11 @@ func (t *Table) Append(ctx context.Context, appends []Append, o AppendOptions) (
 				res.Checkpoint = true
 				res.CheckpointErr = t.WriteCheckpoint(ctx, s, now())
 			}
-			return res, nil
+			return nil
 		}
 		lastErr = err
 		if ctx.Err() != nil {
-			return res, ctx.Err()
+			return ctx.Err()
 		}
 		// A conflict, or an outcome we cannot know (the store may have
 		// taken the object): reload and decide again.
@@ -202,11 +213,26 @@ func (t *Table) Append(ctx context.Context, appends []Append, o AppendOptions) (
 		}
 		select {
 		case <-ctx.Done():
-			return res, ctx.Err()
+			return ctx.Err()
 		case <-time.After(pause):
 		}
 	}
-	return res, fmt.Errorf("delta: %s: giving up after %d attempts: %w", t.logKey(""), MaxAttempts, lastErr)
+	return fmt.Errorf("delta: %s: giving up after %d attempts: %w", t.logKey(""), MaxAttempts, lastErr)
+}
+
+func commitInfo(ts int64, op string, params map[string]string, blind bool, engine string) Action {
+	info, _ := json.Marshal(map[string]any{"timestamp": ts, "operation": op,
+		"operationParameters": params, "isBlindAppend": blind, "engineInfo": nz(engine, "tributary")})
+	return Action{CommitInfo: info}
+}
+
+func addAction(f File, dataChange bool) Action {
+	pv := f.PartitionValues
+	if pv == nil {
+		pv = map[string]*string{}
+	}
+	return Action{Add: &Add{Path: EncodePath(f.Path), PartitionValues: pv, Size: f.Size,
+		ModificationTime: f.ModificationTime, DataChange: dataChange, Stats: f.Stats}}
 }
 
 func nz(s, d string) string {
