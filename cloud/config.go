@@ -406,7 +406,8 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
-	return ParseConfig(raw)
+	c, err := ParseConfig(raw)
+	return c, config.InFile(path, err)
 }
 
 // sqlURI tells whether u names a SQLite or Postgres database.

@@ -26,7 +26,9 @@ import (
 )
 
 // Decode expands ${VAR} references in raw and decodes the YAML into v,
-// refusing keys v does not have (a typo must not become a default).
+// refusing keys v does not have (a typo must not become a default). What
+// is wrong with the YAML is an *Error naming each key as written, with
+// its line; InFile adds the file's name.
 func Decode(raw []byte, v any) error {
 	expanded, err := expandEnv(raw)
 	if err != nil {
@@ -34,41 +36,46 @@ func Decode(raw []byte, v any) error {
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal([]byte(expanded), &doc); err != nil {
-		return fmt.Errorf("config: %w", err)
+		return fromYAML(err)
 	}
-	if bad := unknownKeys(&doc, reflect.TypeOf(v), ""); len(bad) > 0 {
-		msgs := make([]string, len(bad))
-		for i, e := range bad {
-			msgs[i] = e.Error()
-		}
-		return fmt.Errorf("config: %s", strings.Join(msgs, "; "))
+	if bad := check(&doc, reflect.TypeOf(v), ""); len(bad) > 0 {
+		return &Error{Problems: bad}
 	}
 	dec := yaml.NewDecoder(strings.NewReader(expanded))
 	dec.KnownFields(true)
 	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
-		if te, ok := err.(*yaml.TypeError); ok {
-			return plainTypeErrors(te)
-		}
-		return fmt.Errorf("config: %w", err)
+		return fromYAML(err) // not reached when check foresaw every problem
 	}
 	return nil
 }
 
 // expandEnv replaces ${VAR} references with the environment; an unset
-// variable is an error naming it.
+// variable is an *Error naming it at the line it is first written.
 func expandEnv(raw []byte) (string, error) {
-	var missing []string
+	var bad []Problem
+	seen := map[string]bool{}
 	expanded := os.Expand(string(raw), func(k string) string {
 		v, ok := os.LookupEnv(k)
-		if !ok {
-			missing = append(missing, k)
+		if !ok && !seen[k] {
+			seen[k] = true
+			bad = append(bad, Problem{Line: lineOf(raw, k), Msg: fmt.Sprintf("environment variable %s is not set", k)})
 		}
 		return v
 	})
-	if len(missing) > 0 {
-		return "", fmt.Errorf("config: environment variables not set: %s", strings.Join(missing, ", "))
+	if len(bad) > 0 {
+		return "", &Error{Problems: bad}
 	}
 	return expanded, nil
+}
+
+// lineOf is the line of raw where $name or ${name} is first written, or 0.
+func lineOf(raw []byte, name string) int {
+	for i, l := range strings.Split(string(raw), "\n") {
+		if strings.Contains(l, "${"+name+"}") || strings.Contains(l, "$"+name) {
+			return i + 1
+		}
+	}
+	return 0
 }
 
 // RoleOf tells which kind of config file raw is: "cloud" when it says
@@ -110,8 +117,8 @@ type ByteSize int64
 // UnmarshalYAML parses a size with an optional unit.
 func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
 	v, err := ParseByteSize(n.Value)
-	if err != nil {
-		return err
+	if n.Kind != yaml.ScalarNode || err != nil {
+		return fmt.Errorf("want a size such as 64MiB, 1GiB or 1000, got %s", written(n))
 	}
 	*b = v
 	return nil

@@ -1,37 +1,82 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
 
-// KeyError is a key of a config file that the target has no setting for,
-// named by its path as written in YAML.
-type KeyError struct {
-	Line    int
-	Path    string // e.g. mqtt.max_packet_bytes
-	Suggest string // the closest key of the same section, or ""
+// Problem is one mistake in a config file, at a key as written in YAML.
+type Problem struct {
+	Line int    // 1-based; 0 when not known
+	Path string // e.g. mqtt.max_packet_size, mqtt.routes[0].stream; "" for the file as a whole
+	Msg  string // e.g. "unknown key (did you mean max_packet_size?)"
 }
 
-func (e KeyError) Error() string {
-	s := fmt.Sprintf("line %d: %s: unknown key", e.Line, e.Path)
-	if e.Suggest != "" {
-		s += fmt.Sprintf(" (did you mean %s?)", e.Suggest)
+// Error is what is wrong with a config file's YAML: unknown keys (with
+// the nearest key of their section), values of the wrong type, repeated
+// keys and syntax errors, each at its line and key path. It never names
+// a Go type.
+type Error struct {
+	File     string // the file's name, set by InFile; "" when decoding bytes
+	Problems []Problem
+}
+
+// Error is one line per problem: FILE:LINE: PATH: MSG, or
+// config: line LINE: PATH: MSG without a file name.
+func (e *Error) Error() string {
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		var b strings.Builder
+		switch {
+		case e.File != "" && p.Line > 0:
+			fmt.Fprintf(&b, "%s:%d: ", e.File, p.Line)
+		case e.File != "":
+			fmt.Fprintf(&b, "%s: ", e.File)
+		case p.Line > 0:
+			fmt.Fprintf(&b, "config: line %d: ", p.Line)
+		default:
+			b.WriteString("config: ")
+		}
+		if p.Path != "" {
+			b.WriteString(p.Path + ": ")
+		}
+		b.WriteString(p.Msg)
+		lines[i] = b.String()
 	}
-	return s
+	return strings.Join(lines, "\n")
+}
+
+// InFile names file in err's problems when err is an *Error (from
+// Decode), so that they read FILE:LINE: PATH: MSG; other errors are
+// returned as they are.
+func InFile(file string, err error) error {
+	if e, ok := errors.AsType[*Error](err); ok {
+		return &Error{File: file, Problems: e.Problems}
+	}
+	return err
 }
 
 var unmarshalerType = reflect.TypeOf((*yaml.Unmarshaler)(nil)).Elem()
 
-// unknownKeys walks a decoded YAML document beside the Go type it is
-// decoded into and returns every mapping key the type has no field for.
-func unknownKeys(n *yaml.Node, t reflect.Type, path string) []KeyError {
+var durationType = reflect.TypeOf(time.Duration(0))
+
+// check walks a parsed YAML document beside the Go type it is to be
+// decoded into and returns every problem decoding would have, named by
+// the key path as written: a key the type has no field for, a key
+// written twice in one mapping, a value of the wrong shape or type.
+func check(n *yaml.Node, t reflect.Type, path string) []Problem {
 	for n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
 		n = n.Content[0]
+	}
+	if n.Kind == 0 || n.Kind == yaml.DocumentNode {
+		return nil // an empty file
 	}
 	if n.Kind == yaml.AliasNode && n.Alias != nil {
 		n = n.Alias
@@ -39,50 +84,128 @@ func unknownKeys(n *yaml.Node, t reflect.Type, path string) []KeyError {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	if reflect.PointerTo(t).Implements(unmarshalerType) || t.Implements(unmarshalerType) {
-		return nil // decodes itself
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil // leaves the zero value
 	}
-	var out []KeyError
+	if reflect.PointerTo(t).Implements(unmarshalerType) || t.Implements(unmarshalerType) {
+		if err := n.Decode(reflect.New(t).Interface()); err != nil {
+			return []Problem{{Line: n.Line, Path: path, Msg: withoutGoTypes(err.Error())}}
+		}
+		return nil
+	}
+	var out []Problem
 	switch t.Kind() {
 	case reflect.Struct:
 		if n.Kind != yaml.MappingNode {
-			return nil
+			return []Problem{wrongShape(n, path, "a section of keys")}
 		}
 		fields := map[string]reflect.Type{}
 		collectFields(t, fields)
+		seen := map[string]int{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			if k.Value == "<<" {
 				continue // merge key
 			}
 			p := join(path, k.Value)
-			ft, ok := fields[k.Value]
-			if !ok {
-				out = append(out, KeyError{Line: k.Line, Path: p, Suggest: closest(k.Value, fields)})
+			if first, ok := seen[k.Value]; ok {
+				out = append(out, Problem{Line: k.Line, Path: p, Msg: fmt.Sprintf("key written twice (first at line %d)", first)})
 				continue
 			}
-			out = append(out, unknownKeys(v, ft, p)...)
+			seen[k.Value] = k.Line
+			ft, ok := fields[k.Value]
+			if !ok {
+				ft, ok = fields["*"] // an inline map takes the rest
+			}
+			if !ok {
+				msg := "unknown key"
+				if s := closest(k.Value, fields); s != "" {
+					msg += fmt.Sprintf(" (did you mean %s?)", s)
+				}
+				out = append(out, Problem{Line: k.Line, Path: p, Msg: msg})
+				continue
+			}
+			out = append(out, check(v, ft, p)...)
 		}
 	case reflect.Map:
 		if n.Kind != yaml.MappingNode {
-			return nil
+			return []Problem{wrongShape(n, path, "a mapping")}
 		}
+		seen := map[string]int{}
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			out = append(out, unknownKeys(n.Content[i+1], t.Elem(), join(path, n.Content[i].Value))...)
+			k, v := n.Content[i], n.Content[i+1]
+			p := join(path, k.Value)
+			if first, ok := seen[k.Value]; ok {
+				out = append(out, Problem{Line: k.Line, Path: p, Msg: fmt.Sprintf("key written twice (first at line %d)", first)})
+				continue
+			}
+			seen[k.Value] = k.Line
+			if pr := check(k, t.Key(), p); len(pr) > 0 {
+				out = append(out, Problem{Line: k.Line, Path: p, Msg: "key: " + pr[0].Msg})
+				continue
+			}
+			out = append(out, check(v, t.Elem(), p)...)
 		}
 	case reflect.Slice, reflect.Array:
 		if n.Kind != yaml.SequenceNode {
-			return nil
+			return []Problem{wrongShape(n, path, "a list")}
 		}
 		for i, c := range n.Content {
-			out = append(out, unknownKeys(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i))...)
+			out = append(out, check(c, t.Elem(), fmt.Sprintf("%s[%d]", path, i))...)
+		}
+	case reflect.Interface:
+	default:
+		want := scalarWant(t)
+		if n.Kind != yaml.ScalarNode {
+			return []Problem{wrongShape(n, path, want)}
+		}
+		if err := n.Decode(reflect.New(t).Interface()); err != nil {
+			return []Problem{wrongShape(n, path, want)}
 		}
 	}
 	return out
 }
 
+// wrongShape is the problem of a value that is not the kind of node the
+// key takes (a list where a section goes, a word where a list goes).
+func wrongShape(n *yaml.Node, path, want string) Problem {
+	return Problem{Line: n.Line, Path: path, Msg: fmt.Sprintf("want %s, got %s", want, written(n))}
+}
+
+// written is what n is, for an error: its value quoted, or "a section of
+// keys" or "a list".
+func written(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a section of keys"
+	case yaml.SequenceNode:
+		return "a list"
+	}
+	return strconv.Quote(n.Value)
+}
+
+// scalarWant names, for an operator, what a scalar of type t is written as.
+func scalarWant(t reflect.Type) string {
+	if t == durationType {
+		return "a duration such as 30s, 5m or 1h"
+	}
+	switch t.Kind() {
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "an integer"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return "a non-negative integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	}
+	return "a single value"
+}
+
 // collectFields maps the YAML key of every field of struct t (inline
-// structs flattened) to its type.
+// structs flattened) to its type; an inline map is under "*".
 func collectFields(t reflect.Type, into map[string]reflect.Type) {
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
@@ -99,7 +222,7 @@ func collectFields(t reflect.Type, into map[string]reflect.Type) {
 			if ft.Kind() == reflect.Struct {
 				collectFields(ft, into)
 			} else {
-				into["*"] = ft
+				into["*"] = ft.Elem()
 			}
 			continue
 		}
@@ -164,11 +287,29 @@ func distance(a, b string) int {
 // struct { Addr string "yaml:\"addr\""; … }", "in type node.Config").
 var goType = regexp.MustCompile(`(?: in type| into) (?:struct \{.*\}|[\w.*\[\]]+)`)
 
-// plainTypeErrors rewrites yaml.v3's type errors without Go types.
-func plainTypeErrors(err *yaml.TypeError) error {
-	msgs := make([]string, len(err.Errors))
-	for i, m := range err.Errors {
-		msgs[i] = goType.ReplaceAllString(m, "")
+// yamlLine matches the line yaml.v3 puts in its messages ("yaml: line 3: …").
+var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): (.*)$`)
+
+// withoutGoTypes is a yaml.v3 message without the Go types it names.
+func withoutGoTypes(msg string) string {
+	return goType.ReplaceAllString(strings.TrimPrefix(msg, "yaml: "), "")
+}
+
+// fromYAML is a yaml.v3 error (syntax, or a type error check did not
+// foresee) as problems at their lines, without Go types.
+func fromYAML(err error) *Error {
+	msgs := []string{err.Error()}
+	if te, ok := errors.AsType[*yaml.TypeError](err); ok {
+		msgs = te.Errors
 	}
-	return fmt.Errorf("config: %s", strings.Join(msgs, "; "))
+	e := &Error{}
+	for _, m := range msgs {
+		p := Problem{Msg: withoutGoTypes(m)}
+		if sub := yamlLine.FindStringSubmatch(p.Msg); sub != nil {
+			p.Line, _ = strconv.Atoi(sub[1])
+			p.Msg = sub[2]
+		}
+		e.Problems = append(e.Problems, p)
+	}
+	return e
 }

@@ -37,7 +37,8 @@ func runConfigCheckArgs(t *testing.T, args []string, env ...string) (code int, s
 }
 
 // TestConfigCheck runs `tributary config check` on broken files (non-zero
-// exit, the message names the field) and on deploy/edge.yaml (ok).
+// exit, the message names the field: FILE:LINE: key path as written, the
+// nearest key for a misspelling, never a Go type) and on deploy/edge.yaml (ok).
 func TestConfigCheck(t *testing.T) {
 	dir := t.TempDir()
 	cases := []struct {
@@ -46,7 +47,14 @@ func TestConfigCheck(t *testing.T) {
 	}{
 		{"invalid values", "wal:\n  max_bytes: 10\ncatalog:\n  partition_granularity: week\nuplink:\n  commit_interval: 1ms\n",
 			[]string{"wal.max_bytes", "catalog.partition_granularity", "week", "uplink.commit_interval"}},
-		{"unknown key", "mqtt:\n  adr: 0.0.0.0:1883\n", []string{"line 2: mqtt.adr: unknown key (did you mean addr?)"}},
+		{"unknown key", "mqtt:\n  adr: 0.0.0.0:1883\n", []string{".yaml:2: mqtt.adr: unknown key (did you mean addr?)"}},
+		{"misspelt key", "node_id: a\nmqtt:\n  max_packet_bytes: 1\n", []string{".yaml:3: mqtt.max_packet_bytes: unknown key (did you mean max_packet_size?)"}},
+		{"deep misspelt key", "security:\n  tls:\n    listeners:\n      mqtt: {cert_fil: a, key_file: b}\n",
+			[]string{".yaml:4: security.tls.listeners.mqtt.cert_fil: unknown key (did you mean cert_file?)"}},
+		{"wrong type", "mqtt:\n  max_packet_size: abc\ncluster:\n  replication_factor: abc\n",
+			[]string{`.yaml:2: mqtt.max_packet_size: want a size such as 64MiB, 1GiB or 1000, got "abc"`, `.yaml:4: cluster.replication_factor: want an integer, got "abc"`}},
+		{"key written twice", "mqtt:\n  addr: :1883\n  addr: :1884\n", []string{".yaml:3: mqtt.addr: key written twice (first at line 2)"}},
+		{"cloud misspelt key", "role: cloud\nkafka:\n  max_grups: 5\n", []string{".yaml:3: kafka.max_grups: unknown key (did you mean max_groups?)"}},
 		{"bad catalog uri", "catalog:\n  uri: mysql://db/x\n", []string{"catalog.uri", "mysql://db/x"}},
 		{"bad route", "mqtt:\n  routes:\n    - filter: a/#\n      stream: nodot\n", []string{"mqtt.routes[0].stream"}},
 		{"unset env", "node_id: ${TRIBUTARY_TEST_SURELY_UNSET}\n", []string{"TRIBUTARY_TEST_SURELY_UNSET"}},
@@ -63,9 +71,15 @@ func TestConfigCheck(t *testing.T) {
 				t.Fatalf("config check accepted a broken file (exit 0):\n%s", stdout)
 			}
 			for _, w := range c.want {
+				if strings.HasPrefix(w, ".yaml:") {
+					w = f + strings.TrimPrefix(w, ".yaml") // FILE:LINE: key path: message
+				}
 				if !strings.Contains(stderr, w) {
 					t.Errorf("config check message does not name %q:\n%s", w, stderr)
 				}
+			}
+			if strings.Contains(stderr, "struct {") || strings.Contains(stderr, "yaml:\"") {
+				t.Errorf("config check names a Go type:\n%s", stderr)
 			}
 		})
 	}

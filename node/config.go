@@ -782,7 +782,8 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("config: %w", err)
 	}
-	return ParseConfig(raw)
+	c, err := ParseConfig(raw)
+	return c, config.InFile(path, err)
 }
 
 // ParseConfig is LoadConfig on bytes. A file must leave at least one

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tributary-io/tributary/cloud"
+	"github.com/tributary-io/tributary/config"
 	firmwaresim "github.com/tributary-io/tributary/firmware-sim"
 	"github.com/tributary-io/tributary/listen"
 	"github.com/tributary-io/tributary/node"
@@ -136,7 +137,7 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 			cancel()
 		}
 		if err != nil {
-			fmt.Fprintln(stderr, err)
+			fmt.Fprintln(stderr, config.InFile(args[1], err))
 			return 1
 		}
 		fmt.Fprintf(stdout, "%s: ok (cloud)\n", args[1])
@@ -157,7 +158,7 @@ func cmdConfig(args []string, stdout, stderr io.Writer) int {
 		err = checkRESTCatalog(cfg)
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, err)
+		fmt.Fprintln(stderr, config.InFile(args[1], err))
 		return 1
 	}
 	if refused := checkSchemaChanges(cfg, stdout); len(refused) > 0 {

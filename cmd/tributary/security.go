@@ -60,12 +60,12 @@ func readSecurity(path string, s *config.Security) error {
 		}
 		wrapped.Security = s
 		if err := config.Decode(raw, &wrapped); err != nil {
-			return fmt.Errorf("--security %s: %w", path, err)
+			return fmt.Errorf("--security: %w", config.InFile(path, err))
 		}
 		return nil
 	}
 	if err := config.Decode(raw, s); err != nil {
-		return fmt.Errorf("--security %s: %w", path, err)
+		return fmt.Errorf("--security: %w", config.InFile(path, err))
 	}
 	return nil
 }
