@@ -260,3 +260,34 @@ func (c *pulsarRaw) sendValue(id, seq uint64, v string) int64 {
 	}
 	return int64(r.GetMessageId().GetEntryId())
 }
+
+// TestCloudProducePulsarACL: a producer without the ACL's produce right
+// (anonymous may only consume here) is refused with AuthorizationError,
+// by pulsar-client-go and on the raw wire, and nothing is created.
+func TestCloudProducePulsarACL(t *testing.T) {
+	dir := t.TempDir()
+	path := cloudPulsarConfig(t, dir, "a")
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprint(f, "security:\n  allow_anonymous: true\n  acl:\n    - principal: anonymous\n      allow: [consume]\n      streams: [\"factory.*\"]\n")
+	f.Close()
+	a := startProc(t, dir, "cloud", "-config", path)
+	const topic = "persistent://tributary/factory/cloudacl"
+	if _, err := pulsarClient(t, a.Pulsar).CreateProducer(pulsar.ProducerOptions{Topic: topic}); err == nil {
+		t.Fatal("a producer without produce rights was created")
+	}
+	c := dialPulsarRaw(t, a.Pulsar)
+	c.cmd(&pb.BaseCommand{Type: pb.BaseCommand_PRODUCER.Enum(), Producer: &pb.CommandProducer{Topic: proto.String(topic + "-partition-0"),
+		ProducerId: proto.Uint64(1), RequestId: proto.Uint64(1)}})
+	if f := c.recv(); f.Cmd.GetError().GetError() != pb.ServerError_AuthorizationError {
+		t.Fatalf("producer without produce rights: %v", f.Cmd)
+	}
+	c.cmd(&pb.BaseCommand{Type: pb.BaseCommand_PARTITIONED_METADATA.Enum(), PartitionMetadata: &pb.CommandPartitionedTopicMetadata{
+		Topic: proto.String(topic), RequestId: proto.Uint64(2)}})
+	if f := c.recv(); f.Cmd.GetPartitionMetadataResponse().GetError() != pb.ServerError_TopicNotFound {
+		t.Fatalf("the refused producer created the stream: %v", f.Cmd)
+	}
+	a.stop()
+}

@@ -6,8 +6,10 @@ package pulsar
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,6 +46,12 @@ func (p testProduce) LastSequence(ctx context.Context, stream string, part int32
 // dir is another server sharing the state).
 func newTestProduce(t *testing.T, dir string, mod func(*cloudwrite.Config)) testProduce {
 	t.Helper()
+	return newTestProduceOn(t, dir, mod, nil)
+}
+
+// newTestProduceOn is newTestProduce with the writer's store wrapped.
+func newTestProduceOn(t *testing.T, dir string, mod func(*cloudwrite.Config), wrap func(cloudwrite.Store) cloudwrite.Store) testProduce {
+	t.Helper()
 	st, err := cloudwrite.OpenState("sqlite://" + filepath.Join(dir, "state.db"))
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +66,11 @@ func newTestProduce(t *testing.T, dir string, mod func(*cloudwrite.Config)) test
 	if mod != nil {
 		mod(&cfg)
 	}
-	w := cloudwrite.NewWriter(cfg, st, cloudwrite.BucketStore{B: b})
+	var store cloudwrite.Store = cloudwrite.BucketStore{B: b}
+	if wrap != nil {
+		store = wrap(store)
+	}
+	w := cloudwrite.NewWriter(cfg, st, store)
 	t.Cleanup(w.Close)
 	app := cloudwrite.NewAppender(w, func(_ context.Context, stream string) ([]cloudwrite.Partition, error) {
 		if stream != "factory.telemetry" {
@@ -306,5 +318,50 @@ func TestProduceAuthorization(t *testing.T) {
 	}
 	if f := c.producer(1, "p"); f.Cmd.GetType() != pb.BaseCommand_PRODUCER_SUCCESS {
 		t.Fatalf("producer with produce rights: %v", f.Cmd)
+	}
+}
+
+// failingStore fails every put while fail is set.
+type failingStore struct {
+	cloudwrite.Store
+	fail *atomic.Bool
+}
+
+func (s failingStore) Put(ctx context.Context, key string, data []byte) error {
+	if s.fail.Load() {
+		return errors.New("store down")
+	}
+	return s.Store.Put(ctx, key, data)
+}
+
+// A write the object store failed is a retriable SEND_ERROR
+// (PersistenceError) and stores nothing: the producer's resend after it
+// reconnects lands once.
+func TestProduceStoreFailure(t *testing.T) {
+	var fail atomic.Bool
+	fail.Store(true)
+	be := newTestProduceOn(t, t.TempDir(), nil, func(st cloudwrite.Store) cloudwrite.Store { return failingStore{Store: st, fail: &fail} })
+	s, _ := testServer(t, 1, Config{Produce: be})
+	c := dialRaw(t, s.Addr())
+	c.connect(19, false)
+	c.producer(1, "p")
+	c.write(sendFrame(t, 1, 0, &pb.MessageMetadata{}, []byte("v")))
+	c.sendError(0, pb.ServerError_PersistenceError)
+	fail.Store(false)
+	c.nc.Close()
+	c = dialRaw(t, s.Addr())
+	c.connect(19, false)
+	waitProducer := time.Now().Add(10 * time.Second)
+	for f := c.producer(1, "p"); f.Cmd.GetType() != pb.BaseCommand_PRODUCER_SUCCESS || f.Cmd.ProducerSuccess.GetLastSequenceId() != -1; f = c.producer(1, "p") {
+		// The old connection's producer may hold the name until its close is seen.
+		if time.Now().After(waitProducer) || f.Cmd.GetError().GetError() != pb.ServerError_ProducerBusy {
+			t.Fatalf("producer after the failure: %v", f.Cmd)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.write(sendFrame(t, 1, 0, &pb.MessageMetadata{}, []byte("v")))
+	c.receipt(0, 0)
+	if end, _, _ := be.st.End(context.Background(), "factory.telemetry", 0); end != 1 {
+		t.Fatalf("end %d", end)
 	}
 }
