@@ -365,3 +365,21 @@ func TestProduceStoreFailure(t *testing.T) {
 		t.Fatalf("end %d", end)
 	}
 }
+
+// More SENDs in flight than MaxPendingSends: the one beyond is a
+// retriable SEND_ERROR after the receipts of those before it.
+func TestProducePendingCap(t *testing.T) {
+	be := newTestProduce(t, t.TempDir(), func(c *cloudwrite.Config) { c.FlushInterval = 2 * time.Second }) // all three in flight at once
+	s, _ := testServer(t, 1, Config{Produce: be, MaxPendingSends: 2})
+	c := dialRaw(t, s.Addr())
+	c.connect(19, false)
+	c.producer(1, "p")
+	var all []byte
+	for i := uint64(0); i < 3; i++ {
+		all = append(all, sendFrame(t, 1, i, &pb.MessageMetadata{}, []byte("v"))...)
+	}
+	c.write(all)
+	c.receipt(0, 0)
+	c.receipt(1, 1)
+	c.sendError(2, pb.ServerError_ServiceNotReady)
+}
