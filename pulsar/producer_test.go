@@ -281,7 +281,7 @@ func TestProduceRefusals(t *testing.T) {
 // SENDs fail too (its client reconnects and resends them all).
 func TestProduceBackpressure(t *testing.T) {
 	be := newTestProduce(t, t.TempDir(), func(c *cloudwrite.Config) {
-		c.FlushInterval, c.MaxBufferedBytes = 300*time.Millisecond, 1
+		c.FlushInterval, c.MaxBufferedBytes = 2*time.Second, 1 // the first held while the others arrive
 	})
 	s, _ := testServer(t, 1, Config{Produce: be})
 	c := dialRaw(t, s.Addr())
