@@ -134,6 +134,7 @@ FUZZ_TARGETS := wal:FuzzDecodeRecord wal:FuzzDecodeChunk wal:FuzzDecodeMeta wal:
 	cluster:FuzzDecodeMeta cluster:FuzzInspect replica/wire:FuzzDecodeAppend replica/wire:FuzzDecodeReply \
 	peer:FuzzReadFrame mqtt:FuzzDecodeForward mqtt:FuzzDecodeInterest pulsar/wire:FuzzFrame
 FUZZ_TARGETS += tables/delta:FuzzDecodeCommit
+FUZZ_TARGETS += pulsar/wire:FuzzBatch
 FUZZ_TARGETS += subscription/wire:FuzzAckedRanges uplink/quarantine:FuzzDecodeQuarantine auth:FuzzParsePasswd auth:FuzzSCRAM auth:FuzzToken kafka:FuzzParseSASL
 # tables/rest:FuzzCommitDecode decodes with iceberg-go's own JSON types,
 # so its binary links the table stack: its million takes about 50 minutes

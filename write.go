@@ -81,6 +81,23 @@ type Write struct {
 	// After is the Ticket of an earlier Submit this write follows (an
 	// idempotent Kafka producer's previous batch); nil follows none.
 	After Ticket
+	// Dedup, when set, names the write by its producer's sequence ids
+	// (a Pulsar producer) for an appender that keeps producer state
+	// (the cloud's; the edge's has no Pulsar producers).
+	Dedup *Dedup
+}
+
+// Dedup names a write by its producer's sequence ids. A write whose
+// Last is at or below the last one stored for Producer on the
+// partition is a resend: it is not stored again and done reports
+// success with the records' offsets those of the original — when the
+// resend is of the producer's last stored write; an older one is not
+// known any more and gets offsets -1 (as Apache Pulsar answers such a
+// resend with message id -1:-1). Sequence ids only need to grow: a gap
+// is no error.
+type Dedup struct {
+	Producer    string // producer name, unique per stream
+	First, Last int64  // sequence ids of the write, First <= Last
 }
 
 // WriteTo is a Write of recs (of one stream) to partition p, the

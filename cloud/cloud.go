@@ -256,7 +256,11 @@ func (s *Server) listen() error {
 		}
 	}
 	if a := *cfg.Pulsar.Addr; a != "" {
-		ps, err := pulsar.NewServer(pulsar.Config{Addr: a, AdvertisedAddr: cfg.Pulsar.AdvertisedAddr,
+		var produce pulsar.ProduceBackend
+		if s.write != nil {
+			produce = s.write.pulsar
+		}
+		ps, err := pulsar.NewServer(pulsar.Config{Addr: a, AdvertisedAddr: cfg.Pulsar.AdvertisedAddr, Produce: produce,
 			Peers: cfg.Pulsar.Peers, Catalog: cfg.Catalog.Name, CursorsDB: cfg.State.URI, Auth: s.auth, Logger: s.log,
 			Limits:              listen.Config{TLS: s.tls.Server("pulsar")},
 			MaxConsumersPerConn: cfg.Pulsar.MaxConsumersPerConnection, MaxSubscriptions: cfg.Pulsar.MaxSubscriptions,

@@ -1,8 +1,9 @@
 package cloud
 
 // The cloud write path's front doors: Kafka producers on the cloud Kafka
-// listener, HTTP (Confluent REST v3) and gRPC ProduceService on the cloud
-// HTTP port (httpapi.go). Each is the edge's front door (validation, caps,
+// listener, Pulsar producers on the cloud Pulsar listener, HTTP
+// (Confluent REST v3) and gRPC ProduceService on the cloud HTTP port
+// (httpapi.go). Each is the edge's front door (validation, caps,
 // codecs, idempotence, the ACL's produce right) over the write contract,
 // whose cloud implementation is cloudwrite.Appender: it submits each
 // write as one segment to the cloudwrite.Writer, into the stream's cloud
@@ -23,16 +24,19 @@ import (
 	"github.com/tributary-io/tributary/cloudwrite"
 	"github.com/tributary-io/tributary/cloudwrite/wire"
 	"github.com/tributary-io/tributary/config"
+	"github.com/tributary-io/tributary/ingest"
 	"github.com/tributary-io/tributary/kafka/produce"
+	"github.com/tributary-io/tributary/pulsar"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/uplink"
 )
 
 // ProduceConfig is the cloud write path (cloud_produce).
 type ProduceConfig struct {
-	// Enabled accepts Kafka producers on the cloud Kafka listener and
-	// HTTP (Confluent REST v3) and gRPC ProduceService producers on the
-	// cloud HTTP port. Default false (the cloud server only reads).
+	// Enabled accepts Kafka producers on the cloud Kafka listener,
+	// Pulsar producers on the cloud Pulsar listener and HTTP (Confluent
+	// REST v3) and gRPC ProduceService producers on the cloud HTTP
+	// port. Default false (the cloud server only reads).
 	Enabled bool `yaml:"enabled"`
 	// ServerID names this server in its WAL objects, its records' node
 	// column and the table jobs' leases. Default: the host name and a
@@ -46,11 +50,13 @@ type ProduceConfig struct {
 	FlushBytes config.ByteSize `yaml:"flush_bytes"`
 	// MaxBufferedBytes bounds what the server holds unanswered; a
 	// produce beyond it gets the protocol's retriable back-pressure
-	// (Kafka KAFKA_STORAGE_ERROR, HTTP 429, gRPC RESOURCE_EXHAUSTED).
+	// (Kafka KAFKA_STORAGE_ERROR, Pulsar SEND_ERROR ServiceNotReady,
+	// HTTP 429, gRPC RESOURCE_EXHAUSTED).
 	// Default 64MiB.
 	MaxBufferedBytes config.ByteSize `yaml:"max_buffered_bytes"`
 	// AutoCreate creates unknown streams (and their cloud partition) on
-	// Produce. Default false.
+	// Produce (Kafka) and on a producer's lookup (Pulsar). Default
+	// false.
 	AutoCreate bool `yaml:"auto_create"`
 	// CommitInterval is how often the table job commits sequenced
 	// records to the tables. Default 1s.
@@ -112,6 +118,7 @@ type writePath struct {
 	tail   *cloudwrite.Tail
 	commit *cloudwrite.Committer
 	kafka  *kafkaProducer
+	pulsar pulsarProducer
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -150,6 +157,7 @@ func (s *Server) openWritePath(ctx context.Context) (*writePath, error) {
 		return nil, err
 	}
 	wp.kafka = &kafkaProducer{Server: ps, kb: kb, autoCreate: pc.AutoCreate}
+	wp.pulsar = pulsarProducer{Appender: wp.app, kb: kb}
 	cctx, cancel := context.WithCancel(context.Background())
 	wp.cancel = cancel
 	go func() {
@@ -172,6 +180,37 @@ func (wp *writePath) close() {
 	wp.st.Close()
 	wp.bucket.Close()
 }
+
+// pulsarProducer is the cloud Pulsar server's write path
+// (pulsar.ProduceBackend): the write contract, the stream's cloud
+// partitions as the Kafka side resolves them (allocated for an existing
+// stream, the stream created with cloud_produce.auto_create), and the
+// named producers' state in the state database.
+type pulsarProducer struct {
+	*cloudwrite.Appender
+	kb *kafkaBackend
+}
+
+func (pp pulsarProducer) Partitions(ctx context.Context, stream string) ([]int32, error) {
+	if err := ingest.CheckWritable(stream); err != nil {
+		return nil, err
+	}
+	ps, err := pp.kb.resolve(ctx, stream)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int32, len(ps))
+	for i, p := range ps {
+		out[i] = p.Partition
+	}
+	return out, nil
+}
+
+func (pp pulsarProducer) LastSequence(ctx context.Context, stream string, p int32, producer string) (int64, error) {
+	return pp.kb.wp.st.LastSequence(ctx, stream, p, producer)
+}
+
+var _ pulsar.ProduceBackend = pulsarProducer{}
 
 // kafkaProducer is the produce side of the cloud Kafka listener
 // (consume.Producer).

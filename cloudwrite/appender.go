@@ -154,6 +154,9 @@ func (a *Appender) segment(ctx context.Context, w *tributary.Write) (*wire.Segme
 		}
 	}
 	if b := w.Batch; b != nil {
+		if w.Dedup != nil {
+			return nil, Partition{}, errors.New("cloudwrite: a named producer writes records, not a batch")
+		}
 		n := b.Count()
 		if n <= 0 {
 			return nil, Partition{}, fmt.Errorf("cloudwrite: a batch of %d bytes and %d records", len(b.Records), n)
@@ -181,7 +184,10 @@ func (a *Appender) segment(ctx context.Context, w *tributary.Write) (*wire.Segme
 		}
 	}
 	seg := &wire.Segment{Stream: stream, Partition: part.Partition, ProducerID: -1, Topic: r0.Topic, Source: r0.Source,
-		ClientID: r0.ClientID, Principal: r0.Principal, Records: w.Records}
+		ClientID: r0.ClientID, Principal: r0.Principal, Records: w.Records, Dedup: w.Dedup}
+	if d := w.Dedup; d != nil && (d.Producer == "" || d.First > d.Last) {
+		return nil, Partition{}, fmt.Errorf("cloudwrite: producer %q sequence ids %d to %d", d.Producer, d.First, d.Last)
+	}
 	if seg.Topic == "" {
 		seg.Topic = stream
 	}
@@ -212,6 +218,9 @@ func settle(w *tributary.Write, seg *wire.Segment, part Partition, o Outcome, er
 	}
 	for i, r := range w.Records {
 		r.Partition, r.Epoch, r.Offset = part.Partition, part.Epoch, o.First+int64(i)
+		if o.First < 0 { // a resend older than the producer's last write (tributary.Dedup)
+			r.Offset = -1
+		}
 		if r.Node == "" {
 			r.Node = seg.Node
 		}

@@ -127,3 +127,33 @@ func TestAppenderAfter(t *testing.T) {
 		t.Fatalf("after the refusals: %v, offset %d", err, rs[0].Offset)
 	}
 }
+
+// A named producer's resend through the Appender: the records get the
+// original offsets (-1 for one older than the last write).
+func TestAppenderDedup(t *testing.T) {
+	e := newEnv(t, "")
+	a := testAppender(e, nil)
+	ctx := context.Background()
+	write := func(first, last int64, n int) []*tributary.Record {
+		rs := recs("f.t", n)
+		if err := a.Append(ctx, &tributary.Write{Records: rs, Dedup: &tributary.Dedup{Producer: "p", First: first, Last: last}}); err != nil {
+			t.Fatal(err)
+		}
+		return rs
+	}
+	write(0, 0, 1)
+	write(1, 1, 2)
+	if rs := write(1, 1, 2); rs[0].Offset != 1 || rs[1].Offset != 2 {
+		t.Fatalf("resend at %d, %d", rs[0].Offset, rs[1].Offset)
+	}
+	if rs := write(0, 0, 1); rs[0].Offset != -1 {
+		t.Fatalf("older resend at %d", rs[0].Offset)
+	}
+	if _, err := a.Submit(ctx, &tributary.Write{Records: recs("f.t", 1), Dedup: &tributary.Dedup{Producer: "p", First: 2, Last: 1}},
+		tributary.Durable, func(error) {}); err == nil {
+		t.Fatal("sequence ids backwards accepted")
+	}
+	if end, _, _ := e.st.End(ctx, "f.t", 3); end != 3 {
+		t.Fatalf("end %d", end)
+	}
+}

@@ -15,6 +15,10 @@ package cloudwrite
 //	tributary_cw_producers(stream, partition, producer_id, epoch,
 //	                       first_seq, last_seq, first_offset)
 //	    -- each idempotent producer's last sequenced run per partition
+//	tributary_cw_named_producers(stream, partition, name, first_seq,
+//	                             last_seq, first_offset)
+//	    -- the same for each named producer (Pulsar: sequence ids grow,
+//	    -- a resend at or below the last is a duplicate)
 //	tributary_cw_leases(name, holder, expires)
 //	    -- the table jobs' leases (commit.go)
 //
@@ -90,6 +94,9 @@ func (s *State) create() error {
 		`CREATE TABLE IF NOT EXISTS tributary_cw_producers (stream TEXT NOT NULL, partition INTEGER NOT NULL,
 			producer_id ` + bi + ` NOT NULL, epoch INTEGER NOT NULL, first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL,
 			first_offset ` + bi + ` NOT NULL, PRIMARY KEY (stream, partition, producer_id))`,
+		`CREATE TABLE IF NOT EXISTS tributary_cw_named_producers (stream TEXT NOT NULL, partition INTEGER NOT NULL,
+			name TEXT NOT NULL, first_seq ` + bi + ` NOT NULL, last_seq ` + bi + ` NOT NULL, first_offset ` + bi + ` NOT NULL,
+			PRIMARY KEY (stream, partition, name))`,
 		`CREATE TABLE IF NOT EXISTS tributary_cw_leases (name TEXT NOT NULL PRIMARY KEY, holder TEXT NOT NULL,
 			expires ` + bi + ` NOT NULL)`,
 		`CREATE TABLE IF NOT EXISTS tributary_cw_ids (name TEXT NOT NULL PRIMARY KEY, next_id ` + bi + ` NOT NULL)`,
@@ -182,6 +189,16 @@ func (s *State) Sequence(ctx context.Context, object, server string, segs []*wir
 				continue
 			}
 		}
+		if sg.Dedup != nil {
+			o, done, err := s.checkNamed(ctx, tx, sg)
+			if err != nil {
+				return nil, fmt.Errorf("sequence %s: %w", object, err)
+			}
+			if done {
+				out[i] = o
+				continue
+			}
+		}
 		first := next[k]
 		next[k] = first + cnt
 		if cnt > 0 {
@@ -199,6 +216,15 @@ func (s *State) Sequence(ctx context.Context, object, server string, segs []*wir
 				sg.Stream, sg.Partition, sg.ProducerID, sg.ProducerEpoch, sg.BaseSequence,
 				wire.AddSeq(sg.BaseSequence, int32(cnt-1)), first); err != nil {
 				return nil, fmt.Errorf("sequence %s: producer state: %w", object, err)
+			}
+		}
+		if d := sg.Dedup; d != nil && cnt > 0 {
+			if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO tributary_cw_named_producers
+				(stream, partition, name, first_seq, last_seq, first_offset) VALUES (?, ?, ?, ?, ?, ?)
+				ON CONFLICT (stream, partition, name) DO UPDATE SET first_seq = excluded.first_seq,
+				last_seq = excluded.last_seq, first_offset = excluded.first_offset`),
+				sg.Stream, sg.Partition, d.Producer, d.First, d.Last, first); err != nil {
+				return nil, fmt.Errorf("sequence %s: named producer state: %w", object, err)
 			}
 		}
 		out[i] = Outcome{First: first}
@@ -251,6 +277,42 @@ func (s *State) checkProducer(ctx context.Context, tx *sql.Tx, sg *wire.Segment)
 		return Outcome{}, false, nil
 	}
 	return Outcome{Err: ErrOutOfOrder}, true, nil
+}
+
+// checkNamed decides a named producer's segment (tributary.Dedup)
+// against its last sequenced write of the partition (the partition's
+// row is locked): a duplicate when its last sequence id is at or below
+// the stored one — with the original offset when it is a resend of
+// that write, else First -1 —, not done for a write to sequence.
+func (s *State) checkNamed(ctx context.Context, tx *sql.Tx, sg *wire.Segment) (Outcome, bool, error) {
+	var firstSeq, lastSeq, firstOff int64
+	err := tx.QueryRowContext(ctx, s.db.Q(`SELECT first_seq, last_seq, first_offset FROM tributary_cw_named_producers
+		WHERE stream = ? AND partition = ? AND name = ?`), sg.Stream, sg.Partition, sg.Dedup.Producer).
+		Scan(&firstSeq, &lastSeq, &firstOff)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return Outcome{}, false, nil
+	case err != nil:
+		return Outcome{}, false, fmt.Errorf("named producer state: %w", err)
+	case sg.Dedup.Last > lastSeq:
+		return Outcome{}, false, nil
+	case sg.Dedup.First == firstSeq && sg.Dedup.Last == lastSeq:
+		return Outcome{First: firstOff, Duplicate: true}, true, nil
+	}
+	return Outcome{First: -1, Duplicate: true}, true, nil
+}
+
+// LastSequence returns the last sequence id sequenced for the named
+// producer on a partition, or -1 if none (a Pulsar producer resumes
+// after it).
+func (s *State) LastSequence(ctx context.Context, stream string, p int32, producer string) (int64, error) {
+	var n int64
+	err := s.db.QueryRowContext(ctx, s.db.Q(`SELECT last_seq FROM tributary_cw_named_producers
+		WHERE stream = ? AND partition = ? AND name = ?`), stream, p, producer).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return -1, nil
+	}
+	return n, err
 }
 
 // Range is one sequenced segment.

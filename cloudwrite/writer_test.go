@@ -288,3 +288,54 @@ func TestConcurrentServersSQLite(t *testing.T) { concurrentServers(t, newEnv(t, 
 func TestConcurrentServersPostgres(t *testing.T) {
 	concurrentServers(t, newEnv(t, testkit.Postgres(t)), 3, 60)
 }
+
+// namedSegment is n records of the named producer with sequence ids
+// first..last.
+func namedSegment(name string, first, last int64, n int) *wire.Segment {
+	s := testSegment("f.t", 0, -1, 0, n)
+	s.Source, s.Dedup = "pulsar", &tributary.Dedup{Producer: name, First: first, Last: last}
+	return s
+}
+
+// Named producers (Pulsar): a resend at or below the last sequence id
+// lands once, on any server and after a restart; the last write's resend
+// is answered with its original offset, an older one with -1; sequence
+// ids may skip; producers are apart.
+func TestNamedProducerAcrossServers(t *testing.T) {
+	e := newEnv(t, "")
+	a, b := e.writer("a", nil), e.writer("b", nil)
+	ctx := context.Background()
+	if n, err := e.st.LastSequence(ctx, "f.t", 0, "p"); err != nil || n != -1 {
+		t.Fatalf("unknown producer: %d %v", n, err)
+	}
+	for i, c := range []struct {
+		w         *Writer
+		seg       *wire.Segment
+		first     int64
+		duplicate bool
+	}{
+		{a, namedSegment("p", 0, 0, 2), 0, false},
+		{b, namedSegment("p", 0, 0, 2), 0, true},  // resend to the other server
+		{b, namedSegment("p", 1, 3, 3), 2, false}, // a batch
+		{a, namedSegment("p", 1, 3, 3), 2, true},
+		{a, namedSegment("p", 0, 0, 2), -1, true}, // older than the last
+		{a, namedSegment("q", 0, 0, 1), 5, false}, // another producer
+		{b, namedSegment("p", 9, 9, 1), 6, false}, // a gap in sequence ids
+	} {
+		r := submit(c.w, c.seg)
+		if r.err != nil || r.o.Err != nil || r.o.First != c.first || r.o.Duplicate != c.duplicate {
+			t.Fatalf("write %d: %+v, want first %d duplicate %v", i, r, c.first, c.duplicate)
+		}
+	}
+	// A restarted server: the state is in the database.
+	c := e.writer("c", nil)
+	if r := submit(c, namedSegment("p", 9, 9, 1)); !r.o.Duplicate || r.o.First != 6 {
+		t.Fatalf("after a restart: %+v", r)
+	}
+	if n, err := e.st.LastSequence(ctx, "f.t", 0, "p"); err != nil || n != 9 {
+		t.Fatalf("last sequence %d %v", n, err)
+	}
+	if end, _, _ := e.st.End(ctx, "f.t", 0); end != 7 {
+		t.Fatalf("end %d: a resend took offsets", end)
+	}
+}

@@ -281,6 +281,22 @@ func (c *conn) handleAuthResponse(cmd *pb.BaseCommand) error {
 // authorize decides whether the connection's principal may do action on
 // stream (group: a subscription, "" for none); nil when allowed.
 func (c *conn) authorize(stream, group string) error {
+	return c.authorizeRequest(auth.Request{Action: auth.Consume, Stream: stream, Group: group})
+}
+
+// authorizeAction decides whether the principal may do action on stream.
+func (c *conn) authorizeAction(action auth.Action, stream string) error {
+	return c.authorizeRequest(auth.Request{Action: action, Stream: stream})
+}
+
+// mayProduce tells (without an audit line) whether producing is on and
+// the principal may produce to stream.
+func (c *conn) mayProduce(stream string) bool {
+	a := c.s.cfg.Auth
+	return c.s.cfg.Produce != nil && (a == nil || a.Allowed(auth.Request{Client: c.client(), Principal: c.principal, Action: auth.Produce, Stream: stream}))
+}
+
+func (c *conn) authorizeRequest(r auth.Request) error {
 	a := c.s.cfg.Auth
 	if a == nil {
 		return nil
@@ -291,8 +307,8 @@ func (c *conn) authorize(stream, group string) error {
 	if !exp.IsZero() && time.Now().After(exp) {
 		return fmt.Errorf("%w: token expired", auth.ErrBadCredentials)
 	}
-	return a.Authorize(auth.Request{Client: c.client(), Principal: c.principal, Action: auth.Consume,
-		Stream: stream, Group: group})
+	r.Client, r.Principal = c.client(), c.principal
+	return a.Authorize(r)
 }
 
 // mayConsume tells (without an audit line) whether the principal may

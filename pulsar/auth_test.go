@@ -16,7 +16,8 @@ import (
 )
 
 // testAuthority accepts HS256 tokens: reader may consume factory.* with
-// subscriptions "ok-*", nobody else anything.
+// subscriptions "ok-*", writer produce to factory.*, nobody else
+// anything.
 func testAuthority(t *testing.T) (*auth.Authority, func(sub string, exp time.Time) string) {
 	t.Helper()
 	secret := []byte("0123456789abcdef0123456789abcdef")
@@ -26,7 +27,8 @@ func testAuthority(t *testing.T) (*auth.Authority, func(sub string, exp time.Tim
 	}
 	no := false
 	a, err := auth.Open(auth.Config{AllowAnonymous: &no, JWT: auth.JWTConfig{SecretFile: path},
-		ACL: []auth.Rule{{Principal: "reader", Allow: []auth.Action{auth.Consume}, Streams: []string{"factory.*"}, Groups: []string{"ok-*"}}}}, nil)
+		ACL: []auth.Rule{{Principal: "reader", Allow: []auth.Action{auth.Consume}, Streams: []string{"factory.*"}, Groups: []string{"ok-*"}},
+			{Principal: "writer", Allow: []auth.Action{auth.Produce}, Streams: []string{"factory.*"}}}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

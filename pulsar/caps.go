@@ -7,7 +7,10 @@ import (
 )
 
 // Caps and their defaults are package subscription's; the consumers per
-// connection are this server's (Config.MaxConsumersPerConn).
+// connection and the producers' caps are this server's
+// (Config.MaxConsumersPerConn, MaxProducersPerConn, MaxPendingSends,
+// MaxBatchMessages; the frame cap MaxFrameBytes bounds a SEND's payload,
+// compressed and not).
 type Caps = subscription.Caps
 
 const (
@@ -15,6 +18,11 @@ const (
 	DefaultMaxSubscriptions      = subscription.DefaultMaxSubscriptions
 	DefaultMaxUnackedPerConsumer = subscription.DefaultMaxUnackedPerConsumer
 	DefaultMaxAckedRanges        = subscription.DefaultMaxAckedRanges
+	// Producers: per connection, SENDs in flight per producer, messages
+	// of one batch (pulsar-client-go batches at most 1000).
+	DefaultMaxProducersPerConn = 1000
+	DefaultMaxPendingSends     = 10000
+	DefaultMaxBatchMessages    = 10000
 )
 
 // CapStats returns the server's subscription cap counters.

@@ -9,9 +9,13 @@ package pulsar
 // itself answers 0 (it is not partitioned), as Pulsar does. An unknown
 // stream is TopicNotFound (topics are never created here), a bad name
 // InvalidTopicName, one the principal may not consume AuthorizationError.
+// A principal that may produce there (with Config.Produce) is answered
+// as a producer: the partitions count those the write path writes,
+// which it may allocate or create first (cmd_producer.go).
 
 import (
 	"context"
+	"fmt"
 
 	"google.golang.org/protobuf/proto"
 
@@ -39,6 +43,24 @@ func (c *conn) partitionCount(ctx context.Context, name string) (int32, error) {
 	t, err := c.s.parseTopic(name)
 	if err != nil {
 		return 0, err
+	}
+	if c.mayProduce(t.stream) {
+		// A producer's lookup: the partitions as the write path has them
+		// (it may allocate the stream's cloud partition, or create it).
+		parts, err := c.s.cfg.Produce.Partitions(ctx, t.stream)
+		if err != nil {
+			return 0, err
+		}
+		n, err := c.s.producePartitionCount(ctx, t.stream, parts)
+		switch {
+		case err != nil:
+			return 0, err
+		case t.partition >= n:
+			return 0, fmt.Errorf("%w: %s (the topic has %d partitions)", errNoPartition, name, n)
+		case t.partition >= 0:
+			return 0, nil
+		}
+		return n, nil
 	}
 	if err := c.authorize(t.stream, ""); err != nil {
 		return 0, err

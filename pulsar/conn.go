@@ -87,11 +87,14 @@ type conn struct {
 
 	cmu       sync.Mutex
 	consumers map[uint64]*consumer
+
+	pmu       sync.Mutex
+	producers map[uint64]*producer
 }
 
 func newConn(s *Server, nc net.Conn) *conn {
 	c := &conn{s: s, nc: nc, log: s.log.With("remote", nc.RemoteAddr().String()),
-		wake: make(chan struct{}, 1), consumers: map[uint64]*consumer{}}
+		wake: make(chan struct{}, 1), consumers: map[uint64]*consumer{}, producers: map[uint64]*producer{}}
 	c.lastRecv.Store(time.Now().UnixNano())
 	return c
 }
@@ -125,6 +128,7 @@ func (c *conn) serve(ctx context.Context) {
 	for _, k := range cs {
 		k.detach()
 	}
+	c.dropProducers()
 	close(done)
 	wg.Wait()
 }
@@ -133,9 +137,18 @@ func (c *conn) readLoop(ctx context.Context) error {
 	br := bufio.NewReaderSize(c.nc, 64<<10)
 	var buf []byte
 	for {
-		f, b, err := wire.ReadFrame(br, c.s.cfg.MaxFrameBytes, buf)
+		// A producer's frame is a message of up to MaxFrameBytes, its
+		// command and metadata.
+		f, b, err := wire.ReadFrame(br, c.s.cfg.MaxFrameBytes+wire.FramePadding, buf)
 		if cap(b) <= 1<<20 {
 			buf = b
+		}
+		if errors.Is(err, wire.ErrChecksum) && f.Cmd.GetType() == pb.BaseCommand_SEND && f.Cmd.Send != nil && c.connected {
+			// The frame is whole: refuse the message, keep the connection
+			// (the client checks its copy and resends or fails it).
+			c.lastRecv.Store(time.Now().UnixNano())
+			c.refuseCorrupt(f.Cmd.Send, err)
+			continue
 		}
 		if err != nil {
 			return err
@@ -224,15 +237,16 @@ func (c *conn) handle(ctx context.Context, f wire.Frame) error {
 		return c.handleAuthResponse(cmd)
 	case pb.BaseCommand_PRODUCER:
 		if ok = cmd.Producer != nil; ok {
-			c.handleProducer(cmd.Producer)
+			c.handleProducer(ctx, cmd.Producer)
 		}
 	case pb.BaseCommand_CLOSE_PRODUCER:
 		if ok = cmd.CloseProducer != nil; ok {
-			c.sendSuccess(cmd.CloseProducer.GetRequestId())
+			c.handleCloseProducer(cmd.CloseProducer)
 		}
 	case pb.BaseCommand_SEND:
-		// No producer is ever created, so a SEND is a protocol violation.
-		return fmt.Errorf("%w: SEND without a producer (producing is at the edge)", wire.ErrMalformedFrame)
+		if ok = cmd.Send != nil; ok {
+			c.handleSend(ctx, f)
+		}
 	default:
 		// Commands of features this server does not offer (schemas,
 		// transactions, stats, topic watchers): clients only send them
@@ -416,8 +430,12 @@ func errorCode(err error) pb.ServerError {
 		return pb.ServerError_ServiceNotReady
 	case errors.Is(err, ErrTopicName):
 		return pb.ServerError_InvalidTopicName
-	case errors.Is(err, tables.ErrNoSuchStream), errors.Is(err, errNoPartition):
+	case errors.Is(err, tables.ErrNoSuchStream), errors.Is(err, errNoPartition), errors.Is(err, tributary.ErrUnknownStream):
 		return pb.ServerError_TopicNotFound
+	case errors.Is(err, wire.ErrPayloadTooLarge), errors.Is(err, wire.ErrBadPayload), errors.Is(err, errBadSend):
+		return pb.ServerError_NotAllowedError
+	case errors.Is(err, tributary.ErrUnavailable):
+		return pb.ServerError_ServiceNotReady
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return pb.ServerError_ServiceNotReady
 	}

@@ -1,7 +1,9 @@
 // Package pulsar serves Pulsar consumers from the stream tables: the cloud
 // server speaks the Apache Pulsar binary protocol, so that Pulsar
 // applications read the very same Iceberg tables as Kafka consumers and
-// query engines. Producing is not offered: messages enter at the edge.
+// query engines. With Config.Produce (the cloud write path) it serves
+// producers too; without, PRODUCER is NotAllowedError and messages enter
+// at the edge.
 //
 // # Invariants
 //
@@ -14,8 +16,17 @@
 //     tables.Reader (the same reader, and caches, as the Kafka server).
 //  3. Payloads are byte-exact: the value column is the payload; headers
 //     become properties, the Kafka key the partition key.
-//  4. Bad input stays local: a malformed or oversize frame, a bad
-//     checksum, or a command before CONNECT closes that connection only.
+//  4. Bad input stays local: a malformed or oversize frame or a command
+//     before CONNECT closes that connection only; a SEND with a bad
+//     checksum or payload is refused alone (SEND_ERROR).
+//  5. Produced is stored once, answered in order. A SEND is one write
+//     through the write contract (tributary.Appender), named by its
+//     producer's name and sequence ids (tributary.Dedup) and following
+//     the producer's previous SEND: a resend at or below the last stored
+//     sequence id is not stored again (the state is the write path's,
+//     shared by every server), its receipt's message id is the first
+//     record's offset, and a producer's receipts and errors go back in
+//     SEND order (cmd_send.go).
 //
 // # Outline
 //
@@ -29,7 +40,9 @@
 // (partitions = the table's), so <topic>-partition-N is Kafka partition N.
 // Each SUBSCRIBE becomes a consumer (consumer.go) of a Subscription owned
 // by the Manager; source.go adapts tables.Reader to the Source a
-// subscription reads. The protocol's protobuf types are in package pb
+// subscription reads. PRODUCER, SEND and CLOSE_PRODUCER are
+// cmd_producer.go and cmd_send.go (batches and compression are decoded by
+// package wire). The protocol's protobuf types are in package pb
 // (generated from pb/PulsarApi.proto, a subset of Apache Pulsar's).
 //
 // # Authentication and authorization

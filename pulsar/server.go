@@ -20,6 +20,8 @@ package pulsar
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -102,6 +104,16 @@ type Config struct {
 	// without encoding it again. Default DefaultMessageCacheBytes
 	// (64 MiB).
 	MessageCacheBytes int64
+	// Produce is the write path of Pulsar producers (the cloud's,
+	// cloud_produce); nil refuses PRODUCER with NotAllowedError.
+	Produce ProduceBackend
+	// MaxProducersPerConn caps the producers of one connection (default
+	// DefaultMaxProducersPerConn; beyond: TooManyRequests),
+	// MaxPendingSends the SENDs in flight of one producer (default
+	// DefaultMaxPendingSends; beyond: SEND_ERROR ServiceNotReady),
+	// MaxBatchMessages the messages of one batch SEND (default
+	// DefaultMaxBatchMessages; beyond: SEND_ERROR NotAllowedError).
+	MaxProducersPerConn, MaxPendingSends, MaxBatchMessages int
 	// Limits are the listener's connection caps and CONNECT deadline
 	// (package listen; zero values take its defaults).
 	Limits listen.Config
@@ -121,6 +133,15 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxConsumersPerConn <= 0 {
 		c.MaxConsumersPerConn = DefaultMaxConsumersPerConn
+	}
+	if c.MaxProducersPerConn <= 0 {
+		c.MaxProducersPerConn = DefaultMaxProducersPerConn
+	}
+	if c.MaxPendingSends <= 0 {
+		c.MaxPendingSends = DefaultMaxPendingSends
+	}
+	if c.MaxBatchMessages <= 0 {
+		c.MaxBatchMessages = DefaultMaxBatchMessages
 	}
 	if c.MaxSubscriptions <= 0 {
 		c.MaxSubscriptions = DefaultMaxSubscriptions
@@ -164,6 +185,14 @@ type Server struct {
 	wg      sync.WaitGroup
 
 	connID atomic.Uint64
+
+	// instance names this server's run in the names it gives producers
+	// (with producerSeq), so that no two are ever given the same one;
+	// producerNames are the producer names producing here (per
+	// partition: a second is ProducerBusy).
+	instance      string
+	producerSeq   atomic.Uint64
+	producerNames map[string]struct{}
 }
 
 // NewServer validates cfg, opens the cursor store and returns a server
@@ -192,8 +221,11 @@ func NewServer(cfg Config, r *tables.Reader) (*Server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	m := NewManager(store, log)
 	m.SetCaps(Caps{MaxSubscriptions: cfg.MaxSubscriptions, MaxUnackedPerConsumer: cfg.MaxUnackedPerConsumer, MaxAckedRanges: cfg.MaxAckedRanges})
+	var rnd [6]byte
+	rand.Read(rnd[:])
 	return &Server{cfg: cfg, r: r, m: m, log: log, msgs: newMsgCache(cfg.MessageCacheBytes),
-		ctx: ctx, cancel: cancel, conns: map[*conn]struct{}{}}, nil
+		ctx: ctx, cancel: cancel, conns: map[*conn]struct{}{},
+		instance: "tributary-" + hex.EncodeToString(rnd[:]), producerNames: map[string]struct{}{}}, nil
 }
 
 // Manager is the server's subscription manager, for another front
@@ -406,11 +438,18 @@ func (s *Server) resolve(ctx context.Context, name string) (topicName, error) {
 	if err != nil {
 		return t, fmt.Errorf("topic %s: %w", name, err)
 	}
+	return inTopic(t, name, n, "subscribe")
+}
+
+// inTopic checks t against its topic's partition count n: a partition
+// below it, or the topic itself when it has one partition (then
+// partition 0). verb is what a client does with the partitions.
+func inTopic(t topicName, name string, n int32, verb string) (topicName, error) {
 	switch {
 	case t.partition < 0 && n == 1:
 		t.partition = 0
 	case t.partition < 0:
-		return t, fmt.Errorf("%w: %s is partitioned (%d partitions): subscribe to its -partition-N topics", errNoPartition, name, n)
+		return t, fmt.Errorf("%w: %s is partitioned (%d partitions): %s to its -partition-N topics", errNoPartition, name, n, verb)
 	case t.partition >= n:
 		return t, fmt.Errorf("%w: %s (the topic has %d partitions)", errNoPartition, name, n)
 	}

@@ -320,7 +320,7 @@ func TestServerConsume(t *testing.T) {
 }
 
 // TestServerClosesBadConnections: a command before CONNECT, a frame over
-// the limit and a SEND each close their connection only.
+// the limit and a second CONNECT each close their connection only.
 func TestServerClosesBadConnections(t *testing.T) {
 	s, _ := testServer(t, 1, Config{MaxFrameBytes: 1 << 10})
 	c := dialRaw(t, s.Addr())

@@ -79,6 +79,10 @@ type Segment struct {
 	Principal     string
 	Node          string // the cloud server that accepted it
 	Records       []*tributary.Record
+	// Dedup is the write's named producer and sequence ids (a Pulsar
+	// producer), checked when the segment is sequenced; not encoded:
+	// the object holds what was sequenced, not how it was deduplicated.
+	Dedup *tributary.Dedup
 }
 
 // SegmentRef is where a segment lies in its object.

@@ -416,6 +416,68 @@ func (ProtocolVersion) EnumDescriptor() ([]byte, []int) {
 	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{3}
 }
 
+type ProducerAccessMode int32
+
+const (
+	ProducerAccessMode_Shared               ProducerAccessMode = 0
+	ProducerAccessMode_Exclusive            ProducerAccessMode = 1
+	ProducerAccessMode_WaitForExclusive     ProducerAccessMode = 2
+	ProducerAccessMode_ExclusiveWithFencing ProducerAccessMode = 3
+)
+
+// Enum value maps for ProducerAccessMode.
+var (
+	ProducerAccessMode_name = map[int32]string{
+		0: "Shared",
+		1: "Exclusive",
+		2: "WaitForExclusive",
+		3: "ExclusiveWithFencing",
+	}
+	ProducerAccessMode_value = map[string]int32{
+		"Shared":               0,
+		"Exclusive":            1,
+		"WaitForExclusive":     2,
+		"ExclusiveWithFencing": 3,
+	}
+)
+
+func (x ProducerAccessMode) Enum() *ProducerAccessMode {
+	p := new(ProducerAccessMode)
+	*p = x
+	return p
+}
+
+func (x ProducerAccessMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ProducerAccessMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_pulsar_pb_PulsarApi_proto_enumTypes[4].Descriptor()
+}
+
+func (ProducerAccessMode) Type() protoreflect.EnumType {
+	return &file_pulsar_pb_PulsarApi_proto_enumTypes[4]
+}
+
+func (x ProducerAccessMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Do not use.
+func (x *ProducerAccessMode) UnmarshalJSON(b []byte) error {
+	num, err := protoimpl.X.UnmarshalJSONEnum(x.Descriptor(), b)
+	if err != nil {
+		return err
+	}
+	*x = ProducerAccessMode(num)
+	return nil
+}
+
+// Deprecated: Use ProducerAccessMode.Descriptor instead.
+func (ProducerAccessMode) EnumDescriptor() ([]byte, []int) {
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{4}
+}
+
 type KeySharedMode int32
 
 const (
@@ -446,11 +508,11 @@ func (x KeySharedMode) String() string {
 }
 
 func (KeySharedMode) Descriptor() protoreflect.EnumDescriptor {
-	return file_pulsar_pb_PulsarApi_proto_enumTypes[4].Descriptor()
+	return file_pulsar_pb_PulsarApi_proto_enumTypes[5].Descriptor()
 }
 
 func (KeySharedMode) Type() protoreflect.EnumType {
-	return &file_pulsar_pb_PulsarApi_proto_enumTypes[4]
+	return &file_pulsar_pb_PulsarApi_proto_enumTypes[5]
 }
 
 func (x KeySharedMode) Number() protoreflect.EnumNumber {
@@ -469,7 +531,7 @@ func (x *KeySharedMode) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use KeySharedMode.Descriptor instead.
 func (KeySharedMode) EnumDescriptor() ([]byte, []int) {
-	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{4}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{5}
 }
 
 type CommandPartitionedTopicMetadataResponse_LookupType int32
@@ -502,11 +564,11 @@ func (x CommandPartitionedTopicMetadataResponse_LookupType) String() string {
 }
 
 func (CommandPartitionedTopicMetadataResponse_LookupType) Descriptor() protoreflect.EnumDescriptor {
-	return file_pulsar_pb_PulsarApi_proto_enumTypes[5].Descriptor()
+	return file_pulsar_pb_PulsarApi_proto_enumTypes[6].Descriptor()
 }
 
 func (CommandPartitionedTopicMetadataResponse_LookupType) Type() protoreflect.EnumType {
-	return &file_pulsar_pb_PulsarApi_proto_enumTypes[5]
+	return &file_pulsar_pb_PulsarApi_proto_enumTypes[6]
 }
 
 func (x CommandPartitionedTopicMetadataResponse_LookupType) Number() protoreflect.EnumNumber {
@@ -561,11 +623,11 @@ func (x CommandLookupTopicResponse_LookupType) String() string {
 }
 
 func (CommandLookupTopicResponse_LookupType) Descriptor() protoreflect.EnumDescriptor {
-	return file_pulsar_pb_PulsarApi_proto_enumTypes[6].Descriptor()
+	return file_pulsar_pb_PulsarApi_proto_enumTypes[7].Descriptor()
 }
 
 func (CommandLookupTopicResponse_LookupType) Type() protoreflect.EnumType {
-	return &file_pulsar_pb_PulsarApi_proto_enumTypes[6]
+	return &file_pulsar_pb_PulsarApi_proto_enumTypes[7]
 }
 
 func (x CommandLookupTopicResponse_LookupType) Number() protoreflect.EnumNumber {
@@ -620,11 +682,11 @@ func (x CommandGetTopicsOfNamespace_Mode) String() string {
 }
 
 func (CommandGetTopicsOfNamespace_Mode) Descriptor() protoreflect.EnumDescriptor {
-	return file_pulsar_pb_PulsarApi_proto_enumTypes[7].Descriptor()
+	return file_pulsar_pb_PulsarApi_proto_enumTypes[8].Descriptor()
 }
 
 func (CommandGetTopicsOfNamespace_Mode) Type() protoreflect.EnumType {
-	return &file_pulsar_pb_PulsarApi_proto_enumTypes[7]
+	return &file_pulsar_pb_PulsarApi_proto_enumTypes[8]
 }
 
 func (x CommandGetTopicsOfNamespace_Mode) Number() protoreflect.EnumNumber {
@@ -682,11 +744,11 @@ func (x CommandSubscribe_SubType) String() string {
 }
 
 func (CommandSubscribe_SubType) Descriptor() protoreflect.EnumDescriptor {
-	return file_pulsar_pb_PulsarApi_proto_enumTypes[8].Descriptor()
+	return file_pulsar_pb_PulsarApi_proto_enumTypes[9].Descriptor()
 }
 
 func (CommandSubscribe_SubType) Type() protoreflect.EnumType {
-	return &file_pulsar_pb_PulsarApi_proto_enumTypes[8]
+	return &file_pulsar_pb_PulsarApi_proto_enumTypes[9]
 }
 
 func (x CommandSubscribe_SubType) Number() protoreflect.EnumNumber {
@@ -705,7 +767,7 @@ func (x *CommandSubscribe_SubType) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use CommandSubscribe_SubType.Descriptor instead.
 func (CommandSubscribe_SubType) EnumDescriptor() ([]byte, []int) {
-	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{23, 0}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{27, 0}
 }
 
 type CommandSubscribe_InitialPosition int32
@@ -738,11 +800,11 @@ func (x CommandSubscribe_InitialPosition) String() string {
 }
 
 func (CommandSubscribe_InitialPosition) Descriptor() protoreflect.EnumDescriptor {
-	return file_pulsar_pb_PulsarApi_proto_enumTypes[9].Descriptor()
+	return file_pulsar_pb_PulsarApi_proto_enumTypes[10].Descriptor()
 }
 
 func (CommandSubscribe_InitialPosition) Type() protoreflect.EnumType {
-	return &file_pulsar_pb_PulsarApi_proto_enumTypes[9]
+	return &file_pulsar_pb_PulsarApi_proto_enumTypes[10]
 }
 
 func (x CommandSubscribe_InitialPosition) Number() protoreflect.EnumNumber {
@@ -761,7 +823,7 @@ func (x *CommandSubscribe_InitialPosition) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use CommandSubscribe_InitialPosition.Descriptor instead.
 func (CommandSubscribe_InitialPosition) EnumDescriptor() ([]byte, []int) {
-	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{23, 1}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{27, 1}
 }
 
 type CommandAck_AckType int32
@@ -794,11 +856,11 @@ func (x CommandAck_AckType) String() string {
 }
 
 func (CommandAck_AckType) Descriptor() protoreflect.EnumDescriptor {
-	return file_pulsar_pb_PulsarApi_proto_enumTypes[10].Descriptor()
+	return file_pulsar_pb_PulsarApi_proto_enumTypes[11].Descriptor()
 }
 
 func (CommandAck_AckType) Type() protoreflect.EnumType {
-	return &file_pulsar_pb_PulsarApi_proto_enumTypes[10]
+	return &file_pulsar_pb_PulsarApi_proto_enumTypes[11]
 }
 
 func (x CommandAck_AckType) Number() protoreflect.EnumNumber {
@@ -817,7 +879,7 @@ func (x *CommandAck_AckType) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use CommandAck_AckType.Descriptor instead.
 func (CommandAck_AckType) EnumDescriptor() ([]byte, []int) {
-	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{26, 0}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{30, 0}
 }
 
 type CommandAck_ValidationError int32
@@ -859,11 +921,11 @@ func (x CommandAck_ValidationError) String() string {
 }
 
 func (CommandAck_ValidationError) Descriptor() protoreflect.EnumDescriptor {
-	return file_pulsar_pb_PulsarApi_proto_enumTypes[11].Descriptor()
+	return file_pulsar_pb_PulsarApi_proto_enumTypes[12].Descriptor()
 }
 
 func (CommandAck_ValidationError) Type() protoreflect.EnumType {
-	return &file_pulsar_pb_PulsarApi_proto_enumTypes[11]
+	return &file_pulsar_pb_PulsarApi_proto_enumTypes[12]
 }
 
 func (x CommandAck_ValidationError) Number() protoreflect.EnumNumber {
@@ -882,7 +944,7 @@ func (x *CommandAck_ValidationError) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use CommandAck_ValidationError.Descriptor instead.
 func (CommandAck_ValidationError) EnumDescriptor() ([]byte, []int) {
-	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{26, 1}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{30, 1}
 }
 
 type BaseCommand_Type int32
@@ -1083,11 +1145,11 @@ func (x BaseCommand_Type) String() string {
 }
 
 func (BaseCommand_Type) Descriptor() protoreflect.EnumDescriptor {
-	return file_pulsar_pb_PulsarApi_proto_enumTypes[12].Descriptor()
+	return file_pulsar_pb_PulsarApi_proto_enumTypes[13].Descriptor()
 }
 
 func (BaseCommand_Type) Type() protoreflect.EnumType {
-	return &file_pulsar_pb_PulsarApi_proto_enumTypes[12]
+	return &file_pulsar_pb_PulsarApi_proto_enumTypes[13]
 }
 
 func (x BaseCommand_Type) Number() protoreflect.EnumNumber {
@@ -1106,7 +1168,7 @@ func (x *BaseCommand_Type) UnmarshalJSON(b []byte) error {
 
 // Deprecated: Use BaseCommand_Type.Descriptor instead.
 func (BaseCommand_Type) EnumDescriptor() ([]byte, []int) {
-	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{36, 0}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{40, 0}
 }
 
 // A message's position: ledger and entry of the partition's log, the
@@ -2752,14 +2814,31 @@ func (x *CommandGetTopicsOfNamespaceResponse) GetChanged() bool {
 }
 
 type CommandProducer struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Topic         *string                `protobuf:"bytes,1,req,name=topic" json:"topic,omitempty"`
-	ProducerId    *uint64                `protobuf:"varint,2,req,name=producer_id,json=producerId" json:"producer_id,omitempty"`
-	RequestId     *uint64                `protobuf:"varint,3,req,name=request_id,json=requestId" json:"request_id,omitempty"`
-	ProducerName  *string                `protobuf:"bytes,4,opt,name=producer_name,json=producerName" json:"producer_name,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state                    protoimpl.MessageState `protogen:"open.v1"`
+	Topic                    *string                `protobuf:"bytes,1,req,name=topic" json:"topic,omitempty"`
+	ProducerId               *uint64                `protobuf:"varint,2,req,name=producer_id,json=producerId" json:"producer_id,omitempty"`
+	RequestId                *uint64                `protobuf:"varint,3,req,name=request_id,json=requestId" json:"request_id,omitempty"`
+	ProducerName             *string                `protobuf:"bytes,4,opt,name=producer_name,json=producerName" json:"producer_name,omitempty"`
+	Encrypted                *bool                  `protobuf:"varint,5,opt,name=encrypted,def=0" json:"encrypted,omitempty"`
+	Metadata                 []*KeyValue            `protobuf:"bytes,6,rep,name=metadata" json:"metadata,omitempty"`
+	Epoch                    *uint64                `protobuf:"varint,8,opt,name=epoch,def=0" json:"epoch,omitempty"`
+	UserProvidedProducerName *bool                  `protobuf:"varint,9,opt,name=user_provided_producer_name,json=userProvidedProducerName,def=1" json:"user_provided_producer_name,omitempty"`
+	ProducerAccessMode       *ProducerAccessMode    `protobuf:"varint,10,opt,name=producer_access_mode,json=producerAccessMode,enum=tributary.pulsar.ProducerAccessMode,def=0" json:"producer_access_mode,omitempty"`
+	TopicEpoch               *uint64                `protobuf:"varint,11,opt,name=topic_epoch,json=topicEpoch" json:"topic_epoch,omitempty"`
+	TxnEnabled               *bool                  `protobuf:"varint,12,opt,name=txn_enabled,json=txnEnabled,def=0" json:"txn_enabled,omitempty"`
+	InitialSubscriptionName  *string                `protobuf:"bytes,13,opt,name=initial_subscription_name,json=initialSubscriptionName" json:"initial_subscription_name,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
+
+// Default values for CommandProducer fields.
+const (
+	Default_CommandProducer_Encrypted                = bool(false)
+	Default_CommandProducer_Epoch                    = uint64(0)
+	Default_CommandProducer_UserProvidedProducerName = bool(true)
+	Default_CommandProducer_ProducerAccessMode       = ProducerAccessMode_Shared
+	Default_CommandProducer_TxnEnabled               = bool(false)
+)
 
 func (x *CommandProducer) Reset() {
 	*x = CommandProducer{}
@@ -2819,6 +2898,411 @@ func (x *CommandProducer) GetProducerName() string {
 	return ""
 }
 
+func (x *CommandProducer) GetEncrypted() bool {
+	if x != nil && x.Encrypted != nil {
+		return *x.Encrypted
+	}
+	return Default_CommandProducer_Encrypted
+}
+
+func (x *CommandProducer) GetMetadata() []*KeyValue {
+	if x != nil {
+		return x.Metadata
+	}
+	return nil
+}
+
+func (x *CommandProducer) GetEpoch() uint64 {
+	if x != nil && x.Epoch != nil {
+		return *x.Epoch
+	}
+	return Default_CommandProducer_Epoch
+}
+
+func (x *CommandProducer) GetUserProvidedProducerName() bool {
+	if x != nil && x.UserProvidedProducerName != nil {
+		return *x.UserProvidedProducerName
+	}
+	return Default_CommandProducer_UserProvidedProducerName
+}
+
+func (x *CommandProducer) GetProducerAccessMode() ProducerAccessMode {
+	if x != nil && x.ProducerAccessMode != nil {
+		return *x.ProducerAccessMode
+	}
+	return Default_CommandProducer_ProducerAccessMode
+}
+
+func (x *CommandProducer) GetTopicEpoch() uint64 {
+	if x != nil && x.TopicEpoch != nil {
+		return *x.TopicEpoch
+	}
+	return 0
+}
+
+func (x *CommandProducer) GetTxnEnabled() bool {
+	if x != nil && x.TxnEnabled != nil {
+		return *x.TxnEnabled
+	}
+	return Default_CommandProducer_TxnEnabled
+}
+
+func (x *CommandProducer) GetInitialSubscriptionName() string {
+	if x != nil && x.InitialSubscriptionName != nil {
+		return *x.InitialSubscriptionName
+	}
+	return ""
+}
+
+type CommandProducerSuccess struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RequestId      *uint64                `protobuf:"varint,1,req,name=request_id,json=requestId" json:"request_id,omitempty"`
+	ProducerName   *string                `protobuf:"bytes,2,req,name=producer_name,json=producerName" json:"producer_name,omitempty"`
+	LastSequenceId *int64                 `protobuf:"varint,3,opt,name=last_sequence_id,json=lastSequenceId,def=-1" json:"last_sequence_id,omitempty"`
+	SchemaVersion  []byte                 `protobuf:"bytes,4,opt,name=schema_version,json=schemaVersion" json:"schema_version,omitempty"`
+	TopicEpoch     *uint64                `protobuf:"varint,5,opt,name=topic_epoch,json=topicEpoch" json:"topic_epoch,omitempty"`
+	ProducerReady  *bool                  `protobuf:"varint,6,opt,name=producer_ready,json=producerReady,def=1" json:"producer_ready,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+// Default values for CommandProducerSuccess fields.
+const (
+	Default_CommandProducerSuccess_LastSequenceId = int64(-1)
+	Default_CommandProducerSuccess_ProducerReady  = bool(true)
+)
+
+func (x *CommandProducerSuccess) Reset() {
+	*x = CommandProducerSuccess{}
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandProducerSuccess) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandProducerSuccess) ProtoMessage() {}
+
+func (x *CommandProducerSuccess) ProtoReflect() protoreflect.Message {
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandProducerSuccess.ProtoReflect.Descriptor instead.
+func (*CommandProducerSuccess) Descriptor() ([]byte, []int) {
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *CommandProducerSuccess) GetRequestId() uint64 {
+	if x != nil && x.RequestId != nil {
+		return *x.RequestId
+	}
+	return 0
+}
+
+func (x *CommandProducerSuccess) GetProducerName() string {
+	if x != nil && x.ProducerName != nil {
+		return *x.ProducerName
+	}
+	return ""
+}
+
+func (x *CommandProducerSuccess) GetLastSequenceId() int64 {
+	if x != nil && x.LastSequenceId != nil {
+		return *x.LastSequenceId
+	}
+	return Default_CommandProducerSuccess_LastSequenceId
+}
+
+func (x *CommandProducerSuccess) GetSchemaVersion() []byte {
+	if x != nil {
+		return x.SchemaVersion
+	}
+	return nil
+}
+
+func (x *CommandProducerSuccess) GetTopicEpoch() uint64 {
+	if x != nil && x.TopicEpoch != nil {
+		return *x.TopicEpoch
+	}
+	return 0
+}
+
+func (x *CommandProducerSuccess) GetProducerReady() bool {
+	if x != nil && x.ProducerReady != nil {
+		return *x.ProducerReady
+	}
+	return Default_CommandProducerSuccess_ProducerReady
+}
+
+type CommandSend struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	ProducerId        *uint64                `protobuf:"varint,1,req,name=producer_id,json=producerId" json:"producer_id,omitempty"`
+	SequenceId        *uint64                `protobuf:"varint,2,req,name=sequence_id,json=sequenceId" json:"sequence_id,omitempty"`
+	NumMessages       *int32                 `protobuf:"varint,3,opt,name=num_messages,json=numMessages,def=1" json:"num_messages,omitempty"`
+	TxnidLeastBits    *uint64                `protobuf:"varint,4,opt,name=txnid_least_bits,json=txnidLeastBits,def=0" json:"txnid_least_bits,omitempty"`
+	TxnidMostBits     *uint64                `protobuf:"varint,5,opt,name=txnid_most_bits,json=txnidMostBits,def=0" json:"txnid_most_bits,omitempty"`
+	HighestSequenceId *uint64                `protobuf:"varint,6,opt,name=highest_sequence_id,json=highestSequenceId,def=0" json:"highest_sequence_id,omitempty"`
+	IsChunk           *bool                  `protobuf:"varint,7,opt,name=is_chunk,json=isChunk,def=0" json:"is_chunk,omitempty"`
+	Marker            *bool                  `protobuf:"varint,8,opt,name=marker,def=0" json:"marker,omitempty"`
+	MessageId         *MessageIdData         `protobuf:"bytes,9,opt,name=message_id,json=messageId" json:"message_id,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+// Default values for CommandSend fields.
+const (
+	Default_CommandSend_NumMessages       = int32(1)
+	Default_CommandSend_TxnidLeastBits    = uint64(0)
+	Default_CommandSend_TxnidMostBits     = uint64(0)
+	Default_CommandSend_HighestSequenceId = uint64(0)
+	Default_CommandSend_IsChunk           = bool(false)
+	Default_CommandSend_Marker            = bool(false)
+)
+
+func (x *CommandSend) Reset() {
+	*x = CommandSend{}
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandSend) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandSend) ProtoMessage() {}
+
+func (x *CommandSend) ProtoReflect() protoreflect.Message {
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandSend.ProtoReflect.Descriptor instead.
+func (*CommandSend) Descriptor() ([]byte, []int) {
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *CommandSend) GetProducerId() uint64 {
+	if x != nil && x.ProducerId != nil {
+		return *x.ProducerId
+	}
+	return 0
+}
+
+func (x *CommandSend) GetSequenceId() uint64 {
+	if x != nil && x.SequenceId != nil {
+		return *x.SequenceId
+	}
+	return 0
+}
+
+func (x *CommandSend) GetNumMessages() int32 {
+	if x != nil && x.NumMessages != nil {
+		return *x.NumMessages
+	}
+	return Default_CommandSend_NumMessages
+}
+
+func (x *CommandSend) GetTxnidLeastBits() uint64 {
+	if x != nil && x.TxnidLeastBits != nil {
+		return *x.TxnidLeastBits
+	}
+	return Default_CommandSend_TxnidLeastBits
+}
+
+func (x *CommandSend) GetTxnidMostBits() uint64 {
+	if x != nil && x.TxnidMostBits != nil {
+		return *x.TxnidMostBits
+	}
+	return Default_CommandSend_TxnidMostBits
+}
+
+func (x *CommandSend) GetHighestSequenceId() uint64 {
+	if x != nil && x.HighestSequenceId != nil {
+		return *x.HighestSequenceId
+	}
+	return Default_CommandSend_HighestSequenceId
+}
+
+func (x *CommandSend) GetIsChunk() bool {
+	if x != nil && x.IsChunk != nil {
+		return *x.IsChunk
+	}
+	return Default_CommandSend_IsChunk
+}
+
+func (x *CommandSend) GetMarker() bool {
+	if x != nil && x.Marker != nil {
+		return *x.Marker
+	}
+	return Default_CommandSend_Marker
+}
+
+func (x *CommandSend) GetMessageId() *MessageIdData {
+	if x != nil {
+		return x.MessageId
+	}
+	return nil
+}
+
+type CommandSendReceipt struct {
+	state             protoimpl.MessageState `protogen:"open.v1"`
+	ProducerId        *uint64                `protobuf:"varint,1,req,name=producer_id,json=producerId" json:"producer_id,omitempty"`
+	SequenceId        *uint64                `protobuf:"varint,2,req,name=sequence_id,json=sequenceId" json:"sequence_id,omitempty"`
+	MessageId         *MessageIdData         `protobuf:"bytes,3,opt,name=message_id,json=messageId" json:"message_id,omitempty"`
+	HighestSequenceId *uint64                `protobuf:"varint,4,opt,name=highest_sequence_id,json=highestSequenceId,def=0" json:"highest_sequence_id,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+// Default values for CommandSendReceipt fields.
+const (
+	Default_CommandSendReceipt_HighestSequenceId = uint64(0)
+)
+
+func (x *CommandSendReceipt) Reset() {
+	*x = CommandSendReceipt{}
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandSendReceipt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandSendReceipt) ProtoMessage() {}
+
+func (x *CommandSendReceipt) ProtoReflect() protoreflect.Message {
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandSendReceipt.ProtoReflect.Descriptor instead.
+func (*CommandSendReceipt) Descriptor() ([]byte, []int) {
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *CommandSendReceipt) GetProducerId() uint64 {
+	if x != nil && x.ProducerId != nil {
+		return *x.ProducerId
+	}
+	return 0
+}
+
+func (x *CommandSendReceipt) GetSequenceId() uint64 {
+	if x != nil && x.SequenceId != nil {
+		return *x.SequenceId
+	}
+	return 0
+}
+
+func (x *CommandSendReceipt) GetMessageId() *MessageIdData {
+	if x != nil {
+		return x.MessageId
+	}
+	return nil
+}
+
+func (x *CommandSendReceipt) GetHighestSequenceId() uint64 {
+	if x != nil && x.HighestSequenceId != nil {
+		return *x.HighestSequenceId
+	}
+	return Default_CommandSendReceipt_HighestSequenceId
+}
+
+type CommandSendError struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProducerId    *uint64                `protobuf:"varint,1,req,name=producer_id,json=producerId" json:"producer_id,omitempty"`
+	SequenceId    *uint64                `protobuf:"varint,2,req,name=sequence_id,json=sequenceId" json:"sequence_id,omitempty"`
+	Error         *ServerError           `protobuf:"varint,3,req,name=error,enum=tributary.pulsar.ServerError" json:"error,omitempty"`
+	Message       *string                `protobuf:"bytes,4,req,name=message" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandSendError) Reset() {
+	*x = CommandSendError{}
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandSendError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandSendError) ProtoMessage() {}
+
+func (x *CommandSendError) ProtoReflect() protoreflect.Message {
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandSendError.ProtoReflect.Descriptor instead.
+func (*CommandSendError) Descriptor() ([]byte, []int) {
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *CommandSendError) GetProducerId() uint64 {
+	if x != nil && x.ProducerId != nil {
+		return *x.ProducerId
+	}
+	return 0
+}
+
+func (x *CommandSendError) GetSequenceId() uint64 {
+	if x != nil && x.SequenceId != nil {
+		return *x.SequenceId
+	}
+	return 0
+}
+
+func (x *CommandSendError) GetError() ServerError {
+	if x != nil && x.Error != nil {
+		return *x.Error
+	}
+	return ServerError_UnknownError
+}
+
+func (x *CommandSendError) GetMessage() string {
+	if x != nil && x.Message != nil {
+		return *x.Message
+	}
+	return ""
+}
+
 type CommandCloseProducer struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ProducerId    *uint64                `protobuf:"varint,1,req,name=producer_id,json=producerId" json:"producer_id,omitempty"`
@@ -2829,7 +3313,7 @@ type CommandCloseProducer struct {
 
 func (x *CommandCloseProducer) Reset() {
 	*x = CommandCloseProducer{}
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[21]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2841,7 +3325,7 @@ func (x *CommandCloseProducer) String() string {
 func (*CommandCloseProducer) ProtoMessage() {}
 
 func (x *CommandCloseProducer) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[21]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2854,7 +3338,7 @@ func (x *CommandCloseProducer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandCloseProducer.ProtoReflect.Descriptor instead.
 func (*CommandCloseProducer) Descriptor() ([]byte, []int) {
-	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{21}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CommandCloseProducer) GetProducerId() uint64 {
@@ -2887,7 +3371,7 @@ const (
 
 func (x *KeySharedMeta) Reset() {
 	*x = KeySharedMeta{}
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[22]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2899,7 +3383,7 @@ func (x *KeySharedMeta) String() string {
 func (*KeySharedMeta) ProtoMessage() {}
 
 func (x *KeySharedMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[22]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2912,7 +3396,7 @@ func (x *KeySharedMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeySharedMeta.ProtoReflect.Descriptor instead.
 func (*KeySharedMeta) Descriptor() ([]byte, []int) {
-	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{22}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *KeySharedMeta) GetKeySharedMode() KeySharedMode {
@@ -2970,7 +3454,7 @@ const (
 
 func (x *CommandSubscribe) Reset() {
 	*x = CommandSubscribe{}
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[23]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2982,7 +3466,7 @@ func (x *CommandSubscribe) String() string {
 func (*CommandSubscribe) ProtoMessage() {}
 
 func (x *CommandSubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[23]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2995,7 +3479,7 @@ func (x *CommandSubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandSubscribe.ProtoReflect.Descriptor instead.
 func (*CommandSubscribe) Descriptor() ([]byte, []int) {
-	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{23}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CommandSubscribe) GetTopic() string {
@@ -3134,7 +3618,7 @@ type CommandFlow struct {
 
 func (x *CommandFlow) Reset() {
 	*x = CommandFlow{}
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[24]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3146,7 +3630,7 @@ func (x *CommandFlow) String() string {
 func (*CommandFlow) ProtoMessage() {}
 
 func (x *CommandFlow) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[24]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3159,7 +3643,7 @@ func (x *CommandFlow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandFlow.ProtoReflect.Descriptor instead.
 func (*CommandFlow) Descriptor() ([]byte, []int) {
-	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{24}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CommandFlow) GetConsumerId() uint64 {
@@ -3194,7 +3678,7 @@ const (
 
 func (x *CommandMessage) Reset() {
 	*x = CommandMessage{}
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[25]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3206,7 +3690,7 @@ func (x *CommandMessage) String() string {
 func (*CommandMessage) ProtoMessage() {}
 
 func (x *CommandMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[25]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3219,7 +3703,7 @@ func (x *CommandMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandMessage.ProtoReflect.Descriptor instead.
 func (*CommandMessage) Descriptor() ([]byte, []int) {
-	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{25}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CommandMessage) GetConsumerId() uint64 {
@@ -3279,7 +3763,7 @@ const (
 
 func (x *CommandAck) Reset() {
 	*x = CommandAck{}
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[26]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3291,7 +3775,7 @@ func (x *CommandAck) String() string {
 func (*CommandAck) ProtoMessage() {}
 
 func (x *CommandAck) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[26]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3304,7 +3788,7 @@ func (x *CommandAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandAck.ProtoReflect.Descriptor instead.
 func (*CommandAck) Descriptor() ([]byte, []int) {
-	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{26}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CommandAck) GetConsumerId() uint64 {
@@ -3383,7 +3867,7 @@ const (
 
 func (x *CommandAckResponse) Reset() {
 	*x = CommandAckResponse{}
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[27]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3395,7 +3879,7 @@ func (x *CommandAckResponse) String() string {
 func (*CommandAckResponse) ProtoMessage() {}
 
 func (x *CommandAckResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[27]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3408,7 +3892,7 @@ func (x *CommandAckResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandAckResponse.ProtoReflect.Descriptor instead.
 func (*CommandAckResponse) Descriptor() ([]byte, []int) {
-	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{27}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *CommandAckResponse) GetConsumerId() uint64 {
@@ -3468,7 +3952,7 @@ const (
 
 func (x *CommandActiveConsumerChange) Reset() {
 	*x = CommandActiveConsumerChange{}
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[28]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3480,7 +3964,7 @@ func (x *CommandActiveConsumerChange) String() string {
 func (*CommandActiveConsumerChange) ProtoMessage() {}
 
 func (x *CommandActiveConsumerChange) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[28]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3493,7 +3977,7 @@ func (x *CommandActiveConsumerChange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandActiveConsumerChange.ProtoReflect.Descriptor instead.
 func (*CommandActiveConsumerChange) Descriptor() ([]byte, []int) {
-	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{28}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CommandActiveConsumerChange) GetConsumerId() uint64 {
@@ -3526,7 +4010,7 @@ const (
 
 func (x *CommandUnsubscribe) Reset() {
 	*x = CommandUnsubscribe{}
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[29]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3538,7 +4022,7 @@ func (x *CommandUnsubscribe) String() string {
 func (*CommandUnsubscribe) ProtoMessage() {}
 
 func (x *CommandUnsubscribe) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[29]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3551,7 +4035,7 @@ func (x *CommandUnsubscribe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandUnsubscribe.ProtoReflect.Descriptor instead.
 func (*CommandUnsubscribe) Descriptor() ([]byte, []int) {
-	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{29}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CommandUnsubscribe) GetConsumerId() uint64 {
@@ -3587,7 +4071,7 @@ type CommandSeek struct {
 
 func (x *CommandSeek) Reset() {
 	*x = CommandSeek{}
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[30]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3599,7 +4083,7 @@ func (x *CommandSeek) String() string {
 func (*CommandSeek) ProtoMessage() {}
 
 func (x *CommandSeek) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[30]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3612,7 +4096,7 @@ func (x *CommandSeek) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandSeek.ProtoReflect.Descriptor instead.
 func (*CommandSeek) Descriptor() ([]byte, []int) {
-	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{30}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CommandSeek) GetConsumerId() uint64 {
@@ -3652,7 +4136,7 @@ type CommandReachedEndOfTopic struct {
 
 func (x *CommandReachedEndOfTopic) Reset() {
 	*x = CommandReachedEndOfTopic{}
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[31]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3664,7 +4148,7 @@ func (x *CommandReachedEndOfTopic) String() string {
 func (*CommandReachedEndOfTopic) ProtoMessage() {}
 
 func (x *CommandReachedEndOfTopic) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[31]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3677,7 +4161,7 @@ func (x *CommandReachedEndOfTopic) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandReachedEndOfTopic.ProtoReflect.Descriptor instead.
 func (*CommandReachedEndOfTopic) Descriptor() ([]byte, []int) {
-	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{31}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CommandReachedEndOfTopic) GetConsumerId() uint64 {
@@ -3699,7 +4183,7 @@ type CommandCloseConsumer struct {
 
 func (x *CommandCloseConsumer) Reset() {
 	*x = CommandCloseConsumer{}
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[32]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3711,7 +4195,7 @@ func (x *CommandCloseConsumer) String() string {
 func (*CommandCloseConsumer) ProtoMessage() {}
 
 func (x *CommandCloseConsumer) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[32]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3724,7 +4208,7 @@ func (x *CommandCloseConsumer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandCloseConsumer.ProtoReflect.Descriptor instead.
 func (*CommandCloseConsumer) Descriptor() ([]byte, []int) {
-	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{32}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *CommandCloseConsumer) GetConsumerId() uint64 {
@@ -3766,7 +4250,7 @@ type CommandRedeliverUnacknowledgedMessages struct {
 
 func (x *CommandRedeliverUnacknowledgedMessages) Reset() {
 	*x = CommandRedeliverUnacknowledgedMessages{}
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[33]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3778,7 +4262,7 @@ func (x *CommandRedeliverUnacknowledgedMessages) String() string {
 func (*CommandRedeliverUnacknowledgedMessages) ProtoMessage() {}
 
 func (x *CommandRedeliverUnacknowledgedMessages) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[33]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3791,7 +4275,7 @@ func (x *CommandRedeliverUnacknowledgedMessages) ProtoReflect() protoreflect.Mes
 
 // Deprecated: Use CommandRedeliverUnacknowledgedMessages.ProtoReflect.Descriptor instead.
 func (*CommandRedeliverUnacknowledgedMessages) Descriptor() ([]byte, []int) {
-	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{33}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *CommandRedeliverUnacknowledgedMessages) GetConsumerId() uint64 {
@@ -3825,7 +4309,7 @@ type CommandGetLastMessageId struct {
 
 func (x *CommandGetLastMessageId) Reset() {
 	*x = CommandGetLastMessageId{}
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[34]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3837,7 +4321,7 @@ func (x *CommandGetLastMessageId) String() string {
 func (*CommandGetLastMessageId) ProtoMessage() {}
 
 func (x *CommandGetLastMessageId) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[34]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3850,7 +4334,7 @@ func (x *CommandGetLastMessageId) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandGetLastMessageId.ProtoReflect.Descriptor instead.
 func (*CommandGetLastMessageId) Descriptor() ([]byte, []int) {
-	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{34}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *CommandGetLastMessageId) GetConsumerId() uint64 {
@@ -3878,7 +4362,7 @@ type CommandGetLastMessageIdResponse struct {
 
 func (x *CommandGetLastMessageIdResponse) Reset() {
 	*x = CommandGetLastMessageIdResponse{}
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[35]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3890,7 +4374,7 @@ func (x *CommandGetLastMessageIdResponse) String() string {
 func (*CommandGetLastMessageIdResponse) ProtoMessage() {}
 
 func (x *CommandGetLastMessageIdResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[35]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3903,7 +4387,7 @@ func (x *CommandGetLastMessageIdResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandGetLastMessageIdResponse.ProtoReflect.Descriptor instead.
 func (*CommandGetLastMessageIdResponse) Descriptor() ([]byte, []int) {
-	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{35}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *CommandGetLastMessageIdResponse) GetLastMessageId() *MessageIdData {
@@ -3937,6 +4421,9 @@ type BaseCommand struct {
 	Connected                       *CommandConnected                        `protobuf:"bytes,3,opt,name=connected" json:"connected,omitempty"`
 	Subscribe                       *CommandSubscribe                        `protobuf:"bytes,4,opt,name=subscribe" json:"subscribe,omitempty"`
 	Producer                        *CommandProducer                         `protobuf:"bytes,5,opt,name=producer" json:"producer,omitempty"`
+	Send                            *CommandSend                             `protobuf:"bytes,6,opt,name=send" json:"send,omitempty"`
+	SendReceipt                     *CommandSendReceipt                      `protobuf:"bytes,7,opt,name=send_receipt,json=sendReceipt" json:"send_receipt,omitempty"`
+	SendError                       *CommandSendError                        `protobuf:"bytes,8,opt,name=send_error,json=sendError" json:"send_error,omitempty"`
 	Message                         *CommandMessage                          `protobuf:"bytes,9,opt,name=message" json:"message,omitempty"`
 	Ack                             *CommandAck                              `protobuf:"bytes,10,opt,name=ack" json:"ack,omitempty"`
 	Flow                            *CommandFlow                             `protobuf:"bytes,11,opt,name=flow" json:"flow,omitempty"`
@@ -3945,6 +4432,7 @@ type BaseCommand struct {
 	Error                           *CommandError                            `protobuf:"bytes,14,opt,name=error" json:"error,omitempty"`
 	CloseProducer                   *CommandCloseProducer                    `protobuf:"bytes,15,opt,name=close_producer,json=closeProducer" json:"close_producer,omitempty"`
 	CloseConsumer                   *CommandCloseConsumer                    `protobuf:"bytes,16,opt,name=close_consumer,json=closeConsumer" json:"close_consumer,omitempty"`
+	ProducerSuccess                 *CommandProducerSuccess                  `protobuf:"bytes,17,opt,name=producer_success,json=producerSuccess" json:"producer_success,omitempty"`
 	Ping                            *CommandPing                             `protobuf:"bytes,18,opt,name=ping" json:"ping,omitempty"`
 	Pong                            *CommandPong                             `protobuf:"bytes,19,opt,name=pong" json:"pong,omitempty"`
 	RedeliverUnacknowledgedMessages *CommandRedeliverUnacknowledgedMessages  `protobuf:"bytes,20,opt,name=redeliverUnacknowledgedMessages" json:"redeliverUnacknowledgedMessages,omitempty"`
@@ -3966,7 +4454,7 @@ type BaseCommand struct {
 
 func (x *BaseCommand) Reset() {
 	*x = BaseCommand{}
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[36]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3978,7 +4466,7 @@ func (x *BaseCommand) String() string {
 func (*BaseCommand) ProtoMessage() {}
 
 func (x *BaseCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[36]
+	mi := &file_pulsar_pb_PulsarApi_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3991,7 +4479,7 @@ func (x *BaseCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BaseCommand.ProtoReflect.Descriptor instead.
 func (*BaseCommand) Descriptor() ([]byte, []int) {
-	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{36}
+	return file_pulsar_pb_PulsarApi_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *BaseCommand) GetType() BaseCommand_Type {
@@ -4025,6 +4513,27 @@ func (x *BaseCommand) GetSubscribe() *CommandSubscribe {
 func (x *BaseCommand) GetProducer() *CommandProducer {
 	if x != nil {
 		return x.Producer
+	}
+	return nil
+}
+
+func (x *BaseCommand) GetSend() *CommandSend {
+	if x != nil {
+		return x.Send
+	}
+	return nil
+}
+
+func (x *BaseCommand) GetSendReceipt() *CommandSendReceipt {
+	if x != nil {
+		return x.SendReceipt
+	}
+	return nil
+}
+
+func (x *BaseCommand) GetSendError() *CommandSendError {
+	if x != nil {
+		return x.SendError
 	}
 	return nil
 }
@@ -4081,6 +4590,13 @@ func (x *BaseCommand) GetCloseProducer() *CommandCloseProducer {
 func (x *BaseCommand) GetCloseConsumer() *CommandCloseConsumer {
 	if x != nil {
 		return x.CloseConsumer
+	}
+	return nil
+}
+
+func (x *BaseCommand) GetProducerSuccess() *CommandProducerSuccess {
+	if x != nil {
+		return x.ProducerSuccess
 	}
 	return nil
 }
@@ -4367,14 +4883,62 @@ const file_pulsar_pb_PulsarApi_proto_rawDesc = "" +
 	"\bfiltered\x18\x03 \x01(\b:\x05falseR\bfiltered\x12\x1f\n" +
 	"\vtopics_hash\x18\x04 \x01(\tR\n" +
 	"topicsHash\x12\x1e\n" +
-	"\achanged\x18\x05 \x01(\b:\x04trueR\achanged\"\x8c\x01\n" +
+	"\achanged\x18\x05 \x01(\b:\x04trueR\achanged\"\xac\x04\n" +
 	"\x0fCommandProducer\x12\x14\n" +
 	"\x05topic\x18\x01 \x02(\tR\x05topic\x12\x1f\n" +
 	"\vproducer_id\x18\x02 \x02(\x04R\n" +
 	"producerId\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x03 \x02(\x04R\trequestId\x12#\n" +
-	"\rproducer_name\x18\x04 \x01(\tR\fproducerName\"V\n" +
+	"\rproducer_name\x18\x04 \x01(\tR\fproducerName\x12#\n" +
+	"\tencrypted\x18\x05 \x01(\b:\x05falseR\tencrypted\x126\n" +
+	"\bmetadata\x18\x06 \x03(\v2\x1a.tributary.pulsar.KeyValueR\bmetadata\x12\x17\n" +
+	"\x05epoch\x18\b \x01(\x04:\x010R\x05epoch\x12C\n" +
+	"\x1buser_provided_producer_name\x18\t \x01(\b:\x04trueR\x18userProvidedProducerName\x12^\n" +
+	"\x14producer_access_mode\x18\n" +
+	" \x01(\x0e2$.tributary.pulsar.ProducerAccessMode:\x06SharedR\x12producerAccessMode\x12\x1f\n" +
+	"\vtopic_epoch\x18\v \x01(\x04R\n" +
+	"topicEpoch\x12&\n" +
+	"\vtxn_enabled\x18\f \x01(\b:\x05falseR\n" +
+	"txnEnabled\x12:\n" +
+	"\x19initial_subscription_name\x18\r \x01(\tR\x17initialSubscriptionName\"\xff\x01\n" +
+	"\x16CommandProducerSuccess\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x02(\x04R\trequestId\x12#\n" +
+	"\rproducer_name\x18\x02 \x02(\tR\fproducerName\x12,\n" +
+	"\x10last_sequence_id\x18\x03 \x01(\x03:\x02-1R\x0elastSequenceId\x12%\n" +
+	"\x0eschema_version\x18\x04 \x01(\fR\rschemaVersion\x12\x1f\n" +
+	"\vtopic_epoch\x18\x05 \x01(\x04R\n" +
+	"topicEpoch\x12+\n" +
+	"\x0eproducer_ready\x18\x06 \x01(\b:\x04trueR\rproducerReady\"\x81\x03\n" +
+	"\vCommandSend\x12\x1f\n" +
+	"\vproducer_id\x18\x01 \x02(\x04R\n" +
+	"producerId\x12\x1f\n" +
+	"\vsequence_id\x18\x02 \x02(\x04R\n" +
+	"sequenceId\x12$\n" +
+	"\fnum_messages\x18\x03 \x01(\x05:\x011R\vnumMessages\x12+\n" +
+	"\x10txnid_least_bits\x18\x04 \x01(\x04:\x010R\x0etxnidLeastBits\x12)\n" +
+	"\x0ftxnid_most_bits\x18\x05 \x01(\x04:\x010R\rtxnidMostBits\x121\n" +
+	"\x13highest_sequence_id\x18\x06 \x01(\x04:\x010R\x11highestSequenceId\x12 \n" +
+	"\bis_chunk\x18\a \x01(\b:\x05falseR\aisChunk\x12\x1d\n" +
+	"\x06marker\x18\b \x01(\b:\x05falseR\x06marker\x12>\n" +
+	"\n" +
+	"message_id\x18\t \x01(\v2\x1f.tributary.pulsar.MessageIdDataR\tmessageId\"\xc9\x01\n" +
+	"\x12CommandSendReceipt\x12\x1f\n" +
+	"\vproducer_id\x18\x01 \x02(\x04R\n" +
+	"producerId\x12\x1f\n" +
+	"\vsequence_id\x18\x02 \x02(\x04R\n" +
+	"sequenceId\x12>\n" +
+	"\n" +
+	"message_id\x18\x03 \x01(\v2\x1f.tributary.pulsar.MessageIdDataR\tmessageId\x121\n" +
+	"\x13highest_sequence_id\x18\x04 \x01(\x04:\x010R\x11highestSequenceId\"\xa3\x01\n" +
+	"\x10CommandSendError\x12\x1f\n" +
+	"\vproducer_id\x18\x01 \x02(\x04R\n" +
+	"producerId\x12\x1f\n" +
+	"\vsequence_id\x18\x02 \x02(\x04R\n" +
+	"sequenceId\x123\n" +
+	"\x05error\x18\x03 \x02(\x0e2\x1d.tributary.pulsar.ServerErrorR\x05error\x12\x18\n" +
+	"\amessage\x18\x04 \x02(\tR\amessage\"V\n" +
 	"\x14CommandCloseProducer\x12\x1f\n" +
 	"\vproducer_id\x18\x01 \x02(\x04R\n" +
 	"producerId\x12\x1d\n" +
@@ -4509,13 +5073,17 @@ const file_pulsar_pb_PulsarApi_proto_rawDesc = "" +
 	"\x0flast_message_id\x18\x01 \x02(\v2\x1f.tributary.pulsar.MessageIdDataR\rlastMessageId\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x02 \x02(\x04R\trequestId\x12b\n" +
-	"\x1dconsumer_mark_delete_position\x18\x03 \x01(\v2\x1f.tributary.pulsar.MessageIdDataR\x1aconsumerMarkDeletePosition\"\xa3\x1b\n" +
+	"\x1dconsumer_mark_delete_position\x18\x03 \x01(\v2\x1f.tributary.pulsar.MessageIdDataR\x1aconsumerMarkDeletePosition\"\xb7\x1d\n" +
 	"\vBaseCommand\x126\n" +
 	"\x04type\x18\x01 \x02(\x0e2\".tributary.pulsar.BaseCommand.TypeR\x04type\x12:\n" +
 	"\aconnect\x18\x02 \x01(\v2 .tributary.pulsar.CommandConnectR\aconnect\x12@\n" +
 	"\tconnected\x18\x03 \x01(\v2\".tributary.pulsar.CommandConnectedR\tconnected\x12@\n" +
 	"\tsubscribe\x18\x04 \x01(\v2\".tributary.pulsar.CommandSubscribeR\tsubscribe\x12=\n" +
-	"\bproducer\x18\x05 \x01(\v2!.tributary.pulsar.CommandProducerR\bproducer\x12:\n" +
+	"\bproducer\x18\x05 \x01(\v2!.tributary.pulsar.CommandProducerR\bproducer\x121\n" +
+	"\x04send\x18\x06 \x01(\v2\x1d.tributary.pulsar.CommandSendR\x04send\x12G\n" +
+	"\fsend_receipt\x18\a \x01(\v2$.tributary.pulsar.CommandSendReceiptR\vsendReceipt\x12A\n" +
+	"\n" +
+	"send_error\x18\b \x01(\v2\".tributary.pulsar.CommandSendErrorR\tsendError\x12:\n" +
 	"\amessage\x18\t \x01(\v2 .tributary.pulsar.CommandMessageR\amessage\x12.\n" +
 	"\x03ack\x18\n" +
 	" \x01(\v2\x1c.tributary.pulsar.CommandAckR\x03ack\x121\n" +
@@ -4524,7 +5092,8 @@ const file_pulsar_pb_PulsarApi_proto_rawDesc = "" +
 	"\asuccess\x18\r \x01(\v2 .tributary.pulsar.CommandSuccessR\asuccess\x124\n" +
 	"\x05error\x18\x0e \x01(\v2\x1e.tributary.pulsar.CommandErrorR\x05error\x12M\n" +
 	"\x0eclose_producer\x18\x0f \x01(\v2&.tributary.pulsar.CommandCloseProducerR\rcloseProducer\x12M\n" +
-	"\x0eclose_consumer\x18\x10 \x01(\v2&.tributary.pulsar.CommandCloseConsumerR\rcloseConsumer\x121\n" +
+	"\x0eclose_consumer\x18\x10 \x01(\v2&.tributary.pulsar.CommandCloseConsumerR\rcloseConsumer\x12S\n" +
+	"\x10producer_success\x18\x11 \x01(\v2(.tributary.pulsar.CommandProducerSuccessR\x0fproducerSuccess\x121\n" +
 	"\x04ping\x18\x12 \x01(\v2\x1d.tributary.pulsar.CommandPingR\x04ping\x121\n" +
 	"\x04pong\x18\x13 \x01(\v2\x1d.tributary.pulsar.CommandPongR\x04pong\x12\x82\x01\n" +
 	"\x1fredeliverUnacknowledgedMessages\x18\x14 \x01(\v28.tributary.pulsar.CommandRedeliverUnacknowledgedMessagesR\x1fredeliverUnacknowledgedMessages\x12_\n" +
@@ -4666,7 +5235,13 @@ const file_pulsar_pb_PulsarApi_proto_rawDesc = "" +
 	"\x03v17\x10\x11\x12\a\n" +
 	"\x03v18\x10\x12\x12\a\n" +
 	"\x03v19\x10\x13\x12\a\n" +
-	"\x03v20\x10\x14*+\n" +
+	"\x03v20\x10\x14*_\n" +
+	"\x12ProducerAccessMode\x12\n" +
+	"\n" +
+	"\x06Shared\x10\x00\x12\r\n" +
+	"\tExclusive\x10\x01\x12\x14\n" +
+	"\x10WaitForExclusive\x10\x02\x12\x18\n" +
+	"\x14ExclusiveWithFencing\x10\x03*+\n" +
 	"\rKeySharedMode\x12\x0e\n" +
 	"\n" +
 	"AUTO_SPLIT\x10\x00\x12\n" +
@@ -4685,126 +5260,140 @@ func file_pulsar_pb_PulsarApi_proto_rawDescGZIP() []byte {
 	return file_pulsar_pb_PulsarApi_proto_rawDescData
 }
 
-var file_pulsar_pb_PulsarApi_proto_enumTypes = make([]protoimpl.EnumInfo, 13)
-var file_pulsar_pb_PulsarApi_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_pulsar_pb_PulsarApi_proto_enumTypes = make([]protoimpl.EnumInfo, 14)
+var file_pulsar_pb_PulsarApi_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
 var file_pulsar_pb_PulsarApi_proto_goTypes = []any{
-	(CompressionType)(0), // 0: tributary.pulsar.CompressionType
-	(ServerError)(0),     // 1: tributary.pulsar.ServerError
-	(AuthMethod)(0),      // 2: tributary.pulsar.AuthMethod
-	(ProtocolVersion)(0), // 3: tributary.pulsar.ProtocolVersion
-	(KeySharedMode)(0),   // 4: tributary.pulsar.KeySharedMode
-	(CommandPartitionedTopicMetadataResponse_LookupType)(0), // 5: tributary.pulsar.CommandPartitionedTopicMetadataResponse.LookupType
-	(CommandLookupTopicResponse_LookupType)(0),              // 6: tributary.pulsar.CommandLookupTopicResponse.LookupType
-	(CommandGetTopicsOfNamespace_Mode)(0),                   // 7: tributary.pulsar.CommandGetTopicsOfNamespace.Mode
-	(CommandSubscribe_SubType)(0),                           // 8: tributary.pulsar.CommandSubscribe.SubType
-	(CommandSubscribe_InitialPosition)(0),                   // 9: tributary.pulsar.CommandSubscribe.InitialPosition
-	(CommandAck_AckType)(0),                                 // 10: tributary.pulsar.CommandAck.AckType
-	(CommandAck_ValidationError)(0),                         // 11: tributary.pulsar.CommandAck.ValidationError
-	(BaseCommand_Type)(0),                                   // 12: tributary.pulsar.BaseCommand.Type
-	(*MessageIdData)(nil),                                   // 13: tributary.pulsar.MessageIdData
-	(*KeyValue)(nil),                                        // 14: tributary.pulsar.KeyValue
-	(*KeyLongValue)(nil),                                    // 15: tributary.pulsar.KeyLongValue
-	(*IntRange)(nil),                                        // 16: tributary.pulsar.IntRange
-	(*MessageMetadata)(nil),                                 // 17: tributary.pulsar.MessageMetadata
-	(*SingleMessageMetadata)(nil),                           // 18: tributary.pulsar.SingleMessageMetadata
-	(*BrokerEntryMetadata)(nil),                             // 19: tributary.pulsar.BrokerEntryMetadata
-	(*CommandConnect)(nil),                                  // 20: tributary.pulsar.CommandConnect
-	(*FeatureFlags)(nil),                                    // 21: tributary.pulsar.FeatureFlags
-	(*CommandConnected)(nil),                                // 22: tributary.pulsar.CommandConnected
-	(*CommandPing)(nil),                                     // 23: tributary.pulsar.CommandPing
-	(*CommandPong)(nil),                                     // 24: tributary.pulsar.CommandPong
-	(*CommandSuccess)(nil),                                  // 25: tributary.pulsar.CommandSuccess
-	(*CommandError)(nil),                                    // 26: tributary.pulsar.CommandError
-	(*CommandPartitionedTopicMetadata)(nil),                 // 27: tributary.pulsar.CommandPartitionedTopicMetadata
-	(*CommandPartitionedTopicMetadataResponse)(nil),         // 28: tributary.pulsar.CommandPartitionedTopicMetadataResponse
-	(*CommandLookupTopic)(nil),                              // 29: tributary.pulsar.CommandLookupTopic
-	(*CommandLookupTopicResponse)(nil),                      // 30: tributary.pulsar.CommandLookupTopicResponse
-	(*CommandGetTopicsOfNamespace)(nil),                     // 31: tributary.pulsar.CommandGetTopicsOfNamespace
-	(*CommandGetTopicsOfNamespaceResponse)(nil),             // 32: tributary.pulsar.CommandGetTopicsOfNamespaceResponse
-	(*CommandProducer)(nil),                                 // 33: tributary.pulsar.CommandProducer
-	(*CommandCloseProducer)(nil),                            // 34: tributary.pulsar.CommandCloseProducer
-	(*KeySharedMeta)(nil),                                   // 35: tributary.pulsar.KeySharedMeta
-	(*CommandSubscribe)(nil),                                // 36: tributary.pulsar.CommandSubscribe
-	(*CommandFlow)(nil),                                     // 37: tributary.pulsar.CommandFlow
-	(*CommandMessage)(nil),                                  // 38: tributary.pulsar.CommandMessage
-	(*CommandAck)(nil),                                      // 39: tributary.pulsar.CommandAck
-	(*CommandAckResponse)(nil),                              // 40: tributary.pulsar.CommandAckResponse
-	(*CommandActiveConsumerChange)(nil),                     // 41: tributary.pulsar.CommandActiveConsumerChange
-	(*CommandUnsubscribe)(nil),                              // 42: tributary.pulsar.CommandUnsubscribe
-	(*CommandSeek)(nil),                                     // 43: tributary.pulsar.CommandSeek
-	(*CommandReachedEndOfTopic)(nil),                        // 44: tributary.pulsar.CommandReachedEndOfTopic
-	(*CommandCloseConsumer)(nil),                            // 45: tributary.pulsar.CommandCloseConsumer
-	(*CommandRedeliverUnacknowledgedMessages)(nil),          // 46: tributary.pulsar.CommandRedeliverUnacknowledgedMessages
-	(*CommandGetLastMessageId)(nil),                         // 47: tributary.pulsar.CommandGetLastMessageId
-	(*CommandGetLastMessageIdResponse)(nil),                 // 48: tributary.pulsar.CommandGetLastMessageIdResponse
-	(*BaseCommand)(nil),                                     // 49: tributary.pulsar.BaseCommand
+	(CompressionType)(0),    // 0: tributary.pulsar.CompressionType
+	(ServerError)(0),        // 1: tributary.pulsar.ServerError
+	(AuthMethod)(0),         // 2: tributary.pulsar.AuthMethod
+	(ProtocolVersion)(0),    // 3: tributary.pulsar.ProtocolVersion
+	(ProducerAccessMode)(0), // 4: tributary.pulsar.ProducerAccessMode
+	(KeySharedMode)(0),      // 5: tributary.pulsar.KeySharedMode
+	(CommandPartitionedTopicMetadataResponse_LookupType)(0), // 6: tributary.pulsar.CommandPartitionedTopicMetadataResponse.LookupType
+	(CommandLookupTopicResponse_LookupType)(0),              // 7: tributary.pulsar.CommandLookupTopicResponse.LookupType
+	(CommandGetTopicsOfNamespace_Mode)(0),                   // 8: tributary.pulsar.CommandGetTopicsOfNamespace.Mode
+	(CommandSubscribe_SubType)(0),                           // 9: tributary.pulsar.CommandSubscribe.SubType
+	(CommandSubscribe_InitialPosition)(0),                   // 10: tributary.pulsar.CommandSubscribe.InitialPosition
+	(CommandAck_AckType)(0),                                 // 11: tributary.pulsar.CommandAck.AckType
+	(CommandAck_ValidationError)(0),                         // 12: tributary.pulsar.CommandAck.ValidationError
+	(BaseCommand_Type)(0),                                   // 13: tributary.pulsar.BaseCommand.Type
+	(*MessageIdData)(nil),                                   // 14: tributary.pulsar.MessageIdData
+	(*KeyValue)(nil),                                        // 15: tributary.pulsar.KeyValue
+	(*KeyLongValue)(nil),                                    // 16: tributary.pulsar.KeyLongValue
+	(*IntRange)(nil),                                        // 17: tributary.pulsar.IntRange
+	(*MessageMetadata)(nil),                                 // 18: tributary.pulsar.MessageMetadata
+	(*SingleMessageMetadata)(nil),                           // 19: tributary.pulsar.SingleMessageMetadata
+	(*BrokerEntryMetadata)(nil),                             // 20: tributary.pulsar.BrokerEntryMetadata
+	(*CommandConnect)(nil),                                  // 21: tributary.pulsar.CommandConnect
+	(*FeatureFlags)(nil),                                    // 22: tributary.pulsar.FeatureFlags
+	(*CommandConnected)(nil),                                // 23: tributary.pulsar.CommandConnected
+	(*CommandPing)(nil),                                     // 24: tributary.pulsar.CommandPing
+	(*CommandPong)(nil),                                     // 25: tributary.pulsar.CommandPong
+	(*CommandSuccess)(nil),                                  // 26: tributary.pulsar.CommandSuccess
+	(*CommandError)(nil),                                    // 27: tributary.pulsar.CommandError
+	(*CommandPartitionedTopicMetadata)(nil),                 // 28: tributary.pulsar.CommandPartitionedTopicMetadata
+	(*CommandPartitionedTopicMetadataResponse)(nil),         // 29: tributary.pulsar.CommandPartitionedTopicMetadataResponse
+	(*CommandLookupTopic)(nil),                              // 30: tributary.pulsar.CommandLookupTopic
+	(*CommandLookupTopicResponse)(nil),                      // 31: tributary.pulsar.CommandLookupTopicResponse
+	(*CommandGetTopicsOfNamespace)(nil),                     // 32: tributary.pulsar.CommandGetTopicsOfNamespace
+	(*CommandGetTopicsOfNamespaceResponse)(nil),             // 33: tributary.pulsar.CommandGetTopicsOfNamespaceResponse
+	(*CommandProducer)(nil),                                 // 34: tributary.pulsar.CommandProducer
+	(*CommandProducerSuccess)(nil),                          // 35: tributary.pulsar.CommandProducerSuccess
+	(*CommandSend)(nil),                                     // 36: tributary.pulsar.CommandSend
+	(*CommandSendReceipt)(nil),                              // 37: tributary.pulsar.CommandSendReceipt
+	(*CommandSendError)(nil),                                // 38: tributary.pulsar.CommandSendError
+	(*CommandCloseProducer)(nil),                            // 39: tributary.pulsar.CommandCloseProducer
+	(*KeySharedMeta)(nil),                                   // 40: tributary.pulsar.KeySharedMeta
+	(*CommandSubscribe)(nil),                                // 41: tributary.pulsar.CommandSubscribe
+	(*CommandFlow)(nil),                                     // 42: tributary.pulsar.CommandFlow
+	(*CommandMessage)(nil),                                  // 43: tributary.pulsar.CommandMessage
+	(*CommandAck)(nil),                                      // 44: tributary.pulsar.CommandAck
+	(*CommandAckResponse)(nil),                              // 45: tributary.pulsar.CommandAckResponse
+	(*CommandActiveConsumerChange)(nil),                     // 46: tributary.pulsar.CommandActiveConsumerChange
+	(*CommandUnsubscribe)(nil),                              // 47: tributary.pulsar.CommandUnsubscribe
+	(*CommandSeek)(nil),                                     // 48: tributary.pulsar.CommandSeek
+	(*CommandReachedEndOfTopic)(nil),                        // 49: tributary.pulsar.CommandReachedEndOfTopic
+	(*CommandCloseConsumer)(nil),                            // 50: tributary.pulsar.CommandCloseConsumer
+	(*CommandRedeliverUnacknowledgedMessages)(nil),          // 51: tributary.pulsar.CommandRedeliverUnacknowledgedMessages
+	(*CommandGetLastMessageId)(nil),                         // 52: tributary.pulsar.CommandGetLastMessageId
+	(*CommandGetLastMessageIdResponse)(nil),                 // 53: tributary.pulsar.CommandGetLastMessageIdResponse
+	(*BaseCommand)(nil),                                     // 54: tributary.pulsar.BaseCommand
 }
 var file_pulsar_pb_PulsarApi_proto_depIdxs = []int32{
-	13, // 0: tributary.pulsar.MessageIdData.first_chunk_message_id:type_name -> tributary.pulsar.MessageIdData
-	14, // 1: tributary.pulsar.MessageMetadata.properties:type_name -> tributary.pulsar.KeyValue
+	14, // 0: tributary.pulsar.MessageIdData.first_chunk_message_id:type_name -> tributary.pulsar.MessageIdData
+	15, // 1: tributary.pulsar.MessageMetadata.properties:type_name -> tributary.pulsar.KeyValue
 	0,  // 2: tributary.pulsar.MessageMetadata.compression:type_name -> tributary.pulsar.CompressionType
-	14, // 3: tributary.pulsar.SingleMessageMetadata.properties:type_name -> tributary.pulsar.KeyValue
+	15, // 3: tributary.pulsar.SingleMessageMetadata.properties:type_name -> tributary.pulsar.KeyValue
 	2,  // 4: tributary.pulsar.CommandConnect.auth_method:type_name -> tributary.pulsar.AuthMethod
-	21, // 5: tributary.pulsar.CommandConnect.feature_flags:type_name -> tributary.pulsar.FeatureFlags
-	21, // 6: tributary.pulsar.CommandConnected.feature_flags:type_name -> tributary.pulsar.FeatureFlags
+	22, // 5: tributary.pulsar.CommandConnect.feature_flags:type_name -> tributary.pulsar.FeatureFlags
+	22, // 6: tributary.pulsar.CommandConnected.feature_flags:type_name -> tributary.pulsar.FeatureFlags
 	1,  // 7: tributary.pulsar.CommandError.error:type_name -> tributary.pulsar.ServerError
-	5,  // 8: tributary.pulsar.CommandPartitionedTopicMetadataResponse.response:type_name -> tributary.pulsar.CommandPartitionedTopicMetadataResponse.LookupType
+	6,  // 8: tributary.pulsar.CommandPartitionedTopicMetadataResponse.response:type_name -> tributary.pulsar.CommandPartitionedTopicMetadataResponse.LookupType
 	1,  // 9: tributary.pulsar.CommandPartitionedTopicMetadataResponse.error:type_name -> tributary.pulsar.ServerError
-	14, // 10: tributary.pulsar.CommandLookupTopic.properties:type_name -> tributary.pulsar.KeyValue
-	6,  // 11: tributary.pulsar.CommandLookupTopicResponse.response:type_name -> tributary.pulsar.CommandLookupTopicResponse.LookupType
+	15, // 10: tributary.pulsar.CommandLookupTopic.properties:type_name -> tributary.pulsar.KeyValue
+	7,  // 11: tributary.pulsar.CommandLookupTopicResponse.response:type_name -> tributary.pulsar.CommandLookupTopicResponse.LookupType
 	1,  // 12: tributary.pulsar.CommandLookupTopicResponse.error:type_name -> tributary.pulsar.ServerError
-	7,  // 13: tributary.pulsar.CommandGetTopicsOfNamespace.mode:type_name -> tributary.pulsar.CommandGetTopicsOfNamespace.Mode
-	4,  // 14: tributary.pulsar.KeySharedMeta.keySharedMode:type_name -> tributary.pulsar.KeySharedMode
-	16, // 15: tributary.pulsar.KeySharedMeta.hashRanges:type_name -> tributary.pulsar.IntRange
-	8,  // 16: tributary.pulsar.CommandSubscribe.subType:type_name -> tributary.pulsar.CommandSubscribe.SubType
-	13, // 17: tributary.pulsar.CommandSubscribe.start_message_id:type_name -> tributary.pulsar.MessageIdData
-	14, // 18: tributary.pulsar.CommandSubscribe.metadata:type_name -> tributary.pulsar.KeyValue
-	9,  // 19: tributary.pulsar.CommandSubscribe.initialPosition:type_name -> tributary.pulsar.CommandSubscribe.InitialPosition
-	35, // 20: tributary.pulsar.CommandSubscribe.keySharedMeta:type_name -> tributary.pulsar.KeySharedMeta
-	14, // 21: tributary.pulsar.CommandSubscribe.subscription_properties:type_name -> tributary.pulsar.KeyValue
-	13, // 22: tributary.pulsar.CommandMessage.message_id:type_name -> tributary.pulsar.MessageIdData
-	10, // 23: tributary.pulsar.CommandAck.ack_type:type_name -> tributary.pulsar.CommandAck.AckType
-	13, // 24: tributary.pulsar.CommandAck.message_id:type_name -> tributary.pulsar.MessageIdData
-	11, // 25: tributary.pulsar.CommandAck.validation_error:type_name -> tributary.pulsar.CommandAck.ValidationError
-	15, // 26: tributary.pulsar.CommandAck.properties:type_name -> tributary.pulsar.KeyLongValue
-	1,  // 27: tributary.pulsar.CommandAckResponse.error:type_name -> tributary.pulsar.ServerError
-	13, // 28: tributary.pulsar.CommandSeek.message_id:type_name -> tributary.pulsar.MessageIdData
-	13, // 29: tributary.pulsar.CommandRedeliverUnacknowledgedMessages.message_ids:type_name -> tributary.pulsar.MessageIdData
-	13, // 30: tributary.pulsar.CommandGetLastMessageIdResponse.last_message_id:type_name -> tributary.pulsar.MessageIdData
-	13, // 31: tributary.pulsar.CommandGetLastMessageIdResponse.consumer_mark_delete_position:type_name -> tributary.pulsar.MessageIdData
-	12, // 32: tributary.pulsar.BaseCommand.type:type_name -> tributary.pulsar.BaseCommand.Type
-	20, // 33: tributary.pulsar.BaseCommand.connect:type_name -> tributary.pulsar.CommandConnect
-	22, // 34: tributary.pulsar.BaseCommand.connected:type_name -> tributary.pulsar.CommandConnected
-	36, // 35: tributary.pulsar.BaseCommand.subscribe:type_name -> tributary.pulsar.CommandSubscribe
-	33, // 36: tributary.pulsar.BaseCommand.producer:type_name -> tributary.pulsar.CommandProducer
-	38, // 37: tributary.pulsar.BaseCommand.message:type_name -> tributary.pulsar.CommandMessage
-	39, // 38: tributary.pulsar.BaseCommand.ack:type_name -> tributary.pulsar.CommandAck
-	37, // 39: tributary.pulsar.BaseCommand.flow:type_name -> tributary.pulsar.CommandFlow
-	42, // 40: tributary.pulsar.BaseCommand.unsubscribe:type_name -> tributary.pulsar.CommandUnsubscribe
-	25, // 41: tributary.pulsar.BaseCommand.success:type_name -> tributary.pulsar.CommandSuccess
-	26, // 42: tributary.pulsar.BaseCommand.error:type_name -> tributary.pulsar.CommandError
-	34, // 43: tributary.pulsar.BaseCommand.close_producer:type_name -> tributary.pulsar.CommandCloseProducer
-	45, // 44: tributary.pulsar.BaseCommand.close_consumer:type_name -> tributary.pulsar.CommandCloseConsumer
-	23, // 45: tributary.pulsar.BaseCommand.ping:type_name -> tributary.pulsar.CommandPing
-	24, // 46: tributary.pulsar.BaseCommand.pong:type_name -> tributary.pulsar.CommandPong
-	46, // 47: tributary.pulsar.BaseCommand.redeliverUnacknowledgedMessages:type_name -> tributary.pulsar.CommandRedeliverUnacknowledgedMessages
-	27, // 48: tributary.pulsar.BaseCommand.partitionMetadata:type_name -> tributary.pulsar.CommandPartitionedTopicMetadata
-	28, // 49: tributary.pulsar.BaseCommand.partitionMetadataResponse:type_name -> tributary.pulsar.CommandPartitionedTopicMetadataResponse
-	29, // 50: tributary.pulsar.BaseCommand.lookupTopic:type_name -> tributary.pulsar.CommandLookupTopic
-	30, // 51: tributary.pulsar.BaseCommand.lookupTopicResponse:type_name -> tributary.pulsar.CommandLookupTopicResponse
-	44, // 52: tributary.pulsar.BaseCommand.reachedEndOfTopic:type_name -> tributary.pulsar.CommandReachedEndOfTopic
-	43, // 53: tributary.pulsar.BaseCommand.seek:type_name -> tributary.pulsar.CommandSeek
-	47, // 54: tributary.pulsar.BaseCommand.getLastMessageId:type_name -> tributary.pulsar.CommandGetLastMessageId
-	48, // 55: tributary.pulsar.BaseCommand.getLastMessageIdResponse:type_name -> tributary.pulsar.CommandGetLastMessageIdResponse
-	41, // 56: tributary.pulsar.BaseCommand.active_consumer_change:type_name -> tributary.pulsar.CommandActiveConsumerChange
-	31, // 57: tributary.pulsar.BaseCommand.getTopicsOfNamespace:type_name -> tributary.pulsar.CommandGetTopicsOfNamespace
-	32, // 58: tributary.pulsar.BaseCommand.getTopicsOfNamespaceResponse:type_name -> tributary.pulsar.CommandGetTopicsOfNamespaceResponse
-	40, // 59: tributary.pulsar.BaseCommand.ackResponse:type_name -> tributary.pulsar.CommandAckResponse
-	60, // [60:60] is the sub-list for method output_type
-	60, // [60:60] is the sub-list for method input_type
-	60, // [60:60] is the sub-list for extension type_name
-	60, // [60:60] is the sub-list for extension extendee
-	0,  // [0:60] is the sub-list for field type_name
+	8,  // 13: tributary.pulsar.CommandGetTopicsOfNamespace.mode:type_name -> tributary.pulsar.CommandGetTopicsOfNamespace.Mode
+	15, // 14: tributary.pulsar.CommandProducer.metadata:type_name -> tributary.pulsar.KeyValue
+	4,  // 15: tributary.pulsar.CommandProducer.producer_access_mode:type_name -> tributary.pulsar.ProducerAccessMode
+	14, // 16: tributary.pulsar.CommandSend.message_id:type_name -> tributary.pulsar.MessageIdData
+	14, // 17: tributary.pulsar.CommandSendReceipt.message_id:type_name -> tributary.pulsar.MessageIdData
+	1,  // 18: tributary.pulsar.CommandSendError.error:type_name -> tributary.pulsar.ServerError
+	5,  // 19: tributary.pulsar.KeySharedMeta.keySharedMode:type_name -> tributary.pulsar.KeySharedMode
+	17, // 20: tributary.pulsar.KeySharedMeta.hashRanges:type_name -> tributary.pulsar.IntRange
+	9,  // 21: tributary.pulsar.CommandSubscribe.subType:type_name -> tributary.pulsar.CommandSubscribe.SubType
+	14, // 22: tributary.pulsar.CommandSubscribe.start_message_id:type_name -> tributary.pulsar.MessageIdData
+	15, // 23: tributary.pulsar.CommandSubscribe.metadata:type_name -> tributary.pulsar.KeyValue
+	10, // 24: tributary.pulsar.CommandSubscribe.initialPosition:type_name -> tributary.pulsar.CommandSubscribe.InitialPosition
+	40, // 25: tributary.pulsar.CommandSubscribe.keySharedMeta:type_name -> tributary.pulsar.KeySharedMeta
+	15, // 26: tributary.pulsar.CommandSubscribe.subscription_properties:type_name -> tributary.pulsar.KeyValue
+	14, // 27: tributary.pulsar.CommandMessage.message_id:type_name -> tributary.pulsar.MessageIdData
+	11, // 28: tributary.pulsar.CommandAck.ack_type:type_name -> tributary.pulsar.CommandAck.AckType
+	14, // 29: tributary.pulsar.CommandAck.message_id:type_name -> tributary.pulsar.MessageIdData
+	12, // 30: tributary.pulsar.CommandAck.validation_error:type_name -> tributary.pulsar.CommandAck.ValidationError
+	16, // 31: tributary.pulsar.CommandAck.properties:type_name -> tributary.pulsar.KeyLongValue
+	1,  // 32: tributary.pulsar.CommandAckResponse.error:type_name -> tributary.pulsar.ServerError
+	14, // 33: tributary.pulsar.CommandSeek.message_id:type_name -> tributary.pulsar.MessageIdData
+	14, // 34: tributary.pulsar.CommandRedeliverUnacknowledgedMessages.message_ids:type_name -> tributary.pulsar.MessageIdData
+	14, // 35: tributary.pulsar.CommandGetLastMessageIdResponse.last_message_id:type_name -> tributary.pulsar.MessageIdData
+	14, // 36: tributary.pulsar.CommandGetLastMessageIdResponse.consumer_mark_delete_position:type_name -> tributary.pulsar.MessageIdData
+	13, // 37: tributary.pulsar.BaseCommand.type:type_name -> tributary.pulsar.BaseCommand.Type
+	21, // 38: tributary.pulsar.BaseCommand.connect:type_name -> tributary.pulsar.CommandConnect
+	23, // 39: tributary.pulsar.BaseCommand.connected:type_name -> tributary.pulsar.CommandConnected
+	41, // 40: tributary.pulsar.BaseCommand.subscribe:type_name -> tributary.pulsar.CommandSubscribe
+	34, // 41: tributary.pulsar.BaseCommand.producer:type_name -> tributary.pulsar.CommandProducer
+	36, // 42: tributary.pulsar.BaseCommand.send:type_name -> tributary.pulsar.CommandSend
+	37, // 43: tributary.pulsar.BaseCommand.send_receipt:type_name -> tributary.pulsar.CommandSendReceipt
+	38, // 44: tributary.pulsar.BaseCommand.send_error:type_name -> tributary.pulsar.CommandSendError
+	43, // 45: tributary.pulsar.BaseCommand.message:type_name -> tributary.pulsar.CommandMessage
+	44, // 46: tributary.pulsar.BaseCommand.ack:type_name -> tributary.pulsar.CommandAck
+	42, // 47: tributary.pulsar.BaseCommand.flow:type_name -> tributary.pulsar.CommandFlow
+	47, // 48: tributary.pulsar.BaseCommand.unsubscribe:type_name -> tributary.pulsar.CommandUnsubscribe
+	26, // 49: tributary.pulsar.BaseCommand.success:type_name -> tributary.pulsar.CommandSuccess
+	27, // 50: tributary.pulsar.BaseCommand.error:type_name -> tributary.pulsar.CommandError
+	39, // 51: tributary.pulsar.BaseCommand.close_producer:type_name -> tributary.pulsar.CommandCloseProducer
+	50, // 52: tributary.pulsar.BaseCommand.close_consumer:type_name -> tributary.pulsar.CommandCloseConsumer
+	35, // 53: tributary.pulsar.BaseCommand.producer_success:type_name -> tributary.pulsar.CommandProducerSuccess
+	24, // 54: tributary.pulsar.BaseCommand.ping:type_name -> tributary.pulsar.CommandPing
+	25, // 55: tributary.pulsar.BaseCommand.pong:type_name -> tributary.pulsar.CommandPong
+	51, // 56: tributary.pulsar.BaseCommand.redeliverUnacknowledgedMessages:type_name -> tributary.pulsar.CommandRedeliverUnacknowledgedMessages
+	28, // 57: tributary.pulsar.BaseCommand.partitionMetadata:type_name -> tributary.pulsar.CommandPartitionedTopicMetadata
+	29, // 58: tributary.pulsar.BaseCommand.partitionMetadataResponse:type_name -> tributary.pulsar.CommandPartitionedTopicMetadataResponse
+	30, // 59: tributary.pulsar.BaseCommand.lookupTopic:type_name -> tributary.pulsar.CommandLookupTopic
+	31, // 60: tributary.pulsar.BaseCommand.lookupTopicResponse:type_name -> tributary.pulsar.CommandLookupTopicResponse
+	49, // 61: tributary.pulsar.BaseCommand.reachedEndOfTopic:type_name -> tributary.pulsar.CommandReachedEndOfTopic
+	48, // 62: tributary.pulsar.BaseCommand.seek:type_name -> tributary.pulsar.CommandSeek
+	52, // 63: tributary.pulsar.BaseCommand.getLastMessageId:type_name -> tributary.pulsar.CommandGetLastMessageId
+	53, // 64: tributary.pulsar.BaseCommand.getLastMessageIdResponse:type_name -> tributary.pulsar.CommandGetLastMessageIdResponse
+	46, // 65: tributary.pulsar.BaseCommand.active_consumer_change:type_name -> tributary.pulsar.CommandActiveConsumerChange
+	32, // 66: tributary.pulsar.BaseCommand.getTopicsOfNamespace:type_name -> tributary.pulsar.CommandGetTopicsOfNamespace
+	33, // 67: tributary.pulsar.BaseCommand.getTopicsOfNamespaceResponse:type_name -> tributary.pulsar.CommandGetTopicsOfNamespaceResponse
+	45, // 68: tributary.pulsar.BaseCommand.ackResponse:type_name -> tributary.pulsar.CommandAckResponse
+	69, // [69:69] is the sub-list for method output_type
+	69, // [69:69] is the sub-list for method input_type
+	69, // [69:69] is the sub-list for extension type_name
+	69, // [69:69] is the sub-list for extension extendee
+	0,  // [0:69] is the sub-list for field type_name
 }
 
 func init() { file_pulsar_pb_PulsarApi_proto_init() }
@@ -4817,8 +5406,8 @@ func file_pulsar_pb_PulsarApi_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pulsar_pb_PulsarApi_proto_rawDesc), len(file_pulsar_pb_PulsarApi_proto_rawDesc)),
-			NumEnums:      13,
-			NumMessages:   37,
+			NumEnums:      14,
+			NumMessages:   41,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

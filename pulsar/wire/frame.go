@@ -17,7 +17,8 @@ package wire
 //
 // The CRC32C (Castagnoli) covers everything from the metadata size to the
 // end of the frame. Decoding checks it and refuses a mismatch
-// (ErrChecksum); encoding always writes it. A frame larger than the
+// (ErrChecksum, returning the frame's command alone); encoding always
+// writes it. A frame larger than the
 // reader's limit is refused before its body is read (ErrFrameTooLarge):
 // the connection cannot resynchronise after that and is closed.
 
@@ -122,7 +123,8 @@ func DecodeFrame(b []byte) (Frame, error) {
 	want := binary.BigEndian.Uint32(b[2:])
 	b = b[6:]
 	if got := crc32.Checksum(b, Castagnoli); got != want {
-		return Frame{}, fmt.Errorf("%w: computed %08x, frame says %08x", ErrChecksum, got, want)
+		// The command is returned: the server answers a SEND with it.
+		return Frame{Cmd: f.Cmd}, fmt.Errorf("%w: computed %08x, frame says %08x", ErrChecksum, got, want)
 	}
 	m, rest, err := sizedMessage(b, "message metadata", &pb.MessageMetadata{})
 	if err != nil {
