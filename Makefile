@@ -17,7 +17,7 @@ AZURITE := 3.37.0
 # seaweedfs: its go.mod has a replace line), once into WEED.
 WEED ?= $(HOME)/.cache/tributary/seaweedfs/weed
 
-.PHONY: all build build-edge run test deps vet unit e2e bench fuzz clean fmt proto docs
+.PHONY: all build build-edge run test deps deps-base weed vet unit e2e bench fuzz clean fmt proto docs
 
 all: build
 
@@ -56,7 +56,9 @@ run: build
 # rather than letting tests skip. The partition suite (e2e/partition_*)
 # needs ip (iproute2) for network namespaces and nft (nftables) for its
 # silent cuts. The doc run (e2e TestDocs) runs curl and openssl as the docs do.
-deps:
+deps: deps-base weed
+
+deps-base:
 	@missing=""; for b in mosquitto mosquitto_pub mosquitto_sub kcat curl openssl nft ip; do \
 	  command -v $$b >/dev/null 2>&1 || [ -x /usr/sbin/$$b ] || missing="$$missing $$b"; done; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
@@ -80,12 +82,15 @@ deps:
 	  mkdir -p $$HOME/.cache/tributary/azurite && cd $$HOME/.cache/tributary/azurite && \
 	  npm install --no-audit --no-fund --silent azurite@$(AZURITE); \
 	fi
-	@if [ ! -x $(WEED) ]; then \
-	  echo "building SeaweedFS into $(WEED) (a real Iceberg REST catalog and S3 store for the tests; minutes, once)"; \
-	  mkdir -p $$(dirname $(WEED)) && cd tools/seaweedfs && $(GO) build -o $(WEED) github.com/seaweedfs/seaweedfs/weed; \
-	fi
 	cd e2e/testdata/duckdb && npm ci --no-audit --no-fund --silent
 	$(GO) mod download
+
+# weed builds SeaweedFS into WEED once (only the e2e tests use it).
+weed:
+	@if [ ! -x $(WEED) ]; then \
+	  echo "building SeaweedFS into $(WEED) (a real Iceberg REST catalog and S3 store for the tests; minutes, once)"; \
+	  mkdir -p $$(dirname $(WEED)) && cd tools/seaweedfs && $(GO) build -o $(WEED).tmp github.com/seaweedfs/seaweedfs/weed && mv $(WEED).tmp $(WEED); \
+	fi
 
 vet:
 	$(GO) vet $(PKGS)
@@ -101,7 +106,17 @@ unit:
 e2e: build
 	$(GO) test -count=1 -timeout 30m ./e2e/...
 
-test: deps vet unit e2e
+# test builds SeaweedFS (minutes on a fresh machine, e2e only) in the
+# background while vet and the unit tests run, and fails if that build did.
+WEED_LOG := $(HOME)/.cache/tributary/seaweedfs/build.log
+test: deps-base
+	@mkdir -p $$(dirname $(WEED_LOG)); \
+	$(MAKE) --no-print-directory weed > $(WEED_LOG) 2>&1 & weed=$$!; \
+	[ -x $(WEED) ] || echo "building SeaweedFS in the background (log: $(WEED_LOG))"; \
+	$(MAKE) --no-print-directory vet unit; rc=$$?; \
+	if ! wait $$weed; then cat $(WEED_LOG); echo "make test: building SeaweedFS failed (log above)"; exit 1; fi; \
+	[ $$rc -eq 0 ] || exit $$rc; \
+	$(MAKE) --no-print-directory e2e
 
 bench: deps build
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./wal/
