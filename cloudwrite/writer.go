@@ -337,7 +337,10 @@ func (w *Writer) flush(subs []submission, bytes int, prev <-chan struct{}, mine 
 		idx[s.t] = i
 	}
 	seqStart := time.Now()
-	ctx, cancel = context.WithTimeout(context.Background(), w.cfg.PutTimeout)
+	// Sequenced by half the orphan grace at the latest: the sweep spares
+	// an object older than the grace only when it finds it sequenced,
+	// so a sequencing that committed later could lose what it answered.
+	ctx, cancel = context.WithDeadline(context.Background(), minTime(seqStart.Add(w.cfg.PutTimeout), start.Add(w.cfg.OrphanGrace/2)))
 	outs, err := w.st.Sequence(ctx, key, w.cfg.Server, segs, refs, after...)
 	cancel()
 	w.m.sequence.Observe(time.Since(seqStart).Seconds())
@@ -357,6 +360,13 @@ func (w *Writer) flush(subs []submission, bytes int, prev <-chan struct{}, mine 
 		s.t.settle(outs[i].Err == nil)
 		s.done(outs[i], nil)
 	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // settledOK tells whether t is settled and was sequenced (a predecessor

@@ -288,3 +288,39 @@ func TestConcurrentServersSQLite(t *testing.T) { concurrentServers(t, newEnv(t, 
 func TestConcurrentServersPostgres(t *testing.T) {
 	concurrentServers(t, newEnv(t, testkit.Postgres(t)), 3, 60)
 }
+
+// A sequencing that waits on the state database (another writer holds
+// it) gives up at half the orphan grace, refusing its producers: the
+// object would otherwise be sequenced, and answered, while the orphan
+// sweep, which spares only sequenced objects, may delete it.
+func TestSequencingStopsAtHalfTheOrphanGrace(t *testing.T) {
+	e := newEnv(t, "")
+	const grace = 1200 * time.Millisecond
+	w := e.writer("s1", func(c *Config) { c.OrphanGrace = grace })
+	lock, err := OpenState(e.uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	tx, err := lock.db.BeginTx(context.Background(), nil) // BEGIN IMMEDIATE: holds the write lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(`INSERT INTO tributary_cw_ids (name, next_id) VALUES ('lock', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	ch := make(chan result, 1)
+	w.Submit(testSegment("f.t", 0, -1, 0, 2), func(o Outcome, err error) { ch <- result{o, err} })
+	// The lock is held past the grace: a sequencing still waiting would
+	// commit once it is released.
+	time.AfterFunc(grace+200*time.Millisecond, func() { tx.Rollback() })
+	// (SQLite's wait for the lock does not end at the deadline: the
+	// refusal comes once it is released, the deadline past.)
+	if r := <-ch; !errors.Is(r.err, ErrNotWritten) {
+		t.Fatalf("sequenced after %v although the orphan grace is %v: %+v", time.Since(start), grace, r)
+	}
+	if end, ok, _ := e.st.End(context.Background(), "f.t", 0); ok || end != 0 {
+		t.Fatalf("the refused object took offsets: %d", end)
+	}
+}
