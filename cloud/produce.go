@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sort"
 	"time"
@@ -60,7 +61,9 @@ type ProduceConfig struct {
 	Grace time.Duration `yaml:"grace"`
 	// OrphanGrace: a WAL object never sequenced (its server died after
 	// the put) is deleted when older than this; every cloud server must
-	// have the same. Default 10m.
+	// have the same. A flush whose put and sequencing take more than half
+	// of it is refused (retriable), so keep minutes in production; at
+	// least 1s. Default 10m.
 	OrphanGrace time.Duration `yaml:"orphan_grace"`
 }
 
@@ -98,8 +101,8 @@ func (p *ProduceConfig) validate(bad func(field, format string, args ...any)) {
 	if p.CommitInterval <= 0 || p.Grace <= 0 {
 		bad("cloud_produce.commit_interval", "commit_interval and grace must be positive")
 	}
-	if p.OrphanGrace < time.Minute {
-		bad("cloud_produce.orphan_grace", "%v: want at least 1m (longer than a put and a sequencing)", p.OrphanGrace)
+	if p.OrphanGrace < time.Second {
+		bad("cloud_produce.orphan_grace", "%v: want at least 1s (longer than a put and a sequencing)", p.OrphanGrace)
 	}
 }
 
@@ -137,7 +140,8 @@ func (s *Server) openWritePath(ctx context.Context) (*writePath, error) {
 	log := s.log.With("component", "cloud-write")
 	wp := &writePath{st: st, bucket: b, done: make(chan struct{})}
 	wp.w = cloudwrite.NewWriter(cloudwrite.Config{Server: pc.ServerID, FlushInterval: pc.FlushInterval, FlushBytes: int(pc.FlushBytes),
-		MaxBufferedBytes: int64(pc.MaxBufferedBytes), OrphanGrace: pc.OrphanGrace, Logger: log, Metrics: s.cwm}, st, store)
+		MaxBufferedBytes: int64(pc.MaxBufferedBytes), OrphanGrace: pc.OrphanGrace, Logger: log, Metrics: s.cwm,
+		TestPause: testPause(log)}, st, store)
 	wp.tail = cloudwrite.NewTail(st, store, 0)
 	wp.commit = cloudwrite.NewCommitter(cloudwrite.CommitConfig{Server: pc.ServerID, Interval: pc.CommitInterval,
 		Grace: pc.Grace, OrphanGrace: pc.OrphanGrace, Logger: log, Put: b.WriteAll}, s.cat, st, wp.tail, store)
@@ -157,6 +161,22 @@ func (s *Server) openWritePath(ctx context.Context) (*writePath, error) {
 		wp.commit.Run(cctx)
 	}()
 	return wp, nil
+}
+
+// testPause is the flush pipeline's test pause point from the
+// environment (cloudwrite.TestPauseEnv, tests only), "" when unset or
+// not a point.
+func testPause(log *slog.Logger) string {
+	p := os.Getenv(cloudwrite.TestPauseEnv)
+	if p == "" {
+		return ""
+	}
+	if !cloudwrite.IsPausePoint(p) {
+		log.Error("ignoring a bad test pause point", "env", cloudwrite.TestPauseEnv, "value", p)
+		return ""
+	}
+	log.Warn("test hook: every cloud write flush blocks at a point until the process is killed", "env", cloudwrite.TestPauseEnv, "point", p)
+	return p
 }
 
 // close answers what is buffered, stops the table job and closes the

@@ -70,9 +70,42 @@ type Config struct {
 	// Metrics to count in (NewMetrics); nil = the writer's own.
 	Metrics *Metrics
 
+	// TestPause, tests only, names a point of the flush pipeline
+	// (PauseBeforePut, PauseAfterPut, PauseAfterSequence) where every
+	// flush logs "test pause" and blocks for good, so that an end-to-end
+	// test can kill -9 the server there (cloud: TestPauseEnv). Never set
+	// it in production: the writer stops answering.
+	TestPause string
+
 	// afterPut, for tests, runs between an object's put and its
 	// sequencing; an error stops the flush there (a crash).
 	afterPut func(key string) error
+}
+
+// The points of the flush pipeline Config.TestPause names.
+const (
+	PauseBeforePut     = "cloudwrite.before-put"     // the object is encoded, not yet put
+	PauseAfterPut      = "cloudwrite.after-put"      // put, not yet sequenced: an orphan
+	PauseAfterSequence = "cloudwrite.after-sequence" // sequenced, the producers not yet answered
+)
+
+// TestPauseEnv, tests only, is the environment variable a cloud server
+// reads Config.TestPause from.
+const TestPauseEnv = "TRIBUTARY_TEST_PAUSE"
+
+// IsPausePoint tells whether p names a point Config.TestPause may name.
+func IsPausePoint(p string) bool {
+	return p == PauseBeforePut || p == PauseAfterPut || p == PauseAfterSequence
+}
+
+// pause blocks the flush of object for good when Config.TestPause is
+// point (tests only).
+func (w *Writer) pause(point, object string) {
+	if w.cfg.TestPause != point {
+		return
+	}
+	w.log.Warn("test pause: the flush blocks here until the process is killed", "point", point, "object", object)
+	select {}
 }
 
 func (c *Config) defaults() {
@@ -301,11 +334,15 @@ func (w *Writer) flush(subs []submission, bytes int, prev <-chan struct{}, mine 
 	}
 	key := ObjectKey(w.cfg.Server, start)
 	data, refs := wire.EncodeObject(nil, w.cfg.Server, start.UnixMicro(), segs)
+	w.pause(PauseBeforePut, key)
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.PutTimeout)
 	err := w.store.Put(ctx, key, data)
 	cancel()
 	<-w.slots
 	w.m.put.Observe(time.Since(start).Seconds())
+	if err == nil {
+		w.pause(PauseAfterPut, key)
+	}
 	if err == nil && w.cfg.afterPut != nil {
 		err = w.cfg.afterPut(key)
 	}
@@ -350,6 +387,7 @@ func (w *Writer) flush(subs []submission, bytes int, prev <-chan struct{}, mine 
 		fail(fmt.Errorf("%w: %v", ErrNotWritten, err))
 		return
 	}
+	w.pause(PauseAfterSequence, key)
 	w.m.objects.Inc()
 	w.m.bytes.Add(float64(len(data)))
 	answered = true
