@@ -2,17 +2,24 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
 
 	"github.com/tributary-io/tributary"
+	"github.com/tributary-io/tributary/auth"
 	"github.com/tributary-io/tributary/grpcapi/pb/pbconnect"
 )
 
@@ -128,3 +135,104 @@ func cloudPartition(t *testing.T, addr, stream string) int32 {
 	}
 	return resp.Topics[0].Partitions[0].Partition
 }
+
+// TestCloudProduceACL: on a cloud server with authentication and ACLs, a
+// principal with only the consume right on a stream is refused produce
+// over Kafka (TOPIC_AUTHORIZATION_FAILED), HTTP (403) and gRPC
+// (PERMISSION_DENIED), and nothing of its lands; a principal with the
+// produce right writes.
+func TestCloudProduceACL(t *testing.T) {
+	dir, secDir := t.TempDir(), t.TempDir()
+	const stream = "factory.cloudacl"
+	users := filepath.Join(secDir, "passwd")
+	for _, u := range []string{"writer", "reader"} {
+		if err := auth.SetPassword(users, u, []byte(pw(u))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sec := fmt.Sprintf(`http:
+  addr: 127.0.0.1:0
+security:
+  allow_anonymous: false
+  users_file: %s
+  acl:
+    - {principal: writer, allow: [produce, consume], streams: ["factory.*"]}
+    - {principal: reader, allow: [consume], streams: ["factory.*"]}
+`, users)
+	c := startProc(t, dir, "cloud", "-config", cloudProduceConfig(t, dir, "", "c", "", sec))
+	kafkaAs := func(u string) *kgo.Client {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(c.CloudKafka), kgo.AllowAutoTopicCreation(), kgo.RecordRetries(2),
+			kgo.SASL(plain.Auth{User: u, Pass: pw(u)}.AsMechanism()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return cl
+	}
+	acks := &cpAcks{m: map[string]int64{}}
+	httpAs := func(u, v string) int {
+		req, _ := http.NewRequest("POST", fmt.Sprintf("http://%s/v3/clusters/tributary/topics/%s/records", c.CloudHTTP, stream),
+			strings.NewReader(fmt.Sprintf(`{"value":{"type":"STRING","data":%q}}`, v)))
+		req.SetBasicAuth(u, pw(u))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var r httpReport
+		if resp.StatusCode == http.StatusOK {
+			if err := json.NewDecoder(resp.Body).Decode(&r); err != nil || r.Offset == nil {
+				t.Fatalf("report: %v", err)
+			}
+			acks.add(t, v, *r.Offset)
+		}
+		return resp.StatusCode
+	}
+	grpcAs := func(u string) pbconnect.ProduceServiceClient {
+		hc := h2c()
+		tr := hc.Transport
+		hc.Transport = roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			r = r.Clone(r.Context())
+			r.SetBasicAuth(u, pw(u))
+			return tr.RoundTrip(r)
+		})
+		return pbconnect.NewProduceServiceClient(hc, "http://"+c.CloudHTTP, connect.WithGRPC())
+	}
+	if r := kafkaAs("writer").ProduceSync(context.Background(), &kgo.Record{Topic: stream, Value: []byte("w-kafka")})[0]; r.Err != nil {
+		t.Fatalf("writer over Kafka: %v", r.Err)
+	} else {
+		acks.add(t, "w-kafka", r.Record.Offset)
+	}
+	if r := kafkaAs("reader").ProduceSync(context.Background(), &kgo.Record{Topic: stream, Value: []byte("r-kafka")})[0]; !errors.Is(r.Err, kerr.TopicAuthorizationFailed) {
+		t.Errorf("reader over Kafka: %v, want TOPIC_AUTHORIZATION_FAILED", r.Err)
+	}
+	if code := httpAs("reader", "r-http"); code != http.StatusForbidden {
+		t.Errorf("reader over HTTP: %d, want 403", code)
+	}
+	if code := httpAs("writer", "w-http"); code != http.StatusOK {
+		t.Errorf("writer over HTTP: %d, want 200", code)
+	}
+	if _, err := cpGRPCProduce(grpcAs("reader"), stream, []string{"r-grpc"}); err == nil || !strings.Contains(err.Error(), "permission_denied") {
+		t.Errorf("reader over gRPC: %v, want PERMISSION_DENIED", err)
+	}
+	got, err := cpGRPCProduce(grpcAs("writer"), stream, []string{"w-grpc"})
+	if rest := acks.keep(t, []string{"w-grpc"}, got); err != nil || len(rest) > 0 {
+		t.Fatalf("writer over gRPC: %v", err)
+	}
+	waitFor(t, 60*time.Second, "the table commits the writer's records", func() bool { return len(readTable(t, dir, stream)) >= len(acks.m) })
+	rows := readTable(t, dir, stream)
+	if len(rows) != len(acks.m) {
+		t.Fatalf("%d rows, want the %d the writer produced", len(rows), len(acks.m))
+	}
+	for _, r := range rows {
+		if off, ok := acks.m[string(r.Value)]; !ok || off != r.Offset {
+			t.Fatalf("row %q at %d: not the writer's acknowledged record", r.Value, r.Offset)
+		}
+	}
+	c.stop()
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
