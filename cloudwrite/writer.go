@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -72,10 +75,12 @@ type Config struct {
 
 	// TestPause, tests only, names a point of the flush pipeline
 	// (PauseBeforePut, PauseAfterPut, PauseAfterSequence) where every
-	// flush logs "test pause" and blocks for good, so that an end-to-end
-	// test can kill -9 the server there (cloud: TestPauseEnv). Never set
-	// it in production: the writer stops answering.
-	TestPause string
+	// flush but the first TestPauseSkip logs "test pause" and blocks for
+	// good, so that an end-to-end test can kill -9 the server there
+	// (cloud: TestPauseEnv). Never set it in production: the writer
+	// stops answering.
+	TestPause     string
+	TestPauseSkip int
 
 	// afterPut, for tests, runs between an object's put and its
 	// sequencing; an error stops the flush there (a crash).
@@ -90,21 +95,33 @@ const (
 )
 
 // TestPauseEnv, tests only, is the environment variable a cloud server
-// reads Config.TestPause from.
+// reads Config.TestPause from: POINT, or POINT:N to let the first N
+// flushes through (ParseTestPause).
 const TestPauseEnv = "TRIBUTARY_TEST_PAUSE"
 
-// IsPausePoint tells whether p names a point Config.TestPause may name.
-func IsPausePoint(p string) bool {
-	return p == PauseBeforePut || p == PauseAfterPut || p == PauseAfterSequence
+// ParseTestPause parses TestPauseEnv's value into Config.TestPause and
+// TestPauseSkip; ok is false when it names no point.
+func ParseTestPause(v string) (point string, skip int, ok bool) {
+	point, n, cut := strings.Cut(v, ":")
+	if cut {
+		var err error
+		if skip, err = strconv.Atoi(n); err != nil || skip < 0 {
+			return "", 0, false
+		}
+	}
+	if point != PauseBeforePut && point != PauseAfterPut && point != PauseAfterSequence {
+		return "", 0, false
+	}
+	return point, skip, true
 }
 
 // pause blocks the flush of object for good when Config.TestPause is
 // point (tests only).
-func (w *Writer) pause(point, object string) {
-	if w.cfg.TestPause != point {
+func (w *Writer) pause(point, object string, segments int) {
+	if w.cfg.TestPause != point || w.pauses.Add(1) <= int64(w.cfg.TestPauseSkip) {
 		return
 	}
-	w.log.Warn("test pause: the flush blocks here until the process is killed", "point", point, "object", object)
+	w.log.Warn("test pause: the flush blocks here until the process is killed", "point", point, "object", object, "segments", segments)
 	select {}
 }
 
@@ -185,6 +202,7 @@ type Writer struct {
 	prev     chan struct{} // closed when the last cut flush has sequenced
 	slots    chan struct{}
 	wg       sync.WaitGroup
+	pauses   atomic.Int64 // flushes that reached Config.TestPause
 
 	m *Metrics
 }
@@ -334,14 +352,14 @@ func (w *Writer) flush(subs []submission, bytes int, prev <-chan struct{}, mine 
 	}
 	key := ObjectKey(w.cfg.Server, start)
 	data, refs := wire.EncodeObject(nil, w.cfg.Server, start.UnixMicro(), segs)
-	w.pause(PauseBeforePut, key)
+	w.pause(PauseBeforePut, key, len(segs))
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.PutTimeout)
 	err := w.store.Put(ctx, key, data)
 	cancel()
 	<-w.slots
 	w.m.put.Observe(time.Since(start).Seconds())
 	if err == nil {
-		w.pause(PauseAfterPut, key)
+		w.pause(PauseAfterPut, key, len(segs))
 	}
 	if err == nil && w.cfg.afterPut != nil {
 		err = w.cfg.afterPut(key)
@@ -387,7 +405,7 @@ func (w *Writer) flush(subs []submission, bytes int, prev <-chan struct{}, mine 
 		fail(fmt.Errorf("%w: %v", ErrNotWritten, err))
 		return
 	}
-	w.pause(PauseAfterSequence, key)
+	w.pause(PauseAfterSequence, key, len(segs))
 	w.m.objects.Inc()
 	w.m.bytes.Add(float64(len(data)))
 	answered = true

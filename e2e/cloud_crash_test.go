@@ -34,9 +34,10 @@ func TestCloudProduceCrash(t *testing.T) { cloudProduceCrash(t, "") }
 // catalog and the state database on PostgreSQL.
 func TestCloudProduceCrashPostgres(t *testing.T) { cloudProduceCrash(t, startPostgres(t)) }
 
-// cpOrphanGrace is the tests' cloud_produce.orphan_grace: b sweeps every
-// quarter of it.
-const cpOrphanGrace = "  orphan_grace: 2s\n"
+// cpOrphanGrace is the crash tests' cloud_produce.orphan_grace (b
+// sweeps every quarter of it) and lease (b takes the table's commit job
+// over from the killed a).
+const cpOrphanGrace = "  orphan_grace: 2s\n  lease: 1s\n"
 
 func cloudProduceCrash(t *testing.T, dsn string) {
 	dir := t.TempDir()
@@ -44,7 +45,9 @@ func cloudProduceCrash(t *testing.T, dsn string) {
 	for i, point := range []string{cloudwrite.PauseBeforePut, cloudwrite.PauseAfterPut, cloudwrite.PauseAfterSequence} {
 		t.Run(strings.TrimPrefix(point, "cloudwrite."), func(t *testing.T) {
 			stream := fmt.Sprintf("factory.cloudcrash%d", i)
-			a := startProcWrapped(t, []string{"env", cloudwrite.TestPauseEnv + "=" + point}, dir,
+			// The first flush goes through: its answer lets the producer
+			// have five batches in flight, which the paused one holds.
+			a := startProcWrapped(t, []string{"env", cloudwrite.TestPauseEnv + "=" + point + ":1"}, dir,
 				"cloud", "-config", cloudProduceConfig(t, dir, dsn, "a", "", cpOrphanGrace))
 			seed := testkit.NewProxy(t, a.CloudKafka)
 			cl, err := kgo.NewClient(kgo.SeedBrokers(seed.Addr()), kgo.ProducerBatchCompression(kgo.Lz4Compression()),
@@ -56,6 +59,11 @@ func cloudProduceCrash(t *testing.T, dsn string) {
 			defer cl.Close()
 			const n = 400
 			acks := &cpAcks{m: map[string]int64{}}
+			warm := &kgo.Record{Topic: stream, Value: []byte(point + "-first")}
+			if err := cl.ProduceSync(context.Background(), warm).FirstErr(); err != nil {
+				t.Fatalf("first record: %v", err)
+			}
+			acks.add(t, string(warm.Value), warm.Offset)
 			var wg sync.WaitGroup
 			for j := range n {
 				v := fmt.Sprintf("%s-%04d-%s", point, j, strings.Repeat("x", 40))
@@ -74,13 +82,14 @@ func cloudProduceCrash(t *testing.T, dsn string) {
 			}
 			seed.Retarget(b.CloudKafka)
 			a.kill()
+			t.Logf("paused: %s", a.tail(1))
 			orphans := walObjects(t, dir, "a-")
 			wg.Wait()
 			if t.Failed() {
 				t.FailNow()
 			}
-			if len(acks.m) != n {
-				t.Fatalf("%d records acknowledged, want %d", len(acks.m), n)
+			if len(acks.m) != n+1 {
+				t.Fatalf("%d records acknowledged, want %d", len(acks.m), n+1)
 			}
 			read := func() []*tributary.Record {
 				if dsn != "" {
@@ -88,7 +97,7 @@ func cloudProduceCrash(t *testing.T, dsn string) {
 				}
 				return readTable(t, dir, stream)
 			}
-			checkCloudTable(t, b.CloudKafka, stream, n, acks.byOffset(t), read)
+			checkCloudTable(t, b.CloudKafka, stream, n+1, acks.byOffset(t), read)
 			if point == cloudwrite.PauseAfterPut {
 				if len(orphans) == 0 {
 					t.Fatal("no WAL object of server a left after its kill between put and sequencing")
