@@ -90,6 +90,7 @@ func TestDocumentedDefaults(t *testing.T) {
 		{"cloud_produce.max_buffered_bytes", "Default 64MiB", "67108864"},
 		{"cloud_produce.auto_create", "Default false", "false"},
 		{"cloud_produce.commit_interval", "Default 1s", "1s"},
+		{"cloud_produce.lease", "Default 30s", "30s"},
 		{"cloud_produce.grace", "Default 1m", "1m0s"},
 		{"cloud_produce.orphan_grace", "Default 10m", "10m0s"},
 		{"federation", "Default none", "[]"},

@@ -17,6 +17,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sort"
 	"time"
@@ -61,12 +62,19 @@ type ProduceConfig struct {
 	// CommitInterval is how often the table job commits sequenced
 	// records to the tables. Default 1s.
 	CommitInterval time.Duration `yaml:"commit_interval"`
+	// Lease: a table's commit job is one server's at a time, by a lease
+	// in the state database renewed every commit_interval; when its
+	// server dies another takes the table over this long after. Default
+	// 30s, longer than commit_interval.
+	Lease time.Duration `yaml:"lease"`
 	// Grace: a WAL object is deleted this long after its records are all
 	// in their tables. Default 1m.
 	Grace time.Duration `yaml:"grace"`
 	// OrphanGrace: a WAL object never sequenced (its server died after
 	// the put) is deleted when older than this; every cloud server must
-	// have the same. Default 10m.
+	// have the same. A flush whose put and sequencing take more than half
+	// of it is refused (retriable), so keep minutes in production; at
+	// least 1s. Default 10m.
 	OrphanGrace time.Duration `yaml:"orphan_grace"`
 }
 
@@ -82,6 +90,9 @@ func (p *ProduceConfig) defaults() {
 	}
 	if p.CommitInterval == 0 {
 		p.CommitInterval = cloudwrite.DefaultCommitInterval
+	}
+	if p.Lease == 0 {
+		p.Lease = cloudwrite.DefaultLeaseDuration
 	}
 	if p.Grace == 0 {
 		p.Grace = cloudwrite.DefaultCollectGrace
@@ -104,8 +115,11 @@ func (p *ProduceConfig) validate(bad func(field, format string, args ...any)) {
 	if p.CommitInterval <= 0 || p.Grace <= 0 {
 		bad("cloud_produce.commit_interval", "commit_interval and grace must be positive")
 	}
-	if p.OrphanGrace < time.Minute {
-		bad("cloud_produce.orphan_grace", "%v: want at least 1m (longer than a put and a sequencing)", p.OrphanGrace)
+	if p.Lease <= p.CommitInterval {
+		bad("cloud_produce.lease", "%v: want longer than commit_interval %v", p.Lease, p.CommitInterval)
+	}
+	if p.OrphanGrace < time.Second {
+		bad("cloud_produce.orphan_grace", "%v: want at least 1s (longer than a put and a sequencing)", p.OrphanGrace)
 	}
 }
 
@@ -143,10 +157,12 @@ func (s *Server) openWritePath(ctx context.Context) (*writePath, error) {
 	store := cloudwrite.BucketStore{B: b}
 	log := s.log.With("component", "cloud-write")
 	wp := &writePath{st: st, bucket: b, done: make(chan struct{})}
+	pause, pauseSkip := testPause(log)
 	wp.w = cloudwrite.NewWriter(cloudwrite.Config{Server: pc.ServerID, FlushInterval: pc.FlushInterval, FlushBytes: int(pc.FlushBytes),
-		MaxBufferedBytes: int64(pc.MaxBufferedBytes), OrphanGrace: pc.OrphanGrace, Logger: log, Metrics: s.cwm}, st, store)
+		MaxBufferedBytes: int64(pc.MaxBufferedBytes), OrphanGrace: pc.OrphanGrace, Logger: log, Metrics: s.cwm,
+		TestPause: pause, TestPauseSkip: pauseSkip}, st, store)
 	wp.tail = cloudwrite.NewTail(st, store, 0)
-	wp.commit = cloudwrite.NewCommitter(cloudwrite.CommitConfig{Server: pc.ServerID, Interval: pc.CommitInterval,
+	wp.commit = cloudwrite.NewCommitter(cloudwrite.CommitConfig{Server: pc.ServerID, Interval: pc.CommitInterval, Lease: pc.Lease,
 		Grace: pc.Grace, OrphanGrace: pc.OrphanGrace, Logger: log, Put: b.WriteAll}, s.cat, st, wp.tail, store)
 	kcfg := s.kafkaConfig()
 	kb := &kafkaBackend{s: s, wp: wp}
@@ -165,6 +181,23 @@ func (s *Server) openWritePath(ctx context.Context) (*writePath, error) {
 		wp.commit.Run(cctx)
 	}()
 	return wp, nil
+}
+
+// testPause is the flush pipeline's test pause point and the flushes
+// let through first, from the environment (cloudwrite.TestPauseEnv,
+// tests only); "" when unset or not a point.
+func testPause(log *slog.Logger) (string, int) {
+	v := os.Getenv(cloudwrite.TestPauseEnv)
+	if v == "" {
+		return "", 0
+	}
+	p, skip, ok := cloudwrite.ParseTestPause(v)
+	if !ok {
+		log.Error("ignoring a bad test pause point", "env", cloudwrite.TestPauseEnv, "value", v)
+		return "", 0
+	}
+	log.Warn("test hook: cloud write flushes block at a point until the process is killed", "env", cloudwrite.TestPauseEnv, "point", p, "after", skip)
+	return p, skip
 }
 
 // close answers what is buffered, stops the table job and closes the

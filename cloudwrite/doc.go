@@ -24,10 +24,11 @@
 //     half of that.
 //  3. Idempotent producers land once, on any server. The transaction
 //     checks each idempotent producer's segment against its last
-//     sequenced run of the partition, kept in the same database: a retry
-//     (to this or another server) is answered with the original offset
-//     and takes none; an older epoch is fenced; a gap in sequences is out
-//     of order.
+//     sequenced batches of the partition (ProducerBatches, Kafka's five
+//     in flight), kept in the same database: a retry (to this or another
+//     server) of any of them is answered with the original offset and
+//     takes none; an older epoch is fenced; a gap in sequences is out of
+//     order.
 //  4. Into the tables exactly once. The Committer (one server per table
 //     at a time, by a lease in the state database) reads the sequenced
 //     records beyond a table's marks, writes Parquet files and commits

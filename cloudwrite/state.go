@@ -19,6 +19,11 @@ package cloudwrite
 //	                             last_seq, first_offset)
 //	    -- the same for each named producer (Pulsar: sequence ids grow,
 //	    -- a resend at or below the last is a duplicate)
+//	tributary_cw_producer_batches(stream, partition, producer_id, epoch,
+//	                              first_seq, last_seq, first_offset)
+//	    -- its last ProducerBatches batches per partition, as Kafka keeps:
+//	    -- a producer has that many in flight, all retried when the
+//	    -- server that sequenced them died before answering
 //	tributary_cw_leases(name, holder, expires)
 //	    -- the table jobs' leases (commit.go)
 //
@@ -97,6 +102,9 @@ func (s *State) create() error {
 		`CREATE TABLE IF NOT EXISTS tributary_cw_named_producers (stream TEXT NOT NULL, partition INTEGER NOT NULL,
 			name TEXT NOT NULL, first_seq ` + bi + ` NOT NULL, last_seq ` + bi + ` NOT NULL, first_offset ` + bi + ` NOT NULL,
 			PRIMARY KEY (stream, partition, name))`,
+		`CREATE TABLE IF NOT EXISTS tributary_cw_producer_batches (stream TEXT NOT NULL, partition INTEGER NOT NULL,
+			producer_id ` + bi + ` NOT NULL, epoch INTEGER NOT NULL, first_seq INTEGER NOT NULL, last_seq INTEGER NOT NULL,
+			first_offset ` + bi + ` NOT NULL, PRIMARY KEY (stream, partition, producer_id, first_offset))`,
 		`CREATE TABLE IF NOT EXISTS tributary_cw_leases (name TEXT NOT NULL PRIMARY KEY, holder TEXT NOT NULL,
 			expires ` + bi + ` NOT NULL)`,
 		`CREATE TABLE IF NOT EXISTS tributary_cw_ids (name TEXT NOT NULL PRIMARY KEY, next_id ` + bi + ` NOT NULL)`,
@@ -217,6 +225,9 @@ func (s *State) Sequence(ctx context.Context, object, server string, segs []*wir
 				wire.AddSeq(sg.BaseSequence, int32(cnt-1)), first); err != nil {
 				return nil, fmt.Errorf("sequence %s: producer state: %w", object, err)
 			}
+			if err := s.keepBatch(ctx, tx, sg, first); err != nil {
+				return nil, fmt.Errorf("sequence %s: producer batches: %w", object, err)
+			}
 		}
 		if d := sg.Dedup; d != nil && cnt > 0 {
 			if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO tributary_cw_named_producers
@@ -276,6 +287,16 @@ func (s *State) checkProducer(ctx context.Context, tx *sql.Tx, sg *wire.Segment)
 	case sg.BaseSequence == wire.AddSeq(lastSeq, 1):
 		return Outcome{}, false, nil
 	}
+	// A retry of one of the producer's last batches but the last.
+	err = tx.QueryRowContext(ctx, s.db.Q(`SELECT first_offset FROM tributary_cw_producer_batches
+		WHERE stream = ? AND partition = ? AND producer_id = ? AND epoch = ? AND first_seq = ? AND last_seq = ?`),
+		sg.Stream, sg.Partition, sg.ProducerID, sg.ProducerEpoch, sg.BaseSequence, last).Scan(&firstOff)
+	switch {
+	case err == nil:
+		return Outcome{First: firstOff, Duplicate: true}, true, nil
+	case !errors.Is(err, sql.ErrNoRows):
+		return Outcome{}, false, fmt.Errorf("producer batches: %w", err)
+	}
 	return Outcome{Err: ErrOutOfOrder}, true, nil
 }
 
@@ -313,6 +334,27 @@ func (s *State) LastSequence(ctx context.Context, stream string, p int32, produc
 		return -1, nil
 	}
 	return n, err
+}
+
+// ProducerBatches is how many of an idempotent producer's last batches
+// per partition a retry is recognised among (Kafka's five in flight).
+const ProducerBatches = 5
+
+// keepBatch records sg, sequenced at first, among its producer's last
+// ProducerBatches batches of the partition, forgetting older ones.
+func (s *State) keepBatch(ctx context.Context, tx *sql.Tx, sg *wire.Segment, first int64) error {
+	if _, err := tx.ExecContext(ctx, s.db.Q(`INSERT INTO tributary_cw_producer_batches
+		(stream, partition, producer_id, epoch, first_seq, last_seq, first_offset) VALUES (?, ?, ?, ?, ?, ?, ?)`),
+		sg.Stream, sg.Partition, sg.ProducerID, sg.ProducerEpoch, sg.BaseSequence,
+		wire.AddSeq(sg.BaseSequence, int32(len(sg.Records)-1)), first); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, s.db.Q(`DELETE FROM tributary_cw_producer_batches
+		WHERE stream = ? AND partition = ? AND producer_id = ? AND first_offset <= (
+			SELECT first_offset FROM tributary_cw_producer_batches WHERE stream = ? AND partition = ? AND producer_id = ?
+			ORDER BY first_offset DESC LIMIT 1 OFFSET ?)`),
+		sg.Stream, sg.Partition, sg.ProducerID, sg.Stream, sg.Partition, sg.ProducerID, ProducerBatches)
+	return err
 }
 
 // Range is one sequenced segment.

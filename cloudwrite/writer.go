@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -70,9 +73,56 @@ type Config struct {
 	// Metrics to count in (NewMetrics); nil = the writer's own.
 	Metrics *Metrics
 
+	// TestPause, tests only, names a point of the flush pipeline
+	// (PauseBeforePut, PauseAfterPut, PauseAfterSequence) where every
+	// flush but the first TestPauseSkip logs "test pause" and blocks for
+	// good, so that an end-to-end test can kill -9 the server there
+	// (cloud: TestPauseEnv). Never set it in production: the writer
+	// stops answering.
+	TestPause     string
+	TestPauseSkip int
+
 	// afterPut, for tests, runs between an object's put and its
 	// sequencing; an error stops the flush there (a crash).
 	afterPut func(key string) error
+}
+
+// The points of the flush pipeline Config.TestPause names.
+const (
+	PauseBeforePut     = "cloudwrite.before-put"     // the object is encoded, not yet put
+	PauseAfterPut      = "cloudwrite.after-put"      // put, not yet sequenced: an orphan
+	PauseAfterSequence = "cloudwrite.after-sequence" // sequenced, the producers not yet answered
+)
+
+// TestPauseEnv, tests only, is the environment variable a cloud server
+// reads Config.TestPause from: POINT, or POINT:N to let the first N
+// flushes through (ParseTestPause).
+const TestPauseEnv = "TRIBUTARY_TEST_PAUSE"
+
+// ParseTestPause parses TestPauseEnv's value into Config.TestPause and
+// TestPauseSkip; ok is false when it names no point.
+func ParseTestPause(v string) (point string, skip int, ok bool) {
+	point, n, cut := strings.Cut(v, ":")
+	if cut {
+		var err error
+		if skip, err = strconv.Atoi(n); err != nil || skip < 0 {
+			return "", 0, false
+		}
+	}
+	if point != PauseBeforePut && point != PauseAfterPut && point != PauseAfterSequence {
+		return "", 0, false
+	}
+	return point, skip, true
+}
+
+// pause blocks the flush of object for good when Config.TestPause is
+// point (tests only).
+func (w *Writer) pause(point, object string, segments int) {
+	if w.cfg.TestPause != point || w.pauses.Add(1) <= int64(w.cfg.TestPauseSkip) {
+		return
+	}
+	w.log.Warn("test pause: the flush blocks here until the process is killed", "point", point, "object", object, "segments", segments)
+	select {}
 }
 
 func (c *Config) defaults() {
@@ -152,6 +202,7 @@ type Writer struct {
 	prev     chan struct{} // closed when the last cut flush has sequenced
 	slots    chan struct{}
 	wg       sync.WaitGroup
+	pauses   atomic.Int64 // flushes that reached Config.TestPause
 
 	m *Metrics
 }
@@ -301,11 +352,15 @@ func (w *Writer) flush(subs []submission, bytes int, prev <-chan struct{}, mine 
 	}
 	key := ObjectKey(w.cfg.Server, start)
 	data, refs := wire.EncodeObject(nil, w.cfg.Server, start.UnixMicro(), segs)
+	w.pause(PauseBeforePut, key, len(segs))
 	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.PutTimeout)
 	err := w.store.Put(ctx, key, data)
 	cancel()
 	<-w.slots
 	w.m.put.Observe(time.Since(start).Seconds())
+	if err == nil {
+		w.pause(PauseAfterPut, key, len(segs))
+	}
 	if err == nil && w.cfg.afterPut != nil {
 		err = w.cfg.afterPut(key)
 	}
@@ -337,7 +392,10 @@ func (w *Writer) flush(subs []submission, bytes int, prev <-chan struct{}, mine 
 		idx[s.t] = i
 	}
 	seqStart := time.Now()
-	ctx, cancel = context.WithTimeout(context.Background(), w.cfg.PutTimeout)
+	// Sequenced by half the orphan grace at the latest: the sweep spares
+	// an object older than the grace only when it finds it sequenced,
+	// so a sequencing that committed later could lose what it answered.
+	ctx, cancel = context.WithDeadline(context.Background(), minTime(seqStart.Add(w.cfg.PutTimeout), start.Add(w.cfg.OrphanGrace/2)))
 	outs, err := w.st.Sequence(ctx, key, w.cfg.Server, segs, refs, after...)
 	cancel()
 	w.m.sequence.Observe(time.Since(seqStart).Seconds())
@@ -347,6 +405,7 @@ func (w *Writer) flush(subs []submission, bytes int, prev <-chan struct{}, mine 
 		fail(fmt.Errorf("%w: %v", ErrNotWritten, err))
 		return
 	}
+	w.pause(PauseAfterSequence, key, len(segs))
 	w.m.objects.Inc()
 	w.m.bytes.Add(float64(len(data)))
 	answered = true
@@ -357,6 +416,13 @@ func (w *Writer) flush(subs []submission, bytes int, prev <-chan struct{}, mine 
 		s.t.settle(outs[i].Err == nil)
 		s.done(outs[i], nil)
 	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // settledOK tells whether t is settled and was sequenced (a predecessor

@@ -339,3 +339,81 @@ func TestNamedProducerAcrossServers(t *testing.T) {
 		t.Fatalf("end %d: a resend took offsets", end)
 	}
 }
+
+// A sequencing that waits on the state database (another writer holds
+// it) gives up at half the orphan grace, refusing its producers: the
+// object would otherwise be sequenced, and answered, while the orphan
+// sweep, which spares only sequenced objects, may delete it.
+func TestSequencingStopsAtHalfTheOrphanGrace(t *testing.T) {
+	e := newEnv(t, "")
+	const grace = 1200 * time.Millisecond
+	w := e.writer("s1", func(c *Config) { c.OrphanGrace = grace })
+	lock, err := OpenState(e.uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	tx, err := lock.db.BeginTx(context.Background(), nil) // BEGIN IMMEDIATE: holds the write lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(`INSERT INTO tributary_cw_ids (name, next_id) VALUES ('lock', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	ch := make(chan result, 1)
+	w.Submit(testSegment("f.t", 0, -1, 0, 2), func(o Outcome, err error) { ch <- result{o, err} })
+	// The lock is held past the grace: a sequencing still waiting would
+	// commit once it is released.
+	time.AfterFunc(grace+200*time.Millisecond, func() { tx.Rollback() })
+	// (SQLite's wait for the lock does not end at the deadline: the
+	// refusal comes once it is released, the deadline past.)
+	if r := <-ch; !errors.Is(r.err, ErrNotWritten) {
+		t.Fatalf("sequenced after %v although the orphan grace is %v: %+v", time.Since(start), grace, r)
+	}
+	if end, ok, _ := e.st.End(context.Background(), "f.t", 0); ok || end != 0 {
+		t.Fatalf("the refused object took offsets: %d", end)
+	}
+}
+
+// An idempotent producer has up to five batches in flight: when the
+// server that sequenced them dies before answering, all are retried to
+// another server, the first ones no longer the producer's last run.
+// Each is a duplicate at its original offset, as Kafka keeps the last
+// five batches of a producer per partition.
+func TestIdempotentRetryOfEarlierBatches(t *testing.T) {
+	testkit.StateDBs(t, func(t *testing.T, uri string) { idempotentRetryOfEarlierBatches(t, newEnv(t, uri)) })
+}
+
+func idempotentRetryOfEarlierBatches(t *testing.T, e *env) {
+	a, b := e.writer("a", func(c *Config) { c.FlushInterval = time.Hour }), e.writer("b", nil)
+	var wg sync.WaitGroup
+	first := make([]int64, 6)
+	for i := range first {
+		wg.Add(1)
+		a.Submit(testSegment("f.t", 0, 5, int32(3*i), 3), func(o Outcome, err error) {
+			defer wg.Done()
+			if err != nil || o.Err != nil {
+				t.Errorf("batch %d: %v %v", i, err, o.Err)
+			}
+			first[i] = o.First
+		})
+	}
+	a.Flush()
+	wg.Wait()
+	for i := 1; i < len(first); i++ { // the last five: 1..5
+		if r := submit(b, testSegment("f.t", 0, 5, int32(3*i), 3)); r.err != nil || r.o.Err != nil || !r.o.Duplicate || r.o.First != first[i] {
+			t.Fatalf("retry of batch %d on b: %+v, want a duplicate at %d", i, r, first[i])
+		}
+	}
+	// The sixth from last is forgotten: out of order, as on Kafka.
+	if r := submit(b, testSegment("f.t", 0, 5, 0, 3)); r.err != nil || !errors.Is(r.o.Err, ErrOutOfOrder) {
+		t.Fatalf("retry of a batch no longer kept: %+v", r)
+	}
+	if r := submit(b, testSegment("f.t", 0, 5, 18, 1)); r.err != nil || r.o.Err != nil || r.o.Duplicate || r.o.First != 18 {
+		t.Fatalf("the next batch: %+v", r)
+	}
+	if end, _, _ := e.st.End(context.Background(), "f.t", 0); end != 19 {
+		t.Fatalf("end %d, want 19", end)
+	}
+}

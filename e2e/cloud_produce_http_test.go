@@ -37,6 +37,19 @@ func (a *cpAcks) add(t *testing.T, v string, off int64) {
 	a.m[v] = off
 }
 
+// keep adds the values of vs acknowledged in got (value → offset) and
+// returns the others.
+func (a *cpAcks) keep(t *testing.T, vs []string, got map[string]int64) (rest []string) {
+	for _, v := range vs {
+		if off, ok := got[v]; ok {
+			a.add(t, v, off)
+		} else {
+			rest = append(rest, v)
+		}
+	}
+	return rest
+}
+
 // byOffset is offset → value, failing on an offset acknowledged twice.
 func (a *cpAcks) byOffset(t *testing.T) map[int64]string {
 	t.Helper()
@@ -259,14 +272,7 @@ storage:
 		for len(pending) > 0 && time.Now().Before(deadline) {
 			vs := pending[:min(per, len(pending))]
 			got, err := send(vs)
-			var rest []string
-			for _, v := range vs {
-				if off, ok := got[v]; ok {
-					acks.add(t, v, off)
-				} else {
-					rest = append(rest, v)
-				}
-			}
+			rest := acks.keep(t, vs, got)
 			if err != nil {
 				refusedMu.Lock()
 				refused++

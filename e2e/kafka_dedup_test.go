@@ -51,6 +51,13 @@ func rawBatch(pid int64, epoch int16, seq int32, keys ...string) []byte {
 
 func produceRaw(t *testing.T, addr string, batch []byte) (int64, int16) {
 	t.Helper()
+	return produceRawTo(t, addr, "factory.telemetry", 0, batch)
+}
+
+// produceRawTo sends batch to topic's partition p in one Produce request
+// (v9, acks all) and returns the partition's base offset and error code.
+func produceRawTo(t *testing.T, addr, topic string, p int32, batch []byte) (int64, int16) {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
 	if err != nil {
 		t.Fatal(err)
@@ -61,8 +68,9 @@ func produceRaw(t *testing.T, addr string, batch []byte) (int64, int16) {
 	req.Acks = -1
 	req.TimeoutMillis = 5000
 	rt := kmsg.NewProduceRequestTopic()
-	rt.Topic = "factory.telemetry"
+	rt.Topic = topic
 	rp := kmsg.NewProduceRequestTopicPartition()
+	rp.Partition = p
 	rp.Records = batch
 	rt.Partitions = append(rt.Partitions, rp)
 	req.Topics = append(req.Topics, rt)

@@ -22,6 +22,37 @@ import (
 // over one of them.
 func Postgres(tb testing.TB) string {
 	tb.Helper()
+	return StartPostgres(tb).DSN
+}
+
+// PG is a throwaway PostgreSQL server (StartPostgres) a test may stop
+// and start again, as a database outage.
+type PG struct {
+	DSN         string
+	tb          testing.TB
+	ctl         func(args ...string) *exec.Cmd
+	data, start []string
+}
+
+// Stop stops the server (fast shutdown: connections are closed).
+func (pg *PG) Stop() {
+	pg.tb.Helper()
+	if out, err := pg.ctl(append(pg.data, "-w", "-m", "fast", "stop")...).CombinedOutput(); err != nil {
+		pg.tb.Fatalf("pg_ctl stop: %v\n%s", err, out)
+	}
+}
+
+// Start starts the stopped server again on its port.
+func (pg *PG) Start() {
+	pg.tb.Helper()
+	if out, err := pg.ctl(pg.start...).CombinedOutput(); err != nil {
+		pg.tb.Fatalf("pg_ctl start: %v\n%s", err, out)
+	}
+}
+
+// StartPostgres is Postgres, returning the server.
+func StartPostgres(tb testing.TB) *PG {
+	tb.Helper()
 	bindir := ""
 	for _, d := range []string{"/usr/lib/postgresql/17/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/15/bin"} {
 		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
@@ -68,10 +99,12 @@ func Postgres(tb testing.TB) string {
 	}
 	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 	ln.Close()
-	run("pg_ctl", "-D", data, "-w", "-l", filepath.Join(dir, "log"), "-o",
-		fmt.Sprintf("-p %s -h 127.0.0.1 -k %s -c fsync=on", port, dir), "start")
+	start := []string{"-D", data, "-w", "-l", filepath.Join(dir, "log"), "-o",
+		fmt.Sprintf("-p %s -h 127.0.0.1 -k %s -c fsync=on", port, dir), "start"}
+	run("pg_ctl", start...)
 	tb.Cleanup(func() { asPostgres("pg_ctl", "-D", data, "-m", "immediate", "stop").Run() })
-	return fmt.Sprintf("postgres://tributary@127.0.0.1:%s/postgres?sslmode=disable", port)
+	return &PG{DSN: fmt.Sprintf("postgres://tributary@127.0.0.1:%s/postgres?sslmode=disable", port), tb: tb,
+		ctl: func(args ...string) *exec.Cmd { return asPostgres("pg_ctl", args...) }, data: []string{"-D", data}, start: start}
 }
 
 // StateDBs runs suite once over each database a state store opens — an

@@ -61,6 +61,15 @@ func (p *Proxy) Heal() {
 	}
 }
 
+// Retarget forwards the connections accepted from now on to target
+// (those open stay with the old one): a seed address that moves to
+// another server.
+func (p *Proxy) Retarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = target
+}
+
 // Close closes the listener and every connection and waits for the
 // forwarding goroutines.
 func (p *Proxy) Close() {
@@ -102,7 +111,10 @@ func (p *Proxy) accept() {
 			p.mu.Unlock()
 			return
 		}
-		out, err := net.Dial("tcp", p.target)
+		p.mu.Lock()
+		target := p.target
+		p.mu.Unlock()
+		out, err := net.Dial("tcp", target)
 		if err != nil {
 			in.Close()
 			continue
