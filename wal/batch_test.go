@@ -200,9 +200,13 @@ func TestBatchRefused(t *testing.T) {
 func TestBatchesShareAChunk(t *testing.T) {
 	w := openTest(t, Options{NoSync: true})
 	const s = "factory.mixed"
-	release := make(chan struct{})
+	release, held := make(chan struct{}), make(chan struct{})
 	results := make(chan error, 5)
-	w.Submit(Op{Kind: OpAppend, Records: []*tributary.Record{rec("other.s", 0, "hold")}, Done: func(wr Result) { <-release; results <- wr.Err }})
+	// The committer calls Done: held in it, it commits the first op alone
+	// and the next four queue up for one group (without the wait for held,
+	// a busy machine let it take m0 into the first group too).
+	w.Submit(Op{Kind: OpAppend, Records: []*tributary.Record{rec("other.s", 0, "hold")}, Done: func(wr Result) { close(held); <-release; results <- wr.Err }})
+	<-held
 	m0 := rec(s, 0, "m0")
 	b1, want1 := testBatch(s, 0, 4, 9, 0, 1, 77)
 	m5 := rec(s, 0, "m5")
