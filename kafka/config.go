@@ -27,14 +27,9 @@ type Config struct {
 	// (edge and cloud alike): advertised_addr, max_inflight_bytes,
 	// body_timeout.
 	Listener `yaml:",inline"`
-	// MaxPipelinedRequests bounds the requests of one connection that
-	// are read and not yet answered: a connection keeps reading (and
-	// starts later Produce requests, whose appends queue behind the
-	// earlier ones') while earlier requests wait for their fsync;
-	// responses are written in request order. Clients send up to 5
-	// (kgo, the Java client) or more (librdkafka) in flight. Default 16,
-	// at most 1024.
-	MaxPipelinedRequests int `yaml:"max_pipelined_requests"`
+	// Pipelining holds max_pipelined_requests, which the edge's kafka:
+	// section sets (the cloud's takes the default).
+	Pipelining `yaml:",inline"`
 	// IdleTimeout closes connections that send nothing for this long.
 	// Default 10m (Kafka's connections.max.idle.ms).
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
@@ -116,6 +111,35 @@ func sizeText(n int64) string {
 	return fmt.Sprint(n)
 }
 
+// Pipelining is the cap on one connection's requests in progress: a
+// connection keeps reading (and starts later Produce requests, whose
+// appends queue behind the earlier ones') while earlier requests wait for
+// their fsync; responses are written in request order. Clients send up to
+// 5 (kgo, the Java client) or more (librdkafka) in flight. The edge's
+// kafka: section embeds it.
+type Pipelining struct {
+	// MaxPipelinedRequests bounds the requests one connection has
+	// read and not yet answered (produce requests waiting for their
+	// fsync while later ones are started); responses go out in
+	// request order. Default 16, 1 to 1024.
+	MaxPipelinedRequests int `yaml:"max_pipelined_requests"`
+}
+
+// Defaults fills the unset cap with its default.
+func (p *Pipelining) Defaults() {
+	if p.MaxPipelinedRequests == 0 {
+		p.MaxPipelinedRequests = DefaultMaxPipelinedRequests
+	}
+}
+
+// Validate reports a wrong cap, after Defaults, to bad as
+// prefix+"max_pipelined_requests".
+func (p Pipelining) Validate(prefix string, bad func(field, format string, args ...any)) {
+	if p.MaxPipelinedRequests < 1 || p.MaxPipelinedRequests > MaxPipelinedRequestsLimit {
+		bad(prefix+"max_pipelined_requests", "%d: want 1 to %d", p.MaxPipelinedRequests, MaxPipelinedRequestsLimit)
+	}
+}
+
 // firstFrameBytes bounds a connection's first request (clients open with
 // ApiVersions or Metadata): a stranger cannot make the server allocate
 // MaxFrameBytes before it has spoken the protocol once.
@@ -155,9 +179,7 @@ func (c *Config) SetDefaults() {
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
-	if c.MaxPipelinedRequests == 0 {
-		c.MaxPipelinedRequests = DefaultMaxPipelinedRequests
-	}
+	c.Pipelining.Defaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -177,14 +199,14 @@ func (c Config) Validate() error {
 	switch {
 	case c.MaxFrameBytes < 1024:
 		return fmt.Errorf("%w: max_frame_bytes %d < 1024", ErrInvalidConfig, c.MaxFrameBytes)
-	case c.MaxPipelinedRequests < 1 || c.MaxPipelinedRequests > MaxPipelinedRequestsLimit:
-		return fmt.Errorf("%w: max_pipelined_requests %d not in [1, %d]", ErrInvalidConfig, c.MaxPipelinedRequests, MaxPipelinedRequestsLimit)
 	case c.IdleTimeout < 0:
 		return fmt.Errorf("%w: idle_timeout %v: must not be negative", ErrInvalidConfig, c.IdleTimeout)
 	}
 	var errs []error
-	c.Listener.validate("", c.MaxFrameBytes, func(field, format string, args ...any) {
+	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...)))
-	})
+	}
+	c.Listener.validate("", c.MaxFrameBytes, bad)
+	c.Pipelining.Validate("", bad)
 	return errors.Join(errs...)
 }

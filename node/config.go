@@ -313,11 +313,8 @@ type Config struct {
 		// 1048588 (Kafka's message.max.bytes: 1 MiB and the 12-byte log
 		// overhead).
 		MaxBatchBytes ByteSize `yaml:"max_batch_bytes"`
-		// MaxPipelinedRequests bounds the requests one connection has
-		// read and not yet answered (produce requests waiting for their
-		// fsync while later ones are started); responses go out in
-		// request order. Default 16, 1 to 1024.
-		MaxPipelinedRequests int `yaml:"max_pipelined_requests"`
+		// Pipelining is max_pipelined_requests (package kafka's).
+		kafka.Pipelining `yaml:",inline"`
 	} `yaml:"kafka"`
 
 	Uplink struct {
@@ -553,9 +550,7 @@ func (c *Config) applyDefaults() {
 		c.Kafka.MaxBatchBytes = 1048588
 	}
 	c.Kafka.Listener.Defaults()
-	if c.Kafka.MaxPipelinedRequests == 0 {
-		c.Kafka.MaxPipelinedRequests = kafka.DefaultMaxPipelinedRequests
-	}
+	c.Kafka.Pipelining.Defaults()
 	c.HTTPAPI.Defaults()
 	if c.Uplink.CommitInterval == 0 {
 		c.Uplink.CommitInterval = time.Second
@@ -674,9 +669,7 @@ func (c *Config) Validate() error {
 	if c.Kafka.MaxBatchBytes < 1024 || c.Kafka.MaxBatchBytes > 100<<20 {
 		bad("kafka.max_batch_bytes", "%d: want 1KiB to 100MiB", c.Kafka.MaxBatchBytes)
 	}
-	if c.Kafka.MaxPipelinedRequests < 1 || c.Kafka.MaxPipelinedRequests > kafka.MaxPipelinedRequestsLimit {
-		bad("kafka.max_pipelined_requests", "%d: want 1 to %d", c.Kafka.MaxPipelinedRequests, kafka.MaxPipelinedRequestsLimit)
-	}
+	c.Kafka.Pipelining.Validate("kafka.", bad)
 	c.Kafka.Listener.Validate("kafka.", bad)
 	if c.Uplink.CommitInterval < 10*time.Millisecond {
 		bad("uplink.commit_interval", "%s is below the minimum of 10ms", c.Uplink.CommitInterval)

@@ -219,7 +219,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	if cfg.Kafka.Addr != "" {
 		n.kafka, err = produce.NewServer(produce.Config{Config: kafka.Config{Addr: cfg.Kafka.Addr, Listener: cfg.Kafka.Listener,
 			ClusterID: cfg.Catalog.Name, Auth: n.auth, Logger: log.With("component", "kafka"), Limits: listen.Config{TLS: n.tls.Server("kafka")},
-			MaxPipelinedRequests: cfg.Kafka.MaxPipelinedRequests},
+			Pipelining: cfg.Kafka.Pipelining},
 			AutoCreate: *cfg.Kafka.AutoCreate, MaxBatchBytes: int32(cfg.Kafka.MaxBatchBytes)}, n.kb, n.ingest)
 		if err != nil {
 			n.bucket.Close()
