@@ -289,8 +289,8 @@ func (s *Server) listen() error {
 // kafkaConfig is the Kafka listener's configuration.
 func (s *Server) kafkaConfig() kafka.Config {
 	cfg := s.cfg
-	return kafka.Config{Addr: *cfg.Kafka.Addr, AdvertisedAddr: cfg.Kafka.AdvertisedAddr, ClusterID: cfg.Catalog.Name, Auth: s.auth, Logger: s.log,
-		Limits: listen.Config{TLS: s.tls.Server("kafka")}, MaxInflightBytes: int64(cfg.Kafka.MaxInflightBytes), BodyTimeout: cfg.Kafka.BodyTimeout}
+	return kafka.Config{Addr: *cfg.Kafka.Addr, Listener: cfg.Kafka.Listener, ClusterID: cfg.Catalog.Name, Auth: s.auth, Logger: s.log,
+		Limits: listen.Config{TLS: s.tls.Server("kafka")}}
 }
 
 // elsewhere answers the Iceberg REST routes of a server whose catalog is

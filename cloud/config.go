@@ -93,8 +93,9 @@ type Config struct {
 		// Addr of the Kafka consume listener. Default 127.0.0.1:19092;
 		// "" turns it off.
 		Addr *string `yaml:"addr"`
-		// AdvertisedAddr announced to clients. Default: the bound address.
-		AdvertisedAddr string `yaml:"advertised_addr"`
+		// Listener is advertised_addr, max_inflight_bytes and
+		// body_timeout (package kafka's section, shared with the edge).
+		kafka.Listener `yaml:",inline"`
 		// Peers are the advertised host:port of every cloud server (this
 		// one included), for group coordinator placement. Default: alone.
 		Peers []string `yaml:"peers"`
@@ -115,15 +116,6 @@ type Config struct {
 		// older loses its offsets and stops counting toward max_groups
 		// (Kafka's offsets.retention.minutes). Default 168h; -1s = never.
 		OffsetsRetention time.Duration `yaml:"offsets_retention"`
-		// MaxInflightBytes bounds the request bytes the Kafka listener
-		// holds across connections (read, not yet answered); beyond it
-		// connections are not read until requests are answered
-		// (back-pressure). Default 512MiB, at least 100MiB.
-		MaxInflightBytes config.ByteSize `yaml:"max_inflight_bytes"`
-		// BodyTimeout bounds how long a request body may take once its
-		// size is read (plus a second per MiB); a trickling client is
-		// closed. Default 30s.
-		BodyTimeout time.Duration `yaml:"body_timeout"`
 		// BatchCacheBytes bounds the cache of record batches encoded from
 		// the tables' row groups, which fetches serve whole. Default
 		// 256MiB, at least 1MiB.
@@ -230,12 +222,7 @@ func (c *Config) ApplyDefaults() {
 	if k.OffsetsRetention == 0 {
 		k.OffsetsRetention = consume.DefaultOffsetsRetention
 	}
-	if k.MaxInflightBytes == 0 {
-		k.MaxInflightBytes = kafka.DefaultMaxInflightBytes
-	}
-	if k.BodyTimeout == 0 {
-		k.BodyTimeout = kafka.DefaultBodyTimeout
-	}
+	k.Listener.Defaults()
 	if k.BatchCacheBytes == 0 {
 		k.BatchCacheBytes = consume.DefaultBatchCacheBytes
 	}
@@ -353,15 +340,10 @@ func (c *Config) Validate() error {
 	if r := c.Kafka.OffsetsRetention; r > 0 && r < time.Minute {
 		bad("kafka.offsets_retention", "%s: want at least 1m, or a negative duration to keep offsets forever", r)
 	}
-	if c.Kafka.BodyTimeout < 0 {
-		bad("kafka.body_timeout", "%v: must not be negative", c.Kafka.BodyTimeout)
-	}
 	if c.Kafka.BatchCacheBytes < 1<<20 {
 		bad("kafka.batch_cache_bytes", "%d: want at least 1MiB", c.Kafka.BatchCacheBytes)
 	}
-	if c.Kafka.MaxInflightBytes < kafka.DefaultMaxFrameBytes {
-		bad("kafka.max_inflight_bytes", "%d: want at least 100MiB (one request of the largest size)", c.Kafka.MaxInflightBytes)
-	}
+	c.Kafka.Listener.Validate("kafka.", bad)
 	if a := *c.Pulsar.Addr; a != "" {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			bad("pulsar.addr", "%q: want host:port, or \"\" to turn the Pulsar listener off", a)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"time"
 
 	"github.com/tributary-io/tributary/cloudmqtt"
 )
@@ -24,33 +23,12 @@ type MQTTConfig struct {
 	// none: a page of another site is refused (403); clients that send no
 	// Origin are not browsers and pass.
 	WSAllowedOrigins []string `yaml:"ws_allowed_origins"`
-	// MaxInflight caps the QoS 1 messages a client has unacknowledged
-	// (its Receive Maximum, if lower, wins). Default 256.
-	MaxInflight int `yaml:"max_inflight"`
-	// MaxSubscriptions caps one session's subscriptions. Default 100.
-	MaxSubscriptions int `yaml:"max_subscriptions"`
-	// MaxSessionExpiry caps a session's expiry interval; MQTT 3.1.1
-	// persistent sessions (clean session false) get it. Default 168h.
-	MaxSessionExpiry time.Duration `yaml:"max_session_expiry"`
-	// WriteTimeout closes a connection whose write is blocked that long
-	// (a subscriber that stopped reading). Default 30s.
-	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// Limits is max_inflight, max_subscriptions, max_session_expiry and
+	// write_timeout (package cloudmqtt's section).
+	cloudmqtt.Limits `yaml:",inline"`
 }
 
-func (m *MQTTConfig) defaults() {
-	if m.MaxInflight == 0 {
-		m.MaxInflight = cloudmqtt.DefaultMaxInflight
-	}
-	if m.MaxSubscriptions == 0 {
-		m.MaxSubscriptions = cloudmqtt.DefaultMaxSubscriptions
-	}
-	if m.MaxSessionExpiry == 0 {
-		m.MaxSessionExpiry = cloudmqtt.DefaultMaxSessionExpiry
-	}
-	if m.WriteTimeout == 0 {
-		m.WriteTimeout = cloudmqtt.DefaultWriteTimeout
-	}
-}
+func (m *MQTTConfig) defaults() { m.Limits.Defaults() }
 
 func (m *MQTTConfig) validate(bad func(field, format string, args ...any)) {
 	for field, a := range map[string]string{"mqtt.addr": m.Addr, "mqtt.ws_addr": m.WSAddr} {
@@ -61,18 +39,7 @@ func (m *MQTTConfig) validate(bad func(field, format string, args ...any)) {
 			bad(field, "%q: want host:port, or \"\" to turn the listener off", a)
 		}
 	}
-	if m.MaxInflight < 1 || m.MaxInflight > 65535 {
-		bad("mqtt.max_inflight", "%d: want 1..65535", m.MaxInflight)
-	}
-	if m.MaxSubscriptions < 1 {
-		bad("mqtt.max_subscriptions", "%d: want at least 1", m.MaxSubscriptions)
-	}
-	if m.MaxSessionExpiry < time.Second {
-		bad("mqtt.max_session_expiry", "%s: want at least 1s", m.MaxSessionExpiry)
-	}
-	if m.WriteTimeout < time.Second {
-		bad("mqtt.write_timeout", "%s: want at least 1s", m.WriteTimeout)
-	}
+	m.Limits.Validate("mqtt.", bad)
 }
 
 // listenMQTT starts the cloud MQTT listener when an address is set.
@@ -83,8 +50,7 @@ func (s *Server) listenMQTT() error {
 	}
 	ms, err := cloudmqtt.New(cloudmqtt.Config{Addr: m.Addr, WSAddr: m.WSAddr,
 		TLS: s.tls.Server("mqtt"), WSTLS: s.tls.Server("mqtt_ws"), SessionsDB: s.cfg.State.URI, Auth: s.auth,
-		MaxInflight: m.MaxInflight, MaxSubscriptions: m.MaxSubscriptions, MaxSessionExpiry: m.MaxSessionExpiry,
-		WriteTimeout: m.WriteTimeout, Logger: s.log, WSAllowedOrigins: m.WSAllowedOrigins, LoopbackHosts: s.openLoopback(m.WSAddr)}, s.reader)
+		Limits: m.Limits, Logger: s.log, WSAllowedOrigins: m.WSAllowedOrigins, LoopbackHosts: s.openLoopback(m.WSAddr)}, s.reader)
 	if err != nil {
 		return fmt.Errorf("cloud mqtt: %w", err)
 	}

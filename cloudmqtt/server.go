@@ -51,40 +51,71 @@ type Config struct {
 	// Auth authenticates clients and decides subscriptions (nil: every
 	// client is anonymous and may subscribe to everything).
 	Auth *auth.Authority
-	// MaxInflight caps the QoS 1 messages sent to one client and not yet
-	// acknowledged (the client's Receive Maximum, if lower, wins).
-	MaxInflight int
+	// Limits are the caps a config file's mqtt: section sets.
+	Limits
 	// MaxPacketBytes caps the size of a packet a client sends.
 	MaxPacketBytes int
-	// MaxSubscriptions caps the subscriptions of one session.
-	MaxSubscriptions int
-	// MaxSessionExpiry caps a session's expiry interval (3.1.1 persistent
-	// sessions get it).
-	MaxSessionExpiry time.Duration
-	// WriteTimeout closes a connection whose write is blocked that long.
-	WriteTimeout time.Duration
 	// MaxConns caps the connections of each listener (listen's default
 	// when 0).
 	MaxConns int
 	Logger   *slog.Logger
 }
 
-func (c *Config) defaults() {
-	if c.MaxInflight <= 0 {
-		c.MaxInflight = DefaultMaxInflight
+// Limits is the part of the cloud MQTT listener's settings that the cloud
+// config file's mqtt: section holds: each key is declared, defaulted and
+// validated here once, and cloud.MQTTConfig embeds it.
+type Limits struct {
+	// MaxInflight caps the QoS 1 messages a client has unacknowledged
+	// (its Receive Maximum, if lower, wins). Default 256.
+	MaxInflight int `yaml:"max_inflight"`
+	// MaxSubscriptions caps one session's subscriptions. Default 100.
+	MaxSubscriptions int `yaml:"max_subscriptions"`
+	// MaxSessionExpiry caps a session's expiry interval; MQTT 3.1.1
+	// persistent sessions (clean session false) get it. Default 168h.
+	MaxSessionExpiry time.Duration `yaml:"max_session_expiry"`
+	// WriteTimeout closes a connection whose write is blocked that long
+	// (a subscriber that stopped reading). Default 30s.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+}
+
+// Defaults fills every unset cap with its default.
+func (l *Limits) Defaults() {
+	if l.MaxInflight == 0 {
+		l.MaxInflight = DefaultMaxInflight
 	}
-	c.MaxInflight = min(c.MaxInflight, 65535)
+	if l.MaxSubscriptions == 0 {
+		l.MaxSubscriptions = DefaultMaxSubscriptions
+	}
+	if l.MaxSessionExpiry == 0 {
+		l.MaxSessionExpiry = DefaultMaxSessionExpiry
+	}
+	if l.WriteTimeout == 0 {
+		l.WriteTimeout = DefaultWriteTimeout
+	}
+}
+
+// Validate reports each wrong cap, after Defaults, to bad as prefix+key
+// (e.g. "mqtt.max_inflight").
+func (l Limits) Validate(prefix string, bad func(field, format string, args ...any)) {
+	if l.MaxInflight < 1 || l.MaxInflight > 65535 {
+		bad(prefix+"max_inflight", "%d: want 1..65535", l.MaxInflight)
+	}
+	if l.MaxSubscriptions < 1 {
+		bad(prefix+"max_subscriptions", "%d: want at least 1", l.MaxSubscriptions)
+	}
+	if l.MaxSessionExpiry < time.Second {
+		bad(prefix+"max_session_expiry", "%s: want at least 1s", l.MaxSessionExpiry)
+	}
+	if l.WriteTimeout < time.Second {
+		bad(prefix+"write_timeout", "%s: want at least 1s", l.WriteTimeout)
+	}
+}
+
+func (c *Config) defaults() {
+	c.Limits.Defaults()
+	c.MaxInflight = min(c.MaxInflight, 65535) // a program's value; a config file's is validated
 	if c.MaxPacketBytes <= 0 {
 		c.MaxPacketBytes = DefaultMaxPacketBytes
-	}
-	if c.MaxSubscriptions <= 0 {
-		c.MaxSubscriptions = DefaultMaxSubscriptions
-	}
-	if c.MaxSessionExpiry <= 0 {
-		c.MaxSessionExpiry = DefaultMaxSessionExpiry
-	}
-	if c.WriteTimeout <= 0 {
-		c.WriteTimeout = DefaultWriteTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

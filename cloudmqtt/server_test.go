@@ -59,7 +59,7 @@ func testCatalog(t *testing.T, n int) (*tables.Catalog, string) {
 // the end of the test (closing it earlier is fine).
 func startServer(t *testing.T, cat *tables.Catalog, uri string, mutate func(*Config)) *Server {
 	t.Helper()
-	cfg := Config{Addr: "127.0.0.1:0", SessionsDB: uri, MaxInflight: 16,
+	cfg := Config{Addr: "127.0.0.1:0", SessionsDB: uri, Limits: Limits{MaxInflight: 16},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if mutate != nil {
 		mutate(&cfg)

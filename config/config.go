@@ -19,9 +19,9 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"strconv"
 	"strings"
 
+	"github.com/tributary-io/tributary/internal/size"
 	"gopkg.in/yaml.v3"
 )
 
@@ -112,37 +112,7 @@ func absOrSame(p string) string {
 }
 
 // ByteSize is a size in bytes that YAML may write as 64MiB, 1GiB, 512KB, 1000.
-type ByteSize int64
-
-// UnmarshalYAML parses a size with an optional unit.
-func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
-	v, err := ParseByteSize(n.Value)
-	if n.Kind != yaml.ScalarNode || err != nil {
-		return fmt.Errorf("want a size such as 64MiB, 1GiB or 1000, got %s", written(n))
-	}
-	*b = v
-	return nil
-}
+type ByteSize = size.Bytes
 
 // ParseByteSize parses "64MiB", "1GB", "512k", "1000".
-func ParseByteSize(s string) (ByteSize, error) {
-	s = strings.TrimSpace(s)
-	units := []struct {
-		suffix string
-		mult   int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
-		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}}
-	mult := int64(1)
-	for _, u := range units {
-		if strings.HasSuffix(strings.ToUpper(s), strings.ToUpper(u.suffix)) {
-			s, mult = strings.TrimSpace(s[:len(s)-len(u.suffix)]), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("size %q: want a number with an optional unit (KiB, MiB, GiB, KB, MB, GB)", s)
-	}
-	return ByteSize(n * mult), nil
-}
+func ParseByteSize(s string) (ByteSize, error) { return size.Parse(s) }

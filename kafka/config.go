@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tributary-io/tributary/auth"
+	"github.com/tributary-io/tributary/internal/size"
 	"github.com/tributary-io/tributary/listen"
 )
 
@@ -17,42 +18,21 @@ import (
 type Config struct {
 	// Addr is the listen address. Default ":9092".
 	Addr string `yaml:"addr"`
-	// AdvertisedAddr is the host:port this node announces in Metadata.
-	// Default: the listener's address (set it when listening on a
-	// wildcard address).
-	AdvertisedAddr string `yaml:"advertised_addr"`
 	// ClusterID is returned in Metadata v2+. Default "tributary".
 	ClusterID string `yaml:"cluster_id"`
 	// MaxFrameBytes bounds one request frame; a larger frame closes the
 	// connection. Default 100 MiB.
 	MaxFrameBytes int32 `yaml:"max_frame_bytes"`
-	// MaxInflightBytes bounds the request bytes the server holds at once
-	// across all its connections: frames read but not yet answered. A
-	// connection whose next frame would exceed it is not read further
-	// (back-pressure through TCP) until other requests are answered;
-	// nothing is refused. A connection holds the frames of the requests
-	// it has in progress (MaxPipelinedRequests; before its first request,
-	// and before SASL when authentication is required, one frame of at
-	// most 1 MiB at a time). Default 512 MiB; at least MaxFrameBytes.
-	MaxInflightBytes int64 `yaml:"max_inflight_bytes"`
-	// MaxPipelinedRequests bounds the requests of one connection that
-	// are read and not yet answered: a connection keeps reading (and
-	// starts later Produce requests, whose appends queue behind the
-	// earlier ones') while earlier requests wait for their fsync;
-	// responses are written in request order. Clients send up to 5
-	// (kgo, the Java client) or more (librdkafka) in flight. Default 16,
-	// at most 1024.
-	MaxPipelinedRequests int `yaml:"max_pipelined_requests"`
+	// Listener holds the settings a config file's kafka: section sets
+	// (edge and cloud alike): advertised_addr, max_inflight_bytes,
+	// body_timeout.
+	Listener `yaml:",inline"`
+	// Pipelining holds max_pipelined_requests, which the edge's kafka:
+	// section sets (the cloud's takes the default).
+	Pipelining `yaml:",inline"`
 	// IdleTimeout closes connections that send nothing for this long.
 	// Default 10m (Kafka's connections.max.idle.ms).
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
-	// BodyTimeout bounds the time a request's body may take to arrive
-	// once its size has been read, plus one second per MiB of the frame:
-	// a frame's bytes are reserved (MaxInflightBytes) before its body is
-	// read, so a client that sends a large size and then trickles the
-	// body would otherwise hold that reservation until IdleTimeout. The
-	// connection is closed (counted as malformed). Default 30s.
-	BodyTimeout time.Duration `yaml:"body_timeout"`
 	// Limits are the listener's connection caps and the deadline for the
 	// first request (package listen; zero values take its defaults).
 	Limits listen.Config `yaml:"-"`
@@ -61,6 +41,103 @@ type Config struct {
 	Auth *auth.Authority `yaml:"-"`
 	// Logger; nil = slog.Default().
 	Logger *slog.Logger `yaml:"-"`
+}
+
+// Listener is the part of a Kafka listener's settings that a config
+// file's kafka: section holds, on the edge (produce) and the cloud
+// (consume) alike: each key is declared, defaulted and validated here
+// once, and node.Config and cloud.Config embed it.
+type Listener struct {
+	// AdvertisedAddr is the host:port clients are told to connect to
+	// (Metadata; a cluster member's gossip). Default: the bound address
+	// (set it when listening on a wildcard address).
+	AdvertisedAddr string `yaml:"advertised_addr"`
+	// MaxInflightBytes bounds the request bytes the Kafka listener holds
+	// across all its connections: frames read but not yet answered
+	// (acks>=1 produce waiting for its fsync included). A connection
+	// whose next frame would exceed it is not read further
+	// (back-pressure through TCP, tributary_kafka_inflight_waits_total)
+	// until other requests are answered; nothing is refused. A
+	// connection holds the frames of the requests it has in progress
+	// (MaxPipelinedRequests, the edge's kafka.max_pipelined_requests;
+	// before its first request, and before SASL when authentication is
+	// required, one frame of at most 1 MiB at a time). Default 512MiB, at
+	// least 100MiB (one request of the largest size, MaxFrameBytes).
+	MaxInflightBytes size.Bytes `yaml:"max_inflight_bytes"`
+	// BodyTimeout bounds how long a request body may take once its size
+	// is read, plus a second per MiB of the frame: a frame's bytes are
+	// reserved (max_inflight_bytes) before its body is read, so a client
+	// that sends a large size and then trickles the body would otherwise
+	// hold that reservation until the idle timeout. The trickling
+	// connection is closed (counted as malformed). Default 30s.
+	BodyTimeout time.Duration `yaml:"body_timeout"`
+}
+
+// Defaults fills every unset key of the section with its default.
+func (l *Listener) Defaults() { l.defaults(DefaultMaxFrameBytes) }
+
+func (l *Listener) defaults(maxFrameBytes int32) {
+	if l.MaxInflightBytes == 0 {
+		l.MaxInflightBytes = size.Bytes(max(DefaultMaxInflightBytes, int64(maxFrameBytes)))
+	}
+	if l.BodyTimeout == 0 {
+		l.BodyTimeout = DefaultBodyTimeout
+	}
+}
+
+// Validate reports each wrong key of the section, after Defaults, to bad
+// as prefix+key (e.g. "kafka.max_inflight_bytes").
+func (l Listener) Validate(prefix string, bad func(field, format string, args ...any)) {
+	l.validate(prefix, DefaultMaxFrameBytes, bad)
+}
+
+func (l Listener) validate(prefix string, maxFrameBytes int32, bad func(field, format string, args ...any)) {
+	if int64(l.MaxInflightBytes) < int64(maxFrameBytes) {
+		bad(prefix+"max_inflight_bytes", "%d: want at least %s (one request of the largest size)", l.MaxInflightBytes, sizeText(int64(maxFrameBytes)))
+	}
+	if l.BodyTimeout < 0 {
+		bad(prefix+"body_timeout", "%v: must not be negative", l.BodyTimeout)
+	}
+}
+
+// sizeText writes n as a config file would: 100MiB, 4KiB or 1000.
+func sizeText(n int64) string {
+	switch {
+	case n > 0 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n > 0 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprint(n)
+}
+
+// Pipelining is the cap on one connection's requests in progress: a
+// connection keeps reading (and starts later Produce requests, whose
+// appends queue behind the earlier ones') while earlier requests wait for
+// their fsync; responses are written in request order. Clients send up to
+// 5 (kgo, the Java client) or more (librdkafka) in flight. The edge's
+// kafka: section embeds it.
+type Pipelining struct {
+	// MaxPipelinedRequests bounds the requests one connection has
+	// read and not yet answered (produce requests waiting for their
+	// fsync while later ones are started); responses go out in
+	// request order. Default 16, 1 to 1024.
+	MaxPipelinedRequests int `yaml:"max_pipelined_requests"`
+}
+
+// Defaults fills the unset cap with its default.
+func (p *Pipelining) Defaults() {
+	if p.MaxPipelinedRequests == 0 {
+		p.MaxPipelinedRequests = DefaultMaxPipelinedRequests
+	}
+}
+
+// Validate reports a wrong cap, after Defaults, to bad as
+// prefix+"max_pipelined_requests".
+func (p Pipelining) Validate(prefix string, bad func(field, format string, args ...any)) {
+	if p.MaxPipelinedRequests < 1 || p.MaxPipelinedRequests > MaxPipelinedRequestsLimit {
+		bad(prefix+"max_pipelined_requests", "%d: want 1 to %d", p.MaxPipelinedRequests, MaxPipelinedRequestsLimit)
+	}
 }
 
 // firstFrameBytes bounds a connection's first request (clients open with
@@ -98,18 +175,11 @@ func (c *Config) SetDefaults() {
 	if c.MaxFrameBytes == 0 {
 		c.MaxFrameBytes = DefaultMaxFrameBytes
 	}
-	if c.MaxInflightBytes == 0 {
-		c.MaxInflightBytes = max(DefaultMaxInflightBytes, int64(c.MaxFrameBytes))
-	}
+	c.Listener.defaults(c.MaxFrameBytes)
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
-	if c.MaxPipelinedRequests == 0 {
-		c.MaxPipelinedRequests = DefaultMaxPipelinedRequests
-	}
-	if c.BodyTimeout == 0 {
-		c.BodyTimeout = DefaultBodyTimeout
-	}
+	c.Pipelining.Defaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -129,12 +199,14 @@ func (c Config) Validate() error {
 	switch {
 	case c.MaxFrameBytes < 1024:
 		return fmt.Errorf("%w: max_frame_bytes %d < 1024", ErrInvalidConfig, c.MaxFrameBytes)
-	case c.MaxInflightBytes < int64(c.MaxFrameBytes):
-		return fmt.Errorf("%w: max_inflight_bytes %d < max_frame_bytes %d", ErrInvalidConfig, c.MaxInflightBytes, c.MaxFrameBytes)
-	case c.MaxPipelinedRequests < 1 || c.MaxPipelinedRequests > MaxPipelinedRequestsLimit:
-		return fmt.Errorf("%w: max_pipelined_requests %d not in [1, %d]", ErrInvalidConfig, c.MaxPipelinedRequests, MaxPipelinedRequestsLimit)
-	case c.IdleTimeout < 0 || c.BodyTimeout < 0:
-		return fmt.Errorf("%w: negative duration", ErrInvalidConfig)
+	case c.IdleTimeout < 0:
+		return fmt.Errorf("%w: idle_timeout %v: must not be negative", ErrInvalidConfig, c.IdleTimeout)
 	}
-	return nil
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalidConfig, field, fmt.Sprintf(format, args...)))
+	}
+	c.Listener.validate("", c.MaxFrameBytes, bad)
+	c.Pipelining.Validate("", bad)
+	return errors.Join(errs...)
 }

@@ -63,7 +63,7 @@ func TestPipelinedInOrder(t *testing.T) {
 	for c := range int32(8) {
 		h.release[c] = make(chan struct{})
 	}
-	s := startTestServer(t, Config{MaxPipelinedRequests: depth}, h)
+	s := startTestServer(t, Config{Pipelining: Pipelining{MaxPipelinedRequests: depth}}, h)
 	c, err := net.Dial("tcp", s.Addr())
 	if err != nil {
 		t.Fatal(err)

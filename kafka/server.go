@@ -168,8 +168,8 @@ func NewServer(cfg Config, component string, apis APIs, h Handler) (*Server, err
 	return &Server{
 		stopping:  stopping,
 		stop:      stop,
-		inflight:  semaphore.NewWeighted(cfg.MaxInflightBytes),
-		strangers: semaphore.NewWeighted(max(cfg.MaxInflightBytes/4, firstFrameBytes+4)),
+		inflight:  semaphore.NewWeighted(int64(cfg.MaxInflightBytes)),
+		strangers: semaphore.NewWeighted(max(int64(cfg.MaxInflightBytes)/4, firstFrameBytes+4)),
 		cfg:       cfg,
 		log:       cfg.Logger.With("component", component),
 		apis:      apis,

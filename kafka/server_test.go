@@ -195,7 +195,7 @@ func (h *holding) Handle(ctx context.Context, req *Request) (kmsg.Response, bool
 func TestInflightBytes(t *testing.T) {
 	const conns, pipelined, max = 10, 5, 8 << 10
 	h := &holding{release: make(chan struct{})}
-	s, err := NewServer(Config{Addr: "127.0.0.1:0", MaxFrameBytes: 4 << 10, MaxInflightBytes: max,
+	s, err := NewServer(Config{Addr: "127.0.0.1:0", MaxFrameBytes: 4 << 10, Listener: Listener{MaxInflightBytes: max},
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, "kafka-test", APIs{ApiVersionsKey: {0, 3}, MetadataKey: {0, 12}}, h)
 	if err != nil {
 		t.Fatal(err)
@@ -261,7 +261,7 @@ func TestInflightBytes(t *testing.T) {
 func TestInflightStrangers(t *testing.T) {
 	h := &holding{release: make(chan struct{})}
 	close(h.release) // answer at once
-	s := startTestServer(t, Config{MaxFrameBytes: 4 << 20, MaxInflightBytes: 8 << 20}, h)
+	s := startTestServer(t, Config{MaxFrameBytes: 4 << 20, Listener: Listener{MaxInflightBytes: 8 << 20}}, h)
 	good, err := net.Dial("tcp", s.Addr())
 	if err != nil {
 		t.Fatal(err)
@@ -294,7 +294,7 @@ func TestInflightStrangers(t *testing.T) {
 // body is closed after kafka.body_timeout (plus a second per MiB), and
 // the reservation it held is released; the next client is served.
 func TestBodyTimeout(t *testing.T) {
-	s := startTestServer(t, Config{MaxFrameBytes: 4 << 20, BodyTimeout: 200 * time.Millisecond}, &holding{release: closedChan()})
+	s := startTestServer(t, Config{MaxFrameBytes: 4 << 20, Listener: Listener{BodyTimeout: 200 * time.Millisecond}}, &holding{release: closedChan()})
 	c, err := net.Dial("tcp", s.Addr())
 	if err != nil {
 		t.Fatal(err)

@@ -300,9 +300,9 @@ type Config struct {
 		// Addr of the Kafka produce listener. Default "" (off) for edge
 		// configs; tributary dev turns it on at 127.0.0.1:9092.
 		Addr string `yaml:"addr"`
-		// AdvertisedAddr is the host:port clients are told to connect to.
-		// Default: the bound address.
-		AdvertisedAddr string `yaml:"advertised_addr"`
+		// Listener is advertised_addr, max_inflight_bytes and
+		// body_timeout (package kafka's section, shared with the cloud).
+		kafka.Listener `yaml:",inline"`
 		// AutoCreate creates a stream on first produce or metadata request.
 		// Default true.
 		AutoCreate *bool `yaml:"auto_create"`
@@ -313,22 +313,8 @@ type Config struct {
 		// 1048588 (Kafka's message.max.bytes: 1 MiB and the 12-byte log
 		// overhead).
 		MaxBatchBytes ByteSize `yaml:"max_batch_bytes"`
-		// MaxInflightBytes bounds the request bytes the Kafka listener
-		// holds across all connections (read, not yet answered, acks>=1
-		// produce waiting for its fsync included); beyond it connections
-		// are not read until requests are answered (back-pressure,
-		// tributary_kafka_inflight_waits_total). One connection holds the
-		// requests it has in progress (max_pipelined_requests). Default 512MiB, at least 100MiB.
-		MaxInflightBytes ByteSize `yaml:"max_inflight_bytes"`
-		// MaxPipelinedRequests bounds the requests one connection has
-		// read and not yet answered (produce requests waiting for their
-		// fsync while later ones are started); responses go out in
-		// request order. Default 16, 1 to 1024.
-		MaxPipelinedRequests int `yaml:"max_pipelined_requests"`
-		// BodyTimeout bounds how long a request body may take once its
-		// size is read (plus a second per MiB); a trickling client is
-		// closed. Default 30s.
-		BodyTimeout time.Duration `yaml:"body_timeout"`
+		// Pipelining is max_pipelined_requests (package kafka's).
+		kafka.Pipelining `yaml:",inline"`
 	} `yaml:"kafka"`
 
 	Uplink struct {
@@ -563,15 +549,8 @@ func (c *Config) applyDefaults() {
 	if c.Kafka.MaxBatchBytes == 0 {
 		c.Kafka.MaxBatchBytes = 1048588
 	}
-	if c.Kafka.MaxInflightBytes == 0 {
-		c.Kafka.MaxInflightBytes = kafka.DefaultMaxInflightBytes
-	}
-	if c.Kafka.BodyTimeout == 0 {
-		c.Kafka.BodyTimeout = kafka.DefaultBodyTimeout
-	}
-	if c.Kafka.MaxPipelinedRequests == 0 {
-		c.Kafka.MaxPipelinedRequests = kafka.DefaultMaxPipelinedRequests
-	}
+	c.Kafka.Listener.Defaults()
+	c.Kafka.Pipelining.Defaults()
 	c.HTTPAPI.Defaults()
 	if c.Uplink.CommitInterval == 0 {
 		c.Uplink.CommitInterval = time.Second
@@ -690,15 +669,8 @@ func (c *Config) Validate() error {
 	if c.Kafka.MaxBatchBytes < 1024 || c.Kafka.MaxBatchBytes > 100<<20 {
 		bad("kafka.max_batch_bytes", "%d: want 1KiB to 100MiB", c.Kafka.MaxBatchBytes)
 	}
-	if c.Kafka.BodyTimeout < 0 {
-		bad("kafka.body_timeout", "%v: must not be negative", c.Kafka.BodyTimeout)
-	}
-	if c.Kafka.MaxPipelinedRequests < 1 || c.Kafka.MaxPipelinedRequests > kafka.MaxPipelinedRequestsLimit {
-		bad("kafka.max_pipelined_requests", "%d: want 1 to %d", c.Kafka.MaxPipelinedRequests, kafka.MaxPipelinedRequestsLimit)
-	}
-	if c.Kafka.MaxInflightBytes < kafka.DefaultMaxFrameBytes {
-		bad("kafka.max_inflight_bytes", "%d: want at least 100MiB (one request of the largest size)", c.Kafka.MaxInflightBytes)
-	}
+	c.Kafka.Pipelining.Validate("kafka.", bad)
+	c.Kafka.Listener.Validate("kafka.", bad)
 	if c.Uplink.CommitInterval < 10*time.Millisecond {
 		bad("uplink.commit_interval", "%s is below the minimum of 10ms", c.Uplink.CommitInterval)
 	}

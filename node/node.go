@@ -217,9 +217,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Node, error) {
 	n.book.UseQuarantine(n.up.Quarantine()) // stale records a take-over drops are kept, as the fence's are
 	n.up.OnRelease(n.kb.store)              // idempotent producers' state outlives released records
 	if cfg.Kafka.Addr != "" {
-		n.kafka, err = produce.NewServer(produce.Config{Config: kafka.Config{Addr: cfg.Kafka.Addr, AdvertisedAddr: cfg.Kafka.AdvertisedAddr,
+		n.kafka, err = produce.NewServer(produce.Config{Config: kafka.Config{Addr: cfg.Kafka.Addr, Listener: cfg.Kafka.Listener,
 			ClusterID: cfg.Catalog.Name, Auth: n.auth, Logger: log.With("component", "kafka"), Limits: listen.Config{TLS: n.tls.Server("kafka")},
-			MaxInflightBytes: int64(cfg.Kafka.MaxInflightBytes), BodyTimeout: cfg.Kafka.BodyTimeout, MaxPipelinedRequests: cfg.Kafka.MaxPipelinedRequests},
+			Pipelining: cfg.Kafka.Pipelining},
 			AutoCreate: *cfg.Kafka.AutoCreate, MaxBatchBytes: int32(cfg.Kafka.MaxBatchBytes)}, n.kb, n.ingest)
 		if err != nil {
 			n.bucket.Close()

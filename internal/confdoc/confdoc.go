@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tributary-io/tributary/internal/size"
 	"gopkg.in/yaml.v3"
 )
 
@@ -219,7 +220,7 @@ func typeName(t reflect.Type) string {
 	switch {
 	case t == reflect.TypeOf(time.Duration(0)):
 		return "duration"
-	case t.Name() == "ByteSize":
+	case t == reflect.TypeOf(size.Bytes(0)):
 		return "size"
 	case t.Kind() == reflect.Slice:
 		return "list of " + typeName(t.Elem())
@@ -243,7 +244,7 @@ func format(v reflect.Value) string {
 		return format(v.Elem())
 	case v.Type() == reflect.TypeOf(time.Duration(0)):
 		return duration(time.Duration(v.Int()))
-	case v.Type().Name() == "ByteSize":
+	case v.Type() == reflect.TypeOf(size.Bytes(0)):
 		return byteSize(v.Int())
 	case v.Kind() == reflect.String:
 		if v.String() == "" {
