@@ -12,6 +12,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/auth"
@@ -85,6 +86,10 @@ func TestSessionTakeoverRefused(t *testing.T) {
 	if err := owner.Ack(m); err != nil {
 		t.Fatal(err)
 	}
+	// paho sends manual acks on a ticker: without this wait the test could
+	// close the connection before the PUBACK left, and the stored position
+	// (rightly) stayed at 1.
+	testkit.Eventually(t, 10*time.Second, "the owner's PUBACK at the server", func() bool { return testutil.ToFloat64(s.m.acks) >= 1 })
 	// While the owner is connected: another user, then an anonymous
 	// client, with Clean Start; then another user resuming.
 	for _, cp := range []paho.Connect{userConnect("mallory", id, true, 0), userConnect("", id, true, 0),
