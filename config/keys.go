@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/tributary-io/tributary/internal/size"
 )
 
 // Problem is one mistake in a config file, at a key as written in YAML.
@@ -169,19 +171,7 @@ func check(n *yaml.Node, t reflect.Type, path string) []Problem {
 // wrongShape is the problem of a value that is not the kind of node the
 // key takes (a list where a section goes, a word where a list goes).
 func wrongShape(n *yaml.Node, path, want string) Problem {
-	return Problem{Line: n.Line, Path: path, Msg: fmt.Sprintf("want %s, got %s", want, written(n))}
-}
-
-// written is what n is, for an error: its value quoted, or "a section of
-// keys" or "a list".
-func written(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a section of keys"
-	case yaml.SequenceNode:
-		return "a list"
-	}
-	return strconv.Quote(n.Value)
+	return Problem{Line: n.Line, Path: path, Msg: fmt.Sprintf("want %s, got %s", want, size.Written(n))}
 }
 
 // scalarWant names, for an operator, what a scalar of type t is written as.

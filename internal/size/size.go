@@ -18,14 +18,16 @@ type Bytes int64
 func (b *Bytes) UnmarshalYAML(n *yaml.Node) error {
 	v, err := Parse(n.Value)
 	if n.Kind != yaml.ScalarNode || err != nil {
-		return fmt.Errorf("want a size such as 64MiB, 1GiB or 1000, got %s", written(n))
+		return fmt.Errorf("want a size such as 64MiB, 1GiB or 1000, got %s", Written(n))
 	}
 	*b = v
 	return nil
 }
 
-// written names what a YAML node holds, as an operator wrote it.
-func written(n *yaml.Node) string {
+// Written names what a YAML node holds, as an operator wrote it: its
+// value quoted, or "a section of keys" or "a list" (config's messages
+// use it too).
+func Written(n *yaml.Node) string {
 	switch n.Kind {
 	case yaml.MappingNode:
 		return "a section of keys"
