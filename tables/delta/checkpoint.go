@@ -204,6 +204,14 @@ func parseInterval(s string) (time.Duration, bool) {
 // (time travel, and a slow reader replaying from an older checkpoint).
 // It never touches data files.
 func (t *Table) Cleanup(ctx context.Context, keep int64) (int, error) {
+	return t.cleanupBelow(ctx, keep, func(string) (bool, error) { return true, nil })
+}
+
+// cleanupBelow deletes the JSON commits and checkpoints of versions below
+// the latest checkpoint minus keep that del says may go (del's false
+// keeps a file, its error ends the cleanup), returning how many it
+// deleted; with no checkpoint it deletes nothing.
+func (t *Table) cleanupBelow(ctx context.Context, keep int64, del func(key string) (bool, error)) (int, error) {
 	s, err := t.Snapshot(ctx)
 	if err != nil {
 		return 0, err
@@ -219,6 +227,13 @@ func (t *Table) Cleanup(ctx context.Context, keep int64) (int, error) {
 	for _, k := range keys {
 		lf, ok := parseLogName(k)
 		if !ok || lf.version >= s.Checkpoint-keep {
+			continue
+		}
+		gone, err := del(k)
+		if err != nil {
+			return n, err
+		}
+		if !gone {
 			continue
 		}
 		if err := t.st.Delete(ctx, k); err != nil {

@@ -192,38 +192,12 @@ func (t *Table) CleanupExpired(ctx context.Context, now time.Time, retention tim
 	if !ok {
 		return 0, fmt.Errorf("delta: log cleanup of %s: the store cannot tell when a file was written", t.logKey(""))
 	}
-	s, err := t.Snapshot(ctx)
-	if err != nil {
-		return 0, err
-	}
-	if s.Checkpoint < 0 {
-		return 0, nil
-	}
-	keys, err := t.st.List(ctx, t.logKey(""))
-	if err != nil {
-		return 0, err
-	}
 	cutoff := now.Add(-retention)
-	n := 0
-	for _, k := range keys {
-		lf, ok := parseLogName(k)
-		if !ok || lf.version >= s.Checkpoint {
-			continue
-		}
+	return t.cleanupBelow(ctx, 0, func(k string) (bool, error) {
 		at, err := mt.ModTime(ctx, k)
-		if err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				continue
-			}
-			return n, err
+		if errors.Is(err, os.ErrNotExist) {
+			return false, nil
 		}
-		if !at.Before(cutoff) {
-			continue
-		}
-		if err := t.st.Delete(ctx, k); err != nil {
-			return n, err
-		}
-		n++
-	}
-	return n, nil
+		return err == nil && at.Before(cutoff), err
+	})
 }
