@@ -86,16 +86,9 @@ func TestDeltaMaintainBothLogs(t *testing.T) {
 	if len(rows) != 40 || len(recs) != 40 {
 		t.Fatalf("Delta %d rows, Iceberg %d, want 40", len(rows), len(recs))
 	}
-	byPos := map[string]delta.Row{}
-	for _, r := range rows {
-		k := fmt.Sprint(r[tables.ColPartition], "@", r[tables.ColOffset])
-		if _, dup := byPos[k]; dup {
-			t.Fatalf("Delta has %s twice", k)
-		}
-		byPos[k] = r
-	}
+	deltaRow := deltaRowsByOffset(t, rows)
 	for _, rec := range recs {
-		r, ok := byPos[fmt.Sprint(int64(rec.Partition), "@", rec.Offset)]
+		r, ok := deltaRow(rec)
 		if !ok || string(r[tables.ColValue].([]byte)) != string(rec.Value) || r["a"] == nil {
 			t.Fatalf("offset %d@%d: Delta row %v, Iceberg %q", rec.Offset, rec.Partition, r, rec.Value)
 		}
@@ -188,16 +181,9 @@ func TestDeltaTwoEdgesOneLog(t *testing.T) {
 	if len(rows) != 2*rounds*per || len(recs) != 2*rounds*per {
 		t.Fatalf("Delta %d rows, Iceberg %d, want %d", len(rows), len(recs), 2*rounds*per)
 	}
-	byPos := map[string]delta.Row{}
-	for _, r := range rows {
-		k := fmt.Sprint(r[tables.ColPartition], "@", r[tables.ColOffset])
-		if _, dup := byPos[k]; dup {
-			t.Fatalf("Delta has %s twice", k)
-		}
-		byPos[k] = r
-	}
+	deltaRow := deltaRowsByOffset(t, rows)
 	for _, rec := range recs {
-		r, ok := byPos[fmt.Sprint(int64(rec.Partition), "@", rec.Offset)]
+		r, ok := deltaRow(rec)
 		if !ok || string(r[tables.ColValue].([]byte)) != string(rec.Value) {
 			t.Fatalf("offset %d@%d: Delta row %v, Iceberg %q", rec.Offset, rec.Partition, r, rec.Value)
 		}

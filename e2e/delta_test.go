@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tributary-io/tributary"
 	"github.com/tributary-io/tributary/tables"
 	"github.com/tributary-io/tributary/tables/delta"
 )
@@ -141,16 +142,9 @@ func TestDeltaBesideIceberg(t *testing.T) {
 	if len(rows) != 60 || len(recs) != 60 {
 		t.Fatalf("Delta %d rows, Iceberg %d, want 60", len(rows), len(recs))
 	}
-	byPos := map[string]delta.Row{}
-	for _, r := range rows {
-		k := fmt.Sprint(r[tables.ColPartition], "@", r[tables.ColOffset])
-		if _, dup := byPos[k]; dup {
-			t.Fatalf("Delta has %s twice", k)
-		}
-		byPos[k] = r
-	}
+	deltaRow := deltaRowsByOffset(t, rows)
 	for _, rec := range recs {
-		r, ok := byPos[fmt.Sprint(int64(rec.Partition), "@", rec.Offset)]
+		r, ok := deltaRow(rec)
 		if !ok || !bytes.Equal(r[tables.ColValue].([]byte), rec.Value) || r[tables.ColSource] != rec.Source {
 			t.Fatalf("offset %d@%d: Delta row %v, Iceberg %q from %s", rec.Offset, rec.Partition, r, rec.Value, rec.Source)
 		}
@@ -276,5 +270,24 @@ func TestDeltaCrashBetweenCommits(t *testing.T) {
 	}
 	if recs := readTable(t, dir, stream); len(recs) != total {
 		t.Fatalf("Iceberg %d rows, want %d", len(recs), total)
+	}
+}
+
+// deltaRowsByOffset indexes the Delta reader's rows by partition and
+// offset, failing t on a row there twice, and returns the lookup of an
+// Iceberg record's row.
+func deltaRowsByOffset(t *testing.T, rows []delta.Row) func(*tributary.Record) (delta.Row, bool) {
+	t.Helper()
+	byPos := map[string]delta.Row{}
+	for _, r := range rows {
+		k := fmt.Sprint(r[tables.ColPartition], "@", r[tables.ColOffset])
+		if _, dup := byPos[k]; dup {
+			t.Fatalf("Delta has %s twice", k)
+		}
+		byPos[k] = r
+	}
+	return func(rec *tributary.Record) (delta.Row, bool) {
+		r, ok := byPos[fmt.Sprint(int64(rec.Partition), "@", rec.Offset)]
+		return r, ok
 	}
 }
