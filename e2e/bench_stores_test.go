@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -162,7 +161,8 @@ func benchStore(t *testing.T, ctx context.Context, name, sections, warehouse str
 	return r
 }
 
-// scrapeText is the node's /metrics page.
+// scrapeText is the node's /metrics page (scrapeMetrics sums over
+// labels, and a histogram's quantile needs its le labels).
 func scrapeText(t *testing.T, p *proc) string {
 	t.Helper()
 	resp, err := p.httpGet("/metrics")
@@ -170,14 +170,11 @@ func scrapeText(t *testing.T, p *proc) string {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var b strings.Builder
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		b.WriteString(sc.Text())
-		b.WriteByte('\n')
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return b.String()
+	return string(b)
 }
 
 var bucketLine = regexp.MustCompile(`^([a-z_]+)_bucket\{(?:.*,)?le="([^"]+)"(?:,.*)?\} ([0-9.e+]+)`)
